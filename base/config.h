@@ -1,0 +1,81 @@
+// The registry of GRADEX_* variables. Every variable is declared exactly once, in config_vars.cc, with
+// its type, default, allowed range and help. Values are parsed strictly: a bad value is a ConfigError
+// naming the variable and its allowed range; an unknown GRADEX_* name in the environment is a warning
+// (most likely a typo). Values set through the API override the environment.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gradex::config {
+
+enum class VarType { kInt, kFloat, kBool, kString, kChoice };
+
+struct VarSpec {
+  const char* name;
+  VarType type;
+  const char* default_value;  // parsed with the same rules as a user's value
+  double min;                 // kInt / kFloat only
+  double max;
+  bool min_exclusive;
+  bool max_exclusive;
+  const char* choices;  // kChoice only: '|'-separated
+  const char* help;
+};
+
+// All declared variables, in display order.
+const std::vector<VarSpec>& registry();
+// The spec of a declared variable; InternalError if the name was never declared (a gradex bug).
+const VarSpec& spec(std::string_view name);
+// "an integer in [0, 22]", "one of fp16|bf16", ... for error messages and help.
+std::string describe_range(const VarSpec& spec);
+
+enum class Source { kDefault, kEnvironment, kApi };
+const char* source_name(Source source);
+
+class Config {
+ public:
+  // Every variable at its default.
+  Config();
+  // Defaults overridden by the process environment. Throws ConfigError on the first invalid value;
+  // warns (once per name, on stderr) about GRADEX_* names that are not declared.
+  static Config from_environment();
+  // Same, from an explicit list of "NAME=value" strings (tests use this instead of setenv).
+  static Config from_strings(const std::vector<std::string>& assignments, Source source);
+
+  // Strictly parses and stores a value. Throws ConfigError for an undeclared name or invalid value.
+  void set(std::string_view name, std::string_view value, Source source = Source::kApi);
+
+  int64_t get_int(std::string_view name) const;
+  double get_float(std::string_view name) const;
+  bool get_bool(std::string_view name) const;
+  const std::string& get_string(std::string_view name) const;  // kString and kChoice
+  Source source_of(std::string_view name) const;
+
+  // The effective configuration: one block per variable with value, source, range and help.
+  std::string describe() const;
+  // Unknown GRADEX_* names seen by from_environment (kept for tests and for describe()).
+  const std::vector<std::string>& unknown_names() const { return unknown_names_; }
+
+ private:
+  struct Value {
+    std::string text;  // normalized textual form
+    double number = 0;  // kInt, kFloat, kBool
+    Source source = Source::kDefault;
+  };
+  const Value& value_of(std::string_view name, VarType expected) const;
+
+  std::map<std::string, Value, std::less<>> values_;
+  std::vector<std::string> unknown_names_;
+};
+
+// Strict scalar parsers, shared with other environment readers (the bootstrap's RANK/WORLD_SIZE).
+// They accept the whole string or throw ConfigError mentioning `what`.
+int64_t parse_int_strict(std::string_view text, std::string_view what);
+double parse_float_strict(std::string_view text, std::string_view what);
+bool parse_bool_strict(std::string_view text, std::string_view what);
+
+}  // namespace gradex::config

@@ -1,0 +1,79 @@
+// The one place where GRADEX_* variables are declared. Add new variables here and nowhere else.
+#include <limits>
+
+#include "base/config.h"
+
+namespace gradex::config {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxCount = 9.0e15;  // element counts: exactly representable in a double
+}  // namespace
+
+const std::vector<VarSpec>& registry() {
+  // clang-format off
+  static const std::vector<VarSpec> vars = {
+    // --- transport and bootstrap ---
+    {"GRADEX_TIMEOUT_S", VarType::kFloat, "300", 0, 86400, true, false, nullptr,
+     "Seconds any blocking operation (bootstrap, collective, wait) may take before it fails with an "
+     "error naming the operation and the peer."},
+    {"GRADEX_IFACE", VarType::kString, "", 0, 0, false, false, nullptr,
+     "Network device(s) UCX may use, e.g. 'eth0' or 'eth0,eth1' (passed to UCX as its net device "
+     "list). Empty: UCX decides (shared memory inside a host, tcp across hosts)."},
+    {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr,
+     "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
+     "so that reduction overlaps transfer."},
+    {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
+     "How much gradex writes to stderr."},
+    // --- policy ---
+    {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr,
+     "Tensors with fewer elements than this are exchanged dense (fused into buckets); larger ones "
+     "use DGC."},
+    {"GRADEX_FUSION_MB", VarType::kFloat, "64", 0, 4096, false, false, nullptr,
+     "Size of the fusion buckets for dense tensors, in MiB (0: no fusion, one allreduce per tensor)."},
+    {"GRADEX_FP16", VarType::kBool, "1", 0, 0, false, false, nullptr,
+     "Dense exchanges (and LocalSGD averaging) use 16-bit values on the wire (see "
+     "GRADEX_HALF_TYPE); 0 sends fp32."},
+    {"GRADEX_HALF_TYPE", VarType::kChoice, "fp16", 0, 0, false, false, "fp16|bf16",
+     "The 16-bit type used when GRADEX_FP16=1: fp16 (more precision) or bf16 (fp32's range)."},
+    {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr,
+     "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
+     "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
+     "matches when it is a substring of the tensor name ('*' matches any run of characters)."},
+    {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
+     "What to do with NaN/Inf in a submitted gradient: propagate them (as plain allreduce does, so "
+     "AMP's grad scaler can skip the step), replace them by zero, or fail the step. Always counted."},
+    // --- DGC ---
+    {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr,
+     "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
+    {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
+     "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
+     "GRADEX_SPARSITY (0: the target from the first step)."},
+    {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
+     "DGC momentum correction factor m (u = m*u + g). With m > 0 the optimizer must run with "
+     "momentum 0; m = 0 gives plain error-feedback top-k, usable with any optimizer."},
+    {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr,
+     "Use the Nesterov variant of momentum correction."},
+    {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr,
+     "Local gradient clipping before accumulation, at clip_norm * world_size^-1/2 (0: off)."},
+    {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
+     "Fraction of elements sampled to estimate the DGC selection threshold."},
+    {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16|bf16",
+     "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
+    {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
+     "Index coding of sparse payloads; auto picks the smallest for each payload."},
+    {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
+     "zstd level applied to payloads where it shrinks them (0: off)."},
+    {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,
+     "CPU threads for compression kernels on large tensors (0: automatic)."},
+    // --- LocalSGD ---
+    {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
+     "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
+    {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
+     "LocalSGD: fully synchronous steps before local steps begin (post-local SGD)."},
+  };
+  // clang-format on
+  return vars;
+}
+
+}  // namespace gradex::config

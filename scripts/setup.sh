@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine: system packages, the project's Python virtual
+# environment (.venv, reused when it already has torch), then a build of everything into build/.
+# Usage: bash scripts/setup.sh [--no-venv] [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_venv=1
+want_build=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-venv) want_venv=0 ;;
+    --no-build) want_build=0 ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --no-venv, --no-build)" >&2; exit 2 ;;
+  esac
+done
+
+apt_packages=(build-essential cmake ninja-build pkg-config git libucx-dev ucx-utils libzstd-dev
+              libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2
+              python3-venv)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$want_venv" -eq 1 ]; then
+  # The default python3 may be pyenv's; any python >= 3.10 with venv works.
+  py=${GRADEX_PYTHON:-python3}
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $($py --version)"
+    "$py" -m venv .venv
+  fi
+  if ! .venv/bin/python -c "import torch, numpy, sklearn, matplotlib, pytest" >/dev/null 2>&1; then
+    echo "setup: installing torch, numpy, scikit-learn, matplotlib, pytest into .venv (large, once)"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q torch numpy scikit-learn matplotlib pytest
+  fi
+fi
+
+if [ "$want_build" -eq 1 ]; then
+  cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  [ -x .venv/bin/python ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python")
+  cmake "${cmake_args[@]}" >/dev/null
+  cmake --build build -j "$(nproc)"
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present) and a short
+# fuzzing run of the payload decoder. Expects scripts/setup.sh to have built build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+status=0
+echo "== C++ tests (ctest)"
+ctest --test-dir build --output-on-failure -j 2 --timeout 600 || status=1
+
+if [ -d tests/python ] && [ -x .venv/bin/python ]; then
+  echo "== Python tests (pytest)"
+  .venv/bin/python -m pytest -q tests/python || status=1
+fi
+
+if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
+  echo "== decoder fuzzing (${GRADEX_FUZZ_SECONDS:-60} s)"
+  bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-60}" || status=1
+fi
+exit $status
