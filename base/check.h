@@ -1,5 +1,6 @@
-// Invariant checks. A failed check is a gradex bug, not a user error: it throws InternalError with the
-// expression, both values and the source location. User-facing validation throws typed errors instead.
+// Invariant checks. A failed check is a gradex bug, not a user error: it throws InternalError with
+// the expression, both values and the source location. User-facing validation throws typed errors
+// instead.
 #pragma once
 
 #include <sstream>
@@ -21,16 +22,16 @@ template <typename A, typename B>
 
 }  // namespace gradex::detail
 
-#define GX_CHECK(cond)                                                                    \
-  do {                                                                                    \
+#define GX_CHECK(cond)                                                                       \
+  do {                                                                                       \
     if (!(cond)) ::gradex::detail::check_failed(__FILE__, __LINE__, "check failed: " #cond); \
   } while (0)
 
-#define GX_CHECK_OP(a, op, b)                                                                   \
-  do {                                                                                          \
-    const auto& gx_a_ = (a);                                                                    \
-    const auto& gx_b_ = (b);                                                                    \
-    if (!(gx_a_ op gx_b_))                                                                      \
+#define GX_CHECK_OP(a, op, b)                                                                 \
+  do {                                                                                        \
+    const auto& gx_a_ = (a);                                                                  \
+    const auto& gx_b_ = (b);                                                                  \
+    if (!(gx_a_ op gx_b_))                                                                    \
       ::gradex::detail::check_op_failed(__FILE__, __LINE__, #a " " #op " " #b, gx_a_, gx_b_); \
   } while (0)
 

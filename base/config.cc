@@ -18,8 +18,10 @@ namespace {
 
 std::string trim(std::string_view text) {
   size_t b = 0, e = text.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  while (b < e && std::isspace(static_cast<unsigned char>(text[b])))
+    ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1])))
+    --e;
   return std::string(text.substr(b, e - b));
 }
 
@@ -70,7 +72,8 @@ double parse_float_strict(std::string_view text, std::string_view what) {
 
 bool parse_bool_strict(std::string_view text, std::string_view what) {
   std::string s = trim(text);
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
   throw ConfigError(std::string(what) + "='" + std::string(text) +
@@ -80,7 +83,8 @@ bool parse_bool_strict(std::string_view text, std::string_view what) {
 const VarSpec& spec(std::string_view name) {
   for (const auto& s : registry())
     if (name == s.name) return s;
-  throw InternalError("GRADEX variable '" + std::string(name) + "' is not declared in config_vars.cc");
+  throw InternalError("GRADEX variable '" + std::string(name) +
+                      "' is not declared in config_vars.cc");
 }
 
 std::string describe_range(const VarSpec& s) {
@@ -91,24 +95,31 @@ std::string describe_range(const VarSpec& s) {
       return kind + (s.min_exclusive ? "(" : "[") + format_number(s.min) + ", " +
              format_number(s.max) + (s.max_exclusive ? ")" : "]");
     }
-    case VarType::kBool: return "a boolean: 1/0, true/false, yes/no, on/off";
-    case VarType::kString: return "any string";
-    case VarType::kChoice: return std::string("one of ") + s.choices;
+    case VarType::kBool:
+      return "a boolean: 1/0, true/false, yes/no, on/off";
+    case VarType::kString:
+      return "any string";
+    case VarType::kChoice:
+      return std::string("one of ") + s.choices;
   }
   return "?";
 }
 
 const char* source_name(Source source) {
   switch (source) {
-    case Source::kDefault: return "default";
-    case Source::kEnvironment: return "environment";
-    case Source::kApi: return "api";
+    case Source::kDefault:
+      return "default";
+    case Source::kEnvironment:
+      return "environment";
+    case Source::kApi:
+      return "api";
   }
   return "?";
 }
 
 Config::Config() {
-  for (const auto& s : registry()) set(s.name, s.default_value, Source::kDefault);
+  for (const auto& s : registry())
+    set(s.name, s.default_value, Source::kDefault);
 }
 
 void Config::set(std::string_view name, std::string_view raw, Source source) {
@@ -144,11 +155,14 @@ void Config::set(std::string_view name, std::string_view raw, Source source) {
         value.text = v ? "1" : "0";
         break;
       }
-      case VarType::kString: value.text = text; break;
+      case VarType::kString:
+        value.text = text;
+        break;
       case VarType::kChoice: {
         std::string choices = s.choices;
         std::string lowered = text;
-        for (auto& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        for (auto& c : lowered)
+          c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         bool ok = false;
         size_t start = 0;
         while (start <= choices.size()) {
@@ -180,7 +194,8 @@ Config Config::from_strings(const std::vector<std::string>& assignments, Source 
     if (name.rfind("GRADEX_", 0) != 0) continue;
     std::string value = eq == std::string::npos ? "" : a.substr(eq + 1);
     bool declared = false;
-    for (const auto& s : registry()) declared |= name == s.name;
+    for (const auto& s : registry())
+      declared |= name == s.name;
     if (!declared) {
       config.unknown_names_.push_back(name);
       continue;
@@ -192,7 +207,8 @@ Config Config::from_strings(const std::vector<std::string>& assignments, Source 
 
 Config Config::from_environment() {
   std::vector<std::string> assignments;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) assignments.emplace_back(*e);
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+    assignments.emplace_back(*e);
   Config config = from_strings(assignments, Source::kEnvironment);
   static std::mutex warned_mutex;
   static std::set<std::string> warned;
@@ -208,8 +224,8 @@ Config Config::from_environment() {
 
 const Config::Value& Config::value_of(std::string_view name, VarType expected) const {
   const VarSpec& s = spec(name);
-  bool compatible = s.type == expected ||
-                    (expected == VarType::kString && s.type == VarType::kChoice);
+  bool compatible =
+      s.type == expected || (expected == VarType::kString && s.type == VarType::kChoice);
   if (!compatible)
     throw InternalError("GRADEX variable " + std::string(name) + " read with the wrong type");
   return values_.find(name)->second;
@@ -239,7 +255,8 @@ std::string Config::describe() const {
     os << s.name << "=" << v.text << "    [" << source_name(v.source) << "; default '"
        << s.default_value << "'; " << describe_range(s) << "]\n    " << s.help << "\n";
   }
-  for (const auto& name : unknown_names_) os << name << "    [unknown: ignored]\n";
+  for (const auto& name : unknown_names_)
+    os << name << "    [unknown: ignored]\n";
   return os.str();
 }
 

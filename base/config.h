@@ -1,7 +1,8 @@
-// The registry of GRADEX_* variables. Every variable is declared exactly once, in config_vars.cc, with
-// its type, default, allowed range and help. Values are parsed strictly: a bad value is a ConfigError
-// naming the variable and its allowed range; an unknown GRADEX_* name in the environment is a warning
-// (most likely a typo). Values set through the API override the environment.
+// The registry of GRADEX_* variables. Every variable is declared exactly once, in config_vars.cc,
+// with its type, default, allowed range and help. Values are parsed strictly: a bad value is a
+// ConfigError naming the variable and its allowed range; an unknown GRADEX_* name in the
+// environment is a warning (most likely a typo). Values set through the API override the
+// environment.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +63,7 @@ class Config {
 
  private:
   struct Value {
-    std::string text;  // normalized textual form
+    std::string text;   // normalized textual form
     double number = 0;  // kInt, kFloat, kBool
     Source source = Source::kDefault;
   };

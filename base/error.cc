@@ -4,16 +4,26 @@ namespace gradex {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kConfig: return "configuration error";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kPeer: return "peer failure";
-    case ErrorCode::kCorrupt: return "corrupt payload";
-    case ErrorCode::kMismatch: return "mismatch across ranks";
-    case ErrorCode::kTransport: return "transport error";
-    case ErrorCode::kInternal: return "internal error";
-    case ErrorCode::kState: return "state error";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kConfig:
+      return "configuration error";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kPeer:
+      return "peer failure";
+    case ErrorCode::kCorrupt:
+      return "corrupt payload";
+    case ErrorCode::kMismatch:
+      return "mismatch across ranks";
+    case ErrorCode::kTransport:
+      return "transport error";
+    case ErrorCode::kInternal:
+      return "internal error";
+    case ErrorCode::kState:
+      return "state error";
   }
   return "unknown error";
 }
@@ -26,6 +36,8 @@ static std::string peer_message(const std::string& operation, int peer, const st
 }
 
 PeerFailure::PeerFailure(ErrorCode code, std::string operation, int peer, const std::string& detail)
-    : Error(code, peer_message(operation, peer, detail)), operation_(std::move(operation)), peer_(peer) {}
+    : Error(code, peer_message(operation, peer, detail)),
+      operation_(std::move(operation)),
+      peer_(peer) {}
 
 }  // namespace gradex

@@ -1,5 +1,5 @@
-// Typed exceptions used inside gradex's C++ layers. The C API (capi/) converts each to a status code
-// plus message; nothing here ever crosses into a framework.
+// Typed exceptions used inside gradex's C++ layers. The C API (capi/) converts each to a status
+// code plus message; nothing here ever crosses into a framework.
 #pragma once
 
 #include <stdexcept>
@@ -18,7 +18,7 @@ enum class ErrorCode : int {
   kMismatch = 6,         // ranks disagree (tensor keys, sizes, dtypes, world size)
   kTransport = 7,        // the transport (UCX, sockets) failed locally
   kInternal = 8,         // a broken invariant inside gradex: a bug
-  kState = 9,            // checkpointed state cannot be restored here (version, world size, tensor set)
+  kState = 9,  // checkpointed state cannot be restored here (version, world size, tensor set)
 };
 
 const char* error_code_name(ErrorCode code);
@@ -32,9 +32,9 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define GRADEX_DEFINE_ERROR(Name, Code) \
-  class Name : public Error {           \
-   public:                              \
+#define GRADEX_DEFINE_ERROR(Name, Code)                                      \
+  class Name : public Error {                                                \
+   public:                                                                   \
     explicit Name(const std::string& what) : Error(ErrorCode::Code, what) {} \
   }
 

@@ -10,8 +10,9 @@
 namespace gradex::log {
 namespace {
 
-// GRADEX_LOG_LEVEL is validated strictly by the config registry at engine creation; here we only need a
-// best-effort reading that works before (and without) an engine, e.g. inside comm/ unit tests.
+// GRADEX_LOG_LEVEL is validated strictly by the config registry at engine creation; here we only
+// need a best-effort reading that works before (and without) an engine, e.g. inside comm/ unit
+// tests.
 int level_from_env() {
   const char* v = std::getenv("GRADEX_LOG_LEVEL");
   if (v == nullptr) return static_cast<int>(Level::kWarn);
@@ -32,19 +33,29 @@ std::mutex g_write_mutex;
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kError: return "ERROR";
-    case Level::kWarn: return "WARN";
-    case Level::kInfo: return "INFO";
-    case Level::kDebug: return "DEBUG";
+    case Level::kError:
+      return "ERROR";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kDebug:
+      return "DEBUG";
   }
   return "?";
 }
 
 }  // namespace
 
-bool enabled(Level level) { return static_cast<int>(level) <= current_level().load(); }
-void set_level(Level level) { current_level().store(static_cast<int>(level)); }
-void set_rank(int rank) { g_rank.store(rank); }
+bool enabled(Level level) {
+  return static_cast<int>(level) <= current_level().load();
+}
+void set_level(Level level) {
+  current_level().store(static_cast<int>(level));
+}
+void set_rank(int rank) {
+  g_rank.store(rank);
+}
 
 void write(Level level, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_write_mutex);

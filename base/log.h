@@ -1,5 +1,6 @@
 // Minimal leveled logging to stderr: "gradex[rank] LEVEL: message". The level comes from
-// GRADEX_LOG_LEVEL (read once, lazily); the rank prefix is set by whoever knows it (the communicator).
+// GRADEX_LOG_LEVEL (read once, lazily); the rank prefix is set by whoever knows it (the
+// communicator).
 #pragma once
 
 #include <sstream>
@@ -30,7 +31,7 @@ class Line {
 
 }  // namespace gradex::log
 
-#define GX_LOG(level)                                              \
-  if (!::gradex::log::enabled(::gradex::log::Level::level)) {      \
-  } else                                                           \
+#define GX_LOG(level)                                         \
+  if (!::gradex::log::enabled(::gradex::log::Level::level)) { \
+  } else                                                      \
     ::gradex::log::Line(::gradex::log::Level::level)

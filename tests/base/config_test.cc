@@ -50,7 +50,8 @@ TEST(Config, InvalidValuesNameTheVariableAndRange) {
   EXPECT_NE(e.find("out of range"), std::string::npos) << e;
   EXPECT_NE(error_of({"GRADEX_SPARSITY=1"}).find("[0, 1)"), std::string::npos);
   EXPECT_NE(error_of({"GRADEX_DENSE_THRESHOLD=12.5"}).find("not an integer"), std::string::npos);
-  EXPECT_NE(error_of({"GRADEX_DENSE_THRESHOLD=-1"}).find("GRADEX_DENSE_THRESHOLD"), std::string::npos);
+  EXPECT_NE(error_of({"GRADEX_DENSE_THRESHOLD=-1"}).find("GRADEX_DENSE_THRESHOLD"),
+            std::string::npos);
   EXPECT_NE(error_of({"GRADEX_FP16=maybe"}).find("not a boolean"), std::string::npos);
   EXPECT_NE(error_of({"GRADEX_HALF_TYPE=fp8"}).find("one of fp16|bf16"), std::string::npos);
   EXPECT_NE(error_of({"GRADEX_TIMEOUT_S=0"}).find("(0, 86400]"), std::string::npos);
