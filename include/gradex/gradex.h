@@ -1,0 +1,150 @@
+/* gradex public C API: the only surface framework plugins use.
+ *
+ * Contract:
+ *  - Every function returns a gradex_status_t; on failure, gradex_last_error() returns a message for the
+ *    calling thread (valid until that thread's next gradex call). Output parameters are written only on
+ *    success. No C++ exception ever crosses this boundary.
+ *  - An engine is bound to one job (rank, world size). Tensors are registered by key (any string: a
+ *    parameter name or "bucket.<i>") and matched across ranks by key, whatever order ranks submit in.
+ *  - gradex_submit() is non-blocking: compression and communication run on the engine's background
+ *    thread. The buffer must stay valid and untouched until gradex_wait() (or a successful
+ *    gradex_test()) reports the handle complete; it then holds the average over ranks.
+ *  - All blocking calls honour GRADEX_TIMEOUT_S: a dead or stalled peer, or a tensor some rank never
+ *    submits, fails the affected handles with a message naming the operation, tensor key and ranks.
+ */
+#ifndef GRADEX_GRADEX_H_
+#define GRADEX_GRADEX_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on every incompatible change of this header. gradex_engine_create() refuses other versions. */
+#define GRADEX_API_VERSION 1
+
+typedef enum gradex_status {
+  GRADEX_OK = 0,
+  GRADEX_ERR_INVALID_ARGUMENT = 1,
+  GRADEX_ERR_CONFIG = 2,   /* a GRADEX_* value (environment or API) is invalid */
+  GRADEX_ERR_TIMEOUT = 3,  /* a peer stalled or never submitted within GRADEX_TIMEOUT_S */
+  GRADEX_ERR_PEER = 4,     /* a peer died or failed */
+  GRADEX_ERR_CORRUPT = 5,  /* a received payload failed validation */
+  GRADEX_ERR_MISMATCH = 6, /* ranks disagree: tensor keys, sizes, dtypes */
+  GRADEX_ERR_TRANSPORT = 7,
+  GRADEX_ERR_INTERNAL = 8,
+  GRADEX_ERR_STATE = 9,    /* saved state cannot be restored here */
+  GRADEX_ERR_VERSION = 10  /* API version mismatch between plugin and library */
+} gradex_status_t;
+
+typedef enum gradex_dtype { GRADEX_FLOAT32 = 0, GRADEX_FLOAT16 = 1, GRADEX_BFLOAT16 = 2 } gradex_dtype_t;
+
+/* Memory the tensor lives in. GRADEX_DEVICE_CUDA is accepted only by builds with CUDA support. */
+typedef enum gradex_device { GRADEX_DEVICE_CPU = 0, GRADEX_DEVICE_CUDA = 1 } gradex_device_t;
+
+/* A bootstrap store supplied by the framework (e.g. torch.distributed's store). Each callback returns 0
+ * on success and non-zero on failure (then gradex reports the operation and key). `get` blocks until the
+ * key exists or `timeout_ms` passes, and returns a buffer that gradex releases with `release`. */
+typedef struct gradex_store {
+  void* context;
+  int (*set)(void* context, const char* key, const void* value, size_t length);
+  int (*get)(void* context, const char* key, int64_t timeout_ms, void** value, size_t* length);
+  void (*release)(void* context, void* value);
+  int (*add)(void* context, const char* key, int64_t delta, int64_t* new_value);
+} gradex_store_t;
+
+typedef struct gradex_engine_options {
+  uint32_t api_version;         /* must be GRADEX_API_VERSION */
+  int32_t rank;                 /* < 0: from the environment (RANK / OMPI_COMM_WORLD_RANK) */
+  int32_t world_size;           /* < 0: from the environment */
+  const gradex_store_t* store;  /* NULL: a TCP store from MASTER_ADDR/MASTER_PORT (rank 0 serves) */
+  const char* store_prefix;     /* key prefix inside the store (NULL: "gradex/") */
+  /* Configuration set through the API; wins over the environment. Names are GRADEX_* variables. */
+  size_t config_count;
+  const char* const* config_names;
+  const char* const* config_values;
+} gradex_engine_options_t;
+
+typedef struct gradex_engine gradex_engine_t;
+typedef uint64_t gradex_handle_t;
+
+/* Library's API version (compare with GRADEX_API_VERSION at load time). */
+uint32_t gradex_api_version(void);
+/* Message of the calling thread's last failed call ("" if none). */
+const char* gradex_last_error(void);
+/* Fills `options` with defaults (api_version set, rank/world_size from the environment, no store). */
+void gradex_engine_options_init(gradex_engine_options_t* options);
+
+/* Creates an engine: validates the configuration, bootstraps and connects every rank. Collective. */
+gradex_status_t gradex_engine_create(const gradex_engine_options_t* options, gradex_engine_t** engine);
+/* Finishes outstanding work (bounded by the timeout) and releases everything. NULL is ignored. */
+gradex_status_t gradex_engine_destroy(gradex_engine_t* engine);
+
+gradex_status_t gradex_engine_rank(const gradex_engine_t* engine, int32_t* rank, int32_t* world_size);
+
+/* Registers a gradient tensor (idempotent when called again with identical arguments; an error when the
+ * same key is registered with different ones). Registration is local; cross-rank agreement is checked
+ * when the tensor is first exchanged. */
+gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key, uint64_t numel,
+                                       gradex_dtype_t dtype, gradex_device_t device);
+
+/* Submits this step's gradient of a registered tensor. On completion `data` holds the average over ranks
+ * (or, during LocalSGD's local phase, is left as it is). */
+gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
+                              gradex_handle_t* handle);
+
+/* Submits parameters to be averaged across ranks (LocalSGD). `key` must be registered. */
+gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* data,
+                               gradex_handle_t* handle);
+
+/* Blocks until the handle completes; returns its status. A handle is released by wait, or by a test that
+ * reports it done. */
+gradex_status_t gradex_wait(gradex_engine_t* engine, gradex_handle_t handle);
+/* Non-blocking: *done = 1 when complete (then returns its status and releases it), else 0. */
+gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int* done);
+
+/* Ends a training step (call once per step, after the optimizer step). *average_now = 1 when LocalSGD is
+ * active and parameters should be averaged now (every GRADEX_LOCALSGD_PERIOD steps after its warm-up). */
+gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now);
+
+/* 1 when submitted gradients of this step are exchanged; 0 in LocalSGD's local phase. */
+gradex_status_t gradex_exchanges_gradients(gradex_engine_t* engine, int* exchanges);
+
+typedef struct gradex_stats {
+  uint64_t steps;              /* completed steps (gradex_end_step calls) */
+  uint64_t tensors;            /* tensor exchanges completed */
+  uint64_t bytes_sent;         /* bytes this rank put on the wire (payloads and headers) */
+  uint64_t bytes_received;
+  uint64_t dense_bytes;        /* what a dense fp32 ring allreduce would have sent for the same work */
+  uint64_t sparse_exchanges;   /* tensor exchanges that went sparse (DGC) */
+  uint64_t dense_fallbacks;    /* DGC tensors sent dense because that was cheaper this step */
+  uint64_t saturated;          /* values clamped to the 16-bit range */
+  uint64_t nonfinite;          /* NaN/Inf values seen in submitted gradients */
+  uint64_t parameter_averages; /* LocalSGD averaging rounds */
+  double compress_seconds;     /* in compression and casts */
+  double communicate_seconds;  /* in collectives */
+  double decode_seconds;       /* decoding and accumulating received payloads */
+  double compression_ratio;    /* dense_bytes / bytes_sent (0 when nothing was sent) */
+} gradex_stats_t;
+
+/* Cumulative counters (last_step = 0) or those of the last completed step (last_step = 1). */
+gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_stats_t* stats);
+
+/* Compressor state (residuals, momenta, step counters) for checkpoints. Call with buffer NULL to learn
+ * the size. Saving waits for outstanding handles. Loading checks the format version, world size and
+ * tensor set, and fails with GRADEX_ERR_STATE otherwise. */
+gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t capacity, size_t* length);
+gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, size_t length);
+
+/* The effective configuration, with help text, as printed by gradex-config. Call with buffer NULL to learn
+ * the size (including the terminating NUL). engine NULL: the environment's configuration. */
+gradex_status_t gradex_describe_config(gradex_engine_t* engine, char* buffer, size_t capacity,
+                                       size_t* length);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADEX_GRADEX_H_ */
