@@ -24,6 +24,8 @@ const char* error_code_name(ErrorCode code) {
       return "internal error";
     case ErrorCode::kState:
       return "state error";
+    case ErrorCode::kVersion:
+      return "API version mismatch";
   }
   return "unknown error";
 }

@@ -18,7 +18,8 @@ enum class ErrorCode : int {
   kMismatch = 6,         // ranks disagree (tensor keys, sizes, dtypes, world size)
   kTransport = 7,        // the transport (UCX, sockets) failed locally
   kInternal = 8,         // a broken invariant inside gradex: a bug
-  kState = 9,  // checkpointed state cannot be restored here (version, world size, tensor set)
+  kState = 9,     // checkpointed state cannot be restored here (version, world size, tensor set)
+  kVersion = 10,  // a plugin built for another C API version
 };
 
 const char* error_code_name(ErrorCode code);

@@ -115,7 +115,7 @@ gradex_status_t gradex_exchanges_gradients(gradex_engine_t* engine, int* exchang
 typedef struct gradex_stats {
   uint64_t steps;              /* completed steps (gradex_end_step calls) */
   uint64_t tensors;            /* tensor exchanges completed */
-  uint64_t bytes_sent;         /* bytes this rank put on the wire (payloads and headers) */
+  uint64_t bytes_sent;         /* data bytes this rank put on the wire (payloads, dense buckets) */
   uint64_t bytes_received;
   uint64_t dense_bytes;        /* what a dense fp32 ring allreduce would have sent for the same work */
   uint64_t sparse_exchanges;   /* tensor exchanges that went sparse (DGC) */
@@ -127,6 +127,7 @@ typedef struct gradex_stats {
   double communicate_seconds;  /* in collectives */
   double decode_seconds;       /* decoding and accumulating received payloads */
   double compression_ratio;    /* dense_bytes / bytes_sent (0 when nothing was sent) */
+  uint64_t control_bytes;      /* negotiation messages (which tensors are ready where); not in bytes_sent */
 } gradex_stats_t;
 
 /* Cumulative counters (last_step = 0) or those of the last completed step (last_step = 1). */

@@ -1,0 +1,286 @@
+// The C API: argument checks, exception -> status conversion, and the thread-local error message.
+// Nothing else lives here; the engine does the work.
+#include "gradex/gradex.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "capi/callback_store.h"
+#include "capi/engine_access.h"
+#include "comm/launch.h"
+#include "sync/engine.h"
+
+struct gradex_engine {
+  std::unique_ptr<gradex::sync::Engine> engine;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+gradex_status_t status_of(gradex::ErrorCode code) {
+  return static_cast<gradex_status_t>(static_cast<int>(code));
+}
+
+// Runs fn, converting every exception into a status plus message. Output parameters are written by
+// fn only after its work succeeded.
+template <typename Fn>
+gradex_status_t guarded(const char* function, Fn&& fn) {
+  try {
+    fn();
+    return GRADEX_OK;
+  } catch (const gradex::Error& e) {
+    g_last_error = std::string(function) + ": " + e.what();
+    return status_of(e.code());
+  } catch (const std::bad_alloc&) {
+    g_last_error = std::string(function) + ": out of memory";
+    return GRADEX_ERR_INTERNAL;
+  } catch (const std::exception& e) {
+    g_last_error = std::string(function) + ": " + e.what();
+    return GRADEX_ERR_INTERNAL;
+  } catch (...) {
+    g_last_error = std::string(function) + ": unknown exception";
+    return GRADEX_ERR_INTERNAL;
+  }
+}
+
+gradex::sync::Engine& engine_of(gradex_engine_t* e) {
+  if (e == nullptr || !e->engine) throw gradex::InvalidArgument("engine is NULL");
+  return *e->engine;
+}
+
+void require(const void* p, const char* what) {
+  if (p == nullptr) throw gradex::InvalidArgument(std::string(what) + " is NULL");
+}
+
+gradex::DType dtype_of(gradex_dtype_t t) {
+  if (t != GRADEX_FLOAT32 && t != GRADEX_FLOAT16 && t != GRADEX_BFLOAT16)
+    throw gradex::InvalidArgument("unknown dtype " + std::to_string(static_cast<int>(t)));
+  return static_cast<gradex::DType>(t);
+}
+
+void copy_out(const std::string& text, char* buffer, size_t capacity, size_t* length) {
+  *length = text.size() + 1;
+  if (buffer == nullptr) return;
+  if (capacity < text.size() + 1)
+    throw gradex::InvalidArgument("buffer of " + std::to_string(capacity) +
+                                  " bytes is too small (" + std::to_string(text.size() + 1) +
+                                  " needed)");
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
+}  // namespace
+
+gradex::sync::Engine& gradex::capi::engine_of(gradex_engine_t* engine) {
+  return ::engine_of(engine);
+}
+
+extern "C" {
+
+uint32_t gradex_api_version(void) {
+  return GRADEX_API_VERSION;
+}
+
+const char* gradex_last_error(void) {
+  return g_last_error.c_str();
+}
+
+void gradex_engine_options_init(gradex_engine_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->api_version = GRADEX_API_VERSION;
+  options->rank = -1;
+  options->world_size = -1;
+}
+
+gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
+                                     gradex_engine_t** engine) {
+  return guarded("gradex_engine_create", [&] {
+    require(options, "options");
+    require(engine, "engine");
+    if (options->api_version != GRADEX_API_VERSION) {
+      throw gradex::Error(
+          gradex::ErrorCode::kVersion,
+          "the plugin was built for gradex API version " + std::to_string(options->api_version) +
+              ", this library implements version " + std::to_string(GRADEX_API_VERSION));
+    }
+    auto config = gradex::config::Config::from_environment();
+    for (size_t i = 0; i < options->config_count; ++i) {
+      if (!options->config_names || !options->config_names[i] || !options->config_values ||
+          !options->config_values[i])
+        throw gradex::InvalidArgument("config entry " + std::to_string(i) +
+                                      " has a NULL name or value");
+      config.set(options->config_names[i], options->config_values[i], gradex::config::Source::kApi);
+    }
+    auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
+    int rank = options->rank, world = options->world_size;
+    if ((rank < 0) != (world < 0))
+      throw gradex::InvalidArgument("rank and world_size must both be given or both be < 0");
+    gradex::comm::LaunchInfo info;
+    if (rank < 0 || options->store == nullptr) info = gradex::comm::launch_info_from_environment();
+    if (rank < 0) {
+      rank = info.rank;
+      world = info.world_size;
+    } else {
+      info.rank = rank;
+      info.world_size = world;
+    }
+    std::shared_ptr<gradex::comm::Store> store;
+    if (options->store != nullptr)
+      store = std::make_shared<gradex::capi::CallbackStore>(*options->store);
+    else
+      store = gradex::comm::connect_tcp_store(info, timeout);
+    std::string prefix = options->store_prefix ? options->store_prefix : "gradex/";
+    store = gradex::comm::make_prefix_store(store, prefix);
+    auto created = std::make_unique<gradex_engine>();
+    created->engine =
+        std::make_unique<gradex::sync::Engine>(std::move(config), std::move(store), rank, world);
+    *engine = created.release();
+  });
+}
+
+gradex_status_t gradex_engine_destroy(gradex_engine_t* engine) {
+  if (engine == nullptr) return GRADEX_OK;
+  gradex_status_t status = guarded("gradex_engine_destroy", [&] {
+    if (engine->engine) engine->engine->shutdown();
+  });
+  delete engine;
+  return status;
+}
+
+gradex_status_t gradex_engine_rank(const gradex_engine_t* engine, int32_t* rank,
+                                   int32_t* world_size) {
+  return guarded("gradex_engine_rank", [&] {
+    auto& e = engine_of(const_cast<gradex_engine_t*>(engine));
+    require(rank, "rank");
+    require(world_size, "world_size");
+    *rank = e.rank();
+    *world_size = e.world_size();
+  });
+}
+
+gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key, uint64_t numel,
+                                       gradex_dtype_t dtype, gradex_device_t device) {
+  return guarded("gradex_register_tensor", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    if (device != GRADEX_DEVICE_CPU)
+      throw gradex::InvalidArgument(std::string("tensor '") + key +
+                                    "': this build of gradex exchanges host memory only; stage "
+                                    "device tensors through host buffers");
+    e.register_tensor(key, numel, dtype_of(dtype));
+  });
+}
+
+gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
+                              gradex_handle_t* handle) {
+  return guarded("gradex_submit", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = e.submit(key, data);
+  });
+}
+
+gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* data,
+                               gradex_handle_t* handle) {
+  return guarded("gradex_average", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = e.average(key, data);
+  });
+}
+
+gradex_status_t gradex_wait(gradex_engine_t* engine, gradex_handle_t handle) {
+  return guarded("gradex_wait", [&] { engine_of(engine).wait(handle); });
+}
+
+gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int* done) {
+  return guarded("gradex_test", [&] {
+    auto& e = engine_of(engine);
+    require(done, "done");
+    bool finished = e.test(handle);
+    *done = finished ? 1 : 0;
+  });
+}
+
+gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now) {
+  return guarded("gradex_end_step", [&] {
+    auto& e = engine_of(engine);
+    bool average = e.end_step();
+    if (average_now) *average_now = average ? 1 : 0;
+  });
+}
+
+gradex_status_t gradex_exchanges_gradients(gradex_engine_t* engine, int* exchanges) {
+  return guarded("gradex_exchanges_gradients", [&] {
+    auto& e = engine_of(engine);
+    require(exchanges, "exchanges");
+    *exchanges = e.exchanges_gradients() ? 1 : 0;
+  });
+}
+
+gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_stats_t* stats) {
+  return guarded("gradex_get_stats", [&] {
+    auto& e = engine_of(engine);
+    require(stats, "stats");
+    gradex::sync::Stats s = e.stats(last_step != 0);
+    gradex_stats_t out{};
+    out.steps = s.steps;
+    out.tensors = s.tensors;
+    out.bytes_sent = s.bytes_sent;
+    out.bytes_received = s.bytes_received;
+    out.dense_bytes = s.dense_bytes;
+    out.sparse_exchanges = s.sparse_exchanges;
+    out.dense_fallbacks = s.dense_fallbacks;
+    out.saturated = s.saturated;
+    out.nonfinite = s.nonfinite;
+    out.parameter_averages = s.parameter_averages;
+    out.compress_seconds = s.compress_seconds;
+    out.communicate_seconds = s.communicate_seconds;
+    out.decode_seconds = s.decode_seconds;
+    out.compression_ratio = s.compression_ratio();
+    out.control_bytes = s.control_bytes;
+    *stats = out;
+  });
+}
+
+gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t capacity,
+                                  size_t* length) {
+  return guarded("gradex_save_state", [&] {
+    auto& e = engine_of(engine);
+    require(length, "length");
+    std::vector<uint8_t> state = e.save_state();
+    if (buffer != nullptr && capacity < state.size())
+      throw gradex::InvalidArgument("buffer of " + std::to_string(capacity) +
+                                    " bytes is too small (" + std::to_string(state.size()) +
+                                    " needed)");
+    if (buffer != nullptr) std::memcpy(buffer, state.data(), state.size());
+    *length = state.size();
+  });
+}
+
+gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, size_t length) {
+  return guarded("gradex_load_state", [&] {
+    auto& e = engine_of(engine);
+    require(buffer, "buffer");
+    e.load_state(static_cast<const uint8_t*>(buffer), length);
+  });
+}
+
+gradex_status_t gradex_describe_config(gradex_engine_t* engine, char* buffer, size_t capacity,
+                                       size_t* length) {
+  return guarded("gradex_describe_config", [&] {
+    require(length, "length");
+    std::string text = engine ? engine_of(engine).config().describe()
+                              : gradex::config::Config::from_environment().describe();
+    copy_out(text, buffer, capacity, length);
+  });
+}
+
+}  // extern "C"

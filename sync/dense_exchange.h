@@ -1,0 +1,50 @@
+// Dense averaging of many tensors at once: tensors are packed into fusion buckets of at most
+// `fusion_bytes` wire bytes, each bucket is summed with one ring allreduce, then unpacked as
+// averages.
+//   16-bit wire: values are divided by the world size before the cast (sums cannot overflow);
+//   finite
+//                values beyond the 16-bit range saturate and are counted.
+//   fp32 wire:   sums in fp32, then divides by the world size (the same as an exact reference that
+//                sums in ring order and divides).
+// Non-finite inputs are counted; with NonFinitePolicy::kZero they are sent as 0, otherwise they
+// travel (and so reach every rank, which is what lets kError fail the item consistently
+// everywhere).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "comm/communicator.h"
+#include "sync/options.h"
+
+namespace gradex::sync {
+
+struct DenseItem {
+  void* data = nullptr;  // in: this rank's values; out: the average over ranks
+  DType dtype = DType::kFloat32;
+  uint64_t numel = 0;
+  bool nonfinite_result = false;  // out: the average holds NaN/Inf
+};
+
+struct DenseExchangeOptions {
+  size_t fusion_bytes = 64u << 20;
+  bool half_on_wire = true;
+  DType half_type = DType::kFloat16;
+  NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
+};
+
+struct DenseCounters {
+  uint64_t saturated = 0;
+  uint64_t nonfinite = 0;
+  uint64_t wire_bytes = 0;  // bytes this rank sent for the buckets
+  double cast_seconds = 0;
+  double communicate_seconds = 0;
+};
+
+// Collective: every rank passes items with identical numel/dtype in identical order.
+void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
+                   const DenseExchangeOptions& options, DenseCounters& counters);
+
+}  // namespace gradex::sync

@@ -1,0 +1,465 @@
+#include "sync/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "base/log.h"
+#include "sync/dense_exchange.h"
+#include "sync/sparse_exchange.h"
+
+namespace gradex::sync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) {
+  comm::CommOptions co = comm::comm_options_from_config(c);
+  co.timeout = o.timeout;
+  return co;
+}
+
+void to_float(const void* data, DType t, uint64_t n, float* out) {
+  if (t == DType::kFloat32) {
+    std::memcpy(out, data, n * 4);
+    return;
+  }
+  const auto* in = static_cast<const uint16_t*>(data);
+  if (t == DType::kFloat16)
+    for (uint64_t i = 0; i < n; ++i)
+      out[i] = half_to_float(in[i]);
+  else
+    for (uint64_t i = 0; i < n; ++i)
+      out[i] = bf16_to_float(in[i]);
+}
+
+void from_float(const float* in, uint64_t n, DType t, void* data) {
+  if (t == DType::kFloat32) {
+    std::memcpy(data, in, n * 4);
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(data);
+  if (t == DType::kFloat16)
+    for (uint64_t i = 0; i < n; ++i)
+      out[i] = float_to_half(in[i]);
+  else
+    for (uint64_t i = 0; i < n; ++i)
+      out[i] = float_to_bf16(in[i]);
+}
+
+std::string work_name(const WorkId& id) {
+  return (id.kind == WorkKind::kGradient ? "tensor '" : "parameters '") + id.key + "'";
+}
+
+}  // namespace
+
+Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size)
+    : config_(std::move(config)),
+      options_(engine_options_from_config(config_)),
+      rank_(rank),
+      world_size_(world_size),
+      localsgd_(options_.localsgd_period, options_.localsgd_warmup_steps) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
+                          std::to_string(world_size) + ")");
+  comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
+                                        comm_options(config_, options_));
+  negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    GX_LOG(kWarn) << "engine shutdown: " << e.what();
+  }
+}
+
+void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype) {
+  if (key.empty()) throw InvalidArgument("tensor key must not be empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = tensors_.find(key);
+  if (it != tensors_.end()) {
+    if (it->second.numel != numel || it->second.dtype != dtype)
+      throw InvalidArgument("tensor '" + key + "' is already registered as " +
+                            std::to_string(it->second.numel) + " x " +
+                            dtype_name(it->second.dtype) + ", not " + std::to_string(numel) +
+                            " x " + dtype_name(dtype));
+    return;
+  }
+  TensorState t;
+  t.key = key;
+  t.numel = numel;
+  t.dtype = dtype;
+  t.policy = choose_policy(options_, key, numel);
+  if (t.policy.kind == ExchangeKind::kSparse) {
+    t.codec = std::make_unique<SparseCodec>(key, tensor_key_id(key), numel, t.policy.sparsity,
+                                            config_, world_size_);
+    if (dtype != DType::kFloat32) t.scratch.resize(numel);
+  }
+  GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
+                 << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
+                 << t.policy.reason;
+  tensors_.emplace(key, std::move(t));
+}
+
+uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fatal_code_ != ErrorCode::kOk) throw Error(fatal_code_, fatal_message_);
+  if (leaving_) throw InvalidArgument("the engine is shutting down");
+  auto t = tensors_.find(key);
+  if (t == tensors_.end())
+    throw InvalidArgument("tensor '" + key + "' was never registered (gradex_register_tensor)");
+  if (data == nullptr && t->second.numel > 0)
+    throw InvalidArgument("tensor '" + key + "' submitted with a null data pointer");
+  WorkId id{kind, key};
+  if (in_flight_.count(id))
+    throw InvalidArgument(work_name(id) +
+                          " was submitted again before its previous exchange "
+                          "completed");
+  uint64_t h = next_handle_++;
+  Handle& handle = handles_[h];
+  handle.id = id;
+  handle.data = data;
+  if (kind == WorkKind::kGradient && !localsgd_.exchanges_gradients(completed_steps_)) {
+    handle.done = true;  // LocalSGD's local phase: the gradient stays as it is
+    return h;
+  }
+  in_flight_[id] = h;
+  to_announce_.push_back({id, t->second.numel, t->second.dtype});
+  cv_.notify_all();
+  return h;
+}
+
+uint64_t Engine::submit(const std::string& key, void* data) {
+  return enqueue(WorkKind::kGradient, key, data);
+}
+uint64_t Engine::average(const std::string& key, void* data) {
+  return enqueue(WorkKind::kAverage, key, data);
+}
+
+void Engine::throw_handle_error(const Handle& h) const {
+  throw Error(h.code, h.message);
+}
+
+void Engine::wait(uint64_t handle) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end())
+    throw InvalidArgument("unknown or already released handle " + std::to_string(handle));
+  // The progress thread resolves every handle within the negotiation timeout (a missing peer makes
+  // rank 0 abort the key) or fails it when the transport fails; the extra margin only guards
+  // against a gradex bug turning into a hang.
+  auto deadline = Clock::now() + 2 * options_.timeout + std::chrono::seconds(30);
+  while (!it->second.done) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !it->second.done)
+      throw TimeoutError("wait for " + work_name(it->second.id), -1,
+                         "not completed within twice GRADEX_TIMEOUT_S");
+  }
+  Handle h = std::move(it->second);
+  handles_.erase(it);
+  if (h.code != ErrorCode::kOk) throw_handle_error(h);
+}
+
+bool Engine::test(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end())
+    throw InvalidArgument("unknown or already released handle " + std::to_string(handle));
+  if (!it->second.done) return false;
+  Handle h = std::move(it->second);
+  handles_.erase(it);
+  if (h.code != ErrorCode::kOk) throw_handle_error(h);
+  return true;
+}
+
+bool Engine::end_step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++completed_steps_;
+  stats_.steps = completed_steps_;
+  last_step_stats_ = stats_.minus(stats_at_last_step_);
+  stats_at_last_step_ = stats_;
+  return localsgd_.average_after(completed_steps_);
+}
+
+bool Engine::exchanges_gradients() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return localsgd_.exchanges_gradients(completed_steps_);
+}
+
+Stats Engine::stats(bool last_step) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_step ? last_step_stats_ : stats_;
+}
+
+TensorPolicy Engine::policy_of(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
+  return it->second.policy;
+}
+
+void Engine::complete(const WorkId& id, ErrorCode code, const std::string& message) {
+  // Called with mutex_ held.
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) return;  // another rank's key this rank never submitted
+  Handle& h = handles_[it->second];
+  h.done = true;
+  h.code = code;
+  h.message = message;
+  in_flight_.erase(it);
+}
+
+void Engine::fail_everything(ErrorCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fatal_code_ == ErrorCode::kOk) {
+    fatal_code_ = code;
+    fatal_message_ = message;
+    GX_LOG(kError) << message;
+  }
+  for (auto& [id, h] : in_flight_) {
+    Handle& handle = handles_[h];
+    handle.done = true;
+    handle.code = fatal_code_;
+    handle.message = fatal_message_;
+  }
+  in_flight_.clear();
+  to_announce_.clear();
+  stopped_ = true;
+  cv_.notify_all();
+}
+
+void Engine::run() {
+  auto idle_sleep = std::chrono::microseconds(50);
+  auto leave_deadline = Clock::time_point::max();
+  try {
+    for (;;) {
+      std::vector<Announcement> announce;
+      bool leaving;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        announce.swap(to_announce_);
+        leaving = leaving_;
+      }
+      if (leaving && leave_deadline == Clock::time_point::max())
+        leave_deadline = Clock::now() + options_.timeout;
+      bool all_left = false, busy = false;
+      run_round(announce, leaving, all_left, busy);
+      if (all_left) break;
+      if (leaving && Clock::now() > leave_deadline) {
+        GX_LOG(kWarn) << "leaving without every rank's agreement after GRADEX_TIMEOUT_S";
+        break;
+      }
+      if (busy) {
+        idle_sleep = std::chrono::microseconds(50);
+        continue;
+      }
+      // Idle: back off, but wake at once when something is submitted here.
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, idle_sleep, [this] { return !to_announce_.empty() || leaving_; });
+      idle_sleep = std::min(idle_sleep * 2, options_.max_idle_sleep);
+    }
+  } catch (const Error& e) {
+    fail_everything(e.code(), e.what());
+    return;
+  } catch (const std::exception& e) {
+    fail_everything(ErrorCode::kInternal, std::string("progress thread: ") + e.what());
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopped_ = true;
+  cv_.notify_all();
+}
+
+void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left,
+                       bool& busy) {
+  RoundResult r = negotiator_->round(announce, leaving);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.control_bytes = negotiator_->control_bytes();
+    for (const auto& f : r.failed)
+      complete(f.id, f.code, f.message);
+    if (!r.failed.empty()) cv_.notify_all();
+  }
+  if (!r.ready.empty()) execute(r.ready);
+  // Leave only when nothing is pending anywhere: every rank reports leaving in the same round, and
+  // leaving ranks submit nothing new, so outstanding keys can only be aborted ones.
+  all_left = r.all_leaving && negotiator_->outstanding() == 0;
+  busy = r.anything_happened || negotiator_->outstanding() > 0;
+}
+
+void Engine::execute(const std::vector<WorkId>& ready) {
+  struct Job {
+    WorkId id;
+    TensorState* tensor;
+    void* data;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const WorkId& id : ready) {
+      auto f = in_flight_.find(id);
+      GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
+      jobs.push_back({id, &tensors_.at(id.key), handles_[f->second].data});
+    }
+  }
+
+  std::vector<DenseItem> dense, first_average;
+  std::vector<SparseItem> sparse;
+  std::vector<Job*> dense_jobs, first_average_jobs, sparse_jobs;
+  // Buffers for 16-bit DGC tensors and for LocalSGD deltas; stable addresses until the round ends.
+  std::vector<std::vector<float>> deltas;
+  deltas.reserve(jobs.size());
+  uint64_t fallbacks = 0, sparse_count = 0, params = 0, dense_equivalent = 0;
+  auto t0 = Clock::now();
+  for (Job& job : jobs) {
+    TensorState& t = *job.tensor;
+    dense_equivalent += ring_allreduce_bytes(t.numel * 4, world_size_);
+    if (job.id.kind == WorkKind::kAverage) {
+      ++params;
+      if (t.anchor.empty()) {
+        // First average: full values in fp32, which also establishes an identical anchor
+        // everywhere.
+        first_average.push_back({job.data, t.dtype, t.numel});
+        first_average_jobs.push_back(&job);
+      } else {
+        // Later averages send (parameters - anchor): small deltas lose far less in 16 bits.
+        deltas.emplace_back(t.numel);
+        to_float(job.data, t.dtype, t.numel, deltas.back().data());
+        for (uint64_t i = 0; i < t.numel; ++i)
+          deltas.back()[i] -= t.anchor[i];
+        dense.push_back({deltas.back().data(), DType::kFloat32, t.numel});
+        dense_jobs.push_back(&job);
+      }
+      continue;
+    }
+    if (t.policy.kind == ExchangeKind::kDense) {
+      dense.push_back({job.data, t.dtype, t.numel});
+      dense_jobs.push_back(&job);
+      continue;
+    }
+    float* values = static_cast<float*>(job.data);
+    if (t.dtype != DType::kFloat32) {
+      to_float(job.data, t.dtype, t.numel, t.scratch.data());
+      values = t.scratch.data();
+    }
+    if (sparse_is_cheaper(t.codec->next_density(), world_size_)) {
+      sparse.push_back({&t.key, t.codec.get(), values});
+      sparse_jobs.push_back(&job);
+      ++sparse_count;
+    } else {
+      t.codec->dense_step(values);
+      dense.push_back({values, DType::kFloat32, t.numel});
+      dense_jobs.push_back(&job);
+      ++fallbacks;
+    }
+  }
+  double prepare_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  DenseExchangeOptions dense_options{options_.fusion_bytes, options_.half_on_wire,
+                                     options_.half_type, options_.nonfinite};
+  DenseCounters dc;
+  uint64_t received_before = comm_->bytes_received();
+  dense_average(*comm_, dense, dense_options, dc);
+  if (!first_average.empty()) {
+    DenseExchangeOptions fp32 = dense_options;
+    fp32.half_on_wire = false;
+    dense_average(*comm_, first_average, fp32, dc);
+  }
+  SparseCounters sc;
+  if (!sparse.empty()) sparse_average(*comm_, sparse, options_.nonfinite, sc);
+  uint64_t received = comm_->bytes_received() - received_before;
+
+  // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).
+  auto t1 = Clock::now();
+  size_t delta_index = 0;
+  std::vector<std::pair<Job*, bool>> finished;  // job, result is non-finite
+  for (size_t i = 0; i < dense_jobs.size(); ++i) {
+    Job& job = *dense_jobs[i];
+    TensorState& t = *job.tensor;
+    if (job.id.kind == WorkKind::kAverage) {
+      std::vector<float>& delta = deltas[delta_index++];
+      for (uint64_t k = 0; k < t.numel; ++k)
+        delta[k] += t.anchor[k];
+      from_float(delta.data(), t.numel, t.dtype, job.data);
+      to_float(job.data, t.dtype, t.numel, t.anchor.data());
+    } else if (t.policy.kind == ExchangeKind::kSparse && t.dtype != DType::kFloat32) {
+      from_float(t.scratch.data(), t.numel, t.dtype, job.data);
+    }
+    finished.push_back({&job, dense[i].nonfinite_result});
+  }
+  for (size_t i = 0; i < first_average_jobs.size(); ++i) {
+    Job& job = *first_average_jobs[i];
+    TensorState& t = *job.tensor;
+    t.anchor.resize(t.numel);
+    to_float(job.data, t.dtype, t.numel, t.anchor.data());
+    finished.push_back({&job, first_average[i].nonfinite_result});
+  }
+  for (size_t i = 0; i < sparse_jobs.size(); ++i) {
+    Job& job = *sparse_jobs[i];
+    TensorState& t = *job.tensor;
+    if (t.dtype != DType::kFloat32) from_float(t.scratch.data(), t.numel, t.dtype, job.data);
+    finished.push_back({&job, sparse[i].nonfinite_result});
+  }
+  double finish_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [job, nonfinite] : finished) {
+    ++job->tensor->exchanges;
+    if (nonfinite && options_.nonfinite == NonFinitePolicy::kError)
+      complete(job->id, ErrorCode::kInvalidArgument,
+               work_name(job->id) +
+                   " has NaN/Inf values in its average (a rank submitted "
+                   "non-finite values and GRADEX_NONFINITE=error)");
+    else
+      complete(job->id, ErrorCode::kOk, "");
+  }
+  stats_.tensors += jobs.size();
+  stats_.bytes_sent += dc.wire_bytes + sc.wire_bytes;
+  stats_.bytes_received += received;
+  stats_.dense_bytes += dense_equivalent;
+  stats_.sparse_exchanges += sparse_count;
+  stats_.dense_fallbacks += fallbacks;
+  stats_.parameter_averages += params;
+  stats_.saturated += dc.saturated;
+  stats_.nonfinite += dc.nonfinite + sc.nonfinite;
+  stats_.compress_seconds += prepare_seconds + dc.cast_seconds + sc.compress_seconds;
+  stats_.communicate_seconds += dc.communicate_seconds + sc.communicate_seconds;
+  stats_.decode_seconds += sc.decode_seconds + finish_seconds;
+  cv_.notify_all();
+}
+
+std::unique_lock<std::mutex> Engine::wait_until_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto deadline = Clock::now() + options_.timeout + std::chrono::seconds(5);
+  while (!in_flight_.empty()) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !in_flight_.empty())
+      throw TimeoutError("save/load state", -1,
+                         std::to_string(in_flight_.size()) + " exchanges still in flight");
+  }
+  return lock;
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!thread_.joinable()) return;
+    leaving_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, h] : in_flight_) {
+    Handle& handle = handles_[h];
+    handle.done = true;
+    handle.code = ErrorCode::kInvalidArgument;
+    handle.message = work_name(id) + " was still in flight when the engine shut down";
+  }
+  in_flight_.clear();
+  cv_.notify_all();
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,109 @@
+// The exchange engine: what a framework plugin drives each training step (through the C API).
+// submit() queues a tensor and returns at once; a background thread negotiates readiness across
+// ranks (sync/negotiator.h), then exchanges ready tensors — dense ones fused, DGC ones sparse — and
+// completes their handles. wait() is the only place a caller blocks. Any transport failure is
+// sticky: every outstanding and later handle fails with the same message.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "comm/communicator.h"
+#include "sync/localsgd.h"
+#include "sync/negotiator.h"
+#include "sync/options.h"
+#include "sync/stats.h"
+#include "sync/tensor_state.h"
+
+namespace gradex::sync {
+
+class Engine {
+ public:
+  // Collective: bootstraps and connects every rank through `store`.
+  Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const config::Config& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+
+  void register_tensor(const std::string& key, uint64_t numel, DType dtype);
+  uint64_t submit(const std::string& key, void* data);
+  uint64_t average(const std::string& key, void* data);
+  // Blocks until done; throws the handle's error. Releases the handle.
+  void wait(uint64_t handle);
+  // True (and releases the handle, throwing its error if it failed) when done.
+  bool test(uint64_t handle);
+
+  // Ends a step; returns whether LocalSGD wants the parameters averaged now.
+  bool end_step();
+  bool exchanges_gradients() const;
+  Stats stats(bool last_step) const;
+  // The policy chosen for a registered tensor (for tests and gradex-bench).
+  TensorPolicy policy_of(const std::string& key) const;
+
+  // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
+  std::vector<float> residual_of(const std::string& key);
+
+  std::vector<uint8_t> save_state();
+  void load_state(const uint8_t* data, size_t size);
+
+  // Leaves the job: waits (bounded by the timeout) until every rank has left, then stops the
+  // thread.
+  void shutdown();
+
+ private:
+  struct Handle {
+    WorkId id;
+    void* data = nullptr;
+    bool done = false;
+    ErrorCode code = ErrorCode::kOk;
+    std::string message;
+  };
+  uint64_t enqueue(WorkKind kind, const std::string& key, void* data);
+  void run();
+  void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left, bool& busy);
+  void execute(const std::vector<WorkId>& ready);
+  void complete(const WorkId& id, ErrorCode code, const std::string& message);
+  void fail_everything(ErrorCode code, const std::string& message);
+  std::unique_lock<std::mutex> wait_until_idle();
+  [[noreturn]] void throw_handle_error(const Handle& h) const;
+
+  config::Config config_;
+  EngineOptions options_;
+  int rank_;
+  int world_size_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<Negotiator> negotiator_;
+  LocalSgdSchedule localsgd_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::string, TensorState> tensors_;
+  std::map<uint64_t, Handle> handles_;
+  std::map<WorkId, uint64_t> in_flight_;  // work id -> handle
+  std::vector<Announcement> to_announce_;
+  uint64_t next_handle_ = 1;
+  uint64_t completed_steps_ = 0;
+  Stats stats_;
+  Stats stats_at_last_step_;
+  Stats last_step_stats_;
+  bool leaving_ = false;
+  bool stopped_ = false;
+  ErrorCode fatal_code_ = ErrorCode::kOk;
+  std::string fatal_message_;
+  std::thread thread_;
+};
+
+}  // namespace gradex::sync

@@ -1,0 +1,133 @@
+// Engine::save_state / load_state: the checkpointable part of the engine (step counter, DGC
+// residuals, momenta and step counters, LocalSGD anchors), versioned and checked against this job
+// on load.
+#include <cstring>
+
+#include "sync/byte_io.h"
+#include "sync/engine.h"
+#include "sync/sparse_exchange.h"
+
+namespace gradex::sync {
+namespace {
+
+constexpr uint32_t kStateMagic = 0x54535847;  // "GXST"
+constexpr uint32_t kStateVersion = 1;
+
+}  // namespace
+
+std::vector<float> Engine::residual_of(const std::string& key) {
+  auto lock = wait_until_idle();
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
+  if (!it->second.codec) return {};
+  const float* r = it->second.codec->residual();
+  return std::vector<float>(r, r + it->second.numel);
+}
+
+std::vector<uint8_t> Engine::save_state() {
+  auto lock = wait_until_idle();
+  ByteWriter w;
+  w.put<uint32_t>(kStateMagic);
+  w.put<uint32_t>(kStateVersion);
+  w.put<uint32_t>(static_cast<uint32_t>(world_size_));
+  w.put<uint32_t>(static_cast<uint32_t>(rank_));
+  w.put<uint64_t>(completed_steps_);
+  w.put<uint32_t>(static_cast<uint32_t>(tensors_.size()));
+  for (const auto& [key, t] : tensors_) {
+    w.put_string(key);
+    w.put<uint64_t>(t.numel);
+    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
+    w.put<uint8_t>(t.codec ? 1 : 0);
+    if (t.codec) {
+      ByteWriter codec;
+      t.codec->save(codec);
+      w.put<uint64_t>(codec.bytes().size());
+      w.put_bytes(codec.bytes().data(), codec.bytes().size());
+    }
+    w.put<uint64_t>(t.anchor.size());
+    w.put_bytes(t.anchor.data(), t.anchor.size() * sizeof(float));
+  }
+  return std::move(w.bytes());
+}
+
+void Engine::load_state(const uint8_t* data, size_t size) {
+  auto lock = wait_until_idle();
+  ByteReader r(data, size, "saved gradex state");
+  if (r.get<uint32_t>() != kStateMagic) throw StateError("not a gradex state (bad magic)");
+  uint32_t version = r.get<uint32_t>();
+  if (version != kStateVersion)
+    throw StateError("gradex state version " + std::to_string(version) +
+                     " is not supported (this "
+                     "build reads version " +
+                     std::to_string(kStateVersion) + ")");
+  uint32_t world = r.get<uint32_t>();
+  if (world != static_cast<uint32_t>(world_size_))
+    throw StateError("gradex state was saved with world size " + std::to_string(world) +
+                     ", this job has " + std::to_string(world_size_) + " ranks");
+  r.get<uint32_t>();  // the saving rank: informative only (residuals are per rank, see docs)
+  uint64_t steps = r.get<uint64_t>();
+  uint32_t count = r.get<uint32_t>();
+  if (count != tensors_.size())
+    throw StateError("gradex state holds " + std::to_string(count) + " tensors, this engine has " +
+                     std::to_string(tensors_.size()) + " registered (register every tensor first)");
+
+  // Parse and validate everything before changing anything, so a bad state leaves the engine
+  // intact.
+  struct Parsed {
+    TensorState* tensor;
+    const uint8_t* codec = nullptr;
+    uint64_t codec_size = 0;
+    const uint8_t* anchor = nullptr;
+    uint64_t anchor_size = 0;
+  };
+  std::vector<Parsed> parsed;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string key = r.get_string();
+    uint64_t numel = r.get<uint64_t>();
+    uint8_t dtype = r.get<uint8_t>();
+    auto it = tensors_.find(key);
+    if (it == tensors_.end())
+      throw StateError("gradex state holds tensor '" + key + "', which is not registered here");
+    TensorState& t = it->second;
+    if (t.numel != numel || static_cast<uint8_t>(t.dtype) != dtype)
+      throw StateError("tensor '" + key + "' was saved as " + std::to_string(numel) +
+                       " elements, is registered as " + std::to_string(t.numel));
+    Parsed p{&t};
+    bool has_codec = r.get<uint8_t>() != 0;
+    if (has_codec != static_cast<bool>(t.codec))
+      throw StateError("tensor '" + key + "' was saved with a different policy (" +
+                       (has_codec ? "DGC" : "dense") + ") than it has now");
+    if (has_codec) {
+      p.codec_size = r.get<uint64_t>();
+      p.codec = r.get_bytes(p.codec_size);
+    }
+    p.anchor_size = r.get<uint64_t>();
+    if (p.anchor_size != 0 && p.anchor_size != numel)
+      throw StateError("tensor '" + key + "' has a LocalSGD anchor of the wrong size");
+    p.anchor = r.get_bytes(p.anchor_size * sizeof(float));
+    parsed.push_back(p);
+  }
+  r.expect_end();
+  // Codec states are validated by the codecs themselves; load into copies first (all or nothing).
+  std::vector<std::unique_ptr<SparseCodec>> staged(parsed.size());
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    TensorState& t = *parsed[i].tensor;
+    if (!t.codec) continue;
+    staged[i] = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel,
+                                              t.policy.sparsity, config_, world_size_);
+    ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
+    staged[i]->load(cr);
+    cr.expect_end();
+  }
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    TensorState& t = *parsed[i].tensor;
+    if (staged[i]) t.codec = std::move(staged[i]);
+    t.anchor.resize(parsed[i].anchor_size);
+    if (parsed[i].anchor_size)
+      std::memcpy(t.anchor.data(), parsed[i].anchor, parsed[i].anchor_size * sizeof(float));
+  }
+  completed_steps_ = steps;
+  stats_.steps = steps;
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,84 @@
+// Cross-rank matching of submitted tensors by key. Ranks may submit in any order; each round every
+// rank announces what became pending locally since the last round (one allgatherv), and every rank
+// applies all announcements in rank order to an identical table, so all ranks reach the same
+// verdicts in the same round without a coordinator's extra messages:
+//   - a key announced by every rank with equal size and dtype is ready (ready keys of a round are
+//     ordered by (kind, key), identically everywhere);
+//   - a key announced with different sizes or dtypes fails on every rank that announced it, with a
+//     message naming the key, the ranks and their sizes;
+//   - a key some ranks announced and others did not for longer than the timeout fails too. Only
+//     rank 0's clock decides this (it announces the abort), so ranks cannot disagree on it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "comm/communicator.h"
+
+namespace gradex::sync {
+
+enum class WorkKind : uint8_t { kGradient = 0, kAverage = 1 };
+
+struct WorkId {
+  WorkKind kind;
+  std::string key;
+  bool operator<(const WorkId& o) const { return kind != o.kind ? kind < o.kind : key < o.key; }
+  bool operator==(const WorkId& o) const { return kind == o.kind && key == o.key; }
+};
+
+struct Announcement {
+  WorkId id;
+  uint64_t numel = 0;
+  DType dtype = DType::kFloat32;
+};
+
+struct NegotiationFailure {
+  WorkId id;
+  ErrorCode code;
+  std::string message;
+};
+
+struct RoundResult {
+  std::vector<WorkId> ready;
+  std::vector<NegotiationFailure> failed;
+  bool all_leaving = false;        // every rank asked to leave in this round
+  bool anything_happened = false;  // some rank announced something, or a verdict was reached
+};
+
+class Negotiator {
+ public:
+  Negotiator(comm::Communicator& comm, std::chrono::milliseconds timeout);
+
+  // One collective round (all ranks call it in lockstep). Transport failures propagate as
+  // PeerError/TimeoutError; a malformed message from a peer as CorruptPayload.
+  RoundResult round(const std::vector<Announcement>& announcements, bool leaving);
+
+  // Keys announced by some ranks but not yet by all.
+  size_t outstanding() const { return table_.size(); }
+  // Bytes of control messages this rank sent so far.
+  uint64_t control_bytes() const { return control_bytes_; }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> numel;  // per rank, -1 until announced
+    std::vector<int> dtype;      // per rank, -1 until announced
+    std::chrono::steady_clock::time_point first_seen;
+  };
+  std::vector<uint8_t> encode(const std::vector<Announcement>& announcements, bool leaving);
+  void apply(int from_rank, const uint8_t* data, size_t size, RoundResult& result,
+             std::vector<WorkId>& touched, int& leaving_count);
+  std::string describe_ranks(const Entry& e, bool announced) const;
+  std::string describe_sizes(const Entry& e) const;
+
+  comm::Communicator& comm_;
+  std::chrono::milliseconds timeout_;
+  std::map<WorkId, Entry> table_;
+  uint64_t control_bytes_ = 0;
+};
+
+}  // namespace gradex::sync

@@ -1,0 +1,102 @@
+#include "sync/options.h"
+
+#include <cmath>
+
+#include "base/error.h"
+
+namespace gradex::sync {
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+bool glob_match(const char* p, const char* s) {
+  // Iterative '*' matching with backtracking to the last star: linear in practice.
+  const char* star = nullptr;
+  const char* resume = nullptr;
+  while (*s) {
+    if (*p == '*') {
+      star = p++;
+      resume = s;
+    } else if (*p == *s) {
+      ++p;
+      ++s;
+    } else if (star) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (*p == '*')
+    ++p;
+  return *p == '\0';
+}
+
+}  // namespace
+
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  if (pattern.find('*') == std::string::npos) return name.find(pattern) != std::string::npos;
+  return glob_match(pattern.c_str(), name.c_str());
+}
+
+std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
+  std::vector<PolicyOverride> result;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string entry = trim(text.substr(start, comma - start));
+    start = comma + 1;
+    if (entry.empty()) continue;
+    size_t colon = entry.rfind(':');
+    auto fail = [&](const std::string& why) {
+      throw ConfigError("GRADEX_SPARSITY_OVERRIDES entry '" + entry + "' is invalid: " + why +
+                        " (expected 'pattern:sparsity' with sparsity in [0, 1), or "
+                        "'pattern:dense')");
+    };
+    if (colon == std::string::npos) fail("no ':'");
+    PolicyOverride o;
+    o.pattern = trim(entry.substr(0, colon));
+    std::string value = trim(entry.substr(colon + 1));
+    if (o.pattern.empty()) fail("empty pattern");
+    if (value == "dense") {
+      o.dense = true;
+    } else {
+      try {
+        o.sparsity = config::parse_float_strict(value, "sparsity");
+      } catch (const ConfigError&) {
+        fail("'" + value + "' is neither a number nor 'dense'");
+      }
+      if (!(o.sparsity >= 0 && o.sparsity < 1)) fail("sparsity out of range");
+    }
+    result.push_back(o);
+  }
+  return result;
+}
+
+EngineOptions engine_options_from_config(const config::Config& c) {
+  EngineOptions o;
+  o.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(c.get_float("GRADEX_TIMEOUT_S") * 1000.0)));
+  if (o.timeout.count() < 1) o.timeout = std::chrono::milliseconds(1);
+  o.dense_threshold = static_cast<uint64_t>(c.get_int("GRADEX_DENSE_THRESHOLD"));
+  o.fusion_bytes = static_cast<size_t>(c.get_float("GRADEX_FUSION_MB") * (1 << 20));
+  o.half_on_wire = c.get_bool("GRADEX_FP16");
+  o.half_type = c.get_string("GRADEX_HALF_TYPE") == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+  o.sparsity = c.get_float("GRADEX_SPARSITY");
+  o.overrides = parse_policy_overrides(c.get_string("GRADEX_SPARSITY_OVERRIDES"));
+  const std::string& nf = c.get_string("GRADEX_NONFINITE");
+  o.nonfinite = nf == "zero"    ? NonFinitePolicy::kZero
+                : nf == "error" ? NonFinitePolicy::kError
+                                : NonFinitePolicy::kPropagate;
+  o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
+  o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
+  return o;
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,48 @@
+// The engine's options, resolved once from the GRADEX_* registry at engine creation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "base/dtype.h"
+
+namespace gradex::sync {
+
+enum class NonFinitePolicy { kPropagate, kZero, kError };
+
+// One entry of GRADEX_SPARSITY_OVERRIDES: tensors whose name matches `pattern` get `sparsity`, or
+// go dense when `dense` is set.
+struct PolicyOverride {
+  std::string pattern;
+  bool dense = false;
+  double sparsity = 0;
+};
+
+struct EngineOptions {
+  std::chrono::milliseconds timeout{300000};
+  uint64_t dense_threshold = 16384;
+  size_t fusion_bytes = 64u << 20;
+  bool half_on_wire = true;
+  DType half_type = DType::kFloat16;
+  double sparsity = 0.999;
+  std::vector<PolicyOverride> overrides;
+  NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
+  int64_t localsgd_period = 0;
+  int64_t localsgd_warmup_steps = 0;
+  // How long the background thread sleeps between idle negotiation rounds, at most.
+  std::chrono::microseconds max_idle_sleep{2000};
+};
+
+// Reads every engine-level variable; throws ConfigError for invalid values (overrides included).
+EngineOptions engine_options_from_config(const config::Config& config);
+
+// Parses GRADEX_SPARSITY_OVERRIDES; ConfigError naming the offending entry.
+std::vector<PolicyOverride> parse_policy_overrides(const std::string& text);
+
+// '*' matches any run of characters; a pattern without '*' matches as a substring.
+bool pattern_matches(const std::string& pattern, const std::string& name);
+
+}  // namespace gradex::sync

@@ -1,0 +1,36 @@
+#include "sync/policy.h"
+
+namespace gradex::sync {
+
+TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel) {
+  TensorPolicy p;
+  for (const auto& o : options.overrides) {
+    if (!pattern_matches(o.pattern, key)) continue;
+    if (o.dense || o.sparsity == 0) {
+      p.reason = "override '" + o.pattern + "': dense";
+      return p;
+    }
+    p.kind = ExchangeKind::kSparse;
+    p.sparsity = o.sparsity;
+    p.reason = "override '" + o.pattern + "'";
+    return p;
+  }
+  if (numel < options.dense_threshold) {
+    p.reason = "below GRADEX_DENSE_THRESHOLD";
+    return p;
+  }
+  if (options.sparsity == 0) {
+    p.reason = "GRADEX_SPARSITY=0";
+    return p;
+  }
+  p.kind = ExchangeKind::kSparse;
+  p.sparsity = options.sparsity;
+  p.reason = "GRADEX_SPARSITY";
+  return p;
+}
+
+bool sparse_is_cheaper(double density, int world_size) {
+  return density * 2.0 * world_size < 1.0;
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,30 @@
+// Per-tensor exchange policy: an ordered chain of candidates, the first that applies wins.
+//   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense' or a sparsity);
+//   2. fewer elements than GRADEX_DENSE_THRESHOLD -> dense (fused, 16-bit or fp32 on the wire);
+//   3. otherwise DGC at GRADEX_SPARSITY.
+// A sparsity of exactly 0 from an override or the global setting means dense as well: there is
+// nothing to compress, and the fused ring is cheaper than an allgather of everything.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sync/options.h"
+
+namespace gradex::sync {
+
+enum class ExchangeKind { kDense, kSparse };
+
+struct TensorPolicy {
+  ExchangeKind kind = ExchangeKind::kDense;
+  double sparsity = 0;  // target sparsity for kSparse
+  std::string reason;   // which candidate decided, for logs and gradex-bench
+};
+
+TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel);
+
+// The sparse exchange (allgather of index/value pairs) moves more bytes than a dense 16-bit ring
+// once density >= 1 / (2 * world_size); then a DGC tensor is sent dense for that step.
+bool sparse_is_cheaper(double density, int world_size);
+
+}  // namespace gradex::sync

@@ -1,0 +1,73 @@
+// The sparse (DGC) path of the engine: each tensor's DGC state lives in a SparseCodec; all sparse
+// tensors ready in one round are compressed, sent in one allgatherv (one message per rank holding
+// one payload per tensor), then decoded and accumulated into averages on every rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "comm/communicator.h"
+#include "sync/byte_io.h"
+#include "sync/options.h"
+
+namespace gradex::sync {
+
+// Stable 64-bit id of a tensor key (FNV-1a), carried in payload headers so a receiver can verify
+// that a payload belongs to the tensor it decodes.
+uint64_t tensor_key_id(const std::string& key);
+
+class SparseCodec {
+ public:
+  SparseCodec(const std::string& key, uint64_t key_id, uint64_t numel, double sparsity,
+              const config::Config& config, int world_size);
+  ~SparseCodec();
+
+  // Density (1 - sparsity) the next step will use (the warm-up schedule advances per step).
+  double next_density() const;
+  // A dense step: `grad` (in) becomes what this rank sends densely (the momentum-corrected,
+  // accumulated update); the residual is cleared and the step counted, so nothing is lost or sent
+  // twice.
+  void dense_step(float* grad);
+  // A sparse step: compresses `grad` into an encoded payload appended to `out`.
+  void compress(const float* grad, std::vector<uint8_t>& out);
+  // Decodes one rank's payload and adds value * scale into `sum`. CorruptPayload on bad input.
+  void accumulate(const uint8_t* payload, size_t size, float scale, float* sum) const;
+
+  void save(ByteWriter& w) const;
+  void load(ByteReader& r);
+
+  uint64_t numel() const;
+  const float* residual() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SparseItem {
+  const std::string* key = nullptr;
+  SparseCodec* codec = nullptr;
+  float* values = nullptr;        // in: this rank's gradient; out: the average over ranks
+  bool nonfinite_result = false;  // out: some rank's gradient held NaN/Inf (the average is NaN)
+};
+
+struct SparseCounters {
+  uint64_t wire_bytes = 0;
+  uint64_t received_bytes = 0;
+  uint64_t nonfinite = 0;
+  double compress_seconds = 0;
+  double communicate_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Collective: identical item lists (keys, order) on every rank. A gradient holding NaN/Inf never
+// enters DGC state (it would stay in the residual forever): with kZero those values are zeroed
+// first; otherwise the rank skips the step for that tensor and flags it, and every rank's average
+// becomes NaN, which is what a plain allreduce would give (AMP's scaler then skips the step).
+void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
+                    NonFinitePolicy nonfinite, SparseCounters& counters);
+
+}  // namespace gradex::sync

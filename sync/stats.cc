@@ -1,0 +1,24 @@
+#include "sync/stats.h"
+
+namespace gradex::sync {
+
+Stats Stats::minus(const Stats& e) const {
+  Stats d;
+  d.steps = steps - e.steps;
+  d.tensors = tensors - e.tensors;
+  d.bytes_sent = bytes_sent - e.bytes_sent;
+  d.bytes_received = bytes_received - e.bytes_received;
+  d.control_bytes = control_bytes - e.control_bytes;
+  d.dense_bytes = dense_bytes - e.dense_bytes;
+  d.sparse_exchanges = sparse_exchanges - e.sparse_exchanges;
+  d.dense_fallbacks = dense_fallbacks - e.dense_fallbacks;
+  d.saturated = saturated - e.saturated;
+  d.nonfinite = nonfinite - e.nonfinite;
+  d.parameter_averages = parameter_averages - e.parameter_averages;
+  d.compress_seconds = compress_seconds - e.compress_seconds;
+  d.communicate_seconds = communicate_seconds - e.communicate_seconds;
+  d.decode_seconds = decode_seconds - e.decode_seconds;
+  return d;
+}
+
+}  // namespace gradex::sync

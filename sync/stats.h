@@ -1,0 +1,37 @@
+// Counters the engine keeps; mirrored one-to-one by gradex_stats_t in the C API.
+#pragma once
+
+#include <cstdint>
+
+namespace gradex::sync {
+
+struct Stats {
+  uint64_t steps = 0;
+  uint64_t tensors = 0;
+  uint64_t bytes_sent = 0;  // data-plane bytes (payloads, buckets) this rank sent
+  uint64_t bytes_received = 0;
+  uint64_t control_bytes = 0;  // negotiation messages (not in bytes_sent)
+  uint64_t dense_bytes = 0;    // a dense fp32 ring allreduce's bytes for the same exchanges
+  uint64_t sparse_exchanges = 0;
+  uint64_t dense_fallbacks = 0;
+  uint64_t saturated = 0;
+  uint64_t nonfinite = 0;
+  uint64_t parameter_averages = 0;
+  double compress_seconds = 0;
+  double communicate_seconds = 0;
+  double decode_seconds = 0;
+
+  double compression_ratio() const {
+    return bytes_sent == 0 ? 0.0
+                           : static_cast<double>(dense_bytes) / static_cast<double>(bytes_sent);
+  }
+  Stats minus(const Stats& earlier) const;
+};
+
+// Bytes one rank sends in a ring allreduce of `bytes` over `world` ranks: 2 (P-1)/P * bytes.
+inline uint64_t ring_allreduce_bytes(uint64_t bytes, int world) {
+  return world <= 1 ? 0
+                    : 2 * bytes * static_cast<uint64_t>(world - 1) / static_cast<uint64_t>(world);
+}
+
+}  // namespace gradex::sync

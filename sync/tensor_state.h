@@ -1,0 +1,32 @@
+// What the engine keeps per registered tensor. Owned by the engine; touched by the progress thread
+// only while a handle of that tensor is in flight (which is what makes save/restore race-free).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "sync/policy.h"
+
+namespace gradex::sync {
+
+class SparseCodec;  // sync/sparse_exchange.h
+
+struct TensorState {
+  std::string key;
+  uint64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  TensorPolicy policy;
+  std::unique_ptr<SparseCodec> codec;  // DGC state; set when policy.kind == kSparse
+  std::vector<float> scratch;          // fp32 view of a 16-bit tensor for the sparse path
+  std::vector<float> anchor;  // LocalSGD: the last averaged parameters (empty before the first)
+  uint64_t exchanges = 0;
+
+  TensorState();
+  ~TensorState();
+  TensorState(TensorState&&) noexcept;
+};
+
+}  // namespace gradex::sync

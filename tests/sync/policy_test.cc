@@ -1,0 +1,59 @@
+// Policy chain and override parsing, without any networking.
+#include "sync/policy.h"
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "sync/localsgd.h"
+
+using namespace gradex::sync;
+
+TEST(Policy, ChainOrderOverridesThresholdSparsity) {
+  EngineOptions o;
+  o.dense_threshold = 16384;
+  o.sparsity = 0.999;
+  o.overrides = parse_policy_overrides("embed:0.99, bn:dense ,head*bias:0");
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).kind, ExchangeKind::kSparse);
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).sparsity, 0.999);
+  EXPECT_EQ(choose_policy(o, "conv1.bias", 64).kind, ExchangeKind::kDense);
+  EXPECT_EQ(choose_policy(o, "word_embed.weight", 10).kind,
+            ExchangeKind::kSparse);  // override wins
+  EXPECT_EQ(choose_policy(o, "word_embed.weight", 10).sparsity, 0.99);
+  EXPECT_EQ(choose_policy(o, "layer.bn.weight", 1 << 20).kind, ExchangeKind::kDense);
+  EXPECT_EQ(choose_policy(o, "head.x.bias", 1 << 20).kind, ExchangeKind::kDense);
+  o.sparsity = 0;
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).kind, ExchangeKind::kDense);
+}
+
+TEST(Policy, OverrideParsingRejectsBadEntries) {
+  EXPECT_THROW(parse_policy_overrides("x"), gradex::ConfigError);
+  EXPECT_THROW(parse_policy_overrides(":0.9"), gradex::ConfigError);
+  EXPECT_THROW(parse_policy_overrides("x:1"), gradex::ConfigError);
+  EXPECT_THROW(parse_policy_overrides("x:sparse"), gradex::ConfigError);
+  EXPECT_EQ(parse_policy_overrides(" , ").size(), 0u);
+  EXPECT_TRUE(pattern_matches("layer*weight", "layer1.conv.weight"));
+  EXPECT_FALSE(pattern_matches("layer*weight", "layer1.conv.bias"));
+  EXPECT_TRUE(pattern_matches("conv", "layer1.conv.bias"));
+}
+
+TEST(Policy, SparseOnlyWhileCheaperThanDenseRing) {
+  EXPECT_FALSE(sparse_is_cheaper(0.25, 4));
+  EXPECT_FALSE(sparse_is_cheaper(0.125, 4));
+  EXPECT_TRUE(sparse_is_cheaper(0.0625, 4));
+  EXPECT_TRUE(sparse_is_cheaper(0.001, 64));
+  EXPECT_FALSE(sparse_is_cheaper(0.01, 64));
+}
+
+TEST(LocalSgd, ScheduleFollowsWarmupAndPeriod) {
+  LocalSgdSchedule s(4, 2);
+  EXPECT_TRUE(s.exchanges_gradients(0));
+  EXPECT_TRUE(s.exchanges_gradients(1));
+  EXPECT_FALSE(s.exchanges_gradients(2));
+  std::vector<int> averages;
+  for (int c = 1; c <= 14; ++c)
+    if (s.average_after(c)) averages.push_back(c);
+  EXPECT_EQ(averages, (std::vector<int>{6, 10, 14}));
+  LocalSgdSchedule off(0, 5);
+  EXPECT_TRUE(off.exchanges_gradients(100));
+  EXPECT_FALSE(off.average_after(8));
+}

@@ -1,0 +1,37 @@
+// Runs one function per rank in forked child processes that bootstrap a gradex engine through the C
+// API over a real TCP store on 127.0.0.1 and real UCX. Each child reports "" (success) or a failure
+// message through a pipe; a watchdog kills every child at the deadline, so a test can fail but
+// never hang.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gradex/gradex.h"
+
+namespace gradex::test {
+
+struct RankContext {
+  int rank = 0;
+  int world = 1;
+  gradex_engine_t* engine = nullptr;  // created before fn runs, destroyed after
+};
+
+// fn returns "" on success or a description of what went wrong. `env` entries ("NAME=value") are
+// set in every child before its engine is created. When `create_engine` is false, fn gets no engine
+// (ctx.engine == nullptr) and creates its own.
+std::vector<std::string> run_ranks(int world, const std::vector<std::string>& env,
+                                   const std::function<std::string(RankContext&)>& fn,
+                                   std::chrono::seconds deadline = std::chrono::seconds(120),
+                                   bool create_engine = true);
+
+// Creates an engine for rank/world from the environment's MASTER_ADDR/MASTER_PORT (set by
+// run_ranks), or returns the status with the message in `error`.
+gradex_status_t create_engine(int rank, int world, gradex_engine_t** engine, std::string* error);
+
+// Joins the failure messages of all ranks ("" when every rank succeeded).
+std::string failures(const std::vector<std::string>& results);
+
+}  // namespace gradex::test
