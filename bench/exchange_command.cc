@@ -1,0 +1,210 @@
+// gradex-bench exchange: replays a real model's gradients (bench/models/) through every exchange
+// mode and reports, per mode: median and mean step time (slowest rank per step, over the measured
+// steps after warm-up), bytes on the wire per step per rank (the communicator's bytes_sent), the
+// dense fp32 ring's bytes for the same gradients and the compression ratio against it, and CPU time
+// per step. Each mode's output is checked against the exact average on the first and last step.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "base/error.h"
+#include "bench/average_check.h"
+#include "bench/command.h"
+#include "bench/exchange_modes.h"
+#include "bench/gradient_gen.h"
+#include "bench/launcher.h"
+#include "bench/rank_stats.h"
+#include "bench/result_line.h"
+#include "bench/stats.h"
+#include "comm/collectives.h"
+
+namespace gradex::bench {
+namespace {
+
+struct ExchangeSettings {
+  std::string model;
+  std::vector<const ModeSpec*> modes;
+  int steps = 20;
+  int warmup = 5;
+  GradientOptions gradients;
+};
+
+struct ModeReport {
+  std::string name;
+  double median_ms = 0, mean_ms = 0, cpu_ms = 0;
+  double wire_bytes = 0;   // per step per rank, mean over ranks
+  double check_error = 0;  // worst |error| / tolerance over the checks (0: not an average)
+};
+
+// "[exchange] dense_fp16 step 7/25": rewritten in place on a terminal, one line per mode otherwise.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled), tty_(isatty(2) != 0) {}
+  void update(const std::string& mode, int step, int total) {
+    if (!enabled_) return;
+    if (tty_) {
+      std::cerr << "\r[exchange] " << mode << " step " << step + 1 << "/" << total << "   "
+                << std::flush;
+    } else if (step == 0) {
+      std::cerr << "[exchange] " << mode << ": " << total << " steps" << std::endl;
+    }
+  }
+  void done() {
+    if (enabled_ && tty_) std::cerr << "\r\033[K" << std::flush;
+  }
+
+ private:
+  bool enabled_, tty_;
+};
+
+ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model,
+                    const ExchangeSettings& s, const GradientGenerator& gen,
+                    const AverageChecker& checker, std::vector<float>& grads, Progress& progress) {
+  comm::Communicator& comm = ctx.comm;
+  ModeContext mode_ctx{comm, model, ctx.config};
+  std::unique_ptr<ExchangeMode> mode = spec.create(mode_ctx);
+  std::optional<Tolerance> tolerance = mode->tolerance();
+  std::vector<double> times, cpus, bytes;
+  double check_error = 0;
+  const int total = s.warmup + s.steps;
+  for (int step = 0; step < total; ++step) {
+    progress.update(spec.name, step, total);
+    gen.generate(step, grads.data());  // not timed: the gradients come from the backward pass
+    comm::barrier(comm);
+    const uint64_t bytes0 = comm.bytes_sent();
+    const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
+    mode->step(grads.data(), grads.size());
+    const double t1 = wall_seconds(), cpu1 = process_cpu_seconds();
+    const uint64_t bytes1 = comm.bytes_sent();
+    if (tolerance && (step == 0 || step == total - 1)) {
+      check_error = std::max(check_error, checker.check(spec.name, step, grads.data(), *tolerance));
+    }
+    if (step < s.warmup) continue;
+    times.push_back(t1 - t0);
+    cpus.push_back(cpu1 - cpu0);
+    bytes.push_back(static_cast<double>(bytes1 - bytes0));
+  }
+  progress.done();
+  ModeReport report;
+  report.name = spec.name;
+  std::vector<double> step_times = max_over_ranks(comm, times);  // a step ends on its slowest rank
+  report.median_ms = median(step_times) * 1e3;
+  report.mean_ms = mean(step_times) * 1e3;
+  report.cpu_ms = mean(mean_over_ranks(comm, cpus)) * 1e3;
+  report.wire_bytes = mean(mean_over_ranks(comm, bytes));
+  report.check_error = maximum(max_over_ranks(comm, {check_error}));
+  return report;
+}
+
+void print_report(const RankContext& ctx, const ModelProfile& model, const ExchangeSettings& s,
+                  const std::vector<ModeReport>& reports) {
+  const double p = ctx.comm.size();
+  const double dense_bytes = 2.0 * (p - 1) / p * static_cast<double>(model.total_numel) * 4.0;
+  std::printf("%-12s %10s %10s %12s %12s %8s %10s %9s\n", "mode", "median_ms", "mean_ms", "wire_MB",
+              "dense_MB", "ratio", "cpu_ms", "check");
+  ResultLine result;
+  result.add("model", model.name).add("params", model.total_numel);
+  result.add("tensors", static_cast<int64_t>(model.tensors.size()));
+  result.add("ranks", ctx.comm.size()).add("steps", s.steps);
+  result.add("dense_bytes", dense_bytes);
+  for (const ModeReport& r : reports) {
+    double ratio = dense_bytes / r.wire_bytes;
+    std::printf("%-12s %10.2f %10.2f %12.2f %12.2f %8.3f %10.2f %9.3f\n", r.name.c_str(),
+                r.median_ms, r.mean_ms, r.wire_bytes / 1e6, dense_bytes / 1e6, ratio, r.cpu_ms,
+                r.check_error);
+    result.add(r.name + "_step_ms", r.median_ms).add(r.name + "_mean_ms", r.mean_ms);
+    result.add(r.name + "_wire_bytes", r.wire_bytes).add(r.name + "_ratio", ratio);
+    result.add(r.name + "_cpu_ms", r.cpu_ms);
+  }
+  std::printf(
+      "(per step and rank; wire = bytes sent, dense = an fp32 ring's 2(P-1)/P x 4 bytes x "
+      "params, ratio = dense / wire, check = worst error / tolerance vs the exact "
+      "average)\n");
+  std::printf("%s\n", result.str().c_str());
+  std::fflush(stdout);
+}
+
+int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
+  comm::Communicator& comm = ctx.comm;
+  if (comm.size() < 2) throw InvalidArgument("exchange needs at least 2 ranks");
+  ModelProfile model = load_model_profile(s.model);
+  GradientGenerator gen(model, comm.rank(), s.gradients);
+  AverageChecker checker(model, comm.size(), s.gradients);
+  std::vector<float> grads(static_cast<size_t>(model.total_numel));
+  if (ctx.reporter()) {
+    std::printf(
+        "gradex-bench exchange: %s (%zu tensors, %lld parameters), %d ranks on %u cores, "
+        "%d steps after %d warm-up\n",
+        model.name.c_str(), model.tensors.size(), static_cast<long long>(model.total_numel),
+        comm.size(), std::thread::hardware_concurrency(), s.steps, s.warmup);
+    std::fflush(stdout);
+  }
+  Progress progress(ctx.reporter());
+  std::vector<ModeReport> reports;
+  for (const ModeSpec* spec : s.modes) {
+    reports.push_back(run_mode(ctx, *spec, model, s, gen, checker, grads, progress));
+  }
+  if (ctx.reporter()) print_report(ctx, model, s, reports);
+  return 0;
+}
+
+int run_exchange(const Args& args) {
+  if (args.get_switch("print-config")) {
+    std::printf("%s", config::Config::from_environment().describe().c_str());
+    return 0;
+  }
+  ExchangeSettings s;
+  s.model = args.get("model");
+  load_model_profile(s.model);  // fail before spawning anything
+  s.modes = select_modes(args.get("modes"));
+  s.steps = static_cast<int>(args.get_int("steps", 1, 1000000));
+  s.warmup = static_cast<int>(args.get_int("warmup", 0, 1000000));
+  s.gradients.seed = static_cast<uint64_t>(args.get_int("seed", 0, INT64_MAX));
+  s.gradients.shared_fraction = args.get_float("shared-fraction", 0.0, 1.0);
+  LaunchOptions launch = launch_options_from_args(args, "gradex-bench exchange");
+  return run_ranks(launch, [&](RankContext& ctx) { return exchange_rank(ctx, s); });
+}
+
+std::vector<FlagSpec> exchange_flags() {
+  std::string models;
+  for (const std::string& n : builtin_model_names())
+    models += (models.empty() ? "" : ", ") + n;
+  std::string modes;
+  for (const ModeSpec& m : exchange_modes())
+    modes += (modes.empty() ? "" : ", ") + m.name;
+  std::vector<FlagSpec> flags = {
+      {"model", "resnet50", "gradient profile: " + models + ", or a profile file path"},
+      {"modes", "all", "comma-separated modes to run (" + modes + ")"},
+      {"steps", "20", "measured steps per mode"},
+      {"warmup", "5", "unmeasured steps per mode before them"},
+      {"seed", "1", "seed of the synthetic gradients"},
+      {"shared-fraction", "0.3", "share of the gradient variance common to all ranks"},
+      {"print-config", "", "print the effective GRADEX_* configuration and exit", true},
+  };
+  for (FlagSpec& f : launch_flags(4))
+    flags.push_back(f);
+  return flags;
+}
+
+std::string exchange_details() {
+  std::string out = "Modes:\n";
+  for (const ModeSpec& m : exchange_modes())
+    out += "  " + m.name + ": " + m.description + "\n";
+  out +=
+      "Ends with RESULT model=... <mode>_step_ms=... <mode>_wire_bytes=... <mode>_ratio=... "
+      "<mode>_cpu_ms=... for every mode.";
+  return out;
+}
+
+const CommandRegistration kRegistration({
+    "exchange",
+    "per-step gradient exchange of a real model's gradients, for every exchange mode",
+    exchange_details(),
+    exchange_flags(),
+    run_exchange,
+});
+
+}  // namespace
+}  // namespace gradex::bench

@@ -1,0 +1,112 @@
+#include "bench/exchange_modes.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "base/half.h"
+#include "comm/collectives.h"
+
+namespace gradex::bench {
+
+namespace {
+
+// Dense fp32: one allreduce_sum over the whole flat buffer, then the division by the world size.
+// The sum is accumulated in a different order than the reference, hence a few ulps per rank.
+class DenseFp32 : public ExchangeMode {
+ public:
+  explicit DenseFp32(ModeContext& ctx) : comm_(ctx.comm) {}
+
+  void step(float* grads, size_t count) override {
+    comm::allreduce_sum(comm_, grads, count, DType::kFloat32);
+    const float inv = 1.0f / static_cast<float>(comm_.size());
+    for (size_t i = 0; i < count; ++i)
+      grads[i] *= inv;
+  }
+
+  std::optional<Tolerance> tolerance() const override {
+    return Tolerance{4e-7 * (comm_.size() + 2), 1e-30};
+  }
+
+ private:
+  comm::Communicator& comm_;
+};
+
+// Dense fp16: each rank pre-divides by the world size and casts to fp16 (dividing first keeps the
+// sum in fp16's range, as PyTorch's fp16 compression hook does), the allreduce accumulates in fp32
+// and rounds once per hop, and the result is cast back to fp32.
+class DenseFp16 : public ExchangeMode {
+ public:
+  explicit DenseFp16(ModeContext& ctx) : comm_(ctx.comm), half_(ctx.model.total_numel) {}
+
+  void step(float* grads, size_t count) override {
+    GX_CHECK_EQ(count, half_.size());
+    const float inv = 1.0f / static_cast<float>(comm_.size());
+    uint16_t* h = half_.data();
+    for (size_t i = 0; i < count; ++i)
+      h[i] = float_to_half(grads[i] * inv);
+    comm::allreduce_sum(comm_, h, count, DType::kFloat16);
+    for (size_t i = 0; i < count; ++i)
+      grads[i] = half_to_float(h[i]);
+  }
+
+  // One rounding of each input (2^-11 relative) plus one per ring hop, and fp16's subnormal
+  // spacing (2^-24) for the tiny values, per hop.
+  std::optional<Tolerance> tolerance() const override {
+    double p = comm_.size();
+    return Tolerance{std::ldexp(1.0, -11) * (p + 2), std::ldexp(1.0, -24) * (p + 2)};
+  }
+
+ private:
+  comm::Communicator& comm_;
+  std::vector<uint16_t> half_;
+};
+
+template <typename Mode>
+std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> factory() {
+  return [](ModeContext& ctx) { return std::make_unique<Mode>(ctx); };
+}
+
+}  // namespace
+
+const std::vector<ModeSpec>& exchange_modes() {
+  static const std::vector<ModeSpec> modes = {
+      {"dense_fp32", "one fp32 ring allreduce over all gradients (the baseline)",
+       factory<DenseFp32>()},
+      {"dense_fp16", "pre-divide, cast to fp16, fp16 ring allreduce, cast back",
+       factory<DenseFp16>()},
+  };
+  return modes;
+}
+
+std::vector<const ModeSpec*> select_modes(const std::string& list) {
+  std::string available;
+  for (const ModeSpec& m : exchange_modes())
+    available += (available.empty() ? "" : ", ") + m.name;
+  std::vector<const ModeSpec*> out;
+  if (list == "all") {
+    for (const ModeSpec& m : exchange_modes())
+      out.push_back(&m);
+    return out;
+  }
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    std::string name = list.substr(start, comma - start);
+    const ModeSpec* found = nullptr;
+    for (const ModeSpec& m : exchange_modes()) {
+      if (m.name == name) found = &m;
+    }
+    if (!found) {
+      throw InvalidArgument("unknown mode '" + name + "' (available: " + available + ", or all)");
+    }
+    for (const ModeSpec* m : out) {
+      if (m == found) throw InvalidArgument("mode '" + name + "' listed twice");
+    }
+    out.push_back(found);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace gradex::bench

@@ -1,0 +1,52 @@
+// The gradient-exchange modes that `gradex-bench exchange` compares. A mode turns each rank's flat
+// gradient buffer into the averaged gradient the optimizer would see, the way one exchange
+// strategy would (dense fp32 allreduce, fp16 on the wire, later DGC and LocalSGD through the sync
+// engine). Adding a mode = one factory in the table of exchange_modes.cc; the harness times it,
+// counts its bytes on the wire and verifies its output generically.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "bench/average_check.h"
+#include "bench/model_profile.h"
+#include "comm/communicator.h"
+
+namespace gradex::bench {
+
+struct ModeContext {
+  comm::Communicator& comm;
+  const ModelProfile& model;
+  const config::Config& config;
+};
+
+class ExchangeMode {
+ public:
+  virtual ~ExchangeMode() = default;
+  // One training step's exchange, timed by the harness: `grads` holds this rank's gradients
+  // (model.total_numel floats, tensors back to back in profile order) and is replaced by what the
+  // optimizer would receive. Every rank calls step() the same number of times.
+  virtual void step(float* grads, size_t count) = 0;
+  // How close step()'s output is to the exact average. nullopt for modes whose output is not meant
+  // to be the average (sparsified or periodic modes), which then verify themselves in step().
+  virtual std::optional<Tolerance> tolerance() const = 0;
+};
+
+struct ModeSpec {
+  std::string name;         // RESULT keys are "<name>_step_ms" etc.: [a-z0-9_]
+  std::string description;  // one line for --help and the report
+  std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> create;
+};
+
+// Every available mode, in report order.
+const std::vector<ModeSpec>& exchange_modes();
+
+// The modes named in a comma-separated list ("all" for every mode), in list order.
+// InvalidArgument naming the available modes for an unknown or repeated name.
+std::vector<const ModeSpec*> select_modes(const std::string& list);
+
+}  // namespace gradex::bench

@@ -1,0 +1,116 @@
+// End to end: the built gradex-bench and gradex-config, run as a user would (2 local ranks).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "bench/result_line.h"
+
+namespace gradex::bench {
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+Run run(const std::string& command) {
+  Run r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
+    r.out.append(buf, n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  return r;
+}
+
+// The key=value pairs of the last RESULT line; fails the test when there is none.
+std::map<std::string, std::string> result_of(const Run& r) {
+  size_t at = r.out.rfind("RESULT ");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  if (at == std::string::npos) return {};
+  std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  std::map<std::string, std::string> items;
+  for (auto& [k, v] : parse_result_line(line))
+    items[k] = v;
+  return items;
+}
+
+double number(std::map<std::string, std::string>& result, const std::string& key) {
+  EXPECT_TRUE(result.count(key)) << key;
+  return result.count(key) ? std::strtod(result[key].c_str(), nullptr) : -1;
+}
+
+const std::string kBench = GRADEX_BENCH_EXE;
+
+TEST(BenchSmoke, ExchangeOnTwoRanksReportsEveryMode) {
+  Run r = run(kBench + " exchange --steps 2 --warmup 1 --ranks 2 --deadline-s 300");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  EXPECT_EQ(result["model"], "resnet50");
+  EXPECT_EQ(result["params"], "25557032");
+  EXPECT_EQ(result["ranks"], "2");
+  EXPECT_GT(number(result, "dense_fp32_step_ms"), 0);
+  EXPECT_GT(number(result, "dense_fp16_step_ms"), 0);
+  EXPECT_GT(number(result, "dense_fp16_cpu_ms"), 0);
+  // fp32 ring: 2(P-1)/P x 4 bytes per parameter; fp16 halves it.
+  EXPECT_NEAR(number(result, "dense_fp32_ratio"), 1.0, 0.05);
+  EXPECT_NEAR(number(result, "dense_fp16_ratio"), 2.0, 0.1);
+  EXPECT_NEAR(number(result, "dense_fp32_wire_bytes"), 25557032.0 * 4, 25557032.0 * 0.2);
+}
+
+TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {
+  Run r = run(kBench + " allreduce --ranks 2 --min-bytes 16M --max-bytes 64M --iters 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  EXPECT_GT(number(result, "busbw_ratio_64MiB"), 0);
+  EXPECT_GT(number(result, "busbw_64MiB_GBps"), 0);
+  EXPECT_GT(number(result, "p2p_64MiB_GBps"), 0);
+}
+
+TEST(BenchSmoke, UsageErrorsAreClearAndFailFast) {
+  Run unknown = run(kBench + " exchnage");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.out.find("unknown command 'exchnage'"), std::string::npos) << unknown.out;
+  Run flag = run(kBench + " exchange --stpes 3");
+  EXPECT_EQ(flag.status, 2);
+  EXPECT_NE(flag.out.find("unknown flag '--stpes'"), std::string::npos) << flag.out;
+  Run model = run(kBench + " exchange --model resnet51");
+  EXPECT_EQ(model.status, 2);
+  EXPECT_NE(model.out.find("gpt2_small"), std::string::npos) << model.out;
+  Run help = run(kBench + " --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("allreduce"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("exchange"), std::string::npos) << help.out;
+}
+
+TEST(BenchSmoke, ARankThatFailsFailsTheRun) {
+  // One process claiming to be a whole world of 1: exchange refuses, with the rank in the message.
+  Run alone = run("RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 " + kBench +
+                  " exchange --steps 1");
+  EXPECT_EQ(alone.status, 1) << alone.out;
+  EXPECT_NE(alone.out.find("rank 0: exchange needs at least 2 ranks"), std::string::npos)
+      << alone.out;
+  // An invalid GRADEX_* value fails every spawned rank; the parent relays the failure.
+  Run bad = run("GRADEX_TIMEOUT_S=-1 " + kBench + " exchange --steps 1 --ranks 2");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("GRADEX_TIMEOUT_S"), std::string::npos) << bad.out;
+}
+
+TEST(BenchSmoke, PrintConfigAndGradexConfigAgree) {
+  Run a = run("GRADEX_RING_CHUNK_KB=64 " + kBench + " exchange --print-config");
+  Run b = run(std::string("GRADEX_RING_CHUNK_KB=64 ") + GRADEX_CONFIG_EXE);
+  EXPECT_EQ(a.status, 0);
+  EXPECT_EQ(b.status, 0);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out.find("GRADEX_RING_CHUNK_KB=64"), std::string::npos) << a.out;
+}
+
+}  // namespace
+}  // namespace gradex::bench
