@@ -1,0 +1,156 @@
+// gradex_torch_ops: TORCH_LIBRARY(gradex) ops that hand torch tensors to the gradex C API.
+//
+//   gradex::submit(int engine, str key, Tensor(a!) grad) -> int    exchange a gradient (gradex_submit)
+//   gradex::average(int engine, str key, Tensor(a!) param) -> int  average parameters (gradex_average)
+//   gradex::wait(int ticket) -> ()                                  block until done; the tensor holds the
+//                                                                   result (on CUDA: stream-ordered)
+//   gradex::has_cuda() -> bool                                      whether this build has the CUDA path
+//
+// `engine` is the gradex_engine_t* as an integer, owned by the Python package (ctypes binding of the C API);
+// it must outlive every ticket it issued. Tensors must be contiguous, float32/float16/bfloat16, registered
+// under `key` with their element count and dtype, and left untouched until wait returns. A ticket is
+// consumed by wait, whatever its outcome. CPU tensors are handed to the engine in place; CUDA tensors go
+// through cuda_staging.h. Failures throw c10::Error "gradex[<STATUS>]: <message>" with the engine's message.
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+
+#include <torch/library.h>
+
+#include "submission.h"
+#ifdef GRADEX_TORCH_CUDA
+#include "cuda_staging.h"
+#endif
+
+namespace gradex_torch {
+namespace {
+
+const char* status_name(gradex_status_t status) {
+  switch (status) {
+    case GRADEX_OK: return "OK";
+    case GRADEX_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case GRADEX_ERR_CONFIG: return "CONFIG";
+    case GRADEX_ERR_TIMEOUT: return "TIMEOUT";
+    case GRADEX_ERR_PEER: return "PEER";
+    case GRADEX_ERR_CORRUPT: return "CORRUPT";
+    case GRADEX_ERR_MISMATCH: return "MISMATCH";
+    case GRADEX_ERR_TRANSPORT: return "TRANSPORT";
+    case GRADEX_ERR_INTERNAL: return "INTERNAL";
+    case GRADEX_ERR_STATE: return "STATE";
+    case GRADEX_ERR_VERSION: return "VERSION";
+  }
+  return "INTERNAL";
+}
+
+// Tickets in flight. A ticket is an opaque number so that Python never holds a C++ pointer.
+std::mutex registry_mu;
+std::unordered_map<int64_t, std::shared_ptr<Submission>> registry;
+int64_t next_ticket = 1;
+
+int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind kind) {
+  if (engine == 0) throw_status(GRADEX_ERR_INVALID_ARGUMENT, "the engine is closed");
+  const auto dtype = t.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) {
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                 "tensor '" + key + "' has dtype " + std::string(c10::toString(dtype)) +
+                     "; gradex exchanges float32, float16 and bfloat16");
+  }
+  if (!t.is_contiguous()) {
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT, "tensor '" + key + "' is not contiguous");
+  }
+  auto s = std::make_shared<Submission>();
+  s->engine = reinterpret_cast<gradex_engine_t*>(static_cast<uintptr_t>(engine));
+  s->key = key;
+  s->kind = kind;
+  s->tensor = t;
+  if (t.is_cuda()) {
+#ifdef GRADEX_TORCH_CUDA
+    stage(s);
+#else
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                 "tensor '" + key + "' is on " + t.device().str() +
+                     " but this gradex_torch_ops was built without CUDA support");
+#endif
+  } else if (t.device().is_cpu()) {
+    hand_over(*s, t.data_ptr());
+    if (s->status != GRADEX_OK) throw_status(s->status, s->error);
+  } else {
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                 "tensor '" + key + "' is on " + t.device().str() + "; gradex takes CPU and CUDA tensors");
+  }
+  std::lock_guard<std::mutex> lock(registry_mu);
+  const int64_t ticket = next_ticket++;
+  registry.emplace(ticket, std::move(s));
+  return ticket;
+}
+
+int64_t submit_op(int64_t engine, c10::string_view key, const at::Tensor& grad) {
+  return start(engine, std::string(key), grad, Kind::kGradient);
+}
+
+int64_t average_op(int64_t engine, c10::string_view key, const at::Tensor& param) {
+  return start(engine, std::string(key), param, Kind::kParameters);
+}
+
+void wait_op(int64_t ticket) {
+  std::shared_ptr<Submission> s;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = registry.find(ticket);
+    if (it == registry.end()) {
+      throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                   "unknown ticket " + std::to_string(ticket) + " (already waited for?)");
+    }
+    s = std::move(it->second);
+    registry.erase(it);
+  }
+  {
+    std::unique_lock<std::mutex> lock(s->mu);
+    s->cv.wait(lock, [&] { return s->handed_over; });
+  }
+  if (s->status != GRADEX_OK) throw_status(s->status, s->error);
+  const gradex_status_t status = gradex_wait(s->engine, s->handle);
+  if (status != GRADEX_OK) throw_status(status, gradex_last_error());
+#ifdef GRADEX_TORCH_CUDA
+  if (s->tensor.is_cuda()) copy_back(*s);
+#endif
+}
+
+bool has_cuda_op() {
+#ifdef GRADEX_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void hand_over(Submission& s, void* data) {
+  gradex_handle_t handle = 0;
+  const gradex_status_t status = s.kind == Kind::kGradient
+                                     ? gradex_submit(s.engine, s.key.c_str(), data, &handle)
+                                     : gradex_average(s.engine, s.key.c_str(), data, &handle);
+  std::string error = status == GRADEX_OK ? std::string() : std::string(gradex_last_error());
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.status = status;
+    s.error = std::move(error);
+    s.handle = handle;
+    s.handed_over = true;
+  }
+  s.cv.notify_all();
+}
+
+void throw_status(gradex_status_t status, const std::string& message) {
+  TORCH_CHECK(false, "gradex[", status_name(status), "]: ", message);
+}
+
+}  // namespace gradex_torch
+
+TORCH_LIBRARY(gradex, m) {
+  m.def("submit(int engine, str key, Tensor(a!) grad) -> int", &gradex_torch::submit_op);
+  m.def("average(int engine, str key, Tensor(a!) param) -> int", &gradex_torch::average_op);
+  m.def("wait(int ticket) -> ()", &gradex_torch::wait_op);
+  m.def("has_cuda() -> bool", &gradex_torch::has_cuda_op);
+}

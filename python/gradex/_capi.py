@@ -1,0 +1,277 @@
+"""ctypes binding of the gradex C API (include/gradex/gradex.h, GRADEX_API_VERSION 1).
+
+`Engine` owns one gradex_engine_t. Every failing call raises the gradex exception for its status with the
+engine's message, read in the same thread right after the call (gradex_last_error is per thread).
+ctypes releases the GIL around every call, so a blocking call (create, wait) never stalls other Python
+threads, and store callbacks (which take the GIL) can run while one is in progress.
+"""
+import ctypes
+import os
+import threading
+
+from . import _errors
+
+API_VERSION = 1
+
+FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
+DEVICE_CPU, DEVICE_CUDA = 0, 1
+
+_SetFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+_GetFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                          ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t))
+_ReleaseFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_AddFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                          ctypes.POINTER(ctypes.c_int64))
+
+
+class _Store(ctypes.Structure):
+    _fields_ = [("context", ctypes.c_void_p), ("set", _SetFn), ("get", _GetFn), ("release", _ReleaseFn),
+                ("add", _AddFn)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("api_version", ctypes.c_uint32), ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32),
+                ("store", ctypes.POINTER(_Store)), ("store_prefix", ctypes.c_char_p),
+                ("config_count", ctypes.c_size_t), ("config_names", ctypes.POINTER(ctypes.c_char_p)),
+                ("config_values", ctypes.POINTER(ctypes.c_char_p))]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "steps", "tensors", "bytes_sent", "bytes_received", "dense_bytes", "sparse_exchanges",
+        "dense_fallbacks", "saturated", "nonfinite", "parameter_averages")] + \
+        [(name, ctypes.c_double) for name in (
+            "compress_seconds", "communicate_seconds", "decode_seconds", "compression_ratio")] + \
+        [("control_bytes", ctypes.c_uint64)]
+
+
+def library_path():
+    """Where libgradex.so is: $GRADEX_LIBRARY, else next to this file (where pip installs it)."""
+    return os.environ.get("GRADEX_LIBRARY") or os.path.join(os.path.dirname(__file__), "libgradex.so")
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def lib():
+    """The loaded C library, with argument and result types declared; checks the API version once."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not os.path.exists(path):
+            raise ImportError(f"gradex: {path} does not exist; install the package with pip (see README.md)")
+        handle = ctypes.CDLL(path)
+        status = ctypes.c_int
+        engine_p = ctypes.c_void_p
+        sigs = {
+            "gradex_api_version": (ctypes.c_uint32, []),
+            "gradex_last_error": (ctypes.c_char_p, []),
+            "gradex_engine_options_init": (None, [ctypes.POINTER(_Options)]),
+            "gradex_engine_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+            "gradex_engine_destroy": (status, [engine_p]),
+            "gradex_engine_rank": (status, [engine_p, ctypes.POINTER(ctypes.c_int32),
+                                            ctypes.POINTER(ctypes.c_int32)]),
+            "gradex_register_tensor": (status, [engine_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
+                                                ctypes.c_int]),
+            "gradex_submit": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p,
+                                       ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_average": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p,
+                                        ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_wait": (status, [engine_p, ctypes.c_uint64]),
+            "gradex_test": (status, [engine_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]),
+            "gradex_end_step": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
+            "gradex_exchanges_gradients": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
+            "gradex_get_stats": (status, [engine_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+            "gradex_save_state": (status, [engine_p, ctypes.c_void_p, ctypes.c_size_t,
+                                           ctypes.POINTER(ctypes.c_size_t)]),
+            "gradex_load_state": (status, [engine_p, ctypes.c_void_p, ctypes.c_size_t]),
+            "gradex_describe_config": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_size_t)]),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(handle, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        version = handle.gradex_api_version()
+        if version != API_VERSION:
+            raise _errors.VersionError(
+                f"gradex: {path} implements C API version {version}, this package needs {API_VERSION}")
+        _lib = handle
+        return _lib
+
+
+def last_error():
+    return (lib().gradex_last_error() or b"").decode("utf-8", "replace")
+
+
+def check(status):
+    """Raises the gradex exception for a non-zero status, with this thread's last error message."""
+    if status != 0:
+        raise _errors.error_for_status(status, last_error())
+
+
+class StoreAdapter:
+    """Presents a key-value store to the engine as a gradex_store_t.
+
+    `store` needs set(key, bytes), get(key) -> bytes, wait([key], timedelta) and add(key, int) -> int, as
+    torch.distributed.Store has. Callbacks never raise into C: a failure returns non-zero (the engine then
+    reports the operation and key) and is kept in `last_failure` for diagnostics.
+    """
+
+    def __init__(self, store):
+        self._store = store
+        self._buffers = {}  # address -> ctypes buffer handed to the engine, until it calls release
+        self._lock = threading.Lock()
+        self.last_failure = None
+        # The CFUNCTYPE objects must live as long as the engine may call them.
+        self._set = _SetFn(self._on_set)
+        self._get = _GetFn(self._on_get)
+        self._release = _ReleaseFn(self._on_release)
+        self._add = _AddFn(self._on_add)
+        self.struct = _Store(None, self._set, self._get, self._release, self._add)
+
+    def _fail(self, what, key, exc):
+        self.last_failure = f"store {what} '{key}': {type(exc).__name__}: {exc}"
+        return 1
+
+    def _on_set(self, _ctx, key, value, length):
+        try:
+            self._store.set(key.decode(), ctypes.string_at(value, length) if length else b"")
+            return 0
+        except BaseException as exc:  # noqa: BLE001 - nothing may propagate into C
+            return self._fail("set", key, exc)
+
+    def _on_get(self, _ctx, key, timeout_ms, value_out, length_out):
+        try:
+            import datetime
+            k = key.decode()
+            if timeout_ms >= 0:
+                self._store.wait([k], datetime.timedelta(milliseconds=timeout_ms))
+            data = bytes(self._store.get(k))
+            buf = ctypes.create_string_buffer(data, max(len(data), 1))
+            address = ctypes.addressof(buf)
+            with self._lock:
+                self._buffers[address] = buf
+            value_out[0] = address
+            length_out[0] = len(data)
+            return 0
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail("get", key, exc)
+
+    def _on_release(self, _ctx, value):
+        with self._lock:
+            self._buffers.pop(value, None)
+
+    def _on_add(self, _ctx, key, delta, new_value):
+        try:
+            new_value[0] = int(self._store.add(key.decode(), int(delta)))
+            return 0
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail("add", key, exc)
+
+
+class Engine:
+    """One gradex engine (gradex_engine_create). Creation is collective: every rank creates its engine at
+    the same point, with the same store prefix."""
+
+    def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
+        c = lib()
+        options = _Options()
+        c.gradex_engine_options_init(ctypes.byref(options))
+        options.rank = rank
+        options.world_size = world_size
+        self._store = StoreAdapter(store) if store is not None else None
+        if self._store is not None:
+            options.store = ctypes.pointer(self._store.struct)
+        self._prefix = store_prefix.encode() if store_prefix else None
+        options.store_prefix = self._prefix
+        config = {str(k): str(v) for k, v in (config or {}).items()}
+        names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
+        values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
+        options.config_count = len(config)
+        options.config_names = names
+        options.config_values = values
+        out = ctypes.c_void_p()
+        status = c.gradex_engine_create(ctypes.byref(options), ctypes.byref(out))
+        if status != 0:
+            message = last_error()
+            if self._store is not None and self._store.last_failure:
+                message += f" ({self._store.last_failure})"
+            raise _errors.error_for_status(status, message)
+        self._ptr = out.value
+        r, w = ctypes.c_int32(), ctypes.c_int32()
+        check(c.gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
+        self.rank, self.world_size = r.value, w.value
+
+    @property
+    def address(self):
+        """The gradex_engine_t* as an integer (what the op library takes); 0 once closed."""
+        return self._ptr or 0
+
+    def _engine(self):
+        if not self._ptr:
+            raise _errors.InvalidArgumentError("gradex: the engine is closed")
+        return self._ptr
+
+    def close(self):
+        """Finishes outstanding work (bounded by GRADEX_TIMEOUT_S) and releases the engine. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            check(lib().gradex_engine_destroy(ptr))
+
+    def register(self, key, numel, dtype, device=DEVICE_CPU):
+        check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
+
+    def submit(self, key, address):
+        handle = ctypes.c_uint64()
+        check(lib().gradex_submit(self._engine(), key.encode(), address, ctypes.byref(handle)))
+        return handle.value
+
+    def wait(self, handle):
+        check(lib().gradex_wait(self._engine(), handle))
+
+    def end_step(self):
+        """Ends a step; True when LocalSGD says to average parameters now."""
+        flag = ctypes.c_int()
+        check(lib().gradex_end_step(self._engine(), ctypes.byref(flag)))
+        return bool(flag.value)
+
+    def exchanges_gradients(self):
+        flag = ctypes.c_int()
+        check(lib().gradex_exchanges_gradients(self._engine(), ctypes.byref(flag)))
+        return bool(flag.value)
+
+    def stats(self, last_step=False):
+        s = _Stats()
+        check(lib().gradex_get_stats(self._engine(), int(bool(last_step)), ctypes.byref(s)))
+        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+    def save_state(self):
+        c = lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_save_state(self._engine(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_save_state(self._engine(), buf, length.value, ctypes.byref(length)))
+        return buf.raw[:length.value]
+
+    def load_state(self, blob):
+        blob = bytes(blob)
+        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+        check(lib().gradex_load_state(self._engine(), buf, len(blob)))
+
+    def describe_config(self):
+        return describe_config(self)
+
+
+def describe_config(engine=None):
+    """The effective configuration with help text (engine None: the environment's)."""
+    c = lib()
+    ptr = engine._engine() if engine is not None else None
+    length = ctypes.c_size_t()
+    check(c.gradex_describe_config(ptr, None, 0, ctypes.byref(length)))
+    buf = ctypes.create_string_buffer(max(length.value, 1))
+    check(c.gradex_describe_config(ptr, buf, length.value, ctypes.byref(length)))
+    return buf.value.decode("utf-8", "replace")

@@ -1,0 +1,56 @@
+"""Completes torch futures when the engine finishes a submission, without blocking the submitter.
+
+One daemon thread per owner waits for tickets in submission order (the op releases the GIL while it
+waits), runs an optional callback, then sets the future's result, or its exception with the engine's
+error. For CUDA tensors the copy back to the device runs on a side stream of this thread, and the future,
+created with the tensor's device, records that stream: consumers wait on it, not on the whole device.
+"""
+import contextlib
+import queue
+import threading
+
+import torch
+
+from . import _ops
+
+
+class Completer:
+    def __init__(self, name):
+        self._queue = queue.Queue()
+        self._streams = {}
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def add(self, ticket, future, value, after=None):
+        """Waits for `ticket` (in order), calls `after()`, then future.set_result(value)."""
+        self._queue.put((ticket, future, value, after))
+
+    def close(self):
+        """Completes everything queued, then stops the thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _stream_context(self, tensor):
+        if not tensor.is_cuda:
+            return contextlib.nullcontext()
+        device = tensor.device
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device=device)
+        return torch.cuda.stream(self._streams[device])
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            ticket, future, value, after = item
+            try:
+                with self._stream_context(value):
+                    _ops.wait(ticket)
+                    if after is not None:
+                        after()
+                    future.set_result(value)
+            except BaseException as exc:  # noqa: BLE001 - delivered to whoever waits on the future
+                with contextlib.suppress(RuntimeError):  # already completed: nothing left to tell
+                    future.set_exception(exc)

@@ -1,0 +1,163 @@
+"""Horovod-style DistributedOptimizer: gradients are exchanged through gradex without DDP.
+
+    opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters())
+
+A gradient hook on every parameter submits its gradient as soon as autograd has accumulated it, so
+communication overlaps the rest of backward; step() waits for all of them, then steps the wrapped optimizer,
+then ends the engine's step (and averages parameters when LocalSGD says so, GRADEX_LOCALSGD_PERIOD > 0).
+Parameter names are the engine's tensor keys and must be the same on every rank.
+"""
+import threading
+
+import torch
+
+from .. import _capi, _errors
+from . import _bootstrap, _momentum, _ops
+
+_STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either)."""
+
+    def __init__(self, optimizer, named_parameters=None, config=None, store=None):
+        if isinstance(optimizer, DistributedOptimizer):
+            raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
+        self._gradex_ready = False
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self._gradex_wrapped = optimizer
+        self._params = self._name_parameters(optimizer, named_parameters)  # [(name, parameter)]
+        self._engine = _bootstrap.create_engine(config, store)
+        for name, p in self._params:
+            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), _capi.DEVICE_CPU)
+        self._lock = threading.Lock()
+        self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into)
+        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name))
+                       for name, p in self._params if p.requires_grad]
+        _momentum.MomentumWarner("gx.DistributedOptimizer",
+                                 _momentum.gradex_momentum(self._engine, config)).check(optimizer)
+        self._gradex_ready = True
+
+    @staticmethod
+    def _name_parameters(optimizer, named_parameters):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if named_parameters is None:
+            return [(f"param.{i}", p) for i, p in enumerate(params)]
+        named = list(named_parameters)
+        names = [name for name, _ in named]
+        if len(set(names)) != len(names):
+            raise _errors.InvalidArgumentError("gradex: named_parameters has duplicate names")
+        by_id = {id(p): name for name, p in named}
+        missing = [i for i, p in enumerate(params) if id(p) not in by_id]
+        if missing:
+            raise _errors.InvalidArgumentError(
+                f"gradex: {len(missing)} of the optimizer's parameters are not in named_parameters")
+        return [(by_id[id(p)], p) for p in params]
+
+    def _make_hook(self, name):
+        def on_gradient(p):
+            self._submit(name, p)
+        return on_gradient
+
+    def _submit(self, name, p):
+        grad = p.grad
+        if grad.is_sparse:
+            raise _errors.InvalidArgumentError(f"gradex: parameter '{name}' has a sparse gradient")
+        with self._lock:
+            if name in self._pending:
+                raise _errors.InvalidArgumentError(
+                    f"gradex: the gradient of '{name}' was produced twice before step(); call step() after "
+                    f"each backward (gradient accumulation is not supported by gx.DistributedOptimizer)")
+            buffer = grad if grad.is_contiguous() else grad.contiguous()
+            ticket = _ops.submit(self._engine.address, name, buffer.detach())
+            self._pending[name] = (ticket, buffer, grad)
+
+    def synchronize(self):
+        """Waits until every parameter's gradient holds its average over ranks. Parameters whose hook did
+        not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key."""
+        for name, p in self._params:
+            if name not in self._pending:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self._submit(name, p)
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        first_error = None
+        for name, _ in self._params:
+            ticket, buffer, grad = pending[name]
+            try:
+                _ops.wait(ticket)  # consumes every ticket, even after a failure
+            except _errors.GradexError as exc:
+                first_error = first_error or exc
+                continue
+            if buffer is not grad:
+                grad.copy_(buffer)
+        if first_error is not None:
+            raise first_error
+
+    @torch.no_grad()
+    def average_parameters(self):
+        """Averages every parameter across ranks (LocalSGD's averaging round)."""
+        tickets = [_ops.average(self._engine.address, name, p.detach()) for name, p in self._params]
+        first_error = None
+        for ticket in tickets:
+            try:
+                _ops.wait(ticket)
+            except _errors.GradexError as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.synchronize()
+        self._gradex_wrapped.step()
+        if self._engine.end_step():
+            self.average_parameters()
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        self._gradex_wrapped.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group):
+        if not self._gradex_ready:  # torch.optim.Optimizer.__init__ building the shared groups
+            return super().add_param_group(param_group)
+        raise _errors.InvalidArgumentError(
+            "gradex: add parameter groups to the optimizer before wrapping it in gx.DistributedOptimizer "
+            "(every rank must register the same tensors when the engine is created)")
+
+    @property
+    def engine(self):
+        return self._engine
+
+    def stats(self, last_step=False):
+        return self._engine.stats(last_step)
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict plus gradex's compressor state."""
+        return {"format": _STATE_FORMAT, "optimizer": self._gradex_wrapped.state_dict(),
+                "gradex": self._engine.save_state()}
+
+    def load_state_dict(self, state_dict):
+        """Accepts state_dict()'s output, or a plain state dict of the wrapped optimizer."""
+        if state_dict.get("format") == _STATE_FORMAT:
+            self._engine.load_state(state_dict["gradex"])
+            self._gradex_wrapped.load_state_dict(state_dict["optimizer"])
+        else:
+            self._gradex_wrapped.load_state_dict(state_dict)
+
+    def close(self):
+        """Removes the gradient hooks and releases the engine."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        self._engine.close()
+
+    def __repr__(self):
+        return f"gx.DistributedOptimizer({self._gradex_wrapped!r})"
