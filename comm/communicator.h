@@ -13,6 +13,10 @@
 
 #include "comm/store.h"
 
+namespace gradex::config {
+class Config;
+}
+
 namespace gradex::comm {
 
 struct CommOptions {
@@ -22,7 +26,12 @@ struct CommOptions {
       256 << 10;  // GRADEX_RING_CHUNK_KB; tests shrink it to reach multi-chunk paths
 };
 
-// An in-flight send or receive. Opaque; completed by Communicator::wait / test.
+// Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB).
+CommOptions comm_options_from_config(const config::Config& config);
+
+// An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
+// has not completed cancels it (bounded in time), after which its buffer is no longer used; a
+// request must not outlive its communicator.
 class Request {
  public:
   virtual ~Request() = default;
@@ -39,7 +48,8 @@ class Communicator {
 
   // Non-blocking tagged messages. `data` must stay valid until the request completes. A receive
   // matches a send from `peer` with the same tag; its buffer must be at least as large as the
-  // message (received length via Request completion -> recv_length).
+  // message (received length via Request completion -> recv_length). Tags are below 2^39;
+  // messages from one peer with the same tag are matched in the order they were sent.
   virtual RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
 
@@ -50,12 +60,17 @@ class Communicator {
   // Progresses until every request completes; TimeoutError (operation, first incomplete peer) after
   // options().timeout without completion; PeerError when a peer fails. On error the remaining
   // requests are cancelled before the exception propagates, so buffers can be released.
+  // Null entries are ignored. After a TimeoutError or PeerError the message streams between ranks
+  // are out of step: the communicator is failed and every later call throws the same kind of
+  // error. Other ranks learn about the failure (abort notice) and fail promptly too, naming the
+  // same peer; a timeout names a rank that did not answer a liveness probe when there is one.
   virtual void wait_all(std::vector<RequestPtr>& requests, const char* operation) = 0;
   // Bytes actually received by a completed receive request.
   virtual size_t recv_length(const Request& request) const = 0;
 
   // A fresh tag for the next collective. Every rank calls collectives in the same order, so tags
-  // agree; messages of successive collectives can never be confused.
+  // agree; messages of successive collectives can never be confused. Tags are multiples of 2^16:
+  // a collective may use tag + i for any i < 2^16 (e.g. one sub-tag per ring step).
   virtual uint64_t next_collective_tag() = 0;
 
   // Bytes this communicator has sent / received since creation (for statistics).

@@ -1,0 +1,19 @@
+// comm_options_from_config: CommOptions from the GRADEX_* registry.
+#include <cmath>
+
+#include "base/config.h"
+#include "comm/communicator.h"
+
+namespace gradex::comm {
+
+CommOptions comm_options_from_config(const config::Config& config) {
+  CommOptions o;
+  o.timeout =
+      Millis(static_cast<int64_t>(std::llround(config.get_float("GRADEX_TIMEOUT_S") * 1000)));
+  if (o.timeout.count() < 1) o.timeout = Millis(1);
+  o.iface = config.get_string("GRADEX_IFACE");
+  o.ring_chunk_bytes = static_cast<size_t>(config.get_int("GRADEX_RING_CHUNK_KB")) << 10;
+  return o;
+}
+
+}  // namespace gradex::comm

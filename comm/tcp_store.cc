@@ -1,0 +1,121 @@
+// The TcpStore client: one connection, one request at a time.
+#include "comm/tcp_store.h"
+
+#include "base/error.h"
+#include "comm/tcp_store_protocol.h"
+
+namespace gradex::comm {
+
+using namespace store_wire;
+
+namespace {
+
+// The reply to a blocking request may take as long as the request's own timeout; allow this much
+// more for the network before declaring the server unresponsive.
+constexpr Millis kReplyGrace{10000};
+
+std::string seconds(Millis t) {
+  return format_seconds(static_cast<double>(t.count()) / 1000.0);
+}
+
+}  // namespace
+
+struct TcpStore::Reply {
+  Type type;
+  Bytes payload;
+  std::string text() const { return std::string(payload.begin(), payload.end()); }
+};
+
+TcpStore::TcpStore(std::string host, uint16_t port, Millis connect_timeout,
+                   std::unique_ptr<TcpStoreServer> server)
+    : host_(std::move(host)), port_(port), server_(std::move(server)) {
+  auto deadline = Clock::now() + connect_timeout;
+  fd_ = connect_tcp_with_retry(host_, port_, deadline, connect_timeout.count() / 1000.0);
+  // A hello round trip proves that the peer is a gradex store of the same protocol version
+  // (something else listening on MASTER_PORT fails here, clearly, instead of later).
+  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+  Reply r =
+      round_trip(Writer().frame(Type::kHello), Millis(0), "connect", std::max(left, Millis(1000)));
+  if (r.type != Type::kOk)
+    throw TransportError("the server at " + host_port(host_, port_) +
+                         " refused the gradex store handshake: " + r.text());
+}
+
+TcpStore::~TcpStore() {
+  fd_.reset();  // close our connection before stopping a server we own
+  server_.reset();
+}
+
+TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const char* operation,
+                                     Millis grace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string who = "the gradex store at " + host_port(host_, port_);
+  if (!fd_.valid()) throw TransportError("connection to " + who + " was lost earlier");
+  auto deadline = Clock::now() + timeout + grace;
+  auto fail_timeout = [&]() {
+    fd_.reset();  // a late reply would desynchronize the connection
+    return TimeoutError(std::string("store ") + operation, -1,
+                        who + " did not answer within " + seconds(timeout + grace) +
+                            " (something other than a gradex store may be listening there)");
+  };
+  try {
+    if (!send_all(fd_.get(), frame.data(), frame.size(), deadline, who)) throw fail_timeout();
+    uint8_t hdr[kHeaderBytes];
+    if (!recv_all(fd_.get(), hdr, kHeaderBytes, deadline, who)) throw fail_timeout();
+    Header h = decode_header(hdr);
+    std::string bad = check_header(h);
+    if (!bad.empty()) {
+      fd_.reset();
+      throw TransportError(who + " is not a usable gradex store: " + bad);
+    }
+    Reply r{h.type, Bytes(h.length)};
+    if (h.length > 0 && !recv_all(fd_.get(), r.payload.data(), h.length, deadline, who))
+      throw fail_timeout();
+    if (r.type == Type::kError)
+      throw InvalidArgument(std::string("store ") + operation + " failed: " + r.text());
+    return r;
+  } catch (const TransportError&) {
+    fd_.reset();
+    throw;
+  }
+}
+
+void TcpStore::set(const std::string& key, const Bytes& value) {
+  Writer w;
+  w.str(key);
+  w.bytes(value);
+  round_trip(w.frame(Type::kSet), Millis(0), "set", kReplyGrace);
+}
+
+Bytes TcpStore::get(const std::string& key, Millis timeout) {
+  Writer w;
+  w.u64(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  w.str(key);
+  Reply r = round_trip(w.frame(Type::kGet), timeout, "get", kReplyGrace);
+  if (r.type == Type::kTimeout)
+    throw TimeoutError("store get", -1, "key '" + key + "' was not set within " + seconds(timeout));
+  return std::move(r.payload);
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  Writer w;
+  w.u64(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys)
+    w.str(k);
+  Reply r = round_trip(w.frame(Type::kWait), timeout, "wait", kReplyGrace);
+  if (r.type == Type::kTimeout)
+    throw TimeoutError("store wait", -1,
+                       "key '" + r.text() + "' was not set within " + seconds(timeout));
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  Writer w;
+  w.u64(static_cast<uint64_t>(delta));
+  w.str(key);
+  Reply r = round_trip(w.frame(Type::kAdd), Millis(0), "add", kReplyGrace);
+  Reader reader(r.payload.data(), r.payload.size());
+  return static_cast<int64_t>(reader.u64());
+}
+
+}  // namespace gradex::comm

@@ -1,0 +1,70 @@
+// A small TCP key-value store for standalone bootstrap (no framework). Rank 0 runs a
+// TcpStoreServer in a background thread; every rank (rank 0 included) talks to it through a
+// TcpStore client. Wire format: tcp_store_protocol.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/socket.h"
+#include "comm/store.h"
+
+namespace gradex::comm {
+
+// Serves the store on host:port from a background thread that multiplexes every client with
+// poll(). Blocking requests (get, wait) are parked on the server until their key appears or their
+// own timeout passes, so the server never blocks on one client. The destructor stops the thread
+// and joins it; the thread never outlives its server object.
+class TcpStoreServer {
+ public:
+  // `host` must be an address of this machine; port 0 picks a free port. Throws ConfigError when
+  // the port is in use ("MASTER_PORT P is already in use on this host").
+  TcpStoreServer(const std::string& host, uint16_t port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  uint16_t port() const { return port_; }
+
+ private:
+  struct State;
+  void run();
+
+  uint16_t port_ = 0;
+  Fd listen_fd_;
+  Fd wake_read_, wake_write_;  // a pipe: writing one byte asks the thread to stop
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+};
+
+// A client connection to a TcpStoreServer. Thread-safe: requests are serialized on the connection.
+class TcpStore : public Store {
+ public:
+  // Connects (retrying until `connect_timeout`) and checks that the peer is a gradex store.
+  // `server`, when given, is kept alive as long as this client (rank 0 serves and uses the store).
+  TcpStore(std::string host, uint16_t port, Millis connect_timeout,
+           std::unique_ptr<TcpStoreServer> server = nullptr);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+
+ private:
+  struct Reply;
+  // Sends one request frame and reads its reply; `timeout` bounds the server-side wait and the
+  // reply may take `grace` on top of it (network, a busy server).
+  Reply round_trip(const Bytes& frame, Millis timeout, const char* operation, Millis grace);
+
+  std::string host_;
+  uint16_t port_;
+  std::mutex mutex_;
+  Fd fd_;
+  std::unique_ptr<TcpStoreServer> server_;  // destroyed after the connection is closed
+};
+
+}  // namespace gradex::comm

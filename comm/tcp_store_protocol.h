@@ -1,0 +1,78 @@
+// Wire format of the TCP store. Every frame, in both directions, is a 12-byte header
+//   u32 magic 'GXST' | u16 version | u16 type | u32 payload length
+// followed by the payload; integers are little-endian. A peer that is not a gradex store (or an
+// incompatible version) is recognised from the first header and reported clearly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+
+namespace gradex::comm::store_wire {
+
+constexpr uint32_t kMagic = 0x54535847;  // "GXST" in little-endian byte order
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 12;
+constexpr uint32_t kMaxPayload = 64u << 20;  // bootstrap values are small; refuse garbage lengths
+
+enum class Type : uint16_t {
+  // requests
+  kHello = 1,  // empty; answered with kOk so the client knows it reached a gradex store
+  kSet = 2,    // str key, bytes value
+  kGet = 3,    // u64 timeout ms, str key -> kOk(value) | kTimeout(key)
+  kWait = 4,   // u64 timeout ms, u32 n, n x str key -> kOk | kTimeout(first missing key)
+  kAdd = 5,    // i64 delta, str key -> kOk(i64 new value) | kError
+  // responses
+  kOk = 100,
+  kTimeout = 101,
+  kError = 102,
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  Type type = Type::kOk;
+  uint32_t length = 0;
+};
+
+void encode_header(const Header& h, uint8_t out[kHeaderBytes]);
+Header decode_header(const uint8_t in[kHeaderBytes]);
+// Empty when the header is acceptable, else why not (wrong magic, version, oversized).
+std::string check_header(const Header& h);
+
+// Header + payload.
+Bytes make_frame(Type type, const Bytes& payload);
+
+class Writer {
+ public:
+  void u32(uint32_t v);
+  void u64(uint64_t v);
+  void str(const std::string& s);  // u32 length + bytes
+  void bytes(const Bytes& b);      // u32 length + bytes
+  // Header + payload, ready to send.
+  Bytes frame(Type type) const;
+
+ private:
+  Bytes payload_;
+};
+
+// Reads a payload; throws CorruptPayload when it is shorter than what is read.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+  uint32_t u32();
+  uint64_t u64();
+  std::string str();
+  Bytes bytes();
+  bool done() const { return p_ == end_; }
+
+ private:
+  const uint8_t* take(size_t n);
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+}  // namespace gradex::comm::store_wire

@@ -1,0 +1,227 @@
+// UcxCommunicator: construction (addresses through the store, endpoints, a hello round) and
+// teardown (bounded endpoint close).
+#include "comm/ucx/ucx_communicator.h"
+
+#include <cstring>
+#include <exception>
+
+#include "base/check.h"
+#include "base/log.h"
+
+namespace gradex::comm::ucx {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x4c484758;  // "XGHL"
+// User tags below 2^16 are reserved: next_collective_tag() starts at 2^16.
+constexpr uint64_t kHelloTag = 0;    // the hello round after connecting
+constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints
+
+struct Hello {
+  uint32_t magic;
+  uint32_t world_size;
+  uint32_t rank;
+};
+
+std::string address_key(int rank) {
+  return "gradex/ucx/address/" + std::to_string(rank);
+}
+
+Millis left_until(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+  return left.count() > 0 ? left : Millis(0);
+}
+
+}  // namespace
+
+UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int world_size,
+                                 const CommOptions& options)
+    : rank_(rank), size_(world_size), options_(options) {
+  GX_CHECK(store != nullptr);
+  if (world_size < 1 || static_cast<uint64_t>(world_size) > kRankMask)
+    throw InvalidArgument("world size " + std::to_string(world_size) + " is out of range [1, " +
+                          std::to_string(kRankMask) + "]");
+  if (rank < 0 || rank >= world_size)
+    throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, " +
+                          std::to_string(world_size) + ")");
+  if (options_.ring_chunk_bytes == 0)
+    throw InvalidArgument("CommOptions::ring_chunk_bytes must be positive");
+  log::set_rank(rank);
+  // GRADEX_IFACE goes to UCX through its config object: setting UCX_NET_DEVICES in the
+  // environment would leak into other UCX users of the process.
+  if (!options_.iface.empty()) config_.modify("NET_DEVICES", options_.iface);
+  context_ = std::make_unique<Context>(config_);
+  for (int p = 0; p < size_; ++p)
+    peers_.push_back(std::unique_ptr<PeerSlot>(new PeerSlot{this, p}));
+  worker_ = std::make_unique<Worker>(*context_);
+  pong_seq_.assign(static_cast<size_t>(size_), 0);
+  try {
+    post_control_recv();
+    connect_endpoints(*store);
+    exchange_hello();
+  } catch (...) {
+    shutdown();  // the destructor does not run for a half-built object
+    throw;
+  }
+  GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_;
+}
+
+void UcxCommunicator::connect_endpoints(Store& store) {
+  auto deadline = Clock::now() + options_.timeout;
+  {
+    WorkerAddress address(*worker_);
+    store.set(address_key(rank_), Bytes(address.data(), address.data() + address.size()));
+  }
+  endpoints_.resize(static_cast<size_t>(size_));
+  for (int i = 0; i < size_; ++i) {
+    // Start with the next rank so that ranks do not all wait for rank 0's key first.
+    int p = (rank_ + i) % size_;
+    Bytes remote = store.get(address_key(p), left_until(deadline));
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &UcxCommunicator::on_endpoint_error;
+    params.err_handler.arg = peers_[static_cast<size_t>(p)].get();
+    endpoints_[static_cast<size_t>(p)] = Endpoint(worker_->get(), params, p);
+  }
+}
+
+// One small message each way between every pair proves that the transport works before the first
+// collective, and catches ranks launched with a different world size.
+void UcxCommunicator::exchange_hello() {
+  std::vector<Hello> in(static_cast<size_t>(size_));
+  Hello out{kHelloMagic, static_cast<uint32_t>(size_), static_cast<uint32_t>(rank_)};
+  std::vector<RequestPtr> requests;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    requests.push_back(irecv(p, kHelloTag, &in[static_cast<size_t>(p)], sizeof(Hello)));
+    requests.push_back(isend(p, kHelloTag, &out, sizeof(Hello)));
+  }
+  wait_all(requests, "connect");
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const Hello& h = in[static_cast<size_t>(p)];
+    if (h.magic != kHelloMagic || static_cast<int>(h.rank) != p)
+      throw CorruptPayload("connect: malformed hello from rank " + std::to_string(p));
+    if (static_cast<int>(h.world_size) != size_)
+      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
+                          std::to_string(h.world_size) + ", this rank with " +
+                          std::to_string(size_));
+  }
+}
+
+void UcxCommunicator::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* slot = static_cast<PeerSlot*>(arg);
+  if (slot->error != UCS_OK) return;
+  slot->error = status;
+  UcxCommunicator* self = slot->self;
+  if (self->closing_) {
+    GX_LOG(kDebug) << "endpoint to rank " << slot->rank
+                   << " reported an error while closing: " << ucs_status_string(status);
+  } else {
+    GX_LOG(kWarn) << "endpoint to rank " << slot->rank << " failed: " << ucs_status_string(status);
+  }
+}
+
+uint64_t UcxCommunicator::next_collective_tag() {
+  // A 23-bit sequence number in bits 16..38 of the user tag; the low 16 bits are the
+  // collective's own sub-tags. Sequence 0 is skipped so tag 0 stays reserved for the hello.
+  constexpr uint64_t kSeqMask = (uint64_t{1} << 23) - 1;
+  collective_seq_ = (collective_seq_ + 1) & kSeqMask;
+  if (collective_seq_ == 0) collective_seq_ = 1;
+  return collective_seq_ << 16;
+}
+
+void UcxCommunicator::close_endpoints() {
+  auto deadline = Clock::now() + std::min<Millis>(options_.timeout, Millis(5000));
+  std::vector<void*> closing;
+  bool broken = failure_code_ != ErrorCode::kOk;
+  for (int p = 0; p < size_; ++p) {
+    Endpoint& ep = endpoints_[static_cast<size_t>(p)];
+    if (!ep.open()) continue;
+    // A failed peer cannot acknowledge a flush: skip straight to releasing the endpoint.
+    bool force = broken || peers_[static_cast<size_t>(p)]->error != UCS_OK;
+    if (void* req = ep.start_close(force)) closing.push_back(req);
+  }
+  while (!closing.empty() && Clock::now() < deadline) {
+    ucp_worker_progress(worker_->get());
+    for (size_t i = 0; i < closing.size();) {
+      if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
+        ucp_request_free(closing[i]);
+        closing[i] = closing.back();
+        closing.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  if (!closing.empty()) {
+    GX_LOG(kWarn) << closing.size() << " endpoint(s) did not finish closing in time";
+  }
+  for (void* req : closing)
+    ucp_request_free(req);  // released by UCX when the worker is destroyed
+}
+
+UcxCommunicator::~UcxCommunicator() {
+  if (std::uncaught_exceptions() > 0 && failure_code_ == ErrorCode::kOk && size_ > 1) {
+    // Destroyed by an exception from outside the communicator: tell the peers, which would
+    // otherwise wait for this rank until their timeout.
+    GX_LOG(kWarn) << "communicator destroyed during an exception; notifying the other ranks";
+    failure_code_ = ErrorCode::kPeer;
+    failure_peer_ = rank_;
+    failure_what_ = "rank " + std::to_string(rank_) + " left after an error";
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) send_control(p, kControlAbort, rank_, static_cast<int32_t>(ErrorCode::kPeer));
+  }
+  if (failure_code_ == ErrorCode::kOk && size_ > 1) goodbye_barrier();
+  shutdown();
+}
+
+// A barrier before closing: a rank that closes its endpoints while a peer still finishes its
+// last collective would make that peer's endpoint fail (tcp reports the disconnect). Bounded; on
+// failure the endpoints are simply force-closed.
+void UcxCommunicator::goodbye_barrier() {
+  CommOptions saved = options_;
+  options_.timeout = std::min<Millis>(options_.timeout, Millis(30000));
+  try {
+    uint8_t token = 0;
+    for (int distance = 1; distance < size_; distance *= 2) {
+      uint8_t in = 0;
+      std::vector<RequestPtr> requests;
+      requests.push_back(irecv((rank_ - distance + size_) % size_, kGoodbyeTag, &in, 1));
+      requests.push_back(isend((rank_ + distance) % size_, kGoodbyeTag, &token, 1));
+      wait_all(requests, "close");
+    }
+  } catch (const std::exception& e) {
+    GX_LOG(kWarn) << "closing without every rank: " << e.what();
+  }
+  options_ = saved;
+}
+
+void UcxCommunicator::shutdown() {
+  closing_ = true;
+  // Let abort notices and pongs leave before the endpoints go away.
+  reap_control_sends(true, Clock::now() + Millis(500));
+  if (control_recv_ != nullptr) {
+    ucp_request_cancel(worker_->get(), control_recv_);
+    auto deadline = Clock::now() + Millis(500);
+    while (ucp_request_check_status(control_recv_) == UCS_INPROGRESS && Clock::now() < deadline)
+      ucp_worker_progress(worker_->get());
+    ucp_request_free(control_recv_);
+    control_recv_ = nullptr;
+  }
+  close_endpoints();
+  reap_control_sends(true, Clock::now());  // anything left was completed by the close
+}
+
+}  // namespace gradex::comm::ucx
+
+namespace gradex::comm {
+
+std::unique_ptr<Communicator> create_ucx_communicator(std::shared_ptr<Store> store, int rank,
+                                                      int world_size, const CommOptions& options) {
+  return std::make_unique<ucx::UcxCommunicator>(std::move(store), rank, world_size, options);
+}
+
+}  // namespace gradex::comm

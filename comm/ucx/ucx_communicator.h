@@ -1,0 +1,160 @@
+// The UCX Communicator: one ucp context + worker, an endpoint to every rank (itself included) with
+// peer error handling, tagged messages whose 64-bit UCX tag is
+//   bit 63: control flag | bits 62..24: user tag | bits 23..0: source rank
+// so a receive matches exactly one peer. Control messages (liveness probes, abort notices) travel
+// in the control half of the tag space and are handled inside progress().
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "comm/communicator.h"
+#include "comm/socket.h"
+#include "comm/ucx/ucx_handles.h"
+
+namespace gradex::comm::ucx {
+
+constexpr int kRankBits = 24;
+constexpr uint64_t kRankMask = (uint64_t{1} << kRankBits) - 1;
+constexpr uint64_t kControlBit = uint64_t{1} << 63;
+constexpr uint64_t kUserTagLimit = uint64_t{1} << 39;
+
+class UcxCommunicator;
+
+// An in-flight isend / irecv. Destroying one that has not completed cancels it and waits (bounded)
+// until UCX no longer touches its buffer.
+class UcxRequest : public Request {
+ public:
+  ~UcxRequest() override;
+  int peer() const override { return peer_; }
+
+ private:
+  friend class UcxCommunicator;
+  UcxRequest(UcxCommunicator* owner, int peer, bool is_recv)
+      : owner_(owner), peer_(peer), is_recv_(is_recv) {}
+
+  UcxCommunicator* owner_;
+  int peer_;
+  bool is_recv_;
+  void* handle_ = nullptr;  // UCX request while in flight, nullptr once completed and freed
+  ucs_status_t status_ = UCS_INPROGRESS;
+  ucp_tag_recv_info_t info_{};
+};
+
+constexpr uint32_t kControlMagic = 0x43584747;  // "GGXC"
+enum ControlKind : uint32_t { kControlPing = 1, kControlPong = 2, kControlAbort = 3 };
+
+// Wire format of a control message (16 bytes, host byte order: both ends are the same build).
+struct ControlMessage {
+  uint32_t magic;
+  uint32_t kind;    // ControlKind
+  int32_t subject;  // probe: sequence number; abort: the rank blamed
+  int32_t code;     // abort: ErrorCode of the failure
+};
+
+class UcxCommunicator : public Communicator {
+ public:
+  UcxCommunicator(std::shared_ptr<Store> store, int rank, int world_size,
+                  const CommOptions& options);
+  ~UcxCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const CommOptions& options() const override { return options_; }
+
+  RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
+  RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  bool progress() override;
+  bool test(Request& request, const char* operation) override;
+  void wait_all(std::vector<RequestPtr>& requests, const char* operation) override;
+  size_t recv_length(const Request& request) const override;
+  uint64_t next_collective_tag() override;
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  uint64_t bytes_received() const override { return bytes_received_; }
+
+ private:
+  friend class UcxRequest;
+  struct PeerSlot {
+    UcxCommunicator* self;
+    int rank;
+    ucs_status_t error = UCS_OK;  // set by the endpoint error callback
+  };
+  struct ControlSend {
+    ControlMessage message;
+    void* handle;
+  };
+
+  // --- bootstrap and teardown (ucx_communicator.cc) ---
+  void connect_endpoints(Store& store);
+  void exchange_hello();
+  void close_endpoints();
+  void goodbye_barrier();
+  // Bounded teardown: flushes control messages, cancels the control receive, closes endpoints.
+  void shutdown();
+  static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  // --- requests (ucx_requests.cc) ---
+  // Polls a request's UCX status once; true when it is no longer in flight.
+  bool poll_request(UcxRequest& request);
+  // Cancels every in-flight request, force-closing endpoints whose sends cannot be cancelled,
+  // and progresses until UCX has let go of all of them (bounded).
+  void abandon(const std::vector<UcxRequest*>& requests);
+  // Throws (after abandoning `pending`) the error that makes progress impossible: a failed
+  // endpoint, an abort notice from another rank, or an earlier failure of this communicator.
+  void throw_if_failed(const char* operation, const std::vector<UcxRequest*>& pending);
+  // Records the first failure, tells the other ranks (abort notice) when `notify_peers`, abandons
+  // `pending` and throws TimeoutError (code kTimeout) or PeerError.
+  [[noreturn]] void fail(ErrorCode code, const std::string& operation, int peer,
+                         const std::string& detail, const std::vector<UcxRequest*>& pending,
+                         bool notify_peers);
+  void check_usable(const char* operation, int peer) const;
+  void idle(int* idle_rounds);
+
+  // --- control messages (ucx_control.cc) ---
+  void post_control_recv();
+  void handle_control(const ControlMessage& m, int source);
+  void send_control(int peer, uint32_t kind, int32_t subject, int32_t code);
+  void reap_control_sends(bool all, Clock::time_point deadline);
+  // On a timeout: pings every peer and returns the ranks that did not answer within a grace
+  // period (a stopped or dead process cannot answer; a rank that is itself waiting can).
+  std::vector<int> probe_unresponsive();
+
+  int rank_;
+  int size_;
+  CommOptions options_;
+  // Declaration order is destruction order in reverse: endpoints close before the worker dies.
+  Config config_;
+  std::unique_ptr<Context> context_;
+  std::vector<std::unique_ptr<PeerSlot>> peers_;  // stable addresses for the error callback
+  // Buffers UCX may touch until the worker is destroyed, so declared before it.
+  ControlMessage control_in_{};
+  ucp_tag_recv_info_t control_info_{};
+  std::list<ControlSend> control_sends_;      // in flight; stable addresses
+  std::list<ControlSend> abandoned_control_;  // released to UCX unfinished at teardown
+  std::unique_ptr<Worker> worker_;
+  std::vector<Endpoint> endpoints_;
+
+  uint64_t collective_seq_ = 0;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
+
+  // Control plane.
+  void* control_recv_ = nullptr;
+  int32_t probe_seq_ = 0;
+  std::vector<int32_t> pong_seq_;  // last probe sequence each peer answered
+
+  // Failure state: once set, the communicator refuses new work (message streams are out of step).
+  ErrorCode failure_code_ = ErrorCode::kOk;
+  int failure_peer_ = -1;
+  std::string failure_what_;
+  int abort_from_ = -1;  // rank whose abort notice arrived (first one)
+  int abort_blamed_ = -1;
+  ErrorCode abort_code_ = ErrorCode::kOk;
+  bool closing_ = false;
+};
+
+}  // namespace gradex::comm::ucx

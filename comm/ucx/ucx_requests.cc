@@ -1,0 +1,286 @@
+// UcxCommunicator: tagged messages, progress, completion, timeouts and failure handling.
+#include <algorithm>
+#include <thread>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "comm/ucx/ucx_communicator.h"
+
+namespace gradex::comm::ucx {
+namespace {
+
+uint64_t wire_tag(uint64_t user_tag, int source) {
+  return (user_tag << kRankBits) | static_cast<uint64_t>(source);
+}
+
+std::string seconds(Millis t) {
+  return format_seconds(static_cast<double>(t.count()) / 1000.0);
+}
+
+std::string status_detail(ucs_status_t st) {
+  return std::string("UCX reported: ") + ucs_status_string(st);
+}
+
+}  // namespace
+
+UcxRequest::~UcxRequest() {
+  if (handle_ != nullptr && owner_ != nullptr) owner_->abandon({this});
+}
+
+void UcxCommunicator::check_usable(const char* operation, int peer) const {
+  GX_CHECK(peer >= 0 && peer < size_);
+  if (failure_code_ != ErrorCode::kOk) {
+    std::string detail = "the communicator is unusable after an earlier failure: " + failure_what_;
+    if (failure_code_ == ErrorCode::kTimeout) throw TimeoutError(operation, failure_peer_, detail);
+    throw PeerError(operation, failure_peer_, detail);
+  }
+  if (!endpoints_[static_cast<size_t>(peer)].open())
+    throw PeerError(operation, peer, "the endpoint to this rank was closed");
+}
+
+RequestPtr UcxCommunicator::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
+  check_usable("send", peer);
+  GX_CHECK_LT(tag, kUserTagLimit);
+  std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, false));
+  ucp_request_param_t param{};
+  ucs_status_ptr_t st = ucp_tag_send_nbx(endpoints_[static_cast<size_t>(peer)].get(), data, bytes,
+                                         wire_tag(tag, rank_), &param);
+  if (st == nullptr) {
+    req->status_ = UCS_OK;
+  } else if (UCS_PTR_IS_ERR(st)) {
+    req->status_ = UCS_PTR_STATUS(st);  // reported by test / wait_all, with the operation name
+  } else {
+    req->handle_ = st;
+  }
+  bytes_sent_ += bytes;
+  return req;
+}
+
+RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
+  check_usable("receive", peer);
+  GX_CHECK_LT(tag, kUserTagLimit);
+  std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, true));
+  ucp_request_param_t param{};
+  // No immediate completion: UCX 1.13 does not fill recv_info when it completes a receive inside
+  // ucp_tag_recv_nbx, so the length always comes from ucp_tag_recv_request_test.
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  // Full mask: the source rank in the low bits selects exactly one peer.
+  ucs_status_ptr_t st =
+      ucp_tag_recv_nbx(worker_->get(), data, bytes, wire_tag(tag, peer), ~uint64_t{0}, &param);
+  GX_CHECK(st != nullptr);  // NO_IMM_CMPL: UCX always hands back a request or an error
+  if (UCS_PTR_IS_ERR(st)) {
+    req->status_ = UCS_PTR_STATUS(st);
+  } else {
+    req->handle_ = st;
+  }
+  return req;
+}
+
+bool UcxCommunicator::poll_request(UcxRequest& r) {
+  if (r.handle_ == nullptr) return true;
+  ucs_status_t st = r.is_recv_ ? ucp_tag_recv_request_test(r.handle_, &r.info_)
+                               : ucp_request_check_status(r.handle_);
+  if (st == UCS_INPROGRESS) return false;
+  r.status_ = st;
+  ucp_request_free(r.handle_);
+  r.handle_ = nullptr;
+  if (r.is_recv_ && st == UCS_OK) bytes_received_ += r.info_.length;
+  return true;
+}
+
+bool UcxCommunicator::progress() {
+  bool any = ucp_worker_progress(worker_->get()) != 0;
+  if (control_recv_ != nullptr) {
+    ucs_status_t st = ucp_tag_recv_request_test(control_recv_, &control_info_);
+    if (st != UCS_INPROGRESS) {
+      ucp_request_free(control_recv_);
+      control_recv_ = nullptr;
+      if (st == UCS_OK)
+        handle_control(control_in_, static_cast<int>(control_info_.sender_tag & kRankMask));
+      if (!closing_) post_control_recv();
+      any = true;
+    }
+  }
+  if (!control_sends_.empty()) reap_control_sends(false, Clock::now());
+  return any;
+}
+
+void UcxCommunicator::idle(int* idle_rounds) {
+  // Several ranks may share a core (tests run ranks as threads): spin briefly, then yield, then
+  // sleep, so a waiting rank does not starve the one it waits for.
+  ++*idle_rounds;
+  if (*idle_rounds < 64) return;
+  if (*idle_rounds < 4096) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+bool UcxCommunicator::test(Request& request, const char* operation) {
+  auto& r = static_cast<UcxRequest&>(request);
+  GX_CHECK(r.owner_ == this);
+  if (!poll_request(r)) return false;
+  if (r.status_ != UCS_OK) {
+    std::vector<UcxRequest*> none;
+    fail(ErrorCode::kPeer, operation, r.peer_, status_detail(r.status_), none, true);
+  }
+  return true;
+}
+
+size_t UcxCommunicator::recv_length(const Request& request) const {
+  const auto& r = static_cast<const UcxRequest&>(request);
+  GX_CHECK(r.is_recv_);
+  GX_CHECK(r.handle_ == nullptr && r.status_ == UCS_OK);
+  return r.info_.length;
+}
+
+void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* operation) {
+  std::vector<UcxRequest*> pending;
+  for (auto& r : requests) {
+    if (!r) continue;
+    auto* u = static_cast<UcxRequest*>(r.get());
+    GX_CHECK(u->owner_ == this);
+    pending.push_back(u);
+  }
+  // The timeout measures time without progress: any completion restarts it.
+  auto deadline = Clock::now() + options_.timeout;
+  int idle_rounds = 0;
+  while (true) {
+    size_t before = pending.size();
+    for (size_t i = 0; i < pending.size();) {
+      UcxRequest* r = pending[i];
+      if (!poll_request(*r)) {
+        ++i;
+        continue;
+      }
+      if (r->status_ != UCS_OK) {
+        int peer = r->peer_;
+        ucs_status_t ep_error = peers_[static_cast<size_t>(peer)]->error;
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        std::string detail = status_detail(r->status_);
+        if (ep_error != UCS_OK)
+          detail += " (its endpoint failed: " + std::string(ucs_status_string(ep_error)) + ")";
+        fail(ErrorCode::kPeer, operation, peer, detail, pending, true);
+      }
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (pending.empty()) return;
+    if (pending.size() != before) deadline = Clock::now() + options_.timeout;
+    throw_if_failed(operation, pending);
+    if (progress()) {
+      idle_rounds = 0;
+      continue;
+    }
+    idle(&idle_rounds);
+    if (Clock::now() < deadline) continue;
+
+    int waited = pending.front()->peer_;
+    std::vector<int> silent = probe_unresponsive();
+    throw_if_failed(operation, pending);  // a notice or endpoint error may have come meanwhile
+    int blamed = waited;
+    if (!silent.empty() && std::find(silent.begin(), silent.end(), waited) == silent.end())
+      blamed = silent.front();
+    std::string detail = "no progress for " + seconds(options_.timeout) + " waiting for rank " +
+                         std::to_string(waited) + " (" + std::to_string(pending.size()) +
+                         " request(s) pending)";
+    if (silent.empty()) {
+      detail += "; every rank answered a liveness probe (ranks calling different collectives?)";
+    } else {
+      detail += "; ranks not answering a liveness probe (stopped, hung or dead):";
+      for (int s : silent)
+        detail += " " + std::to_string(s);
+    }
+    fail(ErrorCode::kTimeout, operation, blamed, detail, pending, true);
+  }
+}
+
+void UcxCommunicator::throw_if_failed(const char* operation,
+                                      const std::vector<UcxRequest*>& pending) {
+  if (failure_code_ != ErrorCode::kOk) {
+    abandon(pending);
+    check_usable(operation, rank_);
+  }
+  for (int p = 0; p < size_; ++p) {
+    ucs_status_t err = peers_[static_cast<size_t>(p)]->error;
+    if (err != UCS_OK)
+      fail(ErrorCode::kPeer, operation, p,
+           std::string("the endpoint to this rank failed (process died or network failed): ") +
+               ucs_status_string(err),
+           pending, true);
+  }
+  if (abort_from_ >= 0) {
+    std::string detail = "rank " + std::to_string(abort_from_) + " aborted: it saw a " +
+                         error_code_name(abort_code_) + " involving rank " +
+                         std::to_string(abort_blamed_);
+    fail(abort_code_ == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kPeer, operation,
+         abort_blamed_, detail, pending, false);
+  }
+}
+
+void UcxCommunicator::fail(ErrorCode code, const std::string& operation, int peer,
+                           const std::string& detail, const std::vector<UcxRequest*>& pending,
+                           bool notify_peers) {
+  std::string what;
+  if (code == ErrorCode::kTimeout) {
+    what = TimeoutError(operation, peer, detail).what();
+  } else {
+    what = PeerError(operation, peer, detail).what();
+  }
+  if (failure_code_ == ErrorCode::kOk) {
+    failure_code_ = code;
+    failure_peer_ = peer;
+    failure_what_ = what;
+    GX_LOG(kError) << what;  // logged once, where first detected
+    if (notify_peers) {
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) send_control(p, kControlAbort, peer, static_cast<int32_t>(code));
+    }
+  }
+  abandon(pending);
+  reap_control_sends(true, Clock::now() + Millis(200));
+  if (code == ErrorCode::kTimeout) throw TimeoutError(operation, peer, detail);
+  throw PeerError(operation, peer, detail);
+}
+
+void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {
+  std::vector<UcxRequest*> live;
+  for (UcxRequest* r : requests) {
+    if (r->handle_ == nullptr) continue;
+    ucp_request_cancel(worker_->get(), r->handle_);
+    live.push_back(r);
+  }
+  auto start = Clock::now();
+  bool forced = false;
+  while (!live.empty() && Clock::now() < start + Millis(2000)) {
+    ucp_worker_progress(worker_->get());
+    live.erase(
+        std::remove_if(live.begin(), live.end(), [&](UcxRequest* r) { return poll_request(*r); }),
+        live.end());
+    if (!forced && !live.empty() && Clock::now() > start + Millis(100)) {
+      // A send already handed to the transport (e.g. a rendezvous the peer never fetched) cannot
+      // be cancelled: force-closing its endpoint completes it. That peer's message stream is out
+      // of step from now on, so the communicator is marked failed.
+      forced = true;
+      for (UcxRequest* r : live) {
+        Endpoint& ep = endpoints_[static_cast<size_t>(r->peer_)];
+        if (r->is_recv_ || !ep.open()) continue;
+        if (void* req = ep.start_close(true)) ucp_request_free(req);
+        if (failure_code_ == ErrorCode::kOk) {
+          failure_code_ = ErrorCode::kPeer;
+          failure_peer_ = r->peer_;
+          failure_what_ = "a send to rank " + std::to_string(r->peer_) + " was abandoned";
+        }
+      }
+    }
+  }
+  for (UcxRequest* r : live) {
+    GX_LOG(kError) << "a request with rank " << r->peer_
+                   << " is still in flight after cancellation; releasing it to UCX";
+    ucp_request_free(r->handle_);
+    r->handle_ = nullptr;
+    r->status_ = UCS_ERR_CANCELED;
+  }
+}
+
+}  // namespace gradex::comm::ucx

@@ -1,0 +1,66 @@
+// Test harnesses for comm/: ranks as threads (breadth, over real UCX inside one process) and ranks
+// as forked processes (what threads cannot show: bootstrap across processes, a killed or stopped
+// rank).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace gradex::test {
+
+// Short timeout and 64-byte ring chunks, so small buffers already take multi-chunk paths.
+comm::CommOptions test_options();
+
+// Runs fn(comm) for every rank of a world of `world_size`, each rank in its own thread with its
+// own UCX communicator bootstrapped over one in-memory store. Joins every thread, then rethrows
+// the first exception any rank threw (with its rank prepended to the message).
+void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& fn,
+               const comm::CommOptions& options = test_options());
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+uint16_t free_port();
+
+// What a forked rank reports back.
+struct ChildResult {
+  int rank = -1;
+  bool exited = false;  // exited normally (else killed by a signal, see `signal`)
+  int exit_code = -1;
+  int signal = 0;
+  bool watchdog_killed = false;
+  std::string report;  // everything the child passed to report()
+  double seconds = 0;  // from start() until the child was reaped
+};
+
+// Forks `world_size` children; child r runs fn(r) and exits with its return value (an escaping
+// exception is reported and exits 99). Children never return into the test framework.
+class ProcessGroup {
+ public:
+  ProcessGroup(int world_size, const std::function<int(int rank)>& fn);
+  ~ProcessGroup();  // SIGKILLs and reaps whatever is still running
+
+  pid_t pid(int rank) const { return pids_[static_cast<size_t>(rank)]; }
+  void signal(int rank, int sig);
+  // Reaps every child; children still running at `watchdog` are SIGKILLed and marked.
+  std::vector<ChildResult> wait(std::chrono::milliseconds watchdog);
+  // Blocks until `rank` has reported a line containing `text`, or `limit` passes; false then.
+  bool wait_for_report(int rank, const std::string& text, std::chrono::milliseconds limit);
+
+ private:
+  void drain(int rank, int timeout_ms);
+
+  std::vector<pid_t> pids_;
+  std::vector<int> pipes_;  // read ends, one per child
+  std::vector<std::string> reports_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// In a child: appends a line to the report its parent reads (unbuffered, async-signal-free).
+void report(const std::string& line);
+
+}  // namespace gradex::test
