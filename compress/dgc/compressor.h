@@ -1,0 +1,90 @@
+// The stateful per-tensor DGC compressor (Lin et al., "Deep Gradient Compression", ICLR 2018).
+//
+// State: the momentum buffer u (only when momentum > 0) and the residual v, both fp32 with numel
+// elements. One step with gradient g (after optional clipping, g' = c*g):
+//   u <- m*u + g';  v <- v + u   (Nesterov: v <- v + g' + m*u)
+//   select S = the elements of largest |v| (about k = (1 - sparsity)*numel of them, never more
+//   than the hard cap, at least one when v is non-zero), send their values, then zero them in v
+//   (keeping the rounding error when values are 16-bit) and in u (momentum factor masking).
+// Invariant, exactly in fp32, for every element i: sent_i + v_new_i == v_old_i + update_i, where
+// v_old_i + update_i is the v computed above and sent_i is 0 for unselected elements.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "compress/options.h"
+
+namespace gradex::compress {
+
+// The result of one step: sorted, strictly increasing indices and their values. Values are exactly
+// representable in value_dtype (the encoder sends them without further rounding).
+struct Selection {
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  DType value_dtype = DType::kFloat32;
+  uint64_t numel = 0;
+  uint64_t step = 0;     // 0-based index of the step that produced it
+  double sparsity = 0;   // the target sparsity of that step
+  float threshold = 0;   // smallest selected |v| (the effective threshold); +inf when empty
+  int rounds = 0;        // full passes over v spent on selection (0: the fused pass sufficed)
+  bool exact = false;    // finished with an exact top-k over the whole tensor
+  size_t saturated = 0;  // values clamped to the 16-bit range
+};
+
+class DgcCompressor {
+ public:
+  // Throws InvalidArgument for invalid options or numel > 2^32 (indices are uint32).
+  DgcCompressor(size_t numel, DgcOptions options);
+
+  size_t numel() const { return numel_; }
+  const DgcOptions& options() const { return options_; }
+  uint64_t steps_done() const { return step_; }
+  // Sparsity, density and target count of the NEXT step (the engine uses density to decide on a
+  // dense step: a sparse allgather only pays while density < 1/(2P)).
+  double sparsity() const;
+  double density() const { return 1.0 - sparsity(); }
+  size_t target_count() const;
+
+  // One sparse step. grad holds numel floats. The result is valid until the next call.
+  const Selection& step(const float* grad);
+  // One dense step: the same update, then the whole new v is written to dense_out (numel floats)
+  // and v and u are zeroed, so the invariant holds with every element sent.
+  void step_dense(const float* grad, float* dense_out);
+
+  // Read-only views of the state (u is null when momentum is 0).
+  const float* residual() const { return v_.data(); }
+  const float* momentum_buffer() const { return u_.empty() ? nullptr : u_.data(); }
+
+  // Checkpointing. The blob is versioned and carries numel and a checksum; load_state throws
+  // StateError when the version, numel or momentum layout does not match, CorruptPayload when
+  // the blob is damaged.
+  std::vector<uint8_t> save_state() const;
+  void load_state(const uint8_t* data, size_t size);
+  // Zeroes u and v and restarts the schedule.
+  void reset();
+
+ private:
+  float clip_scale(const float* grad) const;
+  void update(const float* grad, float hint, int threads);
+  void select(int threads);
+  void collect(float t, int threads, size_t* total);
+  void finish_selection();
+
+  size_t numel_;
+  DgcOptions options_;
+  std::vector<float> u_, v_;
+  uint64_t step_ = 0;
+  float last_threshold_ = 0;  // 0: none yet (first step, or after reset/restore)
+
+  Selection sel_;
+  // Scratch: per-thread candidate buffers and their true counts, the sample, exact-selection space.
+  std::vector<std::vector<uint32_t>> cand_;
+  std::vector<size_t> found_;
+  size_t cand_cap_ = 0;
+  std::vector<float> scratch_;
+};
+
+}  // namespace gradex::compress

@@ -1,0 +1,141 @@
+#include "compress/half/cast.h"
+
+#include <string>
+
+#include "base/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace gradex::compress::half {
+namespace {
+
+void require_half(DType type, const char* what) {
+  if (type != DType::kFloat16 && type != DType::kBFloat16)
+    throw InvalidArgument(std::string(what) + ": type must be fp16 or bf16, got " +
+                          dtype_name(type));
+}
+
+// bf16, branch-free so that the compiler vectorizes it.
+CastStats to_bf16_loop(const float* __restrict in, uint16_t* __restrict out, size_t n,
+                       float scale) {
+  size_t sat = 0, nonfinite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = float_bits(in[i] * scale);
+    const uint32_t abs = u & 0x7fffffffu;
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const bool nan = abs > 0x7f800000u;
+    const bool fin_sat = abs >= 0x7f7f8000u && abs < 0x7f800000u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t r = nan ? ((u >> 16) | 0x40u) : rounded;
+    r = fin_sat ? (sign | 0x7f7fu) : r;
+    out[i] = static_cast<uint16_t>(r);
+    sat += fin_sat;
+    nonfinite += abs >= 0x7f800000u;
+  }
+  return {sat, nonfinite};
+}
+
+CastStats to_fp16_scalar(const float* in, uint16_t* out, size_t n, float scale) {
+  CastStats s;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = in[i] * scale;
+    bool saturated;
+    out[i] = to_half_saturating(x, &saturated);
+    s.saturated += saturated;
+    s.nonfinite += (float_bits(x) & 0x7fffffffu) >= 0x7f800000u;
+  }
+  return s;
+}
+
+#if defined(__x86_64__)
+// F16C: 8 values per iteration; saturation is applied before the hardware rounding (which is to
+// nearest even, like float_to_half).
+__attribute__((target("avx2,f16c"))) CastStats to_fp16_f16c(const float* in, uint16_t* out,
+                                                            size_t n, float scale) {
+  CastStats s;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 limit = _mm256_castsi256_ps(_mm256_set1_epi32(0x477ff000));
+  const __m256 fmax = _mm256_set1_ps(3.40282347e38f);
+  const __m256 hmax = _mm256_set1_ps(kHalfMax);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(in + i), vscale);
+    __m256 a = _mm256_and_ps(x, abs_mask);
+    __m256 nonfinite = _mm256_cmp_ps(a, fmax, _CMP_NLE_UQ);  // > max or NaN
+    __m256 big = _mm256_andnot_ps(nonfinite, _mm256_cmp_ps(a, limit, _CMP_GE_OQ));
+    __m256 clamped = _mm256_or_ps(hmax, _mm256_andnot_ps(abs_mask, x));  // +-65504
+    x = _mm256_blendv_ps(x, clamped, big);
+    __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    s.saturated += __builtin_popcount(_mm256_movemask_ps(big));
+    s.nonfinite += __builtin_popcount(_mm256_movemask_ps(nonfinite));
+  }
+  CastStats tail = to_fp16_scalar(in + i, out + i, n - i, scale);
+  s.saturated += tail.saturated;
+  s.nonfinite += tail.nonfinite;
+  return s;
+}
+
+__attribute__((target("avx2,f16c"))) void from_fp16_f16c(const uint16_t* in, float* out, size_t n,
+                                                         float scale, bool add) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    x = _mm256_mul_ps(x, vscale);
+    if (add) x = _mm256_add_ps(x, _mm256_loadu_ps(out + i));
+    _mm256_storeu_ps(out + i, x);
+  }
+  for (; i < n; ++i)
+    out[i] = add ? out[i] + half_to_float(in[i]) * scale : half_to_float(in[i]) * scale;
+}
+
+bool have_f16c() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+void from_half_impl(const uint16_t* __restrict in, float* __restrict out, size_t n, DType type,
+                    float scale, bool add) {
+  if (type == DType::kBFloat16) {
+    for (size_t i = 0; i < n; ++i) {
+      const float x = bf16_to_float(in[i]) * scale;
+      out[i] = add ? out[i] + x : x;
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  if (have_f16c()) return from_fp16_f16c(in, out, n, scale, add);
+#endif
+  for (size_t i = 0; i < n; ++i) {
+    const float x = half_to_float(in[i]) * scale;
+    out[i] = add ? out[i] + x : x;
+  }
+}
+
+}  // namespace
+
+CastStats to_half(const float* in, uint16_t* out, size_t n, DType type, float scale) {
+  require_half(type, "half::to_half");
+  if (type == DType::kBFloat16) return to_bf16_loop(in, out, n, scale);
+#if defined(__x86_64__)
+  if (have_f16c()) return to_fp16_f16c(in, out, n, scale);
+#endif
+  return to_fp16_scalar(in, out, n, scale);
+}
+
+void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale) {
+  require_half(type, "half::from_half");
+  from_half_impl(in, out, n, type, scale, false);
+}
+
+void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale) {
+  require_half(type, "half::add_from_half");
+  from_half_impl(in, out, n, type, scale, true);
+}
+
+}  // namespace gradex::compress::half

@@ -1,0 +1,270 @@
+// DgcCompressor: the exact invariant over many random steps, selection bounds, the schedule, the
+// identity at sparsity 0, dense steps and clipping.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "compress/compress.h"
+#include "compress/dgc/schedule.h"
+#include "test_util.h"
+
+namespace gradex::compress {
+namespace {
+
+using test::random_grad;
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+// Runs `steps` steps and checks, per step and element: sent + v_new == v_old + update exactly,
+// u masked at the selection, bounds on the count, and that the selection is a top set of |v|.
+void check_invariant(DgcOptions o, size_t n, int steps) {
+  DgcCompressor dgc(n, o);
+  std::vector<float> u_old(n, 0.0f), v_old(n, 0.0f), expect_v(n), expect_u(n), sent(n);
+  const float m = o.momentum;
+  for (int s = 0; s < steps; ++s) {
+    // Gradients of varying scale, some exact zeros, so thresholds move between steps.
+    std::vector<float> g = random_grad(n, 1000 + s, 1.0f + (s % 3), 17);
+    for (size_t i = 0; i < n; ++i) {
+      float ui = m * u_old[i] + g[i];
+      expect_u[i] = m == 0.0f ? 0.0f : ui;
+      if (m == 0.0f) {
+        expect_v[i] = v_old[i] + g[i];
+      } else {
+        expect_v[i] = o.nesterov ? v_old[i] + (g[i] + m * ui) : v_old[i] + ui;
+      }
+    }
+    const Selection& sel = dgc.step(g.data());
+    const size_t c = sel.indices.size();
+    const dgc::CountBounds b = dgc::count_bounds(o, n, sel.sparsity);
+    ASSERT_EQ(sel.values.size(), c);
+    ASSERT_GE(c, b.low) << "step " << s;
+    ASSERT_LE(c, b.high) << "step " << s;
+    std::fill(sent.begin(), sent.end(), 0.0f);
+    for (size_t j = 0; j < c; ++j) {
+      ASSERT_LT(sel.indices[j], n);
+      if (j) {
+        ASSERT_GT(sel.indices[j], sel.indices[j - 1]);
+      }
+      sent[sel.indices[j]] = sel.values[j];
+    }
+    const float* v = dgc.residual();
+    const float* u = dgc.momentum_buffer();
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(sent[i] + v[i], expect_v[i]))
+          << "step " << s << " element " << i << ": " << sent[i] << " + " << v[i]
+          << " != " << expect_v[i];
+    // The selection is a top set by magnitude of the new v (before masking).
+    float min_sel = INFINITY, max_rest = 0;
+    std::vector<uint8_t> chosen(n, 0);
+    for (uint32_t i : sel.indices) {
+      chosen[i] = 1;
+      min_sel = std::min(min_sel, std::fabs(expect_v[i]));
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (!chosen[i]) max_rest = std::max(max_rest, std::fabs(expect_v[i]));
+    ASSERT_GE(min_sel, max_rest) << "step " << s;
+    ASSERT_EQ(sel.threshold, min_sel);
+    for (size_t i = 0; i < n; ++i) {
+      if (m == 0.0f) {
+        ASSERT_EQ(u, nullptr);
+        break;
+      }
+      ASSERT_TRUE(same_bits(u[i], chosen[i] ? 0.0f : expect_u[i])) << "u at " << i;
+    }
+    std::copy(v, v + n, v_old.begin());
+    if (u) std::copy(u, u + n, u_old.begin());
+  }
+}
+
+class DgcInvariant : public ::testing::TestWithParam<std::tuple<float, bool, DType, double, int>> {
+};
+
+TEST_P(DgcInvariant, HoldsExactlyOverManySteps) {
+  auto [m, nesterov, dtype, sparsity, threads] = GetParam();
+  DgcOptions o;
+  o.momentum = m;
+  o.nesterov = nesterov;
+  o.value_dtype = dtype;
+  o.sparsity = sparsity;
+  o.threads = threads;
+  o.parallel_min_elements = 1024;  // reach the multi-threaded paths on small tensors
+  o.seed = 7;
+  check_invariant(o, 50000, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, DgcInvariant,
+                         ::testing::Values(std::make_tuple(0.9f, false, DType::kFloat32, 0.999, 1),
+                                           std::make_tuple(0.9f, true, DType::kFloat32, 0.99, 1),
+                                           std::make_tuple(0.0f, false, DType::kFloat32, 0.999, 1),
+                                           std::make_tuple(0.9f, false, DType::kFloat16, 0.99, 1),
+                                           std::make_tuple(0.5f, true, DType::kBFloat16, 0.999, 1),
+                                           std::make_tuple(0.9f, false, DType::kFloat32, 0.999, 3),
+                                           std::make_tuple(0.0f, false, DType::kFloat16, 0.9, 4)));
+
+TEST(Dgc, InvariantWithWarmupRandomSamplingAndNoHint) {
+  DgcOptions o;
+  o.warmup_steps = 20;
+  o.sample_mode = SampleMode::kRandom;
+  o.reuse_threshold = false;
+  check_invariant(o, 30000, 30);
+}
+
+TEST(Dgc, InvariantWithExactSelection) {
+  DgcOptions o;
+  o.exact_selection = true;
+  o.sparsity = 0.99;
+  check_invariant(o, 20000, 10);
+}
+
+TEST(Dgc, ThreadCountDoesNotChangeTheResult) {
+  DgcOptions a;
+  a.parallel_min_elements = 1024;
+  a.threads = 1;
+  DgcOptions b = a;
+  b.threads = 4;
+  DgcCompressor x(100000, a), y(100000, b);
+  for (int s = 0; s < 10; ++s) {
+    auto g = random_grad(100000, s);
+    const Selection& sx = x.step(g.data());
+    const Selection& sy = y.step(g.data());
+    ASSERT_EQ(sx.indices, sy.indices);
+    ASSERT_EQ(sx.values, sy.values);
+  }
+}
+
+TEST(Dgc, SparsityZeroIsTheIdentity) {
+  DgcOptions o;
+  o.sparsity = 0;
+  o.momentum = 0;
+  const size_t n = 1000;
+  DgcCompressor dgc(n, o);
+  for (int s = 0; s < 3; ++s) {
+    auto g = random_grad(n, s, 1.0f, 0);
+    const Selection& sel = dgc.step(g.data());
+    ASSERT_EQ(sel.indices.size(), n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(sel.values[i], g[i]);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(dgc.residual()[i], 0.0f);
+  }
+}
+
+TEST(Dgc, SparsityZeroWithMomentumSendsTheMomentumUpdate) {
+  DgcOptions o;
+  o.sparsity = 0;
+  o.momentum = 0.9f;
+  DgcCompressor dgc(100, o);
+  auto g = random_grad(100, 1, 1.0f, 0);
+  for (int s = 0; s < 3; ++s) {
+    const Selection& sel = dgc.step(g.data());
+    ASSERT_EQ(sel.indices.size(), 100u);
+    // Momentum factor masking zeroes u after every send, so each step sends exactly g.
+    for (size_t i = 0; i < 100; ++i)
+      ASSERT_EQ(sel.values[i], g[i]);
+  }
+}
+
+TEST(Dgc, WarmupScheduleRampsToTheTarget) {
+  DgcOptions o;
+  o.sparsity = 0.999;
+  o.warmup_steps = 8;
+  const double want[] = {0.75, 0.75, 0.9375, 0.9375, 0.984375, 0.984375, 0.996, 0.996, 0.999};
+  for (int s = 0; s < 9; ++s)
+    EXPECT_EQ(dgc::sparsity_at(o, s), want[s]) << s;
+  o.sparsity = 0.9;  // a low target caps the ramp
+  EXPECT_EQ(dgc::sparsity_at(o, 7), 0.9);
+  o.schedule = {0.5, 0.6};
+  EXPECT_EQ(dgc::sparsity_at(o, 1), 0.6);
+  EXPECT_EQ(dgc::sparsity_at(o, 2), 0.9);
+  DgcCompressor dgc(1000, o);
+  EXPECT_EQ(dgc.sparsity(), 0.5);
+  EXPECT_EQ(dgc.target_count(), 500u);
+}
+
+TEST(Dgc, ZeroInputSelectsNothingAndOneNonZeroIsAlwaysSent) {
+  DgcOptions o;
+  o.momentum = 0;
+  DgcCompressor dgc(100000, o);
+  std::vector<float> g(100000, 0.0f);
+  EXPECT_TRUE(dgc.step(g.data()).indices.empty());
+  g[4242] = 1e-30f;
+  const Selection& sel = dgc.step(g.data());
+  ASSERT_EQ(sel.indices.size(), 1u);
+  EXPECT_EQ(sel.indices[0], 4242u);
+  EXPECT_EQ(sel.values[0], 1e-30f);
+}
+
+TEST(Dgc, HardCapBoundsTheCount) {
+  DgcOptions o;
+  o.sparsity = 0.5;
+  o.max_selected = 5;
+  DgcCompressor dgc(1000, o);
+  auto g = random_grad(1000, 3);
+  const Selection& sel = dgc.step(g.data());
+  EXPECT_EQ(sel.indices.size(), 5u);
+}
+
+TEST(Dgc, ConstantTensorsTieBreakByLowerIndex) {
+  DgcOptions o;
+  o.sparsity = 0.99;
+  o.momentum = 0;
+  DgcCompressor dgc(10000, o);
+  std::vector<float> g(10000, 0.5f);
+  const Selection& sel = dgc.step(g.data());
+  ASSERT_EQ(sel.indices.size(), 100u);  // no threshold separates equal values: exact top-k
+  EXPECT_TRUE(sel.exact);
+  for (uint32_t j = 0; j < 100; ++j)
+    ASSERT_EQ(sel.indices[j], j);
+}
+
+TEST(Dgc, DenseStepSendsEverythingAndClearsState) {
+  DgcOptions o;
+  o.momentum = 0.9f;
+  DgcCompressor dgc(5000, o);
+  auto g = random_grad(5000, 9);
+  dgc.step(g.data());
+  std::vector<float> v_old(dgc.residual(), dgc.residual() + 5000);
+  std::vector<float> u_old(dgc.momentum_buffer(), dgc.momentum_buffer() + 5000);
+  std::vector<float> out(5000);
+  dgc.step_dense(g.data(), out.data());
+  for (size_t i = 0; i < 5000; ++i) {
+    ASSERT_EQ(out[i], v_old[i] + (0.9f * u_old[i] + g[i]));
+    ASSERT_EQ(dgc.residual()[i], 0.0f);
+    ASSERT_EQ(dgc.momentum_buffer()[i], 0.0f);
+  }
+  EXPECT_EQ(dgc.steps_done(), 2u);
+}
+
+TEST(Dgc, ClippingScalesTheGradientToTheLocalNorm) {
+  DgcOptions o;
+  o.momentum = 0;
+  o.sparsity = 0;
+  o.clip_norm = 2.0f;
+  o.world_size = 4;  // local limit 2 / sqrt(4) = 1
+  DgcCompressor dgc(1000, o);
+  auto g = random_grad(1000, 5, 10.0f, 0);
+  const Selection& sel = dgc.step(g.data());
+  double norm = 0;
+  for (float x : sel.values)
+    norm += double(x) * x;
+  EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-4);
+}
+
+TEST(Dgc, RejectsBadOptionsAndArguments) {
+  DgcOptions o;
+  o.sparsity = 1.0;
+  EXPECT_THROW(DgcCompressor(10, o), InvalidArgument);
+  o = DgcOptions();
+  o.momentum = -0.1f;
+  EXPECT_THROW(DgcCompressor(10, o), InvalidArgument);
+  DgcCompressor ok(10, DgcOptions());
+  EXPECT_THROW(ok.step(nullptr), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradex::compress
