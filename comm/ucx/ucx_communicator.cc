@@ -83,7 +83,13 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxCommunicator::on_endpoint_error;
     params.err_handler.arg = peers_[static_cast<size_t>(p)].get();
-    endpoints_[static_cast<size_t>(p)] = Endpoint(worker_->get(), params, p);
+    try {
+      endpoints_[static_cast<size_t>(p)] = Endpoint(worker_->get(), params, p);
+    } catch (const TransportError& e) {
+      if (options_.iface.empty()) throw;
+      throw TransportError(std::string(e.what()) + " (GRADEX_IFACE='" + options_.iface +
+                           "': UCX found no usable transport on these devices)");
+    }
   }
 }
 
