@@ -1,0 +1,125 @@
+"""Where the ranks of one benchmark run live, how they reach each other, and how many bytes they put
+on the wire, counted by the kernel (independently of gradex's and torch's own counters).
+
+Three networks:
+  Cluster(P)        rank r in namespace gx-h<r> (bench/cluster/cluster.sh up), on eth0 at
+                    198.18.0.<r+1>; counters of each host's veth, read on the switch side
+  NamespaceLoopback every rank inside gx-h0, on its own loopback: unshaped, yet with counters that
+                    only this benchmark's traffic touches
+  RootLoopback      every rank in the root namespace on 127.0.0.1 (when namespaces are unavailable):
+                    no byte counters, since other programs share that loopback
+"""
+import json
+import os
+import pathlib
+import subprocess
+
+CLUSTER_SH = pathlib.Path(__file__).resolve().parent / "cluster.sh"
+SWITCH = "gx-sw"
+
+
+def _ip_json(*args):
+    out = subprocess.run(["ip", "-j", *args], check=True, capture_output=True, text=True, timeout=10)
+    return json.loads(out.stdout)
+
+
+def _link_stats(namespace):
+    """{ifname: (tx_bytes, rx_bytes)} of every interface in `namespace`."""
+    return {link["ifname"]: (link["stats64"]["tx"]["bytes"], link["stats64"]["rx"]["bytes"])
+            for link in _ip_json("-n", namespace, "-s", "link", "show")}
+
+
+def common_env(network, rank, world, port):
+    """Launcher variables for one rank: what torchrun would set, plus the interface pins.
+    UCX_TLS=tcp,self: the namespaces share one kernel and /dev/shm, so UCX would otherwise pick
+    shared memory between "hosts" and bypass the shaped links."""
+    return {
+        "RANK": str(rank), "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(network.local_rank(rank)), "LOCAL_WORLD_SIZE": str(network.local_world(world)),
+        "MASTER_ADDR": network.master_addr, "MASTER_PORT": str(port),
+        "GRADEX_IFACE": network.iface, "GLOO_SOCKET_IFNAME": network.iface,
+        "UCX_TLS": "tcp,self", "OMP_NUM_THREADS": "1",
+    }
+
+
+class Cluster:
+    name_prefix = "gx-h"
+    master_addr = "198.18.0.1"
+    iface = "eth0"
+    counted = True
+
+    def __init__(self, hosts, rate):
+        self.hosts = hosts
+        self.rate = rate
+        self.label = rate
+
+    def command(self, rank, argv):
+        return ["ip", "netns", "exec", f"{self.name_prefix}{rank}", *argv]
+
+    def local_rank(self, rank):
+        return 0
+
+    def local_world(self, world):
+        return 1
+
+    def shape(self):
+        subprocess.run([str(CLUSTER_SH), "shape", "--rate", self.rate], check=True, timeout=60,
+                       stdout=subprocess.DEVNULL)
+
+    def bytes_sent(self):
+        """Total bytes all hosts transmitted so far (data, headers and ACKs; after shaping)."""
+        stats = _link_stats(SWITCH)
+        # Port p<i> receives exactly what host i's eth0 transmits (the two ends of one veth pair).
+        return sum(stats[f"p{i}"][1] for i in range(self.hosts))
+
+
+class NamespaceLoopback:
+    master_addr = "127.0.0.1"
+    iface = "lo"
+    counted = True
+    label = "loopback"
+    namespace = "gx-h0"
+
+    def command(self, rank, argv):
+        return ["ip", "netns", "exec", self.namespace, *argv]
+
+    def local_rank(self, rank):
+        return rank
+
+    def local_world(self, world):
+        return world
+
+    def shape(self):
+        pass
+
+    def bytes_sent(self):
+        return _link_stats(self.namespace)["lo"][0]  # every packet on lo is sent once
+
+
+class RootLoopback(NamespaceLoopback):
+    counted = False
+
+    def command(self, rank, argv):
+        return list(argv)
+
+    def bytes_sent(self):
+        return None
+
+
+def pick_port(network):
+    """A TCP port for the rendezvous. Inside our namespaces nothing else listens, so a fixed one is
+    safe; in the root namespace ask the kernel for a free one."""
+    if isinstance(network, RootLoopback):
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    pick_port.counter = getattr(pick_port, "counter", 0) + 1  # fresh port per run: no TIME_WAIT clash
+    return 29400 + pick_port.counter % 500
+
+
+def environment(network, rank, world, port, extra=None):
+    env = dict(os.environ)
+    env.update(common_env(network, rank, world, port))
+    env.update(extra or {})
+    return env

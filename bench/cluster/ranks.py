@@ -1,0 +1,180 @@
+"""Runs one multi-rank benchmark command (gradex-bench exchange, the PyTorch baselines) as P processes
+placed by a network (network.py), bounded in time, and counts the bytes on the wire of each mode's
+measured steps.
+
+Contract with the rank programs: rank 0 writes progress "[<tool>] <mode> step <k>/<n>" to stderr
+when stderr is a terminal (k counts from 1, warm-up first). Rank 0's stderr is therefore a pseudo-
+terminal here; each progress line is seen when that step starts (before its gradients are generated
+and its barrier), so the kernel's counters read when step warmup+1 of a mode starts, and when the
+next mode starts (or the program ends), enclose exactly that mode's measured steps.
+
+Every rank runs in its own session: on a failure, a timeout or Ctrl-C all of them are killed by
+process group, and the error carries the tail of each failed rank's log.
+"""
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from network import environment, pick_port
+
+PROGRESS = re.compile(r"\[(\w+)\] (\w+) step (\d+)/(\d+)")
+
+
+class RankFailure(RuntimeError):
+    pass
+
+
+class WireMeter:
+    """Kernel byte counters sampled at the progress boundaries of rank 0."""
+
+    def __init__(self, network, warmup, steps, ranks):
+        self.network, self.warmup, self.steps, self.ranks = network, warmup, steps, ranks
+        self.current, self.start, self.per_step = None, None, {}
+
+    def on_progress(self, mode, step):
+        if mode != self.current:
+            self._close()
+            self.current, self.start = mode, None
+        if step == self.warmup + 1 and self.network.counted:
+            self.start = self.network.bytes_sent()
+
+    def _close(self):
+        if self.current is not None and self.start is not None:
+            delta = self.network.bytes_sent() - self.start
+            self.per_step[self.current] = delta / self.steps / self.ranks  # per step and rank
+        self.start = None
+
+    def finish(self):
+        self._close()
+        self.current = None
+
+
+def _kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def _read_progress(master_fd, meter, display, log_path):
+    """Reads rank 0's terminal until it closes: keeps all of it in log_path (errors land there too)
+    and feeds every new progress state to the meter and the display."""
+    seen, buffer = None, b""
+    log = open(log_path, "wb")
+    while True:
+        try:
+            chunk = os.read(master_fd, 4096)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        log.write(chunk)
+        log.flush()
+        buffer = (buffer + chunk)[-4096:]
+        for match in PROGRESS.finditer(buffer.decode(errors="replace")):
+            state = (match.group(2), int(match.group(3)))
+            if state != seen:
+                seen = state
+                meter.on_progress(*state)
+                display(match.group(2), int(match.group(3)), int(match.group(4)))
+        cut = max(buffer.rfind(b"\r"), buffer.rfind(b"\n"))
+        buffer = buffer[cut + 1:] if cut >= 0 else buffer
+    log.close()
+
+
+def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label, extra_env=None,
+              display=None):
+    """Runs argv as `world` ranks on `network`. Returns (rank 0's stdout, {mode: wire bytes per step
+    and rank} — empty when the network has no counters). RankFailure when a rank fails or the run
+    exceeds timeout_s; every rank is gone when this returns or raises."""
+    os.makedirs(log_dir, exist_ok=True)
+    port = pick_port(network)
+    meter = WireMeter(network, warmup, steps, world)
+    display = display or (lambda mode, step, total: None)
+    procs, logs = [], []
+    master_fd, slave_fd = pty.openpty()
+    try:
+        for rank in range(world):
+            out_path = os.path.join(log_dir, f"{label}.rank{rank}.log")
+            logs.append(out_path)
+            out = open(out_path, "wb")
+            stderr = slave_fd if rank == 0 else subprocess.STDOUT
+            procs.append(subprocess.Popen(
+                network.command(rank, argv), env=environment(network, rank, world, port, extra_env),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, start_new_session=True))
+            out.close()
+        os.close(slave_fd)
+        slave_fd = None
+        stderr_log = os.path.join(log_dir, f"{label}.rank0.stderr.log")
+        logs.append(stderr_log)
+        reader = threading.Thread(target=_read_progress,
+                                  args=(master_fd, meter, display, stderr_log), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout_s
+        failed = []
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed or all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                _kill_all(procs)
+                raise RankFailure(f"{label}: timed out after {timeout_s:.0f} s" + _tails(logs, range(world + 1)))
+            time.sleep(0.05)
+        reader.join(timeout=5)
+        meter.finish()
+        if failed:
+            time.sleep(0.5)  # let a peer's own message land in its log before it is killed
+            _kill_all(procs)
+            shown = failed + ([world] if 0 in failed else [])  # rank 0's stderr log is logs[world]
+            raise RankFailure(f"{label}: rank(s) {failed} failed" + _tails(logs, shown))
+        with open(logs[0], errors="replace") as f:
+            return f.read(), meter.per_step
+    finally:
+        _kill_all(procs)
+        if slave_fd is not None:
+            os.close(slave_fd)
+        os.close(master_fd)
+
+
+def _tails(logs, ranks, lines=15):
+    text = ""
+    for r in ranks:
+        try:
+            with open(logs[r], errors="replace") as f:
+                tail = f.read().splitlines()[-lines:]
+        except OSError:
+            tail = []
+        text += f"\n--- {logs[r]}:\n" + "\n".join(tail)
+    return text
+
+
+def parse_result(stdout):
+    """The last 'RESULT k=v ...' line of a program's output as a dict of strings."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT")]
+    if not lines:
+        raise RankFailure("no RESULT line in output:\n" + stdout[-2000:])
+    return dict(item.split("=", 1) for item in lines[-1].split()[1:])
+
+
+def print_progress_line(text):
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + text)
+        sys.stderr.flush()
