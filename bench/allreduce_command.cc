@@ -65,12 +65,21 @@ double time_allreduce(comm::Communicator& comm, std::vector<float>& buffer, size
   return max_over_ranks(comm, {mine})[0];
 }
 
-// One stream of `count` messages from rank 0 to rank 1; returns rank 0's elapsed seconds (0 on
-// other ranks). Every rank draws the same tags, so later collectives stay in step.
-double p2p_stream(comm::Communicator& comm, std::vector<uint8_t>& buffer, size_t bytes, int count) {
+// The tags of one point-to-point stream of `count` messages, plus its ready and ack messages.
+// Every rank draws them, whether it takes part or not, so that all ranks' tag sequences (and so
+// the collectives after the phase) stay in step.
+std::vector<uint64_t> draw_tags(comm::Communicator& comm, int count) {
   std::vector<uint64_t> tags;
   for (int i = 0; i < count + 2; ++i)
     tags.push_back(comm.next_collective_tag());
+  return tags;
+}
+
+// One stream of `count` messages from rank 0 to rank 1 with tags from draw_tags(count); returns
+// rank 0's elapsed seconds (0 on rank 1). Rank 1 posts its first receives, then says "ready":
+// the clock starts with both sides in place.
+double p2p_stream(comm::Communicator& comm, const std::vector<uint64_t>& tags,
+                  std::vector<uint8_t>& buffer, size_t bytes, int count) {
   const uint64_t ready_tag = tags[count], done_tag = tags[count + 1];
   uint64_t token = 0;
   if (comm.rank() == 0) {
@@ -95,42 +104,47 @@ double p2p_stream(comm::Communicator& comm, std::vector<uint8_t>& buffer, size_t
     comm.wait_all(done, "p2p ack");
     return wall_seconds() - start;
   }
-  if (comm.rank() == 1) {
-    std::deque<comm::RequestPtr> inflight;
-    int posted = 0;
-    for (; posted < std::min(count, kWindow); ++posted) {
-      inflight.push_back(comm.irecv(0, tags[posted], buffer.data(), bytes));
-    }
-    std::vector<comm::RequestPtr> ready;
-    ready.push_back(comm.isend(0, ready_tag, &token, sizeof token));
-    comm.wait_all(ready, "p2p ready");
-    while (!inflight.empty()) {
-      std::vector<comm::RequestPtr> oldest;
-      oldest.push_back(std::move(inflight.front()));
-      inflight.pop_front();
-      comm.wait_all(oldest, "p2p receive");
-      if (posted < count) inflight.push_back(comm.irecv(0, tags[posted++], buffer.data(), bytes));
-    }
-    std::vector<comm::RequestPtr> done;
-    done.push_back(comm.isend(0, done_tag, &token, sizeof token));
-    comm.wait_all(done, "p2p ack");
+  std::deque<comm::RequestPtr> inflight;
+  int posted = 0;
+  for (; posted < std::min(count, kWindow); ++posted) {
+    inflight.push_back(comm.irecv(0, tags[posted], buffer.data(), bytes));
   }
+  std::vector<comm::RequestPtr> ready;
+  ready.push_back(comm.isend(0, ready_tag, &token, sizeof token));
+  comm.wait_all(ready, "p2p ready");
+  while (!inflight.empty()) {
+    std::vector<comm::RequestPtr> oldest;
+    oldest.push_back(std::move(inflight.front()));
+    inflight.pop_front();
+    comm.wait_all(oldest, "p2p receive");
+    if (posted < count) inflight.push_back(comm.irecv(0, tags[posted++], buffer.data(), bytes));
+  }
+  std::vector<comm::RequestPtr> done;
+  done.push_back(comm.isend(0, done_tag, &token, sizeof token));
+  comm.wait_all(done, "p2p ack");
   return 0.0;
 }
 
-// Ranks other than 0 and 1 sleep until rank 0 releases them after the whole point-to-point phase.
+// Ranks 0 and 1 measure; the others sleep until rank 0 releases them after the whole phase.
 void p2p_phase(comm::Communicator& comm, std::vector<SizeResult>& results,
                std::vector<uint8_t>& buffer) {
-  uint64_t release_tag = comm.next_collective_tag();
+  constexpr int kWarmupMessages = 2;  // registration, rendezvous set-up
+  const uint64_t release_tag = comm.next_collective_tag();
+  std::vector<std::vector<uint64_t>> warm_tags, timed_tags;
+  for (const SizeResult& r : results) {
+    warm_tags.push_back(draw_tags(comm, kWarmupMessages));
+    timed_tags.push_back(draw_tags(comm, r.iters));
+  }
   uint64_t token = 0;
   if (comm.rank() >= 2) {
     auto release = comm.irecv(0, release_tag, &token, sizeof token);
     idle_wait(comm, *release, "p2p phase release");
     return;
   }
-  for (SizeResult& r : results) {
-    p2p_stream(comm, buffer, r.bytes, 2);  // warm-up: registration, rendezvous paths
-    r.p2p_s = p2p_stream(comm, buffer, r.bytes, r.iters) / r.iters;
+  for (size_t i = 0; i < results.size(); ++i) {
+    SizeResult& r = results[i];
+    p2p_stream(comm, warm_tags[i], buffer, r.bytes, kWarmupMessages);
+    r.p2p_s = p2p_stream(comm, timed_tags[i], buffer, r.bytes, r.iters) / r.iters;
   }
   if (comm.rank() == 0) {
     std::vector<comm::RequestPtr> releases;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/check.h"
 #include "base/half.h"
 #include "comm/collectives.h"
 

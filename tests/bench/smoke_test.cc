@@ -8,17 +8,18 @@
 #include <string>
 
 #include "bench/result_line.h"
+#include "bench/spawn.h"
 
 namespace gradex::bench {
 namespace {
 
-struct Run {
+struct Outcome {
   int status = -1;
   std::string out;  // stdout and stderr
 };
 
-Run run(const std::string& command) {
-  Run r;
+Outcome run(const std::string& command) {
+  Outcome r;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (!pipe) return r;
   char buf[4096];
@@ -31,7 +32,7 @@ Run run(const std::string& command) {
 }
 
 // The key=value pairs of the last RESULT line; fails the test when there is none.
-std::map<std::string, std::string> result_of(const Run& r) {
+std::map<std::string, std::string> result_of(const Outcome& r) {
   size_t at = r.out.rfind("RESULT ");
   EXPECT_NE(at, std::string::npos) << r.out;
   if (at == std::string::npos) return {};
@@ -50,7 +51,7 @@ double number(std::map<std::string, std::string>& result, const std::string& key
 const std::string kBench = GRADEX_BENCH_EXE;
 
 TEST(BenchSmoke, ExchangeOnTwoRanksReportsEveryMode) {
-  Run r = run(kBench + " exchange --steps 2 --warmup 1 --ranks 2 --deadline-s 300");
+  Outcome r = run(kBench + " exchange --steps 2 --warmup 1 --ranks 2 --deadline-s 300");
   ASSERT_EQ(r.status, 0) << r.out;
   auto result = result_of(r);
   EXPECT_EQ(result["model"], "resnet50");
@@ -66,7 +67,7 @@ TEST(BenchSmoke, ExchangeOnTwoRanksReportsEveryMode) {
 }
 
 TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {
-  Run r = run(kBench + " allreduce --ranks 2 --min-bytes 16M --max-bytes 64M --iters 2");
+  Outcome r = run(kBench + " allreduce --ranks 2 --min-bytes 16M --max-bytes 64M --iters 2");
   ASSERT_EQ(r.status, 0) << r.out;
   auto result = result_of(r);
   EXPECT_GT(number(result, "busbw_ratio_64MiB"), 0);
@@ -75,16 +76,16 @@ TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {
 }
 
 TEST(BenchSmoke, UsageErrorsAreClearAndFailFast) {
-  Run unknown = run(kBench + " exchnage");
+  Outcome unknown = run(kBench + " exchnage");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_NE(unknown.out.find("unknown command 'exchnage'"), std::string::npos) << unknown.out;
-  Run flag = run(kBench + " exchange --stpes 3");
+  Outcome flag = run(kBench + " exchange --stpes 3");
   EXPECT_EQ(flag.status, 2);
   EXPECT_NE(flag.out.find("unknown flag '--stpes'"), std::string::npos) << flag.out;
-  Run model = run(kBench + " exchange --model resnet51");
+  Outcome model = run(kBench + " exchange --model resnet51");
   EXPECT_EQ(model.status, 2);
   EXPECT_NE(model.out.find("gpt2_small"), std::string::npos) << model.out;
-  Run help = run(kBench + " --help");
+  Outcome help = run(kBench + " --help");
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("allreduce"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("exchange"), std::string::npos) << help.out;
@@ -92,20 +93,21 @@ TEST(BenchSmoke, UsageErrorsAreClearAndFailFast) {
 
 TEST(BenchSmoke, ARankThatFailsFailsTheRun) {
   // One process claiming to be a whole world of 1: exchange refuses, with the rank in the message.
-  Run alone = run("RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 " + kBench +
-                  " exchange --steps 1");
+  Outcome alone =
+      run("RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+          std::to_string(pick_free_port("127.0.0.1")) + " " + kBench + " exchange --steps 1");
   EXPECT_EQ(alone.status, 1) << alone.out;
   EXPECT_NE(alone.out.find("rank 0: exchange needs at least 2 ranks"), std::string::npos)
       << alone.out;
   // An invalid GRADEX_* value fails every spawned rank; the parent relays the failure.
-  Run bad = run("GRADEX_TIMEOUT_S=-1 " + kBench + " exchange --steps 1 --ranks 2");
+  Outcome bad = run("GRADEX_TIMEOUT_S=-1 " + kBench + " exchange --steps 1 --ranks 2");
   EXPECT_EQ(bad.status, 1) << bad.out;
   EXPECT_NE(bad.out.find("GRADEX_TIMEOUT_S"), std::string::npos) << bad.out;
 }
 
 TEST(BenchSmoke, PrintConfigAndGradexConfigAgree) {
-  Run a = run("GRADEX_RING_CHUNK_KB=64 " + kBench + " exchange --print-config");
-  Run b = run(std::string("GRADEX_RING_CHUNK_KB=64 ") + GRADEX_CONFIG_EXE);
+  Outcome a = run("GRADEX_RING_CHUNK_KB=64 " + kBench + " exchange --print-config");
+  Outcome b = run(std::string("GRADEX_RING_CHUNK_KB=64 ") + GRADEX_CONFIG_EXE);
   EXPECT_EQ(a.status, 0);
   EXPECT_EQ(b.status, 0);
   EXPECT_EQ(a.out, b.out);
