@@ -1,5 +1,6 @@
 #include "base/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -186,13 +187,15 @@ void Config::set(std::string_view name, std::string_view raw, Source source) {
   values_[s.name] = std::move(value);
 }
 
-Config Config::from_strings(const std::vector<std::string>& assignments, Source source) {
+Config Config::from_strings(const std::vector<std::string>& assignments, Source source,
+                            const std::vector<std::string>& skip) {
   Config config;
   for (const auto& a : assignments) {
     size_t eq = a.find('=');
     std::string name = a.substr(0, eq);
     if (name.rfind("GRADEX_", 0) != 0) continue;
     std::string value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
     bool declared = false;
     for (const auto& s : registry())
       declared |= name == s.name;
@@ -205,11 +208,11 @@ Config Config::from_strings(const std::vector<std::string>& assignments, Source 
   return config;
 }
 
-Config Config::from_environment() {
+Config Config::from_environment(const std::vector<std::string>& api_names) {
   std::vector<std::string> assignments;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e)
     assignments.emplace_back(*e);
-  Config config = from_strings(assignments, Source::kEnvironment);
+  Config config = from_strings(assignments, Source::kEnvironment, api_names);
   static std::mutex warned_mutex;
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(warned_mutex);

@@ -43,9 +43,12 @@ class Config {
   Config();
   // Defaults overridden by the process environment. Throws ConfigError on the first invalid value;
   // warns (once per name, on stderr) about GRADEX_* names that are not declared.
-  static Config from_environment();
+  // Names in `api_names` are skipped: the API sets them, so their environment values (even invalid
+  // ones) do not matter.
+  static Config from_environment(const std::vector<std::string>& api_names = {});
   // Same, from an explicit list of "NAME=value" strings (tests use this instead of setenv).
-  static Config from_strings(const std::vector<std::string>& assignments, Source source);
+  static Config from_strings(const std::vector<std::string>& assignments, Source source,
+                             const std::vector<std::string>& skip = {});
 
   // Strictly parses and stores a value. Throws ConfigError for an undeclared name or invalid value.
   void set(std::string_view name, std::string_view value, Source source = Source::kApi);

@@ -244,13 +244,14 @@ void Engine::run() {
         announce.swap(to_announce_);
         leaving = leaving_;
       }
+      // Others may still be finishing work that rank 0 aborts only after the timeout: wait longer.
       if (leaving && leave_deadline == Clock::time_point::max())
-        leave_deadline = Clock::now() + options_.timeout;
+        leave_deadline = Clock::now() + 2 * options_.timeout + std::chrono::seconds(5);
       bool all_left = false, busy = false;
       run_round(announce, leaving, all_left, busy);
       if (all_left) break;
       if (leaving && Clock::now() > leave_deadline) {
-        GX_LOG(kWarn) << "leaving without every rank's agreement after GRADEX_TIMEOUT_S";
+        GX_LOG(kWarn) << "leaving without every rank's agreement after twice GRADEX_TIMEOUT_S";
         break;
       }
       if (busy) {
