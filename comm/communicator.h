@@ -73,7 +73,8 @@ class Communicator {
   // a collective may use tag + i for any i < 2^16 (e.g. one sub-tag per ring step).
   virtual uint64_t next_collective_tag() = 0;
 
-  // Bytes this communicator has sent / received since creation (for statistics).
+  // Bytes this communicator has sent / received since creation (for statistics): the payloads of
+  // isend / irecv, excluding connection setup and internal control messages.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
 };

@@ -58,6 +58,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     post_control_recv();
     connect_endpoints(*store);
     exchange_hello();
+    bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {
     shutdown();  // the destructor does not run for a half-built object
     throw;
@@ -68,18 +69,31 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   {
+    // Published as [u32 world size][worker address]: a rank started with another world size is
+    // caught by the first peer that reads its entry.
     WorkerAddress address(*worker_);
-    store.set(address_key(rank_), Bytes(address.data(), address.data() + address.size()));
+    Bytes entry(4 + address.size());
+    uint32_t world = static_cast<uint32_t>(size_);
+    std::memcpy(entry.data(), &world, 4);
+    std::memcpy(entry.data() + 4, address.data(), address.size());
+    store.set(address_key(rank_), entry);
   }
   endpoints_.resize(static_cast<size_t>(size_));
   for (int i = 0; i < size_; ++i) {
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     int p = (rank_ + i) % size_;
     Bytes remote = store.get(address_key(p), left_until(deadline));
+    uint32_t world = 0;
+    if (remote.size() <= 4)
+      throw CorruptPayload("connect: malformed address entry for rank " + std::to_string(p));
+    std::memcpy(&world, remote.data(), 4);
+    if (static_cast<int>(world) != size_)
+      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
+                          std::to_string(world) + ", this rank with " + std::to_string(size_));
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    params.address = reinterpret_cast<const ucp_address_t*>(remote.data() + 4);
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxCommunicator::on_endpoint_error;
     params.err_handler.arg = peers_[static_cast<size_t>(p)].get();

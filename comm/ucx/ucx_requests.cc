@@ -201,20 +201,30 @@ void UcxCommunicator::throw_if_failed(const char* operation,
     abandon(pending);
     check_usable(operation, rank_);
   }
-  for (int p = 0; p < size_; ++p) {
-    ucs_status_t err = peers_[static_cast<size_t>(p)]->error;
-    if (err != UCS_OK)
-      fail(ErrorCode::kPeer, operation, p,
-           std::string("the endpoint to this rank failed (process died or network failed): ") +
-               ucs_status_string(err),
-           pending, true);
+  int failed_peer = -1;
+  for (int p = 0; p < size_ && failed_peer < 0; ++p)
+    if (peers_[static_cast<size_t>(p)]->error != UCS_OK) failed_peer = p;
+  if (failed_peer >= 0 && abort_from_ < 0) {
+    // A peer that failed because of a third rank closes its endpoints at once; the abort notice
+    // naming the root cause may be just behind. Give it a moment to arrive.
+    auto until = Clock::now() + Millis(100);
+    while (abort_from_ < 0 && Clock::now() < until)
+      progress();
   }
   if (abort_from_ >= 0) {
-    std::string detail = "rank " + std::to_string(abort_from_) + " aborted: it saw a " +
-                         error_code_name(abort_code_) + " involving rank " +
-                         std::to_string(abort_blamed_);
+    std::string detail =
+        abort_blamed_ == abort_from_
+            ? "rank " + std::to_string(abort_from_) + " left after an error of its own"
+            : "rank " + std::to_string(abort_from_) + " aborted: it saw a " +
+                  error_code_name(abort_code_) + " involving rank " + std::to_string(abort_blamed_);
     fail(abort_code_ == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kPeer, operation,
          abort_blamed_, detail, pending, false);
+  }
+  if (failed_peer >= 0) {
+    fail(ErrorCode::kPeer, operation, failed_peer,
+         std::string("the endpoint to this rank failed (process died or network failed): ") +
+             ucs_status_string(peers_[static_cast<size_t>(failed_peer)]->error),
+         pending, true);
   }
 }
 

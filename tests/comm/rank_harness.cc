@@ -160,7 +160,7 @@ bool ProcessGroup::wait_for_report(int rank, const std::string& text,
   return false;
 }
 
-std::vector<ChildResult> ProcessGroup::wait(std::chrono::milliseconds watchdog) {
+std::vector<ChildResult> ProcessGroup::wait(std::chrono::milliseconds watchdog, int linger) {
   std::vector<ChildResult> results(pids_.size());
   auto deadline = std::chrono::steady_clock::now() + watchdog;
   size_t left = pids_.size();
@@ -188,6 +188,10 @@ std::vector<ChildResult> ProcessGroup::wait(std::chrono::milliseconds watchdog) 
       res.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       pids_[r] = -1;
       --left;
+    }
+    if (linger >= 0 && left == 1 && pids_[static_cast<size_t>(linger)] > 0) {
+      kill(pids_[static_cast<size_t>(linger)], SIGCONT);
+      kill(pids_[static_cast<size_t>(linger)], SIGKILL);
     }
     if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

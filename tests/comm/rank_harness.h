@@ -46,8 +46,9 @@ class ProcessGroup {
 
   pid_t pid(int rank) const { return pids_[static_cast<size_t>(rank)]; }
   void signal(int rank, int sig);
-  // Reaps every child; children still running at `watchdog` are SIGKILLed and marked.
-  std::vector<ChildResult> wait(std::chrono::milliseconds watchdog);
+  // Reaps every child; children still running at `watchdog` are SIGKILLed and marked. When
+  // `linger` is a rank, that child is SIGKILLed (after SIGCONT) as soon as all others are reaped.
+  std::vector<ChildResult> wait(std::chrono::milliseconds watchdog, int linger = -1);
   // Blocks until `rank` has reported a line containing `text`, or `limit` passes; false then.
   bool wait_for_report(int rank, const std::string& text, std::chrono::milliseconds limit);
 
