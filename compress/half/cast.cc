@@ -1,10 +1,12 @@
 #include "compress/half/cast.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -17,24 +19,30 @@ void require_half(DType type, const char* what) {
                           dtype_name(type));
 }
 
-// bf16, branch-free so that the compiler vectorizes it.
+// bf16, branch-free over blocks with 32-bit counters so that the compiler vectorizes it.
 CastStats to_bf16_loop(const float* __restrict in, uint16_t* __restrict out, size_t n,
                        float scale) {
-  size_t sat = 0, nonfinite = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = float_bits(in[i] * scale);
-    const uint32_t abs = u & 0x7fffffffu;
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const bool nan = abs > 0x7f800000u;
-    const bool fin_sat = abs >= 0x7f7f8000u && abs < 0x7f800000u;
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t r = nan ? ((u >> 16) | 0x40u) : rounded;
-    r = fin_sat ? (sign | 0x7f7fu) : r;
-    out[i] = static_cast<uint16_t>(r);
-    sat += fin_sat;
-    nonfinite += abs >= 0x7f800000u;
+  CastStats s;
+  for (size_t b = 0; b < n; b += 4096) {
+    const size_t e = std::min(n, b + 4096);
+    uint32_t sat = 0, nonfinite = 0;
+    for (size_t i = b; i < e; ++i) {
+      const uint32_t u = float_bits(in[i] * scale);
+      const uint32_t abs = u & 0x7fffffffu;
+      const uint32_t sign = (u >> 16) & 0x8000u;
+      const uint32_t nan = abs > 0x7f800000u;
+      const uint32_t fin_sat = (abs >= 0x7f7f8000u) & (abs < 0x7f800000u);
+      const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      uint32_t r = nan ? ((u >> 16) | 0x40u) : rounded;
+      r = fin_sat ? (sign | 0x7f7fu) : r;
+      out[i] = static_cast<uint16_t>(r);
+      sat += fin_sat;
+      nonfinite += abs >= 0x7f800000u;
+    }
+    s.saturated += sat;
+    s.nonfinite += nonfinite;
   }
-  return {sat, nonfinite};
+  return s;
 }
 
 CastStats to_fp16_scalar(const float* in, uint16_t* out, size_t n, float scale) {
@@ -94,7 +102,11 @@ __attribute__((target("avx2,f16c"))) void from_fp16_f16c(const uint16_t* in, flo
 }
 
 bool have_f16c() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // clang's __builtin_cpu_supports does not know "f16c": read CPUID leaf 1 (ECX bit 29) instead.
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  }();
   return ok;
 }
 #endif

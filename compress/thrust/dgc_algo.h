@@ -128,6 +128,14 @@ struct MagnitudeOf {
   GX_HD float operator()(uint32_t i) const { return fabsf(v[i]); }
 };
 
+// |sent + residual| of selected element j: its |v| before masking (exact, by the invariant).
+struct RestoredMagnitude {
+  const uint32_t* idx;
+  const float* v;
+  const float* sent;
+  GX_HD float operator()(size_t j) const { return fabsf(sent[j] + v[idx[j]]); }
+};
+
 // Masking: values out, residual keeps the rounding error, momentum zeroed. Returns saturated count.
 struct Finish {
   const uint32_t* idx;
@@ -288,13 +296,6 @@ class StepAlgo {
     }
     return r;
   }
-
-  struct RestoredMagnitude {
-    const uint32_t* idx;
-    const float* v;
-    const float* sent;
-    GX_HD float operator()(size_t j) const { return fabsf(sent[j] + v[idx[j]]); }
-  };
 
   B& b_;
   const StepParams& p_;

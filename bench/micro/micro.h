@@ -1,0 +1,8 @@
+// Registration entry points of the microbenchmark files (called from main before the run).
+#pragma once
+
+namespace gradex::bench {
+void register_dgc(bool large);
+void register_wire(bool large);
+void register_cast(bool large);
+}  // namespace gradex::bench
