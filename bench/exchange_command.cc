@@ -5,6 +5,7 @@
 // per step. Each mode's output is checked against the exact average on the first and last step.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -108,14 +109,15 @@ void print_report(const RankContext& ctx, const ModelProfile& model, const Excha
   result.add("model", model.name).add("params", model.total_numel);
   result.add("tensors", static_cast<int64_t>(model.tensors.size()));
   result.add("ranks", ctx.comm.size()).add("steps", s.steps);
-  result.add("dense_bytes", dense_bytes);
+  result.add("dense_bytes", static_cast<int64_t>(std::llround(dense_bytes)));
   for (const ModeReport& r : reports) {
     double ratio = dense_bytes / r.wire_bytes;
     std::printf("%-12s %10.2f %10.2f %12.2f %12.2f %8.3f %10.2f %9.3f\n", r.name.c_str(),
                 r.median_ms, r.mean_ms, r.wire_bytes / 1e6, dense_bytes / 1e6, ratio, r.cpu_ms,
                 r.check_error);
     result.add(r.name + "_step_ms", r.median_ms).add(r.name + "_mean_ms", r.mean_ms);
-    result.add(r.name + "_wire_bytes", r.wire_bytes).add(r.name + "_ratio", ratio);
+    result.add(r.name + "_wire_bytes", static_cast<int64_t>(std::llround(r.wire_bytes)));
+    result.add(r.name + "_ratio", ratio);
     result.add(r.name + "_cpu_ms", r.cpu_ms);
   }
   std::printf(
