@@ -1,6 +1,8 @@
 // The TcpStore client: one connection, one request at a time.
 #include "comm/tcp_store.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "comm/tcp_store_protocol.h"
 
@@ -13,6 +15,10 @@ namespace {
 // The reply to a blocking request may take as long as the request's own timeout; allow this much
 // more for the network before declaring the server unresponsive.
 constexpr Millis kReplyGrace{10000};
+
+// Longer waits are clamped (and so are deadlines computed from them): one week is "forever" for a
+// bootstrap and keeps time arithmetic far from overflow.
+constexpr Millis kMaxWait{7LL * 24 * 3600 * 1000};
 
 std::string seconds(Millis t) {
   return format_seconds(static_cast<double>(t.count()) / 1000.0);
@@ -49,6 +55,7 @@ TcpStore::~TcpStore() {
 TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const char* operation,
                                      Millis grace) {
   std::lock_guard<std::mutex> lock(mutex_);
+  timeout = std::clamp(timeout, Millis(0), kMaxWait);
   std::string who = "the gradex store at " + host_port(host_, port_);
   if (!fd_.valid()) throw TransportError("connection to " + who + " was lost earlier");
   auto deadline = Clock::now() + timeout + grace;
@@ -89,7 +96,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
 
 Bytes TcpStore::get(const std::string& key, Millis timeout) {
   Writer w;
-  w.u64(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  w.u64(static_cast<uint64_t>(std::clamp(timeout, Millis(0), kMaxWait).count()));
   w.str(key);
   Reply r = round_trip(w.frame(Type::kGet), timeout, "get", kReplyGrace);
   if (r.type == Type::kTimeout)
@@ -99,7 +106,7 @@ Bytes TcpStore::get(const std::string& key, Millis timeout) {
 
 void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   Writer w;
-  w.u64(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  w.u64(static_cast<uint64_t>(std::clamp(timeout, Millis(0), kMaxWait).count()));
   w.u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys)
     w.str(k);

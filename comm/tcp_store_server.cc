@@ -96,7 +96,9 @@ struct TcpStoreServer::State {
       case Type::kWait: {
         Parked p;
         p.type = type;
-        p.deadline = Clock::now() + std::chrono::milliseconds(r.u64());
+        // Clamped to a week: a hostile or buggy client cannot overflow the deadline.
+        p.deadline = Clock::now() + std::chrono::milliseconds(
+                                        std::min<uint64_t>(r.u64(), 7ULL * 24 * 3600 * 1000));
         if (type == Type::kGet) {
           p.keys.push_back(r.str());
         } else {

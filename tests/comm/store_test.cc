@@ -184,6 +184,32 @@ TEST(TcpStore, WrongPeerOnThePortIsNamed) {
   }
 }
 
+TEST(TcpStoreServer, DropsAClientSpeakingAnotherProtocolAndKeepsServing) {
+  comm::TcpStoreServer server("127.0.0.1", 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(server.port());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const char request[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(write(fd, request, sizeof(request) - 1), 0);
+  // The server answers with an error frame, then closes: read until EOF (bounded by SO_RCVTIMEO).
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string got;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0)
+    got.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(n, 0) << "the server kept the connection open";
+  EXPECT_NE(got.find("not a gradex store client"), std::string::npos);
+  close(fd);
+  comm::TcpStore good("127.0.0.1", server.port(), Millis(2000));
+  good.set("still", b("serving"));
+  EXPECT_EQ(good.get("still", Millis(100)), b("serving"));
+}
+
 TEST(TcpStore, SilentPeerIsBoundedInTime) {
   FakeServer silent("");
   auto t0 = Clock::now();
