@@ -1,0 +1,14 @@
+"""The plugin tests need the installed package (scripts/setup.sh runs `pip install .` into .venv)."""
+import pytest
+
+try:
+    import gradex.torch  # noqa: F401
+    _missing = None
+except ImportError as exc:  # reported, not skipped silently: the tests then fail with the reason
+    _missing = exc
+
+
+@pytest.fixture(autouse=True)
+def _require_package():
+    if _missing is not None:
+        pytest.fail(f"gradex.torch is not importable ({_missing}); run scripts/setup.sh")

@@ -1,0 +1,76 @@
+"""Runs a function on N real processes joined by torch.distributed (gloo over 127.0.0.1).
+
+run(fn, world, env=..., timeout=...) starts `world` fresh interpreters (spawn), each setting `env`, one
+thread for torch, and initialising a gloo process group; rank r returns fn(rank, world, *args). Nothing can
+hang the test run: past the deadline every rank is killed and the test fails with what they reported.
+"""
+import os
+import socket
+import time
+import traceback
+
+import torch.multiprocessing as mp
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, world, port, env, args, results):
+    try:
+        os.environ.update({k: str(v) for k, v in env.items()})
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        result = fn(rank, world, *args)
+        results.put((rank, "ok", result))
+        # Leave together: a rank that exits while others still use the store would fail them.
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run(fn, world, env=None, args=(), timeout=180):
+    """Returns [fn's result on rank 0, ..., rank world-1]; raises AssertionError on any failure."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    outcome = {}
+    try:
+        while len(outcome) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"ranks timed out after {timeout} s; reported so far: {outcome}")
+            try:
+                rank, status, value = results.get(timeout=min(left, 1.0))
+            except Exception:  # queue.Empty
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in outcome]
+                if dead:
+                    raise AssertionError(f"ranks {dead} died (exit codes "
+                                         f"{[procs[r].exitcode for r in dead]}); reported: {outcome}")
+                continue
+            outcome[rank] = (status, value)
+            if status != "ok":  # the others may be blocked on the failed rank: give them a short grace
+                deadline = min(deadline, time.monotonic() + 20)
+        errors = {r: v for r, (s, v) in outcome.items() if s != "ok"}
+        if errors:
+            raise AssertionError("ranks failed:\n" + "\n".join(f"--- rank {r}:\n{v}" for r, v in errors.items()))
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+        return [outcome[r][1] for r in range(world)]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
