@@ -4,6 +4,7 @@ Each bucket goes DGC, fp16 or dense according to the engine's GRADEX_* policy (a
 the engine, named "bucket.<index>"). The future returned to DDP holds the bucket averaged over ranks.
 """
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _errors
 from . import _bootstrap, _buckets, _momentum
@@ -27,7 +28,7 @@ class State:
                                                 _momentum.gradex_momentum(self._engine, config))
         # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
         # trains the DDP model; removed after its first call.
-        self._step_hook = torch.optim.optimizer.register_optimizer_step_pre_hook(self._on_optimizer_step)
+        self._step_hook = register_optimizer_step_pre_hook(self._on_optimizer_step)
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
         self._warner.check(optimizer)

@@ -34,7 +34,8 @@ class LocalSGD:
         if self._ddp:
             self._exchanger = _buckets.BucketExchanger(self._engine, dense_iterations=1, end_steps=False)
             module.register_comm_hook(self, LocalSGD._hook)
-        self.steps = 0
+        self.steps = 0  # steps ended by step()
+        self.averaging_rounds = 0  # of which parameters were averaged
 
     @staticmethod
     def _hook(self, bucket):
@@ -48,6 +49,7 @@ class LocalSGD:
         # A plain module has no gradient exchange: its synchronous warm-up averages parameters instead.
         if average_now or (exchanged and not self._ddp):
             self.average_parameters()
+            self.averaging_rounds += 1
             return True
         return False
 
