@@ -44,7 +44,7 @@ def _noop_hook(_, bucket):
     return future
 
 
-def _serialized(hook):
+def serialized_hook(hook):
     """The hook, returning only once its bucket is done. PowerSGD issues its second and third gloo
     allreduce from future callbacks (on gloo's threads), which may interleave differently with the
     next bucket's first allreduce on different ranks: collectives then mismatch ("Received data size
@@ -64,7 +64,7 @@ def _powersgd(rank):
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
                                             start_powerSGD_iter=2, use_error_feedback=True,
                                             warm_start=True)
-        ddp.register_comm_hook(state, _serialized(powerSGD_hook.powerSGD_hook))
+        ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
     return register
 
 

@@ -13,10 +13,14 @@ import argparse
 import json
 import os
 import pathlib
+import re
+import signal
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine  # noqa: E402
 from network import Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
 from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
 
@@ -57,6 +61,26 @@ def run_tool(tool, argv, network, args, model, log_dir):
     return modes, stdout
 
 
+def mode_descriptions(bench):
+    """{mode: one-line description} from `gradex-bench exchange --help` and the baselines' table."""
+    described = {}
+    try:
+        text = subprocess.run([bench, "exchange", "--help"], capture_output=True, text=True,
+                              timeout=30).stdout
+        in_modes = False
+        for line in text.splitlines():
+            in_modes = in_modes or line.strip() == "Modes:"
+            match = re.match(r"^\s+([a-z0-9_]+): (.+)$", line) if in_modes else None
+            if match:
+                described[match.group(1)] = match.group(2)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    sys.path.insert(0, str(BASELINE.parent))
+    from modes import MODES
+    described.update({name: entry[0] for name, entry in MODES.items()})
+    return described
+
+
 def save(path, data):
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
@@ -68,6 +92,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="results JSON, rewritten after every run")
     p.add_argument("--rates", default="1gbit,10gbit", help="comma-separated tc rates ('' for none)")
+    p.add_argument("--delay", default="", help="netem delay per link, e.g. 0.2ms")
     p.add_argument("--loopback", action="store_true", help="also run on unshaped loopback")
     p.add_argument("--root-loopback", action="store_true",
                    help="no namespaces: loopback in the root namespace only")
@@ -82,14 +107,17 @@ def main():
     p.add_argument("--run-timeout-s", type=float, default=300)
     p.add_argument("--log-dir", default=str(ROOT / "build" / "bench-run" / "logs"))
     args = p.parse_args()
+    # bench/run stops a stage with SIGTERM: unwind (killing every rank) instead of dying at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     if args.root_loopback:
         networks = [RootLoopback()]
     else:
-        networks = [Cluster(args.hosts, r) for r in args.rates.split(",") if r]
+        networks = [Cluster(args.hosts, r, args.delay) for r in args.rates.split(",") if r]
         networks += [NamespaceLoopback()] if args.loopback else []
-    data = {"hosts": args.hosts, "steps": args.steps, "warmup": args.warmup, "exchange": {},
-            "failures": []}
+    data = {"hosts": args.hosts, "steps": args.steps, "warmup": args.warmup, "delay": args.delay,
+            "networks": [n.label for n in networks], "machine": machine.describe(), "exchange": {},
+            "descriptions": mode_descriptions(args.bench), "failures": []}
     common = ["--model", "{model}", "--steps", str(args.steps), "--warmup", str(args.warmup)]
     for model in args.models.split(","):
         for network in networks:

@@ -48,9 +48,10 @@ class Cluster:
     iface = "eth0"
     counted = True
 
-    def __init__(self, hosts, rate):
+    def __init__(self, hosts, rate, delay=""):
         self.hosts = hosts
         self.rate = rate
+        self.delay = delay
         self.label = rate
 
     def command(self, rank, argv):
@@ -63,8 +64,9 @@ class Cluster:
         return 1
 
     def shape(self):
-        subprocess.run([str(CLUSTER_SH), "shape", "--rate", self.rate], check=True, timeout=60,
-                       stdout=subprocess.DEVNULL)
+        delay = ["--delay", self.delay] if self.delay else []
+        subprocess.run([str(CLUSTER_SH), "shape", "--rate", self.rate, *delay], check=True,
+                       timeout=60, stdout=subprocess.DEVNULL)
 
     def bytes_sent(self):
         """Total bytes all hosts transmitted so far (data, headers and ACKs; after shaping)."""

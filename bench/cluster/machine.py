@@ -1,0 +1,47 @@
+"""What machine a benchmark ran on, recorded with its results so the report describes the run and
+not whatever machine renders the report later."""
+import datetime
+import os
+import platform
+import subprocess
+
+
+def _first(path, prefix):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _run(*argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def describe():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ucx = _run("ucx_info", "-v").splitlines()
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "not installed"
+    memory_kb = _first("/proc/meminfo", "MemTotal").split()[0]
+    return {
+        "cpu": _first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(memory_kb) / 2**20, 1) if memory_kb.isdigit() else None,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "ucx": ucx[0].lstrip("# ").strip() if ucx else "unknown",
+        "commit": _run("git", "-C", root, "rev-parse", "--short", "HEAD") or "unknown",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average_at_start": os.getloadavg()[0],
+    }
