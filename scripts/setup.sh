@@ -50,3 +50,24 @@ if [ "$want_build" -eq 1 ]; then
   cmake "${cmake_args[@]}" >/dev/null
   cmake --build build -j "$(nproc)"
 fi
+
+if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ]; then
+  # The Python package (gradex, gradex.torch): libgradex.so and the torch op library, built against the
+  # torch in .venv (hence --no-build-isolation) in build-py/, installed into .venv. Skipped when neither the
+  # sources nor torch changed since the last install (the stamp is a hash of both).
+  stamp=.venv/.gradex-install-stamp
+  digest=$( { .venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))";
+              find CMakeLists.txt pyproject.toml base comm compress sync capi include plugins python \
+                   -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
+                   -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' \) \
+                   -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort | xargs sha256sum; } | sha256sum)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] || \
+     ! .venv/bin/python -c "import gradex._capi as c; c.lib()" >/dev/null 2>&1; then
+    if ! .venv/bin/python -c "import scikit_build_core" >/dev/null 2>&1; then
+      .venv/bin/pip install -q "scikit-build-core>=0.8"
+    fi
+    echo "setup: building and installing the gradex Python package into .venv"
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install -q --no-build-isolation .
+    echo "$digest" > "$stamp"
+  fi
+fi

@@ -18,7 +18,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world, port, env, args, results):
+EXIT = "ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
+
+
+def _entry(fn, rank, world, port, env, args, results, leave_together):
     try:
         os.environ.update({k: str(v) for k, v in env.items()})
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -29,19 +32,23 @@ def _entry(fn, rank, world, port, env, args, results):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         result = fn(rank, world, *args)
         results.put((rank, "ok", result))
-        # Leave together: a rank that exits while others still use the store would fail them.
-        dist.barrier()
-        dist.destroy_process_group()
+        if result == EXIT:
+            results.close()
+            results.join_thread()
+            os._exit(0)
+        if leave_together:  # a rank that exits while others still use the store would fail them
+            dist.barrier()
+            dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, "error", traceback.format_exc()))
 
 
-def run(fn, world, env=None, args=(), timeout=180):
+def run(fn, world, env=None, args=(), timeout=180, leave_together=True):
     """Returns [fn's result on rank 0, ..., rank world-1]; raises AssertionError on any failure."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results), daemon=True)
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
