@@ -12,9 +12,9 @@
 namespace gradex_torch {
 namespace {
 
-// Hands staged submissions to the engine once their device-to-host copy has completed, in submission
-// order. One thread per process, created on first use and deliberately never destroyed: joining it from
-// a static destructor at interpreter exit could block, and the OS reclaims it.
+// Hands staged submissions to the engine once their device-to-host copy has completed, in
+// submission order. One thread per process, created on first use and deliberately never destroyed:
+// joining it from a static destructor at interpreter exit could block, and the OS reclaims it.
 class Stager {
  public:
   static Stager& instance() {
@@ -68,8 +68,7 @@ class Stager {
 void stage(const std::shared_ptr<Submission>& s) {
   const c10::cuda::CUDAGuard guard(s->tensor.device());
   const auto stream = c10::cuda::getCurrentCUDAStream(s->tensor.device().index());
-  s->host = at::empty(s->tensor.sizes(),
-                      s->tensor.options().device(at::kCPU).pinned_memory(true));
+  s->host = at::empty(s->tensor.sizes(), s->tensor.options().device(at::kCPU).pinned_memory(true));
   s->host.copy_(s->tensor, /*non_blocking=*/true);
   auto event = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
   event->record(stream);

@@ -1,16 +1,20 @@
 // gradex_torch_ops: TORCH_LIBRARY(gradex) ops that hand torch tensors to the gradex C API.
 //
-//   gradex::submit(int engine, str key, Tensor(a!) grad) -> int    exchange a gradient (gradex_submit)
-//   gradex::average(int engine, str key, Tensor(a!) param) -> int  average parameters (gradex_average)
-//   gradex::wait(int ticket) -> ()                                  block until done; the tensor holds the
-//                                                                   result (on CUDA: stream-ordered)
-//   gradex::has_cuda() -> bool                                      whether this build has the CUDA path
+//   gradex::submit(int engine, str key, Tensor(a!) grad) -> int    exchange a gradient
+//   (gradex_submit) gradex::average(int engine, str key, Tensor(a!) param) -> int  average
+//   parameters (gradex_average) gradex::wait(int ticket) -> () block until done; the tensor holds
+//   the
+//                                                                   result (on CUDA:
+//                                                                   stream-ordered)
+//   gradex::has_cuda() -> bool                                      whether this build has the CUDA
+//   path
 //
-// `engine` is the gradex_engine_t* as an integer, owned by the Python package (ctypes binding of the C API);
-// it must outlive every ticket it issued. Tensors must be contiguous, float32/float16/bfloat16, registered
-// under `key` with their element count and dtype, and left untouched until wait returns. A ticket is
-// consumed by wait, whatever its outcome. CPU tensors are handed to the engine in place; CUDA tensors go
-// through cuda_staging.h. Failures throw c10::Error "gradex[<STATUS>]: <message>" with the engine's message.
+// `engine` is the gradex_engine_t* as an integer, owned by the Python package (ctypes binding of
+// the C API); it must outlive every ticket it issued. Tensors must be contiguous,
+// float32/float16/bfloat16, registered under `key` with their element count and dtype, and left
+// untouched until wait returns. A ticket is consumed by wait, whatever its outcome. CPU tensors are
+// handed to the engine in place; CUDA tensors go through cuda_staging.h. Failures throw c10::Error
+// "gradex[<STATUS>]: <message>" with the engine's message.
 #include <atomic>
 #include <cstdint>
 #include <unordered_map>
@@ -27,17 +31,28 @@ namespace {
 
 const char* status_name(gradex_status_t status) {
   switch (status) {
-    case GRADEX_OK: return "OK";
-    case GRADEX_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case GRADEX_ERR_CONFIG: return "CONFIG";
-    case GRADEX_ERR_TIMEOUT: return "TIMEOUT";
-    case GRADEX_ERR_PEER: return "PEER";
-    case GRADEX_ERR_CORRUPT: return "CORRUPT";
-    case GRADEX_ERR_MISMATCH: return "MISMATCH";
-    case GRADEX_ERR_TRANSPORT: return "TRANSPORT";
-    case GRADEX_ERR_INTERNAL: return "INTERNAL";
-    case GRADEX_ERR_STATE: return "STATE";
-    case GRADEX_ERR_VERSION: return "VERSION";
+    case GRADEX_OK:
+      return "OK";
+    case GRADEX_ERR_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case GRADEX_ERR_CONFIG:
+      return "CONFIG";
+    case GRADEX_ERR_TIMEOUT:
+      return "TIMEOUT";
+    case GRADEX_ERR_PEER:
+      return "PEER";
+    case GRADEX_ERR_CORRUPT:
+      return "CORRUPT";
+    case GRADEX_ERR_MISMATCH:
+      return "MISMATCH";
+    case GRADEX_ERR_TRANSPORT:
+      return "TRANSPORT";
+    case GRADEX_ERR_INTERNAL:
+      return "INTERNAL";
+    case GRADEX_ERR_STATE:
+      return "STATE";
+    case GRADEX_ERR_VERSION:
+      return "VERSION";
   }
   return "INTERNAL";
 }
@@ -75,8 +90,8 @@ int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind 
     hand_over(*s, t.data_ptr());
     if (s->status != GRADEX_OK) throw_status(s->status, s->error);
   } else {
-    throw_status(GRADEX_ERR_INVALID_ARGUMENT,
-                 "tensor '" + key + "' is on " + t.device().str() + "; gradex takes CPU and CUDA tensors");
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT, "tensor '" + key + "' is on " + t.device().str() +
+                                                  "; gradex takes CPU and CUDA tensors");
   }
   std::lock_guard<std::mutex> lock(registry_mu);
   const int64_t ticket = next_ticket++;

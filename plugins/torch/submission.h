@@ -19,12 +19,12 @@ struct Submission {
   gradex_engine_t* engine = nullptr;
   std::string key;
   Kind kind = Kind::kGradient;
-  at::Tensor tensor;  // the caller's tensor: holds the result once gradex::wait returns
-  at::Tensor host;    // CUDA tensors only: the pinned host copy the engine works on
+  at::Tensor tensor;            // the caller's tensor: holds the result once gradex::wait returns
+  at::Tensor host;              // CUDA tensors only: the pinned host copy the engine works on
   std::shared_ptr<void> ready;  // CUDA tensors only: event recorded after the copy into `host`
 
-  // The hand-over to the engine: immediate for CPU tensors; done by the staging thread for CUDA tensors
-  // once their copy into `host` has completed. Guarded by `mu`.
+  // The hand-over to the engine: immediate for CPU tensors; done by the staging thread for CUDA
+  // tensors once their copy into `host` has completed. Guarded by `mu`.
   std::mutex mu;
   std::condition_variable cv;
   bool handed_over = false;
@@ -33,8 +33,8 @@ struct Submission {
   gradex_handle_t handle = 0;
 };
 
-// Calls gradex_submit or gradex_average with `data` from the calling thread and records the outcome in `s`
-// (status, error message, handle), then wakes waiters. Never throws.
+// Calls gradex_submit or gradex_average with `data` from the calling thread and records the outcome
+// in `s` (status, error message, handle), then wakes waiters. Never throws.
 void hand_over(Submission& s, void* data);
 
 // Throws a c10::Error "gradex[<STATUS>]: <message>" (the format the Python package parses).
