@@ -1,0 +1,91 @@
+// Every exchange mode on ranks as threads over real UCX: its output must be the average within the
+// tolerance it declares, its bytes on the wire what its format implies.
+#include "bench/exchange_modes.h"
+
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "base/error.h"
+#include "bench/average_check.h"
+#include "bench/gradient_gen.h"
+#include "comm/memory_store.h"
+
+namespace gradex::bench {
+namespace {
+
+ModelProfile test_model() {
+  return parse_model_profile("w 40 30 3 3\nb 40\nfc 10 5000\nfc.b 10\n", "test", "test");
+}
+
+// Runs `steps` steps of `mode_name` on `world` threads; returns rank 0's bytes sent per step.
+double run_mode(const std::string& mode_name, int world, int steps) {
+  ModelProfile model = test_model();
+  auto store = std::make_shared<comm::MemoryStore>();
+  config::Config config;
+  comm::CommOptions options;
+  options.timeout = comm::Millis(60000);
+  options.ring_chunk_bytes = 4096;  // several chunks per ring step
+  std::vector<double> bytes_per_step(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = comm::create_ucx_communicator(store, r, world, options);
+        ModeContext ctx{*comm, model, config};
+        std::unique_ptr<ExchangeMode> mode = select_modes(mode_name)[0]->create(ctx);
+        GradientGenerator gen(model, r);
+        AverageChecker checker(model, world, GradientOptions{});
+        std::vector<float> grads(model.total_numel);
+        uint64_t before = comm->bytes_sent();
+        for (int step = 0; step < steps; ++step) {
+          gen.generate(step, grads.data());
+          mode->step(grads.data(), grads.size());
+          ASSERT_TRUE(mode->tolerance().has_value());
+          EXPECT_LE(checker.check(mode_name, step, grads.data(), *mode->tolerance()), 1.0);
+        }
+        bytes_per_step[r] = double(comm->bytes_sent() - before) / steps;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return bytes_per_step[0];
+}
+
+TEST(ExchangeModes, DenseModesDeliverTheAverage) {
+  const double params = static_cast<double>(test_model().total_numel);
+  for (int world : {2, 3}) {
+    const double ring = 2.0 * (world - 1) / world * params;  // elements each rank sends
+    EXPECT_NEAR(run_mode("dense_fp32", world, 3), ring * 4, ring * 0.05) << world;
+    EXPECT_NEAR(run_mode("dense_fp16", world, 3), ring * 2, ring * 0.05) << world;
+  }
+}
+
+TEST(ExchangeModes, TableAndSelection) {
+  ASSERT_GE(exchange_modes().size(), 2u);
+  EXPECT_EQ(exchange_modes()[0].name, "dense_fp32");
+  for (const ModeSpec& m : exchange_modes()) {
+    for (char c : m.name)
+      EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    EXPECT_FALSE(m.description.empty());
+  }
+  EXPECT_EQ(select_modes("all").size(), exchange_modes().size());
+  auto two = select_modes("dense_fp16,dense_fp32");
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0]->name, "dense_fp16");
+  EXPECT_THROW(select_modes("dense_fp8"), InvalidArgument);
+  EXPECT_THROW(select_modes("dense_fp32,dense_fp32"), InvalidArgument);
+  EXPECT_THROW(select_modes(""), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradex::bench
