@@ -57,7 +57,7 @@ struct DgcOptions {
   double accept_low = 0.8;    // accept a threshold when its count lies in [accept_low*k,
   double accept_high = 1.3;   //                                            accept_high*k]
   int max_rounds = 10;        // adaptation rounds before the exact selection
-  float hint_margin = 0.85f;  // candidates are collected at hint_margin * previous threshold
+  float hint_margin = 0.95f;  // candidates are collected at hint_margin * predicted threshold
   size_t parallel_min_elements = size_t{1} << 20;  // smaller tensors run on one thread
   bool exact_selection = false;  // always select exactly the top k (ties: lower index first)
 };

@@ -9,7 +9,7 @@
 
 namespace gradex::bench {
 
-// Two normal(0, 1) gradients of n elements (cached; the DGC benchmark alternates them).
+// Normal(0, 1) gradients of n elements (cached per (n, which)).
 const std::vector<float>& gradient(size_t n, int which);
 // A sorted random support of round(density * n) indices in [0, n) (cached).
 const std::vector<uint32_t>& support(size_t n, double density);

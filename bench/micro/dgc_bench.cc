@@ -11,7 +11,7 @@ namespace gradex::bench {
 namespace {
 
 void bm_stream(benchmark::State& state, size_t n) {
-  const auto& g = gradient(n, 0);
+  const auto& g = gradient(2 * n, 0);
   std::vector<float> u(n, 0.0f), v(n, 0.0f);
   for (auto _ : state) {
     compress::dgc::stream_reference(g.data(), u.data(), v.data(), n);
@@ -27,12 +27,16 @@ void bm_dgc(benchmark::State& state, size_t n, double sparsity, int threads, flo
   o.momentum = momentum;
   o.threads = threads;
   compress::DgcCompressor dgc(n, o);
-  const float* grads[2] = {gradient(n, 0).data(), gradient(n, 1).data()};
-  for (int s = 0; s < 3; ++s)  // reach the steady state (threshold reuse warmed up)
-    dgc.step(grads[s & 1]);
+  // Each step's gradient is a different window of a 2n-element random array, so every element
+  // sees fresh values (as in training) without generating n randoms per step.
+  const float* base = gradient(2 * n, 0).data();
+  auto grad = [&](size_t step) { return base + (step * 7919 * 64) % n; };
+  size_t step = 0;
+  for (; step < 20; ++step)  // past the first steps, where the residual grows fastest
+    dgc.step(grad(step));
   size_t steps = 0, rounds = 0, selected = 0;
   for (auto _ : state) {
-    const compress::Selection& sel = dgc.step(grads[steps & 1]);
+    const compress::Selection& sel = dgc.step(grad(step++));
     rounds += sel.rounds;
     selected += sel.indices.size();
     ++steps;

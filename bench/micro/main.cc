@@ -22,6 +22,7 @@ namespace {
 // Console output as usual, plus seconds per iteration by benchmark name for the RESULT line.
 class Recorder : public benchmark::ConsoleReporter {
  public:
+  Recorder() : ConsoleReporter(OO_Tabular) {}  // no colour codes: the output goes to files
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.iterations <= 0 || r.run_type != Run::RT_Iteration) continue;

@@ -73,9 +73,10 @@ const std::vector<uint8_t>& dgc_body(DType values) {
     o.value_dtype = values;
     const size_t n = 25000000;
     compress::DgcCompressor dgc(n, o);
-    for (int s = 0; s < 3; ++s)
-      dgc.step(gradient(n, s & 1).data());
-    auto bytes = compress::wire::encode(dgc.step(gradient(n, 1).data()), 1, {});
+    const float* base = gradient(2 * n, 0).data();  // windows: fresh values per step
+    for (size_t s = 0; s < 10; ++s)
+      dgc.step(base + s * 1000003);
+    auto bytes = compress::wire::encode(dgc.step(base + 10 * 1000003), 1, {});
     b.assign(bytes.begin() + compress::wire::kHeaderBytes, bytes.end());
   }
   return b;

@@ -90,9 +90,14 @@ const Selection& DgcCompressor::step(const float* grad) {
   const bool dense_target = b.k >= numel_ && !options_.exact_selection;
   const bool use_hint = options_.reuse_threshold && !options_.exact_selection &&
                         last_threshold_ > 0 && std::isfinite(last_threshold_);
-  const float hint = dense_target ? kMinThreshold
-                     : use_hint   ? std::max(last_threshold_ * options_.hint_margin, kMinThreshold)
-                                  : std::numeric_limits<float>::infinity();
+  // While the residual grows (early training) the threshold grows step over step: extrapolate
+  // the last ratio (bounded) so that the candidates at the hint still fit the buffer.
+  const float growth = prev_threshold_ > 0 ? std::clamp(last_threshold_ / prev_threshold_, 0.8f, 1.5f)
+                                           : 1.0f;
+  const float hint =
+      dense_target ? kMinThreshold
+      : use_hint   ? std::max(last_threshold_ * growth * options_.hint_margin, kMinThreshold)
+                   : std::numeric_limits<float>::infinity();
   update(grad, hint, threads);
 
   sel_.indices.clear();
@@ -174,7 +179,10 @@ void DgcCompressor::finish_selection() {
     if (u) u[i] = 0.0f;
   }
   sel_.threshold = threshold;
-  if (c > 0 && std::isfinite(threshold)) last_threshold_ = threshold;
+  if (c > 0 && std::isfinite(threshold)) {
+    prev_threshold_ = last_threshold_;
+    last_threshold_ = threshold;
+  }
 }
 
 void DgcCompressor::step_dense(const float* grad, float* dense_out) {
@@ -198,7 +206,7 @@ void DgcCompressor::reset() {
   std::fill(v_.begin(), v_.end(), 0.0f);
   std::fill(u_.begin(), u_.end(), 0.0f);
   step_ = 0;
-  last_threshold_ = 0;
+  last_threshold_ = prev_threshold_ = 0;
 }
 
 }  // namespace gradex::compress

@@ -78,6 +78,7 @@ class DgcCompressor {
   std::vector<float> u_, v_;
   uint64_t step_ = 0;
   float last_threshold_ = 0;  // 0: none yet (first step, or after reset/restore)
+  float prev_threshold_ = 0;  // the one before: their ratio predicts the next threshold
 
   Selection sel_;
   // Scratch: per-thread candidate buffers and their true counts, the sample, exact-selection space.

@@ -53,13 +53,26 @@ float sample_threshold(const float* v, size_t n, size_t k, const DgcOptions& o, 
 
 void top_k_among(const float* v, std::vector<uint32_t>& cand, size_t k) {
   if (cand.size() <= k) return;
-  auto larger = [v](uint32_t a, uint32_t b) {
-    float fa = std::fabs(v[a]), fb = std::fabs(v[b]);
-    return fa > fb || (fa == fb && a < b);
-  };
-  std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), larger);
-  cand.resize(k);
-  std::sort(cand.begin(), cand.end());
+  // The k-th largest magnitude from a contiguous copy (cheaper than sorting indices through v),
+  // then one ordered filter: everything above it, and ties in index order.
+  thread_local std::vector<float> mag;
+  mag.resize(cand.size());
+  for (size_t j = 0; j < cand.size(); ++j)
+    mag[j] = std::fabs(v[cand[j]]);
+  std::nth_element(mag.begin(), mag.begin() + (k - 1), mag.end(), std::greater<float>());
+  const float t = mag[k - 1];
+  size_t above = 0;
+  for (uint32_t i : cand)
+    above += std::fabs(v[i]) > t;
+  size_t ties = k - above, out = 0;
+  for (uint32_t i : cand) {
+    const float a = std::fabs(v[i]);
+    if (a > t || (a == t && ties > 0)) {
+      if (a == t) --ties;
+      cand[out++] = i;
+    }
+  }
+  cand.resize(out);
 }
 
 void exact_top_k(const float* v, size_t n, size_t k, std::vector<uint32_t>& out,

@@ -1,7 +1,7 @@
 // DgcCompressor checkpoints. Layout (little-endian):
 //   u32 magic "GXDS", u32 version (1), u64 numel, u64 steps done, u8 has momentum buffer,
-//   3 zero bytes, f32 last threshold, [numel f32 u if present], numel f32 v, u32 CRC-32C of all
-//   preceding bytes.
+//   3 zero bytes, f32 last threshold, f32 the threshold before it, 4 zero bytes,
+//   [numel f32 u if present], numel f32 v, u32 CRC-32C of all preceding bytes.
 #include <cstring>
 #include <string>
 
@@ -14,7 +14,7 @@ namespace gradex::compress {
 namespace {
 constexpr uint32_t kStateMagic = 0x53445847u;  // "GXDS"
 constexpr uint32_t kStateVersion = 1;
-constexpr size_t kStateHeader = 32;
+constexpr size_t kStateHeader = 40;
 }  // namespace
 
 std::vector<uint8_t> DgcCompressor::save_state() const {
@@ -28,6 +28,7 @@ std::vector<uint8_t> DgcCompressor::save_state() const {
   wire::put<uint64_t>(p + 16, step_);
   p[24] = has_u ? 1 : 0;
   wire::put<float>(p + 28, last_threshold_);
+  wire::put<float>(p + 32, prev_threshold_);
   uint8_t* at = p + kStateHeader;
   if (has_u) {
     std::memcpy(at, u_.data(), numel_ * 4);
@@ -65,6 +66,7 @@ void DgcCompressor::load_state(const uint8_t* data, size_t size) {
     throw CorruptPayload("DGC state blob checksum mismatch");
   step_ = wire::get<uint64_t>(data + 16);
   last_threshold_ = wire::get<float>(data + 28);
+  prev_threshold_ = wire::get<float>(data + 32);
   const uint8_t* at = data + kStateHeader;
   if (has_u) {
     std::memcpy(u_.data(), at, numel_ * 4);

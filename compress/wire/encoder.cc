@@ -35,7 +35,7 @@ void append_values(const SparseRef& s, std::vector<uint8_t>& out) {
   out.resize(at + s.count * dtype_size(s.value_dtype));
   uint8_t* p = out.data() + at;
   if (s.value_dtype == DType::kFloat32) {
-    std::memcpy(p, s.values, s.count * 4);
+    if (s.count) std::memcpy(p, s.values, s.count * 4);  // values may be null when empty
     return;
   }
   for (size_t j = 0; j < s.count; ++j) {
