@@ -234,8 +234,8 @@ std::vector<FlagSpec> allreduce_flags() {
 const CommandRegistration kRegistration({
     "allreduce",
     "ring allreduce bus bandwidth vs UCX point-to-point bandwidth, 64 KiB to 256 MiB",
-    "Bus bandwidth is 2(P-1)/P x bytes / time, the traffic of each rank's ring link; the "
-    "point-to-point stream runs between ranks 0 and 1 at the same sizes while the other ranks "
+    "Bus bandwidth is 2(P-1)/P x bytes / time, the traffic of each rank's ring link. The\n"
+    "point-to-point stream runs from rank 0 to rank 1 at the same sizes while the other ranks\n"
     "sleep. Ends with RESULT busbw_ratio_64MiB=... busbw_64MiB_GBps=... p2p_64MiB_GBps=...",
     allreduce_flags(),
     run_allreduce,

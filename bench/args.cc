@@ -118,11 +118,15 @@ bool Args::get_switch(const std::string& name) const {
 }
 
 std::string describe_flags(const std::vector<FlagSpec>& specs) {
+  auto left_of = [](const FlagSpec& s) { return "  --" + s.name + (s.is_switch ? "" : " VALUE"); };
+  size_t width = 0;
+  for (const FlagSpec& s : specs)
+    width = std::max(width, left_of(s).size());
   std::string out;
   for (const FlagSpec& s : specs) {
-    std::string left = "  --" + s.name + (s.is_switch ? "" : " VALUE");
-    if (left.size() < 24) left.resize(24, ' ');
-    out += left + " " + s.help;
+    std::string left = left_of(s);
+    left.resize(width, ' ');
+    out += left + "  " + s.help;
     if (!s.is_switch && !s.default_value.empty()) out += " (default: " + s.default_value + ")";
     out += "\n";
   }

@@ -43,8 +43,9 @@ const Command* find_command(const std::string& name) {
 std::string command_help(const Command& command) {
   std::string out = "usage: gradex-bench " + command.name + " [flags]\n\n" + command.summary + "\n";
   if (!command.details.empty()) out += "\n" + command.details + "\n";
-  out += "\nflags:\n" + describe_flags(command.flags);
-  out += "  --help                   this text\n";
+  std::vector<FlagSpec> flags = command.flags;
+  flags.push_back({"help", "", "this text", true});
+  out += "\nflags:\n" + describe_flags(flags);
   return out;
 }
 
