@@ -195,8 +195,8 @@ std::string exchange_details() {
   for (const ModeSpec& m : exchange_modes())
     out += "  " + m.name + ": " + m.description + "\n";
   out +=
-      "Ends with RESULT model=... <mode>_step_ms=... <mode>_wire_bytes=... <mode>_ratio=... "
-      "<mode>_cpu_ms=... for every mode.";
+      "Ends with RESULT model=... params=... ranks=... and, for every mode, <mode>_step_ms=...\n"
+      "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...";
   return out;
 }
 
