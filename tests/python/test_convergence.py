@@ -8,7 +8,7 @@ which is above the default GRADEX_DENSE_THRESHOLD (16384): no threshold change i
 import os
 import sys
 
-import ranks
+import torch_ranks as ranks
 
 _EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "examples")

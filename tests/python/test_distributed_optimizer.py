@@ -1,6 +1,6 @@
 """gx.DistributedOptimizer without DDP: identical parameters on every rank after every step (DGC, fp16 and
 dense tensors mixed), the momentum rule's warning, and LocalSGD selected by GRADEX_LOCALSGD_PERIOD."""
-import ranks
+import torch_ranks as ranks
 
 # The model's two weight matrices (4096 and 2560 elements) go DGC above this threshold; biases go dense.
 _ENV = {"GRADEX_DENSE_THRESHOLD": "2000", "GRADEX_WARMUP_STEPS": "3", "GRADEX_TIMEOUT_S": "60"}

@@ -1,6 +1,6 @@
 """The DDP comm hook against gloo's allreduce: exact with GRADEX_SPARSITY=0 and fp32, within fp16 rounding
 with fp16 on the wire."""
-import ranks
+import torch_ranks as ranks
 
 
 def _hook_vs_gloo(rank, world, integer_data):

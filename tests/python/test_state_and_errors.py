@@ -1,6 +1,6 @@
 """Checkpointing of the compressor state, and engine errors surfacing as Python exceptions: a bad GRADEX_*
 value at first use, state that does not fit, a peer that dies."""
-import ranks
+import torch_ranks as ranks
 
 _CONFIG = {"GRADEX_DENSE_THRESHOLD": "2000", "GRADEX_MOMENTUM": "0.9", "GRADEX_SPARSITY": "0.99",
            "GRADEX_TIMEOUT_S": "60"}

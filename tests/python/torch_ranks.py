@@ -18,7 +18,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-EXIT = "ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
+EXIT = "torch_ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
 
 
 def _entry(fn, rank, world, port, env, args, results, leave_together):
