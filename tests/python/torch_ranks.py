@@ -48,8 +48,8 @@ def run(fn, world, env=None, args=(), timeout=180, leave_together=True):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together), daemon=True)
-             for r in range(world)]
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together),
+                         daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout

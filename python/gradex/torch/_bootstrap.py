@@ -10,6 +10,7 @@ import itertools
 import threading
 import weakref
 
+import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
@@ -22,10 +23,10 @@ _live_lock = threading.Lock()
 
 def dtype_code(dtype):
     """gradex_dtype_t of a torch dtype."""
-    import torch
     codes = {torch.float32: _capi.FLOAT32, torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16}
     if dtype not in codes:
-        raise _errors.InvalidArgumentError(f"gradex exchanges float32, float16 and bfloat16 tensors, not {dtype}")
+        raise _errors.InvalidArgumentError(
+            f"gradex exchanges float32, float16 and bfloat16 tensors, not {dtype}")
     return codes[dtype]
 
 
@@ -39,7 +40,8 @@ def create_engine(config=None, store=None):
     if store is not None:
         if not (dist.is_available() and dist.is_initialized()):
             raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
-        engine = _capi.Engine(dist.get_rank(), dist.get_world_size(), store, f"gradex/{next(_counter)}/", config)
+        prefix = f"gradex/{next(_counter)}/"
+        engine = _capi.Engine(dist.get_rank(), dist.get_world_size(), store, prefix, config)
     else:
         # No framework store: the engine reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself.
         engine = _capi.Engine(-1, -1, None, None, config)

@@ -51,7 +51,8 @@ class State:
     def state_dict(self):
         """The compressor state (residuals, momenta, step counters) and the bucket layout it belongs to."""
         return {"format": _STATE_FORMAT, "iteration": self._exchanger.iteration,
-                "buckets": {index: (numel, str(dtype)) for index, (numel, dtype) in self._exchanger.buckets.items()},
+                "buckets": {index: (numel, str(dtype))
+                            for index, (numel, dtype) in self._exchanger.buckets.items()},
                 "engine": self._engine.save_state()}
 
     def load_state_dict(self, state):
