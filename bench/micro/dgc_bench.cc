@@ -66,8 +66,8 @@ void register_dgc(bool large) {
             ->UseRealTime();
       }
     }
-    benchmark::RegisterBenchmark(("dgc_compress_m0/" + sz + "/s0.999/t1").c_str(), bm_dgc, n,
-                                 0.999, 1, 0.0f)
+    benchmark::RegisterBenchmark(("dgc_compress_m0/" + sz + "/s0.999/t1").c_str(), bm_dgc, n, 0.999,
+                                 1, 0.0f)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }

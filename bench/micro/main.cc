@@ -28,7 +28,8 @@ class Recorder : public benchmark::ConsoleReporter {
       if (r.iterations <= 0 || r.run_type != Run::RT_Iteration) continue;
       std::string name = r.benchmark_name();
       const std::string suffix = "/real_time";
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
         name.resize(name.size() - suffix.size());
       seconds[name] = r.real_accumulated_time / static_cast<double>(r.iterations);
       cpu_seconds[name] = r.cpu_accumulated_time / static_cast<double>(r.iterations);
@@ -58,8 +59,10 @@ int main(int argc, char** argv) {
   bool large = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--large") == 0) large = true;
-    else args.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--large") == 0)
+      large = true;
+    else
+      args.push_back(argv[i]);
   }
   int n_args = static_cast<int>(args.size());
   benchmark::Initialize(&n_args, args.data());

@@ -92,12 +92,12 @@ const Selection& DgcCompressor::step(const float* grad) {
                         last_threshold_ > 0 && std::isfinite(last_threshold_);
   // While the residual grows (early training) the threshold grows step over step: extrapolate
   // the last ratio (bounded) so that the candidates at the hint still fit the buffer.
-  const float growth = prev_threshold_ > 0 ? std::clamp(last_threshold_ / prev_threshold_, 0.8f, 1.5f)
-                                           : 1.0f;
-  const float hint =
-      dense_target ? kMinThreshold
-      : use_hint   ? std::max(last_threshold_ * growth * options_.hint_margin, kMinThreshold)
-                   : std::numeric_limits<float>::infinity();
+  const float growth =
+      prev_threshold_ > 0 ? std::clamp(last_threshold_ / prev_threshold_, 0.8f, 1.5f) : 1.0f;
+  const float hint = dense_target ? kMinThreshold
+                     : use_hint
+                         ? std::max(last_threshold_ * growth * options_.hint_margin, kMinThreshold)
+                         : std::numeric_limits<float>::infinity();
   update(grad, hint, threads);
 
   sel_.indices.clear();

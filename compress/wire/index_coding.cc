@@ -117,9 +117,10 @@ void decode_rice(const uint8_t* p, size_t size, unsigned r, size_t count, uint64
   for (size_t j = 0; j < count; ++j) {
     uint64_t q = 0;
     for (;;) {
-      uint64_t w = in.peek();
-      unsigned ones = static_cast<unsigned>(__builtin_ctzll(~w));  // w has zeros past bit 56
-      if (ones > 56) ones = 56;
+      // At most 56 ones per look: bit 56 is always forced to terminate the count (peek holds 57
+      // valid bits; past the end of the section it reads zeros).
+      const uint64_t w = in.peek();
+      const unsigned ones = static_cast<unsigned>(__builtin_ctzll(~w | (uint64_t{1} << 56)));
       if (ones >= in.remaining())
         corrupt("rice section truncated at index position " + std::to_string(j));
       q += ones;

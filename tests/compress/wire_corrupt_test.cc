@@ -104,6 +104,11 @@ TEST(WireCorrupt, ForgedIndexSectionsAreRejected) {
   p[31] = 3;
   resign(p);
   EXPECT_NE(decode_error(p).find("rice parameter"), std::string::npos);
+  // rice: a section of all ones (unary runs longer than one 64-bit look) is rejected cleanly.
+  p = sample_payload(IndexCoding::kRice);
+  std::fill(p.begin() + wire::kHeaderBytes, p.begin() + wire::kHeaderBytes + p[32], 0xff);
+  resign(p);
+  EXPECT_NE(decode_error(p), "");
   // rice: flipping coded bits changes gaps; either the range, padding or count check fires.
   p = sample_payload(IndexCoding::kRice);
   for (size_t b = wire::kHeaderBytes; b < wire::kHeaderBytes + p[32]; ++b) {
