@@ -58,7 +58,7 @@ const std::vector<VarSpec>& registry() {
      "Local gradient clipping before accumulation, at clip_norm * world_size^-1/2 (0: off)."},
     {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
      "Fraction of elements sampled to estimate the DGC selection threshold."},
-    {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16|bf16",
+    {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp16", 0, 0, false, false, "fp32|fp16|bf16",
      "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
     {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
      "Index coding of sparse payloads; auto picks the smallest for each payload."},

@@ -64,7 +64,7 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
                     const ExchangeSettings& s, const GradientGenerator& gen,
                     const AverageChecker& checker, std::vector<float>& grads, Progress& progress) {
   comm::Communicator& comm = ctx.comm;
-  ModeContext mode_ctx{comm, model, ctx.config};
+  ModeContext mode_ctx{comm, model, ctx.config, ctx.store, spec.name};
   std::unique_ptr<ExchangeMode> mode = spec.create(mode_ctx);
   std::optional<Tolerance> tolerance = mode->tolerance();
   std::vector<double> times, cpus, bytes;
@@ -74,11 +74,11 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
     progress.update(spec.name, step, total);
     gen.generate(step, grads.data());  // not timed: the gradients come from the backward pass
     comm::barrier(comm);
-    const uint64_t bytes0 = comm.bytes_sent();
+    const uint64_t bytes0 = mode->bytes_sent().value_or(comm.bytes_sent());
     const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
     mode->step(grads.data(), grads.size());
     const double t1 = wall_seconds(), cpu1 = process_cpu_seconds();
-    const uint64_t bytes1 = comm.bytes_sent();
+    const uint64_t bytes1 = mode->bytes_sent().value_or(comm.bytes_sent());
     if (tolerance && (step == 0 || step == total - 1)) {
       check_error = std::max(check_error, checker.check(spec.name, step, grads.data(), *tolerance));
     }

@@ -78,7 +78,12 @@ const std::vector<ModeSpec>& exchange_modes() {
       {"dense_fp16", "pre-divide, cast to fp16, fp16 ring allreduce, cast back",
        factory<DenseFp16>()},
   };
-  return modes;
+  static const std::vector<ModeSpec> all = [] {
+    std::vector<ModeSpec> v = modes;
+    for (ModeSpec& m : engine_modes()) v.push_back(std::move(m));
+    return v;
+  }();
+  return all;
 }
 
 std::vector<const ModeSpec*> select_modes(const std::string& list) {

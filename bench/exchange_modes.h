@@ -22,6 +22,8 @@ struct ModeContext {
   comm::Communicator& comm;
   const ModelProfile& model;
   const config::Config& config;
+  std::shared_ptr<comm::Store> store;  // for modes that bootstrap their own engine
+  std::string name;                    // the mode's name (a store namespace of its own)
 };
 
 class ExchangeMode {
@@ -34,6 +36,9 @@ class ExchangeMode {
   // How close step()'s output is to the exact average. nullopt for modes whose output is not meant
   // to be the average (sparsified or periodic modes), which then verify themselves in step().
   virtual std::optional<Tolerance> tolerance() const = 0;
+  // Bytes this rank has sent so far, for modes that send through their own communicator (the sync
+  // engine); nullopt: the harness reads the shared communicator's counter.
+  virtual std::optional<uint64_t> bytes_sent() const { return std::nullopt; }
 };
 
 struct ModeSpec {
@@ -41,6 +46,9 @@ struct ModeSpec {
   std::string description;  // one line for --help and the report
   std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> create;
 };
+
+// The modes driven through the sync engine (bench/engine_modes.cc), in report order.
+std::vector<ModeSpec> engine_modes();
 
 // Every available mode, in report order.
 const std::vector<ModeSpec>& exchange_modes();

@@ -33,7 +33,7 @@ int run_as_rank(const LaunchOptions& options, const std::function<int(RankContex
     auto store = comm::connect_tcp_store(info, comm_options.timeout);
     auto communicator = comm::create_ucx_communicator(
         comm::make_prefix_store(store, "gradex-bench/"), info.rank, info.world_size, comm_options);
-    RankContext context{info, config, *communicator};
+    RankContext context{info, config, *communicator, store};
     int status = body(context);
     // Nobody leaves (and rank 0 stops serving the store) while a peer may still talk to it.
     comm::barrier(*communicator);

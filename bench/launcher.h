@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct RankContext {
   comm::LaunchInfo info;
   config::Config config;
   comm::Communicator& comm;
+  // The bootstrap store, for components that open their own communicator (the sync engine).
+  std::shared_ptr<comm::Store> store;
   // Only rank 0 prints the report; the others stay quiet unless they fail.
   bool reporter() const { return comm.rank() == 0; }
 };

@@ -35,7 +35,7 @@ double run_mode(const std::string& mode_name, int world, int steps) {
     threads.emplace_back([&, r] {
       try {
         auto comm = comm::create_ucx_communicator(store, r, world, options);
-        ModeContext ctx{*comm, model, config};
+        ModeContext ctx{*comm, model, config, store, mode_name};
         std::unique_ptr<ExchangeMode> mode = select_modes(mode_name)[0]->create(ctx);
         GradientGenerator gen(model, r);
         AverageChecker checker(model, world, GradientOptions{});

@@ -1,0 +1,102 @@
+// Exchange modes driven through the sync engine (the path a framework plugin takes): each mode
+// opens its own engine with a few GRADEX_* settings on top of the environment's, registers the
+// model's tensors by name and submits them every step, as a plugin would after backward.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+#include "bench/exchange_modes.h"
+#include "comm/store.h"
+#include "sync/engine.h"
+
+namespace gradex::bench {
+namespace {
+
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+class EngineMode : public ExchangeMode {
+ public:
+  EngineMode(ModeContext& ctx, const Settings& settings) : model_(ctx.model) {
+    config::Config config = ctx.config;
+    for (const auto& [name, value] : settings)
+      config.set(name, value);
+    local_sgd_ = config.get_int("GRADEX_LOCALSGD_PERIOD") > 0;
+    engine_ = std::make_unique<sync::Engine>(
+        std::move(config), comm::make_prefix_store(ctx.store, "engine/" + ctx.name + "/"),
+        ctx.comm.rank(), ctx.comm.size());
+    for (const TensorSpec& t : model_.tensors)
+      engine_->register_tensor(t.name, static_cast<uint64_t>(t.numel), DType::kFloat32);
+    if (local_sgd_) parameters_.assign(static_cast<size_t>(model_.total_numel), 0.01f);
+  }
+
+  void step(float* grads, size_t count) override {
+    exchange(grads, /*average=*/false);
+    if (engine_->end_step() || !local_sgd_) {
+      if (local_sgd_) {
+        apply(grads, count);
+        exchange(parameters_.data(), /*average=*/true);
+      }
+      return;
+    }
+    apply(grads, count);
+  }
+
+  std::optional<Tolerance> tolerance() const override { return std::nullopt; }
+
+  std::optional<uint64_t> bytes_sent() const override {
+    sync::Stats s = engine_->stats(false);
+    return s.bytes_sent + s.control_bytes;
+  }
+
+ private:
+  // Submits every tensor (in profile order, as backward would hand them over), then waits for all.
+  void exchange(float* base, bool average) {
+    handles_.clear();
+    int64_t offset = 0;
+    for (const TensorSpec& t : model_.tensors) {
+      float* data = base + offset;
+      handles_.push_back(average ? engine_->average(t.name, data) : engine_->submit(t.name, data));
+      offset += t.numel;
+    }
+    for (uint64_t h : handles_)
+      engine_->wait(h);
+  }
+
+  // A plain SGD update, so that LocalSGD has parameters that drift apart between averages.
+  void apply(const float* grads, size_t count) {
+    if (!local_sgd_) return;
+    for (size_t i = 0; i < count; ++i)
+      parameters_[i] -= 0.01f * grads[i];
+  }
+
+  const ModelProfile& model_;
+  std::unique_ptr<sync::Engine> engine_;
+  bool local_sgd_ = false;
+  std::vector<float> parameters_;
+  std::vector<uint64_t> handles_;
+};
+
+std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settings settings) {
+  return [settings](ModeContext& ctx) { return std::make_unique<EngineMode>(ctx, settings); };
+}
+
+}  // namespace
+
+std::vector<ModeSpec> engine_modes() {
+  return {
+      {"auto", "the engine's default policy (DGC 99.9% for large tensors, fused fp16 for small)",
+       engine_factory({})},
+      {"dgc99", "engine, DGC at 99% sparsity for tensors >= GRADEX_DENSE_THRESHOLD",
+       engine_factory({{"GRADEX_SPARSITY", "0.99"}})},
+      {"dgc999", "engine, DGC at 99.9% sparsity for tensors >= GRADEX_DENSE_THRESHOLD",
+       engine_factory({{"GRADEX_SPARSITY", "0.999"}})},
+      {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
+       engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
+      {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",
+       engine_factory({{"GRADEX_LOCALSGD_PERIOD", "8"}})},
+  };
+}
+
+}  // namespace gradex::bench
