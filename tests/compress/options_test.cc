@@ -1,6 +1,8 @@
 // DgcOptions and WireOptions from the GRADEX_* registry.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "compress/compress.h"
 
 namespace gradex::compress {
@@ -14,8 +16,8 @@ TEST(CompressOptions, DefaultsFromTheRegistry) {
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.value_dtype, DType::kFloat16);  // GRADEX_SPARSE_VALUES defaults to fp16
   WireOptions w = wire_options_from_config(c);
-  EXPECT_EQ(w.index_coding, IndexCoding::kAuto);
-  EXPECT_EQ(w.zstd_level, 0);
+  EXPECT_EQ(std::string(index_coding_name(w.index_coding)), c.get_string("GRADEX_INDEX_CODING"));
+  EXPECT_EQ(w.zstd_level, c.get_int("GRADEX_ZSTD_LEVEL"));
 }
 
 TEST(CompressOptions, ValuesFromStrings) {
