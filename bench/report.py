@@ -251,7 +251,7 @@ by steps and hosts. "own count" is what gradex counted itself (payload only), fo
 
 **Time to accuracy** (`bench/train/`): 4 hosts at 1 Gbit/s train the same MLP (64-2048-2048-10,
 4.3 M parameters) on scikit-learn's digits (1,437 training, 360 test images, bundled, no download),
-32 images per rank and step, SGD lr 0.1 (momentum 0.9 in the optimizer, or DGC's momentum
+16 images per rank and step, SGD lr 0.1 (momentum 0.9 in the optimizer, or DGC's momentum
 correction inside gradex), same initial weights and data order for every method. The clock sums
 rank 0's training steps; evaluations pause it."""
 

@@ -102,6 +102,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--gradex-modes", default="all")
     p.add_argument("--baseline-modes", default="gloo_fp32,torch_fp16,powersgd_r1,powersgd_r4,ddp_nocomm")
+    p.add_argument("--other-baseline-modes", default=None,
+                   help="baselines on every network after the first (default: --baseline-modes)")
     p.add_argument("--bench", default=str(ROOT / "build" / "bin" / "gradex-bench"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--run-timeout-s", type=float, default=300)
@@ -120,12 +122,14 @@ def main():
             "descriptions": mode_descriptions(args.bench), "failures": []}
     common = ["--model", "{model}", "--steps", str(args.steps), "--warmup", str(args.warmup)]
     for model in args.models.split(","):
-        for network in networks:
+        for index, network in enumerate(networks):
+            baselines = args.baseline_modes if index == 0 else (args.other_baseline_modes or
+                                                                args.baseline_modes)
             print(f"[{model} {network.label}] {args.hosts} ranks", flush=True)
             network.shape()
             runs = {
                 "gradex": [args.bench, "exchange", "--modes", args.gradex_modes, *common],
-                "torch": [args.python, str(BASELINE), "--modes", args.baseline_modes, *common],
+                "torch": [args.python, str(BASELINE), "--modes", baselines, *common],
             }
             entry = data["exchange"].setdefault(model, {}).setdefault(network.label, {})
             for tool, argv in runs.items():

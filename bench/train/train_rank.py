@@ -80,7 +80,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--method", choices=METHODS, required=True)
     p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=32, help="per rank")
+    p.add_argument("--batch", type=int, default=16, help="per rank")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--max-steps", type=int, default=400)

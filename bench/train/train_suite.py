@@ -25,7 +25,7 @@ from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # n
 METHODS = ("ddp_gloo", "torch_fp16", "powersgd", "gradex_dgc", "gradex_localsgd")
 # The budgets per method: quick fits bench/run --quick's ten minutes on a 2-core machine.
 BUDGETS = {
-    "quick": {"max_train_s": 25, "max_steps": 300},
+    "quick": {"max_train_s": 20, "max_steps": 300},
     "full": {"max_train_s": 120, "max_steps": 2000},
 }
 
