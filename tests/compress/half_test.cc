@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -16,12 +17,16 @@ std::vector<float> tricky_values(size_t n, uint64_t seed) {
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i)
     x[i] = bits_float(rng());  // every exponent, NaN and Inf included
-  x[0] = 65519.0f;             // rounds down to 65504: not saturated
-  x[1] = 65520.0f;             // would round to inf: saturated
-  x[2] = -1e30f;
-  x[3] = std::numeric_limits<float>::infinity();
-  x[4] = std::numeric_limits<float>::quiet_NaN();
-  x[5] = 3.0e-8f;  // fp16 subnormal range
+  // 65519 rounds down to 65504 (not saturated); 65520 would round to inf (saturated); then a
+  // large negative value, Inf, NaN and a value in fp16's subnormal range.
+  const float specials[] = {65519.0f,
+                            65520.0f,
+                            -1e30f,
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            3.0e-8f};
+  for (size_t i = 0; i < n && i < std::size(specials); ++i)
+    x[i] = specials[i];
   return x;
 }
 
