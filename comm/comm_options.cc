@@ -13,6 +13,7 @@ CommOptions comm_options_from_config(const config::Config& config) {
   if (o.timeout.count() < 1) o.timeout = Millis(1);
   o.iface = config.get_string("GRADEX_IFACE");
   o.ring_chunk_bytes = static_cast<size_t>(config.get_int("GRADEX_RING_CHUNK_KB")) << 10;
+  o.shared_memory = config.get_bool("GRADEX_SHM");
   return o;
 }
 

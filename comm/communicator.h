@@ -22,11 +22,15 @@ namespace gradex::comm {
 struct CommOptions {
   Millis timeout{300000};  // GRADEX_TIMEOUT_S
   std::string iface;       // GRADEX_IFACE: UCX net devices ("" = UCX decides)
-  size_t ring_chunk_bytes =
-      256 << 10;  // GRADEX_RING_CHUNK_KB; tests shrink it to reach multi-chunk paths
+  // GRADEX_RING_CHUNK_KB; tests shrink it to reach multi-chunk paths.
+  size_t ring_chunk_bytes = 256 << 10;
+  // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
+  // the liveness check within `timeout` rather than at once).
+  bool shared_memory = true;
 };
 
-// Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB).
+// Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
+// GRADEX_SHM).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that

@@ -2,6 +2,8 @@
 // teardown (bounded endpoint close).
 #include "comm/ucx/ucx_communicator.h"
 
+#include "comm/host_identity.h"
+
 #include <cstring>
 #include <exception>
 
@@ -53,6 +55,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   for (int p = 0; p < size_; ++p)
     peers_.push_back(std::unique_ptr<PeerSlot>(new PeerSlot{this, p}));
   worker_ = std::make_unique<Worker>(*context_);
+  if (ucp_worker_get_efd(worker_->get(), &event_fd_) != UCS_OK) event_fd_ = -1;
   pong_seq_.assign(static_cast<size_t>(size_), 0);
   try {
     post_control_recv();
@@ -69,32 +72,49 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   {
-    // Published as [u32 world size][worker address]: a rank started with another world size is
-    // caught by the first peer that reads its entry.
+    // Published as [u32 world size][u32 n][host identity, n bytes][worker address]: a rank started
+    // with another world size is caught by the first peer that reads its entry, and peers on the
+    // same host can choose shared memory.
     WorkerAddress address(*worker_);
-    Bytes entry(4 + address.size());
+    const std::string host = host_identity();
+    Bytes entry(8 + host.size() + address.size());
     uint32_t world = static_cast<uint32_t>(size_);
+    uint32_t host_len = static_cast<uint32_t>(host.size());
     std::memcpy(entry.data(), &world, 4);
-    std::memcpy(entry.data() + 4, address.data(), address.size());
+    std::memcpy(entry.data() + 4, &host_len, 4);
+    std::memcpy(entry.data() + 8, host.data(), host.size());
+    std::memcpy(entry.data() + 8 + host.size(), address.data(), address.size());
     store.set(address_key(rank_), entry);
   }
   endpoints_.resize(static_cast<size_t>(size_));
+  shared_memory_peer_.assign(static_cast<size_t>(size_), false);
   for (int i = 0; i < size_; ++i) {
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     int p = (rank_ + i) % size_;
     Bytes remote = store.get(address_key(p), left_until(deadline));
-    uint32_t world = 0;
-    if (remote.size() <= 4)
+    uint32_t world = 0, host_len = 0;
+    if (remote.size() > 8) std::memcpy(&host_len, remote.data() + 4, 4);
+    if (remote.size() <= 8 || host_len >= remote.size() - 8)
       throw CorruptPayload("connect: malformed address entry for rank " + std::to_string(p));
     std::memcpy(&world, remote.data(), 4);
+    const bool same_host =
+        std::string(reinterpret_cast<const char*>(remote.data() + 8), host_len) == host_identity();
     if (static_cast<int>(world) != size_)
       throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
                           std::to_string(world) + ", this rank with " + std::to_string(size_));
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(remote.data() + 4);
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.address = reinterpret_cast<const ucp_address_t*>(remote.data() + 8 + host_len);
+    // UCX 1.13 offers no shared-memory transport with peer failure handling: a same-host peer gets
+    // shared memory (GRADEX_SHM=1) and its death is caught by the liveness pings and the timeout
+    // instead of at once; other peers get immediate failure detection.
+    params.err_mode = same_host && options_.shared_memory ? UCP_ERR_HANDLING_MODE_NONE
+                                                          : UCP_ERR_HANDLING_MODE_PEER;
+    shared_memory_peer_[static_cast<size_t>(p)] = params.err_mode == UCP_ERR_HANDLING_MODE_NONE;
+    GX_LOG(kDebug) << "endpoint to rank " << p << ": "
+                   << (params.err_mode == UCP_ERR_HANDLING_MODE_NONE ? "same host, shared memory"
+                                                                     : "peer failure detection");
     params.err_handler.cb = &UcxCommunicator::on_endpoint_error;
     params.err_handler.arg = peers_[static_cast<size_t>(p)].get();
     try {

@@ -113,6 +113,9 @@ class UcxCommunicator : public Communicator {
                          bool notify_peers);
   void check_usable(const char* operation, int peer) const;
   void idle(int* idle_rounds);
+  // The worker's event fd (-1 when UCX offers none): idle() blocks on it once spinning stops
+  // paying.
+  int event_fd_ = -1;
 
   // --- control messages (ucx_control.cc) ---
   void post_control_recv();
@@ -137,6 +140,9 @@ class UcxCommunicator : public Communicator {
   std::list<ControlSend> abandoned_control_;  // released to UCX unfinished at teardown
   std::unique_ptr<Worker> worker_;
   std::vector<Endpoint> endpoints_;
+  // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
+  // their requests, so abandon() releases those at once).
+  std::vector<bool> shared_memory_peer_;
 
   uint64_t collective_seq_ = 0;
   uint64_t bytes_sent_ = 0;

@@ -28,7 +28,8 @@ void Config::modify(const char* name, const std::string& value) {
 Context::Context(const Config& config) {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: a waiting rank sleeps on the worker's event fd instead of spinning (ucx_requests.cc).
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   ucs_status_t st = ucp_init(&params, config.get(), &context_);
   if (st != UCS_OK) throw_status("ucp_init", st);

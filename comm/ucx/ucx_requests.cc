@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <thread>
 
+#include <poll.h>
 #include "base/check.h"
 #include "base/log.h"
+
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {
@@ -106,10 +108,21 @@ bool UcxCommunicator::progress() {
 }
 
 void UcxCommunicator::idle(int* idle_rounds) {
-  // Several ranks may share a core (tests run ranks as threads): spin briefly, then yield, then
-  // sleep, so a waiting rank does not starve the one it waits for.
+  // Several ranks may share a core (4 ranks on 2 cores here; ranks as threads in tests): spin
+  // briefly, then sleep in the kernel until the worker has an event, so a waiting rank hands its
+  // core to the rank it waits for. Without an event fd: yield, then short sleeps. The poll is short
+  // because the wait's own deadline and control messages are checked between calls.
   ++*idle_rounds;
   if (*idle_rounds < 64) return;
+  if (event_fd_ >= 0) {
+    ucs_status_t st = ucp_worker_arm(worker_->get());
+    if (st == UCS_ERR_BUSY) return;  // events pending: progress again at once
+    if (st == UCS_OK) {
+      pollfd p{event_fd_, POLLIN, 0};
+      ::poll(&p, 1, 2);
+      return;
+    }
+  }
   if (*idle_rounds < 4096) {
     std::this_thread::yield();
   } else {
@@ -283,6 +296,10 @@ void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {
         }
       }
     }
+    if (forced && std::all_of(live.begin(), live.end(), [&](UcxRequest* r) {
+          return shared_memory_peer_[static_cast<size_t>(r->peer_)];
+        }))
+      break;  // nothing completes these: release them below instead of waiting
   }
   for (UcxRequest* r : live) {
     GX_LOG(kError) << "a request with rank " << r->peer_

@@ -111,6 +111,9 @@ TEST(Communicator, WorldSizeMismatchIsDetectedAtConnect) {
 // naming rank 2, found by the liveness probe even where they were waiting on each other.
 TEST(CommunicatorFailure, TimeoutNamesTheRankThatIsAway) {
   comm::CommOptions o = test_options();
+  // The tcp path (what crosses hosts). Same-host shared memory with a stopped peer is covered by
+  // the forked-process stall test in multiproc_test.cc.
+  o.shared_memory = false;
   o.timeout = std::chrono::milliseconds(1000);
   std::atomic<int> timeouts{0};
   run_ranks(
