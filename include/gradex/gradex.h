@@ -11,6 +11,11 @@
  *    gradex_test()) reports the handle complete; it then holds the average over ranks.
  *  - All blocking calls honour GRADEX_TIMEOUT_S: a dead or stalled peer, or a tensor some rank never
  *    submits, fails the affected handles with a message naming the operation, tensor key and ranks.
+ *  - Thread safety: every function may be called from any thread, concurrently (submits from autograd
+ *    threads, waits from another); each handle is waited or tested to completion by one thread.
+ *  - Memory: this version exchanges host memory; device tensors are staged by the plugin.
+ *  - Completion is reported through gradex_wait/gradex_test only (no callbacks): a plugin that must
+ *    complete framework futures polls or waits on a thread of its own.
  */
 #ifndef GRADEX_GRADEX_H_
 #define GRADEX_GRADEX_H_
