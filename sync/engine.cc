@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/half.h"
+#include "compress/half/cast.h"
 #include "base/log.h"
 #include "sync/dense_exchange.h"
 #include "sync/sparse_exchange.h"
@@ -21,32 +21,20 @@ comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) 
   return co;
 }
 
+// 16-bit tensors travel through fp32 scratch buffers; compress/'s casts are vectorized and saturate
+// (a finite value never becomes inf on the way back).
 void to_float(const void* data, DType t, uint64_t n, float* out) {
-  if (t == DType::kFloat32) {
+  if (t == DType::kFloat32)
     std::memcpy(out, data, n * 4);
-    return;
-  }
-  const auto* in = static_cast<const uint16_t*>(data);
-  if (t == DType::kFloat16)
-    for (uint64_t i = 0; i < n; ++i)
-      out[i] = half_to_float(in[i]);
   else
-    for (uint64_t i = 0; i < n; ++i)
-      out[i] = bf16_to_float(in[i]);
+    compress::half::from_half(static_cast<const uint16_t*>(data), out, n, t, 1.0f);
 }
 
 void from_float(const float* in, uint64_t n, DType t, void* data) {
-  if (t == DType::kFloat32) {
+  if (t == DType::kFloat32)
     std::memcpy(data, in, n * 4);
-    return;
-  }
-  auto* out = static_cast<uint16_t*>(data);
-  if (t == DType::kFloat16)
-    for (uint64_t i = 0; i < n; ++i)
-      out[i] = float_to_half(in[i]);
   else
-    for (uint64_t i = 0; i < n; ++i)
-      out[i] = float_to_bf16(in[i]);
+    compress::half::to_half(in, static_cast<uint16_t*>(data), n, t, 1.0f);
 }
 
 std::string work_name(const WorkId& id) {
