@@ -11,13 +11,22 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-for sub in ("bench", "bench/cluster", "bench/baselines"):
-    sys.path.insert(0, str(ROOT / sub))
-
-import report  # noqa: E402
-from gradients import GradientGenerator  # noqa: E402
-from model_profile import Profile, load_profile  # noqa: E402
-from ranks import PROGRESS, WireMeter, parse_result  # noqa: E402
+_PATHS = [str(ROOT / sub) for sub in ("bench", "bench/cluster", "bench/baselines")]
+_before = set(sys.modules)
+sys.path[:0] = _PATHS
+try:
+    import report  # noqa: E402
+    from gradients import GradientGenerator  # noqa: E402
+    from model_profile import Profile, load_profile  # noqa: E402
+    from ranks import PROGRESS, WireMeter, parse_result  # noqa: E402
+finally:
+    # The bench scripts' modules have plain names (ranks, network, report): keep them out of the
+    # other test modules' way once imported here.
+    del sys.path[:len(_PATHS)]
+    for _name in set(sys.modules) - _before:
+        if getattr(sys.modules[_name], "__file__", "") and any(
+                str(sys.modules[_name].__file__).startswith(p) for p in _PATHS):
+            del sys.modules[_name]
 
 
 def test_cluster_lifecycle():
