@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "base/half.h"
+
 #include "capi/engine_access.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
@@ -162,6 +164,58 @@ TEST(EngineSparse, OverridesChooseThePolicyByName) {
         auto fc = engine.policy_of("fc.weight");
         RANK_REQUIRE(fc.kind == ExchangeKind::kSparse && fc.sparsity == 0.999, "fc");
         RANK_REQUIRE(engine.policy_of("fc.bias").kind == ExchangeKind::kDense, "bias");
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
+// 16-bit tensors go through fp32 scratch buffers on both paths; results stay within 16-bit rounding
+// of the fp32 computation, and DGC's residual keeps what was not sent.
+TEST(EngineSparse, HalfPrecisionTensorsOnBothPaths) {
+  const uint64_t big = 30000, small = 500;
+  auto results = run_ranks(
+      2, {"GRADEX_SPARSITY=0.99", "GRADEX_MOMENTUM=0", "GRADEX_FP16=0"},
+      [&](RankContext& ctx) -> std::string {
+        for (gradex_dtype_t t : {GRADEX_FLOAT16, GRADEX_BFLOAT16}) {
+          const bool fp16 = t == GRADEX_FLOAT16;
+          const std::string suffix = fp16 ? ".fp16" : ".bf16";
+          RANK_OK(gradex_register_tensor(ctx.engine, ("big" + suffix).c_str(), big, t,
+                                         GRADEX_DEVICE_CPU));
+          RANK_OK(gradex_register_tensor(ctx.engine, ("small" + suffix).c_str(), small, t,
+                                         GRADEX_DEVICE_CPU));
+          auto to16 = [&](float x) {
+            return fp16 ? gradex::float_to_half(x) : gradex::float_to_bf16(x);
+          };
+          auto from16 = [&](uint16_t h) {
+            return fp16 ? gradex::half_to_float(h) : gradex::bf16_to_float(h);
+          };
+          std::vector<uint16_t> b(big), s(small);
+          for (uint64_t i = 0; i < big; ++i)
+            b[i] = to16(test_value(21, ctx.rank, 0, i));
+          for (uint64_t i = 0; i < small; ++i)
+            s[i] = to16(test_value(22, ctx.rank, 0, i));
+          gradex_handle_t hb, hs;
+          RANK_OK(gradex_submit(ctx.engine, ("big" + suffix).c_str(), b.data(), &hb));
+          RANK_OK(gradex_submit(ctx.engine, ("small" + suffix).c_str(), s.data(), &hs));
+          RANK_OK(gradex_wait(ctx.engine, hb));
+          RANK_OK(gradex_wait(ctx.engine, hs));
+          const double eps = fp16 ? 1.0 / 1024 : 1.0 / 128;
+          for (uint64_t i = 0; i < small; ++i) {
+            double expected = 0.5 * (from16(to16(test_value(22, 0, 0, i))) +
+                                     from16(to16(test_value(22, 1, 0, i))));
+            RANK_REQUIRE(
+                std::fabs(from16(s[i]) - expected) <= eps * std::fabs(expected) + 1e-7,
+                suffix << " dense element " << i << ": " << from16(s[i]) << " vs " << expected);
+          }
+          uint64_t nonzero = 0;
+          for (uint16_t h : b) {
+            float x = from16(h);
+            RANK_REQUIRE(std::isfinite(x), suffix << " non-finite sparse result");
+            nonzero += x != 0;
+          }
+          RANK_REQUIRE(nonzero >= big / 200 && nonzero <= 2 * big * 13 / 1000,
+                       suffix << ": " << nonzero << " non-zero elements");
+        }
         return "";
       });
   EXPECT_EQ(failures(results), "");
