@@ -32,13 +32,14 @@ def _link_stats(namespace):
 def common_env(network, rank, world, port):
     """Launcher variables for one rank: what torchrun would set, plus the interface pins.
     UCX_TLS=tcp,self: the namespaces share one kernel and /dev/shm, so UCX would otherwise pick
-    shared memory between "hosts" and bypass the shaped links."""
+    shared memory between "hosts" and bypass the shaped links. GRADEX_SHM=0: ranks that share a
+    namespace (loopback) also talk tcp, so that loopback measures an unshaped network."""
     return {
         "RANK": str(rank), "WORLD_SIZE": str(world),
         "LOCAL_RANK": str(network.local_rank(rank)), "LOCAL_WORLD_SIZE": str(network.local_world(world)),
         "MASTER_ADDR": network.master_addr, "MASTER_PORT": str(port),
         "GRADEX_IFACE": network.iface, "GLOO_SOCKET_IFNAME": network.iface,
-        "UCX_TLS": "tcp,self", "OMP_NUM_THREADS": "1",
+        "UCX_TLS": "tcp,self", "GRADEX_SHM": "0", "OMP_NUM_THREADS": "1",
     }
 
 
