@@ -23,10 +23,11 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr,
      "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
      "so that reduction overlaps transfer."},
-    {"GRADEX_SHM", VarType::kBool, "1", 0, 0, false, false, nullptr,
-     "Ranks on the same host (same kernel and network namespace) exchange through shared memory. "
-     "UCX cannot report the death of a shared-memory peer, so it is then detected by gradex's "
-     "liveness check within GRADEX_TIMEOUT_S instead of at once; 0 keeps every peer on tcp."},
+    {"GRADEX_SHM", VarType::kBool, "0", 0, 0, false, false, nullptr,
+     "Ranks on the same host (same kernel and network namespace) exchange through shared memory: "
+     "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
+     "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
+     "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
      "How much gradex writes to stderr."},
     // --- policy ---

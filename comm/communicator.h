@@ -26,7 +26,7 @@ struct CommOptions {
   size_t ring_chunk_bytes = 256 << 10;
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
-  bool shared_memory = true;
+  bool shared_memory = false;
 };
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
