@@ -153,6 +153,9 @@ def exchange_tables(ex, rel):
                              f"{fmt(r.get('step_ms'))} | {fmt(r.get('mean_ms'))} | {mb(r.get('wire_bytes'))} | "
                              f"{mb(r.get('self_wire_bytes'))} | {fmt(r.get('cpu_ms'))} | {speedup} |")
             lines.append("")
+    lines += ["LocalSGD modes: the median is a local step (no gradient traffic); the mean includes the "
+              "parameter average every H steps, so compare their means. `ddp_nocomm` is DDP's own "
+              "cost (gradient copies into buckets and back), contained in every PyTorch row.", ""]
     descriptions = ex.get("descriptions", {})
     if descriptions:
         lines += ["Modes:", ""] + [f"- `{m}`: {d}" for m, d in descriptions.items()] + [""]
