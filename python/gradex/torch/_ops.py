@@ -67,6 +67,19 @@ def wait(ticket):
         raise _translated(exc) from None
 
 
+def wait_all(tickets):
+    """Waits for every ticket (none is left in flight, even after a failure), then raises the first
+    error seen, if any."""
+    first_error = None
+    for ticket in tickets:
+        try:
+            wait(ticket)
+        except _errors.GradexError as exc:
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+
+
 def has_cuda():
     """Whether this op library was built with its CUDA staging path."""
     return bool(torch.ops.gradex.has_cuda())

@@ -55,15 +55,7 @@ class LocalSGD:
 
     @torch.no_grad()
     def average_parameters(self):
-        tickets = [_ops.average(self._engine.address, f"param.{name}", p.detach()) for name, p in self._params]
-        first_error = None
-        for ticket in tickets:
-            try:
-                _ops.wait(ticket)
-            except _errors.GradexError as exc:
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
+        _ops.wait_all([_ops.average(self._engine.address, f"param.{name}", p.detach()) for name, p in self._params])
 
     @property
     def engine(self):

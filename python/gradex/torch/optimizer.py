@@ -101,15 +101,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def average_parameters(self):
         """Averages every parameter across ranks (LocalSGD's averaging round)."""
-        tickets = [_ops.average(self._engine.address, name, p.detach()) for name, p in self._params]
-        first_error = None
-        for ticket in tickets:
-            try:
-                _ops.wait(ticket)
-            except _errors.GradexError as exc:
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
+        _ops.wait_all([_ops.average(self._engine.address, name, p.detach()) for name, p in self._params])
 
     def step(self, closure=None):
         loss = None
