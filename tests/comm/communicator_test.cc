@@ -159,9 +159,14 @@ TEST(CommunicatorFailure, RankLeavingByExceptionAbortsThePeers) {
   EXPECT_THROW(run_ranks(
                    4,
                    [&](Communicator& c) {
-                     if (c.rank() == 3) throw std::runtime_error("framework error on rank 3");
+                     // Rank 3 leaves once every rank is connected (a rank still inside its
+                     // constructor would fail there instead, also naming rank 3). The others then
+                     // fail with PeerError naming rank 3 in whichever collective they are in: the
+                     // barrier if the abort notice overtakes its last message, else the allreduce.
                      std::vector<float> v(1000, 1.0f);
                      try {
+                       comm::barrier(c);
+                       if (c.rank() == 3) throw std::runtime_error("framework error on rank 3");
                        comm::allreduce_sum(c, v.data(), v.size(), DType::kFloat32);
                      } catch (const PeerError& e) {
                        EXPECT_EQ(e.peer(), 3) << e.what();
