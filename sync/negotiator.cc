@@ -161,11 +161,12 @@ RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bo
         consistent = false;
       }
     }
-    if (!consistent) {
+    if (!consistent || e.mismatched) {
+      it->second.mismatched = true;
       result.failed.push_back({id, ErrorCode::kMismatch,
                                kind_name(id.kind) + " '" + id.key + "' differs across ranks (" +
                                    describe_sizes(e) + ")"});
-      table_.erase(it);
+      if (complete) table_.erase(it);
     } else if (complete) {
       result.ready.push_back(id);
       table_.erase(it);

@@ -5,7 +5,8 @@
 //   - a key announced by every rank with equal size and dtype is ready (ready keys of a round are
 //     ordered by (kind, key), identically everywhere);
 //   - a key announced with different sizes or dtypes fails on every rank that announced it, with a
-//     message naming the key, the ranks and their sizes;
+//     message naming the key, the ranks and their sizes; ranks that announce it later fail the same
+//     way as soon as they do;
 //   - a key some ranks announced and others did not for longer than the timeout fails too. Only
 //     rank 0's clock decides this (it announces the abort), so ranks cannot disagree on it.
 #pragma once
@@ -68,6 +69,9 @@ class Negotiator {
     std::vector<int64_t> numel;  // per rank, -1 until announced
     std::vector<int> dtype;      // per rank, -1 until announced
     std::chrono::steady_clock::time_point first_seen;
+    // A mismatch was found: ranks announcing later fail at once with the same kind of error (not a
+    // timeout); the entry goes once every rank has announced.
+    bool mismatched = false;
   };
   std::vector<uint8_t> encode(const std::vector<Announcement>& announcements, bool leaving);
   void apply(int from_rank, const uint8_t* data, size_t size, RoundResult& result,

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "process_ranks.h"
 #include "rank_checks.h"
@@ -110,13 +111,39 @@ TEST(EngineDense, SizeMismatchIsAnErrorNamingKeyAndRanks) {
     RANK_REQUIRE(s == GRADEX_ERR_MISMATCH, "status " << s << ": " << msg);
     RANK_REQUIRE(msg.find("layer.weight") != std::string::npos, msg);
     RANK_REQUIRE(msg.find("rank 1: 101") != std::string::npos, msg);
-    RANK_REQUIRE(msg.find("rank 0: 100") != std::string::npos, msg);
+    // Each rank's message names its own size too (ranks that announced before others may not see
+    // every rank's size; the late-announcer test below covers that order).
+    RANK_REQUIRE(msg.find("rank " + std::to_string(ctx.rank) + ": " + std::to_string(n)) !=
+                     std::string::npos,
+                 msg);
     // The engine stays usable after a mismatch.
     RANK_OK(gradex_register_tensor(ctx.engine, "ok", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
     std::vector<float> v(10, static_cast<float>(ctx.rank));
     RANK_OK(gradex_submit(ctx.engine, "ok", v.data(), &h));
     RANK_OK(gradex_wait(ctx.engine, h));
     RANK_REQUIRE(std::fabs(v[0] - 1.0f) < 1e-3, "average after mismatch: " << v[0]);
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Ranks 1 and 2 disagree before rank 0 submits at all: rank 0 must still get the mismatch as soon
+// as it submits, not a timeout (a regression seen under load).
+TEST(EngineDense, LateRankGetsTheMismatchNotATimeout) {
+  auto results = run_ranks(3, {"GRADEX_TIMEOUT_S=20"}, [&](RankContext& ctx) -> std::string {
+    uint64_t n = ctx.rank == 1 ? 101 : 100;
+    RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    if (ctx.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::vector<float> g(n, 1.0f);
+    gradex_handle_t h;
+    auto t0 = std::chrono::steady_clock::now();
+    RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+    gradex_status_t s = gradex_wait(ctx.engine, h);
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string msg = gradex_last_error();
+    RANK_REQUIRE(s == GRADEX_ERR_MISMATCH, "status " << s << ": " << msg);
+    RANK_REQUIRE(msg.find("rank 1: 101") != std::string::npos, msg);
+    RANK_REQUIRE(waited < 10, "waited " << waited << " s for the mismatch");
     return "";
   });
   EXPECT_EQ(failures(results), "");
