@@ -216,7 +216,6 @@ void Engine::fail_everything(ErrorCode code, const std::string& message) {
   }
   in_flight_.clear();
   to_announce_.clear();
-  stopped_ = true;
   cv_.notify_all();
 }
 
@@ -259,7 +258,6 @@ void Engine::run() {
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  stopped_ = true;
   cv_.notify_all();
 }
 

@@ -100,7 +100,6 @@ class Engine {
   Stats stats_at_last_step_;
   Stats last_step_stats_;
   bool leaving_ = false;
-  bool stopped_ = false;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;
   std::thread thread_;
