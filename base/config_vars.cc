@@ -76,6 +76,40 @@ const std::vector<VarSpec>& registry() {
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
     {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
      "LocalSGD: fully synchronous steps before local steps begin (post-local SGD)."},
+    // --- DiLoCo outer optimization (sync/outer/) ---
+    {"GRADEX_OUTER_PERIOD", VarType::kInt, "100", 1, 1e6, false, false, nullptr,
+     "DiLoCo: inner steps H between two synchronizations of a fragment (its pseudo-gradient "
+     "theta_global - theta_local is averaged and an outer optimizer step applied)."},
+    {"GRADEX_OUTER_LR", VarType::kFloat, "0.7", 0, 10, true, false, nullptr,
+     "DiLoCo: outer learning rate applied to the averaged pseudo-gradient."},
+    {"GRADEX_OUTER_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
+     "DiLoCo: outer momentum (0: plain outer SGD)."},
+    {"GRADEX_OUTER_NESTEROV", VarType::kBool, "1", 0, 0, false, false, nullptr,
+     "DiLoCo: Nesterov momentum for the outer step (0: heavy ball)."},
+    {"GRADEX_OUTER_FRAGMENTS", VarType::kInt, "1", 1, 4096, false, false, nullptr,
+     "DiLoCo: the model is split into this many fragments of contiguous tensors; fragment f "
+     "synchronizes at steps t with t mod H = floor(f * H / F) (Streaming DiLoCo). At most the "
+     "number of parameter tensors."},
+    {"GRADEX_OUTER_DELAY", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
+     "DiLoCo: inner steps between the start of a fragment's exchange (in the background) and its "
+     "merge into the model; must be below GRADEX_OUTER_PERIOD. With delay >= 1 the training loop "
+     "waits on the network only when an exchange takes longer than that many steps."},
+    {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr,
+     "DiLoCo: at a merge the local copy becomes (1 - a) * theta_global + a * theta_local (a = "
+     "this value; 0 replaces the local copy by the global one)."},
+    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32",
+     "DiLoCo: pseudo-gradients travel as 8- or 4-bit block-quantized codes with error feedback "
+     "(summed in fp32), or as exact fp32 (32)."},
+    {"GRADEX_OUTER_BLOCK", VarType::kInt, "64", 2, 65536, false, false, nullptr,
+     "DiLoCo: elements per quantization block (one scale each); must be even."},
+    {"GRADEX_OUTER_SCALE", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16",
+     "DiLoCo: type of the per-block quantization scales."},
+    {"GRADEX_OUTER_ROUNDING", VarType::kChoice, "nearest", 0, 0, false, false,
+     "nearest|stochastic",
+     "DiLoCo: quantization rounding; stochastic draws from a counter-based generator seeded by "
+     "GRADEX_OUTER_SEED and the rank, so every run is reproducible."},
+    {"GRADEX_OUTER_SEED", VarType::kInt, "0", 0, 9.0e15, false, false, nullptr,
+     "DiLoCo: seed of stochastic rounding."},
   };
   // clang-format on
   return vars;

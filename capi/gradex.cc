@@ -78,6 +78,10 @@ gradex::sync::Engine& gradex::capi::engine_of(gradex_engine_t* engine) {
   return ::engine_of(engine);
 }
 
+void gradex::capi::set_last_error(const std::string& message) {
+  g_last_error = message;
+}
+
 extern "C" {
 
 uint32_t gradex_api_version(void) {
