@@ -12,6 +12,7 @@ from .. import (ConfigError, CorruptError, GradexError, InternalError, InvalidAr
 from . import _bootstrap, _ops
 from .hook import State, hook
 from .localsgd import LocalSGD
+from .diloco import DiLoCo
 from .optimizer import DistributedOptimizer
 
 
