@@ -133,7 +133,7 @@ def test_streaming_global_copies_identical_and_on_schedule(bits):
         assert r["final"] == r0["final"], "models differ after synchronize()"
         assert r["globals_equal_model"]
         assert r["last_loss"] < 0.9 * r["first_loss"], (r["first_loss"], r["last_loss"])
-        assert r["stats"]["compression_ratio"] > (3.0 if bits == 8 else 5.0), r["stats"]
+        assert r["stats"]["compression_ratio"] > (3.0 if bits == 8 else 4.5), r["stats"]
         assert r["stats"]["parameter_averages"] == len(r0["log"]) + 1  # + the one synchronize() merged
         assert r["state_keys"] == ["format", "inner", "outer", "steps"]
 
