@@ -39,6 +39,7 @@ FragmentExchange::FragmentExchange(const OuterOptions& options, int64_t index, u
       index_(index),
       world_(world_size),
       global_(numel, 0.0f),
+      next_(numel, 0.0f),
       momentum_(numel, 0.0f) {
   if (options_.bits == 32) {
     contribution_codec_ = std::make_unique<Fp32Codec>();
@@ -91,7 +92,7 @@ void FragmentExchange::outer_step(const float* x) {
     const float m = mu * momentum_[i] + delta;
     momentum_[i] = m;
     const float u = options_.nesterov ? delta + mu * m : m;
-    global_[i] = exact ? x[i] + (delta - lr * u) : global_[i] - lr * u;
+    next_[i] = exact ? x[i] + (delta - lr * u) : global_[i] - lr * u;
   }
 }
 

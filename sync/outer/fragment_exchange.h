@@ -27,13 +27,17 @@ class FragmentExchange {
                    int world_size);
 
   uint64_t numel() const { return global_.size(); }
+  // The committed global copy: what the last merge installed. The caller's thread reads it at any
+  // time while the worker computes the next one into a separate buffer.
   const std::vector<float>& global() const { return global_; }
   std::vector<float>& global() { return global_; }
+  // Installs the global copy computed by the last exchange (caller's thread, at the merge).
+  void commit() { global_.swap(next_); }
 
   // What this rank contributes given its local copy (flat, numel()): theta_local or delta.
   std::vector<float> contribution(const std::vector<float>& local) const;
-  // Collective (all ranks, same fragment): averages the contributions and applies the outer step
-  // to the global copy. Returns the non-finite values met while encoding.
+  // Collective (all ranks, same fragment): averages the contributions and applies the outer step,
+  // writing the next global copy for commit(). Returns the non-finite values met while encoding.
   uint64_t exchange(comm::Communicator& comm, std::vector<float>& contribution);
   uint64_t rounds() const { return round_; }
 
@@ -47,6 +51,7 @@ class FragmentExchange {
   int64_t index_;
   int world_;
   std::vector<float> global_;
+  std::vector<float> next_;  // written by exchange(), installed by commit()
   std::vector<float> momentum_;
   std::unique_ptr<comm::ChunkCodec> contribution_codec_;
   std::unique_ptr<comm::ChunkCodec> result_codec_;

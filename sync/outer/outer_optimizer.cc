@@ -95,8 +95,9 @@ void OuterOptimizer::start() {
     }
   }
   last_merge_.assign(static_cast<size_t>(options_.fragments), 0);
-  stats_.bytes_sent = comm_->bytes_sent();
-  stats_.bytes_received = comm_->bytes_received();
+  // Statistics count the exchanges only, not this one-time broadcast (as DDP's is not counted).
+  bytes_at_start_[0] = comm_->bytes_sent();
+  bytes_at_start_[1] = comm_->bytes_received();
   started_ = true;
   worker_ = std::thread([this] { run_worker(); });
 }
@@ -184,6 +185,7 @@ void OuterOptimizer::finish(const std::shared_ptr<Job>& job) {
 
 void OuterOptimizer::merge(const Job& job) {
   if (job.fragment >= 0) {
+    fragments_[static_cast<size_t>(job.fragment)]->commit();
     const auto& g = fragments_[static_cast<size_t>(job.fragment)]->global();
     const float a = static_cast<float>(options_.mixing);
     for (auto& t : tensors_) {
@@ -276,8 +278,8 @@ void OuterOptimizer::run_job(Job& job) {
   // The communicator's counters are only touched by this thread once the worker runs.
   const uint64_t sent = comm_->bytes_sent(), received = comm_->bytes_received();
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.bytes_sent = sent;
-  stats_.bytes_received = received;
+  stats_.bytes_sent = sent - bytes_at_start_[0];
+  stats_.bytes_received = received - bytes_at_start_[1];
   job.done = true;
   job.code = code;
   job.message = message;

@@ -73,7 +73,8 @@ class OuterOptimizer {
   // copy into the parameters: every rank then holds the same model. Collective.
   void synchronize();
 
-  // The global copy of a parameter (for tests and diagnostics).
+  // The global copy of a parameter as of its fragment's last merge (exchanges in flight are not
+  // visible until merged).
   std::vector<float> global_of(const std::string& key) const;
   // The step at which each fragment last merged (0 = never), per fragment.
   std::vector<uint64_t> last_merge_steps() const;
@@ -116,6 +117,7 @@ class OuterOptimizer {
   std::vector<Tensor*> buffers_;
   std::vector<std::unique_ptr<FragmentExchange>> fragments_;
   uint64_t buffer_numel_ = 0;
+  uint64_t bytes_at_start_[2] = {0, 0};  // communicator counters after start()'s broadcast
   bool started_ = false;
   bool stopped_ = false;
   uint64_t step_ = 0;
