@@ -355,3 +355,41 @@ TEST(Outer, BadValuesRejectedByName) {
     EXPECT_EQ(failures(results), "") << c.env;
   }
 }
+
+// The global copy a caller reads changes only at merges, never while its exchange is in flight.
+TEST(Outer, GlobalCopyChangesOnlyAtMerges) {
+  const int world = 2;
+  auto results = run_ranks(
+      world, {"GRADEX_OUTER_PERIOD=4", "GRADEX_OUTER_DELAY=3", "GRADEX_TIMEOUT_S=30"},
+      [&](RankContext& ctx) -> std::string {
+        gradex_outer_t* outer = nullptr;
+        RANK_OK(create_outer(ctx.rank, world, &outer));
+        std::vector<float> w(1 << 20);
+        for (size_t i = 0; i < w.size(); ++i)
+          w[i] = test_value(3, 0, 0, i);
+        RANK_OK(gradex_outer_add_tensor(outer, "w", w.data(), w.size(), 0));
+        RANK_OK(gradex_outer_start(outer));
+        std::vector<float> before(w.size()), now(w.size());
+        RANK_OK(gradex_outer_global(outer, "w", before.data(), before.size()));
+        int changes = 0;
+        for (int step = 1; step <= 12; ++step) {
+          for (size_t i = 0; i < w.size(); ++i)
+            w[i] -= 0.01f * test_value(4, ctx.rank, step, i);
+          int merged = 0;
+          RANK_OK(gradex_outer_step(outer, &merged));
+          for (int probe = 0; probe < 3; ++probe) {  // while the exchange runs in the background
+            RANK_OK(gradex_outer_global(outer, "w", now.data(), now.size()));
+            if (merged == 0 || probe > 0)
+              RANK_REQUIRE(now == before,
+                           "step " << step << ": global copy changed without a merge");
+            before = now;
+          }
+          changes += merged;
+        }
+        RANK_REQUIRE(changes == 2, "merges " << changes);  // launched at 4 and 8, merged at 7, 11
+        RANK_OK(gradex_outer_destroy(outer));
+        return "";
+      },
+      std::chrono::seconds(120), false);
+  EXPECT_EQ(failures(results), "");
+}
