@@ -13,7 +13,8 @@ def _run(*args):
 
 class PrivateCluster:
     def __init__(self, hosts, rate):
-        self.id = os.getpid() % 200 + 20
+        taken = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.id = next(i for i in [os.getpid() % 200 + 20, *range(20, 220)] if f"gxlm{i}-" not in taken)
         self.hosts, self.rate = hosts, rate
         self.prefix = f"gxlm{self.id}"
         self.switch = f"{self.prefix}-sw"
