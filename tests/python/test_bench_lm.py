@@ -2,7 +2,6 @@
 stable, windows are next-byte pairs, the model's initial loss is near ln(256), the RESULT arithmetic, and
 (as root) the private namespace cluster is created with unique names and removed completely."""
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -48,8 +47,11 @@ def test_first_reaching():
     assert race.first_reaching(curve, 1.0) == (None, None)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_private_cluster_is_unique_and_removed():
+    probe = subprocess.run([str(ROOT / "bench" / "cluster" / "cluster.sh"), "probe"], capture_output=True,
+                           text=True, timeout=60)
+    if probe.returncode != 0:  # no root, no namespaces or no tc here: said, not hidden
+        pytest.skip(probe.stdout.strip() + probe.stderr.strip())
     sys.path.insert(0, str(ROOT / "bench" / "lm"))
     try:
         from netns import PrivateCluster
