@@ -28,7 +28,8 @@ METHODS = ("ddp", "dgc", "localsgd", "diloco")
 def run_method(cluster, method, args, port, log_dir):
     curve_out = os.path.join(log_dir, f"lm.{cluster.rate}.{method}.json")
     argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--steps", str(args.steps),
-            "--eval-every", str(args.eval_every), "--switch", cluster.switch, "--curve-out", curve_out]
+            "--eval-every", str(args.eval_every), "--switch", cluster.switch, "--curve-out", curve_out,
+            *args.rank_args.split()]
     procs, logs = [], []
     for r in range(args.hosts):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.hosts), LOCAL_RANK="0",
@@ -85,7 +86,8 @@ def plot(results, path):
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
         for ax in axes[row]:
-            ax.axhline(results[rate]["target"], color="grey", linestyle=":", linewidth=1)
+            if results[rate]["target"] is not None:
+                ax.axhline(results[rate]["target"], color="grey", linestyle=":", linewidth=1)
             ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -99,6 +101,7 @@ def main():
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--eval-every", type=int, default=16)
     p.add_argument("--tolerance", type=float, default=0.02, help="reaching DDP's final loss within this")
+    p.add_argument("--rank-args", default="", help="extra lm_rank.py options, e.g. '--period 8 --bits 4'")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--method-timeout", type=float, default=900)
     p.add_argument("--out", default="docs/benchmarks/lm_race.json")
