@@ -78,19 +78,26 @@ def plot(results, path):
         for method, curve in results[rate]["curves"].items():
             t = [c[0] for c in curve]
             loss = [c[2] for c in curve]
-            b = [max(c[3], 1) / 1e6 for c in curve]
+            b = [c[3] / 1e6 for c in curve]
             axes[row][0].plot(t, loss, marker=".", label=method)
-            axes[row][1].plot(b, loss, marker=".", label=method)
+            axes[row][1].plot(b[1:], loss[1:], marker=".", label=method)  # step 0 has sent nothing
         axes[row][0].set(title=f"{rate}: held-out loss vs training time", xlabel="s (rank 0)",
                          ylabel="loss (nats/byte)")
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
         for ax in axes[row]:
+            ax.set_ylim(top=4.5)  # the first evaluations (loss ~8.6 at step 0) would flatten the rest
             if results[rate]["target"] is not None:
                 ax.axhline(results[rate]["target"], color="grey", linestyle=":", linewidth=1)
             ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def replot(json_path, png_path):
+    """Redraws the plot of a finished race from its JSON."""
+    with open(json_path) as f:
+        plot(json.load(f)["results"], png_path)
 
 
 def main():
