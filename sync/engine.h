@@ -55,6 +55,9 @@ class Engine {
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);
+  // gradex's momentum buffer u of a tensor (DGC's u for DGC tensors; empty when GRADEX_MOMENTUM is
+  // 0 or before the first exchange of a dense tensor): for tests and diagnostics.
+  std::vector<float> momentum_of(const std::string& key);
 
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);

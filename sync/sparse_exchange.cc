@@ -61,22 +61,33 @@ SparseCodec::~SparseCodec() = default;
 uint64_t SparseCodec::numel() const {
   return impl_->dgc.numel();
 }
+uint64_t SparseCodec::steps_done() const {
+  return impl_->dgc.steps_done();
+}
 const float* SparseCodec::residual() const {
   return impl_->dgc.residual();
 }
 
-double SparseCodec::next_density() const {
-  return impl_->dgc.density();
+void SparseCodec::set_step(uint64_t step) {
+  impl_->dgc.set_step(step);
 }
 
-void SparseCodec::dense_step(float* grad) {
+double SparseCodec::density_at(uint64_t step) const {
+  return 1.0 - impl_->dgc.sparsity_at_step(step);
+}
+
+float* SparseCodec::momentum() {
+  return impl_->dgc.mutable_momentum_buffer();
+}
+
+void SparseCodec::dense_step(float* grad, float grad_scale) {
   impl_->dense_out.resize(impl_->dgc.numel());
-  impl_->dgc.step_dense(grad, impl_->dense_out.data());
+  impl_->dgc.step_dense(grad, impl_->dense_out.data(), grad_scale);
   std::memcpy(grad, impl_->dense_out.data(), impl_->dense_out.size() * sizeof(float));
 }
 
-void SparseCodec::compress(const float* grad, std::vector<uint8_t>& out) {
-  const compress::Selection& sel = impl_->dgc.step(grad);
+void SparseCodec::compress(const float* grad, float grad_scale, std::vector<uint8_t>& out) {
+  const compress::Selection& sel = impl_->dgc.step(grad, grad_scale);
   compress::wire::encode(compress::wire::sparse_ref(sel), impl_->key_id, impl_->wire,
                          impl_->encoded);
   out.insert(out.end(), impl_->encoded.begin(), impl_->encoded.end());
@@ -123,7 +134,7 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
     if (bad > 0)
       flags |= kItemNonFinite;  // DGC state is left untouched for this step
     else
-      item.codec->compress(item.values, payload);
+      item.codec->compress(item.values, item.grad_scale, payload);
     message.put<uint8_t>(flags);
     message.put<uint64_t>(payload.size());
     message.put_bytes(payload.data(), payload.size());
