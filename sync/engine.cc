@@ -243,6 +243,7 @@ void Engine::run() {
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left,
                        bool& busy) {
+  inspect(announce);
   RoundResult r = negotiator_->round(announce, leaving);
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -77,7 +77,10 @@ class Engine {
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data);
   void run();
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left, bool& busy);
-  void execute(const std::vector<WorkId>& ready);
+  // Fills in what this rank announces about its gradients: the exchange counter and whether the
+  // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
+  void inspect(std::vector<Announcement>& announce);
+  void execute(const std::vector<ReadyWork>& ready);
   void complete(const WorkId& id, ErrorCode code, const std::string& message);
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
