@@ -77,12 +77,24 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   }
 }
 
+float Engine::clip_factor(float step_scale, const float* values, uint64_t n) {
+  if (options_.clip_norm <= 0) return 1.0f;
+  if (step_scale >= 0) return step_scale;
+  if (!warned_no_norm_) {
+    warned_no_norm_ = true;
+    GX_LOG(kWarn) << "GRADEX_CLIP_NORM is set but no gradient norm was given for this step "
+                  << "(gradex_set_gradient_norm): each tensor is clipped by its own norm";
+  }
+  return clip_scale_for_norm(options_.clip_norm, world_size_, l2_norm(values, n));
+}
+
 void Engine::execute(const std::vector<ReadyWork>& ready) {
   struct Job {
     WorkId id;
     TensorState* tensor;
     void* data;
     bool staged = false;  // the values travel in tensor->scratch (fp32) and are cast back after
+    float clip = -1.0f;   // the step's clipping factor captured at submission (-1: none)
   };
   std::vector<Job> jobs;
   // Gradients that some rank found non-finite: excluded from the exchange on every rank, their
@@ -93,7 +105,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     for (const ReadyWork& w : ready) {
       auto f = in_flight_.find(w.id);
       GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
-      Job job{w.id, &tensors_.at(w.id.key), handles_[f->second].data};
+      const Handle& handle = handles_[f->second];
+      Job job{w.id, &tensors_.at(w.id.key), handle.data, false, handle.clip_scale};
       if (w.id.kind == WorkKind::kGradient) {
         if (w.steps_differed)
           GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "
@@ -149,12 +162,13 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       continue;
     }
     if (t.policy.kind == ExchangeKind::kDense) {
-      if (options_.momentum > 0) {
+      if (options_.momentum > 0 || options_.clip_norm > 0) {
         // gradex owns momentum on this path too: send u (Nesterov: g + m*u), keep u.
         float* values = fp32_values(job);
-        if (t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
+        const float scale = clip_factor(job.clip, values, t.numel);
+        if (options_.momentum > 0 && t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
         apply_momentum(values, t.momentum.data(), t.numel,
-                       {options_.momentum, options_.nesterov, 1.0f});
+                       {options_.momentum, options_.nesterov, scale});
         dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
       } else {
         dense.push_back({job.data, t.dtype, t.numel, false, &t.key});
@@ -163,13 +177,14 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       continue;
     }
     float* values = fp32_values(job);
+    const float scale = clip_factor(job.clip, values, t.numel);
     t.codec->set_step(t.step);
     if (sparse_is_cheaper(t.codec->density_at(t.step), world_size_)) {
-      sparse.push_back({&t.key, t.codec.get(), values});
+      sparse.push_back({&t.key, t.codec.get(), values, scale});
       sparse_jobs.push_back(&job);
       ++sparse_count;
     } else {
-      t.codec->dense_step(values);
+      t.codec->dense_step(values, scale);
       dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
       dense_jobs.push_back(&job);
       ++fallbacks;

@@ -43,6 +43,7 @@ SparseCodec::SparseCodec(const std::string& key, uint64_t key_id, uint64_t numel
                          const config::Config& config, int world_size) {
   compress::DgcOptions o = compress::dgc_options_from_config(config, world_size);
   o.sparsity = sparsity;  // the policy's (a per-tensor override may differ from GRADEX_SPARSITY)
+  o.clip_norm = 0;        // the engine clips (whole-step norm) and passes the factor per step
   impl_ = std::make_unique<Impl>(key, key_id, numel, std::move(o),
                                  compress::wire_options_from_config(config));
 }
