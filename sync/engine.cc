@@ -95,7 +95,8 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
   handle.data = data;
   handle.clip_scale = step_clip_scale_;
   if (kind == WorkKind::kGradient && !localsgd_.exchanges_gradients(completed_steps_)) {
-    handle.done = true;  // LocalSGD's local phase: the gradient stays as it is
+    local_step(t->second, data, handle);  // LocalSGD's local phase: nothing is exchanged
+    handle.done = true;
     return h;
   }
   in_flight_[id] = h;

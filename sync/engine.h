@@ -5,6 +5,7 @@
 // sticky: every outstanding and later handle fails with the same message.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -86,6 +87,10 @@ class Engine {
     float clip_scale = -1.0f;
   };
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data);
+  // LocalSGD's local phase: the gradient stays on this rank, but gradex's momentum (and clipping)
+  // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
+  // in every phase. Called from enqueue with mutex_ held; completes `handle`.
+  void local_step(TensorState& tensor, void* data, Handle& handle);
   void run();
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left, bool& busy);
   // Fills in what this rank announces about its gradients: the exchange counter and whether the
@@ -116,7 +121,7 @@ class Engine {
   uint64_t next_handle_ = 1;
   uint64_t completed_steps_ = 0;
   float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
-  bool warned_no_norm_ = false;
+  std::atomic<bool> warned_no_norm_{false};
   Stats stats_;
   Stats stats_at_last_step_;
   Stats last_step_stats_;
