@@ -2,17 +2,16 @@
 // dense-policy tensors, a DGC step for DGC tensors: sparse, or dense when that is cheaper this
 // step), exchanged (dense tensors fused into ring allreduces, sparse payloads in one allgatherv),
 // then written back and their handles completed.
+#include <algorithm>
 #include <chrono>
-
 #include <limits>
+
 #include "base/check.h"
+#include "base/log.h"
 #include "sync/dense_exchange.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
-
-#include "base/log.h"
 #include "sync/momentum.h"
-#include "sync/nonfinite.h"
 #include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
@@ -46,83 +45,6 @@ void fill_nan(void* data, DType dtype, uint64_t n) {
 
 }  // namespace
 
-void Engine::inspect(std::vector<Announcement>& announce) {
-  struct Item {
-    Announcement* a;
-    void* data;
-    TensorState* tensor;
-  };
-  std::vector<Item> items;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (Announcement& a : announce) {
-      if (a.id.kind != WorkKind::kGradient) continue;
-      auto f = in_flight_.find(a.id);
-      if (f == in_flight_.end()) continue;  // failed meanwhile (the announcement still goes out)
-      items.push_back({&a, handles_[f->second].data, &tensors_.at(a.id.key)});
-    }
-  }
-  const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
-  uint64_t total = 0;
-  for (Item& it : items) {
-    // The counter is written only by this thread (execute), so it is read without the lock.
-    it.a->step = it.tensor->step;
-    uint64_t bad = scan_nonfinite(it.data, it.tensor->dtype, it.tensor->numel, zero);
-    total += bad;
-    it.a->nonfinite = bad > 0 && !zero;
-  }
-  if (total > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.nonfinite += total;
-  }
-}
-
-float Engine::clip_factor(float step_scale, const float* values, uint64_t n) {
-  if (options_.clip_norm <= 0) return 1.0f;
-  if (step_scale >= 0) return step_scale;
-  if (!warned_no_norm_.exchange(true)) {
-    GX_LOG(kWarn) << "GRADEX_CLIP_NORM is set but no gradient norm was given for this step "
-                  << "(gradex_set_gradient_norm): each tensor is clipped by its own norm";
-  }
-  return clip_scale_for_norm(options_.clip_norm, world_size_, l2_norm(values, n));
-}
-
-void Engine::local_step(TensorState& t, void* data, Handle& handle) {
-  if (options_.momentum <= 0 && options_.clip_norm <= 0) return;  // left exactly as it is
-  // Non-finite: the rank's own optimizer (or GradScaler) sees it; momentum stays untouched.
-  const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
-  const uint64_t bad = scan_nonfinite(data, t.dtype, t.numel, zero);
-  stats_.nonfinite += bad;
-  if (bad > 0 && !zero) {
-    if (options_.nonfinite == NonFinitePolicy::kError) {
-      handle.code = ErrorCode::kInvalidArgument;
-      handle.message = work_name(handle.id) +
-                       " holds NaN/Inf values in a LocalSGD local step (GRADEX_NONFINITE=error)";
-    }
-    return;
-  }
-  float* values = static_cast<float*>(data);
-  if (t.dtype != DType::kFloat32) {
-    t.scratch.resize(t.numel);
-    to_float(data, t.dtype, t.numel, t.scratch.data());
-    values = t.scratch.data();
-  }
-  const float scale = clip_factor(handle.clip_scale, values, t.numel);
-  // This rank's momentum continues: the same u its synchronous steps used (DGC's own u for DGC
-  // tensors, which no sparse exchange touches any more).
-  float* u = nullptr;
-  if (options_.momentum > 0) {
-    if (t.codec) {
-      u = t.codec->momentum();
-    } else {
-      if (t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
-      u = t.momentum.data();
-    }
-  }
-  apply_momentum(values, u, t.numel, {options_.momentum, options_.nesterov, scale});
-  if (t.dtype != DType::kFloat32) from_float(values, t.numel, t.dtype, data);
-}
-
 void Engine::execute(const std::vector<ReadyWork>& ready) {
   struct Job {
     WorkId id;
@@ -143,10 +65,11 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       const Handle& handle = handles_[f->second];
       Job job{w.id, &tensors_.at(w.id.key), handle.data, false, handle.clip_scale};
       if (w.id.kind == WorkKind::kGradient) {
-        if (w.steps_differed)
+        if (w.steps_differed) {
           GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "
                         << "counters (restored from different checkpoints?); all continue at "
                         << w.step;
+        }
         job.tensor->step = w.step;
       }
       if (w.nonfinite_ranks.empty())
