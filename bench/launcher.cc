@@ -25,7 +25,7 @@ int run_as_rank(const LaunchOptions& options, const std::function<int(RankContex
     log::set_rank(rank);
     config::Config config = config::Config::from_environment();
     comm::CommOptions comm_options = comm::comm_options_from_config(config);
-    auto store = comm::connect_tcp_store(info, comm_options.timeout);
+    auto store = comm::connect_tcp_store(info, comm_options);
     auto communicator = comm::create_ucx_communicator(
         comm::make_prefix_store(store, "gradex-bench/"), info.rank, info.world_size, comm_options);
     RankContext context{info, config, *communicator, store};

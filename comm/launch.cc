@@ -140,12 +140,19 @@ bool launcher_present() {
   return detect() != nullptr;
 }
 
-std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, Millis timeout) {
+std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, Millis timeout,
+                                         const std::string& job_secret) {
   // A single process needs no server (and must not fail because MASTER_PORT is taken).
   if (info.world_size == 1) return std::make_shared<MemoryStore>();
   std::unique_ptr<TcpStoreServer> server;
-  if (info.rank == 0) server = std::make_unique<TcpStoreServer>(info.master_addr, info.master_port);
-  return std::make_shared<TcpStore>(info.master_addr, info.master_port, timeout, std::move(server));
+  if (info.rank == 0)
+    server = std::make_unique<TcpStoreServer>(info.master_addr, info.master_port, job_secret);
+  return std::make_shared<TcpStore>(info.master_addr, info.master_port, timeout, std::move(server),
+                                    job_secret);
+}
+
+std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, const CommOptions& options) {
+  return connect_tcp_store(info, options.timeout, options.job_secret);
 }
 
 }  // namespace gradex::comm

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/store.h"
 
 namespace gradex::comm {
@@ -48,7 +49,11 @@ bool launcher_present();
 std::vector<std::string> expand_hostlist(const std::string& list, const std::string& what);
 
 // Connects to (rank 0: serves) the TCP store described by `info`. Errors are clear and bounded by
-// `timeout`: unreachable MASTER_ADDR, port already in use on rank 0.
-std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, Millis timeout);
+// `timeout`: unreachable MASTER_ADDR, port already in use on rank 0. With a non-empty `job_secret`
+// the store and every client authenticate each other (tcp_store_core.h, docs/security.md).
+std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, Millis timeout,
+                                         const std::string& job_secret = "");
+// The same with the timeout and job secret of `options` (comm_options_from_config).
+std::shared_ptr<Store> connect_tcp_store(const LaunchInfo& info, const CommOptions& options);
 
 }  // namespace gradex::comm
