@@ -28,6 +28,10 @@ const std::vector<VarSpec>& registry() {
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr,
+     "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
+     "logs which ranks are late and which keys they miss (then at most once per this interval), "
+     "long before the GRADEX_TIMEOUT_S error. 0: off."},
     {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr,
      "A secret shared by every rank of the job. When set, the gradex TCP store and its clients "
      "authenticate each other, published UCX addresses carry an HMAC, and every pair of ranks "
