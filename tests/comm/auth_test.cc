@@ -228,6 +228,23 @@ TEST(AuthenticatedStore, SecretOnOneSideOnly) {
   EXPECT_EQ(client_error(open_server.port(), ""), "no error");
 }
 
+TEST(AuthenticatedStore, WarnsOnceWithoutASecretOnANonLoopbackAddress) {
+  ::testing::internal::CaptureStderr();
+  { comm::TcpStoreServer loopback("127.0.0.1", 0); }
+  std::string quiet = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(quiet.find("without a job secret"), std::string::npos) << quiet;
+  ::testing::internal::CaptureStderr();
+  { comm::TcpStoreServer any("0.0.0.0", 0); }
+  { comm::TcpStoreServer again("0.0.0.0", 0); }
+  { comm::TcpStoreServer with_secret("0.0.0.0", 0, "s"); }
+  std::string log = ::testing::internal::GetCapturedStderr();
+  size_t first = log.find("the gradex store listens on 0.0.0.0:");
+  EXPECT_NE(first, std::string::npos) << log;
+  size_t warning = log.find("without a job secret");
+  EXPECT_NE(warning, std::string::npos) << log;
+  EXPECT_EQ(log.find("without a job secret", warning + 1), std::string::npos) << "warned twice";
+}
+
 // Two ranks as threads over one in-memory store, each with its own secret.
 std::vector<std::string> connect_pair(const std::string& secret0, const std::string& secret1) {
   auto store = std::make_shared<comm::MemoryStore>();
