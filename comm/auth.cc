@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -58,6 +59,9 @@ std::string resolve_job_secret(const std::string& secret, bool secret_given,
         "GRADEX_JOB_SECRET and GRADEX_JOB_SECRET_FILE are both set: set only one (the file "
         "keeps the secret out of the environment)");
   if (!file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec))
+      throw ConfigError("GRADEX_JOB_SECRET_FILE='" + file + "' is a directory, not a file");
     std::ifstream in(file, std::ios::binary);
     if (!in)
       throw ConfigError("GRADEX_JOB_SECRET_FILE='" + file +

@@ -50,7 +50,7 @@ auth::Mac address_proof(const std::string& secret, uint32_t rank, uint32_t world
   std::string where = host.substr(0, host.find('|'));
   std::string msg = "connect: authentication failed: rank " + std::to_string(peer) +
                     (where.empty() ? "" : " (host " + where + ")") + " " + why;
-  GX_LOG(kWarn) << "rank " << self << " refused " << msg.substr(9);
+  GX_LOG(kWarn) << "rank " << self << " refuses a peer: " << msg.substr(9);
   throw ConfigError(msg);
 }
 

@@ -64,6 +64,8 @@ TEST(JobSecret, BadSettingsAreClearErrors) {
   EXPECT_EQ(config_error({"GRADEX_JOB_SECRET_FILE=/nonexistent/gradex.secret"}),
             "GRADEX_JOB_SECRET_FILE='/nonexistent/gradex.secret' cannot be read: No such file or "
             "directory");
+  EXPECT_EQ(config_error({"GRADEX_JOB_SECRET_FILE=/"}),
+            "GRADEX_JOB_SECRET_FILE='/' is a directory, not a file");
   std::string empty = temp_file("gradex_secret_empty", "\n");
   EXPECT_EQ(config_error({"GRADEX_JOB_SECRET_FILE=" + empty}),
             "GRADEX_JOB_SECRET_FILE='" + empty +
