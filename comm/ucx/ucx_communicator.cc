@@ -1,9 +1,9 @@
-// UcxCommunicator: construction (addresses through the store, endpoints, a hello round) and
-// teardown (bounded endpoint close).
+// UcxCommunicator: construction (addresses through the store, endpoints, a hello round: see
+// ucx_hello.cc) and teardown (bounded endpoint close).
 #include "comm/ucx/ucx_communicator.h"
 
-#include "comm/auth.h"
 #include "comm/host_identity.h"
+#include "comm/ucx/ucx_peer_auth.h"
 
 #include <cstring>
 #include <exception>
@@ -14,45 +14,8 @@
 namespace gradex::comm::ucx {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4c484758;  // "XGHL"
 // User tags below 2^16 are reserved: next_collective_tag() starts at 2^16.
-constexpr uint64_t kHelloTag = 0;    // the hello round after connecting
-constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints
-constexpr uint64_t kProofTag = 2;    // the challenge-response round (with a job secret)
-
-constexpr const char* kAddressLabel = "gradex ucx address";
-constexpr const char* kPeerLabel = "gradex ucx peer";
-
-struct Hello {
-  uint32_t magic;
-  uint32_t world_size;
-  uint32_t rank;
-  uint32_t has_secret;  // 1 when this rank holds a job secret
-  auth::Nonce nonce;    // fresh per connection: the challenge the peer must answer
-};
-
-// The proof that `from` knows the secret, answering `to`'s challenge in a world of `world`.
-auth::Mac peer_proof(const std::string& secret, uint32_t from, uint32_t to, uint32_t world,
-                     const auth::Nonce& challenge, const auth::Nonce& own) {
-  return auth::hmac(
-      secret, kPeerLabel,
-      {auth::Part(&from, 4), auth::Part(&to, 4), auth::Part(&world, 4), challenge, own});
-}
-
-// Binds a published address entry to the rank and world size it claims, under the secret.
-auth::Mac address_proof(const std::string& secret, uint32_t rank, uint32_t world,
-                        const std::string& host, const uint8_t* address, size_t size) {
-  return auth::hmac(secret, kAddressLabel,
-                    {auth::Part(&rank, 4), auth::Part(&world, 4), host, auth::Part(address, size)});
-}
-
-[[noreturn]] void refuse(int self, int peer, const std::string& host, const std::string& why) {
-  std::string where = host.substr(0, host.find('|'));
-  std::string msg = "connect: authentication failed: rank " + std::to_string(peer) +
-                    (where.empty() ? "" : " (host " + where + ")") + " " + why;
-  GX_LOG(kWarn) << "rank " << self << " refuses a peer: " << msg.substr(9);
-  throw ConfigError(msg);
-}
+constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints (the hello round: 0, 2)
 
 std::string address_key(int rank) {
   return "gradex/ucx/address/" + std::to_string(rank);
@@ -102,32 +65,11 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   {
-    // Published as [u32 world size][u32 n][host identity, n bytes][u32 m][m-byte HMAC][worker
-    // address]: a rank started with another world size is caught by the first peer that reads its
-    // entry, peers on the same host can choose shared memory, and with a job secret the HMAC
-    // (m = 32) binds the address to this rank, so an address written by someone without the
-    // secret is refused before any endpoint is created (m = 0 without a secret).
+    // Published with this rank's world size and host, bound to it by an HMAC when there is a job
+    // secret (ucx_peer_auth.h).
     WorkerAddress address(*worker_);
-    const std::string host = host_identity();
-    const std::string& secret = options_.job_secret;
-    Bytes mac;
-    if (!secret.empty()) {
-      auth::Mac m =
-          address_proof(secret, static_cast<uint32_t>(rank_), static_cast<uint32_t>(size_), host,
-                        static_cast<const uint8_t*>(address.data()), address.size());
-      mac.assign(m.begin(), m.end());
-    }
-    Bytes entry(12 + host.size() + mac.size() + address.size());
-    uint32_t world = static_cast<uint32_t>(size_);
-    uint32_t host_len = static_cast<uint32_t>(host.size());
-    uint32_t mac_len = static_cast<uint32_t>(mac.size());
-    uint8_t* p = entry.data();
-    std::memcpy(p, &world, 4);
-    std::memcpy(p + 4, &host_len, 4);
-    std::memcpy(p + 8, host.data(), host.size());
-    std::memcpy(p + 8 + host.size(), &mac_len, 4);
-    if (!mac.empty()) std::memcpy(p + 12 + host.size(), mac.data(), mac.size());
-    std::memcpy(p + 12 + host.size() + mac.size(), address.data(), address.size());
+    Bytes entry = encode_address_entry(rank_, size_, host_identity(), address.data(),
+                                       address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
   }
   endpoints_.resize(static_cast<size_t>(size_));
@@ -136,40 +78,16 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     int p = (rank_ + i) % size_;
     Bytes remote = store.get(address_key(p), left_until(deadline));
-    uint32_t world = 0, host_len = 0, mac_len = 0;
-    if (remote.size() >= 12) std::memcpy(&host_len, remote.data() + 4, 4);
-    if (remote.size() < 12 || host_len > remote.size() - 12)
-      throw CorruptPayload("connect: malformed address entry for rank " + std::to_string(p));
-    std::memcpy(&mac_len, remote.data() + 8 + host_len, 4);
-    const size_t address_at = 12 + size_t{host_len} + mac_len;
-    if ((mac_len != 0 && mac_len != auth::kMacBytes) || address_at >= remote.size())
-      throw CorruptPayload("connect: malformed address entry for rank " + std::to_string(p));
-    std::memcpy(&world, remote.data(), 4);
-    const std::string remote_host(reinterpret_cast<const char*>(remote.data() + 8), host_len);
-    const bool same_host = remote_host == host_identity();
-    const std::string& secret = options_.job_secret;
-    if (!secret.empty()) {
-      if (mac_len == 0)
-        refuse(rank_, p, remote_host,
-               "published a UCX address without proof of the job secret: it was started without "
-               "GRADEX_JOB_SECRET, or someone without the secret wrote it");
-      auth::Mac want = address_proof(secret, static_cast<uint32_t>(p), world, remote_host,
-                                     remote.data() + address_at, remote.size() - address_at);
-      if (!auth::equal(want, remote.data() + 12 + host_len, mac_len))
-        refuse(rank_, p, remote_host,
-               "published a UCX address with a wrong proof of the job secret: it has a different "
-               "GRADEX_JOB_SECRET, or someone without the secret wrote it");
-    } else if (mac_len != 0) {
-      refuse(rank_, p, remote_host,
-             "was started with a job secret (GRADEX_JOB_SECRET) and this rank without one");
-    }
+    AddressEntry remote_entry = decode_address_entry(remote, rank_, p, options_.job_secret);
+    const uint32_t world = remote_entry.world;
+    const bool same_host = remote_entry.host == host_identity();
     if (static_cast<int>(world) != size_)
       throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
                           std::to_string(world) + ", this rank with " + std::to_string(size_));
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(remote.data() + address_at);
+    params.address = reinterpret_cast<const ucp_address_t*>(remote_entry.address);
     // UCX 1.13 offers no shared-memory transport with peer failure handling: a same-host peer gets
     // shared memory (GRADEX_SHM=1) and its death is caught by the liveness pings and the timeout
     // instead of at once; other peers get immediate failure detection.
@@ -189,63 +107,6 @@ void UcxCommunicator::connect_endpoints(Store& store) {
                            "': UCX found no usable transport on these devices)");
     }
   }
-}
-
-// One small message each way between every pair proves that the transport works before the first
-// collective, and catches ranks launched with a different world size. With a job secret each hello
-// carries a fresh nonce and a second round answers the peer's nonce with an HMAC (both directions),
-// so a peer that cannot prove the secret now, on this connection, is refused before any data.
-void UcxCommunicator::exchange_hello() {
-  const std::string& secret = options_.job_secret;
-  std::vector<Hello> in(static_cast<size_t>(size_));
-  Hello out{kHelloMagic, static_cast<uint32_t>(size_), static_cast<uint32_t>(rank_),
-            secret.empty() ? 0u : 1u, auth::Nonce{}};
-  if (!secret.empty()) out.nonce = auth::random_nonce();
-  std::vector<RequestPtr> requests;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    requests.push_back(irecv(p, kHelloTag, &in[static_cast<size_t>(p)], sizeof(Hello)));
-    requests.push_back(isend(p, kHelloTag, &out, sizeof(Hello)));
-  }
-  wait_all(requests, "connect");
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const Hello& h = in[static_cast<size_t>(p)];
-    if (h.magic != kHelloMagic || static_cast<int>(h.rank) != p || h.has_secret > 1)
-      throw CorruptPayload("connect: malformed hello from rank " + std::to_string(p));
-    if (static_cast<int>(h.world_size) != size_)
-      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
-                          std::to_string(h.world_size) + ", this rank with " +
-                          std::to_string(size_));
-    if ((h.has_secret != 0) != !secret.empty())
-      refuse(rank_, p, "",
-             h.has_secret ? "was started with a job secret and this rank without one"
-                          : "has no job secret and this rank requires one");
-  }
-  if (secret.empty()) return;
-  std::vector<auth::Mac> proofs_in(static_cast<size_t>(size_));
-  std::vector<auth::Mac> proofs_out(static_cast<size_t>(size_));
-  requests.clear();
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const size_t i = static_cast<size_t>(p);
-    proofs_out[i] = peer_proof(secret, static_cast<uint32_t>(rank_), static_cast<uint32_t>(p),
-                               static_cast<uint32_t>(size_), in[i].nonce, out.nonce);
-    requests.push_back(irecv(p, kProofTag, &proofs_in[i], sizeof(auth::Mac)));
-    requests.push_back(isend(p, kProofTag, &proofs_out[i], sizeof(auth::Mac)));
-  }
-  wait_all(requests, "connect");
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const size_t i = static_cast<size_t>(p);
-    auth::Mac want = peer_proof(secret, static_cast<uint32_t>(p), static_cast<uint32_t>(rank_),
-                                static_cast<uint32_t>(size_), out.nonce, in[i].nonce);
-    if (!auth::equal(want, proofs_in[i].data(), proofs_in[i].size()))
-      refuse(rank_, p, "",
-             "did not prove knowledge of the job secret on its connection (a different "
-             "GRADEX_JOB_SECRET)");
-  }
-  GX_LOG(kDebug) << "every peer proved knowledge of the job secret";
 }
 
 void UcxCommunicator::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {

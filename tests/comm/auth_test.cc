@@ -16,6 +16,7 @@
 #include "comm/memory_store.h"
 #include "comm/tcp_store.h"
 #include "comm/tcp_store_protocol.h"
+#include "comm/ucx/ucx_peer_auth.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {
@@ -245,6 +246,45 @@ TEST(AuthenticatedStore, WarnsOnceWithoutASecretOnANonLoopbackAddress) {
   size_t warning = log.find("without a job secret");
   EXPECT_NE(warning, std::string::npos) << log;
   EXPECT_EQ(log.find("without a job secret", warning + 1), std::string::npos) << "warned twice";
+}
+
+// An address entry written by someone without the secret: a forged HMAC, or a genuine entry whose
+// address (or claimed rank) was changed, is refused; malformed entries are corrupt, not accepted.
+TEST(AuthenticatedPeers, AddressEntriesAreBoundToTheirRank) {
+  const std::string address = "a UCX worker address";
+  Bytes entry = comm::ucx::encode_address_entry(1, 4, "hostA|boot|ns", address.data(),
+                                                address.size(), "job-secret");
+  auto e = comm::ucx::decode_address_entry(entry, 0, 1, "job-secret");
+  EXPECT_EQ(e.world, 4u);
+  EXPECT_EQ(e.host, "hostA|boot|ns");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(e.address), e.address_size), address);
+  auto refusal = [](const Bytes& b, int peer, const std::string& secret) {
+    try {
+      comm::ucx::decode_address_entry(b, 0, peer, secret);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  Bytes redirected = entry;
+  redirected.back() ^= 1;  // the address now points elsewhere
+  EXPECT_EQ(refusal(redirected, 1, "job-secret"),
+            "connect: authentication failed: rank 1 (host hostA) published a UCX address with a "
+            "wrong proof of the job secret: it has a different GRADEX_JOB_SECRET, or someone "
+            "without the secret wrote it");
+  // The same genuine entry copied under another rank's key.
+  EXPECT_NE(refusal(entry, 2, "job-secret")
+                .find("rank 2 (host hostA) published a UCX address "
+                      "with a wrong proof"),
+            std::string::npos);
+  Bytes forged = comm::ucx::encode_address_entry(1, 4, "hostA|boot|ns", address.data(),
+                                                 address.size(), "a-guess");
+  EXPECT_NE(refusal(forged, 1, "job-secret").find("wrong proof"), std::string::npos);
+  for (size_t cut : {size_t{0}, size_t{11}, size_t{12 + 13}, size_t{12 + 13 + 32}})
+    EXPECT_EQ(refusal(Bytes(entry.begin(), entry.begin() + static_cast<std::ptrdiff_t>(cut)), 1,
+                      "job-secret"),
+              "connect: malformed address entry for rank 1")
+        << cut;
 }
 
 // Two ranks as threads over one in-memory store, each with its own secret.
