@@ -136,6 +136,14 @@ LaunchInfo require_launch_info_from_environment() {
   return launch_info_from_environment();
 }
 
+std::string launch_incarnation() {
+  const char* text = env("TORCHELASTIC_RESTART_COUNT");
+  if (!text) return "";
+  int64_t n = int_var("TORCHELASTIC_RESTART_COUNT", text);
+  if (n < 0) throw ConfigError(std::string("TORCHELASTIC_RESTART_COUNT=") + text + " is negative");
+  return "restart" + std::to_string(n);
+}
+
 bool launcher_present() {
   return detect() != nullptr;
 }

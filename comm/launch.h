@@ -41,6 +41,12 @@ LaunchInfo launch_info_from_environment();
 // variable that was looked for (for programs that must run under a launcher).
 LaunchInfo require_launch_info_from_environment();
 
+// Which incarnation of the job this process belongs to, for store keys that must not be read from
+// an earlier one: "" normally, "restart<N>" under torchrun's elastic agent
+// (TORCHELASTIC_RESTART_COUNT = N), whose store outlives the workers it restarts. ConfigError for a
+// malformed value.
+std::string launch_incarnation();
+
 // True when any launcher's rank or size variable is set.
 bool launcher_present();
 

@@ -3,6 +3,7 @@
 #include "comm/ucx/ucx_communicator.h"
 
 #include "comm/host_identity.h"
+#include "comm/launch.h"
 #include "comm/ucx/ucx_peer_auth.h"
 
 #include <cstring>
@@ -17,8 +18,14 @@ namespace {
 // User tags below 2^16 are reserved: next_collective_tag() starts at 2^16.
 constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints (the hello round: 0, 2)
 
+// Under torchrun's elastic agent the store outlives a failed attempt: the incarnation in the key
+// keeps a restarted rank from reading (and connecting to) a dead predecessor's address.
 std::string address_key(int rank) {
-  return "gradex/ucx/address/" + std::to_string(rank);
+  static const std::string incarnation = [] {
+    std::string i = launch_incarnation();
+    return i.empty() ? i : i + "/";
+  }();
+  return "gradex/ucx/address/" + incarnation + std::to_string(rank);
 }
 
 Millis left_until(Clock::time_point deadline) {

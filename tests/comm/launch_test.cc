@@ -40,7 +40,8 @@ const char* const kVars[] = {"RANK",
                              "SLURM_LOCALID",
                              "SLURM_JOB_NODELIST",
                              "SLURM_NODELIST",
-                             "SLURM_JOB_ID"};
+                             "SLURM_JOB_ID",
+                             "TORCHELASTIC_RESTART_COUNT"};
 
 // Clears the launcher variables around each test (and restores nothing: ctest runs each test in
 // its own process).
@@ -228,6 +229,14 @@ TEST(Hostlist, RejectsMalformedLists) {
             pre + "n[0-99999999]' is not a valid Slurm hostlist: range 0-99999999 is too long");
   EXPECT_EQ(err("a[0-9999][0-999]"),
             pre + "a[0-9999][0-999]' is not a valid Slurm hostlist: more than 1000000 hosts");
+}
+
+TEST_F(Launch, IncarnationUnderTorchElastic) {
+  EXPECT_EQ(comm::launch_incarnation(), "");
+  setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  EXPECT_EQ(comm::launch_incarnation(), "restart2");
+  setenv("TORCHELASTIC_RESTART_COUNT", "x", 1);
+  EXPECT_THROW(comm::launch_incarnation(), ConfigError);
 }
 
 TEST_F(Launch, RankWithoutSize) {

@@ -43,7 +43,12 @@ def worker(ckpt_dir, log_dir, start_from, kill):
     rank = int(os.environ["RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    # torchrun's agent store outlives a failed attempt, and keys of the dead workers (torch's own
+    # gloo addresses among them) would be read by their successors: each attempt rendezvouses
+    # through a fresh store that rank 0 serves on a port of its own.
+    port = int(os.environ["GRADEX_TEST_BASE_PORT"]) + attempt
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=int(os.environ["WORLD_SIZE"]))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
     ddp = DDP(model)
@@ -89,6 +94,21 @@ def worker(ckpt_dir, log_dir, start_from, kill):
     dist.destroy_process_group()
 
 
+def _free_port_pair():
+    """A port p with p and p + 1 free a moment ago (one store per torchrun attempt)."""
+    import socket
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+            return p
+    raise RuntimeError("no pair of free ports")
+
+
 def _torchrun(tmp, name, start_from, kill):
     ckpt, logs = tmp / name / "ckpt", tmp / name / "logs"
     ckpt.mkdir(parents=True)
@@ -97,7 +117,7 @@ def _torchrun(tmp, name, start_from, kill):
     cmd = [str(runner)] if runner.exists() else [sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.5",
             __file__, "WORKER", str(ckpt), str(logs), str(start_from or ""), "1" if kill else "0"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", GRADEX_TEST_BASE_PORT=str(_free_port_pair()))
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
