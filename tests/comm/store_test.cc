@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "base/error.h"
