@@ -28,6 +28,21 @@ const std::vector<VarSpec>& registry() {
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr,
+     "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
+     "logs which ranks are late and which keys they miss (then at most once per this interval), "
+     "long before the GRADEX_TIMEOUT_S error. 0: off."},
+    {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr,
+     "A secret shared by every rank of the job. When set, the gradex TCP store and its clients "
+     "authenticate each other, published UCX addresses carry an HMAC, and every pair of ranks "
+     "proves knowledge of the secret (HMAC-SHA256 challenge-response) before any data is exchanged; "
+     "a client or rank without it is refused. Never printed (gradex-config shows '<hidden>'). "
+     "Prefer GRADEX_JOB_SECRET_FILE: the environment is visible to other processes of the user. "
+     "See docs/security.md for what the secret covers."},
+    {"GRADEX_JOB_SECRET_FILE", VarType::kString, "", 0, 0, false, false, nullptr,
+     "Path of a file holding the job secret (a trailing newline is ignored), for secrets that "
+     "must not sit in the environment. Setting both this and GRADEX_JOB_SECRET, an unreadable "
+     "file or an empty secret is an error."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
      "How much gradex writes to stderr."},
     // --- policy ---

@@ -36,6 +36,7 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm_options(config_, options_));
   negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
+  negotiator_->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   thread_ = std::thread([this] { run(); });
 }
 
