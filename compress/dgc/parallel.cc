@@ -1,9 +1,9 @@
 #include "compress/dgc/parallel.h"
 
 #include <algorithm>
-#include <exception>
 #include <thread>
-#include <vector>
+
+#include "base/thread_pool.h"
 
 namespace gradex::compress::dgc {
 
@@ -27,30 +27,13 @@ void parallel_chunks(size_t n, int threads, const std::function<void(int, size_t
     fn(0, 0, n);
     return;
   }
-  std::vector<std::thread> workers;
-  std::vector<std::exception_ptr> errors(threads);
-  for (int c = 1; c < threads; ++c) {
-    workers.emplace_back([&, c] {
-      try {
-        size_t b, e;
-        chunk_bounds(n, threads, c, &b, &e);
-        fn(c, b, e);
-      } catch (...) {
-        errors[c] = std::current_exception();
-      }
-    });
-  }
-  try {
+  // Chunks are fixed by (n, threads) alone, never by which thread runs them: results that
+  // depend on the chunking (per-chunk candidate lists) are the same whatever the pool's size.
+  shared_pool().parallel_for(threads, [&](int c) {
     size_t b, e;
-    chunk_bounds(n, threads, 0, &b, &e);
-    fn(0, b, e);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (auto& w : workers)
-    w.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+    chunk_bounds(n, threads, c, &b, &e);
+    fn(c, b, e);
+  });
 }
 
 }  // namespace gradex::compress::dgc

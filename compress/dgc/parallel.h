@@ -1,6 +1,7 @@
-// A minimal fork-join helper for the CPU kernels: splits [0, n) into `threads` contiguous,
-// ordered chunks (aligned to 64 elements) and runs fn(chunk, begin, end) on each, the first on the
-// calling thread. Exceptions from workers are rethrown on the caller.
+// Data-parallel helper for the CPU kernels: splits [0, n) into `threads` contiguous, ordered chunks
+// (aligned to 64 elements) and runs fn(chunk, begin, end) on each, on the calling thread and the
+// process's shared worker pool (base/thread_pool.h; no thread is created per call). The first
+// exception (lowest chunk) is rethrown on the caller after every chunk has finished.
 #pragma once
 
 #include <cstddef>
