@@ -70,7 +70,8 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,
-     "CPU threads for compression kernels on large tensors (0: automatic)."},
+     "Threads of gradex's worker pool (one per process, created at first use, never per call): "
+     "compression kernels and 16-bit casts of large tensors (0: the hardware's, at most 8)."},
     // --- LocalSGD ---
     {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
