@@ -4,8 +4,8 @@
 // Every rank contributes `bytes` bytes. Per size, the two collectives alternate call by call (so
 // that both see the same network and load); the time of a call is the slowest rank's, from a
 // barrier to the call's return. Each collective is verified once per size before timing.
-// 88 KiB is about one rank's DGC payload of a ResNet-50 step at 99.9% sparsity (25.6M parameters,
-// 25.6k fp16 values with ~12-bit coded indices).
+// 176 KiB is about one rank's DGC payload of a ResNet-50 step at 99.9% sparsity: `gradex-bench
+// exchange` reports dgc999_wire_bytes ~ 497 kB per rank at 4 ranks, i.e. 3 copies of ~165 kB.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -55,6 +55,10 @@ int run_allgather(const Args& args) {
   const int64_t min_bytes = args.get_bytes("min-bytes", 1, int64_t{1} << 30);
   const int64_t max_bytes = args.get_bytes("max-bytes", min_bytes, int64_t{1} << 30);
   const int64_t flag_iters = args.get_int("iters", 1, 100000);
+  const std::string only = args.get("only");
+  if (only != "both" && only != "direct" && only != "ring")
+    throw InvalidArgument("--only must be both, direct or ring, got '" + only + "'");
+  const bool run_direct = only != "ring", run_ring = only != "direct";
   LaunchOptions launch = launch_options_from_args(args, "gradex-bench allgather");
 
   return run_ranks(launch, [&](RankContext& ctx) {
@@ -73,14 +77,14 @@ int run_allgather(const Args& args) {
       std::vector<uint8_t> mine(static_cast<size_t>(b));
       for (size_t i = 0; i < mine.size(); ++i)
         mine[i] = byte_of(comm.rank(), i);
-      verify(comm, comm::allgatherv, mine, "allgatherv");  // also the warm-up
-      verify(comm, comm::ring_allgatherv, mine, "ring_allgatherv");
+      if (run_direct) verify(comm, comm::allgatherv, mine, "allgatherv");  // also the warm-up
+      if (run_ring) verify(comm, comm::ring_allgatherv, mine, "ring_allgatherv");
       if (ctx.reporter())
         std::cerr << "[allgather] " << format_bytes(b) << " x " << flag_iters << "\n";
       std::vector<double> direct, ring;
       for (int64_t i = 0; i < flag_iters; ++i) {
-        direct.push_back(timed_call(comm, comm::allgatherv, mine));
-        ring.push_back(timed_call(comm, comm::ring_allgatherv, mine));
+        direct.push_back(run_direct ? timed_call(comm, comm::allgatherv, mine) : 0.0);
+        ring.push_back(run_ring ? timed_call(comm, comm::ring_allgatherv, mine) : 0.0);
       }
       // Slowest rank per call, then the median over calls (robust to a stray hiccup).
       std::vector<double> mine_times = direct;
@@ -89,16 +93,20 @@ int run_allgather(const Args& args) {
       const double d = median({slowest.begin(), slowest.begin() + flag_iters});
       const double r = median({slowest.begin() + flag_iters, slowest.end()});
       if (!ctx.reporter()) continue;
-      std::printf("%10s %6lld %12.3f %12.3f %10.3f\n", format_bytes(b).c_str(),
-                  static_cast<long long>(flag_iters), d * 1e3, r * 1e3, d / r);
+      auto cell = [](bool ran, double v) { return ran ? format_number(v) : std::string("-"); };
+      std::printf("%10s %6lld %12s %12s %10s\n", format_bytes(b).c_str(),
+                  static_cast<long long>(flag_iters), cell(run_direct, d * 1e3).c_str(),
+                  cell(run_ring, r * 1e3).c_str(), cell(run_direct && run_ring, d / r).c_str());
       std::fflush(stdout);
-      if (b == min_bytes) ratio_at_min = d / r;
       std::string key = format_bytes(b);
       key.erase(std::remove(key.begin(), key.end(), ' '), key.end());
-      result.add("direct_" + key + "_ms", d * 1e3).add("ring_" + key + "_ms", r * 1e3);
+      if (run_direct) result.add("direct_" + key + "_ms", d * 1e3);
+      if (run_ring) result.add("ring_" + key + "_ms", r * 1e3);
+      if (b == min_bytes && run_direct && run_ring) ratio_at_min = d / r;
     }
     if (!ctx.reporter()) return 0;
-    result.add("direct_over_ring_min_bytes", ratio_at_min).add("ranks", comm.size());
+    if (ratio_at_min > 0) result.add("direct_over_ring_min_bytes", ratio_at_min);
+    result.add("ranks", comm.size());
     std::printf("%s\n", result.str().c_str());
     std::fflush(stdout);
     return 0;
@@ -111,6 +119,9 @@ std::vector<FlagSpec> allgather_flags() {
        "smallest payload per rank (K, M, G suffixes), doubled up to --max-bytes"},
       {"max-bytes", "2816K", "largest payload per rank"},
       {"iters", "20", "timed calls of each collective per size"},
+      {"only", "both",
+       "both, direct or ring: time one collective alone (e.g. to attribute "
+       "retransmissions to it)"},
   };
   for (FlagSpec& f : launch_flags(4))
     flags.push_back(f);
