@@ -13,7 +13,8 @@ namespace gradex {
 // One parallel_for call. Lives on the caller's stack: the caller does not return before every
 // helper that started has finished, and it removes the helpers that never started from the queue.
 struct ThreadPool::Batch {
-  const std::function<void(int)>* fn = nullptr;
+  Trampoline call = nullptr;
+  void* fn = nullptr;
   int n = 0;
   std::atomic<int> next{0};
   int helpers = 0;  // posted and not yet finished or withdrawn (guarded by the pool's mutex)
@@ -42,7 +43,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_indices(Batch& batch) {
   for (int i = batch.next.fetch_add(1); i < batch.n; i = batch.next.fetch_add(1)) {
     try {
-      (*batch.fn)(i);
+      batch.call(batch.fn, i);
     } catch (...) {
       std::lock_guard<std::mutex> lock(batch.error_mutex);
       if (!batch.error || i < batch.error_index) {
@@ -73,10 +74,11 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::parallel_for(int n, const std::function<void(int)>& fn) {
+void ThreadPool::run_batch(int n, Trampoline call, void* fn) {
   if (n <= 0) return;
   Batch batch;
-  batch.fn = &fn;
+  batch.call = call;
+  batch.fn = fn;
   batch.n = n;
   const int helpers = std::min(n - 1, static_cast<int>(workers_.size()));
   if (helpers > 0) {

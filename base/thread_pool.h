@@ -22,6 +22,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace gradex {
@@ -38,7 +39,14 @@ class ThreadPool {
   // Parallelism a parallel_for can reach: workers + the caller.
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  void parallel_for(int n, const std::function<void(int index)>& fn);
+  // fn is called as fn(int index); it is referenced, never copied (no allocation per call).
+  template <typename Fn>
+  void parallel_for(int n, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run_batch(
+        n, [](void* f, int i) { (*static_cast<F*>(f))(i); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
   std::future<void> submit(std::function<void()> task);
 
  private:
@@ -47,6 +55,8 @@ class ThreadPool {
     Batch* batch = nullptr;           // a parallel_for helper, or
     std::packaged_task<void()> task;  // a submitted task
   };
+  using Trampoline = void (*)(void* fn, int index);
+  void run_batch(int n, Trampoline call, void* fn);
   void worker_loop();
   static void run_indices(Batch& batch);
 

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "base/thread_pool.h"
-
 namespace gradex::compress::dgc {
 
 int pick_threads(size_t n, int requested, size_t min_elements) {
@@ -20,20 +18,6 @@ void chunk_bounds(size_t n, int threads, int c, size_t* begin, size_t* end) {
   per = (per + 63) / 64 * 64;
   *begin = std::min(n, per * c);
   *end = std::min(n, per * (c + 1));
-}
-
-void parallel_chunks(size_t n, int threads, const std::function<void(int, size_t, size_t)>& fn) {
-  if (threads <= 1) {
-    fn(0, 0, n);
-    return;
-  }
-  // Chunks are fixed by (n, threads) alone, never by which thread runs them: results that
-  // depend on the chunking (per-chunk candidate lists) are the same whatever the pool's size.
-  shared_pool().parallel_for(threads, [&](int c) {
-    size_t b, e;
-    chunk_bounds(n, threads, c, &b, &e);
-    fn(c, b, e);
-  });
 }
 
 }  // namespace gradex::compress::dgc
