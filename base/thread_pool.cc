@@ -17,7 +17,10 @@ struct ThreadPool::Batch {
   void* fn = nullptr;
   int n = 0;
   std::atomic<int> next{0};
-  int helpers = 0;  // posted and not yet finished or withdrawn (guarded by the pool's mutex)
+  // Guarded by the pool's mutex: helpers still wanted (the batch is in batches_ while > 0), and
+  // helpers running it now. The caller returns once it has withdrawn the batch and running is 0.
+  int wanted = 0;
+  int running = 0;
   std::mutex error_mutex;
   std::exception_ptr error;
   int error_index = -1;
@@ -25,6 +28,7 @@ struct ThreadPool::Batch {
 
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(0, threads - 1);
+  batches_.reserve(64);
   workers_.reserve(static_cast<size_t>(workers));
   for (int i = 0; i < workers; ++i)
     workers_.emplace_back([this] { worker_loop(); });
@@ -57,20 +61,24 @@ void ThreadPool::run_indices(Batch& batch) {
 void ThreadPool::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and every submitted task has run
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    if (item.batch) {
-      run_indices(*item.batch);
+    work_cv_.wait(lock, [this] { return stopping_ || !batches_.empty() || !tasks_.empty(); });
+    if (!batches_.empty()) {  // data-parallel work first: a caller is waiting on it
+      Batch* batch = batches_.front();
+      if (--batch->wanted == 0) batches_.erase(batches_.begin());
+      ++batch->running;
+      lock.unlock();
+      run_indices(*batch);
       lock.lock();
-      // The caller may return as soon as helpers reaches 0: touch the batch no more after this.
-      if (--item.batch->helpers == 0) done_cv_.notify_all();
-    } else {
-      item.task();  // a packaged_task stores its exception in the future
-      lock.lock();
+      // The caller may return as soon as running reaches 0: touch the batch no more after this.
+      if (--batch->running == 0) done_cv_.notify_all();
+      continue;
     }
+    if (tasks_.empty()) return;  // stopping, and every submitted task has run
+    std::packaged_task<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();  // a packaged_task stores its exception in the future
+    lock.lock();
   }
 }
 
@@ -83,9 +91,8 @@ void ThreadPool::run_batch(int n, Trampoline call, void* fn) {
   const int helpers = std::min(n - 1, static_cast<int>(workers_.size()));
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    batch.helpers = helpers;
-    for (int i = 0; i < helpers; ++i)
-      queue_.push_back(Item{&batch, {}});
+    batch.wanted = helpers;
+    batches_.push_back(&batch);
   }
   if (helpers == 1)
     work_cv_.notify_one();
@@ -94,16 +101,12 @@ void ThreadPool::run_batch(int n, Trampoline call, void* fn) {
   run_indices(batch);
   if (helpers > 0) {
     std::unique_lock<std::mutex> lock(mutex_);
-    // Every index is claimed: helpers still queued have nothing left to do; withdraw them.
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (it->batch == &batch) {
-        it = queue_.erase(it);
-        --batch.helpers;
-      } else {
-        ++it;
-      }
+    // Every index is claimed: helpers that have not started would find nothing; withdraw them.
+    if (batch.wanted > 0) {
+      batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
+      batch.wanted = 0;
     }
-    done_cv_.wait(lock, [&] { return batch.helpers == 0; });
+    done_cv_.wait(lock, [&] { return batch.running == 0; });
   }
   if (batch.error) std::rethrow_exception(batch.error);
 }
@@ -117,7 +120,7 @@ std::future<void> ThreadPool::submit(std::function<void()> task) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Item{nullptr, std::move(packaged)});
+    tasks_.push_back(std::move(packaged));
   }
   work_cv_.notify_one();
   return future;

@@ -51,19 +51,18 @@ class ThreadPool {
 
  private:
   struct Batch;
-  struct Item {
-    Batch* batch = nullptr;           // a parallel_for helper, or
-    std::packaged_task<void()> task;  // a submitted task
-  };
   using Trampoline = void (*)(void* fn, int index);
   void run_batch(int n, Trampoline call, void* fn);
   void worker_loop();
   static void run_indices(Batch& batch);
 
   std::mutex mutex_;
-  std::condition_variable work_cv_;  // workers wait for items
+  std::condition_variable work_cv_;  // workers wait for batches or tasks
   std::condition_variable done_cv_;  // parallel_for callers wait for their helpers
-  std::deque<Item> queue_;
+  // parallel_for calls that still want helpers. A vector with reserved room: posting and
+  // withdrawing a batch allocates nothing (it grows only past its high-water mark).
+  std::vector<Batch*> batches_;
+  std::deque<std::packaged_task<void()>> tasks_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };

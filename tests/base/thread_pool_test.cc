@@ -13,6 +13,24 @@
 #include <stdexcept>
 #include <string>
 
+// Counts every heap allocation of the process while g_counting is set (any thread).
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
 namespace gradex {
 namespace {
 
@@ -132,6 +150,21 @@ TEST(ThreadPool, NoThreadIsCreatedPerCall) {
     pool.parallel_for(16, [&](int i) { sum.fetch_add(i); });
   EXPECT_EQ(sum.load(), 200 * 120);
   EXPECT_EQ(thread_count(), before);
+}
+
+TEST(ThreadPool, ParallelForAllocatesNothing) {
+  ThreadPool pool(4);
+  std::atomic<long> sum{0};
+  auto body = [&](int i) { sum.fetch_add(i, std::memory_order_relaxed); };
+  for (int k = 0; k < 10; ++k)  // warm-up
+    pool.parallel_for(16, body);
+  g_allocations = 0;
+  g_counting = true;
+  for (int k = 0; k < 500; ++k)
+    pool.parallel_for(16, body);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(sum.load(), 510 * 120);
 }
 
 TEST(ThreadPool, SharedPoolIsSizedOnceAndReused) {
