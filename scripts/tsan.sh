@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# ThreadSanitizer run of the threaded parts: the worker pool, the comm tests (ranks as threads over
-# real UCX, collectives incl. the ring allgatherv) and the sync engine tests (each rank's engine has
-# a progress thread beside the caller's). Builds build-tsan/ (-DGRADEX_TSAN=ON, no bench, no CUDA)
-# with only those targets and runs each binary. Fails on any TSan report (halt_on_error) or test
+# ThreadSanitizer run of the threaded parts: the worker pool and the kernels on it, the comm tests
+# (ranks as threads over real UCX, collectives incl. the ring allgatherv) and the sync engine tests
+# (each rank's engine has a progress thread beside the caller's). Builds build-tsan/
+# (-DGRADEX_TSAN=ON, no bench, no CUDA) with only those targets and runs each binary. Fails on any TSan report (halt_on_error) or test
 # failure. UCX itself is not instrumented: races inside it are out of sight, races on our memory
 # are not. TSAN_FILTER (a gtest filter) replaces the per-binary subsets below.
 # Usage: bash scripts/tsan.sh
@@ -15,7 +15,7 @@ mkdir -p build-tsan
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADEX_TSAN=ON \
   -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF "${launcher[@]}" >build-tsan/configure.log 2>&1 ||
   { cat build-tsan/configure.log; exit 1; }
-tests=(gradex_base_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
+tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
        gradex_comm_communicator_test gradex_sync_test)
 ninja -C build-tsan -j "${GRADEX_TSAN_JOBS:-2}" "${tests[@]}"
 
