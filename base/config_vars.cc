@@ -59,7 +59,8 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
      "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
-     "matches when it is a substring of the tensor name ('*' matches any run of characters)."},
+     "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
+     "'[...]' matches the whole name as a shell glob (fnmatch)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
      "What to do with NaN/Inf in a submitted gradient. Every rank learns in negotiation that some "
      "rank's gradient of a tensor is non-finite, and then no rank changes that tensor's momentum or "
@@ -91,10 +92,15 @@ const std::vector<VarSpec>& registry() {
      "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
     {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
      "Index coding of sparse payloads; auto picks the smallest for each payload."},
+    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "ring", 0, 0, false, false, "ring|direct",
+     "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
+     "time) or direct (every rank sends to every other at once: P-1 payloads on each uplink, "
+     "which overflows switch ports at 8 hosts and more). Same results either way."},
     {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,
-     "CPU threads for compression kernels on large tensors (0: automatic)."},
+     "Threads of gradex's worker pool (one per process, created at first use, never per call): "
+     "compression kernels and 16-bit casts of large tensors (0: the hardware's, at most 8)."},
     // --- LocalSGD ---
     {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},

@@ -23,6 +23,12 @@ void allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 // rank.
 std::vector<Bytes> allgatherv(Communicator& comm, const void* data, size_t bytes);
 
+// Same contract and result as allgatherv, as a ring: each rank sends its own payload and forwards
+// the others' to its right neighbour, chunk by chunk, so no link carries more than one payload at
+// a time (no incast on an uplink; P-1 ring steps of latency). Received lengths are checked against
+// the announced sizes (MismatchError naming the origin rank otherwise).
+std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes);
+
 // Copies `bytes` bytes from `root`'s buffer into every other rank's buffer.
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present) and a short
-# fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/.
+# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present), the
+# ThreadSanitizer build of the threaded tests (scripts/tsan.sh) and a short fuzzing run of each
+# fuzzer. Expects scripts/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,9 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   echo "== Python tests (pytest)"
   .venv/bin/python -m pytest -q tests/python || status=1
 fi
+
+echo "== ThreadSanitizer (comm, sync, worker pool)"
+bash scripts/tsan.sh || status=1
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.

@@ -30,6 +30,8 @@ extern "C" {
 /* Bumped on every incompatible change of this header. gradex_engine_create() refuses other versions. */
 #define GRADEX_API_VERSION 1
 
+/* The status codes, defined here only: base/error.h, the torch op and python/gradex/_errors.py are
+ * checked against this table by tests/base/status_table_check.py. */
 typedef enum gradex_status {
   GRADEX_OK = 0,
   GRADEX_ERR_INVALID_ARGUMENT = 1,
