@@ -60,7 +60,7 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     if mode == "dgc":
         settings = {"GRADEX_SPARSITY": "0.999", "GRADEX_WARMUP_STEPS": str(warmup), "GRADEX_MOMENTUM": "0.9"}
         settings.update(config or {})
-        helper = gx.State(config=settings)            # gradex: line 1
+        helper = gx.State(ddp, config=settings)       # gradex: line 1
         ddp.register_comm_hook(helper, gx.hook)        # gradex: line 2
         momentum = 0.0  # gradex applies the momentum (see docs/pytorch.md, "the momentum rule")
     elif mode == "localsgd":
