@@ -62,8 +62,8 @@ def _localsgd(rank, world):
 def test_localsgd_local_phase_buffers_and_momentum_rule():
     for r in ranks.run(_localsgd, 2, env={"GRADEX_TIMEOUT_S": "60"}, timeout=300):
         log = r["log"]
-        # Steps 1-2: synchronous (gradients exchanged, 4 parameters per backward); then local.
-        assert [s["submitted"] for s in log] == [4, 4, 0, 0, 0, 0, 0, 0]
+        # Steps 1-2: synchronous (gradients exchanged, 6 parameters per backward); then local.
+        assert [s["submitted"] for s in log] == [6, 6, 0, 0, 0, 0, 0, 0]
         assert [s["grads_same"] for s in log] == [True, True] + [False] * 6
         # Averaging every 3 steps after the warm-up: after steps 5 and 8.
         assert [s["averaged"] for s in log] == [False] * 4 + [True, False, False, True]

@@ -21,12 +21,12 @@ from . import _amp, _completion, _layout, _ops
 
 
 class BucketExchanger:
-    def __init__(self, engine, module=None, dense_iterations=None, end_steps=True, scaler=None):
+    def __init__(self, engine, module=None, dense_iterations=None, end_steps=True, scaler=None, group=None):
         """`module`: the model whose parameter names key the gradients (None: positional keys).
         `dense_iterations`: leading iterations averaged by a plain allreduce (None: 0 with names, 1 without).
         `end_steps`: call the engine's end_step once an iteration's last bucket is done (State); LocalSGD
         ends steps itself, after the optimizer step. `scaler`: a GradScaler whose scale is kept out of the
-        engine (_amp.py)."""
+        engine (_amp.py). `group`: the DDP module's process group (the engine's ranks; None: the default)."""
         self.keys = _layout.BucketKeys(module)
         if dense_iterations is None:
             dense_iterations = 0 if self.keys.named else 1
@@ -35,6 +35,7 @@ class BucketExchanger:
                 "gradex: dense_iterations must be >= 1 without parameter names (DDP rebuilds its buckets after "
                 "the first iteration); pass the model to gx.State to key gradients by name")
         self.engine = engine
+        self.group = group
         self.dense_iterations = dense_iterations
         self.iteration = 0  # backward passes seen (an iteration ends with its last bucket)
         self.scale = _amp.ScaleDomain(scaler)
@@ -50,7 +51,7 @@ class BucketExchanger:
             if last:
                 self.iteration += 1
         if iteration < self.dense_iterations:
-            return self._allreduce(buffer)
+            return self._allreduce(buffer, self.group)
         if not self.engine.exchanges_gradients():
             # LocalSGD's local phase: nothing to exchange, so no submission and no staging of CUDA buckets.
             if last and self._end_steps:
@@ -89,10 +90,10 @@ class BucketExchanger:
         return future
 
     @staticmethod
-    def _allreduce(tensor):
+    def _allreduce(tensor, group):
         # As DDP's default hook: divide first, then sum, so the result is the average.
-        tensor.div_(dist.get_world_size())
-        work = dist.all_reduce(tensor, async_op=True)
+        tensor.div_(dist.get_world_size(group))
+        work = dist.all_reduce(tensor, group=group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0])
 
     def state(self):

@@ -26,7 +26,7 @@ _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either)."""
 
-    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None):
+    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None):
         if isinstance(optimizer, DistributedOptimizer):
             raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
         self._gradex_ready = False
@@ -39,7 +39,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if _localsgd_period(config) > 0:
             from .localsgd import optimizer_owns_momentum
             config = optimizer_owns_momentum(dict(config or {}))
-        self._engine = _bootstrap.create_engine(config, store)
+        self._engine = _bootstrap.create_engine(config, store, process_group)
         for name, p in self._params:
             self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), _capi.DEVICE_CPU)
         self._lock = threading.Lock()
