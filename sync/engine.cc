@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "sync/engine_internal.h"
+#include "sync/momentum.h"
 #include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
@@ -92,8 +93,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
   Handle& handle = handles_[h];
   handle.id = id;
   handle.data = data;
+  handle.clip_scale = step_clip_scale_;
   if (kind == WorkKind::kGradient && !localsgd_.exchanges_gradients(completed_steps_)) {
-    handle.done = true;  // LocalSGD's local phase: the gradient stays as it is
+    local_step(t->second, data, handle);  // LocalSGD's local phase: nothing is exchanged
+    handle.done = true;
     return h;
   }
   in_flight_[id] = h;
@@ -144,8 +147,21 @@ bool Engine::test(uint64_t handle) {
   return true;
 }
 
+void Engine::set_gradient_norm(double norm) {
+  if (norm < 0) throw InvalidArgument("gradient norm must be >= 0, got " + std::to_string(norm));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.clip_norm <= 0) return;
+  step_clip_scale_ = clip_scale_for_norm(options_.clip_norm, world_size_, norm);
+}
+
+float Engine::step_clip_scale() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return step_clip_scale_;
+}
+
 bool Engine::end_step() {
   std::lock_guard<std::mutex> lock(mutex_);
+  step_clip_scale_ = -1.0f;
   ++completed_steps_;
   stats_.steps = completed_steps_;
   last_step_stats_ = stats_.minus(stats_at_last_step_);
@@ -243,6 +259,7 @@ void Engine::run() {
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left,
                        bool& busy) {
+  inspect(announce);
   RoundResult r = negotiator_->round(announce, leaving);
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -2,9 +2,12 @@
 // dense-policy tensors, a DGC step for DGC tensors: sparse, or dense when that is cheaper this
 // step), exchanged (dense tensors fused into ring allreduces, sparse payloads in one allgatherv),
 // then written back and their handles completed.
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "sync/dense_exchange.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
@@ -23,22 +26,56 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks)
+    s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return "[" + s + "]";
+}
+
+void fill_nan(void* data, DType dtype, uint64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::fill_n(static_cast<float*>(data), n, std::numeric_limits<float>::quiet_NaN());
+  } else {
+    // A quiet NaN in either 16-bit format.
+    const uint16_t nan = dtype == DType::kFloat16 ? 0x7e00u : 0x7fc0u;
+    std::fill_n(static_cast<uint16_t*>(data), n, nan);
+  }
+}
+
 }  // namespace
 
-void Engine::execute(const std::vector<WorkId>& ready) {
+void Engine::execute(const std::vector<ReadyWork>& ready) {
   struct Job {
     WorkId id;
     TensorState* tensor;
     void* data;
     bool staged = false;  // the values travel in tensor->scratch (fp32) and are cast back after
+    float clip = -1.0f;   // the step's clipping factor captured at submission (-1: none)
   };
   std::vector<Job> jobs;
+  // Gradients that some rank found non-finite: excluded from the exchange on every rank, their
+  // state untouched everywhere; the policy decides what every rank's caller gets.
+  std::vector<std::pair<Job, const ReadyWork*>> skipped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const WorkId& id : ready) {
-      auto f = in_flight_.find(id);
+    for (const ReadyWork& w : ready) {
+      auto f = in_flight_.find(w.id);
       GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
-      jobs.push_back({id, &tensors_.at(id.key), handles_[f->second].data});
+      const Handle& handle = handles_[f->second];
+      Job job{w.id, &tensors_.at(w.id.key), handle.data, false, handle.clip_scale};
+      if (w.id.kind == WorkKind::kGradient) {
+        if (w.steps_differed) {
+          GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "
+                        << "counters (restored from different checkpoints?); all continue at "
+                        << w.step;
+        }
+        job.tensor->step = w.step;
+      }
+      if (w.nonfinite_ranks.empty())
+        jobs.push_back(job);
+      else
+        skipped.push_back({job, &w});
     }
   }
 
@@ -69,7 +106,7 @@ void Engine::execute(const std::vector<WorkId>& ready) {
       if (t.anchor.empty()) {
         // First average: full values in fp32, which also establishes an identical anchor
         // everywhere.
-        first_average.push_back({job.data, t.dtype, t.numel});
+        first_average.push_back({job.data, t.dtype, t.numel, false, &t.key});
         first_average_jobs.push_back(&job);
       } else {
         // Later averages send (parameters - anchor): small deltas lose far less in 16 bits.
@@ -77,38 +114,46 @@ void Engine::execute(const std::vector<WorkId>& ready) {
         to_float(job.data, t.dtype, t.numel, deltas.back().data());
         for (uint64_t i = 0; i < t.numel; ++i)
           deltas.back()[i] -= t.anchor[i];
-        dense.push_back({deltas.back().data(), DType::kFloat32, t.numel});
+        dense.push_back({deltas.back().data(), DType::kFloat32, t.numel, false, &t.key});
         dense_jobs.push_back(&job);
       }
       continue;
     }
     if (t.policy.kind == ExchangeKind::kDense) {
-      if (options_.momentum > 0) {
+      if (options_.momentum > 0 || options_.clip_norm > 0) {
         // gradex owns momentum on this path too: send u (Nesterov: g + m*u), keep u.
         float* values = fp32_values(job);
-        if (t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
+        const float scale = clip_factor(job.clip, values, t.numel);
+        if (options_.momentum > 0 && t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
         apply_momentum(values, t.momentum.data(), t.numel,
-                       {options_.momentum, options_.nesterov, 1.0f});
-        dense.push_back({values, DType::kFloat32, t.numel});
+                       {options_.momentum, options_.nesterov, scale});
+        dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
       } else {
-        dense.push_back({job.data, t.dtype, t.numel});
+        dense.push_back({job.data, t.dtype, t.numel, false, &t.key});
       }
       dense_jobs.push_back(&job);
       continue;
     }
     float* values = fp32_values(job);
+    const float scale = clip_factor(job.clip, values, t.numel);
     t.codec->set_step(t.step);
     if (sparse_is_cheaper(t.codec->density_at(t.step), world_size_)) {
-      sparse.push_back({&t.key, t.codec.get(), values});
+      sparse.push_back({&t.key, t.codec.get(), values, scale});
       sparse_jobs.push_back(&job);
       ++sparse_count;
     } else {
-      t.codec->dense_step(values);
-      dense.push_back({values, DType::kFloat32, t.numel});
+      t.codec->dense_step(values, scale);
+      dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
       dense_jobs.push_back(&job);
       ++fallbacks;
     }
-    ++t.step;
+  }
+  for (Job& job : jobs)
+    if (job.id.kind == WorkKind::kGradient) ++job.tensor->step;
+  for (auto& [job, w] : skipped) {
+    ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
+    if (options_.nonfinite == NonFinitePolicy::kPropagate)
+      fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
   }
   double prepare_seconds = seconds_since(t0);
 
@@ -123,7 +168,7 @@ void Engine::execute(const std::vector<WorkId>& ready) {
     dense_average(*comm_, first_average, fp32, dc);
   }
   SparseCounters sc;
-  if (!sparse.empty()) sparse_average(*comm_, sparse, options_.nonfinite, sc);
+  if (!sparse.empty()) sparse_average(*comm_, sparse, sc);
   uint64_t received = comm_->bytes_received() - received_before;
 
   // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).
@@ -155,7 +200,7 @@ void Engine::execute(const std::vector<WorkId>& ready) {
     Job& job = *sparse_jobs[i];
     TensorState& t = *job.tensor;
     if (job.staged) from_float(t.scratch.data(), t.numel, t.dtype, job.data);
-    finished.push_back({&job, sparse[i].nonfinite_result});
+    finished.push_back({&job, false});
   }
   double finish_seconds = seconds_since(t1);
 
@@ -170,7 +215,17 @@ void Engine::execute(const std::vector<WorkId>& ready) {
     else
       complete(job->id, ErrorCode::kOk, "");
   }
-  stats_.tensors += jobs.size();
+  for (auto& [job, w] : skipped) {
+    ++job.tensor->exchanges;
+    if (options_.nonfinite == NonFinitePolicy::kError)
+      complete(job.id, ErrorCode::kInvalidArgument,
+               work_name(job.id) + " holds NaN/Inf values on ranks " +
+                   rank_list(w->nonfinite_ranks) +
+                   " (GRADEX_NONFINITE=error); no rank changed its state for it");
+    else
+      complete(job.id, ErrorCode::kOk, "");
+  }
+  stats_.tensors += jobs.size() + skipped.size();
   stats_.bytes_sent += dc.wire_bytes + sc.wire_bytes;
   stats_.bytes_received += received;
   stats_.dense_bytes += dense_equivalent;
@@ -178,7 +233,6 @@ void Engine::execute(const std::vector<WorkId>& ready) {
   stats_.dense_fallbacks += fallbacks;
   stats_.parameter_averages += params;
   stats_.saturated += dc.saturated;
-  stats_.nonfinite += dc.nonfinite + sc.nonfinite;
   stats_.compress_seconds += prepare_seconds + dc.cast_seconds + sc.compress_seconds;
   stats_.communicate_seconds += dc.communicate_seconds + sc.communicate_seconds;
   stats_.decode_seconds += sc.decode_seconds + finish_seconds;

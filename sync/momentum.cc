@@ -1,5 +1,9 @@
 #include "sync/momentum.h"
 
+#include <cmath>
+
+#include "compress/dgc/kernels.h"
+
 namespace gradex::sync {
 
 void apply_momentum(float* __restrict g, float* __restrict u, uint64_t n, const MomentumParams& p) {
@@ -30,6 +34,16 @@ void scale_values(float* g, uint64_t n, float s) {
   if (s == 1.0f) return;
   for (uint64_t i = 0; i < n; ++i)
     g[i] *= s;
+}
+
+float clip_scale_for_norm(double clip_norm, int world_size, double norm) {
+  const double limit = clip_norm / std::sqrt(static_cast<double>(world_size));
+  if (!(norm > limit) || !std::isfinite(norm)) return 1.0f;
+  return static_cast<float>(limit / norm);
+}
+
+double l2_norm(const float* g, uint64_t n) {
+  return std::sqrt(compress::dgc::sum_squares(g, 0, n));
 }
 
 }  // namespace gradex::sync

@@ -23,4 +23,12 @@ void apply_momentum(float* g, float* u, uint64_t n, const MomentumParams& p);
 // Scales n values by s (no-op for s == 1).
 void scale_values(float* g, uint64_t n, float s);
 
+// Norm clipping (GRADEX_CLIP_NORM, as the DGC paper's local clipping): the factor that brings a
+// gradient of L2 norm `norm` down to clip_norm / sqrt(world_size); 1 when it is already within,
+// and when the norm is not finite (then the non-finite gradient is skipped everywhere instead).
+float clip_scale_for_norm(double clip_norm, int world_size, double norm);
+
+// L2 norm of n fp32 values (double accumulation).
+double l2_norm(const float* g, uint64_t n);
+
 }  // namespace gradex::sync

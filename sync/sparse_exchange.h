@@ -56,25 +56,22 @@ class SparseCodec {
 struct SparseItem {
   const std::string* key = nullptr;
   SparseCodec* codec = nullptr;
-  float* values = nullptr;        // in: this rank's gradient; out: the average over ranks
-  float grad_scale = 1.0f;        // the step's clipping factor for this rank's gradient
-  bool nonfinite_result = false;  // out: some rank's gradient held NaN/Inf (the average is NaN)
+  float* values = nullptr;  // in: this rank's gradient (finite); out: the average over ranks
+  float grad_scale = 1.0f;  // the step's clipping factor for this rank's gradient
 };
 
 struct SparseCounters {
   uint64_t wire_bytes = 0;
   uint64_t received_bytes = 0;
-  uint64_t nonfinite = 0;
   double compress_seconds = 0;
   double communicate_seconds = 0;
   double decode_seconds = 0;
 };
 
-// Collective: identical item lists (keys, order) on every rank. A gradient holding NaN/Inf never
-// enters DGC state (it would stay in the residual forever): with kZero those values are zeroed
-// first; otherwise the rank skips the step for that tensor and flags it, and every rank's average
-// becomes NaN, which is what a plain allreduce would give (AMP's scaler then skips the step).
+// Collective: identical item lists (keys, order) on every rank. Gradients must be finite: the
+// engine keeps a gradient that is non-finite on any rank out of every rank's exchange (it would
+// stay in the residual forever), deciding that from the flag carried in negotiation.
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                    NonFinitePolicy nonfinite, SparseCounters& counters);
+                    SparseCounters& counters);
 
 }  // namespace gradex::sync
