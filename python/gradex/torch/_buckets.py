@@ -9,7 +9,9 @@ positional keys ("bucket3.param7") only once DDP has rebuilt its buckets, so the
 iterations then go through a plain allreduce on the default process group.
 
 Every bucket is submitted as soon as DDP hands it over and its future is completed by a Completer thread:
-communication overlaps the rest of backward, and only DDP's own wait at the end of backward blocks.
+communication overlaps the rest of backward, and only DDP's own wait at the end of backward blocks. With
+GRADEX_CLIP_NORM > 0 an iteration's buckets are held until the last one: the engine clips by this rank's norm
+over the whole model's gradient, which is known only then.
 """
 import threading
 
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _errors
-from . import _amp, _completion, _layout, _ops
+from . import _amp, _completion, _layout, _momentum, _ops
 
 
 class BucketExchanger:
@@ -39,6 +41,10 @@ class BucketExchanger:
         self.dense_iterations = dense_iterations
         self.iteration = 0  # backward passes seen (an iteration ends with its last bucket)
         self.scale = _amp.ScaleDomain(scaler)
+        self.clip = _momentum.gradex_clip_norm(engine, None) > 0
+        # Under LocalSGD the local phase still needs the engine when it applies momentum or clipping in place.
+        self.local_work = self.clip or _momentum.gradex_momentum(engine, None) > 0
+        self._held = []  # buckets of this iteration waiting for the last one (clipping only)
         self._end_steps = end_steps
         self._lock = threading.Lock()
         self._completer = _completion.Completer("gradex-buckets")
@@ -52,8 +58,9 @@ class BucketExchanger:
                 self.iteration += 1
         if iteration < self.dense_iterations:
             return self._allreduce(buffer, self.group)
-        if not self.engine.exchanges_gradients():
-            # LocalSGD's local phase: nothing to exchange, so no submission and no staging of CUDA buckets.
+        if not self.local_work and not self.engine.exchanges_gradients():
+            # LocalSGD's local phase with nothing for gradex to do locally (no gradex momentum, no clipping):
+            # no submission and no staging of CUDA buckets.
             if last and self._end_steps:
                 self.engine.end_step()
             return self._completed(buffer)
@@ -62,26 +69,51 @@ class BucketExchanger:
         self.keys.register_all(self.engine, keys, gradients)
         scale = self.scale.current()
         _amp.ScaleDomain.unscale(buffer, scale)
-        tickets = []
-        try:
-            for key, view in zip(keys, gradients):
-                tickets.append(_ops.submit(self.engine.address, key, view))
-        except BaseException:
-            try:  # none may stay in flight on a buffer DDP is about to reuse
-                _ops.wait_all(tickets)
-            except _errors.GradexError:
-                pass  # the submission's own error is the one to report
-            raise
         future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
-        end_step = last and self._end_steps
+        item = (buffer, keys, gradients, scale, future, last and self._end_steps)
+        if not self.clip:
+            self._submit([item])
+            return future
+        # Clipping by the whole model's norm needs every gradient of the iteration: hold the buckets until
+        # the last one, then give the engine this rank's norm and submit them all (overlap is traded away).
+        with self._lock:
+            self._held.append(item)
+            held, self._held = (self._held, []) if last else (None, self._held)
+        if held is not None:
+            norms = [torch.linalg.vector_norm(b, dtype=torch.float32) for b, *_ in held]
+            self.engine.set_gradient_norm(float(torch.linalg.vector_norm(torch.stack(norms))))
+            self._submit(held)
+        return future
 
+    def _submit(self, items):
+        """Submits every view of `items` and queues their completion; on a failure, nothing stays in
+        flight and every item's future fails too."""
+        queued = 0
+        try:
+            for buffer, keys, gradients, scale, future, end_step in items:
+                tickets = []
+                try:
+                    for key, view in zip(keys, gradients):
+                        tickets.append(_ops.submit(self.engine.address, key, view))
+                except BaseException:
+                    try:  # none may stay in flight on a buffer DDP is about to reuse
+                        _ops.wait_all(tickets)
+                    except _errors.GradexError:
+                        pass  # the submission's own error is the one to report
+                    raise
+                self._completer.add(tickets, future, buffer, self._after(buffer, scale, end_step))
+                queued += 1
+        except BaseException as exc:
+            for *_, future, _ in items[queued:]:
+                future.set_exception(exc)
+            raise
+
+    def _after(self, buffer, scale, end_step):
         def after():
             _amp.ScaleDomain.rescale(buffer, scale)
             if end_step:
                 self.engine.end_step()
-
-        self._completer.add(tickets, future, buffer, after)
-        return future
+        return after
 
     @staticmethod
     def _completed(buffer):

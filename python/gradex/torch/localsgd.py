@@ -12,14 +12,14 @@ average the parameters after every step instead (the same as synchronous SGD for
 momentum). Averaging rounds average the parameters and the floating-point buffers (BatchNorm running
 statistics); integer buffers (num_batches_tracked) count steps and are equal on every rank already.
 
-The momentum rule for LocalSGD: the optimizer owns momentum, in both phases. In the local phase gradex
-does not see the gradients, so momentum applied by gradex (GRADEX_MOMENTUM) would stop after the warm-up;
-LocalSGD therefore sets GRADEX_MOMENTUM=0 unless the caller set it (config= or the environment), and warns
-when it is set above 0.
+The momentum rule for LocalSGD: whoever owns momentum owns it in both phases. By default the optimizer
+does: LocalSGD sets GRADEX_MOMENTUM=0 unless the caller set it (config= or the environment), and in the local
+phase the hook hands DDP its buckets back at once. A caller who sets GRADEX_MOMENTUM > 0 (optimizer at
+momentum 0) gets gradex's momentum in both phases: in the local phase the hook then submits the gradients,
+and the engine applies this rank's momentum in place without any traffic (sync/localsgd.h).
 """
 import os
 import threading
-import warnings
 
 import torch
 
@@ -145,18 +145,9 @@ class LocalSGD:
 
 
 def optimizer_owns_momentum(config):
-    """LocalSGD's momentum rule (module docstring): GRADEX_MOMENTUM defaults to 0; a value > 0 set by the
-    caller is kept, with a warning. Returns the config to create the engine with."""
-    value = config.get("GRADEX_MOMENTUM", os.environ.get("GRADEX_MOMENTUM"))
-    if value is None:
+    """LocalSGD's default momentum rule (module docstring): GRADEX_MOMENTUM defaults to 0, so the optimizer
+    owns momentum; a value the caller set (config= or the environment) is kept. Returns the config to create
+    the engine with."""
+    if config.get("GRADEX_MOMENTUM", os.environ.get("GRADEX_MOMENTUM")) is None:
         return dict(config, GRADEX_MOMENTUM="0")
-    try:
-        momentum = float(value)
-    except ValueError:
-        return config  # the engine reports the bad value, naming the variable
-    if momentum > 0:
-        warnings.warn(
-            f"gradex: GRADEX_MOMENTUM={value} with LocalSGD: gradex applies momentum only while it exchanges "
-            f"gradients (the synchronous warm-up), not in the local phase. Leave GRADEX_MOMENTUM unset (LocalSGD "
-            f"then uses 0) and give the optimizer its momentum.", UserWarning, stacklevel=3)
     return config

@@ -45,8 +45,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._lock = threading.Lock()
         self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
         self._synchronized = False  # synchronize() ran and no gradient was submitted since
+        self._deferred = set()  # gradients produced but not submitted yet (clipping waits for all)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name))
                        for name, p in self._params if p.requires_grad]
+        self._clip = _momentum.gradex_clip_norm(self._engine, config) > 0
         _momentum.MomentumWarner("gx.DistributedOptimizer",
                                  _momentum.gradex_momentum(self._engine, config)).check(optimizer)
         self._gradex_ready = True
@@ -72,16 +74,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._submit(name, p)
         return on_gradient
 
-    def _submit(self, name, p):
+    def _submit(self, name, p, now=False):
+        """Hands a gradient to the engine; with clipping (GRADEX_CLIP_NORM > 0) only notes it, unless `now`:
+        synchronize() submits every gradient once the whole model's norm is known."""
         grad = p.grad
         if grad.is_sparse:
             raise _errors.InvalidArgumentError(f"gradex: parameter '{name}' has a sparse gradient")
         with self._lock:
             self._synchronized = False
-            if name in self._pending:
+            if name in self._pending or (name in self._deferred and not now):
                 raise _errors.InvalidArgumentError(
                     f"gradex: the gradient of '{name}' was produced twice before step(); call step() after "
                     f"each backward (gradient accumulation is not supported by gx.DistributedOptimizer)")
+            if self._clip and not now:
+                self._deferred.add(name)
+                return
+            self._deferred.discard(name)
             buffer = grad if grad.is_contiguous() else grad.contiguous()
             scale = self._scale.current()
             _amp.ScaleDomain.unscale(buffer, scale)
@@ -94,11 +102,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
         Does nothing when called again before the next backward."""
         if self._synchronized:
             return
+        if self._clip:  # this rank's norm over the whole model's gradient, before any submission
+            for _, p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            norms = [torch.linalg.vector_norm(p.grad, dtype=torch.float32) for _, p in self._params]
+            scale = self._scale.current()
+            norm = torch.linalg.vector_norm(torch.stack(norms))
+            self._engine.set_gradient_norm(float(norm / scale if scale is not None else norm))
         for name, p in self._params:
             if name not in self._pending:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                self._submit(name, p)
+                self._submit(name, p, now=True)
         with self._lock:
             pending, self._pending = self._pending, {}
             self._synchronized = True
