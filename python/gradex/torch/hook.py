@@ -152,12 +152,14 @@ class State:
             self._engine = False
 
     def __getstate__(self):
-        """Only a State that has not bootstrapped can be pickled: its configuration (and model, scaler,
-        process group and loaded state, which must be picklable themselves)."""
+        """Only a State that has not bootstrapped can be pickled: its configuration, scaler, process group
+        and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
+        would not be the module that DDP trains, so the unpickled State finds its DDP module at the first
+        bucket (_discover.py), as gx.State() does."""
         if self._engine is not None:
             raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
                             "state_dict() instead of pickling it")
-        return {"_config": self._config, "_model": self._model, "_dense_iterations": self._dense_iterations,
+        return {"_config": self._config, "_model": None, "_dense_iterations": self._dense_iterations,
                 "_store": self._store, "_scaler": self._scaler, "_group": self._group,
                 "_pending_load": self._pending_load}
 
