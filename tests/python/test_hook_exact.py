@@ -1,5 +1,6 @@
 """The DDP comm hook against gloo's allreduce: exact with GRADEX_SPARSITY=0 and fp32, within fp16 rounding
-with fp16 on the wire (GRADEX_MOMENTUM=0: gradex momentum would change what the gradients hold)."""
+with fp16 on the wire. GRADEX_MOMENTUM=0 here: with m > 0 gradex applies momentum on the dense path too, and
+the hook's output is then SGD-with-momentum's step, not the plain average."""
 import torch_ranks as ranks
 
 
