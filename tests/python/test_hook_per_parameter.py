@@ -100,10 +100,12 @@ def _checkpoint_across_bucket_sizes(rank, world):
     out = {"same": all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters())),
            "moved": any(not torch.equal(a, b) for a, b in zip(model.parameters(), copy.deepcopy(_make()).parameters())),
            "sparse": gx.stats(twin_state)["sparse_exchanges"], "twin_buckets": len(seen)}
-    # Restoring without names (positional keys) is refused with a clear error, not loaded into the wrong tensors.
+    # Restoring into a State with positional keys (no model, and none found: no bucket yet) is refused with a
+    # clear error when its engine is created, not loaded into the wrong tensors.
     plain = gx.State()
     try:
         plain.load_state_dict(saved)
+        plain.engine  # noqa: B018 - creates the engine (collective), which applies the loaded state
         out["refused"] = None
     except gx.StateError as exc:
         out["refused"] = str(exc)
