@@ -42,6 +42,11 @@ if [ "$want_venv" -eq 1 ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q torch numpy scikit-learn matplotlib pytest
   fi
+  # Test dependencies of the PyTorch integrations (tests/python/test_lightning.py, test_accelerate.py).
+  if ! .venv/bin/python -c "import pytorch_lightning, accelerate" >/dev/null 2>&1; then
+    echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"
+    .venv/bin/pip install -q pytorch-lightning accelerate
+  fi
 fi
 
 if [ "$want_build" -eq 1 ]; then
