@@ -92,10 +92,11 @@ const std::vector<VarSpec>& registry() {
      "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
     {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
      "Index coding of sparse payloads; auto picks the smallest for each payload."},
-    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "ring", 0, 0, false, false, "ring|direct",
+    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct",
      "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
-     "time) or direct (every rank sends to every other at once: P-1 payloads on each uplink, "
-     "which overflows switch ports at 8 hosts and more). Same results either way."},
+     "time), direct (every rank sends to every other at once: P-1 payloads on each uplink, which "
+     "overflows switch ports at 8 hosts and more) or auto (ring from 8 ranks, direct below). Same "
+     "results either way."},
     {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,

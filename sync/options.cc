@@ -78,7 +78,10 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.momentum = static_cast<float>(c.get_float("GRADEX_MOMENTUM"));
   o.nesterov = c.get_bool("GRADEX_NESTEROV");
   o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
-  o.sparse_ring = c.get_string("GRADEX_SPARSE_COLLECTIVE") == "ring";
+  const std::string& collective = c.get_string("GRADEX_SPARSE_COLLECTIVE");
+  o.sparse_collective = collective == "ring"     ? EngineOptions::SparseCollective::kRing
+                        : collective == "direct" ? EngineOptions::SparseCollective::kDirect
+                                                 : EngineOptions::SparseCollective::kAuto;
   o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
   o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
   return o;

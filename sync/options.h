@@ -35,8 +35,15 @@ struct EngineOptions {
   bool nesterov = false;
   // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
   double clip_norm = 0;
-  // GRADEX_SPARSE_COLLECTIVE: ring_allgatherv (true) or the direct allgatherv for sparse payloads.
-  bool sparse_ring = true;
+  // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto picks
+  // the ring from kSparseRingMinRanks ranks up (below, the direct exchange measured as fast and
+  // needs one scheduling of each rank instead of P-1 hops: docs/benchmarks.md).
+  enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
+  static constexpr int kSparseRingMinRanks = 8;
+  bool sparse_ring_for(int world_size) const {
+    return sparse_collective == SparseCollective::kRing ||
+           (sparse_collective == SparseCollective::kAuto && world_size >= kSparseRingMinRanks);
+  }
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
   // How long the background thread sleeps between idle negotiation rounds, at most.
