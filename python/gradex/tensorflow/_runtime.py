@@ -71,6 +71,17 @@ def _timeout_s():
         return 300.0  # the engine reports the bad value itself, naming its range
 
 
+def _launcher_store(host, port, size):
+    """Under torchrun the launcher's agent already serves its store on MASTER_PORT: gradex becomes one more
+    client of it (through torch, which torchrun implies) instead of trying to serve the port again."""
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    import datetime
+
+    from torch.distributed import TCPStore
+    return TCPStore(host, port, size, False, timeout=datetime.timedelta(seconds=_timeout_s()))
+
+
 def initialized():
     return _state.collective is not None
 
@@ -84,7 +95,8 @@ def state():
 def _new_engine(config):
     """Creates an engine through the job's store (collective) and binds it to a fresh slot."""
     s = _state
-    prefix = f"gradex/tf/{s.engines_created}/"
+    # A torchrun restart reuses the launcher's store: the attempt number keeps its keys apart.
+    prefix = f"gradex/tf/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{s.engines_created}/"
     s.engines_created += 1
     engine = _capi.Engine(s.rank, s.size, s.store, prefix, config)
     slot = s.next_slot
@@ -120,7 +132,7 @@ def init(config=None):
             if port is None or not 1 <= port <= 65535:
                 raise _errors.ConfigError("gradex: MASTER_PORT must be set to a port in [1, 65535] for "
                                           f"WORLD_SIZE={size}")
-            store = _store.TcpStore(host, port, rank == 0, _timeout_s())
+            store = _launcher_store(host, port, size) or _store.TcpStore(host, port, rank == 0, _timeout_s())
         s.store, s.rank, s.size = store, rank, size
         s.engines_created = 0  # a fresh store: prefixes restart everywhere
         s.local_rank = rank if local_rank is None else local_rank
@@ -155,7 +167,8 @@ def _shutdown_locked():
             first_error = first_error or exc
     s.extra, s.gradients, s.collective = [], None, None
     if s.store is not None:
-        s.store.close()
+        if hasattr(s.store, "close"):  # torch.distributed.TCPStore (torchrun) has none
+            s.store.close()
         s.store = None
     if first_error is not None:
         raise first_error
