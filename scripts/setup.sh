@@ -47,6 +47,11 @@ if [ "$want_venv" -eq 1 ]; then
     echo "setup: installing tensorflow-cpu 2.21 into .venv (large, once)"
     .venv/bin/pip install -q "tensorflow-cpu==2.21.*"
   fi
+  # tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1) declares a dependency on the full `tensorflow` wheel, which would
+  # pull a second TF beside tensorflow-cpu: installed without its dependencies (tensorflow-cpu provides them).
+  if ! .venv/bin/python -c "import tf_keras" >/dev/null 2>&1; then
+    .venv/bin/pip install -q --no-deps "tf-keras==2.21.*"
+  fi
 fi
 
 if [ "$want_build" -eq 1 ]; then

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from ... import _errors
 from .. import _exchange, _runtime
+from . import _legacy
 
 _DEFAULT_MOMENTUM = 0.9  # base/config_vars.cc; used only when the engine's description cannot be read
 
@@ -40,12 +41,12 @@ def _gradex_momentum(ref):
 def _warn_momentum(ref, optimizer):
     """The PyTorch plugin's rule: with GRADEX_MOMENTUM > 0 gradex applies DGC momentum correction itself,
     so an SGD optimizer with momentum applies momentum twice. Warns once per wrapper."""
-    m = float(getattr(optimizer, "momentum", 0) or 0) if isinstance(optimizer, keras.optimizers.SGD) else 0.0
+    m = float(getattr(optimizer, "momentum", 0) or 0) if type(optimizer).__name__ == "SGD" else 0.0
     g = _gradex_momentum(ref)
     if m > 0 and g > 0:
         warnings.warn(
             f"gradex: GRADEX_MOMENTUM={g:g} means gradex applies DGC momentum correction itself, but "
-            f"gxk.DistributedOptimizer wraps keras.optimizers.SGD with momentum={m:g}: momentum is then applied "
+            f"gxk.DistributedOptimizer wraps an SGD optimizer with momentum={m:g}: momentum is then applied "
             f"twice. Use SGD(momentum=0.0) with gradex, or set GRADEX_MOMENTUM=0 to keep the optimizer's "
             f"momentum (plain error-feedback top-k).", UserWarning, stacklevel=3)
 
@@ -53,7 +54,7 @@ def _warn_momentum(ref, optimizer):
 def _inside_plain_loss_scale_optimizer():
     """True when a LossScaleOptimizer that is not ours is calling this wrapper's apply (model.compile
     wrapped it because the model's policy is mixed_float16): its finiteness check already ran locally."""
-    frame = sys._getframe(2)  # noqa: SLF001 - a bounded walk up the caller frames, at trace time
+    frame = sys._getframe(1)  # noqa: SLF001 - a bounded walk up the caller frames, at trace time
     for _ in range(8):
         if frame is None:
             return False
@@ -150,11 +151,15 @@ def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_w
     (default: gxt.init()'s gradient engine). `local_sgd_period` H > 0: LocalSGD — after
     `local_sgd_warmup_steps` synchronous steps, gradients stay local and trainable variables are averaged
     every H steps (an engine of its own). Call gxt.init() first; compile with jit_compile=False."""
-    if isinstance(optimizer, _GradexMixin):
+    if isinstance(optimizer, _GradexMixin) or getattr(optimizer, "_gradex_legacy", False):
         raise _errors.InvalidArgumentError("gradex: the optimizer is already a gxk.DistributedOptimizer")
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    legacy = _legacy.is_legacy_optimizer(optimizer)
+    if not legacy and not isinstance(optimizer, keras.optimizers.Optimizer):
         raise _errors.InvalidArgumentError(
-            f"gradex: gxk.DistributedOptimizer wraps Keras 3 optimizers, not {type(optimizer).__name__}")
+            f"gradex: gxk.DistributedOptimizer wraps Keras 3 (or tf-keras) optimizers, not "
+            f"{type(optimizer).__name__}")
+    if legacy and int(local_sgd_period) > 0:
+        raise _errors.InvalidArgumentError("gradex: LocalSGD is offered for Keras 3 optimizers only")
     merged = dict(config or {})
     local_sgd = int(local_sgd_period) > 0
     if local_sgd:
@@ -163,6 +168,9 @@ def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_w
     elif int(local_sgd_period) < 0:
         raise _errors.ConfigError(f"gradex: local_sgd_period must be >= 0, got {local_sgd_period}")
     ref = _runtime.gradient_engine(merged or None)
+    if legacy:
+        _warn_momentum(ref, optimizer)
+        return _legacy.wrap(optimizer, ref, local_sgd)
 
     loss_scale = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     if not loss_scale and keras.config.dtype_policy().name == "mixed_float16":
