@@ -44,12 +44,14 @@ absl::Status dtype_code(tensorflow::DataType dt, const std::string& key, gradex_
 // Registers `key` (idempotent) and submits `data`; gradient or parameter average.
 absl::Status submit(gradex_engine_t* engine, const std::string& key, uint64_t numel,
                     gradex_dtype_t dtype, void* data, bool parameters, gradex_handle_t* handle) {
-  gradex_status_t status = gradex_register_tensor(engine, key.c_str(), numel, dtype, GRADEX_DEVICE_CPU);
+  gradex_status_t status =
+      gradex_register_tensor(engine, key.c_str(), numel, dtype, GRADEX_DEVICE_CPU);
   if (status == GRADEX_OK) {
     status = parameters ? gradex_average(engine, key.c_str(), data, handle)
                         : gradex_submit(engine, key.c_str(), data, handle);
   }
-  return to_tf_status(status, status == GRADEX_OK ? std::string() : std::string(gradex_last_error()));
+  return to_tf_status(status,
+                      status == GRADEX_OK ? std::string() : std::string(gradex_last_error()));
 }
 
 // The slot's engine, acquired for this invocation; sets the context's status on failure.
@@ -80,7 +82,8 @@ void start(const std::shared_ptr<Slot>& slot, const std::shared_ptr<Pending>& pe
   slot->enqueue(std::move(job));
 }
 
-// GradexExchange: averages a list of tensors, each under its own key (one engine policy per tensor).
+// GradexExchange: averages a list of tensors, each under its own key (one engine policy per
+// tensor).
 class ExchangeOp : public AsyncOpKernel {
  public:
   explicit ExchangeOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -129,9 +132,9 @@ class ExchangeOp : public AsyncOpKernel {
 
 // GradexBroadcast: root_rank's tensor on every rank, bit for bit, for any dtype. The engine only
 // averages, so the bytes travel as 16-bit pieces held in float32 (root: the piece, others: 0); the
-// average times the world size is the piece exactly (an integer below 2^16, carried by an exact fp32
-// dense sum of one non-zero value). The Python package runs broadcasts on an engine configured for
-// that (dense, fp32 on the wire, no momentum).
+// average times the world size is the piece exactly (an integer below 2^16, carried by an exact
+// fp32 dense sum of one non-zero value). The Python package runs broadcasts on an engine configured
+// for that (dense, fp32 on the wire, no momentum).
 class BroadcastOp : public AsyncOpKernel {
  public:
   explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -165,7 +168,8 @@ class BroadcastOp : public AsyncOpKernel {
     const int64_t pieces = static_cast<int64_t>((bytes + 1) / 2);
     Tensor wire;
     auto pending = std::make_shared<Pending>(ctx, done);
-    pending->local = ctx->allocate_temp(tensorflow::DT_FLOAT, tensorflow::TensorShape({pieces}), &wire);
+    pending->local =
+        ctx->allocate_temp(tensorflow::DT_FLOAT, tensorflow::TensorShape({pieces}), &wire);
     std::vector<gradex_handle_t> handles;
     if (pending->local.ok()) {
       float* w = wire.flat<float>().data();
@@ -241,8 +245,9 @@ namespace tensorflow {
 REGISTER_KERNEL_BUILDER(Name("GradexExchange").Device(DEVICE_CPU), gradex_tf::ExchangeOp);
 REGISTER_KERNEL_BUILDER(Name("GradexBroadcast").Device(DEVICE_CPU), gradex_tf::BroadcastOp);
 REGISTER_KERNEL_BUILDER(Name("GradexEndStep").Device(DEVICE_CPU), gradex_tf::EndStepOp);
-// GPU placement: the same kernels with every input and output in host memory (TF copies device tensors
-// to the host and back around the op). The device-resident path is future work (docs/tensorflow.md).
+// GPU placement: the same kernels with every input and output in host memory (TF copies device
+// tensors to the host and back around the op). Device-resident exchange needs a C API taking device
+// memory (docs/tensorflow.md, Limitations).
 REGISTER_KERNEL_BUILDER(
     Name("GradexExchange").Device(DEVICE_GPU).HostMemory("tensors").HostMemory("averaged"),
     gradex_tf::ExchangeOp);

@@ -22,7 +22,8 @@ REGISTER_OP("GradexExchange")
     .Attr("parameters: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      for (int i = 0; i < c->num_inputs(); ++i)
+        c->set_output(i, c->input(i));
       return absl::OkStatus();
     })
     .Doc("Averages each tensor over the ranks through the gradex engine bound to slot `engine`.");
@@ -50,4 +51,6 @@ REGISTER_OP("GradexEndStep")
 #include "slots.h"
 
 // GRADEX_TF_VERSION: tf.__version__ at configure time (CMakeLists.txt).
-const char* gradex_tf_built_for(void) { return GRADEX_TF_VERSION; }
+const char* gradex_tf_built_for(void) {
+  return GRADEX_TF_VERSION;
+}

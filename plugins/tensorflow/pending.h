@@ -1,11 +1,11 @@
 // One running invocation of an async gradex kernel: who calls `done`, exactly once.
 //
-// Two parties may finish it: the slot's completion thread (the engine completed every handle) and the
-// step's cancellation callback. Whoever claims `claimed` first sets the status and calls `done`; the
-// other does nothing. The completion thread deregisters the cancellation callback only after claiming,
-// i.e. before `done`, while the cancellation manager is certainly alive. After a cancellation the engine
-// still owns the buffers until its handles complete: they are kept alive by `buffers`, not by the
-// (finished) kernel context, which is never touched again.
+// Two parties may finish it: the slot's completion thread (the engine completed every handle) and
+// the step's cancellation callback. Whoever claims `claimed` first sets the status and calls
+// `done`; the other does nothing. The completion thread deregisters the cancellation callback only
+// after claiming, i.e. before `done`, while the cancellation manager is certainly alive. After a
+// cancellation the engine still owns the buffers until its handles complete: they are kept alive by
+// `buffers`, not by the (finished) kernel context, which is never touched again.
 #ifndef GRADEX_PLUGINS_TENSORFLOW_PENDING_H_
 #define GRADEX_PLUGINS_TENSORFLOW_PENDING_H_
 
@@ -63,9 +63,10 @@ class Pending {
  private:
   void cancelled() {
     if (claimed_.exchange(true)) return;
-    ctx_->SetStatus(absl::CancelledError(
-        "gradex: the step was cancelled while an exchange was in flight (the engine completes it in "
-        "the background)"));
+    ctx_->SetStatus(
+        absl::CancelledError("gradex: the step was cancelled while an exchange was in flight (the "
+                             "engine completes it in "
+                             "the background)"));
     done_();
   }
 

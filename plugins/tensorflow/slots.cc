@@ -13,9 +13,9 @@ struct Slot::State {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Job> queue;
-  int users = 0;         // kernels between acquire() and enqueue()/release()
-  bool closing = false;  // no new uses
-  bool stopping = false; // the thread leaves once the queue is empty
+  int users = 0;          // kernels between acquire() and enqueue()/release()
+  bool closing = false;   // no new uses
+  bool stopping = false;  // the thread leaves once the queue is empty
   std::thread thread;
 };
 
@@ -24,8 +24,8 @@ namespace {
 std::mutex slots_mu;
 std::unordered_map<int64_t, std::shared_ptr<Slot>> slots;
 
-// Waits for every handle of `job` and runs its callback. The callback never throws (kernels only set
-// a status and call `done`); a throwing std::function would terminate the process either way.
+// Waits for every handle of `job` and runs its callback. The callback never throws (kernels only
+// set a status and call `done`); a throwing std::function would terminate the process either way.
 void finish(gradex_engine_t* engine, Job& job) {
   gradex_status_t first = GRADEX_OK;
   std::string message;
@@ -58,7 +58,9 @@ Slot::Slot(gradex_engine_t* engine) : engine_(engine), state_(std::make_unique<S
   });
 }
 
-Slot::~Slot() { close(); }
+Slot::~Slot() {
+  close();
+}
 
 bool Slot::acquire() {
   std::lock_guard<std::mutex> lock(state_->mu);

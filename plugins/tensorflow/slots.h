@@ -1,14 +1,15 @@
-// Engine slots of the TensorFlow op library: which gradex_engine_t an op's `engine` attribute means, and
-// the completion thread that turns finished engine handles into calls of the kernels' `done`.
+// Engine slots of the TensorFlow op library: which gradex_engine_t an op's `engine` attribute
+// means, and the completion thread that turns finished engine handles into calls of the kernels'
+// `done`.
 //
 // An op names an engine by a small integer (its slot) rather than by address: graphs traced before
 // gxt.shutdown() then fail cleanly ("engine slot 3 is not open") instead of touching freed memory.
-// The Python package binds a slot to an engine after creating it (gradex_tf_bind) and unbinds it before
-// destroying the engine (gradex_tf_unbind), which first completes every job still in flight.
+// The Python package binds a slot to an engine after creating it (gradex_tf_bind) and unbinds it
+// before destroying the engine (gradex_tf_unbind), which first completes every job still in flight.
 //
-// The C API reports completion through gradex_wait only, so each slot owns one thread that waits for
-// its jobs' handles in submission order and then runs the job's callback. That thread is the only
-// place where anything blocks: kernels submit and return at once.
+// The C API reports completion through gradex_wait only, so each slot owns one thread that waits
+// for its jobs' handles in submission order and then runs the job's callback. That thread is the
+// only place where anything blocks: kernels submit and return at once.
 #ifndef GRADEX_PLUGINS_TENSORFLOW_SLOTS_H_
 #define GRADEX_PLUGINS_TENSORFLOW_SLOTS_H_
 
@@ -22,9 +23,9 @@
 
 namespace gradex_tf {
 
-// Handles submitted by one kernel invocation. `complete` runs once, on the slot's completion thread,
-// after every handle has been waited for (each handle is always released, even after a failure), with
-// the first failure's status and message, or GRADEX_OK.
+// Handles submitted by one kernel invocation. `complete` runs once, on the slot's completion
+// thread, after every handle has been waited for (each handle is always released, even after a
+// failure), with the first failure's status and message, or GRADEX_OK.
 struct Job {
   std::vector<gradex_handle_t> handles;
   std::function<void(gradex_status_t, const std::string&)> complete;
@@ -61,10 +62,11 @@ std::shared_ptr<Slot> find_slot(int64_t id, std::string* error);
 }  // namespace gradex_tf
 
 extern "C" {
-// Binds slot `id` (> 0) to `engine`. Returns 0, or 1 when the slot is taken or the arguments are bad.
+// Binds slot `id` (> 0) to `engine`. Returns 0, or 1 when the slot is taken or the arguments are
+// bad.
 __attribute__((visibility("default"))) int gradex_tf_bind(int64_t id, void* engine);
-// Closes slot `id`: later ops on it fail; waits until its queued jobs have completed (bounded by the
-// engine's GRADEX_TIMEOUT_S). Returns 0, or 1 when the slot was not bound.
+// Closes slot `id`: later ops on it fail; waits until its queued jobs have completed (bounded by
+// the engine's GRADEX_TIMEOUT_S). Returns 0, or 1 when the slot was not bound.
 __attribute__((visibility("default"))) int gradex_tf_unbind(int64_t id);
 // The TensorFlow version this library was compiled against (tf.__version__ at build time).
 __attribute__((visibility("default"))) const char* gradex_tf_built_for(void);

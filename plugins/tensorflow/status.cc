@@ -59,7 +59,8 @@ absl::StatusCode tf_code(gradex_status_t status) {
 
 absl::Status to_tf_status(gradex_status_t status, const std::string& message) {
   if (status == GRADEX_OK) return absl::OkStatus();
-  return absl::Status(tf_code(status), std::string("gradex[") + status_name(status) + "]: " + message);
+  return absl::Status(tf_code(status),
+                      std::string("gradex[") + status_name(status) + "]: " + message);
 }
 
 }  // namespace gradex_tf

@@ -151,9 +151,58 @@ def test_killed_peer_raises_within_timeout():
     results = tf_ranks.run("test_tf_errors:_killed_peer", 2, env={"GRADEX_TIMEOUT_S": str(timeout_s)},
                            args=(timeout_s,), may_die=(1,), timeout=240)
     r = results[0]
+    print(f"killed peer: rank 0 failed {r.get('elapsed', float('nan')):.2f} s after its last good step "
+          f"(GRADEX_TIMEOUT_S={timeout_s}): {r.get('error', '')[:160]}")
     assert results[1] is None
     assert r["step"] is not None and r["step"] >= 3, r
     assert "gradex[" in r["error"] and ("PEER" in r["error"] or "TIMEOUT" in r["error"]), r["error"]
     # Detection within the timeout (plus scheduling slack on a loaded machine), never a hang.
     assert r["elapsed"] < timeout_s + 10, r
     assert time.monotonic() - start < 240
+
+
+def _cancelled_step(rank, world):
+    import time as clock
+
+    import numpy as np
+    import tensorflow as tf
+    import gradex.tensorflow as gxt
+
+    gxt.init()
+    x = tf.constant([1.0, 2.0, 3.0, 4.0]) * (rank + 1)
+    out = {}
+    if rank == 0:
+        @tf.function(jit_compile=False)
+        def failing_step():
+            # The allreduce waits for rank 1, which is not there yet; the other op fails the step, whose
+            # cancellation must finish the pending exchange at once (not after GRADEX_TIMEOUT_S).
+            reduced = gxt.allreduce(x, name="pending")
+            broken = tf.debugging.check_numerics(tf.constant(np.nan), "deliberate failure")
+            return reduced, broken
+
+        start = clock.monotonic()
+        try:
+            failing_step()
+            out["error"] = None
+        except tf.errors.OpError as exc:
+            out["error"] = type(exc).__name__
+        out["elapsed"] = clock.monotonic() - start
+        gxt.broadcast(tf.constant(1), name="go")  # now let rank 1 in
+    else:
+        gxt.broadcast(tf.constant(0), name="go")
+        gxt.allreduce(x, name="pending")  # completes rank 0's abandoned submission in the background
+    # The engine is unharmed: the next exchanges work on both ranks.
+    out["after"] = gxt.allreduce(tf.constant([10.0, 20.0]) * (rank + 1), name="after").numpy()
+    gxt.shutdown()
+    return out
+
+
+def test_cancelled_step_finishes_a_pending_exchange_at_once():
+    timeout_s = 60
+    results = tf_ranks.run("test_tf_errors:_cancelled_step", 2, env={"GRADEX_TIMEOUT_S": str(timeout_s)})
+    r = results[0]
+    print(f"cancelled step: rank 0 got {r['error']} after {r['elapsed']:.2f} s (GRADEX_TIMEOUT_S={timeout_s})")
+    assert r["error"] is not None
+    assert r["elapsed"] < timeout_s / 2, r
+    for res in results:
+        assert list(res["after"]) == [15.0, 30.0]
