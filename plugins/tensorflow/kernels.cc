@@ -1,5 +1,5 @@
 // The gradex kernels (ops declared in ops.cc). The async ones submit to the engine, queue a Job on
-// the engine's slot and return at once; the slot's completion thread calls `done` (pending.h).
+// the engine's slot and return at once; the slot's completion waiter calls `done` (pending.h).
 //
 // Engine buffers: an output is forwarded from its input when TF allows it (the input is not used
 // elsewhere), else allocated and filled with a copy; the engine then averages it in place.
@@ -70,7 +70,7 @@ std::shared_ptr<Slot> acquire_slot(OpKernelContext* ctx, int64_t id) {
   return slot;
 }
 
-// Registers cancellation and hands the submitted handles to the slot's completion thread.
+// Registers cancellation and hands the submitted handles to the slot's completion waiter.
 void start(const std::shared_ptr<Slot>& slot, const std::shared_ptr<Pending>& pending,
            std::vector<gradex_handle_t> handles) {
   pending->watch_cancellation(pending);

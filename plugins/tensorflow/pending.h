@@ -1,8 +1,8 @@
 // One running invocation of an async gradex kernel: who calls `done`, exactly once.
 //
-// Two parties may finish it: the slot's completion thread (the engine completed every handle) and
+// Two parties may finish it: the slot's completion waiter (the engine completed every handle) and
 // the step's cancellation callback. Whoever claims `claimed` first sets the status and calls
-// `done`; the other does nothing. The completion thread deregisters the cancellation callback only
+// `done`; the other does nothing. The completion waiter deregisters the cancellation callback only
 // after claiming, i.e. before `done`, while the cancellation manager is certainly alive. After a
 // cancellation the engine still owns the buffers until its handles complete: they are kept alive by
 // `buffers`, not by the (finished) kernel context, which is never touched again.
@@ -50,7 +50,7 @@ class Pending {
     }
   }
 
-  // The engine completed every handle (completion thread).
+  // The engine completed every handle (completion waiter).
   void complete(gradex_status_t status, const std::string& message) {
     if (claimed_.exchange(true)) return;  // cancelled: the context is gone
     if (cm_ != nullptr) cm_->DeregisterCallback(token_);

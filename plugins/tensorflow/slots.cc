@@ -1,4 +1,4 @@
-// Engine slots and their completion threads (see slots.h).
+// Engine slots and their completion waiters (see slots.h).
 #include "slots.h"
 
 #include <condition_variable>
@@ -6,17 +6,25 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace gradex_tf {
+
+// Waiters: a job is waited for by an idle waiter thread; when none is idle another is started (up
+// to kMaxWaiters). One blocked job (e.g. a key some rank submits late) therefore never delays the
+// completion of the jobs behind it, which could otherwise deadlock ranks that issue ops in
+// different orders; waiters block in gradex_wait instead of polling.
+constexpr size_t kMaxWaiters = 64;
 
 struct Slot::State {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Job> queue;
+  std::vector<std::thread> waiters;
+  size_t idle = 0;        // waiters blocked on `cv`, ready for a job
   int users = 0;          // kernels between acquire() and enqueue()/release()
   bool closing = false;   // no new uses
-  bool stopping = false;  // the thread leaves once the queue is empty
-  std::thread thread;
+  bool stopping = false;  // waiters leave once the queue is empty
 };
 
 namespace {
@@ -41,19 +49,23 @@ void finish(gradex_engine_t* engine, Job& job) {
 
 }  // namespace
 
-Slot::Slot(gradex_engine_t* engine) : engine_(engine), state_(std::make_unique<State>()) {
+Slot::Slot(gradex_engine_t* engine) : engine_(engine), state_(std::make_unique<State>()) {}
+
+void Slot::start_waiter() {
+  // Called with state_->mu held.
   State* s = state_.get();
-  s->thread = std::thread([this, s] {
+  s->waiters.emplace_back([this, s] {
+    std::unique_lock<std::mutex> lock(s->mu);
     for (;;) {
-      Job job;
-      {
-        std::unique_lock<std::mutex> lock(s->mu);
-        s->cv.wait(lock, [s] { return (s->stopping && s->users == 0) || !s->queue.empty(); });
-        if (s->queue.empty()) return;  // stopping, and everything queued has completed
-        job = std::move(s->queue.front());
-        s->queue.pop_front();
-      }
+      ++s->idle;
+      s->cv.wait(lock, [s] { return (s->stopping && s->users == 0) || !s->queue.empty(); });
+      --s->idle;
+      if (s->queue.empty()) return;  // stopping, and everything queued has completed
+      Job job = std::move(s->queue.front());
+      s->queue.pop_front();
+      lock.unlock();
       finish(engine_, job);
+      lock.lock();
     }
   });
 }
@@ -74,8 +86,9 @@ void Slot::enqueue(Job job) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->queue.push_back(std::move(job));
     --state_->users;
+    if (state_->idle < state_->queue.size() && state_->waiters.size() < kMaxWaiters) start_waiter();
   }
-  state_->cv.notify_all();
+  state_->cv.notify_one();
 }
 
 void Slot::release() {
@@ -94,7 +107,9 @@ void Slot::close() {
     state_->stopping = true;
   }
   state_->cv.notify_all();
-  if (state_->thread.joinable()) state_->thread.join();
+  // No new waiter starts once stopping is set (enqueue needs a use, and closing refuses new ones).
+  for (std::thread& t : state_->waiters)
+    if (t.joinable()) t.join();
 }
 
 std::shared_ptr<Slot> find_slot(int64_t id, std::string* error) {

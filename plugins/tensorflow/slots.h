@@ -1,5 +1,5 @@
 // Engine slots of the TensorFlow op library: which gradex_engine_t an op's `engine` attribute
-// means, and the completion thread that turns finished engine handles into calls of the kernels'
+// means, and the completion waiters that turn finished engine handles into calls of the kernels'
 // `done`.
 //
 // An op names an engine by a small integer (its slot) rather than by address: graphs traced before
@@ -7,8 +7,9 @@
 // The Python package binds a slot to an engine after creating it (gradex_tf_bind) and unbinds it
 // before destroying the engine (gradex_tf_unbind), which first completes every job still in flight.
 //
-// The C API reports completion through gradex_wait only, so each slot owns one thread that waits
-// for its jobs' handles in submission order and then runs the job's callback. That thread is the
+// The C API reports completion through gradex_wait only, so each slot owns waiter threads: a waiter
+// takes a job, waits for its handles and runs its callback; the pool grows while every waiter is
+// busy, so a job blocked on a late rank never delays the jobs queued behind it. Waiters are the
 // only place where anything blocks: kernels submit and return at once.
 #ifndef GRADEX_PLUGINS_TENSORFLOW_SLOTS_H_
 #define GRADEX_PLUGINS_TENSORFLOW_SLOTS_H_
@@ -24,7 +25,7 @@
 namespace gradex_tf {
 
 // Handles submitted by one kernel invocation. `complete` runs once, on the slot's completion
-// thread, after every handle has been waited for (each handle is always released, even after a
+// waiter, after every handle has been waited for (each handle is always released, even after a
 // failure), with the first failure's status and message, or GRADEX_OK.
 struct Job {
   std::vector<gradex_handle_t> handles;
@@ -47,11 +48,12 @@ class Slot {
   void enqueue(Job job);
   // Ends a use that submitted nothing.
   void release();
-  // Refuses new uses, waits for current ones, completes every queued job and stops the thread.
+  // Refuses new uses, waits for current ones, completes every queued job and joins the waiters.
   void close();
 
  private:
   struct State;
+  void start_waiter();
   gradex_engine_t* engine_;
   std::unique_ptr<State> state_;
 };

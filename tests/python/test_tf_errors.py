@@ -152,7 +152,8 @@ def test_killed_peer_raises_within_timeout():
                            args=(timeout_s,), may_die=(1,), timeout=240)
     r = results[0]
     print(f"killed peer: rank 0 failed {r.get('elapsed', float('nan')):.2f} s after its last good step "
-          f"(GRADEX_TIMEOUT_S={timeout_s}): {r.get('error', '')[:160]}")
+          f"(GRADEX_TIMEOUT_S={timeout_s}): {r.get('error', '').split(':')[0]}: "
+          f"{r.get('error', '')[r.get('error', '').find('gradex['):][:240]}")
     assert results[1] is None
     assert r["step"] is not None and r["step"] >= 3, r
     assert "gradex[" in r["error"] and ("PEER" in r["error"] or "TIMEOUT" in r["error"]), r["error"]
@@ -161,35 +162,42 @@ def test_killed_peer_raises_within_timeout():
     assert time.monotonic() - start < 240
 
 
-def _cancelled_step(rank, world):
+def _cancelled_step(rank, world, late_s):
+    import threading
     import time as clock
 
-    import numpy as np
     import tensorflow as tf
+    from tensorflow.python.eager import cancellation  # TF's own way to cancel a running function
     import gradex.tensorflow as gxt
 
     gxt.init()
     x = tf.constant([1.0, 2.0, 3.0, 4.0]) * (rank + 1)
     out = {}
     if rank == 0:
-        @tf.function(jit_compile=False)
-        def failing_step():
-            # The allreduce waits for rank 1, which is not there yet; the other op fails the step, whose
-            # cancellation must finish the pending exchange at once (not after GRADEX_TIMEOUT_S).
-            reduced = gxt.allreduce(x, name="pending")
-            broken = tf.debugging.check_numerics(tf.constant(np.nan), "deliberate failure")
-            return reduced, broken
+        # The allreduce waits for rank 1, which comes late; cancelling the step must finish the pending
+        # op at once with CANCELLED (not when rank 1 arrives, nor after GRADEX_TIMEOUT_S).
+        step = tf.function(lambda: gxt.allreduce(x, name="pending"), jit_compile=False).get_concrete_function()
+        manager = cancellation.CancellationManager()
+        cancelable = manager.get_cancelable_function(step)
+        outcome = {}
 
-        start = clock.monotonic()
-        try:
-            failing_step()
-            out["error"] = None
-        except tf.errors.OpError as exc:
-            out["error"] = type(exc).__name__
-        out["elapsed"] = clock.monotonic() - start
-        gxt.broadcast(tf.constant(1), name="go")  # now let rank 1 in
+        def run():
+            try:
+                cancelable()
+                outcome["error"] = None
+            except tf.errors.OpError as exc:
+                outcome["error"] = type(exc).__name__
+            outcome["end"] = clock.monotonic()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        clock.sleep(2.0)
+        cancelled_at = clock.monotonic()
+        manager.start_cancel()
+        thread.join()
+        out["error"], out["elapsed"] = outcome["error"], outcome["end"] - cancelled_at
     else:
-        gxt.broadcast(tf.constant(0), name="go")
+        clock.sleep(late_s)
         gxt.allreduce(x, name="pending")  # completes rank 0's abandoned submission in the background
     # The engine is unharmed: the next exchanges work on both ranks.
     out["after"] = gxt.allreduce(tf.constant([10.0, 20.0]) * (rank + 1), name="after").numpy()
@@ -199,10 +207,13 @@ def _cancelled_step(rank, world):
 
 def test_cancelled_step_finishes_a_pending_exchange_at_once():
     timeout_s = 60
-    results = tf_ranks.run("test_tf_errors:_cancelled_step", 2, env={"GRADEX_TIMEOUT_S": str(timeout_s)})
+    late_s = 20
+    results = tf_ranks.run("test_tf_errors:_cancelled_step", 2, env={"GRADEX_TIMEOUT_S": str(timeout_s)},
+                           args=(late_s,))
     r = results[0]
-    print(f"cancelled step: rank 0 got {r['error']} after {r['elapsed']:.2f} s (GRADEX_TIMEOUT_S={timeout_s})")
-    assert r["error"] is not None
-    assert r["elapsed"] < timeout_s / 2, r
+    print(f"cancelled step: rank 0 got {r['error']} {r['elapsed']:.3f} s after the cancellation "
+          f"(rank 1 submits {late_s} s later; GRADEX_TIMEOUT_S={timeout_s})")
+    assert r["error"] == "CancelledError", r
+    assert r["elapsed"] < 5, r  # not waiting for rank 1's late submission, nor the timeout
     for res in results:
         assert list(res["after"]) == [15.0, 30.0]
