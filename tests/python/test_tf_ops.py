@@ -5,7 +5,7 @@ import numpy as np
 
 import tf_ranks
 
-_EXACT = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_TIMEOUT_S": "60"}
+_EXACT = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_TIMEOUT_S": "60"}
 _SHAPES = [(7,), (33, 20), (200, 100), (3, 5, 4)]  # (200, 100): above the DGC threshold by default
 
 
