@@ -28,6 +28,21 @@ const std::vector<VarSpec>& registry() {
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr,
+     "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
+     "logs which ranks are late and which keys they miss (then at most once per this interval), "
+     "long before the GRADEX_TIMEOUT_S error. 0: off."},
+    {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr,
+     "A secret shared by every rank of the job. When set, the gradex TCP store and its clients "
+     "authenticate each other, published UCX addresses carry an HMAC, and every pair of ranks "
+     "proves knowledge of the secret (HMAC-SHA256 challenge-response) before any data is exchanged; "
+     "a client or rank without it is refused. Never printed (gradex-config shows '<hidden>'). "
+     "Prefer GRADEX_JOB_SECRET_FILE: the environment is visible to other processes of the user. "
+     "See docs/security.md for what the secret covers."},
+    {"GRADEX_JOB_SECRET_FILE", VarType::kString, "", 0, 0, false, false, nullptr,
+     "Path of a file holding the job secret (a trailing newline is ignored), for secrets that "
+     "must not sit in the environment. Setting both this and GRADEX_JOB_SECRET, an unreadable "
+     "file or an empty secret is an error."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
      "How much gradex writes to stderr."},
     // --- policy ---
@@ -46,8 +61,11 @@ const std::vector<VarSpec>& registry() {
      "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
      "matches when it is a substring of the tensor name ('*' matches any run of characters)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
-     "What to do with NaN/Inf in a submitted gradient: propagate them (as plain allreduce does, so "
-     "AMP's grad scaler can skip the step), replace them by zero, or fail the step. Always counted."},
+     "What to do with NaN/Inf in a submitted gradient. Every rank learns in negotiation that some "
+     "rank's gradient of a tensor is non-finite, and then no rank changes that tensor's momentum or "
+     "residual: propagate gives every rank an all-NaN average (so AMP's grad scaler skips the step "
+     "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
+     "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
     {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr,
      "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
@@ -55,12 +73,18 @@ const std::vector<VarSpec>& registry() {
      "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
      "GRADEX_SPARSITY (0: the target from the first step)."},
     {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
-     "DGC momentum correction factor m (u = m*u + g). With m > 0 the optimizer must run with "
-     "momentum 0; m = 0 gives plain error-feedback top-k, usable with any optimizer."},
+     "Momentum m owned by gradex (u = m*u + g). With m > 0 gradex applies momentum on every path: "
+     "dense-policy tensors and DGC's dense warm-up steps send u (SGD with momentum on the average), "
+     "DGC's sparse steps use momentum correction, LocalSGD's local steps get it in place; the "
+     "optimizer must then run with momentum 0. m = 0: gradients are exchanged as they are "
+     "(plain error-feedback top-k for DGC) and the optimizer's own momentum applies."},
     {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr,
-     "Use the Nesterov variant of momentum correction."},
+     "Nesterov momentum on every path: send g + m*u instead of u (DGC: v += g + m*u)."},
     {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr,
-     "Local gradient clipping before accumulation, at clip_norm * world_size^-1/2 (0: off)."},
+     "Gradient clipping on each rank before momentum and accumulation, at clip_norm * "
+     "world_size^-1/2 of the norm of the whole step's gradient, which the plugin passes through "
+     "gradex_set_gradient_norm before the step's first submit (without it, each tensor's own norm). "
+     "Dense and DGC tensors alike. 0: off."},
     {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
      "Fraction of elements sampled to estimate the DGC selection threshold."},
     {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp16", 0, 0, false, false, "fp32|fp16|bf16",

@@ -136,7 +136,8 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
     if (options->store != nullptr)
       store = std::make_shared<gradex::capi::CallbackStore>(*options->store);
     else
-      store = gradex::comm::connect_tcp_store(info, timeout);
+      store = gradex::comm::connect_tcp_store(
+          info, timeout, gradex::comm::comm_options_from_config(config).job_secret);
     std::string prefix = options->store_prefix ? options->store_prefix : "gradex/";
     store = gradex::comm::make_prefix_store(store, prefix);
     auto created = std::make_unique<gradex_engine>();
@@ -210,6 +211,10 @@ gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int
     bool finished = e.test(handle);
     *done = finished ? 1 : 0;
   });
+}
+
+gradex_status_t gradex_set_gradient_norm(gradex_engine_t* engine, double norm) {
+  return guarded("gradex_set_gradient_norm", [&] { engine_of(engine).set_gradient_norm(norm); });
 }
 
 gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now) {

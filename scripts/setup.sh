@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 apt_packages=(build-essential cmake ninja-build pkg-config git libucx-dev ucx-utils libzstd-dev
-              libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2
+              libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 libssl-dev
               python3-venv)
 missing=()
 for p in "${apt_packages[@]}"; do

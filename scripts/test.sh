@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present) and a short
-# fuzzing run of the payload decoder. Expects scripts/setup.sh to have built build/.
+# fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,8 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
 fi
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
-  echo "== decoder fuzzing (${GRADEX_FUZZ_SECONDS:-60} s)"
-  bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-60}" || status=1
+  # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.
+  echo "== fuzzing (${GRADEX_FUZZ_SECONDS:-30} s per target)"
+  bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-30}" || status=1
 fi
 exit $status
