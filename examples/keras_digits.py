@@ -49,7 +49,7 @@ def main():
         config, momentum, period = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0"}, 0.9, 0
     elif args.mode == "dgc":
         config, momentum, period = {"GRADEX_SPARSITY": "0.99", "GRADEX_WARMUP_STEPS": "20",
-                                    "GRADEX_DENSE_THRESHOLD": "1000", "GRADEX_MOMENTUM": "0.9"}, 0.0, 0
+                                    "GRADEX_DENSE_THRESHOLD": "4000", "GRADEX_MOMENTUM": "0.9"}, 0.0, 0
     else:
         config, momentum, period = {"GRADEX_SPARSITY": "0", "GRADEX_MOMENTUM": "0"}, 0.9, 4
     opt = gxk.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=momentum), config=config,  # gradex

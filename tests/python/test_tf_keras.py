@@ -8,7 +8,7 @@ import numpy as np
 
 import tf_ranks
 
-_BASE = {"GRADEX_TIMEOUT_S": "60", "GRADEX_DENSE_THRESHOLD": "1000"}
+_BASE = {"GRADEX_TIMEOUT_S": "60", "GRADEX_DENSE_THRESHOLD": "4000"}
 
 
 def _digest(model):
