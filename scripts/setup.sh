@@ -47,6 +47,16 @@ if [ "$want_venv" -eq 1 ]; then
     echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"
     .venv/bin/pip install -q pytorch-lightning accelerate
   fi
+  # TensorFlow (CPU wheel) beside torch, for gradex.tensorflow; reused when it imports (with Keras 3).
+  if ! .venv/bin/python -c "import tensorflow, keras" >/dev/null 2>&1; then
+    echo "setup: installing tensorflow-cpu 2.21 into .venv (large, once)"
+    .venv/bin/pip install -q "tensorflow-cpu==2.21.*"
+  fi
+  # tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1) declares a dependency on the full `tensorflow` wheel, which would
+  # pull a second TF beside tensorflow-cpu: installed without its dependencies (tensorflow-cpu provides them).
+  if ! .venv/bin/python -c "import tf_keras" >/dev/null 2>&1; then
+    .venv/bin/pip install -q --no-deps "tf-keras==2.21.*"
+  fi
 fi
 
 if [ "$want_build" -eq 1 ]; then
@@ -57,11 +67,12 @@ if [ "$want_build" -eq 1 ]; then
 fi
 
 if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ]; then
-  # The Python package (gradex, gradex.torch): libgradex.so and the torch op library, built against the
-  # torch in .venv (hence --no-build-isolation) in build-py/, installed into .venv. Skipped when neither the
+  # The Python package (gradex, gradex.torch, gradex.tensorflow): libgradex.so and the torch and TF op
+  # libraries, built against the torch and TF in .venv (hence --no-build-isolation) in build-py/, installed into .venv. Skipped when neither the
   # sources nor torch changed since the last install (the stamp is a hash of both).
   stamp=.venv/.gradex-install-stamp
   digest=$( { .venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))";
+              .venv/bin/python -c "import importlib.metadata as m; print(m.version('tensorflow-cpu'))" 2>/dev/null || true;
               find CMakeLists.txt pyproject.toml base comm compress sync capi include plugins python \
                    -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
                    -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' \) \

@@ -1,0 +1,132 @@
+"""gradex for TensorFlow (Horovod's names, so migrating is a rename).
+
+    import gradex.tensorflow as gxt
+    gxt.init()                                   # RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; bad GRADEX_* -> error
+    tape = gxt.DistributedGradientTape(tape)     # custom training loops, eager or tf.function
+    gxt.broadcast_variables(model.variables, root_rank=0)
+
+Keras 3: gradex.tensorflow.keras (DistributedOptimizer, callbacks). See docs/tensorflow.md. Engine errors
+raise gradex.GradexError subclasses eagerly, and tf.errors carrying "gradex[<STATUS>]: <message>" inside
+graphs.
+"""
+import tensorflow as tf
+
+from .. import (ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError, MismatchError,
+                PeerError, StateError, TimeoutError, TransportError, VersionError)
+from . import _exchange, _ops, _runtime
+from .tape import DistributedGradientTape
+
+_STATE_FORMAT = "gradex.tensorflow/1"
+
+
+def init(config=None):
+    """Joins the job (collective: every rank calls it). Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT (or Open MPI's OMPI_COMM_WORLD_*); rank 0 serves the bootstrap store on MASTER_PORT.
+    `config`: GRADEX_* overrides for the default gradient engine. Validates GRADEX_* here: a bad value
+    raises gradex.ConfigError naming the variable and its range. Idempotent."""
+    _runtime.init(config)
+
+
+def shutdown():
+    """Completes outstanding exchanges and releases every engine (graphs traced before then stop working)."""
+    _runtime.shutdown()
+
+
+def is_initialized():
+    return _runtime.initialized()
+
+
+def rank():
+    return _runtime.state().rank
+
+
+def size():
+    return _runtime.state().size
+
+
+def local_rank():
+    return _runtime.state().local_rank
+
+
+def stats(last_step=False):
+    """The default gradient engine's counters (bytes_sent, dense_bytes, compression_ratio, steps, ...)."""
+    return _runtime.state().gradients.engine.stats(last_step)
+
+
+def describe_config():
+    """The default gradient engine's effective GRADEX_* configuration, with help text."""
+    return _runtime.state().gradients.engine.describe_config()
+
+
+def allreduce(tensor, average=True, name=None):
+    """The average (or, average=False, the sum) of `tensor` over the ranks, computed exactly in fp32 on the
+    wire by the collective engine. float32/float16/bfloat16; float64 is averaged in float32. `name`
+    matches calls across ranks (default: numbered per traced graph; eagerly, one shared name)."""
+    ref = _runtime.state().collective
+    t = tf.convert_to_tensor(tensor)
+    original = t.dtype
+    if original == tf.float64:
+        t = tf.cast(t, tf.float32)
+    (out,) = _exchange.exchange([t], [_exchange.graph_key("allreduce", name, t)], ref)
+    if not average:
+        out = out * tf.cast(size(), out.dtype)
+    return tf.cast(out, original) if out.dtype != original else out
+
+
+def broadcast(tensor, root_rank=0, name=None):
+    """root_rank's `tensor` on every rank, bit for bit (any numeric or bool dtype)."""
+    ref = _runtime.state().collective
+    t = tf.convert_to_tensor(tensor)
+    return _exchange.broadcast(t, _exchange.graph_key("broadcast", name, t), root_rank, ref)
+
+
+def broadcast_variables(variables, root_rank=0, prefix="var"):
+    """Assigns root_rank's value to every variable (e.g. the model's initial weights and the optimizer's
+    slots). Variables are matched by path; all are broadcast concurrently."""
+    variables = list(variables)
+    if not variables:
+        return
+    ref = _runtime.state().collective
+    keys = _exchange.unique_keys(prefix, [_exchange.variable_key(v) for v in variables])
+
+    def assign_all():
+        for v, key in zip(variables, keys):
+            v.assign(_exchange.broadcast(tf.convert_to_tensor(v), key, root_rank, ref))
+
+    if tf.executing_eagerly():
+        with _exchange.gradex_errors():
+            tf.function(assign_all, autograph=False)()
+    else:
+        assign_all()
+
+
+def state_dict():
+    """The compressor state (residuals, momenta, step counters) of every gradient engine of this process,
+    for checkpoints; restore with load_state_dict() after creating the same wrappers in the same order."""
+    s = _runtime.state()
+    return {"format": _STATE_FORMAT,
+            "engines": [ref.engine.save_state() for ref in [s.gradients] + s.extra]}
+
+
+def load_state_dict(state):
+    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+        raise StateError(f"gradex: not a {_STATE_FORMAT} state dict")
+    s = _runtime.state()
+    refs = [s.gradients] + s.extra
+    if len(state["engines"]) != len(refs):
+        raise StateError(f"gradex: the state holds {len(state['engines'])} engines, this process has "
+                         f"{len(refs)} (create the same wrappers before loading)")
+    for ref, blob in zip(refs, state["engines"]):
+        ref.engine.load_state(blob)
+
+
+def built_for():
+    """The TensorFlow version the op library was built against."""
+    return _ops.built_for()
+
+
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "stats", "describe_config",
+           "allreduce", "broadcast", "broadcast_variables", "DistributedGradientTape", "state_dict",
+           "load_state_dict", "built_for", "ConfigError", "CorruptError", "GradexError", "InternalError",
+           "InvalidArgumentError", "MismatchError", "PeerError", "StateError", "TimeoutError",
+           "TransportError", "VersionError"]

@@ -1,0 +1,55 @@
+"""DistributedGradientTape: a tf.GradientTape whose gradient() returns averages over the ranks.
+
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = gxt.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)   # eager or inside tf.function
+
+All gradients of one gradient() call go through one grouped op, each under its own key (the variable's
+path), so the engine's policy applies per variable. None gradients are exchanged as zeros (every rank
+submits every key) and come back as the average; IndexedSlices are densified. Each gradient() call ends
+one engine step.
+"""
+import tensorflow as tf
+
+from .. import _errors
+from . import _exchange, _runtime
+
+
+class DistributedGradientTape:
+    def __init__(self, tape, config=None, prefix="grad"):
+        if isinstance(tape, DistributedGradientTape):
+            raise _errors.InvalidArgumentError("gradex: the tape is already a DistributedGradientTape")
+        self._tape = tape
+        self._ref = _runtime.gradient_engine(config)
+        self._prefix = prefix
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)
+
+    def __getattr__(self, name):  # watch, stop_recording, reset, jacobian, ...
+        return getattr(self._tape, name)
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
+                                    unconnected_gradients=unconnected_gradients)
+        flat_sources = tf.nest.flatten(sources)
+        flat_grads = tf.nest.flatten(grads, expand_composites=False)
+        keys = _exchange.unique_keys(self._prefix, [_exchange.variable_key(v) for v in flat_sources])
+        dense = [_exchange.dense(g, v, k) for g, v, k in zip(flat_grads, flat_sources, keys)]
+        averaged = _exchange.exchange(dense, keys, self._ref)
+        with tf.control_dependencies(averaged):
+            _exchange.end_step(self._ref)
+        return tf.nest.pack_sequence_as(grads, averaged)
+
+    @property
+    def engine(self):
+        return self._ref.engine
+
+    def stats(self, last_step=False):
+        return self._ref.engine.stats(last_step)

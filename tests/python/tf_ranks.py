@@ -1,0 +1,105 @@
+"""Runs a function on N fresh processes, one per rank, for the TensorFlow plugin tests.
+
+run("module:function", world, env=..., args=..., timeout=...) starts `world` interpreters with subprocess
+(never fork: TensorFlow's threads do not survive it), each with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
+MASTER_PORT set, TensorFlow on one intra-op thread, and rank r returning function(rank, world, *args)
+(pickled). Past the deadline every rank is killed and the test fails with each rank's stderr; a rank that
+fails shows its traceback and stderr. `may_die`: ranks allowed to die without reporting (a killed peer).
+"""
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path, limit=6000):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return data[-limit:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def run(target, world, env=None, args=(), timeout=240, may_die=()):
+    """[result of rank 0, ..., rank world-1] (None for a rank in may_die that died); AssertionError on any
+    failure, with the ranks' stderr."""
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="gradex-tf-ranks-")
+    with open(os.path.join(workdir, "args.pkl"), "wb") as f:
+        pickle.dump(args, f)
+    procs = []
+    for rank in range(world):
+        child_env = dict(os.environ)
+        child_env.update({k: str(v) for k, v in (env or {}).items()})
+        child_env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                         MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1",
+                         OMP_NUM_THREADS="1", PYTHONPATH=_HERE + os.pathsep + child_env.get("PYTHONPATH", ""))
+        err = open(os.path.join(workdir, f"stderr.{rank}"), "wb")
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), target, str(rank), str(world),
+                                       workdir], env=child_env, stdout=err, stderr=subprocess.STDOUT))
+        err.close()
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ranks timed out after {timeout} s\n" + _report(procs, workdir))
+            failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0) and r not in may_die]
+            if failed:  # the others may be blocked on the failed rank: a short grace, then report
+                grace = time.monotonic() + 20
+                while any(p.poll() is None for p in procs) and time.monotonic() < min(grace, deadline):
+                    time.sleep(0.2)
+                raise AssertionError(f"ranks {failed} failed\n" + _report(procs, workdir))
+            time.sleep(0.2)
+        results = []
+        for rank, p in enumerate(procs):
+            path = os.path.join(workdir, f"result.{rank}")
+            if p.returncode != 0 or not os.path.exists(path):
+                if rank in may_die:
+                    results.append(None)
+                    continue
+                raise AssertionError(f"rank {rank} exited with {p.returncode}\n" + _report(procs, workdir))
+            with open(path, "rb") as f:
+                results.append(pickle.load(f))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def _report(procs, workdir):
+    return "\n".join(f"--- rank {r} (exit {p.poll()}):\n{_tail(os.path.join(workdir, f'stderr.{r}'))}"
+                     for r, p in enumerate(procs))
+
+
+def _child(target, rank, world, workdir):
+    import importlib
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    module, function = target.split(":")
+    with open(os.path.join(workdir, "args.pkl"), "rb") as f:
+        args = pickle.load(f)
+    result = getattr(importlib.import_module(module), function)(rank, world, *args)
+    tmp = os.path.join(workdir, f"result.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(result, f)
+    os.replace(tmp, os.path.join(workdir, f"result.{rank}"))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
