@@ -193,3 +193,40 @@ TEST(EngineDense, DoubleSubmitAndUnknownKeyAreRejected) {
   });
   EXPECT_EQ(failures(results), "");
 }
+
+// Two ranks submit the same keys in opposite orders while the third is late (seen as a suspected
+// hang from the TensorFlow plugin's tests): every rank must get the exact averages, no timeout.
+TEST(EngineDense, OppositeOrdersWhileOneRankIsLateComplete) {
+  const std::vector<std::string> keys = {"dense.a", "dense.b", "dense.c"};
+  auto results = run_ranks(
+      3, {"GRADEX_FP16=0", "GRADEX_SPARSITY=0", "GRADEX_MOMENTUM=0", "GRADEX_TIMEOUT_S=20"},
+      [&](RankContext& ctx) -> std::string {
+        for (const auto& k : keys)
+          RANK_OK(gradex_register_tensor(ctx.engine, k.c_str(), 33, GRADEX_FLOAT32,
+                                         GRADEX_DEVICE_CPU));
+        for (int step = 0; step < 3; ++step) {
+          std::vector<size_t> order = {0, 1, 2};
+          if (ctx.rank == 1) std::reverse(order.begin(), order.end());
+          if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+          std::vector<std::vector<float>> data(keys.size(), std::vector<float>(33));
+          std::vector<gradex_handle_t> handles(keys.size());
+          for (size_t t : order) {
+            for (uint64_t i = 0; i < 33; ++i) data[t][i] = integer_value(ctx.rank, step, i + t);
+            RANK_OK(gradex_submit(ctx.engine, keys[t].c_str(), data[t].data(), &handles[t]));
+            // Rank 1 waits for each tensor before submitting the next: its first key completes
+            // only once every rank has submitted it.
+            if (ctx.rank == 1) RANK_OK(gradex_wait(ctx.engine, handles[t]));
+          }
+          if (ctx.rank != 1)
+            for (size_t t : order) RANK_OK(gradex_wait(ctx.engine, handles[t]));
+          for (size_t t = 0; t < keys.size(); ++t)
+            for (uint64_t i = 0; i < 33; ++i) {
+              float sum = 0;
+              for (int r = 0; r < 3; ++r) sum += integer_value(r, step, i + t);
+              RANK_REQUIRE(data[t][i] == sum / 3, keys[t] << "[" << i << "] = " << data[t][i]);
+            }
+        }
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
