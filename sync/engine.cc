@@ -193,6 +193,18 @@ TensorPolicy Engine::policy_of(const std::string& key) const {
   return it->second.policy;
 }
 
+std::string Engine::with_own_size(const NegotiationFailure& f) const {
+  // A mismatch found before this rank announced the key names only the ranks that had: add this
+  // rank's own size, so every rank's message says what it submitted. Called with mutex_ held.
+  const std::string own = "rank " + std::to_string(rank_) + ": ";
+  auto t = tensors_.find(f.id.key);
+  if (t == tensors_.end() || f.message.find(own) != std::string::npos || f.message.empty() ||
+      f.message.back() != ')')
+    return f.message;
+  return f.message.substr(0, f.message.size() - 1) + ", " + own + std::to_string(t->second.numel) +
+         " x " + dtype_name(t->second.dtype) + " (not yet announced))";
+}
+
 void Engine::complete(const WorkId& id, ErrorCode code, const std::string& message) {
   // Called with mutex_ held.
   auto it = in_flight_.find(id);
@@ -272,7 +284,7 @@ void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& 
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.control_bytes = negotiator_->control_bytes();
     for (const auto& f : r.failed)
-      complete(f.id, f.code, f.message);
+      complete(f.id, f.code, f.code == ErrorCode::kMismatch ? with_own_size(f) : f.message);
     if (!r.failed.empty()) cv_.notify_all();
   }
   if (!r.ready.empty()) execute(r.ready);

@@ -100,6 +100,7 @@ class Engine {
   float clip_factor(float step_scale, const float* values, uint64_t n);
   void execute(const std::vector<ReadyWork>& ready);
   void complete(const WorkId& id, ErrorCode code, const std::string& message);
+  std::string with_own_size(const NegotiationFailure& f) const;
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
