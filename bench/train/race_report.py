@@ -1,0 +1,158 @@
+"""The time-to-accuracy part of bench/report.py: tables, target checks, plots and RESULT values of the
+race's results file (bench/train/train_suite.py's train.json)."""
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+GRADEX = "gradex_default"
+BASELINE = "ddp"
+TORCH_HOOKS = ("torch_fp16", "powersgd_r1", "powersgd_r4")
+TASK_TITLES = {"mlp": "MLP 64-2048-2048-10 (4.3 M parameters)",
+               "conv": "convnet with BatchNorm (2 conv + 2 FC layers, 5.3 M parameters)"}
+COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", "powersgd_r4": "tab:pink",
+          "gradex_default": "tab:red", "gradex_dgc": "tab:orange", "gradex_localsgd": "tab:blue",
+          "nocomm": "tab:green"}
+
+
+def _median(method, key):
+    s = (method or {}).get("summary", {}).get(key)
+    return s["median"] if s else None
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def values(train):
+    """{RESULT key: value}: per task and method the median time (ttt_<task>_<method>_s) and steps
+    (steps_to_target_<task>_<method>) to the target (nan when the median seed missed it), and the ratio
+    of DDP's median time to gradex's default policy's (ddp_over_gradex_ttt_<task>)."""
+    out = {}
+    for task, entry in (train or {}).get("tasks", {}).items():
+        for method, m in entry["methods"].items():
+            if method == "nocomm":
+                continue
+            ttt, steps = _median(m, "time_to_target_s"), _median(m, "steps_to_target")
+            out[f"ttt_{task}_{method}_s"] = math.nan if ttt is None else ttt
+            out[f"steps_to_target_{task}_{method}"] = math.nan if steps is None else steps
+        ratio = _ratio(_median(entry["methods"].get(BASELINE), "time_to_target_s"),
+                       _median(entry["methods"].get(GRADEX), "time_to_target_s"))
+        out[f"ddp_over_gradex_ttt_{task}"] = math.nan if ratio is None else ratio
+    return out
+
+
+def _fmt(x, digits=1):
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
+
+
+def _spread(method, key, digits=1, scale=1.0):
+    """"median (min–max)" over seeds; a median or maximum that missed the target reads "not reached"."""
+    s = method["summary"].get(key)
+    if s is None:
+        return "–"
+    med = "not reached" if s["median"] is None else _fmt(s["median"] * scale, digits)
+    if s["n"] < 2:
+        return med
+    hi = "∞" if s["max"] is None else _fmt(s["max"] * scale, digits)
+    return f"{med} ({_fmt(s['min'] * scale, digits) if s['min'] is not None else '∞'}–{hi})"
+
+
+def targets(entry):
+    """[(what, required, measured, met)] of issue #10's race targets on one task; measured None when a
+    method was not run or missed the target."""
+    methods = entry["methods"]
+    gx, ddp = methods.get(GRADEX), methods.get(BASELINE)
+    if not gx or not ddp:
+        return []
+    gx_t, ddp_t = _median(gx, "time_to_target_s"), _median(ddp, "time_to_target_s")
+    rows = [("DDP's time to target ÷ gradex default's", "≥ 3×", _ratio(ddp_t, gx_t), lambda v: v >= 3)]
+    hooks = [_median(methods[h], "time_to_target_s") for h in TORCH_HOOKS if h in methods]
+    if hooks:
+        best = min((h for h in hooks if h is not None), default=None)
+        measured = _ratio(best, gx_t) if best is not None or gx_t is None else math.inf
+        rows.append(("fastest PyTorch hook's time to target ÷ gradex default's", "> 1×", measured,
+                     lambda v: v > 1))
+    gx_a, ddp_a = _median(gx, "final_accuracy"), _median(ddp, "final_accuracy")
+    rows.append(("final accuracy, gradex default − DDP (points)", "≥ −0.5",
+                 None if gx_a is None or ddp_a is None else 100 * (gx_a - ddp_a), lambda v: v >= -0.5))
+    rows.append(("steps to target, gradex default ÷ DDP", "≤ 1.2×",
+                 _ratio(_median(gx, "steps_to_target"), _median(ddp, "steps_to_target")), lambda v: v <= 1.2))
+    return [(what, req, v, None if v is None else check(v)) for what, req, v, check in rows]
+
+
+def tables(train, rel):
+    lines = []
+    m = train.get("machine", {})
+    lines += [f"Run: `bench/train/train_suite.py {train.get('command', '')}` ({train.get('mode')} mode), "
+              f"{m.get('date', '?')}, gradex {m.get('commit', '?')}, load average at start "
+              f"{_fmt(m.get('load_average_at_start'))} on {m.get('cores', '?')} cores; the race took "
+              f"{_fmt(train.get('race_s', 0) / 60)} min.", ""]
+    for task, entry in train["tasks"].items():
+        methods = entry["methods"]
+        nocomm = methods.get("nocomm")
+        lines += [f"#### {TASK_TITLES.get(task, task)}", "",
+                  f"{train['hosts']} hosts at {train['network']}; target test accuracy {entry['target']:.2f} "
+                  f"(5,000 test examples); {entry['steps']} steps per seed, cosine learning rate from "
+                  f"{entry['lr']:g}. Median over seeds, (min–max) when there are several.", "",
+                  f"![accuracy vs time]({rel}/race_{task}_time.png) ![accuracy vs steps]({rel}/race_{task}_steps.png)",
+                  "",
+                  "| method | seeds reaching target | time to target, s | steps to target | steps/s | "
+                  "final accuracy | MB/host | DDP's time ÷ this |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        ddp_t = _median(methods.get(BASELINE), "time_to_target_s")
+        for name, r in methods.items():
+            if name == "nocomm":
+                continue
+            wire = r["summary"].get("wire_bytes_per_host")
+            lines.append(
+                f"| `{name}` | {r['summary']['reached']}/{r['summary']['seeds']} | "
+                f"{_spread(r, 'time_to_target_s')} | {_spread(r, 'steps_to_target', 0)} | "
+                f"{_spread(r, 'steps_per_s', 2)} | {_spread(r, 'final_accuracy', 3)} | "
+                f"{_fmt(wire['median'] / 1e6) if wire else '–'} | "
+                f"{_fmt(_ratio(ddp_t, _median(r, 'time_to_target_s')), 2)} |")
+        if nocomm:
+            lines.append(f"| `nocomm` (compute bound) | – | – | – | {_spread(nocomm, 'steps_per_s', 2)} | – | "
+                         f"{_fmt(nocomm['summary']['wire_bytes_per_host']['median'] / 1e6) if nocomm['summary'].get('wire_bytes_per_host') else '–'} | – |")
+        lines.append("")
+        rows = targets(entry)
+        if rows:
+            lines += ["Targets of issue #10 (reported, not asserted):", "",
+                      "| target | required | measured | met |", "|---|---:|---:|:---:|"]
+            for what, req, v, met in rows:
+                lines.append(f"| {what} | {req} | {_fmt(v, 2)} | {'–' if met is None else ('yes' if met else '**no**')} |")
+            lines.append("")
+    for failure in train.get("failures", []):
+        lines += [f"Failed: {failure}", ""]
+    return lines
+
+
+def plots(train, folder):
+    """Per task: accuracy vs training time and vs steps, every seed (thin) in its method's colour."""
+    paths = []
+    for task, entry in train["tasks"].items():
+        for axis, index, label in (("time", 0, "training time, s (evaluations excluded)"), ("steps", 1, "step")):
+            fig, ax = plt.subplots(figsize=(8, 5))
+            for name, r in entry["methods"].items():
+                if name == "nocomm":
+                    continue
+                for i, seed in enumerate(r["seeds"]):
+                    curve = seed["curve"]
+                    ax.plot([c[index] for c in curve], [c[2] for c in curve], color=COLORS.get(name),
+                            linewidth=1.4 if i == 0 else 0.7, alpha=1.0 if i == 0 else 0.5,
+                            label=name if i == 0 else None)
+            ax.axhline(entry["target"], color="gray", linestyle=":", label=f"target {entry['target']:.2f}")
+            ax.set_xlabel(label)
+            ax.set_ylabel("test accuracy (5,000 examples)")
+            ax.set_ylim(max(0.0, entry["target"] - 0.4), min(1.0, entry["target"] + 0.15))
+            ax.set_title(f"{task}: {train['hosts']} hosts at {train['network']}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, loc="lower right")
+            path = folder / f"race_{task}_{axis}.png"
+            fig.tight_layout()
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            paths.append(path)
+    return paths
