@@ -83,6 +83,31 @@ def targets(entry):
     return [(what, req, v, None if v is None else check(v)) for what, req, v, check in rows]
 
 
+def causes(entry):
+    """Where gradex default's step time goes, against the compute bound (nocomm), and the best time to
+    target that bound allows: the measured cause when the time target is missed."""
+    methods = entry["methods"]
+    gx, nocomm, ddp = methods.get(GRADEX), methods.get("nocomm"), methods.get(BASELINE)
+    gx_sps, bound = _median(gx, "steps_per_s"), _median(nocomm, "steps_per_s")
+    if not gx_sps or not bound:
+        return []
+    step, floor = 1 / gx_sps, 1 / bound
+    text = (f"`{GRADEX}` takes {step * 1e3:.0f} ms per step; the compute bound (`nocomm`) is {floor * 1e3:.0f} ms, "
+            f"so {(step - floor) * 1e3:.0f} ms per step go to the exchange")
+    timers = [s["gradex_stats"] for s in gx["seeds"] if s.get("gradex_stats") and s["gradex_stats"].get("steps")]
+    if timers:
+        per = {k: sum(t[f"{k}_seconds"] / t["steps"] for t in timers) / len(timers) * 1e3
+               for k in ("compress", "communicate", "decode")}
+        text += (f" (gradex's own timers per step and rank: compress {per['compress']:.0f} ms, communicate "
+                 f"{per['communicate']:.0f} ms, decode {per['decode']:.0f} ms, on {len(timers)} seed(s))")
+    steps, ddp_t = _median(gx, "steps_to_target"), _median(ddp, "time_to_target_s")
+    if steps and ddp_t:
+        best = steps * floor
+        text += (f". At the compute bound its {steps:.0f} steps to target would take {best:.1f} s: "
+                 f"{ddp_t / best:.1f}× sooner than DDP, the most this machine allows for that many steps")
+    return [text + "."]
+
+
 def tables(train, rel):
     lines = []
     m = train.get("machine", {})
@@ -124,6 +149,8 @@ def tables(train, rel):
             for what, req, v, met in rows:
                 lines.append(f"| {what} | {req} | {_fmt(v, 2)} | {'–' if met is None else ('yes' if met else '**no**')} |")
             lines.append("")
+            if rows[0][3] is not True and causes(entry):
+                lines += ["Where the time goes: " + causes(entry)[0], ""]
     for failure in train.get("failures", []):
         lines += [f"Failed: {failure}", ""]
     return lines

@@ -12,8 +12,8 @@ schedule over --steps steps (so every method and seed ends with the same schedul
 compares equal numbers of steps and examples).
 
 Clock: the sum of rank 0's training-step times (forward, backward with its exchange, optimizer step,
-LocalSGD's averaging); evaluations pause it. Every --eval-every steps the ranks measure the test accuracy
-of the model they share, each on a quarter of the test set (with rank 0's BatchNorm statistics); LocalSGD
+LocalSGD's averaging); evaluations pause it. Every --eval-every steps (3x that while the accuracy is more
+than --coarse-margin below the target) the ranks measure the test accuracy of the model they share, each on a quarter of the test set (with rank 0's BatchNorm statistics); LocalSGD
 is evaluated at the first step at or after that where its parameters were averaged.
 
 Bytes per host: with --count-iface, each rank adds up the transmit counter of that interface
@@ -110,7 +110,10 @@ def train_one_seed(args, seed, data, rank, world):
             synced = method.synchronize()
             clock += time.perf_counter() - t0
             tx.stop()
-        due = due or step % args.eval_every == 0 or step == args.steps
+        # Far below the target (by more than --coarse-margin), evaluations come 3x less often: they cost
+        # as much as many training steps, and only those near the target decide the time to it.
+        far = curve and curve[-1][2] < args.target - args.coarse_margin
+        due = due or step % (args.eval_every * (3 if far else 1)) == 0 or step == args.steps
         if evaluating and due and synced:
             due = False
             accuracy = evaluate(model, x_test, y_test, rank, world)
@@ -142,6 +145,8 @@ def main():
     p.add_argument("--steps", type=int, default=250)
     p.add_argument("--target", type=float, required=True)
     p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--coarse-margin", type=float, default=0.05,
+                   help="evaluate every 3*eval-every steps while this far below the target")
     p.add_argument("--sync-warmup", type=int, default=10,
                    help="PowerSGD's plain-allreduce iterations, LocalSGD's synchronous steps")
     p.add_argument("--period", type=int, default=4, help="LocalSGD's H")

@@ -130,11 +130,14 @@ def test_race_summary_counts_a_missed_target_as_late():
 def test_race_plan_follows_the_mode():
     class Args:
         mode, tasks, methods, seeds = "quick", "", "", ""
-    plan = {(t, m): seeds for t, m, seeds in train_suite.plan(Args)}
-    assert plan[("mlp", "ddp")] == [0, 1, 2] and plan[("mlp", "torch_fp16")] == [0]
-    assert plan[("mlp", "nocomm")] == [0] and not any(t == "conv" for t, _ in plan)
+    plan = train_suite.plan(Args)
+    assert plan[:len(train_suite.METHODS)] == [("mlp", m, 0) for m in train_suite.METHODS]  # round 0 first
+    assert plan[len(train_suite.METHODS):] == [("mlp", "ddp", 1), ("mlp", "gradex_default", 1),
+                                               ("mlp", "ddp", 2), ("mlp", "gradex_default", 2)]
     Args.mode, Args.seeds = "full", "4,5"
-    assert all(seeds == [4, 5] for _, _, seeds in train_suite.plan(Args))
+    plan = train_suite.plan(Args)
+    assert {t for t, _, _ in plan} == {"mlp", "conv"} and len(plan) == 2 * 2 * len(train_suite.METHODS)
+    assert [s for _, _, s in plan] == sorted(s for _, _, s in plan)
 
 
 def test_race_targets_and_result_values():
