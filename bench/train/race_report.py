@@ -111,7 +111,7 @@ def causes(entry):
 def tables(train, rel):
     lines = []
     m = train.get("machine", {})
-    lines += [f"Run: `bench/train/train_suite.py {train.get('command', '')}` ({train.get('mode')} mode), "
+    lines += [f"Run: `bench/train/train_suite.py {train.get('command', '')}` ({train.get('note', train.get('mode'))}), "
               f"{m.get('date', '?')}, gradex {m.get('commit', '?')}, load average at start "
               f"{_fmt(m.get('load_average_at_start'))} on {m.get('cores', '?')} cores; the race took "
               f"{_fmt(train.get('race_s', 0) / 60)} min.", ""]
@@ -139,15 +139,17 @@ def tables(train, rel):
                 f"{_fmt(wire['median'] / 1e6) if wire else '–'} | "
                 f"{_fmt(_ratio(ddp_t, _median(r, 'time_to_target_s')), 2)} |")
         if nocomm:
+            wire = nocomm["summary"].get("wire_bytes_per_host")
             lines.append(f"| `nocomm` (compute bound) | – | – | – | {_spread(nocomm, 'steps_per_s', 2)} | – | "
-                         f"{_fmt(nocomm['summary']['wire_bytes_per_host']['median'] / 1e6) if nocomm['summary'].get('wire_bytes_per_host') else '–'} | – |")
+                         f"{_fmt(wire['median'] / 1e6) if wire else '–'} | – |")
         lines.append("")
         rows = targets(entry)
         if rows:
             lines += ["Targets of issue #10 (reported, not asserted):", "",
                       "| target | required | measured | met |", "|---|---:|---:|:---:|"]
             for what, req, v, met in rows:
-                lines.append(f"| {what} | {req} | {_fmt(v, 2)} | {'–' if met is None else ('yes' if met else '**no**')} |")
+                verdict = "–" if met is None else ("yes" if met else "**no**")
+                lines.append(f"| {what} | {req} | {_fmt(v, 2)} | {verdict} |")
             lines.append("")
             if rows[0][3] is not True and causes(entry):
                 lines += ["Where the time goes: " + causes(entry)[0], ""]

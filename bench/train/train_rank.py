@@ -13,8 +13,9 @@ compares equal numbers of steps and examples).
 
 Clock: the sum of rank 0's training-step times (forward, backward with its exchange, optimizer step,
 LocalSGD's averaging); evaluations pause it. Every --eval-every steps (3x that while the accuracy is more
-than --coarse-margin below the target) the ranks measure the test accuracy of the model they share, each on a quarter of the test set (with rank 0's BatchNorm statistics); LocalSGD
-is evaluated at the first step at or after that where its parameters were averaged.
+than --coarse-margin below the target) the ranks measure the test accuracy of the model they share, each
+on a share of the test set (with rank 0's BatchNorm statistics); LocalSGD is evaluated at the first step
+at or after that where its parameters were averaged.
 
 Bytes per host: with --count-iface, each rank adds up the transmit counter of that interface
 (/sys/class/net/<iface>/statistics/tx_bytes: payload, headers and ACKs, as the kernel counts them) over

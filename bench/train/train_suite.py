@@ -15,7 +15,7 @@ Modes (the race's size; --tasks/--methods/--seeds override):
   smoke   a harness check in seconds (tiny model, a few steps; what the test suite runs)
 
 A method that is not a methods.py method runs the program named in PROGRAMS (same command line and
-output contract as train_rank.py): a place for other frameworks' ranks, e.g. a Keras row.
+output contract as train_rank.py): the place for other frameworks' ranks, e.g. a Keras row.
 """
 import argparse
 import json
@@ -48,8 +48,19 @@ MODES = {
     "smoke": {"tasks": ("mlp",), "seeds": {}, "default_seeds": 1, "steps": 6, "hidden": 64, "eval_every": 3,
               "coarse_margin": 1.0},
 }
-# Rank programs of methods that methods.py does not know (same contract as train_rank.py).
-PROGRAMS = {"keras_gradex": "keras_rank.py"}
+MODE_NOTES = {
+    "quick": "quick mode, cut to fit bench/run --quick: the MLP task only; 3 seeds for ddp and gradex_default, "
+             "1 for every other method (the full race, bench/run without --quick, runs both tasks, every "
+             "method, 3 seeds)",
+    "full": "full mode: both tasks, every method, 3 seeds",
+    "smoke": "smoke mode: a harness check at toy size, not a measurement",
+}
+# Rank programs of methods that methods.py does not know. THE KERAS ROW goes here: add
+# "keras_gradex": "keras_rank.py" once bench/train/keras_rank.py follows train_rank.py's contract: the same
+# command line (--task, --method, --seeds, --steps, --lr, --target, --out; --hidden, --eval-every,
+# --coarse-margin, --count-iface), task.py's data and students, and --out holding {"seeds": [record]} with
+# train_rank.py's record keys. Then `bench/run --train-methods ...,keras_gradex` races it beside the others.
+PROGRAMS = {}
 
 
 def summarize(records):
@@ -124,7 +135,9 @@ def main():
     network = RootLoopback() if args.root_loopback else Cluster(args.hosts, args.rate, args.delay)
     network.shape()
     data = {"network": network.label, "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
-            "command": " ".join(sys.argv[1:]), "tasks": {}, "failures": []}
+            "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                                if k in ("rate", "delay", "hosts", "mode", "tasks", "methods", "seeds") and v),
+            "note": MODE_NOTES[args.mode], "tasks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
     started_all = time.monotonic()
     for task, method, seed in plan(args):
