@@ -111,10 +111,14 @@ def causes(entry):
 def tables(train, rel):
     lines = []
     m = train.get("machine", {})
+    loads = [r["load_average"] for e in train["tasks"].values() for x in e["methods"].values()
+             for r in x["seeds"] if r.get("load_average") is not None]
+    load = f"{min(loads):.1f}–{max(loads):.1f}" if loads else _fmt(m.get("load_average_at_start"))
     lines += [f"Run: `bench/train/train_suite.py {train.get('command', '')}` ({train.get('note', train.get('mode'))}), "
-              f"{m.get('date', '?')}, gradex {m.get('commit', '?')}, load average at start "
-              f"{_fmt(m.get('load_average_at_start'))} on {m.get('cores', '?')} cores; the race took "
-              f"{_fmt(train.get('race_s', 0) / 60)} min.", ""]
+              f"{m.get('date', '?')}, gradex {m.get('commit', '?')}; the race took {_fmt(train.get('race_s', 0) / 60)} "
+              f"min. Load average (1 min) at the end of each run: {load} on {m.get('cores', '?')} cores: the "
+              "machine was shared with other work, so step rates carry that noise; the methods of one seed run "
+              "back to back (rounds), so they meet similar load.", ""]
     for task, entry in train["tasks"].items():
         methods = entry["methods"]
         nocomm = methods.get("nocomm")
@@ -122,7 +126,8 @@ def tables(train, rel):
                   f"{train['hosts']} hosts at {train['network']}; target test accuracy {entry['target']:.2f} "
                   f"(5,000 test examples); {entry['steps']} steps per seed, cosine learning rate from "
                   f"{entry['lr']:g}. Median over seeds, (min–max) when there are several.", "",
-                  f"![accuracy vs time]({rel}/race_{task}_time.png) ![accuracy vs steps]({rel}/race_{task}_steps.png)",
+                  f"![accuracy vs time]({rel}/race_{task}_time.png) ![accuracy vs steps]({rel}/race_{task}_steps.png)"
+                  f" ![time to target]({rel}/race_{task}_ttt.png)",
                   "",
                   "| method | seeds reaching target | time to target, s | steps to target | steps/s | "
                   "final accuracy | MB/host | DDP's time ÷ this |",
@@ -184,4 +189,38 @@ def plots(train, folder):
             fig.savefig(path, dpi=100)
             plt.close(fig)
             paths.append(path)
+        paths.append(_bars(train, task, entry, folder))
     return paths
+
+
+def _bars(train, task, entry, folder):
+    """Median time to target per method, whiskers from the fastest to the slowest seed (to the top of the
+    axis when a seed missed), and the compute bound's time for DDP's median steps."""
+    names = [n for n in entry["methods"] if n != "nocomm"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    top = 0.0
+    for i, name in enumerate(names):
+        s = entry["methods"][name]["summary"]["time_to_target_s"] or {}
+        if s.get("median") is None:
+            ax.text(i, 0, "not reached", rotation=90, ha="center", va="bottom", fontsize=8)
+            continue
+        hi = s["max"] if s.get("max") is not None else s["median"] * 1.5
+        ax.bar(i, s["median"], color=COLORS.get(name))
+        ax.plot([i, i], [s["min"], hi], color="black", linewidth=1)
+        top = max(top, hi)
+    bound, ddp_steps = _median(entry["methods"].get("nocomm"), "steps_per_s"), \
+        _median(entry["methods"].get(BASELINE), "steps_to_target")
+    if bound and ddp_steps:
+        ax.axhline(ddp_steps / bound, color="tab:green", linestyle="--",
+                   label=f"compute bound for DDP's {ddp_steps:.0f} steps")
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+    ax.set_ylabel(f"time to {entry['target']:.2f} test accuracy, s")
+    ax.set_ylim(0, top * 1.1 if top else 1)
+    ax.set_title(f"{task}: median over seeds (whiskers: fastest to slowest seed)")
+    ax.grid(True, axis="y", alpha=0.3)
+    path = folder / f"race_{task}_ttt.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
