@@ -46,8 +46,11 @@ const std::vector<VarSpec>& registry() {
      "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
      "matches when it is a substring of the tensor name ('*' matches any run of characters)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
-     "What to do with NaN/Inf in a submitted gradient: propagate them (as plain allreduce does, so "
-     "AMP's grad scaler can skip the step), replace them by zero, or fail the step. Always counted."},
+     "What to do with NaN/Inf in a submitted gradient. Every rank learns in negotiation that some "
+     "rank's gradient of a tensor is non-finite, and then no rank changes that tensor's momentum or "
+     "residual: propagate gives every rank an all-NaN average (so AMP's grad scaler skips the step "
+     "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
+     "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
     {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr,
      "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
@@ -55,12 +58,18 @@ const std::vector<VarSpec>& registry() {
      "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
      "GRADEX_SPARSITY (0: the target from the first step)."},
     {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
-     "DGC momentum correction factor m (u = m*u + g). With m > 0 the optimizer must run with "
-     "momentum 0; m = 0 gives plain error-feedback top-k, usable with any optimizer."},
+     "Momentum m owned by gradex (u = m*u + g). With m > 0 gradex applies momentum on every path: "
+     "dense-policy tensors and DGC's dense warm-up steps send u (SGD with momentum on the average), "
+     "DGC's sparse steps use momentum correction, LocalSGD's local steps get it in place; the "
+     "optimizer must then run with momentum 0. m = 0: gradients are exchanged as they are "
+     "(plain error-feedback top-k for DGC) and the optimizer's own momentum applies."},
     {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr,
-     "Use the Nesterov variant of momentum correction."},
+     "Nesterov momentum on every path: send g + m*u instead of u (DGC: v += g + m*u)."},
     {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr,
-     "Local gradient clipping before accumulation, at clip_norm * world_size^-1/2 (0: off)."},
+     "Gradient clipping on each rank before momentum and accumulation, at clip_norm * "
+     "world_size^-1/2 of the norm of the whole step's gradient, which the plugin passes through "
+     "gradex_set_gradient_norm before the step's first submit (without it, each tensor's own norm). "
+     "Dense and DGC tensors alike. 0: off."},
     {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
      "Fraction of elements sampled to estimate the DGC selection threshold."},
     {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp16", 0, 0, false, false, "fp32|fp16|bf16",

@@ -212,6 +212,10 @@ gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int
   });
 }
 
+gradex_status_t gradex_set_gradient_norm(gradex_engine_t* engine, double norm) {
+  return guarded("gradex_set_gradient_norm", [&] { engine_of(engine).set_gradient_norm(norm); });
+}
+
 gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now) {
   return guarded("gradex_end_step", [&] {
     auto& e = engine_of(engine);

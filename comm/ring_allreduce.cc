@@ -10,10 +10,15 @@
 // step s + 1 is sent immediately, so reduction and forwarding overlap the transfers behind them.
 // Chunks of one step share a tag and are matched in order (UCX tag matching is ordered per
 // sender and tag).
+// Every received chunk's length is checked against the one this rank expects: ranks that disagree
+// on the count (or dtype) fail with a MismatchError naming both ranks and both lengths, never with
+// a silently wrong sum. Reduce-scatter chunks are received into full-size slots so that a longer
+// message is measured rather than truncated.
 #include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
+#include "base/error.h"
 #include "comm/collectives.h"
 #include "comm/reduce.h"
 
@@ -27,6 +32,14 @@ void wait_one(Communicator& comm, RequestPtr& request, const char* operation) {
   std::vector<RequestPtr> one;
   one.push_back(std::move(request));
   comm.wait_all(one, operation);
+}
+
+// Waits for a receive and returns the number of bytes that arrived.
+size_t wait_recv(Communicator& comm, RequestPtr& request, const char* operation) {
+  std::vector<RequestPtr> one;
+  one.push_back(std::move(request));
+  comm.wait_all(one, operation);
+  return comm.recv_length(*one[0]);
 }
 
 class RingAllreduce {
@@ -65,7 +78,7 @@ class RingAllreduce {
         ++posted;
       }
       auto [s, c] = order[i];
-      wait_one(comm_, recvs[i], "allreduce");
+      check_length(s, c, wait_recv(comm_, recvs[i], "allreduce"));
       if (s < P_ - 1)
         sum_into(chunk_ptr(recv_seg(s), c), slot(i % kRecvWindow), chunk_len(recv_seg(s), c),
                  dtype_);
@@ -93,6 +106,20 @@ class RingAllreduce {
   int right() const { return (r_ + 1) % P_; }
   int left() const { return (r_ + P_ - 1) % P_; }
 
+  void check_length(int s, size_t c, size_t received) const {
+    const int k = recv_seg(s);
+    const size_t expected = chunk_len(k, c) * elem_;
+    if (received == expected) return;
+    throw MismatchError("allreduce: rank " + std::to_string(r_) + " received " +
+                        std::to_string(received) + " bytes from rank " + std::to_string(left()) +
+                        " for " + (s < P_ - 1 ? "reduce-scatter" : "allgather") + " step " +
+                        std::to_string(s) + " (segment " + std::to_string(k) + ", chunk " +
+                        std::to_string(c) + "), expected " + std::to_string(expected) + ": ranks " +
+                        std::to_string(left()) + " and " + std::to_string(r_) +
+                        " disagree on the buffer (rank " + std::to_string(r_) + " sums " +
+                        std::to_string(count_) + " x " + dtype_name(dtype_) + ")");
+  }
+
   void post_send(int s, size_t c) {
     int k = send_seg(s);
     sends_[static_cast<size_t>(s)].push_back(comm_.isend(right(), tag_ + static_cast<uint64_t>(s),
@@ -109,7 +136,9 @@ class RingAllreduce {
     int k = recv_seg(s);
     size_t bytes = chunk_len(k, c) * elem_;
     if (s < P_ - 1) {
-      out = comm_.irecv(left(), tag_ + static_cast<uint64_t>(s), slot(slot_index), bytes);
+      // A whole slot: a longer chunk than expected is then measured, not truncated.
+      out = comm_.irecv(left(), tag_ + static_cast<uint64_t>(s), slot(slot_index),
+                        chunk_elems_ * elem_);
       return;
     }
     // Allgather lands in place, over the region this rank sent at reduce-scatter step

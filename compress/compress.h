@@ -4,7 +4,7 @@
 //   DgcOptions o = dgc_options_from_config(config, world_size);
 //   DgcCompressor dgc(numel, o);                           // one per tensor, stateful
 //   if (dgc.density() >= 1.0 / (2 * P)) {                   // a dense exchange is cheaper
-//     dgc.step_dense(grad, dense);                          // send `dense`; v and u are zeroed
+//     dgc.step_dense(grad, dense);                          // send `dense`; v is zeroed, u kept
 //   } else {
 //     const Selection& s = dgc.step(grad);                  // sorted indices + values
 //     wire::encode(wire::sparse_ref(s), key, wire_options_from_config(config), bytes);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/error.h"
 #include "base/half.h"
 #include "comm/collectives.h"
 #include "compress/half/cast.h"
@@ -170,7 +171,17 @@ void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
 
     auto t1 = Clock::now();
     uint64_t sent_before = comm.bytes_sent();
-    comm::allreduce_sum(comm, bucket.data(), bytes / elem, wire);
+    try {
+      comm::allreduce_sum(comm, bucket.data(), bytes / elem, wire);
+    } catch (const Error& e) {
+      std::string keys;
+      for (size_t i = begin; i < end && i < begin + 8; ++i)
+        keys += (keys.empty() ? "'" : ", '") + (items[i].key ? *items[i].key : "?") + "'";
+      if (end - begin > 8) keys += ", ...";
+      throw Error(e.code(), "dense bucket of " + std::to_string(end - begin) + " tensor(s) [" +
+                                keys + "], " + std::to_string(bytes / elem) + " x " +
+                                dtype_name(wire) + ": " + e.what());
+    }
     counters.wire_bytes += comm.bytes_sent() - sent_before;
     counters.communicate_seconds += seconds_since(t1);
 

@@ -25,7 +25,8 @@ struct DenseItem {
   void* data = nullptr;  // in: this rank's values; out: the average over ranks
   DType dtype = DType::kFloat32;
   uint64_t numel = 0;
-  bool nonfinite_result = false;  // out: the average holds NaN/Inf
+  bool nonfinite_result = false;     // out: the average holds NaN/Inf
+  const std::string* key = nullptr;  // for error messages (a collective that fails names it)
 };
 
 struct DenseExchangeOptions {
@@ -43,7 +44,9 @@ struct DenseCounters {
   double communicate_seconds = 0;
 };
 
-// Collective: every rank passes items with identical numel/dtype in identical order.
+// Collective: every rank passes items with identical numel/dtype in identical order. A failing
+// collective (e.g. the ring's length check, when ranks packed different buckets) is rethrown with
+// the same error code and the bucket's tensor keys prepended.
 void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
                    const DenseExchangeOptions& options, DenseCounters& counters);
 

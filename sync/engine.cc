@@ -5,40 +5,21 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "compress/half/cast.h"
 #include "base/log.h"
-#include "sync/dense_exchange.h"
+#include "sync/engine_internal.h"
+#include "sync/momentum.h"
 #include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::work_name;
 
 comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) {
   comm::CommOptions co = comm::comm_options_from_config(c);
   co.timeout = o.timeout;
   return co;
-}
-
-// 16-bit tensors travel through fp32 scratch buffers; compress/'s casts are vectorized and saturate
-// (a finite value never becomes inf on the way back).
-void to_float(const void* data, DType t, uint64_t n, float* out) {
-  if (t == DType::kFloat32)
-    std::memcpy(out, data, n * 4);
-  else
-    compress::half::from_half(static_cast<const uint16_t*>(data), out, n, t, 1.0f);
-}
-
-void from_float(const float* in, uint64_t n, DType t, void* data) {
-  if (t == DType::kFloat32)
-    std::memcpy(data, in, n * 4);
-  else
-    compress::half::to_half(in, static_cast<uint16_t*>(data), n, t, 1.0f);
-}
-
-std::string work_name(const WorkId& id) {
-  return (id.kind == WorkKind::kGradient ? "tensor '" : "parameters '") + id.key + "'";
 }
 
 }  // namespace
@@ -112,8 +93,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
   Handle& handle = handles_[h];
   handle.id = id;
   handle.data = data;
+  handle.clip_scale = step_clip_scale_;
   if (kind == WorkKind::kGradient && !localsgd_.exchanges_gradients(completed_steps_)) {
-    handle.done = true;  // LocalSGD's local phase: the gradient stays as it is
+    local_step(t->second, data, handle);  // LocalSGD's local phase: nothing is exchanged
+    handle.done = true;
     return h;
   }
   in_flight_[id] = h;
@@ -164,8 +147,21 @@ bool Engine::test(uint64_t handle) {
   return true;
 }
 
+void Engine::set_gradient_norm(double norm) {
+  if (norm < 0) throw InvalidArgument("gradient norm must be >= 0, got " + std::to_string(norm));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.clip_norm <= 0) return;
+  step_clip_scale_ = clip_scale_for_norm(options_.clip_norm, world_size_, norm);
+}
+
+float Engine::step_clip_scale() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return step_clip_scale_;
+}
+
 bool Engine::end_step() {
   std::lock_guard<std::mutex> lock(mutex_);
+  step_clip_scale_ = -1.0f;
   ++completed_steps_;
   stats_.steps = completed_steps_;
   last_step_stats_ = stats_.minus(stats_at_last_step_);
@@ -263,6 +259,7 @@ void Engine::run() {
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left,
                        bool& busy) {
+  inspect(announce);
   RoundResult r = negotiator_->round(announce, leaving);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -276,147 +273,6 @@ void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& 
   // leaving ranks submit nothing new, so outstanding keys can only be aborted ones.
   all_left = r.all_leaving && negotiator_->outstanding() == 0;
   busy = r.anything_happened || negotiator_->outstanding() > 0;
-}
-
-void Engine::execute(const std::vector<WorkId>& ready) {
-  struct Job {
-    WorkId id;
-    TensorState* tensor;
-    void* data;
-  };
-  std::vector<Job> jobs;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const WorkId& id : ready) {
-      auto f = in_flight_.find(id);
-      GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
-      jobs.push_back({id, &tensors_.at(id.key), handles_[f->second].data});
-    }
-  }
-
-  std::vector<DenseItem> dense, first_average;
-  std::vector<SparseItem> sparse;
-  std::vector<Job*> dense_jobs, first_average_jobs, sparse_jobs;
-  // Buffers for 16-bit DGC tensors and for LocalSGD deltas; stable addresses until the round ends.
-  std::vector<std::vector<float>> deltas;
-  deltas.reserve(jobs.size());
-  uint64_t fallbacks = 0, sparse_count = 0, params = 0, dense_equivalent = 0;
-  auto t0 = Clock::now();
-  for (Job& job : jobs) {
-    TensorState& t = *job.tensor;
-    dense_equivalent += ring_allreduce_bytes(t.numel * 4, world_size_);
-    if (job.id.kind == WorkKind::kAverage) {
-      ++params;
-      if (t.anchor.empty()) {
-        // First average: full values in fp32, which also establishes an identical anchor
-        // everywhere.
-        first_average.push_back({job.data, t.dtype, t.numel});
-        first_average_jobs.push_back(&job);
-      } else {
-        // Later averages send (parameters - anchor): small deltas lose far less in 16 bits.
-        deltas.emplace_back(t.numel);
-        to_float(job.data, t.dtype, t.numel, deltas.back().data());
-        for (uint64_t i = 0; i < t.numel; ++i)
-          deltas.back()[i] -= t.anchor[i];
-        dense.push_back({deltas.back().data(), DType::kFloat32, t.numel});
-        dense_jobs.push_back(&job);
-      }
-      continue;
-    }
-    if (t.policy.kind == ExchangeKind::kDense) {
-      dense.push_back({job.data, t.dtype, t.numel});
-      dense_jobs.push_back(&job);
-      continue;
-    }
-    float* values = static_cast<float*>(job.data);
-    if (t.dtype != DType::kFloat32) {
-      to_float(job.data, t.dtype, t.numel, t.scratch.data());
-      values = t.scratch.data();
-    }
-    if (sparse_is_cheaper(t.codec->next_density(), world_size_)) {
-      sparse.push_back({&t.key, t.codec.get(), values});
-      sparse_jobs.push_back(&job);
-      ++sparse_count;
-    } else {
-      t.codec->dense_step(values);
-      dense.push_back({values, DType::kFloat32, t.numel});
-      dense_jobs.push_back(&job);
-      ++fallbacks;
-    }
-  }
-  double prepare_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  DenseExchangeOptions dense_options{options_.fusion_bytes, options_.half_on_wire,
-                                     options_.half_type, options_.nonfinite};
-  DenseCounters dc;
-  uint64_t received_before = comm_->bytes_received();
-  dense_average(*comm_, dense, dense_options, dc);
-  if (!first_average.empty()) {
-    DenseExchangeOptions fp32 = dense_options;
-    fp32.half_on_wire = false;
-    dense_average(*comm_, first_average, fp32, dc);
-  }
-  SparseCounters sc;
-  if (!sparse.empty()) sparse_average(*comm_, sparse, options_.nonfinite, sc);
-  uint64_t received = comm_->bytes_received() - received_before;
-
-  // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).
-  auto t1 = Clock::now();
-  size_t delta_index = 0;
-  std::vector<std::pair<Job*, bool>> finished;  // job, result is non-finite
-  for (size_t i = 0; i < dense_jobs.size(); ++i) {
-    Job& job = *dense_jobs[i];
-    TensorState& t = *job.tensor;
-    if (job.id.kind == WorkKind::kAverage) {
-      std::vector<float>& delta = deltas[delta_index++];
-      for (uint64_t k = 0; k < t.numel; ++k)
-        delta[k] += t.anchor[k];
-      from_float(delta.data(), t.numel, t.dtype, job.data);
-      to_float(job.data, t.dtype, t.numel, t.anchor.data());
-    } else if (t.policy.kind == ExchangeKind::kSparse && t.dtype != DType::kFloat32) {
-      from_float(t.scratch.data(), t.numel, t.dtype, job.data);
-    }
-    finished.push_back({&job, dense[i].nonfinite_result});
-  }
-  for (size_t i = 0; i < first_average_jobs.size(); ++i) {
-    Job& job = *first_average_jobs[i];
-    TensorState& t = *job.tensor;
-    t.anchor.resize(t.numel);
-    to_float(job.data, t.dtype, t.numel, t.anchor.data());
-    finished.push_back({&job, first_average[i].nonfinite_result});
-  }
-  for (size_t i = 0; i < sparse_jobs.size(); ++i) {
-    Job& job = *sparse_jobs[i];
-    TensorState& t = *job.tensor;
-    if (t.dtype != DType::kFloat32) from_float(t.scratch.data(), t.numel, t.dtype, job.data);
-    finished.push_back({&job, sparse[i].nonfinite_result});
-  }
-  double finish_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [job, nonfinite] : finished) {
-    ++job->tensor->exchanges;
-    if (nonfinite && options_.nonfinite == NonFinitePolicy::kError)
-      complete(job->id, ErrorCode::kInvalidArgument,
-               work_name(job->id) +
-                   " has NaN/Inf values in its average (a rank submitted "
-                   "non-finite values and GRADEX_NONFINITE=error)");
-    else
-      complete(job->id, ErrorCode::kOk, "");
-  }
-  stats_.tensors += jobs.size();
-  stats_.bytes_sent += dc.wire_bytes + sc.wire_bytes;
-  stats_.bytes_received += received;
-  stats_.dense_bytes += dense_equivalent;
-  stats_.sparse_exchanges += sparse_count;
-  stats_.dense_fallbacks += fallbacks;
-  stats_.parameter_averages += params;
-  stats_.saturated += dc.saturated;
-  stats_.nonfinite += dc.nonfinite + sc.nonfinite;
-  stats_.compress_seconds += prepare_seconds + dc.cast_seconds + sc.compress_seconds;
-  stats_.communicate_seconds += dc.communicate_seconds + sc.communicate_seconds;
-  stats_.decode_seconds += sc.decode_seconds + finish_seconds;
-  cv_.notify_all();
 }
 
 std::unique_lock<std::mutex> Engine::wait_until_idle() {

@@ -5,6 +5,7 @@
 // sticky: every outstanding and later handle fails with the same message.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -46,6 +47,15 @@ class Engine {
   // True (and releases the handle, throwing its error if it failed) when done.
   bool test(uint64_t handle);
 
+  // GRADEX_CLIP_NORM > 0: this rank's L2 norm over every gradient it submits in the current step
+  // (as clip_grad_norm_ computes it). Gradients submitted after this call, until end_step(), are
+  // scaled by min(1, GRADEX_CLIP_NORM / sqrt(world size) / norm) before any momentum or residual
+  // sees them. Without the call, each tensor is clipped by its own norm at the same limit. Ignored
+  // when clipping is off. Throws InvalidArgument for a negative norm.
+  void set_gradient_norm(double norm);
+  // The clipping factor set_gradient_norm() fixed for this step, or -1 when none was set.
+  float step_clip_scale() const;
+
   // Ends a step; returns whether LocalSGD wants the parameters averaged now.
   bool end_step();
   bool exchanges_gradients() const;
@@ -55,6 +65,9 @@ class Engine {
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);
+  // gradex's momentum buffer u of a tensor (DGC's u for DGC tensors; empty when GRADEX_MOMENTUM is
+  // 0 or before the first exchange of a dense tensor): for tests and diagnostics.
+  std::vector<float> momentum_of(const std::string& key);
 
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);
@@ -70,11 +83,22 @@ class Engine {
     bool done = false;
     ErrorCode code = ErrorCode::kOk;
     std::string message;
+    // The clipping factor of this gradient's step (-1: none given; clip by the tensor's own norm).
+    float clip_scale = -1.0f;
   };
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data);
+  // LocalSGD's local phase: the gradient stays on this rank, but gradex's momentum (and clipping)
+  // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
+  // in every phase. Called from enqueue with mutex_ held; completes `handle`.
+  void local_step(TensorState& tensor, void* data, Handle& handle);
   void run();
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left, bool& busy);
-  void execute(const std::vector<WorkId>& ready);
+  // Fills in what this rank announces about its gradients: the exchange counter and whether the
+  // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
+  void inspect(std::vector<Announcement>& announce);
+  // The clipping factor of one gradient (fp32 values): the step's, or its own norm's (fallback).
+  float clip_factor(float step_scale, const float* values, uint64_t n);
+  void execute(const std::vector<ReadyWork>& ready);
   void complete(const WorkId& id, ErrorCode code, const std::string& message);
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
@@ -96,6 +120,8 @@ class Engine {
   std::vector<Announcement> to_announce_;
   uint64_t next_handle_ = 1;
   uint64_t completed_steps_ = 0;
+  float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
+  std::atomic<bool> warned_no_norm_{false};
   Stats stats_;
   Stats stats_at_last_step_;
   Stats last_step_stats_;

@@ -11,7 +11,9 @@ namespace gradex::sync {
 namespace {
 
 constexpr uint32_t kStateMagic = 0x54535847;  // "GXST"
-constexpr uint32_t kStateVersion = 1;
+// Version 2 added per tensor: the exchange counter and gradex's momentum of dense-policy tensors.
+// Version 1 states still load (counter from DGC's own step count, momentum empty).
+constexpr uint32_t kStateVersion = 2;
 
 }  // namespace
 
@@ -22,6 +24,16 @@ std::vector<float> Engine::residual_of(const std::string& key) {
   if (!it->second.codec) return {};
   const float* r = it->second.codec->residual();
   return std::vector<float>(r, r + it->second.numel);
+}
+
+std::vector<float> Engine::momentum_of(const std::string& key) {
+  auto lock = wait_until_idle();
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
+  const TensorState& t = it->second;
+  if (!t.codec) return t.momentum;
+  const float* u = t.codec->momentum();
+  return u ? std::vector<float>(u, u + t.numel) : std::vector<float>();
 }
 
 std::vector<uint8_t> Engine::save_state() {
@@ -46,6 +58,9 @@ std::vector<uint8_t> Engine::save_state() {
     }
     w.put<uint64_t>(t.anchor.size());
     w.put_bytes(t.anchor.data(), t.anchor.size() * sizeof(float));
+    w.put<uint64_t>(t.step);
+    w.put<uint64_t>(t.momentum.size());
+    w.put_bytes(t.momentum.data(), t.momentum.size() * sizeof(float));
   }
   return std::move(w.bytes());
 }
@@ -55,7 +70,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   ByteReader r(data, size, "saved gradex state");
   if (r.get<uint32_t>() != kStateMagic) throw StateError("not a gradex state (bad magic)");
   uint32_t version = r.get<uint32_t>();
-  if (version != kStateVersion)
+  if (version != kStateVersion && version != 1)
     throw StateError("gradex state version " + std::to_string(version) +
                      " is not supported (this "
                      "build reads version " +
@@ -79,6 +94,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     uint64_t codec_size = 0;
     const uint8_t* anchor = nullptr;
     uint64_t anchor_size = 0;
+    bool has_step = false;
+    uint64_t step = 0;
+    const uint8_t* momentum = nullptr;
+    uint64_t momentum_size = 0;
   };
   std::vector<Parsed> parsed;
   for (uint32_t i = 0; i < count; ++i) {
@@ -105,6 +124,14 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     if (p.anchor_size != 0 && p.anchor_size != numel)
       throw StateError("tensor '" + key + "' has a LocalSGD anchor of the wrong size");
     p.anchor = r.get_bytes(p.anchor_size * sizeof(float));
+    if (version >= 2) {
+      p.has_step = true;
+      p.step = r.get<uint64_t>();
+      p.momentum_size = r.get<uint64_t>();
+      if (p.momentum_size != 0 && (p.momentum_size != numel || has_codec))
+        throw StateError("tensor '" + key + "' has a momentum buffer of the wrong size");
+      p.momentum = r.get_bytes(p.momentum_size * sizeof(float));
+    }
     parsed.push_back(p);
   }
   r.expect_end();
@@ -125,6 +152,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     t.anchor.resize(parsed[i].anchor_size);
     if (parsed[i].anchor_size)
       std::memcpy(t.anchor.data(), parsed[i].anchor, parsed[i].anchor_size * sizeof(float));
+    t.momentum.resize(parsed[i].momentum_size);
+    if (parsed[i].momentum_size)
+      std::memcpy(t.momentum.data(), parsed[i].momentum, parsed[i].momentum_size * sizeof(float));
+    t.step = parsed[i].has_step ? parsed[i].step : t.codec ? t.codec->steps_done() : 0;
   }
   completed_steps_ = steps;
   stats_.steps = steps;

@@ -2,8 +2,14 @@
 // local and parameters are averaged every `period` steps. Steps are counted by gradex_end_step().
 //
 // Combination with DGC: during the synchronous warm-up, gradients follow the normal policy (dense,
-// fp16 or DGC per tensor); in the local phase no gradient is exchanged, so DGC state is left
+// fp16 or DGC per tensor); in the local phase no gradient is exchanged, so DGC's residual is left
 // untouched.
+//
+// Momentum: whoever owns momentum owns it in every phase. With GRADEX_MOMENTUM = m > 0 (optimizer
+// at momentum 0) the engine applies this rank's momentum to each local-phase gradient in place
+// (g <- u = m*u + g, Nesterov g + m*u), continuing the u of the synchronous phase (DGC's u for DGC
+// tensors), so local steps train like SGD with momentum. With GRADEX_MOMENTUM = 0 local gradients
+// are left exactly as they are and the optimizer's own momentum applies.
 #pragma once
 
 #include <cstdint>

@@ -9,8 +9,9 @@
 namespace gradex::sync {
 namespace {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr uint8_t kFlagLeaving = 1;
+constexpr uint8_t kItemNonFinite = 1;
 
 std::string kind_name(WorkKind k) {
   return k == WorkKind::kGradient ? "tensor" : "parameter";
@@ -30,7 +31,9 @@ std::vector<uint8_t> Negotiator::encode(const std::vector<Announcement>& announc
   for (const auto& a : announcements) {
     w.put<uint8_t>(static_cast<uint8_t>(a.id.kind));
     w.put<uint8_t>(static_cast<uint8_t>(a.dtype));
+    w.put<uint8_t>(a.nonfinite ? kItemNonFinite : 0);
     w.put<uint64_t>(a.numel);
+    w.put<uint64_t>(a.step);
     w.put_string(a.id.key);
   }
   // Rank 0 alone decides which partially announced keys have waited too long.
@@ -84,11 +87,16 @@ void Negotiator::apply(int from, const uint8_t* data, size_t size, RoundResult& 
   for (uint32_t i = 0; i < n; ++i) {
     auto kind = static_cast<WorkKind>(r.get<uint8_t>());
     uint8_t dtype = r.get<uint8_t>();
+    uint8_t item_flags = r.get<uint8_t>();
     uint64_t numel = r.get<uint64_t>();
+    uint64_t step = r.get<uint64_t>();
     std::string key = r.get_string();
     if (kind != WorkKind::kGradient && kind != WorkKind::kAverage)
       throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
                            " has an unknown work kind");
+    if ((item_flags & ~kItemNonFinite) != 0)
+      throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
+                           " has unknown announcement flags " + std::to_string(item_flags));
     if (!dtype_valid(dtype))
       throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
                            " has an unknown dtype " + std::to_string(dtype));
@@ -98,10 +106,14 @@ void Negotiator::apply(int from, const uint8_t* data, size_t size, RoundResult& 
     if (inserted) {
       e.numel.assign(world, -1);
       e.dtype.assign(world, -1);
+      e.step.assign(world, 0);
+      e.flags.assign(world, 0);
       e.first_seen = std::chrono::steady_clock::now();
     }
     e.numel[from] = static_cast<int64_t>(numel);
     e.dtype[from] = dtype;
+    e.step[from] = step;
+    e.flags[from] = item_flags;
     touched.push_back(id);
     result.anything_happened = true;
   }
@@ -168,7 +180,13 @@ RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bo
                                    describe_sizes(e) + ")"});
       if (complete) table_.erase(it);
     } else if (complete) {
-      result.ready.push_back(id);
+      ReadyWork w{id};
+      w.step = *std::max_element(e.step.begin(), e.step.end());
+      for (int r = 0; r < comm_.size(); ++r) {
+        w.steps_differed |= e.step[r] != w.step;
+        if (e.flags[r] & kItemNonFinite) w.nonfinite_ranks.push_back(r);
+      }
+      result.ready.push_back(std::move(w));
       table_.erase(it);
     }
   }

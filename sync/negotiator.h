@@ -9,6 +9,18 @@
 //     way as soon as they do;
 //   - a key some ranks announced and others did not for longer than the timeout fails too. Only
 //     rank 0's clock decides this (it announces the abort), so ranks cannot disagree on it.
+// Each gradient announcement also carries the tensor's exchange counter and a non-finite flag, so
+// that decisions which change state are taken from values every rank sees identically: the
+// agreed step of a ready key is the largest counter announced (DGC's schedule, dense-or-sparse),
+// and its non-finite ranks are those whose gradient held NaN/Inf this time. Both are known to
+// every rank before any rank touches the tensor's momentum or residual.
+//
+// Message format (version 2, little-endian, one message per rank per round):
+//   u8 version (2), u8 flags (bit 0: this rank is leaving), u32 announcement count, then per
+//   announcement: u8 work kind, u8 dtype, u8 flags (bit 0: non-finite gradient), u64 numel,
+//   u64 step (the tensor's exchange counter; 0 for parameter averages), string key
+//   (u32 length + bytes); then u32 abort count and per abort: u8 work kind, string key (rank 0
+//   only).
 #pragma once
 
 #include <chrono>
@@ -36,6 +48,16 @@ struct Announcement {
   WorkId id;
   uint64_t numel = 0;
   DType dtype = DType::kFloat32;
+  uint64_t step = 0;       // the tensor's exchange counter on this rank
+  bool nonfinite = false;  // this rank's gradient holds NaN/Inf
+};
+
+// A key every rank announced consistently, with what all ranks agree on for this exchange.
+struct ReadyWork {
+  WorkId id;
+  uint64_t step = 0;                 // the largest exchange counter any rank announced
+  bool steps_differed = false;       // some rank announced another counter (restored elsewhere?)
+  std::vector<int> nonfinite_ranks;  // ranks whose gradient held NaN/Inf, ascending
 };
 
 struct NegotiationFailure {
@@ -45,7 +67,7 @@ struct NegotiationFailure {
 };
 
 struct RoundResult {
-  std::vector<WorkId> ready;
+  std::vector<ReadyWork> ready;  // ordered by (kind, key)
   std::vector<NegotiationFailure> failed;
   bool all_leaving = false;        // every rank asked to leave in this round
   bool anything_happened = false;  // some rank announced something, or a verdict was reached
@@ -68,6 +90,8 @@ class Negotiator {
   struct Entry {
     std::vector<int64_t> numel;  // per rank, -1 until announced
     std::vector<int> dtype;      // per rank, -1 until announced
+    std::vector<uint64_t> step;  // per rank, as announced
+    std::vector<uint8_t> flags;  // per rank, as announced
     std::chrono::steady_clock::time_point first_seen;
     // A mismatch was found: ranks announcing later fail at once with the same kind of error (not a
     // timeout); the entry goes once every rank has announced.

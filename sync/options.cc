@@ -94,6 +94,9 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.nonfinite = nf == "zero"    ? NonFinitePolicy::kZero
                 : nf == "error" ? NonFinitePolicy::kError
                                 : NonFinitePolicy::kPropagate;
+  o.momentum = static_cast<float>(c.get_float("GRADEX_MOMENTUM"));
+  o.nesterov = c.get_bool("GRADEX_NESTEROV");
+  o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
   o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
   o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
   return o;

@@ -30,6 +30,11 @@ struct EngineOptions {
   double sparsity = 0.999;
   std::vector<PolicyOverride> overrides;
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
+  // GRADEX_MOMENTUM / GRADEX_NESTEROV: gradex owns momentum on every path when momentum > 0.
+  float momentum = 0.9f;
+  bool nesterov = false;
+  // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
+  double clip_norm = 0;
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
   // How long the background thread sleeps between idle negotiation rounds, at most.

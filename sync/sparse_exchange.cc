@@ -18,15 +18,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-constexpr uint8_t kItemNonFinite = 1;
-
-uint64_t count_nonfinite(const float* v, uint64_t n) {
-  uint64_t c = 0;
-  for (uint64_t i = 0; i < n; ++i)
-    c += !std::isfinite(v[i]);
-  return c;
-}
-
 }  // namespace
 
 uint64_t tensor_key_id(const std::string& key) {
@@ -52,6 +43,7 @@ SparseCodec::SparseCodec(const std::string& key, uint64_t key_id, uint64_t numel
                          const config::Config& config, int world_size) {
   compress::DgcOptions o = compress::dgc_options_from_config(config, world_size);
   o.sparsity = sparsity;  // the policy's (a per-tensor override may differ from GRADEX_SPARSITY)
+  o.clip_norm = 0;        // the engine clips (whole-step norm) and passes the factor per step
   impl_ = std::make_unique<Impl>(key, key_id, numel, std::move(o),
                                  compress::wire_options_from_config(config));
 }
@@ -61,22 +53,33 @@ SparseCodec::~SparseCodec() = default;
 uint64_t SparseCodec::numel() const {
   return impl_->dgc.numel();
 }
+uint64_t SparseCodec::steps_done() const {
+  return impl_->dgc.steps_done();
+}
 const float* SparseCodec::residual() const {
   return impl_->dgc.residual();
 }
 
-double SparseCodec::next_density() const {
-  return impl_->dgc.density();
+void SparseCodec::set_step(uint64_t step) {
+  impl_->dgc.set_step(step);
 }
 
-void SparseCodec::dense_step(float* grad) {
+double SparseCodec::density_at(uint64_t step) const {
+  return 1.0 - impl_->dgc.sparsity_at_step(step);
+}
+
+float* SparseCodec::momentum() {
+  return impl_->dgc.mutable_momentum_buffer();
+}
+
+void SparseCodec::dense_step(float* grad, float grad_scale) {
   impl_->dense_out.resize(impl_->dgc.numel());
-  impl_->dgc.step_dense(grad, impl_->dense_out.data());
+  impl_->dgc.step_dense(grad, impl_->dense_out.data(), grad_scale);
   std::memcpy(grad, impl_->dense_out.data(), impl_->dense_out.size() * sizeof(float));
 }
 
-void SparseCodec::compress(const float* grad, std::vector<uint8_t>& out) {
-  const compress::Selection& sel = impl_->dgc.step(grad);
+void SparseCodec::compress(const float* grad, float grad_scale, std::vector<uint8_t>& out) {
+  const compress::Selection& sel = impl_->dgc.step(grad, grad_scale);
   compress::wire::encode(compress::wire::sparse_ref(sel), impl_->key_id, impl_->wire,
                          impl_->encoded);
   out.insert(out.end(), impl_->encoded.begin(), impl_->encoded.end());
@@ -102,29 +105,16 @@ void SparseCodec::load(ByteReader& r) {
 }
 
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                    NonFinitePolicy nonfinite, SparseCounters& counters) {
+                    SparseCounters& counters) {
   const int world = comm.size();
-  // This rank's message: [u32 item count] then per item [u8 flags][u64 length][payload].
+  // This rank's message: [u32 item count] then per item [u64 length][payload].
   auto t0 = Clock::now();
   ByteWriter message;
   message.put<uint32_t>(static_cast<uint32_t>(items.size()));
   std::vector<uint8_t> payload;
   for (SparseItem& item : items) {
-    const uint64_t n = item.codec->numel();
-    uint64_t bad = count_nonfinite(item.values, n);
-    counters.nonfinite += bad;
-    uint8_t flags = 0;
     payload.clear();
-    if (bad > 0 && nonfinite == NonFinitePolicy::kZero) {
-      for (uint64_t i = 0; i < n; ++i)
-        if (!std::isfinite(item.values[i])) item.values[i] = 0;
-      bad = 0;
-    }
-    if (bad > 0)
-      flags |= kItemNonFinite;  // DGC state is left untouched for this step
-    else
-      item.codec->compress(item.values, payload);
-    message.put<uint8_t>(flags);
+    item.codec->compress(item.values, item.grad_scale, payload);
     message.put<uint64_t>(payload.size());
     message.put_bytes(payload.data(), payload.size());
   }
@@ -132,8 +122,16 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
 
   auto t1 = Clock::now();
   uint64_t sent_before = comm.bytes_sent();
-  std::vector<comm::Bytes> all =
-      comm::allgatherv(comm, message.bytes().data(), message.bytes().size());
+  std::vector<comm::Bytes> all;
+  try {
+    all = comm::allgatherv(comm, message.bytes().data(), message.bytes().size());
+  } catch (const Error& e) {
+    std::string keys;
+    for (size_t i = 0; i < items.size() && i < 8; ++i)
+      keys += (keys.empty() ? "'" : ", '") + *items[i].key + "'";
+    if (items.size() > 8) keys += ", ...";
+    throw Error(e.code(), "sparse exchange of [" + keys + "]: " + e.what());
+  }
   counters.wire_bytes += comm.bytes_sent() - sent_before;
   counters.communicate_seconds += seconds_since(t1);
 
@@ -151,13 +149,8 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
                            std::to_string(count) + " tensors, expected " +
                            std::to_string(items.size()));
     for (SparseItem& item : items) {
-      uint8_t flags = reader.get<uint8_t>();
       uint64_t length = reader.get<uint64_t>();
       const uint8_t* data = reader.get_bytes(length);
-      if (flags & kItemNonFinite) {
-        item.nonfinite_result = true;
-        continue;
-      }
       try {
         item.codec->accumulate(data, length, scale, item.values);
       } catch (const CorruptPayload& e) {
@@ -167,10 +160,6 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
     }
     reader.expect_end();
   }
-  for (SparseItem& item : items)
-    if (item.nonfinite_result)
-      std::fill(item.values, item.values + item.codec->numel(),
-                std::numeric_limits<float>::quiet_NaN());
   counters.decode_seconds += seconds_since(t2);
 }
 

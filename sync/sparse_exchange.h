@@ -25,14 +25,19 @@ class SparseCodec {
               const config::Config& config, int world_size);
   ~SparseCodec();
 
-  // Density (1 - sparsity) the next step will use (the warm-up schedule advances per step).
-  double next_density() const;
+  // Moves the schedule to `step` (the tensor's exchange counter that every rank agrees on).
+  void set_step(uint64_t step);
+  // Density (1 - sparsity) of the schedule at `step`.
+  double density_at(uint64_t step) const;
   // A dense step: `grad` (in) becomes what this rank sends densely (the momentum-corrected,
   // accumulated update); the residual is cleared and the step counted, so nothing is lost or sent
-  // twice.
-  void dense_step(float* grad);
-  // A sparse step: compresses `grad` into an encoded payload appended to `out`.
-  void compress(const float* grad, std::vector<uint8_t>& out);
+  // twice. The momentum buffer is kept. `grad_scale` is the step's clipping factor.
+  void dense_step(float* grad, float grad_scale = 1.0f);
+  // A sparse step: compresses `grad` (times grad_scale) into an encoded payload appended to `out`.
+  void compress(const float* grad, float grad_scale, std::vector<uint8_t>& out);
+  // DGC's momentum buffer u (null when GRADEX_MOMENTUM is 0): read for diagnostics, written by
+  // LocalSGD's local phase.
+  float* momentum();
   // Decodes one rank's payload and adds value * scale into `sum`. CorruptPayload on bad input.
   void accumulate(const uint8_t* payload, size_t size, float scale, float* sum) const;
 
@@ -40,6 +45,7 @@ class SparseCodec {
   void load(ByteReader& r);
 
   uint64_t numel() const;
+  uint64_t steps_done() const;
   const float* residual() const;
 
  private:
@@ -50,24 +56,22 @@ class SparseCodec {
 struct SparseItem {
   const std::string* key = nullptr;
   SparseCodec* codec = nullptr;
-  float* values = nullptr;        // in: this rank's gradient; out: the average over ranks
-  bool nonfinite_result = false;  // out: some rank's gradient held NaN/Inf (the average is NaN)
+  float* values = nullptr;  // in: this rank's gradient (finite); out: the average over ranks
+  float grad_scale = 1.0f;  // the step's clipping factor for this rank's gradient
 };
 
 struct SparseCounters {
   uint64_t wire_bytes = 0;
   uint64_t received_bytes = 0;
-  uint64_t nonfinite = 0;
   double compress_seconds = 0;
   double communicate_seconds = 0;
   double decode_seconds = 0;
 };
 
-// Collective: identical item lists (keys, order) on every rank. A gradient holding NaN/Inf never
-// enters DGC state (it would stay in the residual forever): with kZero those values are zeroed
-// first; otherwise the rank skips the step for that tensor and flags it, and every rank's average
-// becomes NaN, which is what a plain allreduce would give (AMP's scaler then skips the step).
+// Collective: identical item lists (keys, order) on every rank. Gradients must be finite: the
+// engine keeps a gradient that is non-finite on any rank out of every rank's exchange (it would
+// stay in the residual forever), deciding that from the flag carried in negotiation.
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                    NonFinitePolicy nonfinite, SparseCounters& counters);
+                    SparseCounters& counters);
 
 }  // namespace gradex::sync

@@ -20,7 +20,13 @@ struct TensorState {
   DType dtype = DType::kFloat32;
   TensorPolicy policy;
   std::unique_ptr<SparseCodec> codec;  // DGC state; set when policy.kind == kSparse
-  std::vector<float> scratch;          // fp32 view of a 16-bit tensor for the sparse path
+  std::vector<float> scratch;          // fp32 view of a 16-bit tensor (sparse path, momentum)
+  // gradex's momentum u of a dense-policy tensor (GRADEX_MOMENTUM > 0; empty until first used).
+  // DGC tensors keep theirs inside the codec.
+  std::vector<float> momentum;
+  // The tensor's exchange counter: how many gradient exchanges of it every rank has negotiated.
+  // Carried in negotiation (ranks agree on the maximum) and drives DGC's schedule.
+  uint64_t step = 0;
   std::vector<float> anchor;  // LocalSGD: the last averaged parameters (empty before the first)
   uint64_t exchanges = 0;
 

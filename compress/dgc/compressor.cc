@@ -33,6 +33,10 @@ double DgcCompressor::sparsity() const {
   return sparsity_at(options_, step_);
 }
 
+double DgcCompressor::sparsity_at_step(uint64_t step) const {
+  return sparsity_at(options_, step);
+}
+
 size_t DgcCompressor::target_count() const {
   return count_bounds(options_, numel_, sparsity()).k;
 }
@@ -52,11 +56,11 @@ float DgcCompressor::clip_scale(const float* grad) const {
   return static_cast<float>(limit / norm);
 }
 
-void DgcCompressor::update(const float* grad, float hint, int threads) {
+void DgcCompressor::update(const float* grad, float grad_scale, float hint, int threads) {
   UpdateParams p;
   p.momentum = options_.momentum;
   p.nesterov = options_.nesterov;
-  p.grad_scale = clip_scale(grad);
+  p.grad_scale = clip_scale(grad) * grad_scale;
   p.hint = hint;
   float* u = u_.empty() ? nullptr : u_.data();
   parallel_chunks(numel_, threads, [&](int c, size_t b, size_t e) {
@@ -73,7 +77,7 @@ void DgcCompressor::collect(float t, int threads, size_t* total) {
     *total += found_[c];
 }
 
-const Selection& DgcCompressor::step(const float* grad) {
+const Selection& DgcCompressor::step(const float* grad, float grad_scale) {
   if (numel_ > 0 && grad == nullptr) throw InvalidArgument("DgcCompressor::step: grad is null");
   const double sparsity = sparsity_at(options_, step_);
   const CountBounds b = count_bounds(options_, numel_, sparsity);
@@ -98,7 +102,7 @@ const Selection& DgcCompressor::step(const float* grad) {
                      : use_hint
                          ? std::max(last_threshold_ * growth * options_.hint_margin, kMinThreshold)
                          : std::numeric_limits<float>::infinity();
-  update(grad, hint, threads);
+  update(grad, grad_scale, hint, threads);
 
   sel_.indices.clear();
   sel_.step = step_;
@@ -185,19 +189,17 @@ void DgcCompressor::finish_selection() {
   }
 }
 
-void DgcCompressor::step_dense(const float* grad, float* dense_out) {
+void DgcCompressor::step_dense(const float* grad, float* dense_out, float grad_scale) {
   if (numel_ > 0 && (grad == nullptr || dense_out == nullptr))
     throw InvalidArgument("DgcCompressor::step_dense: null buffer");
   const int threads = pick_threads(numel_, options_.threads, options_.parallel_min_elements);
   cand_cap_ = 0;
   if (static_cast<int>(cand_.size()) < threads) cand_.resize(threads);
   found_.assign(threads, 0);
-  update(grad, std::numeric_limits<float>::infinity(), threads);
-  float* u = u_.empty() ? nullptr : u_.data();
+  update(grad, grad_scale, std::numeric_limits<float>::infinity(), threads);
   parallel_chunks(numel_, threads, [&](int, size_t b, size_t e) {
     std::copy(v_.begin() + b, v_.begin() + e, dense_out + b);
     std::fill(v_.begin() + b, v_.begin() + e, 0.0f);
-    if (u) std::fill(u + b, u + e, 0.0f);
   });
   ++step_;
 }

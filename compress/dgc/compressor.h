@@ -5,7 +5,8 @@
 //   u <- m*u + g';  v <- v + u   (Nesterov: v <- v + g' + m*u)
 //   select S = the elements of largest |v| (about k = (1 - sparsity)*numel of them, never more
 //   than the hard cap, at least one when v is non-zero), send their values, then zero them in v
-//   (keeping the rounding error when values are 16-bit) and in u (momentum factor masking).
+//   (keeping the rounding error when values are 16-bit) and in u (momentum factor masking);
+//   dense step: send all of v, zero v, keep u (see step_dense).
 // Invariant, exactly in fp32, for every element i: sent_i + v_new_i == v_old_i + update_i, where
 // v_old_i + update_i is the v computed above and sent_i is 0 for unselected elements.
 #pragma once
@@ -48,15 +49,28 @@ class DgcCompressor {
   double density() const { return 1.0 - sparsity(); }
   size_t target_count() const;
 
-  // One sparse step. grad holds numel floats. The result is valid until the next call.
-  const Selection& step(const float* grad);
+  // One sparse step. grad holds numel floats; it is multiplied by grad_scale (a clipping factor
+  // decided by the caller, e.g. from the whole model's norm) and by the options' own clipping
+  // factor before it enters u and v. The result is valid until the next call.
+  const Selection& step(const float* grad, float grad_scale = 1.0f);
   // One dense step: the same update, then the whole new v is written to dense_out (numel floats)
-  // and v and u are zeroed, so the invariant holds with every element sent.
-  void step_dense(const float* grad, float* dense_out);
+  // and v is zeroed, so the invariant holds with every element sent. u is kept: a dense step is
+  // an ordinary momentum-SGD step (dense_out = u when v was empty), and the momentum carries over
+  // into later sparse steps. (The paper's masking of every sent element would leave a dense step
+  // without momentum at all.)
+  void step_dense(const float* grad, float* dense_out, float grad_scale = 1.0f);
+  // Moves the schedule to step `step` (0-based): the sparsity, target count and sampling seed of
+  // the next step derive from it. The engine sets it from the step counter all ranks agree on.
+  void set_step(uint64_t step) { step_ = step; }
+  // Sparsity / density at an arbitrary step (the schedule alone, no state).
+  double sparsity_at_step(uint64_t step) const;
 
   // Read-only views of the state (u is null when momentum is 0).
   const float* residual() const { return v_.data(); }
   const float* momentum_buffer() const { return u_.empty() ? nullptr : u_.data(); }
+  // Writable u, for the engine's LocalSGD local phase (which continues this rank's momentum
+  // outside DGC); null when momentum is 0.
+  float* mutable_momentum_buffer() { return u_.empty() ? nullptr : u_.data(); }
 
   // Checkpointing. The blob is versioned and carries numel and a checksum; load_state throws
   // StateError when the version, numel or momentum layout does not match, CorruptPayload when
@@ -68,7 +82,7 @@ class DgcCompressor {
 
  private:
   float clip_scale(const float* grad) const;
-  void update(const float* grad, float hint, int threads);
+  void update(const float* grad, float grad_scale, float hint, int threads);
   void select(int threads);
   void collect(float t, int threads, size_t* total);
   void finish_selection();

@@ -110,6 +110,17 @@ gradex_status_t gradex_wait(gradex_engine_t* engine, gradex_handle_t handle);
 /* Non-blocking: *done = 1 when complete (then returns its status and releases it), else 0. */
 gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int* done);
 
+/* Gradient clipping by the whole model's norm (GRADEX_CLIP_NORM = C > 0; ignored when it is 0).
+ * Call once per step, BEFORE the first gradex_submit of that step, with this rank's L2 norm over every
+ * gradient it will submit in the step (the norm of their concatenation, as torch's clip_grad_norm_
+ * computes it; dense and DGC tensors alike). Every gradient submitted after the call until
+ * gradex_end_step is scaled by min(1, C / sqrt(world size) / norm) before any momentum or residual sees
+ * it (the DGC paper's local clipping, applied on every rank with its own norm). A NaN/Inf norm means no
+ * clipping (a non-finite gradient is handled by GRADEX_NONFINITE). In a step without this call each
+ * tensor is clipped by its own norm at the same limit (a warning is logged once). Fails with
+ * GRADEX_ERR_INVALID_ARGUMENT for a negative norm. */
+gradex_status_t gradex_set_gradient_norm(gradex_engine_t* engine, double norm);
+
 /* Ends a training step (call once per step, after the optimizer step). *average_now = 1 when LocalSGD is
  * active and parameters should be averaged now (every GRADEX_LOCALSGD_PERIOD steps after its warm-up). */
 gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now);

@@ -83,6 +83,7 @@ def lib():
             "gradex_wait": (status, [engine_p, ctypes.c_uint64]),
             "gradex_test": (status, [engine_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]),
             "gradex_end_step": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
+            "gradex_set_gradient_norm": (status, [engine_p, ctypes.c_double]),
             "gradex_exchanges_gradients": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_stats": (status, [engine_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
             "gradex_save_state": (status, [engine_p, ctypes.c_void_p, ctypes.c_size_t,
@@ -232,6 +233,11 @@ class Engine:
 
     def wait(self, handle):
         check(lib().gradex_wait(self._engine(), handle))
+
+    def set_gradient_norm(self, norm):
+        """GRADEX_CLIP_NORM > 0: this rank's L2 norm over all gradients of the current step, given before
+        the step's first submit; gradients submitted until end_step() are clipped by it (see gradex.h)."""
+        check(lib().gradex_set_gradient_norm(self._engine(), float(norm)))
 
     def end_step(self):
         """Ends a step; True when LocalSGD says to average parameters now."""

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/error.h"
 #include "comm/collectives.h"
 #include "tests/comm/rank_harness.h"
 #include "tests/comm/reference.h"
@@ -163,6 +164,90 @@ TEST(Collectives, InterleavedKindsKeepTheirMessagesApart) {
           throw std::runtime_error("interleaved allgatherv wrong");
     }
   });
+}
+
+// Ranks that disagree on what they exchange: every rank fails (none hangs), and the rank whose
+// length check sees the disagreement says so, naming the operation, both ranks and both lengths.
+struct Outcome {
+  std::vector<std::string> messages;
+  std::vector<ErrorCode> codes;
+};
+
+Outcome run_disagreeing(int P, size_t chunk_bytes, const std::function<void(Communicator&)>& fn) {
+  comm::CommOptions o = test_options();
+  o.timeout = std::chrono::milliseconds(3000);
+  o.ring_chunk_bytes = chunk_bytes;
+  Outcome out;
+  out.messages.assign(static_cast<size_t>(P), "");
+  out.codes.assign(static_cast<size_t>(P), ErrorCode::kOk);
+  run_ranks(
+      P,
+      [&](Communicator& c) {
+        try {
+          fn(c);
+        } catch (const Error& e) {
+          out.messages[static_cast<size_t>(c.rank())] = e.what();
+          out.codes[static_cast<size_t>(c.rank())] = e.code();
+        }
+      },
+      o);
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(LengthCheck, AllreduceCountDisagreementIsCaught) {
+  // P = 2: rank 1 sums 101 elements, rank 0 sums 100. P = 3: rank 2 has one more, small chunks.
+  for (auto [P, chunk] : {std::pair<int, size_t>{2, 256 << 10}, {3, 64}}) {
+    Outcome out = run_disagreeing(P, chunk, [&](Communicator& c) {
+      size_t count = c.rank() == P - 1 ? 1001 : 1000;
+      std::vector<float> v(count, 1.0f);
+      comm::allreduce_sum(c, v.data(), count, DType::kFloat32);
+    });
+    int caught = 0;
+    for (int r = 0; r < P; ++r) {
+      const std::string& m = out.messages[static_cast<size_t>(r)];
+      EXPECT_NE(out.codes[static_cast<size_t>(r)], ErrorCode::kOk)
+          << "P=" << P << ": rank " << r << " finished a disagreeing allreduce";
+      if (out.codes[static_cast<size_t>(r)] != ErrorCode::kMismatch) continue;
+      ++caught;
+      EXPECT_TRUE(contains(m, "allreduce: rank " + std::to_string(r) + " received") &&
+                  contains(m, "expected") && contains(m, "disagree") &&
+                  contains(m, "rank " + std::to_string((r + P - 1) % P)))
+          << m;
+    }
+    EXPECT_GE(caught, 1) << "P=" << P << ": no rank's length check fired";
+  }
+}
+
+TEST(LengthCheck, RanksInDifferentCollectivesAreCaught) {
+  // Rank 1 runs an allreduce while rank 0 runs an allgatherv: with 64-byte chunks rank 1's check
+  // sees rank 0's 8-byte size message; with 4-byte chunks rank 0's allgatherv check sees a 4-byte
+  // chunk where a size belongs.
+  for (size_t chunk : {size_t{64}, size_t{4}}) {
+    Outcome out = run_disagreeing(2, chunk, [&](Communicator& c) {
+      std::vector<float> v(100, 1.0f);
+      if (c.rank() == 0)
+        comm::allgatherv(c, v.data(), 8);
+      else
+        comm::allreduce_sum(c, v.data(), v.size(), DType::kFloat32);
+    });
+    EXPECT_NE(out.codes[0], ErrorCode::kOk);
+    EXPECT_NE(out.codes[1], ErrorCode::kOk);
+    const int checker = chunk == 64 ? 1 : 0;
+    const std::string& m = out.messages[static_cast<size_t>(checker)];
+    EXPECT_EQ(out.codes[static_cast<size_t>(checker)], ErrorCode::kMismatch) << m;
+    if (chunk == 64)
+      EXPECT_TRUE(contains(m, "allreduce: rank 1 received 8 bytes from rank 0") &&
+                  contains(m, "expected 64"))
+          << m;
+    else
+      EXPECT_TRUE(contains(m, "allgatherv: rank 0 received 4 bytes of size from rank 1") &&
+                  contains(m, "expected 8"))
+          << m;
+  }
 }
 
 }  // namespace

@@ -222,7 +222,8 @@ TEST(Dgc, ConstantTensorsTieBreakByLowerIndex) {
     ASSERT_EQ(sel.indices[j], j);
 }
 
-TEST(Dgc, DenseStepSendsEverythingAndClearsState) {
+// A dense step sends all of v and empties it, but keeps u: the momentum goes on.
+TEST(Dgc, DenseStepSendsEverythingClearsResidualAndKeepsMomentum) {
   DgcOptions o;
   o.momentum = 0.9f;
   DgcCompressor dgc(5000, o);
@@ -233,11 +234,62 @@ TEST(Dgc, DenseStepSendsEverythingAndClearsState) {
   std::vector<float> out(5000);
   dgc.step_dense(g.data(), out.data());
   for (size_t i = 0; i < 5000; ++i) {
-    ASSERT_EQ(out[i], v_old[i] + (0.9f * u_old[i] + g[i]));
+    const float u_new = 0.9f * u_old[i] + g[i];
+    ASSERT_EQ(out[i], v_old[i] + u_new);
     ASSERT_EQ(dgc.residual()[i], 0.0f);
-    ASSERT_EQ(dgc.momentum_buffer()[i], 0.0f);
+    ASSERT_EQ(dgc.momentum_buffer()[i], u_new);
   }
   EXPECT_EQ(dgc.steps_done(), 2u);
+}
+
+// From an empty state, dense steps are exactly SGD with momentum (and Nesterov): what is sent is
+// u (or g + m*u), and a later sparse step starts from the carried u.
+TEST(Dgc, DenseStepsAreMomentumSgdAndCarryIntoSparseSteps) {
+  for (bool nesterov : {false, true}) {
+    DgcOptions o;
+    o.momentum = 0.9f;
+    o.nesterov = nesterov;
+    o.sparsity = 0.99;
+    o.value_dtype = DType::kFloat32;
+    const size_t n = 4000;
+    DgcCompressor dgc(n, o);
+    std::vector<float> u(n, 0.0f), out(n);
+    for (int s = 0; s < 5; ++s) {
+      auto g = random_grad(n, 40 + s);
+      dgc.step_dense(g.data(), out.data(), 0.5f);
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] * 0.5f;
+        u[i] = 0.9f * u[i] + gi;
+        const float expected = nesterov ? gi + 0.9f * u[i] : u[i];
+        ASSERT_EQ(out[i], expected) << "step " << s << " element " << i;
+        ASSERT_EQ(dgc.momentum_buffer()[i], u[i]);
+      }
+    }
+    auto g = random_grad(n, 99);
+    const Selection& sel = dgc.step(g.data());
+    std::vector<bool> selected(n, false);
+    for (uint32_t i : sel.indices)
+      selected[i] = true;
+    for (size_t i = 0; i < n; ++i) {
+      const float u_new = 0.9f * u[i] + g[i];
+      const float v_new = nesterov ? g[i] + 0.9f * u_new : u_new;
+      ASSERT_EQ(dgc.momentum_buffer()[i], selected[i] ? 0.0f : u_new) << i;
+      ASSERT_EQ(dgc.residual()[i], selected[i] ? 0.0f : v_new) << i;
+    }
+  }
+}
+
+TEST(Dgc, SetStepMovesTheSchedule) {
+  DgcOptions o;
+  o.sparsity = 0.999;
+  o.warmup_steps = 8;
+  DgcCompressor dgc(1000, o);
+  EXPECT_DOUBLE_EQ(dgc.sparsity(), 0.75);
+  dgc.set_step(5);
+  EXPECT_DOUBLE_EQ(dgc.sparsity(), 0.984375);
+  EXPECT_DOUBLE_EQ(dgc.sparsity_at_step(2), 0.9375);
+  EXPECT_DOUBLE_EQ(dgc.sparsity_at_step(100), 0.999);
+  EXPECT_EQ(dgc.steps_done(), 5u);
 }
 
 TEST(Dgc, ClippingScalesTheGradientToTheLocalNorm) {

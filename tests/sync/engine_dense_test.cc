@@ -24,7 +24,7 @@ TEST(EngineDense, Fp32AverageIsExactAndOrderIndependent) {
   const int world = 3;
   const std::vector<uint64_t> sizes = {1, 7, 100, 5000, 0, 40000};
   auto results = run_ranks(
-      world, {"GRADEX_FP16=0", "GRADEX_SPARSITY=0", "GRADEX_FUSION_MB=0.01"},
+      world, {"GRADEX_FP16=0", "GRADEX_SPARSITY=0", "GRADEX_FUSION_MB=0.01", "GRADEX_MOMENTUM=0"},
       [&](RankContext& ctx) -> std::string {
         std::vector<std::vector<float>> data(sizes.size());
         for (size_t t = 0; t < sizes.size(); ++t)

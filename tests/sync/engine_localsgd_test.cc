@@ -14,7 +14,7 @@ TEST(EngineLocalSgd, WarmupThenPeriodicAveragingGivesIdenticalParameters) {
     auto results = run_ranks(
         world,
         {"GRADEX_LOCALSGD_PERIOD=4", "GRADEX_LOCALSGD_WARMUP_STEPS=2",
-         std::string("GRADEX_FP16=") + fp16, "GRADEX_SPARSITY=0"},
+         std::string("GRADEX_FP16=") + fp16, "GRADEX_SPARSITY=0", "GRADEX_MOMENTUM=0"},
         [&](RankContext& ctx) -> std::string {
           RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
           std::vector<float> params(n, 0.5f);  // identical start
@@ -62,5 +62,57 @@ TEST(EngineLocalSgd, WarmupThenPeriodicAveragingGivesIdenticalParameters) {
           return "";
         });
     EXPECT_EQ(failures(results), "") << "GRADEX_FP16=" << fp16;
+  }
+}
+
+// GRADEX_MOMENTUM > 0 with the optimizer at momentum 0: local steps still get momentum, this rank's
+// u continuing from the synchronous steps, for dense-policy tensors and DGC tensors alike (the DGC
+// tensor here is in its dense warm-up, so its u is the plain per-rank momentum too).
+TEST(EngineLocalSgd, LocalStepsKeepGradexMomentum) {
+  for (const char* nesterov : {"0", "1"}) {
+    const int world = 2;
+    const uint64_t small = 700, big = 20000;
+    auto results = run_ranks(
+        world,
+        {"GRADEX_LOCALSGD_PERIOD=3", "GRADEX_LOCALSGD_WARMUP_STEPS=2", "GRADEX_FP16=0",
+         "GRADEX_MOMENTUM=0.9", std::string("GRADEX_NESTEROV=") + nesterov, "GRADEX_SPARSITY=0.999",
+         "GRADEX_WARMUP_STEPS=400", "GRADEX_DENSE_THRESHOLD=5000"},
+        [&](RankContext& ctx) -> std::string {
+          const bool nag = nesterov[0] == '1';
+          RANK_OK(
+              gradex_register_tensor(ctx.engine, "b", small, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+          RANK_OK(gradex_register_tensor(ctx.engine, "w", big, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+          std::vector<float> ub(small, 0.0f), uw(big, 0.0f);  // this rank's own momentum
+          for (int step = 0; step < 6; ++step) {
+            std::vector<float> b = test_vector(61, ctx.rank, step, small);
+            std::vector<float> w = test_vector(62, ctx.rank, step, big);
+            std::vector<float> want_b(small), want_w(big);
+            for (uint64_t i = 0; i < small; ++i) {
+              ub[i] = 0.9f * ub[i] + b[i];
+              want_b[i] = nag ? b[i] + 0.9f * ub[i] : ub[i];
+            }
+            for (uint64_t i = 0; i < big; ++i) {
+              uw[i] = 0.9f * uw[i] + w[i];
+              want_w[i] = nag ? w[i] + 0.9f * uw[i] : uw[i];
+            }
+            gradex_handle_t hb, hw;
+            RANK_OK(gradex_submit(ctx.engine, "b", b.data(), &hb));
+            RANK_OK(gradex_submit(ctx.engine, "w", w.data(), &hw));
+            RANK_OK(gradex_wait(ctx.engine, hb));
+            RANK_OK(gradex_wait(ctx.engine, hw));
+            RANK_OK(gradex_end_step(ctx.engine, nullptr));
+            if (step < 2) continue;  // synchronous: averages (covered by the momentum tests)
+            for (uint64_t i = 0; i < small; ++i)
+              RANK_REQUIRE(
+                  std::fabs(b[i] - want_b[i]) <= 1e-6f * (std::fabs(want_b[i]) + 1),
+                  "local step " << step << " b[" << i << "] " << b[i] << " vs " << want_b[i]);
+            for (uint64_t i = 0; i < big; ++i)
+              RANK_REQUIRE(
+                  std::fabs(w[i] - want_w[i]) <= 1e-6f * (std::fabs(want_w[i]) + 1),
+                  "local step " << step << " w[" << i << "] " << w[i] << " vs " << want_w[i]);
+          }
+          return "";
+        });
+    EXPECT_EQ(failures(results), "") << "GRADEX_NESTEROV=" << nesterov;
   }
 }

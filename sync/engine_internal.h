@@ -1,0 +1,34 @@
+// Helpers shared by the engine's source files (engine.cc, engine_execute.cc, engine_state.cc).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "base/dtype.h"
+#include "compress/half/cast.h"
+#include "sync/negotiator.h"
+
+namespace gradex::sync::detail {
+
+// 16-bit tensors travel through fp32 scratch buffers; compress/'s casts are vectorized and saturate
+// (a finite value never becomes inf on the way back).
+inline void to_float(const void* data, DType t, uint64_t n, float* out) {
+  if (t == DType::kFloat32)
+    std::memcpy(out, data, n * 4);
+  else
+    compress::half::from_half(static_cast<const uint16_t*>(data), out, n, t, 1.0f);
+}
+
+inline void from_float(const float* in, uint64_t n, DType t, void* data) {
+  if (t == DType::kFloat32)
+    std::memcpy(data, in, n * 4);
+  else
+    compress::half::to_half(in, static_cast<uint16_t*>(data), n, t, 1.0f);
+}
+
+inline std::string work_name(const WorkId& id) {
+  return (id.kind == WorkKind::kGradient ? "tensor '" : "parameters '") + id.key + "'";
+}
+
+}  // namespace gradex::sync::detail
