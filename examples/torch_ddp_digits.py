@@ -48,7 +48,8 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     mode "ddp": DDP over the default (gloo) group, SGD with momentum 0.9.
     mode "dgc": the same model through gx.hook with DGC at 99.9% after `warmup` steps; gradex applies
       momentum correction (GRADEX_MOMENTUM=0.9), so SGD runs with momentum 0.
-    mode "localsgd": gx.LocalSGD averages parameters every `period` steps after `warmup` synchronous ones.
+    mode "localsgd": gx.LocalSGD averages parameters every `period` steps after `warmup` synchronous ones;
+      gradex applies the momentum in both phases (GRADEX_MOMENTUM=0.9 by default), SGD runs with momentum 0.
     on_step(step, gradex_object) is called after every step (the tests read gx.stats() there)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     train_x, train_y, test_x, test_y = load_digits()
@@ -67,6 +68,9 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
         settings = {"GRADEX_SPARSITY": "0"}  # dense (fp16) gradients during the synchronous warm-up
         settings.update(config or {})
         helper = gx.LocalSGD(ddp, period=period, warmup_steps=warmup, config=settings)
+        # GRADEX_MOMENTUM (default 0.9) is gradex's in both phases: synchronous steps send momentum,
+        # local steps get it applied in place. So SGD runs with momentum 0 here too.
+        momentum = 0.0
     elif mode != "ddp":
         raise ValueError(f"unknown mode {mode!r}")
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)

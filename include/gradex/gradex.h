@@ -96,7 +96,13 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
                                        gradex_dtype_t dtype, gradex_device_t device);
 
 /* Submits this step's gradient of a registered tensor. On completion `data` holds the average over ranks
- * (or, during LocalSGD's local phase, is left as it is). */
+ * of what each rank sends: with GRADEX_MOMENTUM = m > 0 gradex owns momentum, so that is each rank's
+ * momentum u = m*u + g (Nesterov: g + m*u; DGC tensors: their sparse update), i.e. SGD with momentum's
+ * step when the optimizer runs with momentum 0; with m = 0 the plain average. When any rank's gradient
+ * of the tensor holds NaN/Inf, every rank learns it before any state changes: no rank updates its
+ * momentum or residual, and GRADEX_NONFINITE=propagate gives every rank an all-NaN result, =error fails
+ * the handle on every rank, =zero replaces the bad values by 0 first. During LocalSGD's local phase
+ * nothing is exchanged: `data` is left as it is with m = 0, or becomes this rank's momentum with m > 0. */
 gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
                               gradex_handle_t* handle);
 

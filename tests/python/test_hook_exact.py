@@ -1,5 +1,6 @@
 """The DDP comm hook against gloo's allreduce: exact with GRADEX_SPARSITY=0 and fp32, within fp16 rounding
-with fp16 on the wire."""
+with fp16 on the wire. GRADEX_MOMENTUM=0 here: with m > 0 gradex applies momentum on the dense path too, and
+the hook's output is then SGD-with-momentum's step, not the plain average."""
 import torch_ranks as ranks
 
 
@@ -58,17 +59,18 @@ def _check_exact(results):
 
 
 def test_sparsity0_fp32_equals_gloo_average_two_ranks():
-    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_TIMEOUT_S": "60"}
+    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_TIMEOUT_S": "60"}
     _check_exact(ranks.run(_hook_vs_gloo, 2, env=env, args=(False,)))
 
 
 def test_sparsity0_fp32_equals_gloo_average_four_ranks():
-    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_TIMEOUT_S": "60"}
+    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_TIMEOUT_S": "60"}
     _check_exact(ranks.run(_hook_vs_gloo, 4, env=env, args=(True,)))
 
 
 def test_fp16_within_fp16_rounding():
-    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "1", "GRADEX_HALF_TYPE": "fp16", "GRADEX_TIMEOUT_S": "60"}
+    env = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "1", "GRADEX_HALF_TYPE": "fp16", "GRADEX_MOMENTUM": "0",
+           "GRADEX_TIMEOUT_S": "60"}
     results = ranks.run(_hook_vs_gloo, 4, env=env, args=(False,))
     some_error = False
     for rank_result in results:
