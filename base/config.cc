@@ -255,8 +255,13 @@ std::string Config::describe() const {
   std::ostringstream os;
   for (const auto& s : registry()) {
     const Value& v = values_.find(s.name)->second;
-    os << s.name << "=" << v.text << "    [" << source_name(v.source) << "; default '"
-       << s.default_value << "'; " << describe_range(s) << "]\n    " << s.help << "\n";
+    // Secrets are never printed, only whether one is set.
+    const bool hidden = std::string_view(s.name).find("SECRET") != std::string_view::npos &&
+                        std::string_view(s.name).find("FILE") == std::string_view::npos &&
+                        !v.text.empty();
+    os << s.name << "=" << (hidden ? "<hidden>" : v.text) << "    [" << source_name(v.source)
+       << "; default '" << s.default_value << "'; " << describe_range(s) << "]\n    " << s.help
+       << "\n";
   }
   for (const auto& name : unknown_names_)
     os << name << "    [unknown: ignored]\n";

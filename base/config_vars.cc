@@ -28,6 +28,21 @@ const std::vector<VarSpec>& registry() {
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr,
+     "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
+     "logs which ranks are late and which keys they miss (then at most once per this interval), "
+     "long before the GRADEX_TIMEOUT_S error. 0: off."},
+    {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr,
+     "A secret shared by every rank of the job. When set, the gradex TCP store and its clients "
+     "authenticate each other, published UCX addresses carry an HMAC, and every pair of ranks "
+     "proves knowledge of the secret (HMAC-SHA256 challenge-response) before any data is exchanged; "
+     "a client or rank without it is refused. Never printed (gradex-config shows '<hidden>'). "
+     "Prefer GRADEX_JOB_SECRET_FILE: the environment is visible to other processes of the user. "
+     "See docs/security.md for what the secret covers."},
+    {"GRADEX_JOB_SECRET_FILE", VarType::kString, "", 0, 0, false, false, nullptr,
+     "Path of a file holding the job secret (a trailing newline is ignored), for secrets that "
+     "must not sit in the environment. Setting both this and GRADEX_JOB_SECRET, an unreadable "
+     "file or an empty secret is an error."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
      "How much gradex writes to stderr."},
     // --- policy ---
@@ -44,7 +59,8 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
      "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
-     "matches when it is a substring of the tensor name ('*' matches any run of characters)."},
+     "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
+     "'[...]' matches the whole name as a shell glob (fnmatch)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
      "What to do with NaN/Inf in a submitted gradient. Every rank learns in negotiation that some "
      "rank's gradient of a tensor is non-finite, and then no rank changes that tensor's momentum or "
@@ -76,15 +92,54 @@ const std::vector<VarSpec>& registry() {
      "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
     {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
      "Index coding of sparse payloads; auto picks the smallest for each payload."},
+    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "ring", 0, 0, false, false, "ring|direct",
+     "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
+     "time) or direct (every rank sends to every other at once: P-1 payloads on each uplink, "
+     "which overflows switch ports at 8 hosts and more). Same results either way."},
     {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,
-     "CPU threads for compression kernels on large tensors (0: automatic)."},
+     "Threads of gradex's worker pool (one per process, created at first use, never per call): "
+     "compression kernels and 16-bit casts of large tensors (0: the hardware's, at most 8)."},
     // --- LocalSGD ---
     {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
     {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
      "LocalSGD: fully synchronous steps before local steps begin (post-local SGD)."},
+    // --- DiLoCo outer optimization (sync/outer/) ---
+    {"GRADEX_OUTER_PERIOD", VarType::kInt, "100", 1, 1e6, false, false, nullptr,
+     "DiLoCo: inner steps H between two synchronizations of a fragment (its pseudo-gradient "
+     "theta_global - theta_local is averaged and an outer optimizer step applied)."},
+    {"GRADEX_OUTER_LR", VarType::kFloat, "0.7", 0, 10, true, false, nullptr,
+     "DiLoCo: outer learning rate applied to the averaged pseudo-gradient."},
+    {"GRADEX_OUTER_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
+     "DiLoCo: outer momentum (0: plain outer SGD)."},
+    {"GRADEX_OUTER_NESTEROV", VarType::kBool, "1", 0, 0, false, false, nullptr,
+     "DiLoCo: Nesterov momentum for the outer step (0: heavy ball)."},
+    {"GRADEX_OUTER_FRAGMENTS", VarType::kInt, "1", 1, 4096, false, false, nullptr,
+     "DiLoCo: the model is split into this many fragments of contiguous tensors; fragment f "
+     "synchronizes at steps t with t mod H = floor(f * H / F) (Streaming DiLoCo). At most the "
+     "number of parameter tensors."},
+    {"GRADEX_OUTER_DELAY", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
+     "DiLoCo: inner steps between the start of a fragment's exchange (in the background) and its "
+     "merge into the model; must be below GRADEX_OUTER_PERIOD. With delay >= 1 the training loop "
+     "waits on the network only when an exchange takes longer than that many steps."},
+    {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr,
+     "DiLoCo: at a merge the local copy becomes (1 - a) * theta_global + a * theta_local (a = "
+     "this value; 0 replaces the local copy by the global one)."},
+    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32",
+     "DiLoCo: pseudo-gradients travel as 8- or 4-bit block-quantized codes with error feedback "
+     "(summed in fp32), or as exact fp32 (32)."},
+    {"GRADEX_OUTER_BLOCK", VarType::kInt, "64", 2, 65536, false, false, nullptr,
+     "DiLoCo: elements per quantization block (one scale each); must be even."},
+    {"GRADEX_OUTER_SCALE", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16",
+     "DiLoCo: type of the per-block quantization scales."},
+    {"GRADEX_OUTER_ROUNDING", VarType::kChoice, "nearest", 0, 0, false, false,
+     "nearest|stochastic",
+     "DiLoCo: quantization rounding; stochastic draws from a counter-based generator seeded by "
+     "GRADEX_OUTER_SEED and the rank, so every run is reproducible."},
+    {"GRADEX_OUTER_SEED", VarType::kInt, "0", 0, 9.0e15, false, false, nullptr,
+     "DiLoCo: seed of stochastic rounding."},
   };
   // clang-format on
   return vars;

@@ -5,9 +5,11 @@
 // per step. Each mode's output is checked against the exact average on the first and last step.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "base/error.h"
@@ -29,7 +31,14 @@ struct ExchangeSettings {
   std::vector<const ModeSpec*> modes;
   int steps = 20;
   int warmup = 5;
+  double idle_s = 2;  // 0: no idle measurement
   GradientOptions gradients;
+};
+
+// CPU an exchange engine burns while nothing is pending, per rank, as a share of one core.
+struct IdleReport {
+  double engine_pct = 0;     // an engine open after two steps, nothing submitted
+  double no_engine_pct = 0;  // the same process with no engine, the same span: the floor
 };
 
 struct ModeReport {
@@ -99,8 +108,35 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
   return report;
 }
 
+// Process CPU over `seconds` of sleep on every rank (from a common barrier), as % of one core.
+double idle_cpu_pct(comm::Communicator& comm, double seconds) {
+  comm::barrier(comm);
+  const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double pct = (process_cpu_seconds() - cpu0) / (wall_seconds() - t0) * 100.0;
+  return mean(mean_over_ranks(comm, {pct}));
+}
+
+// The engine of the default policy ("auto"), warmed by two steps, then left idle; the floor is
+// measured first in the same process so that the two figures stand side by side.
+IdleReport measure_idle(RankContext& ctx, const ModelProfile& model, const ExchangeSettings& s,
+                        const GradientGenerator& gen, std::vector<float>& grads) {
+  IdleReport report;
+  report.no_engine_pct = idle_cpu_pct(ctx.comm, s.idle_s);
+  const ModeSpec* spec = select_modes("auto").front();
+  ModeContext mode_ctx{ctx.comm, model, ctx.config, ctx.store, "idle"};
+  std::unique_ptr<ExchangeMode> mode = spec->create(mode_ctx);
+  for (int step = 0; step < 2; ++step) {
+    gen.generate(step, grads.data());
+    mode->step(grads.data(), grads.size());
+  }
+  report.engine_pct = idle_cpu_pct(ctx.comm, s.idle_s);
+  comm::barrier(ctx.comm);  // nobody closes its engine while another still measures
+  return report;
+}
+
 void print_report(const RankContext& ctx, const ModelProfile& model, const ExchangeSettings& s,
-                  const std::vector<ModeReport>& reports) {
+                  const std::vector<ModeReport>& reports, const std::optional<IdleReport>& idle) {
   const double p = ctx.comm.size();
   const double dense_bytes = 2.0 * (p - 1) / p * static_cast<double>(model.total_numel) * 4.0;
   std::printf("%-12s %10s %10s %12s %12s %8s %10s %9s\n", "mode", "median_ms", "mean_ms", "wire_MB",
@@ -119,6 +155,12 @@ void print_report(const RankContext& ctx, const ModelProfile& model, const Excha
     result.add(r.name + "_wire_bytes", static_cast<int64_t>(std::llround(r.wire_bytes)));
     result.add(r.name + "_ratio", ratio);
     result.add(r.name + "_cpu_ms", r.cpu_ms);
+  }
+  if (idle) {
+    std::printf("idle engine: %.2f%% of a core per rank (no engine: %.2f%%) over %.1f s\n",
+                idle->engine_pct, idle->no_engine_pct, s.idle_s);
+    result.add("idle_cpu_pct", idle->engine_pct);
+    result.add("idle_cpu_pct_no_engine", idle->no_engine_pct);
   }
   std::printf(
       "(per step and rank; wire = bytes sent, dense = an fp32 ring's 2(P-1)/P x 4 bytes x "
@@ -148,7 +190,12 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
   for (const ModeSpec* spec : s.modes) {
     reports.push_back(run_mode(ctx, *spec, model, s, gen, checker, grads, progress));
   }
-  if (ctx.reporter()) print_report(ctx, model, s, reports);
+  std::optional<IdleReport> idle;
+  if (s.idle_s > 0) {
+    if (ctx.reporter()) std::cerr << "[exchange] idle engine, " << s.idle_s << " s" << std::endl;
+    idle = measure_idle(ctx, model, s, gen, grads);
+  }
+  if (ctx.reporter()) print_report(ctx, model, s, reports, idle);
   return 0;
 }
 
@@ -163,6 +210,7 @@ int run_exchange(const Args& args) {
   s.modes = select_modes(args.get("modes"));
   s.steps = static_cast<int>(args.get_int("steps", 1, 1000000));
   s.warmup = static_cast<int>(args.get_int("warmup", 0, 1000000));
+  s.idle_s = args.get_float("idle-s", 0.0, 3600.0);
   s.gradients.seed = static_cast<uint64_t>(args.get_int("seed", 0, INT64_MAX));
   s.gradients.shared_fraction = args.get_float("shared-fraction", 0.0, 1.0);
   LaunchOptions launch = launch_options_from_args(args, "gradex-bench exchange");
@@ -182,6 +230,7 @@ std::vector<FlagSpec> exchange_flags() {
       {"steps", "20", "measured steps per mode"},
       {"warmup", "5", "unmeasured steps per mode before them"},
       {"seed", "1", "seed of the synthetic gradients"},
+      {"idle-s", "2", "seconds of idle engine whose CPU is measured (0: skip)"},
       {"shared-fraction", "0.3", "share of the gradient variance common to all ranks"},
       {"print-config", "", "print the effective GRADEX_* configuration and exit", true},
   };
@@ -196,7 +245,10 @@ std::string exchange_details() {
     out += "  " + m.name + ": " + m.description + "\n";
   out +=
       "Ends with RESULT model=... params=... ranks=... and, for every mode, <mode>_step_ms=...\n"
-      "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...";
+      "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...\n"
+      "idle_cpu_pct=... (the default engine's CPU, % of a core per rank, while nothing is "
+      "pending)\n"
+      "idle_cpu_pct_no_engine=... (the same process without an engine, measured just before).";
   return out;
 }
 

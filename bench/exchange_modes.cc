@@ -43,13 +43,10 @@ class DenseFp16 : public ExchangeMode {
 
   void step(float* grads, size_t count) override {
     GX_CHECK_EQ(count, half_.size());
-    const float inv = 1.0f / static_cast<float>(comm_.size());
     uint16_t* h = half_.data();
-    for (size_t i = 0; i < count; ++i)
-      h[i] = float_to_half(grads[i] * inv);
+    compress::half::to_half_predivided(grads, h, count, DType::kFloat16, comm_.size());
     comm::allreduce_sum(comm_, h, count, DType::kFloat16);
-    for (size_t i = 0; i < count; ++i)
-      grads[i] = half_to_float(h[i]);
+    compress::half::from_half(h, grads, count, DType::kFloat16, 1.0f);
   }
 
   // One rounding of each input (2^-11 relative) plus one per ring hop, and fp16's subnormal

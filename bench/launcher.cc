@@ -17,11 +17,6 @@ std::vector<std::string>& program_arguments() {
   return args;
 }
 
-bool env_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
-
 int run_as_rank(const LaunchOptions& options, const std::function<int(RankContext&)>& body) {
   int rank = -1;
   try {
@@ -30,7 +25,7 @@ int run_as_rank(const LaunchOptions& options, const std::function<int(RankContex
     log::set_rank(rank);
     config::Config config = config::Config::from_environment();
     comm::CommOptions comm_options = comm::comm_options_from_config(config);
-    auto store = comm::connect_tcp_store(info, comm_options.timeout);
+    auto store = comm::connect_tcp_store(info, comm_options);
     auto communicator = comm::create_ucx_communicator(
         comm::make_prefix_store(store, "gradex-bench/"), info.rank, info.world_size, comm_options);
     RankContext context{info, config, *communicator, store};
@@ -52,8 +47,7 @@ void set_program_arguments(int argc, char** argv) {
 }
 
 bool under_external_launcher() {
-  return env_set("RANK") || env_set("WORLD_SIZE") || env_set("OMPI_COMM_WORLD_RANK") ||
-         env_set("OMPI_COMM_WORLD_SIZE");
+  return comm::launcher_present();
 }
 
 std::vector<FlagSpec> launch_flags(int default_ranks) {

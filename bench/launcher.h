@@ -25,7 +25,7 @@ namespace gradex::bench {
 // main() saves its arguments so spawned ranks re-run the same command line.
 void set_program_arguments(int argc, char** argv);
 
-// True when the environment names this process's rank (RANK, WORLD_SIZE or OMPI_COMM_WORLD_*).
+// True when the environment names this process's rank (any launcher comm/launch.h knows).
 bool under_external_launcher();
 
 struct RankContext {

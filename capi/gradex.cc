@@ -78,6 +78,10 @@ gradex::sync::Engine& gradex::capi::engine_of(gradex_engine_t* engine) {
   return ::engine_of(engine);
 }
 
+void gradex::capi::set_last_error(const std::string& message) {
+  g_last_error = message;
+}
+
 extern "C" {
 
 uint32_t gradex_api_version(void) {
@@ -136,7 +140,8 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
     if (options->store != nullptr)
       store = std::make_shared<gradex::capi::CallbackStore>(*options->store);
     else
-      store = gradex::comm::connect_tcp_store(info, timeout);
+      store = gradex::comm::connect_tcp_store(
+          info, timeout, gradex::comm::comm_options_from_config(config).job_secret);
     std::string prefix = options->store_prefix ? options->store_prefix : "gradex/";
     store = gradex::comm::make_prefix_store(store, prefix);
     auto created = std::make_unique<gradex_engine>();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "base/dtype.h"
@@ -21,10 +23,58 @@ void allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 // rank.
 std::vector<Bytes> allgatherv(Communicator& comm, const void* data, size_t bytes);
 
+// Same contract and result as allgatherv, as a ring: each rank sends its own payload and forwards
+// the others' to its right neighbour, chunk by chunk, so no link carries more than one payload at
+// a time (no incast on an uplink; P-1 ring steps of latency). Received lengths are checked against
+// the announced sizes (MismatchError naming the origin rank otherwise).
+std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes);
+
 // Copies `bytes` bytes from `root`'s buffer into every other rank's buffer.
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);
 
 // Returns once every rank has entered the barrier.
 void barrier(Communicator& comm);
+
+// --- Encoded allreduce (reduce-scatter + allgather in a caller-defined compact format) ---
+
+// An encoding of fp32 values chosen above comm/ (e.g. sync/outer's block quantization); comm/
+// only moves and sums it. Encodings of element ranges cut at multiples of granularity() must
+// concatenate: the encoding of [a, b) is bytes [encoded_size(a), encoded_size(b)) of the encoding
+// of [0, b) whenever a is such a multiple.
+class ChunkCodec {
+ public:
+  virtual ~ChunkCodec() = default;
+  virtual size_t granularity() const = 0;
+  virtual size_t encoded_size(size_t count) const = 0;
+  // Encodes values[0, count), elements [offset, offset + count) of the whole buffer (offset is a
+  // multiple of granularity()). May update state of the codec (error-feedback residuals).
+  virtual void encode(const float* values, size_t count, size_t offset, uint8_t* out) = 0;
+  // acc[i] += decoded value i (one fp32 addition per element).
+  virtual void decode_add(const uint8_t* in, size_t count, float* acc) const = 0;
+  // out[i] = decoded value i.
+  virtual void decode(const uint8_t* in, size_t count, float* out) const = 0;
+};
+
+// Elements [begin, begin + count) of segment k (owned by rank k) in an encoded allreduce of
+// `count` elements over `world` ranks: whole granules, split as evenly as possible, the first
+// ones one granule longer.
+struct Segment {
+  size_t begin = 0;
+  size_t count = 0;
+};
+Segment encoded_segment(size_t count, size_t granularity, int world, int k);
+
+// out = transform(sum over ranks of decode(contribution.encode(in))), identical bits on every
+// rank. Reduce-scatter: every rank encodes its values of segment k with `contribution` and sends
+// them to rank k (in chunks of about options().ring_chunk_bytes, cut at granules); rank k decodes
+// the P contributions and sums them in fp32 in rank order 0..P-1 (starting from 0), then calls
+// transform(sum, segment.count, segment.begin) on its segment. Allgather: rank k encodes the
+// transformed segment with `result` and sends it to every rank; every rank, rank k included,
+// decodes every segment from the same bytes into `out`. `in` and `out` may alias. Both codecs
+// must have the same granularity on every rank. A received message of the wrong length is a
+// CorruptPayload error; transport failures are PeerError / TimeoutError as everywhere.
+void encoded_allreduce(
+    Communicator& comm, ChunkCodec& contribution, ChunkCodec& result, const float* in, float* out,
+    size_t count, const std::function<void(float* values, size_t count, size_t offset)>& transform);
 
 }  // namespace gradex::comm

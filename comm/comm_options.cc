@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "base/config.h"
+#include "comm/auth.h"
 #include "comm/communicator.h"
 
 namespace gradex::comm {
@@ -14,6 +15,10 @@ CommOptions comm_options_from_config(const config::Config& config) {
   o.iface = config.get_string("GRADEX_IFACE");
   o.ring_chunk_bytes = static_cast<size_t>(config.get_int("GRADEX_RING_CHUNK_KB")) << 10;
   o.shared_memory = config.get_bool("GRADEX_SHM");
+  o.job_secret =
+      auth::resolve_job_secret(config.get_string("GRADEX_JOB_SECRET"),
+                               config.source_of("GRADEX_JOB_SECRET") != config::Source::kDefault,
+                               config.get_string("GRADEX_JOB_SECRET_FILE"));
   return o;
 }
 

@@ -27,10 +27,13 @@ struct CommOptions {
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
   bool shared_memory = false;
+  // GRADEX_JOB_SECRET / GRADEX_JOB_SECRET_FILE, resolved ("" = none): when set, every peer proves
+  // knowledge of it before any message is accepted (comm/auth.h, docs/security.md).
+  std::string job_secret;
 };
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
-// GRADEX_SHM).
+// GRADEX_SHM, GRADEX_JOB_SECRET[_FILE]). ConfigError for an unusable secret (comm/auth.h).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that

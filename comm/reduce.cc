@@ -1,5 +1,6 @@
 #include "comm/reduce.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstdint>
@@ -57,8 +58,14 @@ __attribute__((target("avx2"))) void sum_bf16_avx2(uint16_t* acc, const uint16_t
   sum_16<bf16_to_float, float_to_bf16>(acc + i, in + i, count - i);
 }
 
+// F16C is read from CPUID (leaf 1, ECX bit 29) directly: clang before 15 does not know the "f16c"
+// feature string of __builtin_cpu_supports, and the fuzzers are built with clang.
 bool cpu_has_avx2_f16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
   return has;
 }
 

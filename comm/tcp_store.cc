@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "comm/auth.h"
 #include "comm/tcp_store_protocol.h"
 
 namespace gradex::comm {
@@ -33,18 +34,54 @@ struct TcpStore::Reply {
 };
 
 TcpStore::TcpStore(std::string host, uint16_t port, Millis connect_timeout,
-                   std::unique_ptr<TcpStoreServer> server)
+                   std::unique_ptr<TcpStoreServer> server, const std::string& job_secret)
     : host_(std::move(host)), port_(port), server_(std::move(server)) {
   auto deadline = Clock::now() + connect_timeout;
   fd_ = connect_tcp_with_retry(host_, port_, deadline, connect_timeout.count() / 1000.0);
-  // A hello round trip proves that the peer is a gradex store of the same protocol version
-  // (something else listening on MASTER_PORT fails here, clearly, instead of later).
   auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-  Reply r =
-      round_trip(Writer().frame(Type::kHello), Millis(0), "connect", std::max(left, Millis(1000)));
-  if (r.type != Type::kOk)
-    throw TransportError("the server at " + host_port(host_, port_) +
-                         " refused the gradex store handshake: " + r.text());
+  handshake(job_secret, std::max(left, Millis(1000)));
+}
+
+// A hello round trip proves that the peer is a gradex store of the same protocol version
+// (something else listening on MASTER_PORT fails here, clearly, instead of later). With a job
+// secret: hello(client nonce) -> challenge(server nonce, server proof) -> auth(client proof) -> ok.
+void TcpStore::handshake(const std::string& job_secret, Millis grace) {
+  const std::string where = "the gradex store at " + host_port(host_, port_);
+  auto refused = [&](const std::string& server_text) {
+    fd_.reset();
+    return ConfigError(where + " refused this client: " + server_text);
+  };
+  if (job_secret.empty()) {
+    Reply r = round_trip(Writer().frame(Type::kHello), Millis(0), "connect", grace);
+    if (r.type == Type::kError) throw refused(r.text());
+    if (r.type != Type::kOk)
+      throw TransportError(where + " refused the gradex store handshake: " + r.text());
+    return;
+  }
+  const auth::Nonce client_nonce = auth::random_nonce();
+  Reply r = round_trip(make_frame(Type::kHello, Bytes(client_nonce.begin(), client_nonce.end())),
+                       Millis(0), "connect", grace);
+  if (r.type == Type::kError) throw refused(r.text());
+  if (r.type != Type::kChallenge || r.payload.size() != auth::kNonceBytes + auth::kMacBytes) {
+    fd_.reset();
+    throw ConfigError("authentication failed: " + where +
+                      " did not prove knowledge of the job secret (it answered without a "
+                      "challenge: rank 0 was started without GRADEX_JOB_SECRET)");
+  }
+  auth::Nonce server_nonce{};
+  std::copy(r.payload.begin(), r.payload.begin() + auth::kNonceBytes, server_nonce.begin());
+  auth::Mac want = auth::hmac(job_secret, "gradex store server", {client_nonce, server_nonce});
+  if (!auth::equal(want, r.payload.data() + auth::kNonceBytes, auth::kMacBytes)) {
+    fd_.reset();
+    throw ConfigError("authentication failed: " + where +
+                      " did not prove knowledge of the job secret (a different "
+                      "GRADEX_JOB_SECRET on rank 0, or not this job's store)");
+  }
+  auth::Mac proof = auth::hmac(job_secret, "gradex store client", {server_nonce, client_nonce});
+  r = round_trip(make_frame(Type::kAuth, Bytes(proof.begin(), proof.end())), Millis(0), "connect",
+                 grace);
+  if (r.type == Type::kError) throw refused(r.text());
+  if (r.type != Type::kOk) throw TransportError(where + " answered the authentication oddly");
 }
 
 TcpStore::~TcpStore() {
@@ -78,7 +115,8 @@ TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const c
     Reply r{h.type, Bytes(h.length)};
     if (h.length > 0 && !recv_all(fd_.get(), r.payload.data(), h.length, deadline, who))
       throw fail_timeout();
-    if (r.type == Type::kError)
+    // The handshake reports refusals itself (they name the authentication failure).
+    if (r.type == Type::kError && std::string(operation) != "connect")
       throw InvalidArgument(std::string("store ") + operation + " failed: " + r.text());
     return r;
   } catch (const TransportError&) {

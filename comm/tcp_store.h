@@ -21,13 +21,17 @@ namespace gradex::comm {
 class TcpStoreServer {
  public:
   // `host` must be an address of this machine; port 0 picks a free port. Throws ConfigError when
-  // the port is in use ("MASTER_PORT P is already in use on this host").
-  TcpStoreServer(const std::string& host, uint16_t port);
+  // the port is in use ("MASTER_PORT P is already in use on this host"). With a `job_secret`,
+  // only clients that prove knowledge of it are served (tcp_store_core.h); without one, a
+  // non-loopback address is warned about once per process.
+  TcpStoreServer(const std::string& host, uint16_t port, const std::string& job_secret = "");
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   uint16_t port() const { return port_; }
+  // Clients refused so far for failing authentication.
+  uint64_t refused_clients() const;
 
  private:
   struct State;
@@ -44,9 +48,12 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects (retrying until `connect_timeout`) and checks that the peer is a gradex store.
+  // With a `job_secret` the client and the store prove knowledge of it to each other first;
+  // ConfigError "... refused this client: authentication failed: ..." or "the gradex store at
+  // HOST:PORT did not prove knowledge of the job secret" when either side lacks it.
   // `server`, when given, is kept alive as long as this client (rank 0 serves and uses the store).
   TcpStore(std::string host, uint16_t port, Millis connect_timeout,
-           std::unique_ptr<TcpStoreServer> server = nullptr);
+           std::unique_ptr<TcpStoreServer> server = nullptr, const std::string& job_secret = "");
   ~TcpStore() override;
 
   void set(const std::string& key, const Bytes& value) override;
@@ -59,6 +66,8 @@ class TcpStore : public Store {
   // Sends one request frame and reads its reply; `timeout` bounds the server-side wait and the
   // reply may take `grace` on top of it (network, a busy server).
   Reply round_trip(const Bytes& frame, Millis timeout, const char* operation, Millis grace);
+  // The hello (and, with a secret, the mutual challenge-response) after connecting.
+  void handshake(const std::string& job_secret, Millis grace);
 
   std::string host_;
   uint16_t port_;

@@ -20,15 +20,19 @@ constexpr uint32_t kMaxPayload = 64u << 20;  // bootstrap values are small; refu
 
 enum class Type : uint16_t {
   // requests
-  kHello = 1,  // empty; answered with kOk so the client knows it reached a gradex store
-  kSet = 2,    // str key, bytes value
-  kGet = 3,    // u64 timeout ms, str key -> kOk(value) | kTimeout(key)
-  kWait = 4,   // u64 timeout ms, u32 n, n x str key -> kOk | kTimeout(first missing key)
-  kAdd = 5,    // i64 delta, str key -> kOk(i64 new value) | kError
+  // empty (no job secret): answered with kOk so the client knows it reached a gradex store;
+  // 32-byte client nonce (job secret): answered with kChallenge
+  kHello = 1,
+  kSet = 2,   // str key, bytes value
+  kGet = 3,   // u64 timeout ms, str key -> kOk(value) | kTimeout(key)
+  kWait = 4,  // u64 timeout ms, u32 n, n x str key -> kOk | kTimeout(first missing key)
+  kAdd = 5,   // i64 delta, str key -> kOk(i64 new value) | kError
+  kAuth = 6,  // 32-byte client proof -> kOk | kError (comm/tcp_store_core.h)
   // responses
   kOk = 100,
   kTimeout = 101,
   kError = 102,
+  kChallenge = 103,  // 32-byte server nonce, 32-byte server proof
 };
 
 struct Header {
@@ -68,6 +72,9 @@ class Reader {
   std::string str();
   Bytes bytes();
   bool done() const { return p_ == end_; }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+  // The next `n` bytes, unparsed.
+  const uint8_t* raw(size_t n) { return take(n); }
 
  private:
   const uint8_t* take(size_t n);

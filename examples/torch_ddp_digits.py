@@ -49,7 +49,7 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     mode "dgc": the same model through gx.hook with DGC at 99.9% after `warmup` steps; gradex applies
       momentum correction (GRADEX_MOMENTUM=0.9), so SGD runs with momentum 0.
     mode "localsgd": gx.LocalSGD averages parameters every `period` steps after `warmup` synchronous ones;
-      gradex applies the momentum in both phases (GRADEX_MOMENTUM=0.9 by default), SGD runs with momentum 0.
+      the optimizer owns momentum in both phases (LocalSGD's default is GRADEX_MOMENTUM=0), so SGD keeps 0.9.
     on_step(step, gradex_object) is called after every step (the tests read gx.stats() there)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     train_x, train_y, test_x, test_y = load_digits()
@@ -61,16 +61,14 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     if mode == "dgc":
         settings = {"GRADEX_SPARSITY": "0.999", "GRADEX_WARMUP_STEPS": str(warmup), "GRADEX_MOMENTUM": "0.9"}
         settings.update(config or {})
-        helper = gx.State(config=settings)            # gradex: line 1
+        helper = gx.State(ddp, config=settings)       # gradex: line 1
         ddp.register_comm_hook(helper, gx.hook)        # gradex: line 2
         momentum = 0.0  # gradex applies the momentum (see docs/pytorch.md, "the momentum rule")
     elif mode == "localsgd":
         settings = {"GRADEX_SPARSITY": "0"}  # dense (fp16) gradients during the synchronous warm-up
         settings.update(config or {})
         helper = gx.LocalSGD(ddp, period=period, warmup_steps=warmup, config=settings)
-        # GRADEX_MOMENTUM (default 0.9) is gradex's in both phases: synchronous steps send momentum,
-        # local steps get it applied in place. So SGD runs with momentum 0 here too.
-        momentum = 0.0
+        # LocalSGD leaves momentum to the optimizer (GRADEX_MOMENTUM=0 unless set): SGD keeps momentum 0.9.
     elif mode != "ddp":
         raise ValueError(f"unknown mode {mode!r}")
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)

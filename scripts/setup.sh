@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 apt_packages=(build-essential cmake ninja-build pkg-config git libucx-dev ucx-utils libzstd-dev
-              libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2
+              libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 libssl-dev
               python3-venv)
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -41,6 +41,11 @@ if [ "$want_venv" -eq 1 ]; then
     echo "setup: installing torch, numpy, scikit-learn, matplotlib, pytest into .venv (large, once)"
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q torch numpy scikit-learn matplotlib pytest
+  fi
+  # Test dependencies of the PyTorch integrations (tests/python/test_lightning.py, test_accelerate.py).
+  if ! .venv/bin/python -c "import pytorch_lightning, accelerate" >/dev/null 2>&1; then
+    echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"
+    .venv/bin/pip install -q pytorch-lightning accelerate
   fi
 fi
 

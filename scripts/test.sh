@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present) and a short
-# fuzzing run of the payload decoder. Expects scripts/setup.sh to have built build/.
+# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present), the
+# ThreadSanitizer build of the threaded tests (scripts/tsan.sh) and a short fuzzing run of each
+# fuzzer. Expects scripts/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +14,12 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   .venv/bin/python -m pytest -q tests/python || status=1
 fi
 
+echo "== ThreadSanitizer (comm, sync, worker pool)"
+bash scripts/tsan.sh || status=1
+
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
-  echo "== decoder fuzzing (${GRADEX_FUZZ_SECONDS:-60} s)"
-  bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-60}" || status=1
+  # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.
+  echo "== fuzzing (${GRADEX_FUZZ_SECONDS:-30} s per target)"
+  bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-30}" || status=1
 fi
 exit $status

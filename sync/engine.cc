@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "base/thread_pool.h"
 #include "sync/engine_internal.h"
 #include "sync/momentum.h"
 #include "sync/sparse_exchange.h"
@@ -36,6 +37,12 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm_options(config_, options_));
   negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
+  negotiator_->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
+  // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
+  const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
+  if (!configure_shared_pool(threads))
+    GX_LOG(kWarn) << "GRADEX_THREADS=" << threads << " ignored: this process's worker pool "
+                  << "already runs " << shared_pool().threads() << " threads";
   thread_ = std::thread([this] { run(); });
 }
 

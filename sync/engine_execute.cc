@@ -168,7 +168,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     dense_average(*comm_, first_average, fp32, dc);
   }
   SparseCounters sc;
-  if (!sparse.empty()) sparse_average(*comm_, sparse, sc);
+  if (!sparse.empty()) sparse_average(*comm_, sparse, sc, options_.sparse_ring);
   uint64_t received = comm_->bytes_received() - received_before;
 
   // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).

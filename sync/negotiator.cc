@@ -190,6 +190,24 @@ RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bo
       table_.erase(it);
     }
   }
+  // The stall inspector (sync/stall_inspector.h) reads the table on rank 0, whose clock decides.
+  if (stall_ && comm_.rank() == 0 && !table_.empty()) {
+    auto now = std::chrono::steady_clock::now();
+    auto oldest = now;
+    for (const auto& [id, e] : table_)
+      if (!e.mismatched && e.first_seen < oldest) oldest = e.first_seen;
+    if (stall_->due(oldest, now)) {
+      std::vector<StallKey> pending;
+      for (const auto& [id, e] : table_) {
+        if (e.mismatched) continue;
+        std::vector<bool> announced(e.numel.size());
+        for (size_t r = 0; r < announced.size(); ++r)
+          announced[r] = e.numel[r] >= 0;
+        pending.push_back({kind_name(id.kind) + " '" + id.key + "'", announced, e.first_seen});
+      }
+      stall_->inspect(pending, now);
+    }
+  }
   return result;
 }
 

@@ -32,6 +32,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "comm/communicator.h"
+#include "sync/stall_inspector.h"
 
 namespace gradex::sync {
 
@@ -85,6 +86,10 @@ class Negotiator {
   size_t outstanding() const { return table_.size(); }
   // Bytes of control messages this rank sent so far.
   uint64_t control_bytes() const { return control_bytes_; }
+  // GRADEX_STALL_WARN_S: rank 0 reports stalled keys after each round (nullptr: off).
+  void set_stall_inspector(std::unique_ptr<StallInspector> inspector) {
+    stall_ = std::move(inspector);
+  }
 
  private:
   struct Entry {
@@ -107,6 +112,7 @@ class Negotiator {
   std::chrono::milliseconds timeout_;
   std::map<WorkId, Entry> table_;
   uint64_t control_bytes_ = 0;
+  std::unique_ptr<StallInspector> stall_;
 };
 
 }  // namespace gradex::sync

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "compress/half/cast.h"
+
 namespace gradex::sync {
 namespace {
 
@@ -23,6 +25,8 @@ uint64_t scan_bits(Bits* v, uint64_t n, Bits exponent, bool zero) {
 uint64_t scan_nonfinite(void* data, DType dtype, uint64_t n, bool zero) {
   switch (dtype) {
     case DType::kFloat32:
+      // The common case (counting only) is split over the worker pool for large gradients.
+      if (!zero) return compress::half::count_nonfinite(static_cast<const float*>(data), n);
       return scan_bits(static_cast<uint32_t*>(data), n, uint32_t{0x7f800000u}, zero);
     case DType::kFloat16:
       return scan_bits(static_cast<uint16_t*>(data), n, uint16_t{0x7c00u}, zero);

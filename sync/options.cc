@@ -1,5 +1,7 @@
 #include "sync/options.h"
 
+#include <fnmatch.h>
+
 #include <cmath>
 
 #include "base/error.h"
@@ -14,34 +16,13 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-bool glob_match(const char* p, const char* s) {
-  // Iterative '*' matching with backtracking to the last star: linear in practice.
-  const char* star = nullptr;
-  const char* resume = nullptr;
-  while (*s) {
-    if (*p == '*') {
-      star = p++;
-      resume = s;
-    } else if (*p == *s) {
-      ++p;
-      ++s;
-    } else if (star) {
-      p = star + 1;
-      s = ++resume;
-    } else {
-      return false;
-    }
-  }
-  while (*p == '*')
-    ++p;
-  return *p == '\0';
-}
-
 }  // namespace
 
 bool pattern_matches(const std::string& pattern, const std::string& name) {
-  if (pattern.find('*') == std::string::npos) return name.find(pattern) != std::string::npos;
-  return glob_match(pattern.c_str(), name.c_str());
+  // A plain name is a substring; a glob (shell rules: '*', '?', '[...]') matches the whole name.
+  if (pattern.find_first_of("*?[") == std::string::npos)
+    return name.find(pattern) != std::string::npos;
+  return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
 std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
@@ -97,6 +78,7 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.momentum = static_cast<float>(c.get_float("GRADEX_MOMENTUM"));
   o.nesterov = c.get_bool("GRADEX_NESTEROV");
   o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
+  o.sparse_ring = c.get_string("GRADEX_SPARSE_COLLECTIVE") == "ring";
   o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
   o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
   return o;

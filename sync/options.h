@@ -35,6 +35,8 @@ struct EngineOptions {
   bool nesterov = false;
   // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
   double clip_norm = 0;
+  // GRADEX_SPARSE_COLLECTIVE: ring_allgatherv (true) or the direct allgatherv for sparse payloads.
+  bool sparse_ring = true;
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
   // How long the background thread sleeps between idle negotiation rounds, at most.
@@ -47,7 +49,8 @@ EngineOptions engine_options_from_config(const config::Config& config);
 // Parses GRADEX_SPARSITY_OVERRIDES; ConfigError naming the offending entry.
 std::vector<PolicyOverride> parse_policy_overrides(const std::string& text);
 
-// '*' matches any run of characters; a pattern without '*' matches as a substring.
+// A pattern with glob characters ('*', '?', '[...]') matches the whole name as fnmatch(3) does;
+// one without them matches as a substring.
 bool pattern_matches(const std::string& pattern, const std::string& name);
 
 }  // namespace gradex::sync

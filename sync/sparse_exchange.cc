@@ -105,7 +105,7 @@ void SparseCodec::load(ByteReader& r) {
 }
 
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                    SparseCounters& counters) {
+                    SparseCounters& counters, bool ring) {
   const int world = comm.size();
   // This rank's message: [u32 item count] then per item [u64 length][payload].
   auto t0 = Clock::now();
@@ -124,7 +124,8 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
   uint64_t sent_before = comm.bytes_sent();
   std::vector<comm::Bytes> all;
   try {
-    all = comm::allgatherv(comm, message.bytes().data(), message.bytes().size());
+    all = ring ? comm::ring_allgatherv(comm, message.bytes().data(), message.bytes().size())
+               : comm::allgatherv(comm, message.bytes().data(), message.bytes().size());
   } catch (const Error& e) {
     std::string keys;
     for (size_t i = 0; i < items.size() && i < 8; ++i)

@@ -70,8 +70,10 @@ struct SparseCounters {
 
 // Collective: identical item lists (keys, order) on every rank. Gradients must be finite: the
 // engine keeps a gradient that is non-finite on any rank out of every rank's exchange (it would
-// stay in the residual forever), deciding that from the flag carried in negotiation.
+// stay in the residual forever), deciding that from the flag carried in negotiation. `ring`: the
+// payloads travel by comm::ring_allgatherv (no incast), else by the direct allgatherv; the
+// results are bit-identical either way.
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                    SparseCounters& counters);
+                    SparseCounters& counters, bool ring = true);
 
 }  // namespace gradex::sync

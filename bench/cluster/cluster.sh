@@ -24,10 +24,15 @@
 # 4 another live benchmark owns the cluster, 1 anything else.
 set -euo pipefail
 
-readonly SWITCH=gx-sw
-readonly HOST_PREFIX=gx-h
-readonly SUBNET=198.18.0
-readonly STATE_DIR=/run/gradex-cluster
+# GX_CLUSTER_NAME / GX_CLUSTER_SUBNET let a second cluster coexist with the default one (another
+# benchmark on the same machine): namespaces <name>-sw, <name>-h<i>, addresses <subnet>.<i+1>.
+readonly CLUSTER_NAME=${GX_CLUSTER_NAME:-gx}
+readonly SUBNET=${GX_CLUSTER_SUBNET:-198.18.0}
+[[ $CLUSTER_NAME =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "cluster: bad GX_CLUSTER_NAME '$CLUSTER_NAME' (1-8 of a-z0-9, a letter first)" >&2; exit 2; }
+[[ $SUBNET =~ ^198\.1[89]\.[0-9]{1,3}$ ]] || { echo "cluster: bad GX_CLUSTER_SUBNET '$SUBNET' (198.18.x or 198.19.x)" >&2; exit 2; }
+readonly SWITCH=$CLUSTER_NAME-sw
+readonly HOST_PREFIX=$CLUSTER_NAME-h
+if [ "$CLUSTER_NAME" = gx ]; then readonly STATE_DIR=/run/gradex-cluster; else readonly STATE_DIR=/run/gradex-cluster-$CLUSTER_NAME; fi
 readonly MAX_HOSTS=64
 
 die() { echo "cluster: $*" >&2; exit 1; }

@@ -1,8 +1,10 @@
-// UcxCommunicator: construction (addresses through the store, endpoints, a hello round) and
-// teardown (bounded endpoint close).
+// UcxCommunicator: construction (addresses through the store, endpoints, a hello round: see
+// ucx_hello.cc) and teardown (bounded endpoint close).
 #include "comm/ucx/ucx_communicator.h"
 
 #include "comm/host_identity.h"
+#include "comm/launch.h"
+#include "comm/ucx/ucx_peer_auth.h"
 
 #include <cstring>
 #include <exception>
@@ -13,19 +15,17 @@
 namespace gradex::comm::ucx {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4c484758;  // "XGHL"
 // User tags below 2^16 are reserved: next_collective_tag() starts at 2^16.
-constexpr uint64_t kHelloTag = 0;    // the hello round after connecting
-constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints
+constexpr uint64_t kGoodbyeTag = 1;  // the barrier before closing endpoints (the hello round: 0, 2)
 
-struct Hello {
-  uint32_t magic;
-  uint32_t world_size;
-  uint32_t rank;
-};
-
+// Under torchrun's elastic agent the store outlives a failed attempt: the incarnation in the key
+// keeps a restarted rank from reading (and connecting to) a dead predecessor's address.
 std::string address_key(int rank) {
-  return "gradex/ucx/address/" + std::to_string(rank);
+  static const std::string incarnation = [] {
+    std::string i = launch_incarnation();
+    return i.empty() ? i : i + "/";
+  }();
+  return "gradex/ucx/address/" + incarnation + std::to_string(rank);
 }
 
 Millis left_until(Clock::time_point deadline) {
@@ -72,18 +72,11 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   {
-    // Published as [u32 world size][u32 n][host identity, n bytes][worker address]: a rank started
-    // with another world size is caught by the first peer that reads its entry, and peers on the
-    // same host can choose shared memory.
+    // Published with this rank's world size and host, bound to it by an HMAC when there is a job
+    // secret (ucx_peer_auth.h).
     WorkerAddress address(*worker_);
-    const std::string host = host_identity();
-    Bytes entry(8 + host.size() + address.size());
-    uint32_t world = static_cast<uint32_t>(size_);
-    uint32_t host_len = static_cast<uint32_t>(host.size());
-    std::memcpy(entry.data(), &world, 4);
-    std::memcpy(entry.data() + 4, &host_len, 4);
-    std::memcpy(entry.data() + 8, host.data(), host.size());
-    std::memcpy(entry.data() + 8 + host.size(), address.data(), address.size());
+    Bytes entry = encode_address_entry(rank_, size_, host_identity(), address.data(),
+                                       address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
   }
   endpoints_.resize(static_cast<size_t>(size_));
@@ -92,20 +85,16 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     int p = (rank_ + i) % size_;
     Bytes remote = store.get(address_key(p), left_until(deadline));
-    uint32_t world = 0, host_len = 0;
-    if (remote.size() > 8) std::memcpy(&host_len, remote.data() + 4, 4);
-    if (remote.size() <= 8 || host_len >= remote.size() - 8)
-      throw CorruptPayload("connect: malformed address entry for rank " + std::to_string(p));
-    std::memcpy(&world, remote.data(), 4);
-    const bool same_host =
-        std::string(reinterpret_cast<const char*>(remote.data() + 8), host_len) == host_identity();
+    AddressEntry remote_entry = decode_address_entry(remote, rank_, p, options_.job_secret);
+    const uint32_t world = remote_entry.world;
+    const bool same_host = remote_entry.host == host_identity();
     if (static_cast<int>(world) != size_)
       throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
                           std::to_string(world) + ", this rank with " + std::to_string(size_));
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(remote.data() + 8 + host_len);
+    params.address = reinterpret_cast<const ucp_address_t*>(remote_entry.address);
     // UCX 1.13 offers no shared-memory transport with peer failure handling: a same-host peer gets
     // shared memory (GRADEX_SHM=1) and its death is caught by the liveness pings and the timeout
     // instead of at once; other peers get immediate failure detection.
@@ -124,30 +113,6 @@ void UcxCommunicator::connect_endpoints(Store& store) {
       throw TransportError(std::string(e.what()) + " (GRADEX_IFACE='" + options_.iface +
                            "': UCX found no usable transport on these devices)");
     }
-  }
-}
-
-// One small message each way between every pair proves that the transport works before the first
-// collective, and catches ranks launched with a different world size.
-void UcxCommunicator::exchange_hello() {
-  std::vector<Hello> in(static_cast<size_t>(size_));
-  Hello out{kHelloMagic, static_cast<uint32_t>(size_), static_cast<uint32_t>(rank_)};
-  std::vector<RequestPtr> requests;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    requests.push_back(irecv(p, kHelloTag, &in[static_cast<size_t>(p)], sizeof(Hello)));
-    requests.push_back(isend(p, kHelloTag, &out, sizeof(Hello)));
-  }
-  wait_all(requests, "connect");
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const Hello& h = in[static_cast<size_t>(p)];
-    if (h.magic != kHelloMagic || static_cast<int>(h.rank) != p)
-      throw CorruptPayload("connect: malformed hello from rank " + std::to_string(p));
-    if (static_cast<int>(h.world_size) != size_)
-      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
-                          std::to_string(h.world_size) + ", this rank with " +
-                          std::to_string(size_));
   }
 }
 

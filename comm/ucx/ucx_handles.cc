@@ -42,7 +42,9 @@ Context::~Context() {
 Worker::Worker(const Context& context) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // SERIALIZED, not SINGLE: the worker is created on the caller's thread and then driven by the
+  // engine's progress thread (one thread at a time, never concurrently).
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucs_status_t st = ucp_worker_create(context.get(), &params, &worker_);
   if (st != UCS_OK) throw_status("ucp_worker_create", st);
 }

@@ -1,9 +1,7 @@
 #include "compress/dgc/parallel.h"
 
 #include <algorithm>
-#include <exception>
 #include <thread>
-#include <vector>
 
 namespace gradex::compress::dgc {
 
@@ -20,37 +18,6 @@ void chunk_bounds(size_t n, int threads, int c, size_t* begin, size_t* end) {
   per = (per + 63) / 64 * 64;
   *begin = std::min(n, per * c);
   *end = std::min(n, per * (c + 1));
-}
-
-void parallel_chunks(size_t n, int threads, const std::function<void(int, size_t, size_t)>& fn) {
-  if (threads <= 1) {
-    fn(0, 0, n);
-    return;
-  }
-  std::vector<std::thread> workers;
-  std::vector<std::exception_ptr> errors(threads);
-  for (int c = 1; c < threads; ++c) {
-    workers.emplace_back([&, c] {
-      try {
-        size_t b, e;
-        chunk_bounds(n, threads, c, &b, &e);
-        fn(c, b, e);
-      } catch (...) {
-        errors[c] = std::current_exception();
-      }
-    });
-  }
-  try {
-    size_t b, e;
-    chunk_bounds(n, threads, 0, &b, &e);
-    fn(0, b, e);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (auto& w : workers)
-    w.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace gradex::compress::dgc

@@ -1,20 +1,36 @@
-// A minimal fork-join helper for the CPU kernels: splits [0, n) into `threads` contiguous,
-// ordered chunks (aligned to 64 elements) and runs fn(chunk, begin, end) on each, the first on the
-// calling thread. Exceptions from workers are rethrown on the caller.
+// Data-parallel helper for the CPU kernels: splits [0, n) into `threads` contiguous, ordered chunks
+// (aligned to 64 elements) and runs fn(chunk, begin, end) on each, on the calling thread and the
+// process's shared worker pool (base/thread_pool.h; no thread is created per call). The first
+// exception (lowest chunk) is rethrown on the caller after every chunk has finished.
 #pragma once
 
 #include <cstddef>
-#include <functional>
+
+#include "base/thread_pool.h"
 
 namespace gradex::compress::dgc {
 
 // Threads to use for n elements: 1 below min_elements, else `requested` (0: hardware, at most 8).
 int pick_threads(size_t n, int requested, size_t min_elements);
 
-void parallel_chunks(size_t n, int threads,
-                     const std::function<void(int chunk, size_t begin, size_t end)>& fn);
-
 // Bounds of chunk c of `threads` over [0, n), as parallel_chunks computes them.
 void chunk_bounds(size_t n, int threads, int c, size_t* begin, size_t* end);
+
+// fn(int chunk, size_t begin, size_t end). A template so that callers' lambdas are referenced,
+// never wrapped in a std::function (no allocation per call).
+template <typename Fn>
+void parallel_chunks(size_t n, int threads, Fn&& fn) {
+  if (threads <= 1) {
+    fn(0, size_t{0}, n);
+    return;
+  }
+  // Chunks are fixed by (n, threads) alone, never by which thread runs them: results that
+  // depend on the chunking (per-chunk candidate lists) are the same whatever the pool's size.
+  shared_pool().parallel_for(threads, [&](int c) {
+    size_t b, e;
+    chunk_bounds(n, threads, c, &b, &e);
+    fn(c, b, e);
+  });
+}
 
 }  // namespace gradex::compress::dgc

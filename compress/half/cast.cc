@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -129,10 +131,30 @@ void from_half_impl(const uint16_t* __restrict in, float* __restrict out, size_t
   }
 }
 
-}  // namespace
+// Casts are element-wise, so splitting them over the shared pool changes no bit of the result;
+// only large buffers are split (below kParallelMin the hand-off costs more than it saves).
+constexpr size_t kParallelMin = size_t{1} << 18;
+constexpr size_t kPerChunkMin = size_t{1} << 17;
 
-CastStats to_half(const float* in, uint16_t* out, size_t n, DType type, float scale) {
-  require_half(type, "half::to_half");
+int chunks_for(size_t n) {
+  if (n < kParallelMin) return 1;
+  return static_cast<int>(
+      std::min<size_t>(static_cast<size_t>(shared_pool().threads()), n / kPerChunkMin));
+}
+
+// Runs fn(begin, end) over [0, n) in contiguous 64-aligned chunks on the shared pool.
+template <typename Fn>
+void for_chunks(size_t n, int chunks, Fn&& fn) {
+  if (chunks <= 1) return fn(size_t{0}, n);
+  const size_t per = ((n + chunks - 1) / chunks + 63) / 64 * 64;
+  shared_pool().parallel_for(chunks, [&](int c) {
+    const size_t b = std::min(n, per * static_cast<size_t>(c));
+    const size_t e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+  });
+}
+
+CastStats to_half_serial(const float* in, uint16_t* out, size_t n, DType type, float scale) {
   if (type == DType::kBFloat16) return to_bf16_loop(in, out, n, scale);
 #if defined(__x86_64__)
   if (have_f16c()) return to_fp16_f16c(in, out, n, scale);
@@ -140,14 +162,59 @@ CastStats to_half(const float* in, uint16_t* out, size_t n, DType type, float sc
   return to_fp16_scalar(in, out, n, scale);
 }
 
+}  // namespace
+
+CastStats to_half(const float* in, uint16_t* out, size_t n, DType type, float scale) {
+  require_half(type, "half::to_half");
+  const int chunks = chunks_for(n);
+  if (chunks <= 1) return to_half_serial(in, out, n, type, scale);
+  std::vector<CastStats> parts(static_cast<size_t>(chunks));
+  const size_t per = ((n + chunks - 1) / chunks + 63) / 64 * 64;
+  for_chunks(n, chunks, [&](size_t b, size_t e) {
+    parts[b / per] = to_half_serial(in + b, out + b, e - b, type, scale);
+  });
+  CastStats s;
+  for (const CastStats& p : parts) {
+    s.saturated += p.saturated;
+    s.nonfinite += p.nonfinite;
+  }
+  return s;
+}
+
 void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale) {
   require_half(type, "half::from_half");
-  from_half_impl(in, out, n, type, scale, false);
+  for_chunks(n, chunks_for(n), [&](size_t b, size_t e) {
+    from_half_impl(in + b, out + b, e - b, type, scale, false);
+  });
 }
 
 void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale) {
   require_half(type, "half::add_from_half");
-  from_half_impl(in, out, n, type, scale, true);
+  for_chunks(n, chunks_for(n), [&](size_t b, size_t e) {
+    from_half_impl(in + b, out + b, e - b, type, scale, true);
+  });
+}
+
+size_t count_nonfinite(const float* v, size_t n) {
+  const int chunks = chunks_for(n);
+  std::vector<size_t> parts(static_cast<size_t>(std::max(chunks, 1)), 0);
+  const size_t per = chunks <= 1 ? n + 1 : ((n + chunks - 1) / chunks + 63) / 64 * 64;
+  for_chunks(n, chunks, [&](size_t b, size_t e) {
+    // Exponent all ones <=> Inf or NaN; 32-bit block counters keep the loop vectorizable.
+    size_t total = 0;
+    for (size_t blk = b; blk < e; blk += 4096) {
+      const size_t end = std::min(e, blk + 4096);
+      uint32_t c = 0;
+      for (size_t i = blk; i < end; ++i)
+        c += (float_bits(v[i]) & 0x7f800000u) == 0x7f800000u;
+      total += c;
+    }
+    parts[b / per] = total;
+  });
+  size_t total = 0;
+  for (size_t p : parts)
+    total += p;
+  return total;
 }
 
 }  // namespace gradex::compress::half

@@ -30,6 +30,12 @@ void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale
 // out[i] += from16(in[i]) * scale.
 void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale);
 
+// Number of NaN and Inf values in v[0, n).
+size_t count_nonfinite(const float* v, size_t n);
+
+// Large buffers (from 2^18 elements) are split over the shared worker pool (base/thread_pool.h);
+// the casts are element-wise, so the results are bit-identical to a serial pass.
+
 // Largest finite value of a 16-bit type, as fp32.
 constexpr float kHalfMax = 65504.0f;
 constexpr float kBFloat16Max = 3.38953139e38f;

@@ -30,6 +30,8 @@ extern "C" {
 /* Bumped on every incompatible change of this header. gradex_engine_create() refuses other versions. */
 #define GRADEX_API_VERSION 1
 
+/* The status codes, defined here only: base/error.h, the torch op and python/gradex/_errors.py are
+ * checked against this table by tests/base/status_table_check.py. */
 typedef enum gradex_status {
   GRADEX_OK = 0,
   GRADEX_ERR_INVALID_ARGUMENT = 1,
@@ -165,6 +167,51 @@ gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, s
  * the size (including the terminating NUL). engine NULL: the environment's configuration. */
 gradex_status_t gradex_describe_config(gradex_engine_t* engine, char* buffer, size_t capacity,
                                        size_t* length);
+
+/* ---- DiLoCo outer optimization (additive to API version 1) -------------------------------------------
+ * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
+ * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or
+ * exact fp32) and an outer SGD/Nesterov step updates theta_global, bit-identical on every rank (see
+ * sync/outer/outer_optimizer.h). A gradex_outer_t has its own connections and background thread; it needs
+ * no engine. Its settings are the GRADEX_OUTER_* variables (environment or options->config_*). Calls on
+ * one gradex_outer_t must come from one thread at a time. Registered tensors are fp32 host memory that the
+ * caller owns and keeps at the same address until gradex_outer_destroy. */
+typedef struct gradex_outer gradex_outer_t;
+
+/* Collective: connects every rank (options as for gradex_engine_create; store_prefix NULL means
+ * "gradex/outer/"). */
+gradex_status_t gradex_outer_create(const gradex_engine_options_t* options, gradex_outer_t** outer);
+/* Finishes exchanges in flight (bounded by the timeout), leaves and releases. NULL is ignored. */
+gradex_status_t gradex_outer_destroy(gradex_outer_t* outer);
+/* Registers a float32 tensor, in model (layer) order, before gradex_outer_start. is_buffer = 1: a buffer
+ * (e.g. BatchNorm statistics) that is averaged, not optimized. */
+gradex_status_t gradex_outer_add_tensor(gradex_outer_t* outer, const char* key, float* data, uint64_t numel,
+                                        int is_buffer);
+/* Collective: splits the parameters into GRADEX_OUTER_FRAGMENTS fragments and copies rank 0's values into
+ * every rank's tensors and global copy. */
+gradex_status_t gradex_outer_start(gradex_outer_t* outer);
+/* Ends an inner step (after the inner optimizer's step): merges exchanges due now and starts those of the
+ * fragments due now. *merged (may be NULL) = fragments merged into the tensors by this call. A failed
+ * background exchange (dead or stalled peer) is returned here (and by every later call). */
+gradex_status_t gradex_outer_step(gradex_outer_t* outer, int* merged);
+/* Collective: finishes and merges every exchange in flight, averages the buffers and writes the global copy
+ * into the parameters, so every rank holds the same model (for evaluation or a checkpoint). */
+gradex_status_t gradex_outer_synchronize(gradex_outer_t* outer);
+/* Counters: steps, parameter_averages (fragment exchanges merged), bytes_sent/received, dense_bytes (an fp32
+ * ring allreduce of the same tensors), compression_ratio, nonfinite, communicate_seconds (background) and
+ * decode_seconds (time the caller waited on exchanges). last_step is not supported (must be 0). */
+gradex_status_t gradex_outer_get_stats(gradex_outer_t* outer, int last_step, gradex_stats_t* stats);
+/* Copies the global copy of parameter `key` (numel elements) into `out`. */
+gradex_status_t gradex_outer_global(gradex_outer_t* outer, const char* key, float* out, uint64_t numel);
+/* Per fragment, the step of its last merge (0: never); *count = number of fragments; steps may be NULL. */
+gradex_status_t gradex_outer_last_merges(gradex_outer_t* outer, uint64_t* steps, size_t capacity,
+                                         size_t* count);
+/* Fragment of a registered tensor (-1 for buffers). */
+gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key, int64_t* fragment);
+/* Global copies, outer momenta, residuals and the step count (buffer NULL: the size). Saving merges the
+ * exchanges in flight first; loading checks format, world size and tensor set (GRADEX_ERR_STATE). */
+gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity, size_t* length);
+gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length);
 
 #ifdef __cplusplus
 }

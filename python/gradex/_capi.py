@@ -281,3 +281,133 @@ def describe_config(engine=None):
     buf = ctypes.create_string_buffer(max(length.value, 1))
     check(c.gradex_describe_config(ptr, buf, length.value, ctypes.byref(length)))
     return buf.value.decode("utf-8", "replace")
+
+
+# --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
+
+_outer_declared = False
+
+
+def _outer_lib():
+    """The library with the gradex_outer_* signatures declared (once)."""
+    global _outer_declared
+    c = lib()
+    with _lib_lock:
+        if not _outer_declared:
+            status, outer_p = ctypes.c_int, ctypes.c_void_p
+            sigs = {
+                "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+                "gradex_outer_destroy": (status, [outer_p]),
+                "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
+                                                     ctypes.c_int]),
+                "gradex_outer_start": (status, [outer_p]),
+                "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+                "gradex_outer_synchronize": (status, [outer_p]),
+                "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+                "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
+                "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                                      ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+                "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                     ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+            }
+            for name, (restype, argtypes) in sigs.items():
+                fn = getattr(c, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+            _outer_declared = True
+    return c
+
+
+class Outer:
+    """One DiLoCo outer optimizer (gradex_outer_create): its own connections and background thread. Creation
+    is collective, like Engine's; `config` holds GRADEX_OUTER_* (and other GRADEX_*) overrides."""
+
+    def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
+        c = _outer_lib()
+        options = _Options()
+        c.gradex_engine_options_init(ctypes.byref(options))
+        options.rank = rank
+        options.world_size = world_size
+        self._store = StoreAdapter(store) if store is not None else None
+        if self._store is not None:
+            options.store = ctypes.pointer(self._store.struct)
+        self._prefix = store_prefix.encode() if store_prefix else None
+        options.store_prefix = self._prefix
+        config = {str(k): str(v) for k, v in (config or {}).items()}
+        names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
+        values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
+        options.config_count = len(config)
+        options.config_names = names
+        options.config_values = values
+        out = ctypes.c_void_p()
+        status = c.gradex_outer_create(ctypes.byref(options), ctypes.byref(out))
+        if status != 0:
+            message = last_error()
+            if self._store is not None and self._store.last_failure:
+                message += f" ({self._store.last_failure})"
+            raise _errors.error_for_status(status, message)
+        self._ptr = out.value
+
+    @property
+    def address(self):
+        return self._ptr or 0
+
+    def _outer(self):
+        if not self._ptr:
+            raise _errors.InvalidArgumentError("gradex: the DiLoCo optimizer is closed")
+        return self._ptr
+
+    def close(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            check(_outer_lib().gradex_outer_destroy(ptr))
+
+    def add_tensor(self, key, address, numel, is_buffer):
+        check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))
+
+    def start(self):
+        check(_outer_lib().gradex_outer_start(self._outer()))
+
+    def step(self):
+        merged = ctypes.c_int()
+        check(_outer_lib().gradex_outer_step(self._outer(), ctypes.byref(merged)))
+        return merged.value
+
+    def synchronize(self):
+        check(_outer_lib().gradex_outer_synchronize(self._outer()))
+
+    def stats(self, last_step=False):
+        s = _Stats()
+        check(_outer_lib().gradex_outer_get_stats(self._outer(), int(bool(last_step)), ctypes.byref(s)))
+        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+    def global_copy(self, key, address, numel):
+        check(_outer_lib().gradex_outer_global(self._outer(), key.encode(), address, numel))
+
+    def last_merges(self):
+        c = _outer_lib()
+        count = ctypes.c_size_t()
+        check(c.gradex_outer_last_merges(self._outer(), None, 0, ctypes.byref(count)))
+        steps = (ctypes.c_uint64 * max(count.value, 1))()
+        check(c.gradex_outer_last_merges(self._outer(), steps, count.value, ctypes.byref(count)))
+        return list(steps[:count.value])
+
+    def fragment_of(self, key):
+        f = ctypes.c_int64()
+        check(_outer_lib().gradex_outer_fragment_of(self._outer(), key.encode(), ctypes.byref(f)))
+        return f.value
+
+    def save_state(self):
+        c = _outer_lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_outer_save_state(self._outer(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_outer_save_state(self._outer(), buf, length.value, ctypes.byref(length)))
+        return buf.raw[:length.value]
+
+    def load_state(self, blob):
+        blob = bytes(blob)
+        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+        check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))

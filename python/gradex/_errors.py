@@ -1,5 +1,9 @@
 """Exceptions raised for the engine's status codes (include/gradex/gradex.h, gradex_status_t).
 
+The codes are defined once, in gradex.h; each class below names its code (`status`, `name` as in
+gradex.h without the GRADEX_ERR_ prefix), and tests/base/status_table_check.py fails when this file,
+the torch op's names or base/error.h disagree with the header.
+
 Each carries the engine's message (gradex_last_error) unchanged. All derive from GradexError, itself a
 RuntimeError, so code that catches RuntimeError around a training step keeps working.
 """
@@ -9,6 +13,7 @@ class GradexError(RuntimeError):
     """A gradex call failed; `status` is the gradex_status_t value, `str(e)` the engine's message."""
 
     status = 8  # GRADEX_ERR_INTERNAL unless a subclass says otherwise
+    name = "INTERNAL"
 
     def __init__(self, message):
         super().__init__(message)
@@ -17,63 +22,70 @@ class GradexError(RuntimeError):
 
 class InvalidArgumentError(GradexError, ValueError):
     status = 1
+    name = "INVALID_ARGUMENT"
 
 
 class ConfigError(GradexError, ValueError):
     """A GRADEX_* value (environment or API) is invalid."""
 
     status = 2
+    name = "CONFIG"
 
 
 class TimeoutError(GradexError):  # noqa: A001 - gradex.TimeoutError, deliberately like the builtin's name
     """A peer stalled or never submitted within GRADEX_TIMEOUT_S."""
 
     status = 3
+    name = "TIMEOUT"
 
 
 class PeerError(GradexError):
     """A peer died or failed."""
 
     status = 4
+    name = "PEER"
 
 
 class CorruptError(GradexError):
     status = 5
+    name = "CORRUPT"
 
 
 class MismatchError(GradexError):
     """Ranks disagree on tensor keys, sizes or dtypes."""
 
     status = 6
+    name = "MISMATCH"
 
 
 class TransportError(GradexError):
     status = 7
+    name = "TRANSPORT"
 
 
 class InternalError(GradexError):
     status = 8
+    name = "INTERNAL"
 
 
 class StateError(GradexError):
     """Saved compressor state cannot be restored here."""
 
     status = 9
+    name = "STATE"
 
 
 class VersionError(GradexError):
     """The gradex library and this package disagree on the C API version."""
 
     status = 10
+    name = "VERSION"
 
 
-_BY_STATUS = {cls.status: cls for cls in (InvalidArgumentError, ConfigError, TimeoutError, PeerError,
-                                           CorruptError, MismatchError, TransportError, InternalError,
-                                           StateError, VersionError)}
-_BY_NAME = {"INVALID_ARGUMENT": InvalidArgumentError, "CONFIG": ConfigError, "TIMEOUT": TimeoutError,
-            "PEER": PeerError, "CORRUPT": CorruptError, "MISMATCH": MismatchError,
-            "TRANSPORT": TransportError, "INTERNAL": InternalError, "STATE": StateError,
-            "VERSION": VersionError}
+_CLASSES = (InvalidArgumentError, ConfigError, TimeoutError, PeerError, CorruptError, MismatchError,
+            TransportError, InternalError, StateError, VersionError)
+_BY_STATUS = {cls.status: cls for cls in _CLASSES}
+_BY_NAME = {cls.name: cls for cls in _CLASSES}
 
 
 def error_for_status(status, message):

@@ -64,6 +64,20 @@ TEST(BenchSmoke, ExchangeOnTwoRanksReportsEveryMode) {
   EXPECT_NEAR(number(result, "dense_fp32_ratio"), 1.0, 0.05);
   EXPECT_NEAR(number(result, "dense_fp16_ratio"), 2.0, 0.1);
   EXPECT_NEAR(number(result, "dense_fp32_wire_bytes"), 25557032.0 * 4, 25557032.0 * 0.2);
+  // Idle CPU: a share of one core, the engine's and the engine-less floor side by side.
+  EXPECT_GE(number(result, "idle_cpu_pct"), 0);
+  EXPECT_LE(number(result, "idle_cpu_pct"), 100.0 * 64);
+  EXPECT_GE(number(result, "idle_cpu_pct_no_engine"), 0);
+}
+
+TEST(BenchSmoke, AllgatherReportsRingAndDirect) {
+  Outcome r = run(kBench + " allgather --ranks 3 --min-bytes 1K --max-bytes 4K --iters 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  EXPECT_GT(number(result, "direct_1KiB_ms"), 0);
+  EXPECT_GT(number(result, "ring_4KiB_ms"), 0);
+  EXPECT_GT(number(result, "direct_over_ring_min_bytes"), 0);
+  EXPECT_EQ(result["ranks"], "3");
 }
 
 TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {

@@ -23,9 +23,25 @@ using comm::LaunchInfo;
 using comm::Millis;
 using Clock = std::chrono::steady_clock;
 
-const char* const kVars[] = {
-    "RANK",        "WORLD_SIZE",           "LOCAL_RANK",           "MASTER_ADDR",
-    "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
+const char* const kVars[] = {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE",
+                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                             "PMI_RANK",
+                             "PMI_SIZE",
+                             "MPI_LOCALRANKID",
+                             "PMI_LOCAL_RANK",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "SLURM_LOCALID",
+                             "SLURM_JOB_NODELIST",
+                             "SLURM_NODELIST",
+                             "SLURM_JOB_ID",
+                             "TORCHELASTIC_RESTART_COUNT"};
 
 // Clears the launcher variables around each test (and restores nothing: ctest runs each test in
 // its own process).
@@ -81,6 +97,146 @@ TEST_F(Launch, OpenMpiFallback) {
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.world_size, 4);
   EXPECT_EQ(info.local_rank, 0);
+}
+
+TEST_F(Launch, OpenMpiIsNamed) {
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(comm::launch_info_from_environment().launcher, "Open MPI");
+  EXPECT_TRUE(comm::launcher_present());
+}
+
+TEST_F(Launch, MpichAndIntelMpiVariables) {
+  setenv("PMI_RANK", "5", 1);
+  setenv("PMI_SIZE", "6", 1);
+  setenv("MPI_LOCALRANKID", "1", 1);
+  LaunchInfo info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.launcher, "MPICH/Intel MPI");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.world_size, 6);
+  EXPECT_EQ(info.local_rank, 1);
+  // PMI_LOCAL_RANK is the second name for the local rank.
+  unsetenv("MPI_LOCALRANKID");
+  setenv("PMI_LOCAL_RANK", "2", 1);
+  EXPECT_EQ(comm::launch_info_from_environment().local_rank, 2);
+  EXPECT_EQ(error_text({{"PMI_RANK", "6"}, {"PMI_SIZE", "6"}}),
+            "PMI_RANK=6 must be in [0, PMI_SIZE) = [0, 6)");
+  EXPECT_EQ(error_text({{"PMI_SIZE", "6"}}),
+            "PMI_SIZE=6 is set but PMI_RANK is not: set both (or neither, for a single process)");
+}
+
+TEST_F(Launch, SlurmVariablesAndNodeList) {
+  setenv("SLURM_PROCID", "7", 1);
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_LOCALID", "3", 1);
+  setenv("SLURM_JOB_NODELIST", "gpu[07-08,11]", 1);
+  setenv("SLURM_NODELIST", "ignored[1-2]", 1);
+  setenv("SLURM_JOB_ID", "123456", 1);
+  LaunchInfo info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.launcher, "Slurm");
+  EXPECT_EQ(info.rank, 7);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 3);
+  EXPECT_EQ(info.master_addr, "gpu07");  // the first host of the job's node list
+  EXPECT_EQ(info.master_port, 20000 + 123456 % 10000);
+  // Older Slurm: only SLURM_NODELIST.
+  unsetenv("SLURM_JOB_NODELIST");
+  EXPECT_EQ(comm::launch_info_from_environment().master_addr, "ignored1");
+  // MASTER_ADDR and MASTER_PORT win over what Slurm implies.
+  setenv("MASTER_ADDR", "10.1.2.3", 1);
+  setenv("MASTER_PORT", "4242", 1);
+  info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.master_addr, "10.1.2.3");
+  EXPECT_EQ(info.master_port, 4242);
+  EXPECT_EQ(error_text({{"SLURM_PROCID", "0"}}),
+            "SLURM_PROCID=0 is set but SLURM_NTASKS is not: set both (or neither, for a single "
+            "process)");
+  EXPECT_EQ(error_text({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODELIST", "a[1-"}}),
+            "SLURM_NODELIST='a[1-' is not a valid Slurm hostlist: unbalanced '['");
+}
+
+// An salloc shell sets SLURM_NTASKS for the allocation: a process started there directly is a
+// single process, not one of the tasks.
+TEST_F(Launch, SlurmAllocationShellIsASingleProcess) {
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_JOB_NODELIST", "n[1-2]", 1);
+  LaunchInfo info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_FALSE(comm::launcher_present());
+}
+
+// The inner launcher wins: torchrun inside an sbatch job, mpirun inside an allocation (whose
+// ranks all inherit SLURM_PROCID=0).
+TEST_F(Launch, InnerLauncherWins) {
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "1", 1);
+  setenv("PMI_RANK", "2", 1);
+  setenv("PMI_SIZE", "4", 1);
+  EXPECT_EQ(comm::launch_info_from_environment().launcher, "MPICH/Intel MPI");
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(comm::launch_info_from_environment().launcher, "Open MPI");
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  LaunchInfo info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+}
+
+TEST_F(Launch, NoLauncherIsAClearErrorWhenOneIsRequired) {
+  EXPECT_FALSE(comm::launcher_present());
+  EXPECT_EQ(comm::launch_info_from_environment().launcher, "none");
+  try {
+    comm::require_launch_info_from_environment();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "no launcher found: none of the rank/size variables is set (looked for torchrun: "
+              "RANK/WORLD_SIZE; Open MPI: OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE; "
+              "MPICH/Intel MPI: PMI_RANK/PMI_SIZE; Slurm: SLURM_PROCID/SLURM_NTASKS); start the "
+              "program with torchrun, mpirun, srun or set RANK and WORLD_SIZE");
+  }
+}
+
+TEST(Hostlist, Expands) {
+  using V = std::vector<std::string>;
+  auto ex = [](const char* s) { return comm::expand_hostlist(s, "L"); };
+  EXPECT_EQ(ex("node01"), V{"node01"});
+  EXPECT_EQ(ex("node[01-04,07]"), (V{"node01", "node02", "node03", "node04", "node07"}));
+  EXPECT_EQ(ex("a1,b[2-3]"), (V{"a1", "b2", "b3"}));
+  EXPECT_EQ(ex("r[1-2]-n[08-10]"), (V{"r1-n08", "r1-n09", "r1-n10", "r2-n08", "r2-n09", "r2-n10"}));
+  EXPECT_EQ(ex("x[9-11].cluster,y"), (V{"x9.cluster", "x10.cluster", "x11.cluster", "y"}));
+}
+
+TEST(Hostlist, RejectsMalformedLists) {
+  auto err = [](const char* s) {
+    try {
+      comm::expand_hostlist(s, "SLURM_JOB_NODELIST");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string pre = "SLURM_JOB_NODELIST='";
+  EXPECT_EQ(err(""), pre + "' is not a valid Slurm hostlist: empty host name");
+  EXPECT_EQ(err("a,,b"), pre + "a,,b' is not a valid Slurm hostlist: empty host name");
+  EXPECT_EQ(err("n[3-1]"), pre + "n[3-1]' is not a valid Slurm hostlist: range 3-1 is descending");
+  EXPECT_EQ(err("n[a-b]"), pre + "n[a-b]' is not a valid Slurm hostlist: '[a-b]' has a bad range");
+  EXPECT_EQ(err("n[[1]]"), pre + "n[[1]]' is not a valid Slurm hostlist: nested '['");
+  EXPECT_EQ(err("n1]"), pre + "n1]' is not a valid Slurm hostlist: unbalanced ']'");
+  EXPECT_EQ(err("n[0-99999999]"),
+            pre + "n[0-99999999]' is not a valid Slurm hostlist: range 0-99999999 is too long");
+  EXPECT_EQ(err("a[0-9999][0-999]"),
+            pre + "a[0-9999][0-999]' is not a valid Slurm hostlist: more than 1000000 hosts");
+}
+
+TEST_F(Launch, IncarnationUnderTorchElastic) {
+  EXPECT_EQ(comm::launch_incarnation(), "");
+  setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  EXPECT_EQ(comm::launch_incarnation(), "restart2");
+  setenv("TORCHELASTIC_RESTART_COUNT", "x", 1);
+  EXPECT_THROW(comm::launch_incarnation(), ConfigError);
 }
 
 TEST_F(Launch, RankWithoutSize) {

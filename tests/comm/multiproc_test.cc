@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -73,6 +74,76 @@ TEST(MultiProcess, BootstrapOverTcpStoreAndAllreduce) {
     EXPECT_TRUE(r.exited && r.exit_code == kOk) << describe(results);
     EXPECT_NE(r.report.find("bytes sent"), std::string::npos) << describe(results);
   }
+}
+
+// A job with a secret (store and peers authenticated) runs its collectives while two strangers, one
+// with a wrong secret and one with none, are refused by rank 0's store with errors naming the
+// authentication failure and the address.
+TEST(MultiProcess, AuthenticatedJobRunsWhileStrangersAreRefused) {
+  const int P = 3;
+  const uint16_t port = free_port();
+  const std::string marker = ::testing::TempDir() + "gradex_strangers_" + std::to_string(port);
+  ProcessGroup group(P + 2, [&](int index) {
+    comm::LaunchInfo info;
+    info.master_port = port;
+    info.world_size = P;
+    if (index >= P) {  // a stranger: rank 1 of the job, as far as it claims
+      info.rank = 1;
+      const std::string secret = index == P ? "guessed" : "";
+      try {
+        comm::connect_tcp_store(info, Millis(20000), secret);
+        report("stranger was accepted");
+        return kWrongResult;
+      } catch (const ConfigError& e) {
+        report(std::string("refused: ") + e.what());
+      }
+      FILE* f = std::fopen((marker + std::to_string(index)).c_str(), "w");
+      if (f) std::fclose(f);
+      return kExpectedFailure;
+    }
+    info.rank = index;
+    auto store = comm::connect_tcp_store(info, Millis(20000), "the-job-secret");
+    comm::CommOptions o;
+    o.timeout = Millis(20000);
+    o.job_secret = "the-job-secret";
+    auto comm = comm::create_ucx_communicator(store, index, P, o);
+    std::vector<float> buf(1000, static_cast<float>(index + 1));
+    comm::allreduce_sum(*comm, buf.data(), buf.size(), DType::kFloat32);
+    if (buf[999] != 6.0f) return kWrongResult;
+    // Rank 0 serves the store: it stays until both strangers have been refused (bounded).
+    if (index == 0) {
+      auto deadline = Clock::now() + std::chrono::seconds(20);
+      auto exists = [&](int i) {
+        FILE* f = std::fopen((marker + std::to_string(i)).c_str(), "r");
+        if (f) std::fclose(f);
+        return f != nullptr;
+      };
+      while (!(exists(P) && exists(P + 1)) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    comm::barrier(*comm);
+    report("job done");
+    return kOk;
+  });
+  auto results = group.wait(std::chrono::seconds(60));
+  for (int r = 0; r < P; ++r)
+    EXPECT_TRUE(results[static_cast<size_t>(r)].exited &&
+                results[static_cast<size_t>(r)].exit_code == kOk)
+        << describe(results);
+  const std::string where = "the gradex store at 127.0.0.1:" + std::to_string(port);
+  EXPECT_EQ(results[P].exit_code, kExpectedFailure) << describe(results);
+  EXPECT_NE(results[P].report.find("refused: authentication failed: " + where +
+                                   " did not prove knowledge of the job secret"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_EQ(results[P + 1].exit_code, kExpectedFailure) << describe(results);
+  EXPECT_NE(results[P + 1].report.find("refused: " + where +
+                                       " refused this client: authentication failed: this store "
+                                       "requires the job secret"),
+            std::string::npos)
+      << describe(results);
+  std::remove((marker + std::to_string(P)).c_str());
+  std::remove((marker + std::to_string(P + 1)).c_str());
 }
 
 // Children allreduce a 4 MiB buffer (256 chunks of 16 KiB per ring step) in a loop until an

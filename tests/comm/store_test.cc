@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "base/error.h"
@@ -208,6 +209,17 @@ TEST(TcpStoreServer, DropsAClientSpeakingAnotherProtocolAndKeepsServing) {
   comm::TcpStore good("127.0.0.1", server.port(), Millis(2000));
   good.set("still", b("serving"));
   EXPECT_EQ(good.get("still", Millis(100)), b("serving"));
+}
+
+// Found while making the server fuzzable (UBSan would flag it): counters were summed in signed
+// arithmetic, which overflows (undefined behaviour) when a client adds past INT64_MAX. Counters
+// wrap instead.
+TEST(TcpStoreServer, CounterOverflowWraps) {
+  comm::TcpStoreServer server("127.0.0.1", 0);
+  comm::TcpStore s("127.0.0.1", server.port(), Millis(2000));
+  EXPECT_EQ(s.add("n", INT64_MAX), INT64_MAX);
+  EXPECT_EQ(s.add("n", 1), INT64_MIN);
+  EXPECT_EQ(s.add("n", -1), INT64_MAX);
 }
 
 TEST(TcpStore, SilentPeerIsBoundedInTime) {

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Builds the decoder fuzzer with clang + ASan + UBSan in build-fuzz/ (only that target: it needs
-# gradex_base and gradex_compress, no UCX library is built) and runs it for SECONDS (default 60)
-# over a scratch copy of the committed seed corpus. Fails on any crash or sanitizer report; the
-# reproducer is left in build-fuzz/artifacts/.
-# Usage: bash tests/fuzz/run.sh [SECONDS]
+# Builds the fuzzers with clang + ASan + UBSan in build-fuzz/ (only those targets) and runs each for
+# SECONDS (default 30) over a scratch copy of its committed seed corpus. Fails on any crash or
+# sanitizer report; the reproducer is left in build-fuzz/artifacts/<target>/.
+#   decode     the sparse payload decoder          corpus/
+#   store      the TCP store's server protocol     corpus-store/
+#   negotiate  negotiation messages                corpus-negotiate/
+#   state      the saved-state loader (C API)      corpus-state/
+# Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-seconds=${1:-60}
+seconds=${1:-30}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(decode store negotiate state)
 
 sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link"
 mkdir -p build-fuzz
@@ -15,10 +21,24 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize" \
   -DGRADEX_BUILD_FUZZ=ON -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF >build-fuzz/configure.log 2>&1 ||
   { cat build-fuzz/configure.log; exit 1; }
-ninja -C build-fuzz -j "${GRADEX_FUZZ_JOBS:-2}" gradex-fuzz-decode
+ninja -C build-fuzz -j "${GRADEX_FUZZ_JOBS:-2}" "${targets[@]/#/gradex-fuzz-}"
 
-rm -rf tests/fuzz/corpus-run
-cp -r tests/fuzz/corpus tests/fuzz/corpus-run
-mkdir -p build-fuzz/artifacts
-build-fuzz/bin/gradex-fuzz-decode -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 \
-  -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ tests/fuzz/corpus-run
+# UCX (inside the state fuzzer's engine) must not hook malloc under ASan.
+export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
+export LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+status=0
+for t in "${targets[@]}"; do
+  corpus=tests/fuzz/corpus-$t
+  [ "$t" = decode ] && corpus=tests/fuzz/corpus
+  max_len=8192
+  [ "$t" = state ] && max_len=32768
+  scratch=build-fuzz/corpus-run-$t
+  rm -rf "$scratch"
+  cp -r "$corpus" "$scratch"
+  mkdir -p "build-fuzz/artifacts/$t"
+  echo "== fuzzing $t for $seconds s"
+  build-fuzz/bin/gradex-fuzz-$t -max_total_time="$seconds" -max_len=$max_len -rss_limit_mb=2048 \
+    -timeout=10 -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$t/" "$scratch" \
+    2>&1 | tail -n 25 || status=1
+done
+exit $status

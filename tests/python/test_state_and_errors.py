@@ -31,14 +31,17 @@ def _round_trips(rank, world):
 
     # DistributedOptimizer: a restored copy continues exactly like the original (residuals, momenta).
     model = _model()
+    # Keys other than the hook's (which are the module's parameter names), for the mismatch check below.
     opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                  named_parameters=model.named_parameters(), config=_CONFIG)
+                                  named_parameters=[("opt." + n, p) for n, p in model.named_parameters()],
+                                  config=_CONFIG)
     for x in batches[:4]:
         _step(model, opt, x)
     saved = opt.state_dict()
     twin = copy.deepcopy(model)
     twin_opt = gx.DistributedOptimizer(torch.optim.SGD(twin.parameters(), lr=0.05),
-                                       named_parameters=twin.named_parameters(), config=_CONFIG)
+                                       named_parameters=[("opt." + n, p) for n, p in twin.named_parameters()],
+                                       config=_CONFIG)
     twin_opt.load_state_dict(saved)
     out["optimizer_state_equal"] = twin_opt.state_dict()["gradex"] == saved["gradex"]
     out["state_bytes"] = len(saved["gradex"])
@@ -46,18 +49,20 @@ def _round_trips(rank, world):
     _step(twin, twin_opt, batches[4])
     out["continues_identically"] = all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
 
-    # The DDP hook's State: restorable before the first iteration (buckets come from the state dict).
+    # The DDP hook's State: restorable before the first iteration (kept until the engine exists, then
+    # registered from the state dict's tensors and loaded).
     ddp_model = _model()
     ddp = torch.nn.parallel.DistributedDataParallel(ddp_model)
-    state = gx.State(config=_CONFIG)
+    state = gx.State(ddp, config=_CONFIG)
     ddp.register_comm_hook(state, gx.hook)
     for x in batches:
         ddp(x).square().mean().backward()
     hook_saved = state.state_dict()
-    restored = gx.State(config=_CONFIG)
+    restored = gx.State(ddp, config=_CONFIG)
     restored.load_state_dict(hook_saved)
-    out["hook_state_equal"] = restored.state_dict()["engine"] == hook_saved["engine"]
     out["hook_iteration"] = restored.iteration
+    restored.engine  # noqa: B018 - creates the engine (collective), which applies the loaded state
+    out["hook_state_equal"] = restored.state_dict()["engine"] == hook_saved["engine"]
 
     # State that does not belong to this engine's tensors fails with StateError, not silently.
     try:
@@ -106,7 +111,7 @@ def _bad_value(rank, world):
     return messages
 
 
-def test_bad_gradex_value_raises_config_error_at_first_use():
+def test_bad_gradex_value_raises_config_error_at_construction():
     for messages in ranks.run(_bad_value, 2):
         assert messages[0] and "GRADEX_SPARSITY" in messages[0] and "lots" in messages[0]
         assert messages[1] and "GRADEX_SPARSITY" in messages[1]

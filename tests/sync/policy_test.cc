@@ -34,6 +34,12 @@ TEST(Policy, OverrideParsingRejectsBadEntries) {
   EXPECT_TRUE(pattern_matches("layer*weight", "layer1.conv.weight"));
   EXPECT_FALSE(pattern_matches("layer*weight", "layer1.conv.bias"));
   EXPECT_TRUE(pattern_matches("conv", "layer1.conv.bias"));
+  // Shell globs (fnmatch): '?' one character, '[...]' a set; a glob matches the whole name.
+  EXPECT_TRUE(pattern_matches("layer?.conv.*", "layer1.conv.bias"));
+  EXPECT_FALSE(pattern_matches("layer?.conv.*", "layer12.conv.bias"));
+  EXPECT_TRUE(pattern_matches("layer[13].*", "layer3.fc.weight"));
+  EXPECT_FALSE(pattern_matches("layer[13].*", "layer2.fc.weight"));
+  EXPECT_FALSE(pattern_matches("conv*", "layer1.conv.bias"));  // globs are anchored
 }
 
 TEST(Policy, SparseOnlyWhileCheaperThanDenseRing) {

@@ -1,17 +1,19 @@
 """gradex for PyTorch.
 
     import gradex.torch as gx
-    ddp.register_comm_hook(gx.State(), gx.hook)                                   # DDP
+    ddp.register_comm_hook(gx.State(ddp), gx.hook)                                # DDP
     opt = gx.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # without DDP
     lsgd = gx.LocalSGD(model, period=4, warmup_steps=100)                          # lsgd.step() after opt.step()
 
-See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
+gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
+gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
 """
 from .. import (ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError, MismatchError,
                 PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _bootstrap, _ops
 from .hook import State, hook
 from .localsgd import LocalSGD
+from .diloco import DiLoCo
 from .optimizer import DistributedOptimizer
 
 

@@ -2,10 +2,13 @@
 
 Under torchrun (or any init_process_group) the launcher's store already serves MASTER_PORT, so gradex never
 starts a second server there: it bootstraps through that store, under a key prefix of its own. Engines are
-created collectively; every rank must create its engines in the same order, which numbers their prefixes
-("gradex/<n>/") identically everywhere.
+created collectively by the ranks of one process group; every rank must create its engines for a group in the
+same order, which numbers their prefixes identically everywhere: "gradex/<n>/" for the default group,
+"gradex/g<r0>-<r1>-.../<n>/" for a subgroup (named by its global ranks, so that several groups' engines
+coexist in one store and one process).
 """
 import atexit
+import collections
 import itertools
 import threading
 import weakref
@@ -16,7 +19,7 @@ import torch.distributed as dist
 from .. import _capi, _errors
 from . import _ops
 
-_counter = itertools.count()
+_counters = collections.defaultdict(itertools.count)  # group tag -> engine numbers
 _live = []  # weak references to live engines, most recent last (for gradex.torch.stats())
 _live_lock = threading.Lock()
 
@@ -30,18 +33,41 @@ def dtype_code(dtype):
     return codes[dtype]
 
 
-def create_engine(config=None, store=None):
-    """A new engine. `config`: GRADEX_* overrides (name -> value) that win over the environment. `store`:
-    a torch.distributed.Store to bootstrap through (default: the default process group's, if any)."""
+def group_ranks(group):
+    """Global ranks of a process group (None: the default group's, when torch.distributed is initialized)."""
+    if group is None or group is dist.GroupMember.WORLD:
+        return list(range(dist.get_world_size()))
+    return list(dist.get_process_group_ranks(group))
+
+
+def is_default_group(group):
+    return group is None or group is dist.GroupMember.WORLD or \
+        (dist.is_initialized() and group_ranks(group) == list(range(dist.get_world_size())))
+
+
+def create_engine(config=None, store=None, group=None):
+    """A new engine over the ranks of `group` (default: the default process group). `config`: GRADEX_*
+    overrides (name -> value) that win over the environment. `store`: a torch.distributed.Store to bootstrap
+    through (default: the default process group's, if any)."""
     _ops.load()
     config = {str(k): str(v) for k, v in (config or {}).items()}
+    if group is not None and not (dist.is_available() and dist.is_initialized()):
+        raise _errors.InvalidArgumentError("gradex: a process group was given but torch.distributed is not initialized")
     if store is None and dist.is_available() and dist.is_initialized():
         store = dist.distributed_c10d._get_default_store()
     if store is not None:
         if not (dist.is_available() and dist.is_initialized()):
             raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
-        prefix = f"gradex/{next(_counter)}/"
-        engine = _capi.Engine(dist.get_rank(), dist.get_world_size(), store, prefix, config)
+        if is_default_group(group):
+            rank, world, tag = dist.get_rank(), dist.get_world_size(), ""
+        else:
+            ranks = group_ranks(group)
+            if dist.get_rank() not in ranks:
+                raise _errors.InvalidArgumentError(
+                    f"gradex: rank {dist.get_rank()} is not a member of the process group of ranks {ranks}")
+            rank, world, tag = ranks.index(dist.get_rank()), len(ranks), "g" + "-".join(map(str, ranks)) + "/"
+        prefix = f"gradex/{tag}{next(_counters[tag])}/"
+        engine = _capi.Engine(rank, world, store, prefix, config)
     else:
         # No framework store: the engine reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself.
         engine = _capi.Engine(-1, -1, None, None, config)

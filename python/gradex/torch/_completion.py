@@ -1,8 +1,8 @@
-"""Completes torch futures when the engine finishes a submission, without blocking the submitter.
+"""Completes torch futures when the engine finishes submissions, without blocking the submitter.
 
-One daemon thread per owner waits for tickets in submission order (the op releases the GIL while it
-waits), runs an optional callback, then sets the future's result, or its exception with the engine's
-error. For CUDA tensors the copy back to the device runs on a side stream of this thread, and the future,
+One daemon thread per owner waits for each future's tickets in submission order (the op releases the GIL
+while it waits; every ticket is consumed, even after a failure), runs an optional callback, then sets the
+future's result, or its exception with the engine's error. For CUDA tensors the copy back to the device runs on a side stream of this thread, and the future,
 created with the tensor's device, records that stream: consumers wait on it, not on the whole device.
 """
 import contextlib
@@ -21,9 +21,12 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def add(self, ticket, future, value, after=None):
-        """Waits for `ticket` (in order), calls `after()`, then future.set_result(value)."""
-        self._queue.put((ticket, future, value, after))
+    def add(self, tickets, future, value, after=None):
+        """Waits for `tickets` (a ticket or a list, in order), calls `after()`, then
+        future.set_result(value)."""
+        if not isinstance(tickets, (list, tuple)):
+            tickets = [tickets]
+        self._queue.put((tickets, future, value, after))
 
     def close(self):
         """Completes everything queued, then stops the thread."""
@@ -44,10 +47,10 @@ class Completer:
             item = self._queue.get()
             if item is None:
                 return
-            ticket, future, value, after = item
+            tickets, future, value, after = item
             try:
                 with self._stream_context(value):
-                    _ops.wait(ticket)
+                    _ops.wait_all(tickets)
                     if after is not None:
                         after()
                     future.set_result(value)

@@ -12,21 +12,31 @@ import torch
 _DEFAULT_MOMENTUM = 0.9
 
 
-def gradex_momentum(engine, config):
-    """The engine's effective GRADEX_MOMENTUM: from its configuration description, else from the API
-    config, the environment and the documented default (in that order)."""
+def engine_setting(engine, config, name, default):
+    """An engine's effective numeric GRADEX_* setting: from its configuration description, else from the
+    API config, the environment and `default` (in that order)."""
     try:
         text = engine.describe_config()
-        match = re.search(r"GRADEX_MOMENTUM\s*[=:]?\s*['\"]?([-+0-9.eE]+)", text)
+        match = re.search(r"(?m)^" + name + r"=([-+0-9.eEinf]+)\s", text)  # "NAME=value    [source; ...]"
         if match:
             return float(match.group(1))
     except Exception:  # noqa: BLE001 - fall back to what this process was told
         pass
-    value = (config or {}).get("GRADEX_MOMENTUM", os.environ.get("GRADEX_MOMENTUM"))
+    value = (config or {}).get(name, os.environ.get(name))
     try:
-        return float(value) if value is not None else _DEFAULT_MOMENTUM
+        return float(value) if value is not None else default
     except ValueError:
-        return _DEFAULT_MOMENTUM
+        return default
+
+
+def gradex_momentum(engine, config):
+    """The engine's effective GRADEX_MOMENTUM."""
+    return engine_setting(engine, config, "GRADEX_MOMENTUM", _DEFAULT_MOMENTUM)
+
+
+def gradex_clip_norm(engine, config):
+    """The engine's effective GRADEX_CLIP_NORM (0: no clipping)."""
+    return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
 def sgd_momentum(optimizer):

@@ -1,34 +1,91 @@
-"""The DDP communication hook: `ddp.register_comm_hook(gx.State(), gx.hook)`.
+"""The DDP communication hook: `ddp.register_comm_hook(gx.State(ddp), gx.hook)`.
 
-Each bucket goes DGC, fp16 or dense according to the engine's GRADEX_* policy (a bucket is one tensor to
-the engine, named "bucket.<index>"). The future returned to DDP holds the bucket averaged over ranks.
+Each bucket is exchanged per parameter (see _buckets.py): every parameter's gradient goes DGC, fp16 or dense
+according to the engine's GRADEX_* policy, keyed by its name in the model. The future returned to DDP holds
+the bucket averaged over ranks.
+
+A State is lazy, as PyTorch's own hook states are: creating one checks the GRADEX_* configuration locally
+and nothing else (no process group, rank variables or network needed), so frameworks can build it before
+they launch the ranks, and can pickle it until it is used. The engine bootstraps collectively at the first
+bucket, over the ranks of the DDP module's process group, through torch.distributed's store.
 """
-import torch
+import threading
+
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _errors
-from . import _bootstrap, _buckets, _momentum
+from . import _bootstrap, _buckets, _config_check, _discover, _momentum
 
-_STATE_FORMAT = "gradex.torch.State/1"
+_STATE_FORMAT = "gradex.torch.State/2"
 
 
 class State:
-    """Per-process state of the gradex comm hook: one engine, per-bucket compressor state.
+    """Per-process state of the gradex comm hook: one engine, per-parameter compressor state.
 
-    config: GRADEX_* overrides (name -> value) that win over the environment. dense_iterations: leading
-    iterations averaged with a plain allreduce (>= 1, because DDP rebuilds its buckets after the first).
-    Creating a State is collective (it bootstraps the engine), like creating the DDP module: a bad GRADEX_*
-    value raises gradex.ConfigError here.
+    model: the DDP module (or the module it wraps) whose parameter names key the gradients and whose process
+    group the engine spans. Without it the State finds, at its first bucket, the live DDP module that owns
+    the bucket's parameters (_discover.py) and uses its names and group; a plain module gives names only.
+    config: GRADEX_* overrides (name -> value) that win over the environment; checked here (a bad value
+    raises gradex.ConfigError at construction). dense_iterations: leading iterations averaged with a plain
+    allreduce (default 0 with parameter names, 1 with positional keys "bucket3.param7", because DDP rebuilds
+    its buckets after the first iteration). scaler: the torch.amp.GradScaler that scales the loss, if any, so
+    that residuals and momenta stay unscaled (_amp.py). process_group: the group the engine spans (default:
+    the DDP module's, else the default group). store: a torch.distributed.Store to bootstrap through
+    (default: the default group's).
     """
 
-    def __init__(self, config=None, dense_iterations=1, store=None):
-        self._engine = _bootstrap.create_engine(config, store)
-        self._exchanger = _buckets.BucketExchanger(self._engine, dense_iterations, end_steps=True)
-        self._warner = _momentum.MomentumWarner("the gradex DDP hook",
-                                                _momentum.gradex_momentum(self._engine, config))
-        # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
-        # trains the DDP model; removed after its first call.
-        self._step_hook = register_optimizer_step_pre_hook(self._on_optimizer_step)
+    def __init__(self, model=None, *, config=None, dense_iterations=None, store=None, scaler=None,
+                 process_group=None):
+        self._config = {str(k): str(v) for k, v in (config or {}).items()}
+        _config_check.check(self._config)
+        self._model = model
+        self._dense_iterations = dense_iterations
+        self._store = store
+        self._scaler = scaler
+        self._group = process_group
+        self._init_runtime()
+
+    def _init_runtime(self):
+        self._lock = threading.Lock()
+        self._engine = None
+        self._exchanger = None
+        self._step_hook = None
+        self._pending_load = getattr(self, "_pending_load", None)  # a state dict loaded before bootstrap
+        self._closed_iteration = 0
+
+    def _bootstrap(self, bucket=None):
+        """The exchanger, creating the engine first if this is the State's first use (collective over the
+        group's ranks). `bucket`: the first bucket, to find the DDP module when none was given."""
+        with self._lock:
+            if self._exchanger is not None:
+                return self._exchanger
+            if self._engine is False:
+                raise _errors.InvalidArgumentError("gradex: this State was closed")
+            model, group = self._model, self._group
+            ddp = model if _is_ddp(model) else None
+            if ddp is None and bucket is not None:
+                ddp = _discover.owner_of(bucket.parameters())
+            if group is None and ddp is not None:
+                group = ddp.process_group
+            if model is None:
+                model = ddp
+            engine = _bootstrap.create_engine(self._config, self._store, group)
+            try:
+                exchanger = _buckets.BucketExchanger(engine, model, self._dense_iterations, end_steps=True,
+                                                     scaler=self._scaler, group=group)
+                if self._pending_load is not None:
+                    _load(exchanger, engine, self._pending_load)
+            except BaseException:
+                engine.close()
+                raise
+            self._pending_load = None
+            self._warner = _momentum.MomentumWarner("the gradex DDP hook",
+                                                    _momentum.gradex_momentum(engine, self._config))
+            # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
+            # trains the DDP model; removed after its first call.
+            self._step_hook = register_optimizer_step_pre_hook(self._on_optimizer_step)
+            self._engine, self._exchanger = engine, exchanger
+            return exchanger
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
         self._warner.check(optimizer)
@@ -37,48 +94,99 @@ class State:
             self._step_hook = None
 
     @property
+    def bootstrapped(self):
+        """Whether the engine exists (after the first bucket, or an access that needed it)."""
+        return self._exchanger is not None
+
+    @property
     def engine(self):
-        return self._engine
+        """The engine; creates it (collectively) if no bucket has done so yet."""
+        return self._bootstrap().engine
 
     @property
     def iteration(self):
         """Backward passes seen by the hook."""
+        if self._exchanger is None:
+            return int(self._pending_load["iteration"]) if self._pending_load else self._closed_iteration
         return self._exchanger.iteration
 
     def stats(self, last_step=False):
-        return self._engine.stats(last_step)
+        return self.engine.stats(last_step)
 
     def state_dict(self):
-        """The compressor state (residuals, momenta, step counters) and the bucket layout it belongs to."""
-        return {"format": _STATE_FORMAT, "iteration": self._exchanger.iteration,
-                "buckets": {index: (numel, str(dtype))
-                            for index, (numel, dtype) in self._exchanger.buckets.items()},
-                "engine": self._engine.save_state()}
+        """The compressor state (residuals, momenta, step counters) and the tensors it belongs to, keyed by
+        parameter name when the State knows the model (then it survives a change of bucket_cap_mb).
+        Before the first bucket: the state given to load_state_dict, else the engine is created (collective)."""
+        if self._exchanger is None and self._pending_load is not None:
+            return dict(self._pending_load)
+        exchanger = self._bootstrap()
+        return {"format": _STATE_FORMAT, "iteration": exchanger.iteration,
+                "keys": "names" if exchanger.keys.named else "positions",
+                "tensors": exchanger.state(), "engine": exchanger.engine.save_state()}
 
     def load_state_dict(self, state):
-        """Restores state_dict()'s output, taken with the same model, world size and GRADEX_* policy.
-        Registers the saved buckets first (DDP rebuilds the same layout for the same model), so this works
-        before the first iteration."""
+        """Restores state_dict()'s output, taken with the same model, world size and GRADEX_* policy. Before
+        the first bucket the state is kept and applied when the engine is created (not collective)."""
         if state.get("format") != _STATE_FORMAT:
-            raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {state.get('format')!r})")
-        for index, (numel, dtype_name) in sorted(state["buckets"].items()):
-            dtype = getattr(torch, dtype_name.replace("torch.", ""))
-            self._exchanger.register(int(index), int(numel), dtype)
-        self._engine.load_state(state["engine"])
-        self._exchanger.iteration = max(self._exchanger.iteration, int(state["iteration"]))
+            raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {state.get('format')!r}; "
+                                     f"states of gradex.torch.State/1 were keyed by DDP bucket and cannot be "
+                                     f"mapped to parameters)")
+        with self._lock:
+            if self._exchanger is None:
+                self._pending_load = dict(state)
+                return
+        _load(self._exchanger, self._engine, state)
 
     def close(self):
         """Finishes outstanding exchanges and releases the engine (also done at interpreter exit)."""
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
-        self._exchanger.close()
-        self._engine.close()
+        with self._lock:
+            if self._step_hook is not None:
+                self._step_hook.remove()
+                self._step_hook = None
+            if self._exchanger is not None:
+                self._exchanger.close()
+                self._closed_iteration = self._exchanger.iteration
+            if self._engine:
+                self._engine.close()
+            self._exchanger = None
+            self._engine = False
 
     def __getstate__(self):
-        raise TypeError("gradex.torch.State holds an engine; checkpoint state_dict() instead of pickling it")
+        """Only a State that has not bootstrapped can be pickled: its configuration, scaler, process group
+        and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
+        would not be the module that DDP trains, so the unpickled State finds its DDP module at the first
+        bucket (_discover.py), as gx.State() does."""
+        if self._engine is not None:
+            raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
+                            "state_dict() instead of pickling it")
+        return {"_config": self._config, "_model": None, "_dense_iterations": self._dense_iterations,
+                "_store": self._store, "_scaler": self._scaler, "_group": self._group,
+                "_pending_load": self._pending_load}
+
+    def __setstate__(self, values):
+        self.__dict__.update(values)
+        self._init_runtime()
+
+
+def _is_ddp(module):
+    import torch
+    return isinstance(module, torch.nn.parallel.DistributedDataParallel)
+
+
+def _load(exchanger, engine, state):
+    kind = "names" if exchanger.keys.named else "positions"
+    if state.get("keys") != kind:
+        raise _errors.StateError(
+            f"gradex: the saved state is keyed by parameter {state.get('keys')}, this State by {kind}: create "
+            f"the State {'with' if state.get('keys') == 'names' else 'without'} the model")
+    exchanger.keys.register_saved(engine, state["tensors"])
+    engine.load_state(state["engine"])
+    exchanger.iteration = max(exchanger.iteration, int(state["iteration"]))
 
 
 def hook(state, bucket):
     """DDP comm hook: submits the bucket to gradex and returns a future of its average over ranks."""
-    return state._exchanger.exchange(bucket)
+    exchanger = state._exchanger
+    if exchanger is None:
+        exchanger = state._bootstrap(bucket)
+    return exchanger.exchange(bucket)

@@ -7,13 +7,18 @@ A gradient hook on every parameter submits its gradient as soon as autograd has 
 communication overlaps the rest of backward; step() waits for all of them, then steps the wrapped optimizer,
 then ends the engine's step (and averages parameters when LocalSGD says so, GRADEX_LOCALSGD_PERIOD > 0).
 Parameter names are the engine's tensor keys and must be the same on every rank.
+
+With a torch.amp.GradScaler, pass it (scaler=) so that gradex's residuals and momenta stay unscaled
+(_amp.py), and call opt.synchronize() before scaler.unscale_(opt) / scaler.step(opt): the scaler reads the
+gradients, which must hold the averages by then. step() does not exchange again after a synchronize().
 """
+import os
 import threading
 
 import torch
 
 from .. import _capi, _errors
-from . import _bootstrap, _momentum, _ops
+from . import _amp, _bootstrap, _momentum, _ops
 
 _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 
@@ -21,7 +26,7 @@ _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either)."""
 
-    def __init__(self, optimizer, named_parameters=None, config=None, store=None):
+    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None):
         if isinstance(optimizer, DistributedOptimizer):
             raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
         self._gradex_ready = False
@@ -30,13 +35,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.state = optimizer.state
         self._gradex_wrapped = optimizer
         self._params = self._name_parameters(optimizer, named_parameters)  # [(name, parameter)]
-        self._engine = _bootstrap.create_engine(config, store)
+        self._scale = _amp.ScaleDomain(scaler)
+        if _localsgd_period(config) > 0:
+            from .localsgd import optimizer_owns_momentum
+            config = optimizer_owns_momentum(dict(config or {}))
+        self._engine = _bootstrap.create_engine(config, store, process_group)
         for name, p in self._params:
             self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), _capi.DEVICE_CPU)
         self._lock = threading.Lock()
-        self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into)
+        self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
+        self._synchronized = False  # synchronize() ran and no gradient was submitted since
+        self._deferred = set()  # gradients produced but not submitted yet (clipping waits for all)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name))
                        for name, p in self._params if p.requires_grad]
+        self._clip = _momentum.gradex_clip_norm(self._engine, config) > 0
         _momentum.MomentumWarner("gx.DistributedOptimizer",
                                  _momentum.gradex_momentum(self._engine, config)).check(optimizer)
         self._gradex_ready = True
@@ -62,37 +74,59 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._submit(name, p)
         return on_gradient
 
-    def _submit(self, name, p):
+    def _submit(self, name, p, now=False):
+        """Hands a gradient to the engine; with clipping (GRADEX_CLIP_NORM > 0) only notes it, unless `now`:
+        synchronize() submits every gradient once the whole model's norm is known."""
         grad = p.grad
         if grad.is_sparse:
             raise _errors.InvalidArgumentError(f"gradex: parameter '{name}' has a sparse gradient")
         with self._lock:
-            if name in self._pending:
+            self._synchronized = False
+            if name in self._pending or (name in self._deferred and not now):
                 raise _errors.InvalidArgumentError(
                     f"gradex: the gradient of '{name}' was produced twice before step(); call step() after "
                     f"each backward (gradient accumulation is not supported by gx.DistributedOptimizer)")
+            if self._clip and not now:
+                self._deferred.add(name)
+                return
+            self._deferred.discard(name)
             buffer = grad if grad.is_contiguous() else grad.contiguous()
+            scale = self._scale.current()
+            _amp.ScaleDomain.unscale(buffer, scale)
             ticket = _ops.submit(self._engine.address, name, buffer.detach())
-            self._pending[name] = (ticket, buffer, grad)
+            self._pending[name] = (ticket, buffer, grad, scale)
 
     def synchronize(self):
         """Waits until every parameter's gradient holds its average over ranks. Parameters whose hook did
-        not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key."""
+        not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key.
+        Does nothing when called again before the next backward."""
+        if self._synchronized:
+            return
+        if self._clip:  # this rank's norm over the whole model's gradient, before any submission
+            for _, p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            norms = [torch.linalg.vector_norm(p.grad, dtype=torch.float32) for _, p in self._params]
+            scale = self._scale.current()
+            norm = torch.linalg.vector_norm(torch.stack(norms))
+            self._engine.set_gradient_norm(float(norm / scale if scale is not None else norm))
         for name, p in self._params:
             if name not in self._pending:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                self._submit(name, p)
+                self._submit(name, p, now=True)
         with self._lock:
             pending, self._pending = self._pending, {}
+            self._synchronized = True
         first_error = None
         for name, _ in self._params:
-            ticket, buffer, grad = pending[name]
+            ticket, buffer, grad, scale = pending[name]
             try:
                 _ops.wait(ticket)  # consumes every ticket, even after a failure
             except _errors.GradexError as exc:
                 first_error = first_error or exc
                 continue
+            _amp.ScaleDomain.rescale(buffer, scale)
             if buffer is not grad:
                 grad.copy_(buffer)
         if first_error is not None:
@@ -110,6 +144,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self.synchronize()
         self._gradex_wrapped.step()
+        self._synchronized = False
         if self._engine.end_step():
             self.average_parameters()
         return loss
@@ -153,3 +188,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __repr__(self):
         return f"gx.DistributedOptimizer({self._gradex_wrapped!r})"
+
+
+def _localsgd_period(config):
+    value = (config or {}).get("GRADEX_LOCALSGD_PERIOD", os.environ.get("GRADEX_LOCALSGD_PERIOD", "0"))
+    try:
+        return int(value)
+    except ValueError:
+        return 0  # the engine reports the bad value, naming the variable

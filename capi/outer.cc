@@ -1,0 +1,226 @@
+// The C API of DiLoCo's outer optimization (gradex_outer_*): argument checks and exception ->
+// status conversion around sync/outer/OuterOptimizer.
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "capi/callback_store.h"
+#include "capi/engine_access.h"
+#include "comm/launch.h"
+#include "gradex/gradex.h"
+#include "sync/outer/outer_optimizer.h"
+
+struct gradex_outer {
+  std::unique_ptr<gradex::sync::outer::OuterOptimizer> outer;
+};
+
+namespace {
+
+using gradex::sync::outer::OuterOptimizer;
+
+template <typename Fn>
+gradex_status_t guarded(const char* function, Fn&& fn) {
+  try {
+    fn();
+    return GRADEX_OK;
+  } catch (const gradex::Error& e) {
+    gradex::capi::set_last_error(std::string(function) + ": " + e.what());
+    return static_cast<gradex_status_t>(static_cast<int>(e.code()));
+  } catch (const std::bad_alloc&) {
+    gradex::capi::set_last_error(std::string(function) + ": out of memory");
+  } catch (const std::exception& e) {
+    gradex::capi::set_last_error(std::string(function) + ": " + e.what());
+  } catch (...) {
+    gradex::capi::set_last_error(std::string(function) + ": unknown exception");
+  }
+  return GRADEX_ERR_INTERNAL;
+}
+
+OuterOptimizer& outer_of(gradex_outer_t* o) {
+  if (o == nullptr || !o->outer) throw gradex::InvalidArgument("outer is NULL");
+  return *o->outer;
+}
+
+void require(const void* p, const char* what) {
+  if (p == nullptr) throw gradex::InvalidArgument(std::string(what) + " is NULL");
+}
+
+// Configuration, rank, world size and bootstrap store exactly as gradex_engine_create finds them.
+std::unique_ptr<OuterOptimizer> create(const gradex_engine_options_t& options) {
+  if (options.api_version != GRADEX_API_VERSION)
+    throw gradex::Error(gradex::ErrorCode::kVersion,
+                        "the plugin was built for gradex API version " +
+                            std::to_string(options.api_version) + ", this library implements " +
+                            std::to_string(GRADEX_API_VERSION));
+  std::vector<std::string> api_names;
+  for (size_t i = 0; i < options.config_count; ++i) {
+    if (!options.config_names || !options.config_names[i] || !options.config_values ||
+        !options.config_values[i])
+      throw gradex::InvalidArgument("config entry " + std::to_string(i) +
+                                    " has a NULL name or value");
+    api_names.emplace_back(options.config_names[i]);
+  }
+  auto config = gradex::config::Config::from_environment(api_names);
+  for (size_t i = 0; i < options.config_count; ++i)
+    config.set(options.config_names[i], options.config_values[i], gradex::config::Source::kApi);
+  auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
+  int rank = options.rank, world = options.world_size;
+  if ((rank < 0) != (world < 0))
+    throw gradex::InvalidArgument("rank and world_size must both be given or both be < 0");
+  gradex::comm::LaunchInfo info;
+  if (rank < 0 || options.store == nullptr) info = gradex::comm::launch_info_from_environment();
+  if (rank < 0) {
+    rank = info.rank;
+    world = info.world_size;
+  } else {
+    info.rank = rank;
+    info.world_size = world;
+  }
+  std::shared_ptr<gradex::comm::Store> store;
+  if (options.store != nullptr)
+    store = std::make_shared<gradex::capi::CallbackStore>(*options.store);
+  else
+    store = gradex::comm::connect_tcp_store(info, timeout);
+  store = gradex::comm::make_prefix_store(
+      store, options.store_prefix ? options.store_prefix : "gradex/outer/");
+  return std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world);
+}
+
+}  // namespace
+
+extern "C" {
+
+gradex_status_t gradex_outer_create(const gradex_engine_options_t* options,
+                                    gradex_outer_t** outer) {
+  return guarded("gradex_outer_create", [&] {
+    require(options, "options");
+    require(outer, "outer");
+    auto created = std::make_unique<gradex_outer>();
+    created->outer = create(*options);
+    *outer = created.release();
+  });
+}
+
+gradex_status_t gradex_outer_destroy(gradex_outer_t* outer) {
+  if (outer == nullptr) return GRADEX_OK;
+  gradex_status_t status = guarded("gradex_outer_destroy", [&] {
+    if (outer->outer) outer->outer->shutdown();
+  });
+  delete outer;
+  return status;
+}
+
+gradex_status_t gradex_outer_add_tensor(gradex_outer_t* outer, const char* key, float* data,
+                                        uint64_t numel, int is_buffer) {
+  return guarded("gradex_outer_add_tensor", [&] {
+    require(key, "key");
+    outer_of(outer).add_tensor(key, data, numel, is_buffer != 0);
+  });
+}
+
+gradex_status_t gradex_outer_start(gradex_outer_t* outer) {
+  return guarded("gradex_outer_start", [&] { outer_of(outer).start(); });
+}
+
+gradex_status_t gradex_outer_step(gradex_outer_t* outer, int* merged) {
+  return guarded("gradex_outer_step", [&] {
+    int n = outer_of(outer).step();
+    if (merged) *merged = n;
+  });
+}
+
+gradex_status_t gradex_outer_synchronize(gradex_outer_t* outer) {
+  return guarded("gradex_outer_synchronize", [&] { outer_of(outer).synchronize(); });
+}
+
+gradex_status_t gradex_outer_get_stats(gradex_outer_t* outer, int last_step,
+                                       gradex_stats_t* stats) {
+  return guarded("gradex_outer_get_stats", [&] {
+    auto& o = outer_of(outer);
+    require(stats, "stats");
+    if (last_step != 0)
+      throw gradex::InvalidArgument("per-step statistics are not kept for DiLoCo (last_step=0)");
+    auto s = o.stats();
+    gradex_stats_t out{};
+    out.steps = s.steps;
+    out.parameter_averages = s.syncs;
+    out.bytes_sent = s.bytes_sent;
+    out.bytes_received = s.bytes_received;
+    out.dense_bytes = s.dense_bytes;
+    out.nonfinite = s.nonfinite;
+    out.communicate_seconds = s.communicate_seconds;
+    out.decode_seconds = s.wait_seconds;
+    out.compression_ratio =
+        s.bytes_sent ? static_cast<double>(s.dense_bytes) / static_cast<double>(s.bytes_sent) : 0;
+    *stats = out;
+  });
+}
+
+gradex_status_t gradex_outer_global(gradex_outer_t* outer, const char* key, float* out,
+                                    uint64_t numel) {
+  return guarded("gradex_outer_global", [&] {
+    auto& o = outer_of(outer);
+    require(key, "key");
+    require(out, "out");
+    auto g = o.global_of(key);
+    if (g.size() != numel)
+      throw gradex::InvalidArgument(std::string("tensor '") + key + "' has " +
+                                    std::to_string(g.size()) + " elements, not " +
+                                    std::to_string(numel));
+    std::memcpy(out, g.data(), 4 * g.size());
+  });
+}
+
+gradex_status_t gradex_outer_last_merges(gradex_outer_t* outer, uint64_t* steps, size_t capacity,
+                                         size_t* count) {
+  return guarded("gradex_outer_last_merges", [&] {
+    auto& o = outer_of(outer);
+    require(count, "count");
+    auto m = o.last_merge_steps();
+    if (steps != nullptr) {
+      if (capacity < m.size())
+        throw gradex::InvalidArgument("capacity " + std::to_string(capacity) + " < " +
+                                      std::to_string(m.size()) + " fragments");
+      std::memcpy(steps, m.data(), 8 * m.size());
+    }
+    *count = m.size();
+  });
+}
+
+gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key,
+                                         int64_t* fragment) {
+  return guarded("gradex_outer_fragment_of", [&] {
+    auto& o = outer_of(outer);
+    require(key, "key");
+    require(fragment, "fragment");
+    *fragment = o.fragment_of(key);
+  });
+}
+
+gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity,
+                                        size_t* length) {
+  return guarded("gradex_outer_save_state", [&] {
+    auto& o = outer_of(outer);
+    require(length, "length");
+    auto state = o.save_state();
+    if (buffer != nullptr && capacity < state.size())
+      throw gradex::InvalidArgument("buffer of " + std::to_string(capacity) +
+                                    " bytes is too small (" + std::to_string(state.size()) +
+                                    " needed)");
+    if (buffer != nullptr) std::memcpy(buffer, state.data(), state.size());
+    *length = state.size();
+  });
+}
+
+gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length) {
+  return guarded("gradex_outer_load_state", [&] {
+    auto& o = outer_of(outer);
+    require(buffer, "buffer");
+    o.load_state(static_cast<const uint8_t*>(buffer), length);
+  });
+}
+
+}  // extern "C"

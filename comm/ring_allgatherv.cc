@@ -1,0 +1,118 @@
+// ring_allgatherv: the payload sizes travel in one direct exchange (8 bytes per peer), then the
+// payloads travel around the ring: at step s rank r forwards to r+1 the payload of rank r-s, which
+// it received from r-1 at step s-1. Every link carries one payload at a time, so no uplink holds
+// P-1 payloads at once (the direct allgatherv's incast). Payloads move in
+// options().ring_chunk_bytes chunks, and a chunk is forwarded as soon as it has arrived, so a
+// large payload crosses the ring in about (P-1) chunk times plus its own transfer time.
+//
+// Tags: tag (sizes), tag + 1 + s (the payload of ring step s; its chunks are matched in the order
+// they were sent). Every received chunk's length is checked against the size its origin announced.
+#include <algorithm>
+#include <string>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "comm/collectives.h"
+
+namespace gradex::comm {
+namespace {
+
+void exchange_sizes(Communicator& comm, uint64_t tag, uint64_t mine, std::vector<uint64_t>& sizes) {
+  const int P = comm.size();
+  std::vector<RequestPtr> recvs, sends;
+  for (int q = 0; q < P; ++q) {
+    if (q == comm.rank()) continue;
+    recvs.push_back(comm.irecv(q, tag, &sizes[static_cast<size_t>(q)], sizeof(uint64_t)));
+    sends.push_back(comm.isend(q, tag, &mine, sizeof(uint64_t)));
+  }
+  comm.wait_all(recvs, "ring_allgatherv sizes");
+  for (auto& r : recvs)
+    if (comm.recv_length(*r) != sizeof(uint64_t))
+      throw MismatchError("ring_allgatherv: rank " + std::to_string(r->peer()) + " sent a " +
+                          std::to_string(comm.recv_length(*r)) +
+                          "-byte size announcement, expected 8 (ranks calling different "
+                          "collectives?)");
+  comm.wait_all(sends, "ring_allgatherv sizes");
+}
+
+// Number of chunks a payload of `bytes` takes.
+size_t chunk_count(size_t bytes, size_t chunk) {
+  return (bytes + chunk - 1) / chunk;
+}
+
+}  // namespace
+
+std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes) {
+  const int P = comm.size();
+  const int r = comm.rank();
+  GX_CHECK(data != nullptr || bytes == 0);
+  std::vector<Bytes> result(static_cast<size_t>(P));
+  if (bytes > 0) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    result[static_cast<size_t>(r)].assign(p, p + bytes);
+  }
+  if (P == 1) return result;
+  const uint64_t tag = comm.next_collective_tag();
+  GX_CHECK_LT(static_cast<uint64_t>(P), uint64_t{1} << 16);
+
+  std::vector<uint64_t> sizes(static_cast<size_t>(P), 0);
+  sizes[static_cast<size_t>(r)] = bytes;
+  exchange_sizes(comm, tag, bytes, sizes);
+
+  const int left = (r + P - 1) % P;
+  const int right = (r + 1) % P;
+  const size_t chunk = std::max<size_t>(1, comm.options().ring_chunk_bytes);
+  auto origin_of_step = [&](int s) { return (r - 1 - s + 2 * P) % P; };  // received at step s
+
+  // Every receive is posted up front (buffers are sized from the announced sizes).
+  std::vector<std::vector<RequestPtr>> recvs(static_cast<size_t>(P - 1));
+  for (int s = 0; s < P - 1; ++s) {
+    const int o = origin_of_step(s);
+    Bytes& slot = result[static_cast<size_t>(o)];
+    slot.resize(sizes[static_cast<size_t>(o)]);
+    for (size_t off = 0; off < slot.size(); off += chunk)
+      recvs[static_cast<size_t>(s)].push_back(comm.irecv(left, tag + 1 + static_cast<uint64_t>(s),
+                                                         slot.data() + off,
+                                                         std::min(chunk, slot.size() - off)));
+  }
+
+  std::vector<RequestPtr> sends;
+  sends.reserve(chunk_count(bytes, chunk) + [&] {
+    size_t n = 0;
+    for (int s = 0; s + 1 < P - 1; ++s)
+      n += chunk_count(sizes[static_cast<size_t>(origin_of_step(s))], chunk);
+    return n;
+  }());
+  const auto* mine = static_cast<const uint8_t*>(data);
+  for (size_t off = 0; off < bytes; off += chunk)
+    sends.push_back(comm.isend(right, tag + 1, mine + off, std::min(chunk, bytes - off)));
+
+  std::vector<RequestPtr> one(1);
+  for (int s = 0; s < P - 1; ++s) {
+    const int o = origin_of_step(s);
+    Bytes& slot = result[static_cast<size_t>(o)];
+    auto& step = recvs[static_cast<size_t>(s)];
+    for (size_t k = 0; k < step.size(); ++k) {
+      one[0] = std::move(step[k]);
+      comm.wait_all(one, "ring_allgatherv");
+      const size_t off = k * chunk;
+      const size_t want = std::min(chunk, slot.size() - off);
+      const size_t got = comm.recv_length(*one[0]);
+      if (got != want)
+        throw MismatchError("ring_allgatherv: chunk " + std::to_string(k) + " of rank " +
+                            std::to_string(o) + "'s payload (from rank " + std::to_string(left) +
+                            ") has " + std::to_string(got) + " bytes, expected " +
+                            std::to_string(want) + " of the " + std::to_string(slot.size()) +
+                            " announced");
+      one[0].reset();
+      // The payload of step s is forwarded at step s + 1, except to its own origin.
+      if (s + 1 < P - 1)
+        sends.push_back(
+            comm.isend(right, tag + 2 + static_cast<uint64_t>(s), slot.data() + off, want));
+    }
+  }
+  comm.wait_all(sends, "ring_allgatherv");
+  return result;
+}
+
+}  // namespace gradex::comm

@@ -1,0 +1,103 @@
+"""Engine keys for the parameters inside DDP's gradient buckets.
+
+The hook exchanges a bucket per parameter, so that the engine's policy (dense below
+GRADEX_DENSE_THRESHOLD, DGC with per-layer top-k above it, GRADEX_SPARSITY_OVERRIDES by name) decides per
+tensor. Each parameter's gradient view is keyed by the parameter's name in the module given to gx.State
+("fc.weight"); such keys do not depend on how DDP groups parameters into buckets, so buckets may be rebuilt
+(DDP's first iteration, a different bucket_cap_mb on resume) without losing compressor state.
+
+Without a module the key is "bucket<index>.param<position>". Those keys are only stable once DDP has
+rebuilt its buckets after the first iteration, so that iteration is averaged with a plain allreduce, and a
+later change of a bucket's parameters is an error naming the position (the state would belong to another
+parameter).
+"""
+import torch
+
+from .. import _capi, _errors
+from . import _bootstrap
+
+
+def module_parameter_names(module):
+    """{id(parameter): name} of a module (or of a DDP wrapper's inner module), and the parameters (kept
+    alive with the mapping so that ids cannot be reused)."""
+    if module is None:
+        return None, []
+    if not isinstance(module, torch.nn.Module):
+        raise _errors.InvalidArgumentError(
+            f"gradex: the model given to gx.State must be a torch.nn.Module, not {type(module).__name__}")
+    inner = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
+    named = list(inner.named_parameters())
+    return {id(p): name for name, p in named}, [p for _, p in named]
+
+
+class BucketKeys:
+    """Keys of the parameters of each bucket, registered with the engine once."""
+
+    def __init__(self, module):
+        self._names, self._params = module_parameter_names(module)
+        self.buckets = {}  # bucket index -> (tuple of parameter ids, [keys])
+        self.registered = {}  # key -> (numel, torch dtype), as registered with the engine
+
+    @property
+    def named(self):
+        return self._names is not None
+
+    def keys(self, index, parameters, gradients):
+        """The keys of a bucket's parameters, in bucket order; computed once per bucket layout."""
+        ids = tuple(id(p) for p in parameters)
+        cached = self.buckets.get(index)
+        if cached is not None and cached[0] == ids:
+            return cached[1]
+        if cached is not None and not self.named:
+            raise _errors.MismatchError(self._changed_message(index, cached, parameters))
+        keys = [self._key(index, position, p) for position, p in enumerate(parameters)]
+        for key, g in zip(keys, gradients):
+            self._check_shape(key, g.numel(), g.dtype)
+        self.buckets[index] = (ids, keys)
+        return keys
+
+    def _key(self, index, position, parameter):
+        if self._names is None:
+            return f"bucket{index}.param{position}"
+        name = self._names.get(id(parameter))
+        if name is None:
+            raise _errors.InvalidArgumentError(
+                f"gradex: DDP bucket {index} holds a parameter of shape {tuple(parameter.shape)} that is not a "
+                f"parameter of the model given to gx.State (pass the DDP module or the module it wraps)")
+        return name
+
+    def _check_shape(self, key, numel, dtype):
+        known = self.registered.get(key)
+        if known is not None and known != (numel, dtype):
+            raise _errors.MismatchError(
+                f"gradex: parameter '{key}' changed from {known[0]} {known[1]} elements to {numel} {dtype} "
+                f"after gradex registered it")
+
+    def _changed_message(self, index, cached, parameters):
+        old_keys = cached[1]
+        for position in range(max(len(old_keys), len(parameters))):
+            old = old_keys[position] if position < len(old_keys) else None
+            new = parameters[position] if position < len(parameters) else None
+            if old is None or new is None or id(new) != cached[0][position]:
+                now = "no parameter" if new is None else f"a parameter of shape {tuple(new.shape)}"
+                return (f"gradex: DDP bucket {index} changed its layout after gradex registered it: "
+                        f"'{old or f'bucket{index}.param{position}'}' now holds {now}. Without parameter "
+                        f"names, keys are bucket positions and must stay fixed after the first iteration; "
+                        f"pass the model (gx.State(ddp)) to key gradients by parameter name instead")
+        return f"gradex: DDP bucket {index} changed its layout after gradex registered it"
+
+    def register_all(self, engine, keys, gradients):
+        """Registers keys not yet known to the engine."""
+        for key, g in zip(keys, gradients):
+            if key not in self.registered:
+                engine.register(key, g.numel(), _bootstrap.dtype_code(g.dtype), _capi.DEVICE_CPU)
+                self.registered[key] = (g.numel(), g.dtype)
+
+    def register_saved(self, engine, saved):
+        """Registers {key: (numel, dtype name)} from a state dict (before the first iteration)."""
+        for key, (numel, dtype_name) in sorted(saved.items()):
+            dtype = getattr(torch, str(dtype_name).replace("torch.", ""))
+            self._check_shape(key, int(numel), dtype)
+            if key not in self.registered:
+                engine.register(key, int(numel), _bootstrap.dtype_code(dtype), _capi.DEVICE_CPU)
+                self.registered[key] = (int(numel), dtype)

@@ -1,0 +1,120 @@
+// Compiled with -ffp-contract=off: the outer step must round identically on every rank and in the
+// reference computations of the tests.
+#include "sync/outer/fragment_exchange.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "sync/outer/codecs.h"
+
+namespace gradex::sync::outer {
+namespace {
+
+uint64_t mix_seed(uint64_t seed, int rank, int64_t fragment, int role) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank) * 0xBF58476D1CE4E5B9ull +
+               static_cast<uint64_t>(fragment) * 0x94D049BB133111EBull +
+               static_cast<uint64_t>(role);
+  return x ^ (x >> 29);
+}
+
+void put_floats(ByteWriter& w, const std::vector<float>& v) {
+  w.put<uint64_t>(v.size());
+  if (!v.empty()) w.put_bytes(v.data(), 4 * v.size());
+}
+
+void get_floats(ByteReader& r, std::vector<float>& v, const char* what) {
+  const uint64_t n = r.get<uint64_t>();
+  if (n != v.size())
+    throw StateError(std::string("DiLoCo state: ") + what + " has " + std::to_string(n) +
+                     " elements, this job has " + std::to_string(v.size()));
+  if (n) std::memcpy(v.data(), r.get_bytes(4 * n), 4 * n);
+}
+
+}  // namespace
+
+FragmentExchange::FragmentExchange(const OuterOptions& options, int64_t index, uint64_t numel,
+                                   int rank, int world_size)
+    : options_(options),
+      index_(index),
+      world_(world_size),
+      global_(numel, 0.0f),
+      next_(numel, 0.0f),
+      momentum_(numel, 0.0f) {
+  if (options_.bits == 32) {
+    contribution_codec_ = std::make_unique<Fp32Codec>();
+    result_codec_ = std::make_unique<Fp32Codec>();
+    return;
+  }
+  compress::quant::QuantOptions q = options_.quant;
+  q.seed = mix_seed(options_.quant.seed, rank, index, 0);
+  contribution_codec_ = std::make_unique<QuantCodec>(q, true, 0, numel, numel);
+  auto seg = comm::encoded_segment(numel, q.block, world_size, rank);
+  q.seed = mix_seed(options_.quant.seed, rank, index, 1);
+  result_codec_ = std::make_unique<QuantCodec>(q, true, seg.begin, seg.count, numel);
+}
+
+std::vector<float> FragmentExchange::contribution(const std::vector<float>& local) const {
+  if (options_.bits == 32) return local;
+  std::vector<float> delta(local.size());
+  for (size_t i = 0; i < local.size(); ++i)
+    delta[i] = global_[i] - local[i];
+  return delta;
+}
+
+uint64_t FragmentExchange::exchange(comm::Communicator& comm, std::vector<float>& values) {
+  for (auto* codec : {contribution_codec_.get(), result_codec_.get()})
+    if (auto* q = dynamic_cast<QuantCodec*>(codec)) q->set_round(round_);
+  auto before = [&] {
+    uint64_t n = 0;
+    for (auto* codec : {contribution_codec_.get(), result_codec_.get()})
+      if (auto* q = dynamic_cast<QuantCodec*>(codec)) n += q->nonfinite();
+    return n;
+  };
+  const uint64_t nonfinite_before = before();
+  const float P = static_cast<float>(world_);
+  comm::encoded_allreduce(comm, *contribution_codec_, *result_codec_, values.data(), values.data(),
+                          values.size(), [P](float* v, size_t n, size_t) {
+                            for (size_t i = 0; i < n; ++i)
+                              v[i] = v[i] / P;
+                          });
+  outer_step(values.data());
+  ++round_;
+  return before() - nonfinite_before;
+}
+
+void FragmentExchange::outer_step(const float* x) {
+  const float lr = static_cast<float>(options_.lr);
+  const float mu = static_cast<float>(options_.momentum);
+  const bool exact = options_.bits == 32;
+  for (size_t i = 0; i < global_.size(); ++i) {
+    const float delta = exact ? global_[i] - x[i] : x[i];
+    const float m = mu * momentum_[i] + delta;
+    momentum_[i] = m;
+    const float u = options_.nesterov ? delta + mu * m : m;
+    next_[i] = exact ? x[i] + (delta - lr * u) : global_[i] - lr * u;
+  }
+}
+
+void FragmentExchange::save(ByteWriter& w) const {
+  w.put<uint64_t>(round_);
+  put_floats(w, global_);
+  put_floats(w, momentum_);
+  for (auto* codec : {contribution_codec_.get(), result_codec_.get()}) {
+    auto* q = dynamic_cast<QuantCodec*>(codec);
+    put_floats(w, q ? q->residual() : std::vector<float>{});
+  }
+}
+
+void FragmentExchange::load(ByteReader& r) {
+  round_ = r.get<uint64_t>();
+  get_floats(r, global_, "a global copy");
+  get_floats(r, momentum_, "an outer momentum");
+  for (auto* codec : {contribution_codec_.get(), result_codec_.get()}) {
+    auto* q = dynamic_cast<QuantCodec*>(codec);
+    std::vector<float> empty;
+    get_floats(r, q ? q->residual() : empty, "a quantization residual");
+  }
+}
+
+}  // namespace gradex::sync::outer

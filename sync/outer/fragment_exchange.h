@@ -1,0 +1,61 @@
+// One fragment's share of DiLoCo: its global copy, outer momentum and codecs, and the exchange
+// that turns every rank's local copy into the next global copy.
+//
+// bits = 32: ranks contribute theta_local exactly; the owner averages it (rank-order fp32 sum / P)
+// and everyone receives the exact average; delta = theta_global - average. The update is written
+// as theta_global' = average + (delta - lr * u), which equals theta_global - lr * u and is exactly
+// the plain average when lr = 1 and momentum = 0 (u = delta, so the bracket is 0).
+// bits = 4/8: ranks contribute delta, quantized with error feedback; owners requantize the average
+// with error feedback of their own (so the allgather also moves 4/8-bit codes); everyone decodes
+// the same codes, so the averaged delta and the updated global copy are bit-identical everywhere.
+// Outer step: m = momentum * m + delta; u = nesterov ? delta + momentum * m : m.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "sync/byte_io.h"
+#include "sync/outer/outer_options.h"
+
+namespace gradex::sync::outer {
+
+class FragmentExchange {
+ public:
+  FragmentExchange(const OuterOptions& options, int64_t index, uint64_t numel, int rank,
+                   int world_size);
+
+  uint64_t numel() const { return global_.size(); }
+  // The committed global copy: what the last merge installed. The caller's thread reads it at any
+  // time while the worker computes the next one into a separate buffer.
+  const std::vector<float>& global() const { return global_; }
+  std::vector<float>& global() { return global_; }
+  // Installs the global copy computed by the last exchange (caller's thread, at the merge).
+  void commit() { global_.swap(next_); }
+
+  // What this rank contributes given its local copy (flat, numel()): theta_local or delta.
+  std::vector<float> contribution(const std::vector<float>& local) const;
+  // Collective (all ranks, same fragment): averages the contributions and applies the outer step,
+  // writing the next global copy for commit(). Returns the non-finite values met while encoding.
+  uint64_t exchange(comm::Communicator& comm, std::vector<float>& contribution);
+  uint64_t rounds() const { return round_; }
+
+  void save(ByteWriter& w) const;
+  void load(ByteReader& r);
+
+ private:
+  void outer_step(const float* average_or_delta);
+
+  OuterOptions options_;
+  int64_t index_;
+  int world_;
+  std::vector<float> global_;
+  std::vector<float> next_;  // written by exchange(), installed by commit()
+  std::vector<float> momentum_;
+  std::unique_ptr<comm::ChunkCodec> contribution_codec_;
+  std::unique_ptr<comm::ChunkCodec> result_codec_;
+  uint64_t round_ = 0;
+};
+
+}  // namespace gradex::sync::outer

@@ -1,0 +1,27 @@
+// DiLoCo's settings (GRADEX_OUTER_*), read from the registry and cross-checked.
+#pragma once
+
+#include <cstdint>
+
+#include "base/config.h"
+#include "compress/quant/quant.h"
+
+namespace gradex::sync::outer {
+
+struct OuterOptions {
+  int64_t period = 100;  // H
+  double lr = 0.7;
+  double momentum = 0.9;
+  bool nesterov = true;
+  int64_t fragments = 1;  // F
+  int64_t delay = 0;      // steps between an exchange's start and its merge, < period
+  double mixing = 0.0;    // a: theta_local = (1 - a) * theta_global + a * theta_local at a merge
+  int bits = 8;           // 4, 8 or 32 (exact fp32)
+  compress::quant::QuantOptions quant;  // bits 4/8: block, scale type, rounding, seed
+};
+
+// From GRADEX_OUTER_*; ConfigError naming the variable when values do not fit together (delay
+// not below the period, an odd block).
+OuterOptions outer_options_from_config(const config::Config& config);
+
+}  // namespace gradex::sync::outer
