@@ -1,145 +1,178 @@
 #!/usr/bin/env python3
-"""One rank of the training race of bench/run: data-parallel SGD on the digits task (task.py) with one
-gradient-exchange method, for a fixed budget of training time (or steps), noting when the test
+"""One rank of the training race of bench/run: data-parallel SGD on one task (task.py) with one
+gradient-exchange method (methods.py), for a fixed number of steps, once per seed, noting when the test
 accuracy first reaches the target.
 
 Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME set:
 
-    train_rank.py --method gradex_dgc --target 0.92 --max-steps 400 --max-train-s 60 --curve-out c.json
+    train_rank.py --task mlp --method gradex_default --seeds 0,1,2 --steps 250 --target 0.7 --out r.json
 
-Methods: ddp_gloo (DDP's default fp32 allreduce), torch_fp16 (fp16_compress_hook), powersgd (PowerSGD
-hook, rank 4), gradex_dgc (gx.hook: DGC with momentum correction), gradex_localsgd (gx.LocalSGD,
-H=4, after synchronous warm-up steps).
+Every seed trains from its own initial weights and data order with the same cosine learning-rate
+schedule over --steps steps (so every method and seed ends with the same schedule, and "final accuracy"
+compares equal numbers of steps and examples).
 
-Clock: the sum of rank 0's training-step times (forward, backward with its exchange, optimizer
-step, LocalSGD's averaging); evaluations pause it. Every --eval-every steps rank 0 measures the test
-accuracy of its model (for LocalSGD: as it stands, averaged or not) and tells the others whether the
-budget is spent. Training goes on after the target, so that "final accuracy" compares the methods
-at equal training time. Rank 0 writes the accuracy curve to --curve-out and prints
-"RESULT method=... steps=... train_s=... time_to_target_s=... final_accuracy=... reached=0|1".
+Clock: the sum of rank 0's training-step times (forward, backward with its exchange, optimizer step,
+LocalSGD's averaging); evaluations pause it. Every --eval-every steps (3x that while the accuracy is more
+than --coarse-margin below the target) the ranks measure the test accuracy of the model they share, each
+on a share of the test set (with rank 0's BatchNorm statistics); LocalSGD is evaluated at the first step
+at or after that where its parameters were averaged.
+
+Bytes per host: with --count-iface, each rank adds up the transmit counter of that interface
+(/sys/class/net/<iface>/statistics/tx_bytes: payload, headers and ACKs, as the kernel counts them) over
+its training steps only; the mean over ranks is reported.
+
+Rank 0 writes every seed's record to --out and prints one line per seed:
+"RESULT seed=... steps=... train_s=... time_to_target_s=... steps_to_target=... final_accuracy=...".
 """
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-from torch.nn.parallel import DistributedDataParallel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "baselines"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402
-from modes import serialized_hook  # noqa: E402
-
-METHODS = ("ddp_gloo", "torch_fp16", "powersgd", "gradex_dgc", "gradex_localsgd")
+from methods import METHODS, Method  # noqa: E402
 
 
-def setup(method, model, args):
-    """(ddp model, optimizer, after-step callback) for one method."""
-    ddp = DistributedDataParallel(model)
-    momentum, after_step = 0.9, (lambda: None)
-    if method == "torch_fp16":
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif method == "powersgd":
-        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=4,
-                                            start_powerSGD_iter=args.sync_warmup)
-        ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
-    elif method == "gradex_dgc":
-        import gradex.torch as gx
-        # gradex applies DGC's momentum correction itself (GRADEX_MOMENTUM), so the optimizer runs
-        # without momentum; the first steps ramp the sparsity up (DGC's warm-up).
-        state = gx.State(config={"GRADEX_SPARSITY": args.sparsity,
-                                 "GRADEX_WARMUP_STEPS": args.sync_warmup, "GRADEX_MOMENTUM": 0.9})
-        ddp.register_comm_hook(state, gx.hook)
-        momentum = 0.0
-    elif method == "gradex_localsgd":
-        import gradex.torch as gx
-        # Synchronous warm-up steps average dense fp16 gradients (no DGC: every tensor below the
-        # dense threshold), then ranks step locally and average parameters every H steps.
-        lsgd = gx.LocalSGD(ddp, period=args.period, warmup_steps=args.sync_warmup,
-                           config={"GRADEX_DENSE_THRESHOLD": 1 << 40, "GRADEX_MOMENTUM": 0})
-        after_step = lsgd.step
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=momentum)
-    return ddp, optimizer, after_step
+class TxCounter:
+    """Bytes this host transmitted on `iface` during the spans between start() and stop()."""
+
+    def __init__(self, iface):
+        self.path = f"/sys/class/net/{iface}/statistics/tx_bytes" if iface else None
+        self.total, self._at = 0, None
+
+    def _read(self):
+        with open(self.path) as f:
+            return int(f.read())
+
+    def start(self):
+        if self.path:
+            self._at = self._read()
+
+    def stop(self):
+        if self.path:
+            self.total += self._read() - self._at
 
 
-class Progress:
-    def __init__(self, enabled):
-        self.enabled, self.tty = enabled, sys.stderr.isatty()
+def evaluate(model, x_test, y_test, rank, world):
+    """Test accuracy of the model every rank holds, evaluated in shards with rank 0's buffers (BatchNorm
+    running statistics, which DDP would broadcast from rank 0 at the next forward anyway); each rank's own
+    buffers are restored afterwards."""
+    buffers = [b for b in model.buffers() if b.is_floating_point()]
+    own = [b.clone() for b in buffers]
+    for b in buffers:
+        dist.broadcast(b, src=0)
+    hits = torch.tensor([task.correct(model, x_test[rank::world], y_test[rank::world])], dtype=torch.float64)
+    for b, saved in zip(buffers, own):
+        b.copy_(saved)
+    dist.all_reduce(hits)
+    return hits.item() / len(x_test)
 
-    def update(self, method, step, total):
-        if self.enabled and self.tty:
-            sys.stderr.write(f"\r[train] {method} step {step + 1}/{total}   ")
+
+def train_one_seed(args, seed, data, rank, world):
+    x_train, y_train, x_test, y_test = data
+    shard = task.Shard(x_train, y_train, rank, world, args.batch, seed)
+    model = task.make_model(args.task, seed, args.hidden)
+    method = Method(args.method, model, args)
+    optimizer, ddp = method.optimizer, method.ddp
+    loss_fn = torch.nn.CrossEntropyLoss()
+    tx = TxCounter(args.count_iface)
+    evaluating = args.method != "nocomm"
+    clock, step, due = 0.0, 0, False
+    curve = [(0.0, 0, evaluate(model, x_test, y_test, rank, world))] if evaluating else []
+    reached = None  # (clock, step) of the first evaluation at or above the target
+    tty = rank == 0 and sys.stderr.isatty()
+    while step < args.steps:
+        if tty:  # bench/cluster/ranks.py reads "[train] <mode> step k/n" from rank 0's terminal
+            sys.stderr.write(f"\r[train] {args.task}_{args.method}_s{seed} step {step + 1}/{args.steps}   ")
             sys.stderr.flush()
+        lr = args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = shard.next()
+        tx.start()
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(ddp(x), y).backward()
+        optimizer.step()
+        synced = method.after_step()
+        clock += time.perf_counter() - t0
+        tx.stop()
+        step += 1
+        if step == args.steps and not synced:  # the final model is the ranks' average (LocalSGD)
+            tx.start()
+            t0 = time.perf_counter()
+            synced = method.synchronize()
+            clock += time.perf_counter() - t0
+            tx.stop()
+        # Far below the target (by more than --coarse-margin), evaluations come 3x less often: they cost
+        # as much as many training steps, and only those near the target decide the time to it.
+        far = curve and curve[-1][2] < args.target - args.coarse_margin
+        due = due or step % (args.eval_every * (3 if far else 1)) == 0 or step == args.steps
+        if evaluating and due and synced:
+            due = False
+            accuracy = evaluate(model, x_test, y_test, rank, world)
+            curve.append((clock, step, accuracy))
+            if reached is None and accuracy >= args.target:
+                reached = (clock, step)
+    sent = torch.tensor([float(tx.total)], dtype=torch.float64)
+    dist.all_reduce(sent)
+    record = {
+        "seed": seed, "steps": step, "train_s": clock, "steps_per_s": step / clock if clock > 0 else None,
+        "curve": curve, "final_accuracy": curve[-1][2] if curve else None,
+        "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
+        "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
+        "gradex_stats": method.stats(),
+    }
+    method.close()
+    dist.barrier()
+    return record
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", choices=task.TASKS, default="mlp")
     p.add_argument("--method", choices=METHODS, required=True)
+    p.add_argument("--seeds", default="0", help="comma-separated")
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16, help="per rank")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--target", type=float, default=0.92)
-    p.add_argument("--max-steps", type=int, default=400)
-    p.add_argument("--max-train-s", type=float, default=60)
-    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--lr", type=float, default=0.05, help="peak of the cosine schedule")
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--target", type=float, required=True)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--coarse-margin", type=float, default=0.05,
+                   help="evaluate every 3*eval-every steps while this far below the target")
     p.add_argument("--sync-warmup", type=int, default=10,
-                   help="PowerSGD's start iteration, DGC's sparsity warm-up, LocalSGD's synchronous steps")
-    p.add_argument("--sparsity", type=float, default=0.99)
+                   help="PowerSGD's plain-allreduce iterations, LocalSGD's synchronous steps")
     p.add_argument("--period", type=int, default=4, help="LocalSGD's H")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--curve-out", required=True)
-    p.add_argument("--timeout-s", type=float, default=120)
+    p.add_argument("--count-iface", default="", help="count this interface's transmitted bytes")
+    p.add_argument("--out", required=True)
+    p.add_argument("--timeout-s", type=float, default=300)
     args = p.parse_args()
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
-    x_train, y_train, x_test, y_test = task.split(args.seed)
-    shard = task.Shard(x_train, y_train, rank, world, args.batch, args.seed)
-    model = task.make_model(args.hidden, args.seed)
-    ddp, optimizer, after_step = setup(args.method, model, args)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    progress = Progress(rank == 0)
-
-    clock, curve, time_to_target, step = 0.0, [(0.0, 0, task.accuracy(model, x_test, y_test))], None, 0
-    stop = torch.zeros(1)
-    while step < args.max_steps:
-        progress.update(args.method, step, args.max_steps)
-        x, y = shard.next()
-        t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(ddp(x), y).backward()
-        optimizer.step()
-        after_step()
-        clock += time.perf_counter() - t0
-        step += 1
-        if step % args.eval_every == 0 or step == args.max_steps:
-            if rank == 0:
-                acc = task.accuracy(model, x_test, y_test)
-                curve.append((clock, step, acc))
-                if acc >= args.target and time_to_target is None:
-                    time_to_target = clock
-                stop[0] = 1.0 if clock >= args.max_train_s else 0.0
-            dist.broadcast(stop, src=0)  # outside the clock, like the evaluation
-            if stop[0] > 0:
-                break
-    if rank == 0:
-        sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
-        final = curve[-1][2]
-        with open(args.curve_out, "w") as f:
-            json.dump({"method": args.method, "curve": curve, "target": args.target,
-                       "time_to_target_s": time_to_target, "steps": step, "train_s": clock,
-                       "final_accuracy": final, "config": vars(args)}, f)
-        print(f"RESULT method={args.method} steps={step} train_s={clock:.6g} "
-              f"time_to_target_s={time_to_target if time_to_target is not None else 'nan'} "
-              f"final_accuracy={final:.6g} reached={int(time_to_target is not None)}", flush=True)
-    dist.barrier()
+    data = task.load(args.task)
+    records = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        r = train_one_seed(args, seed, data, rank, world)
+        records.append(r)
+        if rank == 0:
+            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
+            fmt = lambda v: "nan" if v is None else f"{v:.6g}"  # noqa: E731
+            print(f"RESULT seed={seed} steps={r['steps']} train_s={r['train_s']:.6g} "
+                  f"time_to_target_s={fmt(r['time_to_target_s'])} steps_to_target={fmt(r['steps_to_target'])} "
+                  f"final_accuracy={fmt(r['final_accuracy'])}", flush=True)
+            with open(args.out, "w") as f:  # after every seed: a later failure keeps the earlier ones
+                json.dump({"task": args.task, "method": args.method, "target": args.target,
+                           "config": vars(args), "seeds": records}, f)
     dist.destroy_process_group()
 
 

@@ -1,33 +1,119 @@
 #!/usr/bin/env python3
-"""The time-to-accuracy part of bench/run: every method of train_rank.py trains the digits task on the
-emulated cluster at one link rate (default 1 Gbit/s), one rank per host, with the same data, model,
-initial weights, target and budget of training time; the curves, times to target, final
-accuracies and bytes on the wire (kernel counters) go to one results file.
+"""The time-to-accuracy race of bench/run: every method of methods.py trains each task of task.py on the
+emulated cluster at one link rate (default 1 Gbit/s), one rank per host, for the same number of steps
+with the same data, initial weights (per seed), learning-rate schedule and target; per method and task,
+the median and spread over seeds of the time and steps to the target, steps per second, final accuracy
+and bytes per host go to one results file (then bench/report.py).
 
 Expects the cluster to be up (bench/run creates and removes it) unless --root-loopback is given.
 
     train_suite.py --out train.json --rate 1gbit --mode quick
+
+Modes (the race's size; --tasks/--methods/--seeds override):
+  quick   the MLP task; 3 seeds for ddp and gradex_default, 1 seed for every other method
+  full    both tasks, every method, 3 seeds (the compute bound, nocomm, measured once per round)
+  smoke   a harness check in seconds (tiny model, a few steps; what the test suite runs)
+
+A method that is not a methods.py method runs the program named in PROGRAMS (same command line and
+output contract as train_rank.py): the place for other frameworks' ranks, e.g. a Keras row.
 """
 import argparse
 import json
 import os
 import pathlib
 import signal
+import statistics
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "cluster"))
+sys.path.insert(0, str(HERE))
 import machine  # noqa: E402
 from network import Cluster, RootLoopback  # noqa: E402
-from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
+from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
 
-METHODS = ("ddp_gloo", "torch_fp16", "powersgd", "gradex_dgc", "gradex_localsgd")
-# The budgets per method: quick fits bench/run --quick's ten minutes on a 2-core machine.
-BUDGETS = {
-    "quick": {"max_train_s": 15, "max_steps": 1000},
-    "full": {"max_train_s": 60, "max_steps": 5000},
+METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_default", "gradex_dgc",
+           "gradex_localsgd", "nocomm")
+# Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
+# the value plain DDP reaches after about 150-200 of those steps (calibrated on this task's curves).
+TASK_SETTINGS = {
+    "mlp": {"steps": 250, "lr": 0.05, "target": 0.72},
+    "conv": {"steps": 250, "lr": 0.05, "target": 0.64},
 }
+NOCOMM_STEPS = 60  # the compute bound needs no accuracy: a short run
+MODES = {
+    "quick": {"tasks": ("mlp",), "seeds": {"ddp": 3, "gradex_default": 3}, "default_seeds": 1},
+    "full": {"tasks": ("mlp", "conv"), "seeds": {}, "default_seeds": 3, "nocomm_seeds": 3},
+    "smoke": {"tasks": ("mlp",), "seeds": {}, "default_seeds": 1, "steps": 6, "hidden": 64, "eval_every": 3,
+              "coarse_margin": 1.0},
+}
+MODE_NOTES = {
+    "quick": "quick mode, cut to fit bench/run --quick: the MLP task only; 3 seeds for ddp and gradex_default, "
+             "1 for every other method (the full race, bench/run without --quick, runs both tasks, every "
+             "method, 3 seeds)",
+    "full": "full mode: both tasks, every method, 3 seeds",
+    "smoke": "smoke mode: a harness check at toy size, not a measurement",
+}
+# Rank programs of methods that methods.py does not know. THE KERAS ROW goes here: add
+# "keras_gradex": "keras_rank.py" once bench/train/keras_rank.py follows train_rank.py's contract: the same
+# command line (--task, --method, --seeds, --steps, --lr, --target, --out; --hidden, --eval-every,
+# --coarse-margin, --count-iface), task.py's data and students, and --out holding {"seeds": [record]} with
+# train_rank.py's record keys. Then `bench/run --train-methods ...,keras_gradex` races it beside the others.
+PROGRAMS = {}
+
+
+def summarize(records):
+    """Median and spread (min, max) over seeds; a seed that missed the target counts as infinitely late
+    for time and steps to target (a median or maximum that is infinite is stored as None)."""
+    def stat(key, missing_is_inf=False):
+        values = [r[key] for r in records if r.get(key) is not None]
+        if missing_is_inf:
+            values += [float("inf")] * (len(records) - len(values))
+        if not values:
+            return None
+        finite = lambda v: v if v != float("inf") else None  # noqa: E731  (JSON has no infinity)
+        return {"median": finite(statistics.median(values)), "min": finite(min(values)),
+                "max": finite(max(values)), "n": len(values)}
+    return {"seeds": len(records), "reached": sum(r.get("time_to_target_s") is not None for r in records),
+            "time_to_target_s": stat("time_to_target_s", True), "steps_to_target": stat("steps_to_target", True),
+            "steps_per_s": stat("steps_per_s"), "final_accuracy": stat("final_accuracy"),
+            "wire_bytes_per_host": stat("wire_bytes_per_host")}
+
+
+def plan(args):
+    """[(task, method, seed)] in run order: round by round (seed 0 of every task and method, then seed 1
+    of those that have one, ...), so that every method meets the same spread of machine load, which on a
+    shared machine drifts over minutes."""
+    mode = MODES[args.mode]
+    tasks = args.tasks.split(",") if args.tasks else mode["tasks"]
+    methods = args.methods.split(",") if args.methods else METHODS
+    seeds = {}
+    for m in methods:
+        if args.seeds:
+            seeds[m] = [int(s) for s in args.seeds.split(",")]
+        else:
+            n = mode.get("nocomm_seeds", 1) if m == "nocomm" else mode["seeds"].get(m, mode["default_seeds"])
+            seeds[m] = list(range(n))
+    rounds = max(len(v) for v in seeds.values())
+    return [(t, m, seeds[m][r]) for r in range(rounds) for t in tasks for m in methods if r < len(seeds[m])]
+
+
+def rank_argv(args, task, method, seeds, out_path, counted):
+    mode, settings = MODES[args.mode], TASK_SETTINGS[task]
+    steps = mode.get("steps", NOCOMM_STEPS if method == "nocomm" else settings["steps"])
+    program = PROGRAMS.get(method, "train_rank.py")
+    argv = [args.python, str(HERE / program), "--task", task, "--method", method,
+            "--seeds", ",".join(map(str, seeds)), "--steps", str(steps), "--lr", str(settings["lr"]),
+            "--target", str(settings["target"]), "--out", out_path]
+    if "hidden" in mode:
+        argv += ["--hidden", str(mode["hidden"])]
+    for key in ("eval_every", "coarse_margin"):
+        if key in mode:
+            argv += ["--" + key.replace("_", "-"), str(mode[key])]
+    if counted:
+        argv += ["--count-iface", "eth0"]
+    return argv, steps
 
 
 def main():
@@ -37,9 +123,10 @@ def main():
     p.add_argument("--delay", default="")
     p.add_argument("--root-loopback", action="store_true")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--mode", choices=BUDGETS, default="quick")
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--target", type=float, default=0.92)
+    p.add_argument("--mode", choices=MODES, default="quick")
+    p.add_argument("--tasks", default="", help="override the mode's tasks (mlp,conv)")
+    p.add_argument("--methods", default="", help="override the methods (default: all)")
+    p.add_argument("--seeds", default="", help="override every method's seeds, e.g. 0,1,2")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-run" / "logs"))
     args = p.parse_args()
@@ -47,44 +134,54 @@ def main():
 
     network = RootLoopback() if args.root_loopback else Cluster(args.hosts, args.rate, args.delay)
     network.shape()
-    budget = BUDGETS[args.mode]
-    data = {"network": network.label, "hosts": args.hosts, "target": args.target,
-            "budget": budget, "machine": machine.describe(), "methods": {}, "failures": []}
+    data = {"network": network.label, "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
+            "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                                if k in ("rate", "delay", "hosts", "mode", "tasks", "methods", "seeds") and v),
+            "note": MODE_NOTES[args.mode], "tasks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
-    for method in args.methods.split(","):
-        curve_path = os.path.join(args.log_dir, f"train.{method}.curve.json")
-        argv = [args.python, str(HERE / "train_rank.py"), "--method", method,
-                "--target", str(args.target), "--max-steps", str(budget["max_steps"]),
-                "--max-train-s", str(budget["max_train_s"]), "--curve-out", curve_path]
+    started_all = time.monotonic()
+    for task, method, seed in plan(args):
+        entry = data["tasks"].setdefault(task, {**TASK_SETTINGS[task], "methods": {}})
+        out_path = os.path.join(args.log_dir, f"train.{task}.{method}.s{seed}.json")
+        if os.path.exists(out_path):
+            os.remove(out_path)
+        argv, steps = rank_argv(args, task, method, [seed], out_path, network.counted)
 
-        def display(_, step, total, method=method):
-            print_progress_line(f"[train {network.label}] {method} step {step}/{total}")
+        def display(mode, step, total):
+            print_progress_line(f"[train {network.label}] {mode} step {step}/{total}")
 
-        before = network.bytes_sent()
         started = time.monotonic()
         try:
-            stdout, _ = run_ranks(network, args.hosts, argv, warmup=0, steps=1,
-                                  timeout_s=budget["max_train_s"] * 3 + 120, log_dir=args.log_dir,
-                                  label=f"train.{method}", display=display)
+            run_ranks(network, args.hosts, argv, warmup=0, steps=1, display=display, log_dir=args.log_dir,
+                      label=f"train.{task}.{method}.s{seed}", timeout_s=180 + steps * 2.0)
             print_progress_line("")
-            result = parse_result(stdout)
-            with open(curve_path) as f:
-                record = json.load(f)
-            after = network.bytes_sent()
-            record["wire_bytes_per_host"] = (after - before) / args.hosts if before is not None else None
-            record["run_s"] = time.monotonic() - started
-            data["methods"][method] = record
-            ttt = result["time_to_target_s"]
-            print(f"  {method}: accuracy {float(result['final_accuracy']):.3f} after {result['steps']} "
-                  f"steps, {float(result['train_s']):.1f} s of training; time to {args.target:.2f}: "
-                  f"{'not reached' if ttt == 'nan' else f'{float(ttt):.1f} s'}", flush=True)
+            with open(out_path) as f:
+                (record,) = json.load(f)["seeds"]
         except (RankFailure, OSError, ValueError, KeyError) as e:
             print_progress_line("")
-            print(f"  FAILED: {method}: {e}", file=sys.stderr, flush=True)
-            data["failures"].append(f"{method}: {str(e).splitlines()[0]}")
+            print(f"  FAILED: {task} {method} seed {seed}: {e}", file=sys.stderr, flush=True)
+            data["failures"].append(f"{task} {method} seed {seed}: {str(e).splitlines()[0]}")
+            record = None
+        if record is not None:
+            record["run_s"] = time.monotonic() - started
+            record["load_average"] = os.getloadavg()[0]
+            result = entry["methods"].setdefault(method, {"seeds": [], "steps": steps})
+            result["seeds"].append(record)
+            result["summary"] = summarize(result["seeds"])
+            print(f"  {task} {method} seed {seed}: {describe(record, entry['target'])} "
+                  f"({record['run_s']:.0f} s, load {record['load_average']:.1f})", flush=True)
+        data["race_s"] = time.monotonic() - started_all
         with open(args.out, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
     return 1 if data["failures"] else 0
+
+
+def describe(record, target):
+    def show(key, fmt):
+        return "–" if record.get(key) is None else fmt.format(record[key])
+    return (f"target {target:.2f} after {show('time_to_target_s', '{:.1f} s')} / "
+            f"{show('steps_to_target', '{:.0f} steps')}; {show('steps_per_s', '{:.2f}')} steps/s; "
+            f"final accuracy {show('final_accuracy', '{:.3f}')}")
 
 
 if __name__ == "__main__":

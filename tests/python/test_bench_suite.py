@@ -1,6 +1,7 @@
 """Tests of bench/run's pieces that need no benchmark run: the emulated cluster's lifecycle (as root,
 where namespaces exist; skipped otherwise with the reason), the gradient recipe of the baselines,
-the per-mode byte metering, and the report's splicing and RESULT line."""
+the per-mode byte metering, the report's splicing and RESULT line, and the training race's harness
+(its summaries and targets, and a smoke run of a few steps with tiny models on the loopback)."""
 import json
 import os
 import pathlib
@@ -11,13 +12,16 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-_PATHS = [str(ROOT / sub) for sub in ("bench", "bench/cluster", "bench/baselines")]
+_PATHS = [str(ROOT / sub) for sub in ("bench", "bench/cluster", "bench/baselines", "bench/train")]
 _before = set(sys.modules)
 sys.path[:0] = _PATHS
 try:
     import report  # noqa: E402
     from gradients import GradientGenerator  # noqa: E402
     from model_profile import Profile, load_profile  # noqa: E402
+    import race_report  # noqa: E402
+    import task as race_task  # noqa: E402
+    import train_suite  # noqa: E402
     from ranks import PROGRESS, WireMeter, parse_result  # noqa: E402
 finally:
     # The bench scripts' modules have plain names (ranks, network, report): keep them out of the
@@ -107,3 +111,89 @@ def test_report_keeps_other_sections_and_prints_targets(tmp_path):
     result = done.stdout.strip().splitlines()[-1]
     assert result.startswith("RESULT gloo_over_dgc999_1g=26 powersgd_over_dgc999_1g=6 ")
     assert "dense_over_auto_loopback=nan" in result
+
+
+def _seed(seed, ttt, steps, accuracy, steps_per_s=10.0, wire=1e6):
+    return {"seed": seed, "time_to_target_s": ttt, "steps_to_target": steps, "final_accuracy": accuracy,
+            "steps_per_s": steps_per_s, "wire_bytes_per_host": wire, "curve": [(0.0, 0, 0.1), (1.0, 10, accuracy)]}
+
+
+def test_race_summary_counts_a_missed_target_as_late():
+    summary = train_suite.summarize([_seed(0, 10.0, 100, 0.8), _seed(1, None, None, 0.7), _seed(2, 12.0, 120, 0.9)])
+    assert summary["reached"] == 2 and summary["seeds"] == 3
+    assert summary["time_to_target_s"] == {"median": 12.0, "min": 10.0, "max": None, "n": 3}
+    assert summary["final_accuracy"]["median"] == 0.8
+    missed = train_suite.summarize([_seed(0, None, None, 0.5), _seed(1, None, None, 0.6), _seed(2, 5.0, 50, 0.9)])
+    assert missed["time_to_target_s"]["median"] is None and missed["steps_to_target"]["min"] == 50
+
+
+def test_race_plan_follows_the_mode():
+    class Args:
+        mode, tasks, methods, seeds = "quick", "", "", ""
+    plan = train_suite.plan(Args)
+    assert plan[:len(train_suite.METHODS)] == [("mlp", m, 0) for m in train_suite.METHODS]  # round 0 first
+    assert plan[len(train_suite.METHODS):] == [("mlp", "ddp", 1), ("mlp", "gradex_default", 1),
+                                               ("mlp", "ddp", 2), ("mlp", "gradex_default", 2)]
+    Args.mode, Args.seeds = "full", "4,5"
+    plan = train_suite.plan(Args)
+    assert {t for t, _, _ in plan} == {"mlp", "conv"} and len(plan) == 2 * 2 * len(train_suite.METHODS)
+    assert [s for _, _, s in plan] == sorted(s for _, _, s in plan)
+
+
+def test_race_targets_and_result_values():
+    def method(ttt, steps, accuracy):
+        records = [_seed(s, ttt, steps, accuracy) for s in range(3)]
+        return {"seeds": records, "summary": train_suite.summarize(records)}
+    train = {"tasks": {"mlp": {"target": 0.7, "steps": 250, "lr": 0.05, "methods": {
+        "ddp": method(60.0, 180, 0.750), "torch_fp16": method(30.0, 180, 0.751),
+        "gradex_default": method(15.0, 200, 0.742), "nocomm": method(None, None, 0.5)}}}}
+    rows = {what: (v, met) for what, _, v, met in race_report.targets(train["tasks"]["mlp"])}
+    assert rows["DDP's time to target ÷ gradex default's"] == (4.0, True)
+    assert rows["fastest PyTorch hook's time to target ÷ gradex default's"] == (2.0, True)
+    accuracy, met = rows["final accuracy, gradex default − DDP (points)"]
+    assert abs(accuracy - (-0.8)) < 1e-9 and met is False
+    steps, met = rows["steps to target, gradex default ÷ DDP"]
+    assert abs(steps - 200 / 180) < 1e-9 and met is True
+    values = race_report.values(train)
+    assert values["ttt_mlp_ddp_s"] == 60.0 and values["steps_to_target_mlp_gradex_default"] == 200
+    assert values["ddp_over_gradex_ttt_mlp"] == 4.0 and "ttt_mlp_nocomm_s" not in values
+
+
+def test_race_task_is_deterministic_and_learnable_sized():
+    x_train, y_train, x_test, y_test = race_task.load("mlp")
+    again = race_task.load("mlp")
+    assert len(x_test) >= 5000 and torch_equal(x_test, again[2]) and torch_equal(y_train, again[1])
+    counts = np.bincount(y_test.numpy(), minlength=race_task.CLASSES)
+    assert counts.min() > 0.03 * len(y_test)  # every class present: accuracy is not one class's share
+    conv = race_task.make_model("conv", seed=0)
+    assert any(isinstance(m, race_task.torch.nn.BatchNorm2d) for m in conv.modules())
+    assert sum(p.numel() for p in conv.parameters()) > 4_000_000
+
+
+def torch_equal(a, b):
+    return bool((a == b).all())
+
+
+def test_race_smoke_run_and_report(tmp_path):
+    """The whole harness at toy size: 2 ranks on the loopback, a few steps of a 64-wide MLP with DDP,
+    then the report's race section and RESULT keys."""
+    results = tmp_path / "results"
+    results.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(results / "train.json"),
+         "--root-loopback", "--hosts", "2", "--mode", "smoke", "--methods", "ddp",
+         "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    train = json.loads((results / "train.json").read_text())
+    (record,) = train["tasks"]["mlp"]["methods"]["ddp"]["seeds"]
+    assert record["steps"] == 6 and [c[1] for c in record["curve"]] == [0, 3, 6]
+    assert all(0.0 <= c[2] <= 1.0 for c in record["curve"]) and record["train_s"] > 0
+    assert record["wire_bytes_per_host"] is None  # the root loopback has no counters of its own
+    doc = tmp_path / "benchmarks.md"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--results", str(results),
+                           "--report", str(doc)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
+    assert "### Time to accuracy" in doc.read_text() and (results / "race_mlp_time.png").exists()
+    result = done.stdout.strip().splitlines()[-1]
+    assert "ttt_mlp_ddp_s=" in result and "steps_to_target_mlp_ddp=" in result

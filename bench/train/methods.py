@@ -1,0 +1,96 @@
+"""The gradient-exchange methods of the training race: how each one wraps a model in DDP, which
+optimizer momentum it runs with, and what it does after each optimizer step.
+
+  ddp              DDP's default: gloo allreduce of fp32 buckets; SGD momentum 0.9
+  torch_fp16       PyTorch's fp16_compress_hook (divide, fp16 allreduce, cast back); SGD momentum 0.9
+  powersgd_r1/_r4  PyTorch's PowerSGD hook at rank 1 / 4 (error feedback, warm start), plain allreduce for
+                   the first --sync-warmup iterations; SGD momentum 0.9
+  gradex_default   gx.hook with gradex's defaults, nothing overridden (DGC 99.9 % for large tensors, fp16
+                   dense for small ones, momentum inside gradex: the optimizer runs at momentum 0)
+  gradex_dgc       gx.hook with DGC at 99.9 % on every tensor (GRADEX_DENSE_THRESHOLD=0), small ones too
+  gradex_localsgd  gx.LocalSGD: synchronous for --sync-warmup steps (dense fp16), then parameters averaged
+                   every --period steps; SGD momentum 0.9 in the optimizer
+  nocomm           DDP with a hook that returns the bucket as is: no communication, so its steps per second
+                   are this machine's compute bound (its accuracy means nothing: ranks never average)
+"""
+import inspect
+import os
+import sys
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "baselines"))
+from modes import _noop_hook, serialized_hook  # noqa: E402
+
+METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_default", "gradex_dgc",
+           "gradex_localsgd", "nocomm")
+GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
+SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
+
+
+class Method:
+    """One method set up on one model: .ddp, .optimizer, .after_step() (returns whether every rank now
+    holds the same parameters), .stats() (gradex's counters or None), .close()."""
+
+    def __init__(self, name, model, args):
+        self.name, self.gradex, self._lsgd = name, None, None
+        self.ddp = DistributedDataParallel(model)
+        momentum = GRADEX_MOMENTUM
+        if name == "torch_fp16":
+            self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif name.startswith("powersgd_r"):
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=int(name[len("powersgd_r"):]),
+                start_powerSGD_iter=max(2, args.sync_warmup), use_error_feedback=True, warm_start=True)
+            self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
+        elif name in ("gradex_default", "gradex_dgc"):
+            import gradex.torch as gx
+            config = {} if name == "gradex_default" else {"GRADEX_SPARSITY": 0.999,
+                                                          "GRADEX_DENSE_THRESHOLD": 0}
+            self.gradex = _gx_state(gx, self.ddp, config)
+            self.ddp.register_comm_hook(self.gradex, gx.hook)
+            momentum = 0.0  # gradex applies GRADEX_MOMENTUM (default 0.9) itself: docs/pytorch.md
+        elif name == "gradex_localsgd":
+            import gradex.torch as gx
+            self._lsgd = gx.LocalSGD(self.ddp, period=args.period, warmup_steps=args.sync_warmup,
+                                     config={"GRADEX_SPARSITY": 0, "GRADEX_MOMENTUM": 0})
+            self.gradex = self._lsgd
+        elif name == "nocomm":
+            self.ddp.register_comm_hook(None, _noop_hook)
+        elif name != "ddp":
+            raise ValueError(f"unknown method {name!r} (expected one of {', '.join(METHODS)})")
+        self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=args.lr, momentum=momentum)
+
+    def after_step(self):
+        """Ends a step after optimizer.step(); True when every rank now has the same parameters."""
+        if self._lsgd is not None:
+            exchanged = self._lsgd.engine.exchanges_gradients()
+            averaged = self._lsgd.step()
+            return averaged or exchanged
+        return self.name != "nocomm"
+
+    def synchronize(self):
+        """Brings every rank to the same parameters (LocalSGD: averages them now); returns whether they
+        are the same now."""
+        if self._lsgd is not None:
+            self._lsgd.average_parameters()
+            return True
+        return self.name != "nocomm"
+
+    def stats(self):
+        return dict(self.gradex.stats()) if self.gradex is not None else None
+
+    def close(self):
+        if self.gradex is not None:
+            self.gradex.close()
+
+
+def _gx_state(gx, ddp, config):
+    """gx.State for this DDP model, handing it the module (for per-parameter names) when this gradex
+    version takes one."""
+    parameters = inspect.signature(gx.State).parameters
+    if "model" in parameters:
+        return gx.State(config=config, model=ddp)
+    return gx.State(config=config)
