@@ -29,11 +29,14 @@ class CudaDgc final : public backend::DgcState {
     cap_ = backend::max_selected_count(numel, o);
     DeviceGuard guard(device_);
     v_ = DeviceBuffer::make(n_ * 4, device_);
-    if (n_) check(cudaMemset(v_->data(), 0, n_ * 4), "cudaMemset");
+    if (n_) check(cudaMemsetAsync(v_->data(), 0, n_ * 4, nullptr), "cudaMemsetAsync");
     if (o_.momentum > 0) {
       u_ = DeviceBuffer::make(n_ * 4, device_);
-      if (n_) check(cudaMemset(u_->data(), 0, n_ * 4), "cudaMemset");
+      if (n_) check(cudaMemsetAsync(u_->data(), 0, n_ * 4, nullptr), "cudaMemsetAsync");
     }
+    // The zeroing ran on the default stream, which the engine's non-blocking streams do not
+    // order against: wait for it here, once per tensor (the default stream only, not the device).
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
     idx_ = DeviceBuffer::make(cap_ * 4, device_);
     val_ = DeviceBuffer::make(cap_ * 4, device_);
   }
