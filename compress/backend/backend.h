@@ -172,6 +172,14 @@ class Backend {
                          bool add, Stream& stream) = 0;
   // NaN or Inf elements of x (the negotiation's non-finite flag); waits for the count.
   virtual size_t count_nonfinite(const float* x, size_t n, Stream& stream) = 0;
+  // Replaces NaN and Inf elements of x by +0 (GRADEX_NONFINITE=zero). Queued.
+  virtual void zero_nonfinite(float* x, size_t n, Stream& stream) = 0;
+
+  // --- momentum outside DGC's sparse steps (sync/momentum.h's arithmetic) ------------------------
+  // In place over n floats, s = grad_scale: u <- m*u + s*g; g <- u (Nesterov: g <- s*g + m*u with
+  // the new u); m == 0: g <- s*g and u is not touched (may be null). Queued.
+  virtual void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
+                              float grad_scale, Stream& stream) = 0;
 
   // --- dense fusion
   // ------------------------------------------------------------------------------- bucket[e.offset

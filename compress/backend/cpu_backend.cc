@@ -98,6 +98,29 @@ class CpuBackend final : public Backend {
     return c;
   }
 
+  void zero_nonfinite(float* x, size_t n, Stream&) override {
+    require_pointers(n, "cpu zero_nonfinite", x);
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) x[i] = 0.0f;
+  }
+  // sync/momentum.cc's loops (the same expressions, in the same order).
+  void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
+                      Stream&) override {
+    check_momentum(g, u, n, m, "cpu apply_momentum");
+    if (m == 0.0f) {
+      if (s != 1.0f)
+        for (size_t i = 0; i < n; ++i)
+          g[i] *= s;
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] * s;
+      const float ui = m * u[i] + gi;
+      u[i] = ui;
+      g[i] = nesterov ? gi + m * ui : ui;
+    }
+  }
+
   void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
     check_fusion(entries, count, bucket, "cpu gather");
     for (size_t i = 0; i < count; ++i)

@@ -56,6 +56,14 @@ size_t check_fusion(const FusionEntry* entries, size_t count, const void* bucket
   return end;
 }
 
+void check_momentum(const float* g, const float* u, size_t n, float momentum, const char* op) {
+  if (!(momentum >= 0.0f && momentum < 1.0f))
+    throw InvalidArgument(std::string(op) + ": momentum " + std::to_string(momentum) +
+                          " outside [0, 1)");
+  require_pointers(n, op, g);
+  if (momentum > 0.0f) require_pointers(n, op, u);
+}
+
 void check_dgc(size_t numel, const DgcOptions& options, const char* op) {
   validate(options);
   if (numel > (uint64_t{1} << 32))

@@ -20,6 +20,8 @@ void require_pointers(size_t n, const char* op, const void* a,
 // Throws when entries overlap in the bucket, have null data, or their offsets + numel overflow.
 // Returns the bucket elements the entries span (max offset + numel).
 size_t check_fusion(const FusionEntry* entries, size_t count, const void* bucket, const char* op);
+// Throws when g is null, or u is null while momentum > 0 (n > 0), or momentum is outside [0, 1).
+void check_momentum(const float* g, const float* u, size_t n, float momentum, const char* op);
 // Throws for numel > 2^32 (uint32 indices) and invalid options.
 void check_dgc(size_t numel, const DgcOptions& options, const char* op);
 // Largest selected count any step of `options` can produce over numel elements (the size of a

@@ -151,6 +151,18 @@ class CudaBackend final : public backend::Backend {
     return cuda::count_nonfinite(x, n, native_stream(stream));
   }
 
+  void zero_nonfinite(float* x, size_t n, backend::Stream& stream) override {
+    backend::require_pointers(n, "cuda zero_nonfinite", x);
+    DeviceGuard guard(device_);
+    cuda::zero_nonfinite(x, n, native_stream(stream));
+  }
+  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
+                      backend::Stream& stream) override {
+    backend::check_momentum(g, u, n, momentum, "cuda apply_momentum");
+    DeviceGuard guard(device_);
+    cuda::apply_momentum(g, u, n, momentum, nesterov, grad_scale, native_stream(stream));
+  }
+
   void gather(const backend::FusionEntry* entries, size_t count, float* bucket,
               backend::Stream& stream) override {
     backend::check_fusion(entries, count, bucket, "cuda gather");

@@ -52,6 +52,19 @@ size_t count_nonfinite(const float* x, size_t n, cudaStream_t stream) {
   return thrust_dgc::count_nonfinite(q, x, n);  // a reduction: Thrust waits for its result
 }
 
+void zero_nonfinite(float* x, size_t n, cudaStream_t stream) {
+  Queued q{stream};
+  thrust_dgc::zero_nonfinite(q, x, n);
+  check(cudaGetLastError(), "zero_nonfinite");
+}
+
+void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float grad_scale,
+                    cudaStream_t stream) {
+  Queued q{stream};
+  thrust_dgc::apply_momentum(q, g, u, n, m, nesterov, grad_scale);
+  check(cudaGetLastError(), "apply_momentum");
+}
+
 void scatter_add(const uint32_t* idx, const float* val, size_t count, float* out, float scale,
                  cudaStream_t stream) {
   Queued q{stream};

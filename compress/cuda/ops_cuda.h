@@ -23,6 +23,13 @@ void from_half(const uint16_t* in, float* out, size_t n, bool bf16, float scale,
 // NaN or Inf elements of x.
 size_t count_nonfinite(const float* x, size_t n, cudaStream_t stream);
 
+// x[i] <- 0 where x[i] is NaN or Inf.
+void zero_nonfinite(float* x, size_t n, cudaStream_t stream);
+
+// thrust_dgc::apply_momentum (sync/momentum.h's step) in place; u may be null when m is 0.
+void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float grad_scale,
+                    cudaStream_t stream);
+
 // out[idx[j]] += scale * val[j]; idx strictly increasing (one thread per element, no conflicts).
 void scatter_add(const uint32_t* idx, const float* val, size_t count, float* out, float scale,
                  cudaStream_t stream);

@@ -136,6 +136,18 @@ class OmpBackend final : public Backend {
     return thrust_dgc::count_nonfinite(policy, x, n);
   }
 
+  void zero_nonfinite(float* x, size_t n, Stream&) override {
+    require_pointers(n, "thrust-omp zero_nonfinite", x);
+    OmpPolicy policy;
+    thrust_dgc::zero_nonfinite(policy, x, n);
+  }
+  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
+                      Stream&) override {
+    check_momentum(g, u, n, momentum, "thrust-omp apply_momentum");
+    OmpPolicy policy;
+    thrust_dgc::apply_momentum(policy, g, u, n, momentum, nesterov, grad_scale);
+  }
+
   void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
     check_fusion(entries, count, bucket, "thrust-omp gather");
     for (size_t i = 0; i < count; ++i) {

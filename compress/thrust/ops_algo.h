@@ -48,6 +48,31 @@ struct NonFinite {
   GX_HD bool operator()(size_t i) const { return (f2u(x[i]) & 0x7fffffffu) >= 0x7f800000u; }
 };
 
+struct ZeroNonFinite {
+  float* x;
+  GX_HD void operator()(size_t i) const {
+    if ((f2u(x[i]) & 0x7fffffffu) >= 0x7f800000u) x[i] = 0.0f;
+  }
+};
+
+// sync/momentum.cc's expressions, in its operation order.
+struct Momentum {
+  float* g;
+  float* u;
+  float m, s;
+  int mode;  // 0: scale only, 1: momentum, 2: nesterov
+  GX_HD void operator()(size_t i) const {
+    if (mode == 0) {
+      g[i] = g[i] * s;
+      return;
+    }
+    const float gi = g[i] * s;
+    const float ui = m * u[i] + gi;
+    u[i] = ui;
+    g[i] = mode == 2 ? gi + m * ui : ui;
+  }
+};
+
 // Indices are strictly increasing, so no two threads touch the same element.
 struct ScatterAdd {
   const uint32_t* idx;
@@ -72,6 +97,20 @@ size_t count_nonfinite(B& b, const float* x, size_t n) {
   if (n == 0) return 0;
   return thrust::count_if(b.policy(), thrust::counting_iterator<size_t>(0),
                           thrust::counting_iterator<size_t>(n), NonFinite{x});
+}
+
+template <class B>
+void zero_nonfinite(B& b, float* x, size_t n) {
+  if (n == 0) return;
+  thrust::for_each_n(b.policy(), thrust::counting_iterator<size_t>(0), n, ZeroNonFinite{x});
+}
+
+template <class B>
+void apply_momentum(B& b, float* g, float* u, size_t n, float m, bool nesterov, float s) {
+  if (n == 0 || (m == 0.0f && s == 1.0f)) return;
+  const int mode = m == 0.0f ? 0 : (nesterov ? 2 : 1);
+  thrust::for_each_n(b.policy(), thrust::counting_iterator<size_t>(0), n,
+                     Momentum{g, u, m, s, mode});
 }
 
 template <class B>

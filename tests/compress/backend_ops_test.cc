@@ -116,6 +116,54 @@ TEST_P(BackendOps, CountsNonFiniteElements) {
   EXPECT_EQ(b->count_nonfinite(nullptr, 0, *dev.stream), 0u);
 }
 
+TEST_P(BackendOps, ZeroesNonFiniteElementsOnly) {
+  std::vector<float> x = wild_floats(50001, 12);
+  std::vector<float> want = x;
+  for (float& f : want)
+    if (!std::isfinite(f)) f = 0.0f;
+  auto d = dev.upload(x);
+  b->zero_nonfinite(d->as<float>(), x.size(), *dev.stream);
+  std::vector<float> got = dev.download(d->as<float>(), x.size());
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), x.size() * 4));
+  EXPECT_EQ(b->count_nonfinite(d->as<float>(), x.size(), *dev.stream), 0u);
+}
+
+// The engine's momentum outside DGC (sync/momentum.cc), recomputed here in its operation order.
+TEST_P(BackendOps, ApplyMomentumMatchesTheEngineArithmetic) {
+  const size_t n = 70001;
+  for (float m : {0.0f, 0.9f}) {
+    for (bool nesterov : {false, true}) {
+      for (float s : {1.0f, 0.37f}) {
+        std::vector<float> g = test::random_grad(n, 21), u = test::random_grad(n, 22, 0.5f);
+        std::vector<float> wg = g, wu = u;
+        for (size_t i = 0; i < n; ++i) {
+          if (m == 0.0f) {
+            wg[i] = s == 1.0f ? g[i] : g[i] * s;
+            continue;
+          }
+          const float gi = g[i] * s;
+          const float ui = m * u[i] + gi;
+          wu[i] = ui;
+          wg[i] = nesterov ? gi + m * ui : ui;
+        }
+        auto dg = dev.upload(g);
+        auto du = dev.upload(u);
+        b->apply_momentum(dg->as<float>(), du->as<float>(), n, m, nesterov, s, *dev.stream);
+        std::vector<float> gg = dev.download(dg->as<float>(), n);
+        std::vector<float> gu = dev.download(du->as<float>(), n);
+        ASSERT_EQ(0, std::memcmp(gg.data(), wg.data(), n * 4)) << m << nesterov << s;
+        ASSERT_EQ(0, std::memcmp(gu.data(), wu.data(), n * 4)) << m << nesterov << s;
+      }
+    }
+  }
+  auto g = b->allocate(16);
+  EXPECT_THROW(b->apply_momentum(g->as<float>(), nullptr, 4, 0.9f, false, 1, *dev.stream),
+               InvalidArgument);
+  EXPECT_THROW(b->apply_momentum(g->as<float>(), g->as<float>(), 4, 1.5f, false, 1, *dev.stream),
+               InvalidArgument);
+  b->apply_momentum(g->as<float>(), nullptr, 4, 0.0f, false, 2.0f, *dev.stream);  // m = 0: no u
+}
+
 TEST_P(BackendOps, GatherAndScatterMoveEveryTensorExactly) {
   const std::vector<size_t> sizes = {1, 0, 7, 4099, 65, 100003, 3};
   std::vector<std::vector<float>> host;
