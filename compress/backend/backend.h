@@ -172,6 +172,9 @@ class Backend {
                          bool add, Stream& stream) = 0;
   // NaN or Inf elements of x (the negotiation's non-finite flag); waits for the count.
   virtual size_t count_nonfinite(const float* x, size_t n, Stream& stream) = 0;
+  // Sum of x[i]^2 accumulated in double (the clipping norm's square); NaN when x holds NaN or
+  // Inf. Summation order differs between backends (equal to rounding, not bit for bit). Waits.
+  virtual double sum_squares(const float* x, size_t n, Stream& stream) = 0;
   // Replaces NaN and Inf elements of x by +0 (GRADEX_NONFINITE=zero). Queued.
   virtual void zero_nonfinite(float* x, size_t n, Stream& stream) = 0;
 

@@ -7,6 +7,7 @@
 #include "compress/backend/host_resources.h"
 #include "compress/backend/validate.h"
 #include "compress/dgc/compressor.h"
+#include "compress/dgc/kernels.h"
 #include "compress/half/cast.h"
 
 namespace gradex::compress::backend {
@@ -98,6 +99,10 @@ class CpuBackend final : public Backend {
     return c;
   }
 
+  double sum_squares(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "cpu sum_squares", x);
+    return dgc::sum_squares(x, 0, n);
+  }
   void zero_nonfinite(float* x, size_t n, Stream&) override {
     require_pointers(n, "cpu zero_nonfinite", x);
     for (size_t i = 0; i < n; ++i)

@@ -151,6 +151,11 @@ class CudaBackend final : public backend::Backend {
     return cuda::count_nonfinite(x, n, native_stream(stream));
   }
 
+  double sum_squares(const float* x, size_t n, backend::Stream& stream) override {
+    backend::require_pointers(n, "cuda sum_squares", x);
+    DeviceGuard guard(device_);
+    return cuda::sum_squares(x, n, native_stream(stream));
+  }
   void zero_nonfinite(float* x, size_t n, backend::Stream& stream) override {
     backend::require_pointers(n, "cuda zero_nonfinite", x);
     DeviceGuard guard(device_);

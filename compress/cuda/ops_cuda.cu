@@ -52,6 +52,11 @@ size_t count_nonfinite(const float* x, size_t n, cudaStream_t stream) {
   return thrust_dgc::count_nonfinite(q, x, n);  // a reduction: Thrust waits for its result
 }
 
+double sum_squares(const float* x, size_t n, cudaStream_t stream) {
+  Queued q{stream};
+  return thrust_dgc::sum_squares(q, x, n);
+}
+
 void zero_nonfinite(float* x, size_t n, cudaStream_t stream) {
   Queued q{stream};
   thrust_dgc::zero_nonfinite(q, x, n);

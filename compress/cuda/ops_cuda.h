@@ -23,6 +23,9 @@ void from_half(const uint16_t* in, float* out, size_t n, bool bf16, float scale,
 // NaN or Inf elements of x.
 size_t count_nonfinite(const float* x, size_t n, cudaStream_t stream);
 
+// Sum of squares in double (a reduction: waits for its result on the stream).
+double sum_squares(const float* x, size_t n, cudaStream_t stream);
+
 // x[i] <- 0 where x[i] is NaN or Inf.
 void zero_nonfinite(float* x, size_t n, cudaStream_t stream);
 

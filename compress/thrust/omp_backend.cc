@@ -136,6 +136,11 @@ class OmpBackend final : public Backend {
     return thrust_dgc::count_nonfinite(policy, x, n);
   }
 
+  double sum_squares(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "thrust-omp sum_squares", x);
+    OmpPolicy policy;
+    return thrust_dgc::sum_squares(policy, x, n);
+  }
   void zero_nonfinite(float* x, size_t n, Stream&) override {
     require_pointers(n, "thrust-omp zero_nonfinite", x);
     OmpPolicy policy;

@@ -100,6 +100,12 @@ size_t count_nonfinite(B& b, const float* x, size_t n) {
 }
 
 template <class B>
+double sum_squares(B& b, const float* x, size_t n) {
+  if (n == 0) return 0.0;
+  return thrust::transform_reduce(b.policy(), x, x + n, SquareD{}, 0.0, thrust::plus<double>());
+}
+
+template <class B>
 void zero_nonfinite(B& b, float* x, size_t n) {
   if (n == 0) return;
   thrust::for_each_n(b.policy(), thrust::counting_iterator<size_t>(0), n, ZeroNonFinite{x});

@@ -116,6 +116,23 @@ TEST_P(BackendOps, CountsNonFiniteElements) {
   EXPECT_EQ(b->count_nonfinite(nullptr, 0, *dev.stream), 0u);
 }
 
+TEST_P(BackendOps, SumOfSquaresAgreesToRoundingAndFlagsNonFinite) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4099}, size_t{1000003}}) {
+    std::vector<float> x = test::random_grad(n, 31 + n, 3.0f);
+    double want = 0;
+    for (float f : x)
+      want += double(f) * double(f);
+    const double got = b->sum_squares(dev.upload(x)->as<float>(), n, *dev.stream);
+    EXPECT_NEAR(got, want, 1e-6 * want) << n;
+    if (n > 0) {
+      x[n / 2] = std::numeric_limits<float>::infinity();
+      EXPECT_FALSE(std::isfinite(b->sum_squares(dev.upload(x)->as<float>(), n, *dev.stream)));
+      x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(b->sum_squares(dev.upload(x)->as<float>(), n, *dev.stream)));
+    }
+  }
+}
+
 TEST_P(BackendOps, ZeroesNonFiniteElementsOnly) {
   std::vector<float> x = wild_floats(50001, 12);
   std::vector<float> want = x;
