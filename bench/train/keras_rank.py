@@ -1,25 +1,37 @@
 #!/usr/bin/env python3
-"""One rank of the Keras row of the training race: Keras 3 (TensorFlow backend) data-parallel SGD on the
-digits task through gxk.DistributedOptimizer, for a fixed budget of training time (or steps), noting when
-the test accuracy first reaches the target and the median time of a training step.
+"""One rank of the Keras row of the training race of bench/run: Keras 3 (TensorFlow backend)
+data-parallel SGD through gxk.DistributedOptimizer on task.py's MLP task, with train_rank.py's command
+line, clock, evaluation rule and output contract, so that train_suite.py races it beside the PyTorch
+methods (its PROGRAMS entry).
 
-Self-contained (TensorFlow only; the task is task.py's: the same stratified split and wide MLP, rebuilt in
-Keras). Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set (and GRADEX_IFACE on
-the emulated cluster), e.g. by python -m gradex.tensorflow.run or bench/run:
+Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set (and GRADEX_IFACE on the
+emulated cluster), by bench/cluster/ranks.py (subprocesses: never forked after importing TensorFlow):
 
-    keras_rank.py --method keras_gradex_default --target 0.92 --max-steps 400 --max-train-s 60 --curve-out c.json
+    keras_rank.py --task mlp --method keras_gradex_default --seeds 0 --steps 250 --target 0.72 --out r.json
 
-Methods: keras_gradex_default (the engine's default policy: DGC 99.9% for tensors of >= 16,384 elements
-with gradex's momentum correction, fused fp16 for the rest; SGD without momentum), keras_gradex_dense
-(every tensor dense fp32 through gradex, SGD with momentum 0.9: what a plain allreduce does).
+Methods:
+  keras_gradex_default  gradex's default policy, nothing overridden (as gradex_default: DGC 99.9 % for
+                        large tensors, fp16 dense for small ones, momentum 0.9 inside gradex; SGD at
+                        momentum 0)
+  keras_gradex_dense    every tensor dense fp32 through gradex, gradex's momentum off, SGD momentum 0.9:
+                        what plain DDP computes, so the pair isolates the compression policy
 
-Clock: the sum of rank 0's training-step times (Keras train_on_batch: forward, backward, exchange,
-update); evaluations pause it. Rank 0 writes the curve to --curve-out and prints
-"RESULT method=... steps=... train_s=... time_to_target_s=... final_accuracy=... reached=0|1 ms_per_step=..."
-(ms_per_step: the median step time after the first 5 steps, which include tracing and DGC's warm-up).
+Same task as train_rank.py: task.py's data (teacher labels, fixed split), this rank's task.Shard (the
+same batches in the same order), and the student's initial weights copied from task.make_model (torch's
+Linear weight is Keras's kernel transposed): the Keras and PyTorch rows start from identical weights.
+The cosine learning-rate schedule over --steps is train_rank.py's. Only the MLP task has a Keras
+student (the convnet's BatchNorm is not rebuilt here).
+
+Clock: the sum of rank 0's Keras train_on_batch times (forward, backward, exchange, update; the first
+step includes tracing); evaluations pause it. Evaluation, coarse margin and --count-iface bytes as in
+train_rank.py. Rank 0 writes {"seeds": [record]} to --out (train_rank.py's record keys plus
+step_ms_median, the median step time after the first 5 steps) and prints per seed "RESULT seed=...
+steps=... train_s=... time_to_target_s=... steps_to_target=... final_accuracy=... steps_per_s=...
+step_ms_median=... wire_bytes_per_host=...".
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -28,110 +40,159 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import task  # noqa: E402  (torch, for the task's data and initial weights only)
+
 METHODS = ("keras_gradex_default", "keras_gradex_dense")
-INPUTS, CLASSES = 64, 10
+TASKS = ("mlp",)
+# keras_gradex_default overrides nothing but needs an engine of its own per seed (fresh DGC residuals
+# and warm-up); GRADEX_MOMENTUM=0.9 is the declared default (base/config_vars.cc), so it changes nothing.
+CONFIGS = {"keras_gradex_default": ({"GRADEX_MOMENTUM": "0.9"}, 0.0),
+           "keras_gradex_dense": ({"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0"}, 0.9)}
 
 
-def split(seed=0, test_fraction=0.2):
-    """task.py's split: stratified, the same on every rank; pixels scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
-    x, y = load_digits(return_X_y=True)
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for label in range(CLASSES):
-        members = rng.permutation(np.flatnonzero(y == label))
-        cut = int(round(len(members) * test_fraction))
-        test.extend(members[:cut])
-        train.extend(members[cut:])
-    train, test = rng.permutation(train), np.sort(test)
-    as_x = lambda idx: (x[idx] / 16.0).astype(np.float32)  # noqa: E731
-    return as_x(train), y[train].astype(np.int64), as_x(test), y[test].astype(np.int64)
+class TxCounter:
+    """Bytes this host transmitted on `iface` during the spans between start() and stop()."""
+
+    def __init__(self, iface):
+        self.path = f"/sys/class/net/{iface}/statistics/tx_bytes" if iface else None
+        self.total, self._at = 0, None
+
+    def _read(self):
+        with open(self.path) as f:
+            return int(f.read())
+
+    def start(self):
+        if self.path:
+            self._at = self._read()
+
+    def stop(self):
+        if self.path:
+            self.total += self._read() - self._at
 
 
-def make_model(hidden, seed):
-    import keras
-    keras.utils.set_random_seed(seed)  # the same initial weights on every rank
-    return keras.Sequential([keras.Input((INPUTS,)), keras.layers.Dense(hidden, activation="relu"),
-                             keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(CLASSES)])
+def keras_student(keras, name, seed, hidden):
+    """task.make_model(name, seed, hidden) rebuilt in Keras with the same initial weights."""
+    if name not in TASKS:
+        raise ValueError(f"keras_rank.py has a Keras student for {', '.join(TASKS)} only, not {name!r}")
+    torch_model = task.make_model(name, seed, hidden)
+    linears = [m for m in torch_model if isinstance(m, task.torch.nn.Linear)]
+    layers = [keras.layers.Dense(m.out_features, activation="relu" if i < len(linears) - 1 else None)
+              for i, m in enumerate(linears)]
+    model = keras.Sequential([keras.Input((linears[0].in_features,)), *layers])
+    for layer, m in zip(layers, linears):
+        layer.set_weights([m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()])
+    return model
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=METHODS, required=True)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=16, help="per rank")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--target", type=float, default=0.92)
-    p.add_argument("--max-steps", type=int, default=400)
-    p.add_argument("--max-train-s", type=float, default=60)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--sync-warmup", type=int, default=10, help="DGC's sparsity warm-up steps")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--curve-out", required=True)
-    args = p.parse_args()
+def summed(gxt, value, name):
+    """The sum over ranks of a float (exact for counts: fp32 averages of integers below 2**24)."""
+    import tensorflow as tf
+    return float(gxt.allreduce(tf.constant([value], tf.float32), average=False, name=name).numpy()[0])
 
+
+def train_one_seed(args, seed, data, rank, world):
     import keras
     import tensorflow as tf
     import gradex.tensorflow as gxt
     import gradex.tensorflow.keras as gxk
 
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    gxt.init()
-    rank, world = gxt.rank(), gxt.size()
-    x_train, y_train, x_test, y_test = split(args.seed)
-    x_shard, y_shard = x_train[rank::world], y_train[rank::world]
-    model = make_model(args.hidden, args.seed)
-    if args.method == "keras_gradex_default":
-        config, momentum = {"GRADEX_WARMUP_STEPS": args.sync_warmup, "GRADEX_MOMENTUM": 0.9}, 0.0
-    else:
-        config, momentum = {"GRADEX_SPARSITY": 0, "GRADEX_FP16": 0, "GRADEX_MOMENTUM": 0}, 0.9
-    opt = gxk.DistributedOptimizer(keras.optimizers.SGD(args.lr, momentum=momentum), config=config)
-    model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    x_train, y_train, x_test, y_test = data
+    shard = task.Shard(x_train, y_train, rank, world, args.batch, seed)
+    x_eval, y_eval = x_test[rank::world].numpy(), y_test[rank::world].numpy()
+    model = keras_student(keras, args.task, seed, args.hidden)
+    config, momentum = CONFIGS[args.method]
+    optimizer = gxk.DistributedOptimizer(keras.optimizers.SGD(args.lr, momentum=momentum), config=config)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
+    tx = TxCounter(args.count_iface)
 
-    def accuracy():
-        logits = model.predict(x_test, batch_size=512, verbose=0)
-        return float(np.mean(np.argmax(logits, axis=1) == y_test))
+    def evaluate():
+        hits = int(np.sum(np.argmax(model(x_eval, training=False).numpy(), axis=1) == y_eval))
+        return round(summed(gxt, hits, "race_hits")) / len(x_test)
 
-    rng = np.random.default_rng(args.seed)  # the same batch order on every rank (shards differ)
-    order, position, epoch = rng.permutation(len(x_shard)), 0, 0
-    clock, times, curve, time_to_target, step = 0.0, [], [(0.0, 0, accuracy())], None, 0
-    while step < args.max_steps:
-        if position + args.batch > len(order):
-            order, position, epoch = rng.permutation(len(x_shard)), 0, epoch + 1
-        idx = order[position:position + args.batch]
-        position += args.batch
+    clock, step, due, times = 0.0, 0, False, []
+    curve = [(0.0, 0, evaluate())]
+    reached = None  # (clock, step) of the first evaluation at or above the target
+    tty = rank == 0 and sys.stderr.isatty()
+    while step < args.steps:
+        if tty:  # bench/cluster/ranks.py reads "[train] <mode> step k/n" from rank 0's terminal
+            sys.stderr.write(f"\r[train] {args.task}_{args.method}_s{seed} step {step + 1}/{args.steps}   ")
+            sys.stderr.flush()
+        optimizer.learning_rate = args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        x, y = shard.next()
+        x, y = x.numpy(), y.numpy()
+        tx.start()
         t0 = time.perf_counter()
-        model.train_on_batch(x_shard[idx], y_shard[idx])
+        model.train_on_batch(x, y)
         elapsed = time.perf_counter() - t0
+        tx.stop()
         clock += elapsed
         times.append(elapsed)
         step += 1
-        if step % args.eval_every == 0 or step == args.max_steps:
-            stop = 0
-            if rank == 0:
-                acc = accuracy()
-                curve.append((clock, step, acc))
-                if acc >= args.target and time_to_target is None:
-                    time_to_target = clock
-                stop = int(clock >= args.max_train_s)
-            if int(gxt.broadcast(tf.constant(stop), root_rank=0, name="stop").numpy()):
-                break
-    if rank == 0:
-        final = curve[-1][2]
-        ms = 1000.0 * float(np.median(times[5:] if len(times) > 10 else times))
-        stats = opt.gradex_engine.stats()
-        with open(args.curve_out, "w") as f:
-            json.dump({"method": args.method, "curve": curve, "target": args.target,
-                       "time_to_target_s": time_to_target, "steps": step, "train_s": clock,
-                       "final_accuracy": final, "ms_per_step": ms, "gradex": stats, "config": vars(args)}, f)
-        print(f"RESULT method={args.method} steps={step} train_s={clock:.6g} "
-              f"time_to_target_s={time_to_target if time_to_target is not None else 'nan'} "
-              f"final_accuracy={final:.6g} reached={int(time_to_target is not None)} ms_per_step={ms:.4g} "
-              f"compression={stats['compression_ratio']:.4g}", flush=True)
+        far = curve[-1][2] < args.target - args.coarse_margin
+        due = due or step % (args.eval_every * (3 if far else 1)) == 0 or step == args.steps
+        if due:
+            due = False
+            accuracy = evaluate()
+            curve.append((clock, step, accuracy))
+            if reached is None and accuracy >= args.target:
+                reached = (clock, step)
+    sent = summed(gxt, float(tx.total), "race_tx")
+    stats = optimizer.gradex_engine.stats()
+    return {
+        "seed": seed, "steps": step, "train_s": clock, "steps_per_s": step / clock if clock > 0 else None,
+        "curve": curve, "final_accuracy": curve[-1][2],
+        "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
+        "wire_bytes_per_host": sent / world if args.count_iface else None,
+        "step_ms_median": 1000.0 * float(np.median(times[5:] if len(times) > 10 else times)),
+        "gradex_stats": {k: v for k, v in dict(stats).items() if isinstance(v, (int, float))},
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", choices=TASKS, default="mlp")
+    p.add_argument("--method", choices=METHODS, required=True)
+    p.add_argument("--seeds", default="0", help="comma-separated")
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=16, help="per rank")
+    p.add_argument("--lr", type=float, default=0.05, help="peak of the cosine schedule")
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--target", type=float, required=True)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--coarse-margin", type=float, default=0.05,
+                   help="evaluate every 3*eval-every steps while this far below the target")
+    p.add_argument("--count-iface", default="", help="count this interface's transmitted bytes")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    import tensorflow as tf
+    import gradex.tensorflow as gxt
+
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))  # as the PyTorch ranks: torch.set_num_threads
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    task.torch.set_num_threads(threads)
+    gxt.init()  # GRADEX_TIMEOUT_S bounds every wait on a dead or stalled peer
+    rank, world = gxt.rank(), gxt.size()
+    data = task.load(args.task)
+    records = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        r = train_one_seed(args, seed, data, rank, world)
+        records.append(r)
+        if rank == 0:
+            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
+            fmt = lambda v: "nan" if v is None else f"{v:.6g}"  # noqa: E731
+            print(f"RESULT seed={seed} steps={r['steps']} train_s={r['train_s']:.6g} "
+                  f"time_to_target_s={fmt(r['time_to_target_s'])} steps_to_target={fmt(r['steps_to_target'])} "
+                  f"final_accuracy={fmt(r['final_accuracy'])} steps_per_s={fmt(r['steps_per_s'])} "
+                  f"step_ms_median={fmt(r['step_ms_median'])} "
+                  f"wire_bytes_per_host={fmt(r['wire_bytes_per_host'])}", flush=True)
+            with open(args.out, "w") as f:  # after every seed: a later failure keeps the earlier ones
+                json.dump({"task": args.task, "method": args.method, "target": args.target,
+                           "config": vars(args), "seeds": records}, f)
     gxt.shutdown()
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ optimizer momentum it runs with, and what it does after each optimizer step.
                    every --period steps; SGD momentum 0.9 in the optimizer
   nocomm           DDP with a hook that returns the bucket as is: no communication, so its steps per second
                    are this machine's compute bound (its accuracy means nothing: ranks never average)
+
+The Keras row of the race is not set up here: keras_gradex_default and keras_gradex_dense run
+bench/train/keras_rank.py (train_suite.py's PROGRAMS), Keras 3 + gxk.DistributedOptimizer.
 """
 import inspect
 import os

@@ -14,7 +14,9 @@ TASK_TITLES = {"mlp": "MLP 64-2048-2048-10 (4.3 M parameters)",
                "conv": "convnet with BatchNorm (2 conv + 2 FC layers, 5.3 M parameters)"}
 COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", "powersgd_r4": "tab:pink",
           "gradex_default": "tab:red", "gradex_dgc": "tab:orange", "gradex_localsgd": "tab:blue",
-          "nocomm": "tab:green"}
+          "nocomm": "tab:green", "keras_gradex_default": "tab:purple", "keras_gradex_dense": "tab:olive"}
+# The Keras row (bench/train/keras_rank.py): Keras 3 + gradex's default policy vs Keras + dense gradex.
+KERAS_GRADEX, KERAS_DENSE = "keras_gradex_default", "keras_gradex_dense"
 
 
 def _median(method, key):
@@ -41,7 +43,42 @@ def values(train):
         ratio = _ratio(_median(entry["methods"].get(BASELINE), "time_to_target_s"),
                        _median(entry["methods"].get(GRADEX), "time_to_target_s"))
         out[f"ddp_over_gradex_ttt_{task}"] = math.nan if ratio is None else ratio
+        for method in (KERAS_GRADEX, KERAS_DENSE):
+            if method in entry["methods"]:
+                out[f"ms_per_step_{task}_{method}"] = _ms_per_step(entry["methods"][method])
     return out
+
+
+def _ms_per_step(method):
+    """Median training time per step in ms (1000 / the median of steps/s over seeds), nan if unknown."""
+    sps = _median(method, "steps_per_s")
+    return 1000.0 / sps if sps else math.nan
+
+
+def keras_row(entry, network):
+    """The Keras row's paragraph: ms/step (at the race's link rate) and time to target of Keras + gradex's
+    default policy against Keras + dense gradex, with DDP's ms/step for reference."""
+    methods = entry["methods"]
+    gx, dense = methods.get(KERAS_GRADEX), methods.get(KERAS_DENSE)
+    if not gx and not dense:
+        return []
+    parts = []
+    for name, m in ((KERAS_GRADEX, gx), (KERAS_DENSE, dense), (BASELINE, methods.get(BASELINE))):
+        if m:
+            medians = [s["step_ms_median"] for s in m["seeds"] if s.get("step_ms_median") is not None]
+            median = f", median step {_fmt(sorted(medians)[len(medians) // 2], 0)} ms" if medians else ""
+            ttt = _spread(m, "time_to_target_s")
+            parts.append(f"`{name}` {_fmt(_ms_per_step(m), 0)} ms/step{median}, time to target "
+                         f"{ttt}{'' if ttt.startswith('not') else ' s'}")
+    text = (f"Keras row (Keras 3 + gradex, bench/train/keras_rank.py; same data, initial weights and schedule) "
+            f"at {network}: " + "; ".join(parts))
+    step_ratio = _ratio(_ms_per_step(dense) if dense else None, _ms_per_step(gx) if gx else None)
+    ttt_ratio = _ratio(_median(dense, "time_to_target_s"), _median(gx, "time_to_target_s"))
+    if step_ratio is not None and not math.isnan(step_ratio):
+        text += f". Dense ÷ default: {step_ratio:.2f}× per step"
+        if ttt_ratio is not None:
+            text += f", {ttt_ratio:.2f}× in time to target"
+    return [text + ".", ""]
 
 
 def _fmt(x, digits=1):
@@ -158,6 +195,7 @@ def tables(train, rel):
             lines.append("")
             if rows[0][3] is not True and causes(entry):
                 lines += ["Where the time goes: " + causes(entry)[0], ""]
+        lines += keras_row(entry, train["network"])
     for failure in train.get("failures", []):
         lines += [f"Failed: {failure}", ""]
     return lines

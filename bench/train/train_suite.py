@@ -15,7 +15,8 @@ Modes (the race's size; --tasks/--methods/--seeds override):
   smoke   a harness check in seconds (tiny model, a few steps; what the test suite runs)
 
 A method that is not a methods.py method runs the program named in PROGRAMS (same command line and
-output contract as train_rank.py): the place for other frameworks' ranks, e.g. a Keras row.
+output contract as train_rank.py): other frameworks' ranks. The Keras row (keras_rank.py:
+keras_gradex_default, keras_gradex_dense) runs on the MLP task only, with one seed in quick mode.
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ from network import Cluster, RootLoopback  # noqa: E402
 from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_default", "gradex_dgc",
-           "gradex_localsgd", "nocomm")
+           "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense")
 # Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
 # the value plain DDP reaches after about 150-200 of those steps (calibrated on this task's curves).
 TASK_SETTINGS = {
@@ -55,12 +56,11 @@ MODE_NOTES = {
     "full": "full mode: both tasks, every method, 3 seeds",
     "smoke": "smoke mode: a harness check at toy size, not a measurement",
 }
-# Rank programs of methods that methods.py does not know. THE KERAS ROW goes here: add
-# "keras_gradex": "keras_rank.py" once bench/train/keras_rank.py follows train_rank.py's contract: the same
-# command line (--task, --method, --seeds, --steps, --lr, --target, --out; --hidden, --eval-every,
-# --coarse-margin, --count-iface), task.py's data and students, and --out holding {"seeds": [record]} with
-# train_rank.py's record keys. Then `bench/run --train-methods ...,keras_gradex` races it beside the others.
-PROGRAMS = {}
+# Rank programs of methods that methods.py does not know, with the same command line and --out contract
+# as train_rank.py, and the tasks each one has a student for (other tasks skip the method).
+# The Keras row: Keras 3 + gradex's default policy vs Keras + dense fp32 gradex (keras_rank.py).
+PROGRAMS = {"keras_gradex_default": "keras_rank.py", "keras_gradex_dense": "keras_rank.py"}
+PROGRAM_TASKS = {"keras_gradex_default": ("mlp",), "keras_gradex_dense": ("mlp",)}
 
 
 def summarize(records):
@@ -96,7 +96,8 @@ def plan(args):
             n = mode.get("nocomm_seeds", 1) if m == "nocomm" else mode["seeds"].get(m, mode["default_seeds"])
             seeds[m] = list(range(n))
     rounds = max(len(v) for v in seeds.values())
-    return [(t, m, seeds[m][r]) for r in range(rounds) for t in tasks for m in methods if r < len(seeds[m])]
+    return [(t, m, seeds[m][r]) for r in range(rounds) for t in tasks for m in methods
+            if r < len(seeds[m]) and t in PROGRAM_TASKS.get(m, (t,))]
 
 
 def rank_argv(args, task, method, seeds, out_path, counted):

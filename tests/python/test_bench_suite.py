@@ -136,7 +136,9 @@ def test_race_plan_follows_the_mode():
                                                ("mlp", "ddp", 2), ("mlp", "gradex_default", 2)]
     Args.mode, Args.seeds = "full", "4,5"
     plan = train_suite.plan(Args)
-    assert {t for t, _, _ in plan} == {"mlp", "conv"} and len(plan) == 2 * 2 * len(train_suite.METHODS)
+    keras = [m for m in train_suite.METHODS if m.startswith("keras_")]  # the Keras row: MLP task only
+    assert {t for t, _, _ in plan} == {"mlp", "conv"} and len(plan) == 2 * (2 * len(train_suite.METHODS) - len(keras))
+    assert not any(t == "conv" and m in keras for t, m, _ in plan)
     assert [s for _, _, s in plan] == sorted(s for _, _, s in plan)
 
 
@@ -197,3 +199,41 @@ def test_race_smoke_run_and_report(tmp_path):
     assert "### Time to accuracy" in doc.read_text() and (results / "race_mlp_time.png").exists()
     result = done.stdout.strip().splitlines()[-1]
     assert "ttt_mlp_ddp_s=" in result and "steps_to_target_mlp_ddp=" in result
+
+
+def test_race_keras_row_smoke_run_and_report(tmp_path):
+    """The Keras row at toy size: both Keras methods (bench/train/keras_rank.py) on 2 ranks on the loopback
+    through train_suite.py, each rank a subprocess; then the report's Keras paragraph and RESULT keys."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    results = tmp_path / "results"
+    results.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(results / "train.json"),
+         "--root-loopback", "--hosts", "2", "--mode", "smoke", "--methods", "keras_gradex_default,keras_gradex_dense",
+         "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=300)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*")) if p.is_file())
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    train = json.loads((results / "train.json").read_text())
+    assert train["failures"] == []
+    methods = train["tasks"]["mlp"]["methods"]
+    for name in ("keras_gradex_default", "keras_gradex_dense"):
+        (record,) = methods[name]["seeds"]
+        assert record["steps"] == 6 and [c[1] for c in record["curve"]] == [0, 3, 6]
+        assert all(0.0 <= c[2] <= 1.0 for c in record["curve"]) and record["train_s"] > 0
+        assert record["steps_per_s"] > 0 and record["step_ms_median"] > 0
+        assert record["wire_bytes_per_host"] is None  # the root loopback has no counters of its own
+        assert record["gradex_stats"]["steps"] == 6  # every step went through gradex's engine
+    # The same initial weights as task.make_model: the accuracy before training is the PyTorch student's.
+    x_test, y_test = race_task.load("mlp")[2:]
+    before = race_task.correct(race_task.make_model("mlp", 0, 64), x_test, y_test) / len(x_test)
+    assert all(abs(methods[n]["seeds"][0]["curve"][0][2] - before) <= 2 / len(x_test) for n in methods)
+    doc = tmp_path / "benchmarks.md"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--results", str(results),
+                           "--report", str(doc)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
+    text = doc.read_text()
+    assert "Keras row" in text and "`keras_gradex_default`" in text and "ms/step" in text
+    result = done.stdout.strip().splitlines()[-1]
+    assert "ms_per_step_mlp_keras_gradex_default=" in result and "ttt_mlp_keras_gradex_dense_s=" in result
