@@ -237,10 +237,13 @@ TEST(Outer, TopkStreamingGlobalCopiesIdentical) {
   check_streaming("topk", "nearest", "0.5");
 }
 
-TEST(Outer, StateRoundTrip) {
+// Save, continue, restore, continue again: the same global copy (residuals restored too).
+void check_state_round_trip(const std::string& bits) {
   const int world = 2;
   auto results = run_ranks(
-      world, {"GRADEX_OUTER_PERIOD=2", "GRADEX_OUTER_BITS=4", "GRADEX_TIMEOUT_S=30"},
+      world,
+      {"GRADEX_OUTER_PERIOD=2", "GRADEX_OUTER_BITS=" + bits, "GRADEX_OUTER_DENSITY=0.1",
+       "GRADEX_TIMEOUT_S=30"},
       [&](RankContext& ctx) -> std::string {
         gradex_outer_t* outer = nullptr;
         RANK_OK(create_outer(ctx.rank, world, &outer));
@@ -287,6 +290,13 @@ TEST(Outer, StateRoundTrip) {
       },
       std::chrono::seconds(120), false);
   EXPECT_EQ(failures(results), "");
+}
+
+TEST(Outer, StateRoundTrip) {
+  check_state_round_trip("4");
+}
+TEST(Outer, TopkStateRoundTrip) {
+  check_state_round_trip("topk");
 }
 
 TEST(Outer, PeerKilledDuringBackgroundExchangeFailsNextStep) {
