@@ -12,6 +12,7 @@
 #include <thrust/copy.h>
 #include <thrust/count.h>
 #include <thrust/extrema.h>
+#include <thrust/fill.h>
 #include <thrust/for_each.h>
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -128,12 +129,16 @@ struct MagnitudeOf {
   GX_HD float operator()(uint32_t i) const { return fabsf(v[i]); }
 };
 
-// |sent + residual| of selected element j: its |v| before masking (exact, by the invariant).
+// |sent + residual| of selected element j: its |v| before masking (exact, by the invariant). An
+// infinite v is sent whole and leaves a NaN residual (inf - inf): its magnitude is |sent|.
 struct RestoredMagnitude {
   const uint32_t* idx;
   const float* v;
   const float* sent;
-  GX_HD float operator()(size_t j) const { return fabsf(sent[j] + v[idx[j]]); }
+  GX_HD float operator()(size_t j) const {
+    const float s = sent[j];
+    return (f2u(s) & 0x7fffffffu) == 0x7f800000u ? fabsf(s) : fabsf(s + v[idx[j]]);
+  }
 };
 
 // Masking: values out, residual keeps the rounding error, momentum zeroed. Returns saturated count.
@@ -165,7 +170,7 @@ class StepAlgo {
   StepResult run(const float* g, float* out_val) {
     StepResult r;
     if (p_.n == 0) return finish(r, out_val, 0);
-    r.grad_scale = clip_scale(g);
+    r.grad_scale = clip_scale(g) * p_.grad_scale;
     const int mode = p_.momentum == 0.0f ? 0 : (p_.nesterov ? 2 : 1);
     thrust::for_each_n(b_.policy(), it(0), p_.n,
                        Update{g, u_, v_, p_.momentum, r.grad_scale, mode});
@@ -179,6 +184,20 @@ class StepAlgo {
     }
     r.exact = true;
     return finish(r, out_val, exact_top_k());
+  }
+
+  // The dense step: the same update, then v is moved to dense_out (v zeroed, u kept).
+  StepResult run_dense(const float* g, float* dense_out) {
+    StepResult r;
+    if (p_.n == 0) return r;
+    r.grad_scale = clip_scale(g) * p_.grad_scale;
+    const int mode = p_.momentum == 0.0f ? 0 : (p_.nesterov ? 2 : 1);
+    thrust::for_each_n(b_.policy(), it(0), p_.n,
+                       Update{g, u_, v_, p_.momentum, r.grad_scale, mode});
+    thrust::copy(b_.policy(), v_, v_ + p_.n, dense_out);
+    thrust::fill(b_.policy(), v_, v_ + p_.n, 0.0f);
+    r.count = p_.n;
+    return r;
   }
 
  private:

@@ -17,6 +17,7 @@ struct StepParams {
   float momentum = 0;                        // 0: no momentum buffer (u may be null)
   bool nesterov = false;
   double clip_limit = 0;  // clip_norm / sqrt(world_size); 0: off
+  float grad_scale = 1;   // the caller's factor on g (applied after the clipping factor)
   size_t sample_m = 0, sample_stride = 1, sample_offset = 0, sample_rank = 1;  // dgc::plan_sample
   int max_rounds = 10;
   bool exact = false;

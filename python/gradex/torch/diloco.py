@@ -52,7 +52,7 @@ def _create_outer(config, store):
     if store is not None:
         if not (dist.is_available() and dist.is_initialized()):
             raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
-        prefix = f"gradex/{next(_bootstrap._counters[''])}/"  # numbered with default-group engines
+        prefix = f"gradex/{next(_bootstrap._counters[''])}/"  # numbered with the default group's engines
         outer = _capi.Outer(dist.get_rank(), dist.get_world_size(), store, prefix, config)
     else:
         outer = _capi.Outer(-1, -1, None, None, config)

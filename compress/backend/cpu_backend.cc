@@ -1,0 +1,162 @@
+#include "compress/backend/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "compress/backend/host_resources.h"
+#include "compress/backend/validate.h"
+#include "compress/dgc/compressor.h"
+#include "compress/dgc/kernels.h"
+#include "compress/half/cast.h"
+
+namespace gradex::compress::backend {
+namespace {
+
+class CpuDgc final : public DgcState {
+ public:
+  CpuDgc(size_t numel, const DgcOptions& o)
+      : dgc_(numel, o), capacity_(max_selected_count(numel, o)) {}
+  size_t numel() const override { return dgc_.numel(); }
+  const DgcOptions& options() const override { return dgc_.options(); }
+  uint64_t steps_done() const override { return dgc_.steps_done(); }
+  void set_step(uint64_t step) override { dgc_.set_step(step); }
+  double density() const override { return dgc_.density(); }
+  size_t capacity() const override { return capacity_; }
+  const float* residual() const override { return dgc_.residual(); }
+  float* momentum_buffer() override { return dgc_.mutable_momentum_buffer(); }
+
+  DgcStepInfo step(const float* grad, float grad_scale, Stream&) override {
+    const Selection& s = dgc_.step(grad, grad_scale);
+    sel_ = &s;
+    DgcStepInfo info;
+    info.step = s.step;
+    info.sparsity = s.sparsity;
+    info.count = s.indices.size();
+    info.threshold = s.threshold;
+    info.rounds = s.rounds;
+    info.exact = s.exact;
+    info.saturated = s.saturated;
+    return info;
+  }
+  const uint32_t* selected_indices() const override {
+    return sel_ ? sel_->indices.data() : nullptr;
+  }
+  const float* selected_values() const override { return sel_ ? sel_->values.data() : nullptr; }
+  void step_dense(const float* grad, float* dense_out, float grad_scale, Stream&) override {
+    sel_ = nullptr;  // the dense step invalidates the last selection
+    dgc_.step_dense(grad, dense_out, grad_scale);
+  }
+
+ private:
+  DgcCompressor dgc_;
+  size_t capacity_;
+  const Selection* sel_ = nullptr;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceType type() const override { return DeviceType::kCpu; }
+  std::string name() const override { return "cpu"; }
+  bool host_accessible() const override { return true; }
+
+  BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
+  BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
+  StreamPtr create_stream() override { return std::make_unique<HostStream>(); }
+  StreamPtr wrap_stream(void*) override { return std::make_unique<HostStream>(); }
+  EventPtr create_event() override { return std::make_unique<HostEvent>(); }
+  void copy(void* dst, const void* src, size_t bytes, Stream&) override {
+    host_copy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
+
+  DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
+    check_dgc(numel, options, "cpu create_dgc");
+    return std::make_unique<CpuDgc>(numel, options);
+  }
+
+  CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                     Stream&) override {
+    require_half_type(type, "cpu to_half");
+    require_pointers(n, "cpu to_half", in, out);
+    half::CastStats s = half::to_half(in, out, n, type, scale);
+    return {s.saturated, s.nonfinite};
+  }
+  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                 Stream&) override {
+    require_half_type(type, "cpu from_half");
+    require_pointers(n, "cpu from_half", in, out);
+    if (add)
+      half::add_from_half(in, out, n, type, scale);
+    else
+      half::from_half(in, out, n, type, scale);
+  }
+  size_t count_nonfinite(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "cpu count_nonfinite", x);
+    size_t c = 0;
+    for (size_t i = 0; i < n; ++i)
+      c += !std::isfinite(x[i]);
+    return c;
+  }
+
+  double sum_squares(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "cpu sum_squares", x);
+    return dgc::sum_squares(x, 0, n);
+  }
+  void zero_nonfinite(float* x, size_t n, Stream&) override {
+    require_pointers(n, "cpu zero_nonfinite", x);
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) x[i] = 0.0f;
+  }
+  // sync/momentum.cc's loops (the same expressions, in the same order).
+  void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
+                      Stream&) override {
+    check_momentum(g, u, n, m, "cpu apply_momentum");
+    if (m == 0.0f) {
+      if (s != 1.0f)
+        for (size_t i = 0; i < n; ++i)
+          g[i] *= s;
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] * s;
+      const float ui = m * u[i] + gi;
+      u[i] = ui;
+      g[i] = nesterov ? gi + m * ui : ui;
+    }
+  }
+
+  void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
+    check_fusion(entries, count, bucket, "cpu gather");
+    for (size_t i = 0; i < count; ++i)
+      if (entries[i].numel)
+        std::memcpy(bucket + entries[i].offset, entries[i].data, entries[i].numel * 4);
+  }
+  void scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
+    check_fusion(entries, count, bucket, "cpu scatter");
+    for (size_t i = 0; i < count; ++i)
+      if (entries[i].numel)
+        std::memcpy(entries[i].data, bucket + entries[i].offset, entries[i].numel * 4);
+  }
+
+  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                   size_t numel, float scale, Stream&) override {
+    require_pointers(count, "cpu scatter_add", indices, values);
+    require_pointers(count, "cpu scatter_add", out);
+    for (size_t j = 0; j < count; ++j) {
+      const uint32_t i = indices[j];
+      if (i >= numel)
+        throw InvalidArgument("cpu scatter_add: index " + std::to_string(i) + " >= numel " +
+                              std::to_string(numel));
+      out[i] += scale * values[j];  // wire::accumulate's expression
+    }
+  }
+};
+
+}  // namespace
+
+BackendPtr make_cpu_backend() {
+  return std::make_shared<CpuBackend>();
+}
+
+}  // namespace gradex::compress::backend

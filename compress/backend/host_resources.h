@@ -1,0 +1,56 @@
+// Memory, streams and events of the host backends (kCpu, kThrustOmp): backend memory is ordinary
+// host memory, and every operation has finished when its call returns, so a stream is only an
+// ordering token and an event is always reached.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "base/error.h"
+#include "compress/backend/backend.h"
+
+namespace gradex::compress::backend {
+
+// 64-byte aligned host memory (one cache line; enough for every vector width the kernels use).
+class HostBuffer final : public Buffer {
+ public:
+  static BufferPtr make(size_t bytes) {
+    void* p = nullptr;
+    if (bytes > 0 && posix_memalign(&p, 64, bytes) != 0)
+      throw InvalidArgument("host backend: cannot allocate " + std::to_string(bytes) + " bytes");
+    return BufferPtr(new HostBuffer(p, bytes));
+  }
+  ~HostBuffer() override { std::free(data()); }
+
+ private:
+  HostBuffer(void* p, size_t bytes) : Buffer(p, bytes) {}
+};
+
+class HostStream final : public Stream {
+ public:
+  void* native() const override { return nullptr; }
+  void wait(Event&) override {}  // host work is complete when its call returns
+};
+
+class HostEvent final : public Event {
+ public:
+  void record(Stream&) override {}
+  bool ready() override { return true; }
+  void synchronize() override {}
+};
+
+// Memory operations shared by the host backends.
+inline void host_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst == nullptr || src == nullptr) throw InvalidArgument("backend copy: null pointer");
+  std::memmove(dst, src, bytes);
+}
+inline void host_fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst == nullptr) throw InvalidArgument("backend fill_zero: null pointer");
+  std::memset(dst, 0, bytes);
+}
+
+}  // namespace gradex::compress::backend

@@ -1,0 +1,192 @@
+#include "compress/thrust/omp_backend.h"
+
+#include <thrust/copy.h>
+#include <thrust/system/omp/execution_policy.h>
+
+#include <vector>
+
+#include "base/error.h"
+#include "compress/backend/host_resources.h"
+#include "compress/backend/validate.h"
+#include "compress/dgc/schedule.h"
+#include "compress/thrust/dgc_algo.h"
+#include "compress/thrust/ops_algo.h"
+
+namespace gradex::compress::backend {
+namespace {
+
+struct OmpPolicy {
+  auto policy() const { return thrust::omp::par; }
+  template <typename T>
+  T load(const T* p) const {
+    return *p;
+  }
+};
+
+// u, v and the selection in host buffers; the Thrust step's scratch grows to the largest step.
+class OmpDgc final : public DgcState {
+ public:
+  OmpDgc(size_t numel, const DgcOptions& o) : n_(numel), o_(o) {
+    cap_ = max_selected_count(numel, o);
+    v_ = HostBuffer::make(n_ * 4);
+    host_fill_zero(v_->data(), n_ * 4);
+    if (o_.momentum > 0) {
+      u_ = HostBuffer::make(n_ * 4);
+      host_fill_zero(u_->data(), n_ * 4);
+    }
+    idx_.resize(cap_);
+    val_.resize(cap_);
+  }
+  size_t numel() const override { return n_; }
+  const DgcOptions& options() const override { return o_; }
+  uint64_t steps_done() const override { return step_; }
+  void set_step(uint64_t step) override { step_ = step; }
+  double density() const override { return 1.0 - dgc::sparsity_at(o_, step_); }
+  size_t capacity() const override { return cap_; }
+  const float* residual() const override { return v_->as<float>(); }
+  float* momentum_buffer() override { return u_ ? u_->as<float>() : nullptr; }
+  const uint32_t* selected_indices() const override { return idx_.data(); }
+  const float* selected_values() const override { return val_.data(); }
+
+  DgcStepInfo step(const float* grad, float grad_scale, Stream&) override {
+    require_pointers(n_, "thrust-omp dgc step", grad);
+    thrust_dgc::StepParams p = thrust_dgc::make_step_params(o_, n_, step_);
+    p.grad_scale = grad_scale;
+    sample_.resize(p.sample_m);
+    cand_.resize(p.cand_cap);
+    mag_.resize(p.cand_cap);
+    OmpPolicy policy;
+    thrust_dgc::StepAlgo<OmpPolicy> algo(policy, p, momentum_buffer(), v_->as<float>(),
+                                         sample_.data(), cand_.data(), mag_.data(), idx_.data());
+    thrust_dgc::StepResult r = algo.run(grad, val_.data());
+    DgcStepInfo info;
+    info.step = step_;
+    info.sparsity = dgc::sparsity_at(o_, step_);
+    info.count = r.count;
+    info.threshold = r.threshold;
+    info.rounds = r.rounds;
+    info.exact = r.exact;
+    info.saturated = r.saturated;
+    ++step_;
+    return info;
+  }
+
+  void step_dense(const float* grad, float* dense_out, float grad_scale, Stream&) override {
+    require_pointers(n_, "thrust-omp dgc step_dense", grad, dense_out);
+    thrust_dgc::StepParams p = thrust_dgc::make_step_params(o_, n_, step_);
+    p.grad_scale = grad_scale;
+    OmpPolicy policy;
+    thrust_dgc::StepAlgo<OmpPolicy> algo(policy, p, momentum_buffer(), v_->as<float>(), nullptr,
+                                         nullptr, nullptr, nullptr);
+    algo.run_dense(grad, dense_out);
+    ++step_;
+  }
+
+ private:
+  size_t n_;
+  DgcOptions o_;
+  size_t cap_ = 0;
+  uint64_t step_ = 0;
+  BufferPtr u_, v_;
+  std::vector<uint32_t> idx_, cand_;
+  std::vector<float> val_, sample_, mag_;
+};
+
+class OmpBackend final : public Backend {
+ public:
+  DeviceType type() const override { return DeviceType::kThrustOmp; }
+  std::string name() const override { return "thrust-omp"; }
+  bool host_accessible() const override { return true; }
+
+  BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
+  BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
+  StreamPtr create_stream() override { return std::make_unique<HostStream>(); }
+  StreamPtr wrap_stream(void*) override { return std::make_unique<HostStream>(); }
+  EventPtr create_event() override { return std::make_unique<HostEvent>(); }
+  void copy(void* dst, const void* src, size_t bytes, Stream&) override {
+    host_copy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
+
+  DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
+    check_dgc(numel, options, "thrust-omp create_dgc");
+    return std::make_unique<OmpDgc>(numel, options);
+  }
+
+  CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                     Stream&) override {
+    require_half_type(type, "thrust-omp to_half");
+    require_pointers(n, "thrust-omp to_half", in, out);
+    if (n == 0) return {};
+    OmpPolicy policy;
+    thrust_dgc::CastCounts c =
+        thrust_dgc::cast_to_half(policy, in, out, n, scale, type == DType::kBFloat16);
+    return {c.saturated, c.nonfinite};
+  }
+  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                 Stream&) override {
+    require_half_type(type, "thrust-omp from_half");
+    require_pointers(n, "thrust-omp from_half", in, out);
+    OmpPolicy policy;
+    thrust_dgc::from_half(policy, in, out, n, type == DType::kBFloat16, scale, add);
+  }
+  size_t count_nonfinite(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "thrust-omp count_nonfinite", x);
+    OmpPolicy policy;
+    return thrust_dgc::count_nonfinite(policy, x, n);
+  }
+
+  double sum_squares(const float* x, size_t n, Stream&) override {
+    require_pointers(n, "thrust-omp sum_squares", x);
+    OmpPolicy policy;
+    return thrust_dgc::sum_squares(policy, x, n);
+  }
+  void zero_nonfinite(float* x, size_t n, Stream&) override {
+    require_pointers(n, "thrust-omp zero_nonfinite", x);
+    OmpPolicy policy;
+    thrust_dgc::zero_nonfinite(policy, x, n);
+  }
+  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
+                      Stream&) override {
+    check_momentum(g, u, n, momentum, "thrust-omp apply_momentum");
+    OmpPolicy policy;
+    thrust_dgc::apply_momentum(policy, g, u, n, momentum, nesterov, grad_scale);
+  }
+
+  void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
+    check_fusion(entries, count, bucket, "thrust-omp gather");
+    for (size_t i = 0; i < count; ++i) {
+      const FusionEntry& e = entries[i];
+      if (e.numel) thrust::copy(thrust::omp::par, e.data, e.data + e.numel, bucket + e.offset);
+    }
+  }
+  void scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
+    check_fusion(entries, count, bucket, "thrust-omp scatter");
+    for (size_t i = 0; i < count; ++i) {
+      const FusionEntry& e = entries[i];
+      if (e.numel)
+        thrust::copy(thrust::omp::par, bucket + e.offset, bucket + e.offset + e.numel, e.data);
+    }
+  }
+
+  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                   size_t numel, float scale, Stream&) override {
+    require_pointers(count, "thrust-omp scatter_add", indices, values);
+    require_pointers(count, "thrust-omp scatter_add", out);
+    // Host memory: the bounds can be checked here (the CUDA backend relies on wire::decode).
+    for (size_t j = 0; j < count; ++j)
+      if (indices[j] >= numel)
+        throw InvalidArgument("thrust-omp scatter_add: index " + std::to_string(indices[j]) +
+                              " >= numel " + std::to_string(numel));
+    OmpPolicy policy;
+    thrust_dgc::scatter_add(policy, indices, values, count, out, scale);
+  }
+};
+
+}  // namespace
+
+BackendPtr make_thrust_omp_backend() {
+  return std::make_shared<OmpBackend>();
+}
+
+}  // namespace gradex::compress::backend
