@@ -128,9 +128,14 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr,
      "DiLoCo: at a merge the local copy becomes (1 - a) * theta_global + a * theta_local (a = "
      "this value; 0 replaces the local copy by the global one)."},
-    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32",
+    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32|topk",
      "DiLoCo: pseudo-gradients travel as 8- or 4-bit block-quantized codes with error feedback "
-     "(summed in fp32), or as exact fp32 (32)."},
+     "(summed in fp32), as exact fp32 (32), or as the top-k entries of each fragment's "
+     "pseudo-gradient by magnitude with error feedback (topk: fp32 values and indices, "
+     "allgathered and summed in rank order; see GRADEX_OUTER_DENSITY)."},
+    {"GRADEX_OUTER_DENSITY", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
+     "DiLoCo with GRADEX_OUTER_BITS=topk: fraction of each fragment's elements sent per "
+     "synchronization (k = ceil(density * elements)); 1 sends every non-zero entry."},
     {"GRADEX_OUTER_BLOCK", VarType::kInt, "64", 2, 65536, false, false, nullptr,
      "DiLoCo: elements per quantization block (one scale each); must be even."},
     {"GRADEX_OUTER_SCALE", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16",

@@ -1,8 +1,13 @@
 #include "sync/outer/codecs.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "base/check.h"
+#include "base/error.h"
+#include "compress/dgc/select.h"
 
 namespace gradex::sync::outer {
 
@@ -52,6 +57,54 @@ void QuantCodec::decode_add(const uint8_t* in, size_t count, float* acc) const {
 
 void QuantCodec::decode(const uint8_t* in, size_t count, float* out) const {
   compress::quant::dequantize(options_, in, count, out);
+}
+
+TopkCodec::TopkCodec(double density, uint64_t numel, uint64_t key,
+                     const compress::WireOptions& wire)
+    : key_(key), wire_(wire), residual_(numel, 0.0f) {
+  if (!(density > 0.0 && density <= 1.0))
+    throw ConfigError("GRADEX_OUTER_DENSITY=" + std::to_string(density) + " must be in (0, 1]");
+  if (numel > std::numeric_limits<uint32_t>::max())
+    throw ConfigError("DiLoCo top-k: a fragment of " + std::to_string(numel) +
+                      " elements exceeds the sparse format's 2^32 - 1 (use more fragments)");
+  const double k = std::ceil(density * static_cast<double>(numel));
+  k_ = numel == 0 ? 0 : static_cast<size_t>(std::min<double>(std::max(k, 1.0), numel));
+}
+
+uint64_t TopkCodec::encode(const float* delta, std::vector<uint8_t>& out) {
+  uint64_t nonfinite = 0;
+  const size_t n = residual_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const float v = residual_[i] + delta[i];
+    const bool finite = std::isfinite(v);
+    nonfinite += !finite;
+    residual_[i] = finite ? v : 0.0f;
+  }
+  compress::dgc::exact_top_k(residual_.data(), n, k_, indices_, scratch_);
+  values_.resize(indices_.size());
+  for (size_t j = 0; j < indices_.size(); ++j) {
+    values_[j] = residual_[indices_[j]];
+    residual_[indices_[j]] = 0.0f;
+  }
+  compress::wire::SparseRef ref{n, indices_.data(), values_.data(), indices_.size(),
+                                DType::kFloat32};
+  compress::wire::encode(ref, key_, wire_, out);
+  return nonfinite;
+}
+
+void TopkCodec::decode_add(const uint8_t* in, size_t size, float* acc) {
+  compress::wire::decode(in, size, decoded_);
+  if (decoded_.header.key != key_)
+    throw MismatchError("DiLoCo top-k: a payload of fragment " +
+                        std::to_string(decoded_.header.key) +
+                        " arrived in the exchange of fragment " + std::to_string(key_));
+  if (decoded_.header.numel != residual_.size())
+    throw MismatchError("DiLoCo top-k: a payload of " + std::to_string(decoded_.header.numel) +
+                        " elements for a fragment of " + std::to_string(residual_.size()));
+  const auto& idx = decoded_.indices;
+  const auto& val = decoded_.values;
+  for (size_t j = 0; j < idx.size(); ++j)
+    acc[idx[j]] += val[j];
 }
 
 }  // namespace gradex::sync::outer

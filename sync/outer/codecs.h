@@ -1,12 +1,16 @@
-// The encodings DiLoCo's exchange moves through comm::encoded_allreduce: plain fp32 (exact, for
-// bits = 32) and compress/quant's block quantization with error feedback.
+// The encodings DiLoCo's exchange moves: through comm::encoded_allreduce, plain fp32 (exact, for
+// bits = 32) and compress/quant's block quantization with error feedback; through an allgather of
+// variable-length payloads, DGC-style top-k of the pseudo-gradient (compress/dgc's exact selection,
+// compress/wire's sparse format) with error feedback.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "comm/collectives.h"
+#include "compress/options.h"
 #include "compress/quant/quant.h"
+#include "compress/wire/codec.h"
 
 namespace gradex::sync::outer {
 
@@ -53,6 +57,38 @@ class QuantCodec : public comm::ChunkCodec {
   uint64_t stride_;
   uint64_t round_ = 0;
   uint64_t nonfinite_ = 0;
+};
+
+// Top-k with error feedback over one fragment of `numel` elements: encode() adds delta to the
+// residual r (v = r + delta, in fp32), sends the k = ceil(density * numel) entries of largest |v|
+// (compress/dgc::exact_top_k: ties by lower index, zeros never sent) as exact fp32 values in
+// compress/wire's sparse format, and keeps the rest as the new residual, so sent + r' == r + delta
+// element by element, exactly. Non-finite entries of v are counted, dropped (not sent) and their
+// residual reset to 0. decode_add() adds a payload's values to an accumulator (one fp32 addition
+// per sent element; untouched elements add nothing), so summing every rank's payload in rank order
+// gives the same bits on every rank, and with density 1 the same bits as a dense fp32 sum of the
+// same deltas in the same order.
+class TopkCodec {
+ public:
+  // key: tags payloads (the fragment index); a payload with another key or size is rejected.
+  TopkCodec(double density, uint64_t numel, uint64_t key, const compress::WireOptions& wire);
+  size_t k() const { return k_; }
+  // Returns the non-finite values met; `out` is replaced by the payload.
+  uint64_t encode(const float* delta, std::vector<uint8_t>& out);
+  // acc (numel floats) += the payload's values. CorruptPayload / MismatchError on a bad payload.
+  void decode_add(const uint8_t* in, size_t size, float* acc);
+  std::vector<float>& residual() { return residual_; }
+  const std::vector<float>& residual() const { return residual_; }
+
+ private:
+  uint64_t key_;
+  size_t k_;
+  compress::WireOptions wire_;
+  std::vector<float> residual_;
+  std::vector<uint32_t> indices_;
+  std::vector<float> values_;
+  std::vector<float> scratch_;
+  compress::wire::DecodedPayload decoded_;
 };
 
 }  // namespace gradex::sync::outer

@@ -2,6 +2,7 @@
 // reference computations of the tests.
 #include "sync/outer/fragment_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -41,6 +42,12 @@ FragmentExchange::FragmentExchange(const OuterOptions& options, int64_t index, u
       global_(numel, 0.0f),
       next_(numel, 0.0f),
       momentum_(numel, 0.0f) {
+  if (options_.topk) {
+    topk_ = std::make_unique<TopkCodec>(options_.density, numel, static_cast<uint64_t>(index),
+                                        options_.wire);
+    sum_.resize(numel);
+    return;
+  }
   if (options_.bits == 32) {
     contribution_codec_ = std::make_unique<Fp32Codec>();
     result_codec_ = std::make_unique<Fp32Codec>();
@@ -54,6 +61,8 @@ FragmentExchange::FragmentExchange(const OuterOptions& options, int64_t index, u
   result_codec_ = std::make_unique<QuantCodec>(q, true, seg.begin, seg.count, numel);
 }
 
+FragmentExchange::~FragmentExchange() = default;
+
 std::vector<float> FragmentExchange::contribution(const std::vector<float>& local) const {
   if (options_.bits == 32) return local;
   std::vector<float> delta(local.size());
@@ -62,7 +71,24 @@ std::vector<float> FragmentExchange::contribution(const std::vector<float>& loca
   return delta;
 }
 
+uint64_t FragmentExchange::exchange_topk(comm::Communicator& comm,
+                                         const std::vector<float>& delta) {
+  std::vector<uint8_t> payload;
+  const uint64_t nonfinite = topk_->encode(delta.data(), payload);
+  std::vector<comm::Bytes> all = comm::ring_allgatherv(comm, payload.data(), payload.size());
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  for (const auto& p : all)  // rank order
+    topk_->decode_add(p.data(), p.size(), sum_.data());
+  const float P = static_cast<float>(world_);
+  for (float& x : sum_)
+    x = x / P;
+  outer_step(sum_.data());
+  ++round_;
+  return nonfinite;
+}
+
 uint64_t FragmentExchange::exchange(comm::Communicator& comm, std::vector<float>& values) {
+  if (topk_) return exchange_topk(comm, values);
   for (auto* codec : {contribution_codec_.get(), result_codec_.get()})
     if (auto* q = dynamic_cast<QuantCodec*>(codec)) q->set_round(round_);
   auto before = [&] {
@@ -100,6 +126,11 @@ void FragmentExchange::save(ByteWriter& w) const {
   w.put<uint64_t>(round_);
   put_floats(w, global_);
   put_floats(w, momentum_);
+  if (topk_) {  // same layout: the contribution residual, then an empty result residual
+    put_floats(w, topk_->residual());
+    put_floats(w, std::vector<float>{});
+    return;
+  }
   for (auto* codec : {contribution_codec_.get(), result_codec_.get()}) {
     auto* q = dynamic_cast<QuantCodec*>(codec);
     put_floats(w, q ? q->residual() : std::vector<float>{});
@@ -110,6 +141,12 @@ void FragmentExchange::load(ByteReader& r) {
   round_ = r.get<uint64_t>();
   get_floats(r, global_, "a global copy");
   get_floats(r, momentum_, "an outer momentum");
+  if (topk_) {
+    std::vector<float> empty;
+    get_floats(r, topk_->residual(), "a top-k residual");
+    get_floats(r, empty, "a quantization residual");
+    return;
+  }
   for (auto* codec : {contribution_codec_.get(), result_codec_.get()}) {
     auto* q = dynamic_cast<QuantCodec*>(codec);
     std::vector<float> empty;

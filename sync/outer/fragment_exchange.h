@@ -8,6 +8,10 @@
 // bits = 4/8: ranks contribute delta, quantized with error feedback; owners requantize the average
 // with error feedback of their own (so the allgather also moves 4/8-bit codes); everyone decodes
 // the same codes, so the averaged delta and the updated global copy are bit-identical everywhere.
+// topk: ranks contribute delta; each sends the top-k of (its residual + delta) with error feedback
+// (TopkCodec) through a ring allgather of variable-length payloads; every rank sums all P payloads
+// in rank order 0..P-1 in fp32 (from 0) and divides by P, so the averaged delta and the updated
+// global copy are bit-identical everywhere (and equal a dense fp32 average when density is 1).
 // Outer step: m = momentum * m + delta; u = nesterov ? delta + momentum * m : m.
 #pragma once
 
@@ -21,10 +25,13 @@
 
 namespace gradex::sync::outer {
 
+class TopkCodec;
+
 class FragmentExchange {
  public:
   FragmentExchange(const OuterOptions& options, int64_t index, uint64_t numel, int rank,
                    int world_size);
+  ~FragmentExchange();
 
   uint64_t numel() const { return global_.size(); }
   // The committed global copy: what the last merge installed. The caller's thread reads it at any
@@ -46,6 +53,7 @@ class FragmentExchange {
 
  private:
   void outer_step(const float* average_or_delta);
+  uint64_t exchange_topk(comm::Communicator& comm, const std::vector<float>& delta);
 
   OuterOptions options_;
   int64_t index_;
@@ -55,6 +63,8 @@ class FragmentExchange {
   std::vector<float> momentum_;
   std::unique_ptr<comm::ChunkCodec> contribution_codec_;
   std::unique_ptr<comm::ChunkCodec> result_codec_;
+  std::unique_ptr<TopkCodec> topk_;  // topk only (then the two codecs above are null)
+  std::vector<float> sum_;           // topk: the rank-order sum of the decoded payloads
   uint64_t round_ = 0;
 };
 

@@ -15,8 +15,12 @@ OuterOptions outer_options_from_config(const config::Config& c) {
   o.fragments = c.get_int("GRADEX_OUTER_FRAGMENTS");
   o.delay = c.get_int("GRADEX_OUTER_DELAY");
   o.mixing = c.get_float("GRADEX_OUTER_MIXING");
-  o.bits = std::stoi(c.get_string("GRADEX_OUTER_BITS"));
-  o.quant.bits = o.bits == 32 ? 8 : o.bits;
+  const std::string bits = c.get_string("GRADEX_OUTER_BITS");
+  o.topk = bits == "topk";
+  o.bits = o.topk ? 0 : std::stoi(bits);
+  o.density = c.get_float("GRADEX_OUTER_DENSITY");
+  o.wire = compress::wire_options_from_config(c);
+  o.quant.bits = o.bits == 32 || o.topk ? 8 : o.bits;
   o.quant.block = static_cast<size_t>(c.get_int("GRADEX_OUTER_BLOCK"));
   o.quant.scale = c.get_string("GRADEX_OUTER_SCALE") == "fp16"
                       ? compress::quant::ScaleType::kFloat16

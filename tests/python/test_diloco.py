@@ -85,8 +85,8 @@ def _streaming(rank, world, bits):
 
     model = _model(bn=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    diloco = gx.DiLoCo(model, opt, period=4, fragments=2, delay=1, bits=bits,
-                       config={"GRADEX_OUTER_BLOCK": 32})
+    codec = dict(compression="topk", density=0.1) if bits == "topk" else dict(bits=bits)
+    diloco = gx.DiLoCo(model, opt, period=4, fragments=2, delay=1, config={"GRADEX_OUTER_BLOCK": 32}, **codec)
     names = [n for n, _ in model.named_parameters()]
     fragments = [diloco.fragment_of(n) for n in names]
     gen = torch.Generator().manual_seed(7 + rank)
@@ -115,7 +115,7 @@ def _streaming(rank, world, bits):
             "state_keys": sorted(state)}
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [8, 4, "topk"])
 def test_streaming_global_copies_identical_and_on_schedule(bits):
     results = ranks.run(_streaming, 3, args=(bits,))
     r0 = results[0]
@@ -133,7 +133,7 @@ def test_streaming_global_copies_identical_and_on_schedule(bits):
         assert r["final"] == r0["final"], "models differ after synchronize()"
         assert r["globals_equal_model"]
         assert r["last_loss"] < 0.9 * r["first_loss"], (r["first_loss"], r["last_loss"])
-        assert r["stats"]["compression_ratio"] > (3.0 if bits == 8 else 4.5), r["stats"]
+        assert r["stats"]["compression_ratio"] > {8: 3.0, 4: 4.5, "topk": 2.0}[bits], r["stats"]
         assert r["stats"]["parameter_averages"] == len(r0["log"]) + 1  # + the one synchronize() merged
         assert r["state_keys"] == ["format", "inner", "outer", "steps"]
 
@@ -178,7 +178,9 @@ def _bad_values(rank, world):
     out = {}
     cases = {"period": dict(period=0), "delay": dict(period=4, delay=4), "bits": dict(bits=5),
              "outer_lr": dict(outer_lr=-1.0), "outer_momentum": dict(outer_momentum=1.5),
-             "fragments": dict(fragments=99), "period_type": dict(period=2.5)}
+             "fragments": dict(fragments=99), "period_type": dict(period=2.5),
+             "compression": dict(compression="zip"), "density": dict(compression="topk", density=1.5),
+             "density_quant": dict(density=0.1)}
     for name, kwargs in cases.items():
         try:
             gx.DiLoCo(torch.nn.Linear(3, 3), None, **kwargs)
@@ -197,7 +199,8 @@ def test_bad_values_rejected_by_name():
     out = ranks.run(_bad_values, 1)[0]
     expect = {"period": "GRADEX_OUTER_PERIOD", "delay": "GRADEX_OUTER_DELAY", "bits": "bits",
               "outer_lr": "GRADEX_OUTER_LR", "outer_momentum": "GRADEX_OUTER_MOMENTUM",
-              "fragments": "GRADEX_OUTER_FRAGMENTS", "period_type": "period", "dtype": "float32"}
+              "fragments": "GRADEX_OUTER_FRAGMENTS", "period_type": "period", "dtype": "float32",
+              "compression": "'zip'", "density": "1.5", "density_quant": "density=0.1"}
     for case, word in expect.items():
         assert out[case] is not None, f"{case} accepted"
         assert word in out[case][1], out[case]

@@ -1,5 +1,6 @@
 """DiLoCo: local training with an outer optimizer over averaged pseudo-gradients (Douillard et al. 2023),
-streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 8 or 4 bits.
+streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 8 or 4 bits (or
+as DGC-style top-k entries with error feedback: compression="topk", density=0.01).
 
     diloco = gx.DiLoCo(model, inner_optimizer, period=100, outer_lr=0.7, outer_momentum=0.9,
                        fragments=1, delay=0, bits=8)
@@ -17,6 +18,10 @@ rank 0's parameters and buffers to every rank.
 Parameters and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
 `p.data = ...`): gradex reads and writes them in place. The keyword arguments map to the GRADEX_OUTER_*
 variables (docs/configuration.md); `config` sets any other GRADEX_* variable and wins over them.
+compression="quant" (the default) sends `bits`-bit codes (4, 8, or 32 for exact fp32); compression="topk"
+sends the `density` fraction (default 0.01) of each fragment's pseudo-gradient entries of largest
+magnitude, keeping the rest as a residual for the next sync (GRADEX_OUTER_BITS=topk,
+GRADEX_OUTER_DENSITY).
 """
 import weakref
 
@@ -66,22 +71,34 @@ def _tensor_address(name, t):
 
 class DiLoCo:
     def __init__(self, model, inner_optimizer=None, period=100, outer_lr=0.7, outer_momentum=0.9,
-                 fragments=1, delay=0, bits=8, nesterov=True, mixing=0.0, config=None, store=None):
+                 fragments=1, delay=0, bits=8, nesterov=True, mixing=0.0, config=None, store=None,
+                 compression="quant", density=None):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(
                 "gradex: DiLoCo replaces DistributedDataParallel; pass the plain module (model.module)")
         if bits not in (4, 8, 32) or isinstance(bits, bool):
             raise _errors.ConfigError(f"gradex: DiLoCo bits must be 4, 8 or 32, got {bits!r}")
+        if compression not in ("quant", "topk"):
+            raise _errors.ConfigError(f"gradex: DiLoCo compression must be 'quant' or 'topk', got {compression!r}")
+        if density is not None:
+            if compression != "topk":
+                raise _errors.ConfigError(
+                    f"gradex: DiLoCo density={density!r} applies only to compression='topk', got {compression!r}")
+            if (isinstance(density, bool) or not isinstance(density, (int, float))
+                    or not 0.0 < float(density) <= 1.0):
+                raise _errors.ConfigError(f"gradex: DiLoCo density must be a number in (0, 1], got {density!r}")
         merged = {
             "GRADEX_OUTER_PERIOD": _int_arg("period", period),
             "GRADEX_OUTER_LR": _float_arg("outer_lr", outer_lr),
             "GRADEX_OUTER_MOMENTUM": _float_arg("outer_momentum", outer_momentum),
             "GRADEX_OUTER_FRAGMENTS": _int_arg("fragments", fragments),
             "GRADEX_OUTER_DELAY": _int_arg("delay", delay),
-            "GRADEX_OUTER_BITS": bits,
+            "GRADEX_OUTER_BITS": "topk" if compression == "topk" else bits,
             "GRADEX_OUTER_NESTEROV": int(bool(nesterov)),
             "GRADEX_OUTER_MIXING": _float_arg("mixing", mixing),
         }
+        if density is not None:
+            merged["GRADEX_OUTER_DENSITY"] = repr(float(density))
         merged.update(config or {})
         self.model = model
         self.inner_optimizer = inner_optimizer
