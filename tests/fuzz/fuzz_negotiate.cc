@@ -32,9 +32,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       sync::RoundResult r =
           negotiator.round(round == 0 ? mine : std::vector<sync::Announcement>{}, false);
-      for (const auto& id : r.ready)
-        if (id.kind != sync::WorkKind::kGradient && id.kind != sync::WorkKind::kAverage)
+      for (const auto& w : r.ready) {
+        if (w.id.kind != sync::WorkKind::kGradient && w.id.kind != sync::WorkKind::kAverage)
           std::abort();
+        for (int rank : w.nonfinite_ranks)
+          if (rank < 0 || rank >= comm.size()) std::abort();
+      }
       for (const auto& f : r.failed)
         if (f.message.empty()) std::abort();
     } catch (const CorruptPayload&) {

@@ -18,17 +18,18 @@ def _train(rank, world, secrets):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 40))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    try:
-        state = gx.State(config=config)
-    except gx.GradexError as exc:
-        return {"error": type(exc).__name__, "message": str(exc)}
+    # gx.State is lazy: the engine (and so the authentication) starts at the first bucket.
+    state = gx.State(ddp, config=config)
     ddp.register_comm_hook(state, gx.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(11 + rank)
-    for _ in range(4):
-        opt.zero_grad()
-        ddp(torch.randn(16, 64, generator=gen)).square().mean().backward()
-        opt.step()
+    try:
+        for _ in range(4):
+            opt.zero_grad()
+            ddp(torch.randn(16, 64, generator=gen)).square().mean().backward()
+            opt.step()
+    except gx.GradexError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     state.close()
     return {"digest": digest}

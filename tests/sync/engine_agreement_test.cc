@@ -79,13 +79,15 @@ TEST(EngineAgreement, DifferentFusionBucketsAreCaughtByTheLengthCheck) {
           }
         }
         RANK_REQUIRE(first_status != GRADEX_OK, "a disagreeing exchange succeeded");
-        // Both ranks see the mismatch at once in the first ring step (each receives a chunk of
-        // the other's length), with the bucket's tensors named.
+        // Both ranks see the mismatch in the first ring step of the first bucket the two ranks
+        // pack differently (each receives a chunk of the other's length), with its tensors named.
+        // Which bucket that is depends on how many tensors each round finds ready (a slow round
+        // may exchange layer0 alone, identically on both ranks).
         RANK_REQUIRE(first_status == GRADEX_ERR_MISMATCH,
                      "status " << first_status << ": " << first);
         RANK_REQUIRE(first.find("allreduce: rank " + std::to_string(ctx.rank) + " received") !=
                              std::string::npos &&
-                         first.find("'layer0'") != std::string::npos &&
+                         first.find("tensor(s) ['layer") != std::string::npos &&
                          first.find("disagree") != std::string::npos,
                      first);
         return "";
