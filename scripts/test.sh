@@ -11,7 +11,7 @@ ctest --test-dir build --output-on-failure -j 2 --timeout 600 || status=1
 
 if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   echo "== Python tests (pytest)"
-  .venv/bin/python -m pytest -q tests/python || status=1
+  .venv/bin/python -m pytest -q --durations=15 tests/python || status=1
 fi
 
 echo "== ThreadSanitizer (comm, sync, worker pool)"
