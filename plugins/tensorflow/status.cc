@@ -1,35 +1,9 @@
 #include "status.h"
 
+#include "gradex/status_name.h"
+
 namespace gradex_tf {
 namespace {
-
-const char* status_name(gradex_status_t status) {
-  switch (status) {
-    case GRADEX_OK:
-      return "OK";
-    case GRADEX_ERR_INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case GRADEX_ERR_CONFIG:
-      return "CONFIG";
-    case GRADEX_ERR_TIMEOUT:
-      return "TIMEOUT";
-    case GRADEX_ERR_PEER:
-      return "PEER";
-    case GRADEX_ERR_CORRUPT:
-      return "CORRUPT";
-    case GRADEX_ERR_MISMATCH:
-      return "MISMATCH";
-    case GRADEX_ERR_TRANSPORT:
-      return "TRANSPORT";
-    case GRADEX_ERR_INTERNAL:
-      return "INTERNAL";
-    case GRADEX_ERR_STATE:
-      return "STATE";
-    case GRADEX_ERR_VERSION:
-      return "VERSION";
-  }
-  return "INTERNAL";
-}
 
 absl::StatusCode tf_code(gradex_status_t status) {
   switch (status) {
@@ -60,7 +34,7 @@ absl::StatusCode tf_code(gradex_status_t status) {
 absl::Status to_tf_status(gradex_status_t status, const std::string& message) {
   if (status == GRADEX_OK) return absl::OkStatus();
   return absl::Status(tf_code(status),
-                      std::string("gradex[") + status_name(status) + "]: " + message);
+                      std::string("gradex[") + gradex_status_name(status) + "]: " + message);
 }
 
 }  // namespace gradex_tf

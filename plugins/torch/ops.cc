@@ -21,6 +21,7 @@
 
 #include <torch/library.h>
 
+#include "gradex/status_name.h"
 #include "submission.h"
 #ifdef GRADEX_TORCH_CUDA
 #include "cuda_staging.h"
@@ -28,34 +29,6 @@
 
 namespace gradex_torch {
 namespace {
-
-const char* status_name(gradex_status_t status) {
-  switch (status) {
-    case GRADEX_OK:
-      return "OK";
-    case GRADEX_ERR_INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case GRADEX_ERR_CONFIG:
-      return "CONFIG";
-    case GRADEX_ERR_TIMEOUT:
-      return "TIMEOUT";
-    case GRADEX_ERR_PEER:
-      return "PEER";
-    case GRADEX_ERR_CORRUPT:
-      return "CORRUPT";
-    case GRADEX_ERR_MISMATCH:
-      return "MISMATCH";
-    case GRADEX_ERR_TRANSPORT:
-      return "TRANSPORT";
-    case GRADEX_ERR_INTERNAL:
-      return "INTERNAL";
-    case GRADEX_ERR_STATE:
-      return "STATE";
-    case GRADEX_ERR_VERSION:
-      return "VERSION";
-  }
-  return "INTERNAL";
-}
 
 // Tickets in flight. A ticket is an opaque number so that Python never holds a C++ pointer.
 std::mutex registry_mu;
@@ -158,7 +131,7 @@ void hand_over(Submission& s, void* data) {
 }
 
 void throw_status(gradex_status_t status, const std::string& message) {
-  TORCH_CHECK(false, "gradex[", status_name(status), "]: ", message);
+  TORCH_CHECK(false, "gradex[", gradex_status_name(status), "]: ", message);
 }
 
 }  // namespace gradex_torch

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The status codes are defined once, in include/gradex/gradex.h (gradex_status_t). Every other place
-that spells them must agree with it exactly: base/error.h (ErrorCode), the torch op's status names
-(plugins/torch/ops.cc, which Python parses from "gradex[NAME]: ..." messages) and the Python exception
+that spells them must agree with it exactly: base/error.h (ErrorCode), the plugins' status names
+(include/gradex/status_name.h, which Python parses from "gradex[NAME]: ..." messages) and the Python exception
 classes (python/gradex/_errors.py). Exits 1 naming each disagreement.
 Usage: status_table_check.py SOURCE_DIR"""
 import importlib.util
@@ -26,13 +26,13 @@ cpp = {int(v): re.sub(r"(?<!^)([A-Z])", r"_\1", n).upper()
 if cpp != table:
     problems.append(f"base/error.h ErrorCode {cpp} != gradex.h {table}")
 
-# plugins/torch/ops.cc: case GRADEX_ERR_X: return "X";
-ops = root / "plugins/torch/ops.cc"
+# include/gradex/status_name.h (both plugins' "gradex[NAME]: ..." names): case GRADEX_ERR_X: return "X";
+ops = root / "include/gradex/status_name.h"
 if ops.exists():
     names = dict(re.findall(r"case GRADEX_(?:ERR_)?(\w+):\s*return \"(\w+)\";", ops.read_text()))
     want = {n: n for n in table.values()}
     if names != want:
-        problems.append(f"plugins/torch/ops.cc status names {names} != gradex.h {want}")
+        problems.append(f"include/gradex/status_name.h status names {names} != gradex.h {want}")
 
 # python/gradex/_errors.py (plain Python, no dependencies): one class per non-zero code.
 spec = importlib.util.spec_from_file_location("gradex_errors", root / "python/gradex/_errors.py")
