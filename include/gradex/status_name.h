@@ -1,6 +1,7 @@
 /* The name of each gradex status code, as plugins spell it in their messages ("gradex[NAME]: ...",
- * which the Python layer parses back into an exception class). Header-only so that the plugins share
- * one table without an ABI addition; tests/base/status_table_check.py checks it against gradex.h. */
+ * which the Python layer parses back into an exception class). Header-only so that the plugins
+ * share one table without an ABI addition; tests/base/status_table_check.py checks it against
+ * gradex.h. */
 #ifndef GRADEX_STATUS_NAME_H_
 #define GRADEX_STATUS_NAME_H_
 
