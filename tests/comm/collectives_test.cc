@@ -251,8 +251,14 @@ TEST(LengthCheck, RanksInDifferentCollectivesAreCaught) {
                     contains(m, "expected 8"))
             << m;
     } else {
-      EXPECT_EQ(out.codes[static_cast<size_t>(1 - checker)], ErrorCode::kMismatch) << other;
-      EXPECT_TRUE(contains(other, "received") && contains(other, "expected")) << other;
+      // The other rank's own check fired first, or (when a longer message arrives where a shorter
+      // one was posted) UCX reports the truncation, which the communicator still surfaces as a
+      // PeerError: both name the length disagreement, neither hangs.
+      const bool length_check =
+          out.codes[static_cast<size_t>(1 - checker)] == ErrorCode::kMismatch &&
+          contains(other, "received") && contains(other, "expected");
+      const bool truncation = contains(other, "Message truncated");
+      EXPECT_TRUE(length_check || truncation) << other;
     }
   }
 }
