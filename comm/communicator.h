@@ -80,6 +80,20 @@ class Communicator {
   // a collective may use tag + i for any i < 2^16 (e.g. one sub-tag per ring step).
   virtual uint64_t next_collective_tag() = 0;
 
+  // Sleeps until this rank should join the next collective: true once a message of the next
+  // collective (the tag the next call of next_collective_tag() will return, any sub-tag, from any
+  // peer) has arrived, without consuming it; false when `wake_fd` is readable (a descriptor the
+  // caller owns, e.g. an eventfd; -1: none; it is not read here) or `max_wait` has passed. This is
+  // how a rank with nothing to do sleeps until another rank starts a collective. While it waits
+  // the communicator keeps answering control messages (liveness probes), and a failed peer or an
+  // abort notice ends the wait with PeerError / TimeoutError as in wait_all. The default, for a
+  // communicator that cannot tell, returns true at once (the caller joins the collective).
+  virtual bool wait_for_next_collective(int wake_fd, Millis max_wait) {
+    (void)wake_fd;
+    (void)max_wait;
+    return true;
+  }
+
   // Bytes this communicator has sent / received since creation (for statistics): the payloads of
   // isend / irecv, excluding connection setup and internal control messages.
   virtual uint64_t bytes_sent() const = 0;

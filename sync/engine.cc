@@ -108,7 +108,7 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
   }
   in_flight_[id] = h;
   to_announce_.push_back({id, t->second.numel, t->second.dtype});
-  cv_.notify_all();
+  wake_.signal();
   return h;
 }
 
@@ -234,36 +234,54 @@ void Engine::fail_everything(ErrorCode code, const std::string& message) {
   cv_.notify_all();
 }
 
+void Engine::take_announcements(std::vector<Announcement>& announce, bool& leaving) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (announce.empty()) {
+    announce.swap(to_announce_);
+  } else {
+    announce.insert(announce.end(), to_announce_.begin(), to_announce_.end());
+    to_announce_.clear();
+  }
+  leaving = leaving_;
+}
+
 void Engine::run() {
-  auto idle_sleep = std::chrono::microseconds(50);
+  // The longest single sleep: the thread then re-checks its deadlines (and lets the transport
+  // progress) about once a second, which costs nothing measurable.
+  constexpr auto kMaxSleep = std::chrono::milliseconds(1000);
   auto leave_deadline = Clock::time_point::max();
+  bool announced_leaving = false;
   try {
     for (;;) {
+      wake_.drain();  // before looking at the queue: a later enqueue() signals again
       std::vector<Announcement> announce;
-      bool leaving;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        announce.swap(to_announce_);
-        leaving = leaving_;
-      }
+      bool leaving = false;
+      take_announcements(announce, leaving);
+      const auto now = Clock::now();
       // Others may still be finishing work that rank 0 aborts only after the timeout: wait longer.
       if (leaving && leave_deadline == Clock::time_point::max())
-        leave_deadline = Clock::now() + 2 * options_.timeout + std::chrono::seconds(5);
-      bool all_left = false, busy = false;
-      run_round(announce, leaving, all_left, busy);
-      if (all_left) break;
-      if (leaving && Clock::now() > leave_deadline) {
+        leave_deadline = now + 2 * options_.timeout + std::chrono::seconds(5);
+      if (leaving && now > leave_deadline) {
         GX_LOG(kWarn) << "leaving without every rank's agreement after twice GRADEX_TIMEOUT_S";
         break;
       }
-      if (busy) {
-        idle_sleep = std::chrono::microseconds(50);
-        continue;
+      // A round of this rank's own: something to announce, its leaving to announce once (the last
+      // rank to leave thereby starts the round in which all leave), or a deadline of rank 0's.
+      const auto decide_at = negotiator_->next_decision();
+      const bool own_round =
+          !announce.empty() || (leaving && !announced_leaving) || now >= decide_at;
+      if (!own_round) {
+        // Nothing to do: sleep until enqueue()/shutdown() signal, a deadline, or another rank
+        // starts the next round (its first message arrives), then join that round.
+        const auto until = std::min({decide_at, leave_deadline, now + kMaxSleep});
+        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+        if (!comm_->wait_for_next_collective(wake_.fd(), wait)) continue;
+        take_announcements(announce, leaving);
       }
-      // Idle: back off, but wake at once when something is submitted here.
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, idle_sleep, [this] { return !to_announce_.empty() || leaving_; });
-      idle_sleep = std::min(idle_sleep * 2, options_.max_idle_sleep);
+      bool all_left = false;
+      run_round(announce, leaving, all_left);
+      announced_leaving = leaving;
+      if (all_left) break;
     }
   } catch (const Error& e) {
     fail_everything(e.code(), e.what());
@@ -276,8 +294,7 @@ void Engine::run() {
   cv_.notify_all();
 }
 
-void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left,
-                       bool& busy) {
+void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left) {
   inspect(announce);
   RoundResult r = negotiator_->round(announce, leaving);
   {
@@ -289,9 +306,9 @@ void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& 
   }
   if (!r.ready.empty()) execute(r.ready);
   // Leave only when nothing is pending anywhere: every rank reports leaving in the same round, and
-  // leaving ranks submit nothing new, so outstanding keys can only be aborted ones.
+  // leaving ranks submit nothing new, so outstanding keys can only be aborted ones (rank 0 starts
+  // the round that aborts them at their deadline).
   all_left = r.all_leaving && negotiator_->outstanding() == 0;
-  busy = r.anything_happened || negotiator_->outstanding() > 0;
 }
 
 std::unique_lock<std::mutex> Engine::wait_until_idle() {
@@ -310,7 +327,7 @@ void Engine::shutdown() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_.joinable()) return;
     leaving_ = true;
-    cv_.notify_all();
+    wake_.signal();
   }
   thread_.join();
   std::lock_guard<std::mutex> lock(mutex_);

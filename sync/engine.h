@@ -23,6 +23,7 @@
 #include "sync/options.h"
 #include "sync/stats.h"
 #include "sync/tensor_state.h"
+#include "sync/wake_event.h"
 
 namespace gradex::sync {
 
@@ -91,8 +92,16 @@ class Engine {
   // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
   // in every phase. Called from enqueue with mutex_ held; completes `handle`.
   void local_step(TensorState& tensor, void* data, Handle& handle);
+  // The progress thread. It runs a negotiation round only when this rank has something to
+  // announce (a submission, its leaving) or to decide (rank 0's deadlines: Negotiator::
+  // next_decision), and otherwise sleeps until one of those or until another rank starts a round,
+  // which it then joins (Communicator::wait_for_next_collective): an idle engine costs no CPU.
   void run();
-  void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left, bool& busy);
+  // Moves what enqueue() queued into `announce` (appending) and reads leaving_.
+  void take_announcements(std::vector<Announcement>& announce, bool& leaving);
+  // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
+  // every rank left in this round with nothing outstanding.
+  void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);
   // Fills in what this rank announces about its gradients: the exchange counter and whether the
   // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
   void inspect(std::vector<Announcement>& announce);
@@ -115,6 +124,8 @@ class Engine {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
+  // Wakes the progress thread (enqueue, shutdown): it sleeps on this fd and the transport's events.
+  WakeEvent wake_;
   std::map<std::string, TensorState> tensors_;
   std::map<uint64_t, Handle> handles_;
   std::map<WorkId, uint64_t> in_flight_;  // work id -> handle

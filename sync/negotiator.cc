@@ -138,6 +138,20 @@ void Negotiator::apply(int from, const uint8_t* data, size_t size, RoundResult& 
   r.expect_end();
 }
 
+std::chrono::steady_clock::time_point Negotiator::next_decision() const {
+  using TimePoint = std::chrono::steady_clock::time_point;
+  if (comm_.rank() != 0 || table_.empty()) return TimePoint::max();
+  TimePoint oldest = TimePoint::max(), oldest_live = TimePoint::max();
+  for (const auto& [id, e] : table_) {
+    oldest = std::min(oldest, e.first_seen);
+    if (!e.mismatched) oldest_live = std::min(oldest_live, e.first_seen);
+  }
+  // encode() aborts a key once strictly more than the timeout has passed.
+  TimePoint t = oldest + timeout_ + std::chrono::milliseconds(1);
+  if (stall_ && oldest_live != TimePoint::max()) t = std::min(t, stall_->next_due(oldest_live));
+  return t;
+}
+
 RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bool leaving) {
   std::vector<uint8_t> mine = encode(announcements, leaving);
   control_bytes_ += mine.size() * static_cast<uint64_t>(std::max(0, comm_.size() - 1));

@@ -84,6 +84,11 @@ class Negotiator {
 
   // Keys announced by some ranks but not yet by all.
   size_t outstanding() const { return table_.size(); }
+  // The earliest time at which a round on this rank decides something by its clock alone, with
+  // nothing announced: rank 0's abort of a key that waited longer than the timeout, or its stall
+  // report. time_point::max() when there is none (every other rank; an empty table). An engine with
+  // nothing to announce starts a round then, and otherwise only joins rounds others start.
+  std::chrono::steady_clock::time_point next_decision() const;
   // Bytes of control messages this rank sent so far.
   uint64_t control_bytes() const { return control_bytes_; }
   // GRADEX_STALL_WARN_S: rank 0 reports stalled keys after each round (nullptr: off).

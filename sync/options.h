@@ -46,8 +46,6 @@ struct EngineOptions {
   }
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
-  // How long the background thread sleeps between idle negotiation rounds, at most.
-  std::chrono::microseconds max_idle_sleep{2000};
 };
 
 // Reads every engine-level variable; throws ConfigError for invalid values (overrides included).

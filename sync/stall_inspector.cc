@@ -1,5 +1,6 @@
 #include "sync/stall_inspector.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -37,6 +38,12 @@ StallInspector::StallInspector(std::chrono::milliseconds warn_after,
 bool StallInspector::due(Clock::time_point oldest, Clock::time_point now) const {
   return now - oldest >= warn_after_ &&
          (last_report_ == Clock::time_point{} || now - last_report_ >= warn_after_);
+}
+
+StallInspector::Clock::time_point StallInspector::next_due(Clock::time_point oldest) const {
+  Clock::time_point t = oldest + warn_after_;
+  if (last_report_ != Clock::time_point{}) t = std::max(t, last_report_ + warn_after_);
+  return t;
 }
 
 std::string StallInspector::inspect(const std::vector<StallKey>& pending, Clock::time_point now) {

@@ -31,6 +31,9 @@ class StallInspector {
   // True when a key first seen at `oldest` may be reported at `now` (lets the caller skip building
   // the key list on the many rounds with nothing stalled).
   bool due(Clock::time_point oldest, Clock::time_point now) const;
+  // The earliest time at which due(oldest, now) holds: when rank 0's engine must run a round to
+  // report, even with nothing to announce.
+  Clock::time_point next_due(Clock::time_point oldest) const;
   // Logs (warn) one report of the keys pending for longer than warn_after, grouped by the set of
   // late ranks, at most once per warn_after (a long stall is reminded of, not repeated every
   // round). Returns the report, "" when nothing was logged.

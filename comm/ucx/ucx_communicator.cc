@@ -129,12 +129,16 @@ void UcxCommunicator::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status
   }
 }
 
-uint64_t UcxCommunicator::next_collective_tag() {
+uint64_t UcxCommunicator::following_collective_seq() const {
   // A 23-bit sequence number in bits 16..38 of the user tag; the low 16 bits are the
   // collective's own sub-tags. Sequence 0 is skipped so tag 0 stays reserved for the hello.
   constexpr uint64_t kSeqMask = (uint64_t{1} << 23) - 1;
-  collective_seq_ = (collective_seq_ + 1) & kSeqMask;
-  if (collective_seq_ == 0) collective_seq_ = 1;
+  uint64_t seq = (collective_seq_ + 1) & kSeqMask;
+  return seq == 0 ? 1 : seq;
+}
+
+uint64_t UcxCommunicator::next_collective_tag() {
+  collective_seq_ = following_collective_seq();
   return collective_seq_ << 16;
 }
 

@@ -73,6 +73,7 @@ class UcxCommunicator : public Communicator {
   void wait_all(std::vector<RequestPtr>& requests, const char* operation) override;
   size_t recv_length(const Request& request) const override;
   uint64_t next_collective_tag() override;
+  bool wait_for_next_collective(int wake_fd, Millis max_wait) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
@@ -112,9 +113,21 @@ class UcxCommunicator : public Communicator {
                          const std::string& detail, const std::vector<UcxRequest*>& pending,
                          bool notify_peers);
   void check_usable(const char* operation, int peer) const;
-  void idle(int* idle_rounds);
-  // The worker's event fd (-1 when UCX offers none): idle() blocks on it once spinning stops
-  // paying.
+  // Between polls of wait_all: spins a little, then sleeps until a worker event or (at most)
+  // `deadline`.
+  void idle(int* idle_rounds, Clock::time_point deadline);
+
+  // --- sleeping until the next collective (ucx_wait.cc) ---
+  // The sequence number the next next_collective_tag() call will return (bits 16.. of the tag).
+  uint64_t following_collective_seq() const;
+  // True when a message of user tag range [tag, tag + 2^16) from any peer waits unreceived.
+  bool collective_message_waiting(uint64_t tag);
+  // Blocks until a worker event, `extra_fd` (-1: none) is readable, or `timeout`; returns at once
+  // when the worker has events pending (progress them). False, without sleeping, when the worker
+  // offers no event fd (or arming it fails): the caller must poll instead.
+  bool sleep_on_events(int extra_fd, Millis timeout);
+  // The worker's event fd (-1 when UCX offers none): idle() and wait_for_next_collective() block
+  // on it.
   int event_fd_ = -1;
 
   // --- control messages (ucx_control.cc) ---

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <thread>
 
-#include <poll.h>
 #include "base/check.h"
 #include "base/log.h"
 
@@ -107,22 +106,17 @@ bool UcxCommunicator::progress() {
   return any;
 }
 
-void UcxCommunicator::idle(int* idle_rounds) {
+void UcxCommunicator::idle(int* idle_rounds, Clock::time_point deadline) {
   // Several ranks may share a core (4 ranks on 2 cores here; ranks as threads in tests): spin
   // briefly, then sleep in the kernel until the worker has an event, so a waiting rank hands its
-  // core to the rank it waits for. Without an event fd: yield, then short sleeps. The poll is short
-  // because the wait's own deadline and control messages are checked between calls.
+  // core to the rank it waits for. Completions and control messages are worker events; the sleep
+  // is still capped (kEventSleepMax) so that a completion a transport does not signal costs
+  // latency, never a hang. Without an event fd: yield, then short sleeps.
+  constexpr Millis kEventSleepMax(10);
   ++*idle_rounds;
   if (*idle_rounds < 64) return;
-  if (event_fd_ >= 0) {
-    ucs_status_t st = ucp_worker_arm(worker_->get());
-    if (st == UCS_ERR_BUSY) return;  // events pending: progress again at once
-    if (st == UCS_OK) {
-      pollfd p{event_fd_, POLLIN, 0};
-      ::poll(&p, 1, 2);
-      return;
-    }
-  }
+  auto left = std::chrono::ceil<Millis>(deadline - Clock::now());
+  if (sleep_on_events(-1, std::clamp(left, Millis(1), kEventSleepMax))) return;
   if (*idle_rounds < 4096) {
     std::this_thread::yield();
   } else {
@@ -185,7 +179,7 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
       idle_rounds = 0;
       continue;
     }
-    idle(&idle_rounds);
+    idle(&idle_rounds, deadline);
     if (Clock::now() < deadline) continue;
 
     int waited = pending.front()->peer_;
