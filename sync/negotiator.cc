@@ -1,7 +1,6 @@
 #include "sync/negotiator.h"
 
 #include <algorithm>
-#include <set>
 
 #include "comm/collectives.h"
 
