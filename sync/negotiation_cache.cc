@@ -1,6 +1,27 @@
 #include "sync/negotiation_cache.h"
 
 namespace gradex::sync {
+namespace {
+
+// FNV-1a over an entry's identity and its id.
+uint64_t entry_hash(const CachedKey& k, uint32_t slot) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<const uint8_t*>(p)[i];
+      h *= 1099511628211ull;
+    }
+  };
+  const uint8_t kind = static_cast<uint8_t>(k.id.kind), dtype = static_cast<uint8_t>(k.dtype);
+  mix(&slot, sizeof(slot));
+  mix(&kind, 1);
+  mix(&dtype, 1);
+  mix(&k.numel, sizeof(k.numel));
+  mix(k.id.key.data(), k.id.key.size());
+  return h;
+}
+
+}  // namespace
 
 std::optional<uint32_t> NegotiationCache::find(const WorkId& id) const {
   auto it = index_.find(id);
@@ -25,11 +46,13 @@ void NegotiationCache::ready(const WorkId& id, uint64_t numel, DType dtype, uint
   }
   slots_[slot] = CachedKey{id, numel, dtype, step};
   index_.emplace(id, slot);
+  digest_ ^= entry_hash(*slots_[slot], slot);
 }
 
 void NegotiationCache::evict(const WorkId& id) {
   auto it = index_.find(id);
   if (it == index_.end()) return;
+  digest_ ^= entry_hash(*slots_[it->second], it->second);
   slots_[it->second].reset();
   free_.insert(it->second);
   index_.erase(it);

@@ -42,6 +42,10 @@ class NegotiationCache {
   size_t id_space() const { return slots_.size(); }
   size_t size() const { return index_.size(); }
   size_t capacity() const { return capacity_; }
+  // A digest of which key (kind, key, numel, dtype) holds which id, equal on ranks whose caches
+  // agree. Messages that refer to cache ids carry it, so that ranks whose caches differed (a bug,
+  // or ranks built with another capacity) fail loudly instead of reading another key's bits.
+  uint32_t fingerprint() const { return static_cast<uint32_t>(digest_ ^ (digest_ >> 32)); }
 
   // The counter a rank is expected to announce for a cached key, computable identically on every
   // rank: a gradient's exchange counter moves to agreed step + 1 after each exchange; parameter
@@ -60,6 +64,7 @@ class NegotiationCache {
   std::vector<std::optional<CachedKey>> slots_;  // by id
   std::map<WorkId, uint32_t> index_;
   std::set<uint32_t> free_;  // ids below slots_.size() not in use
+  uint64_t digest_ = 0;      // XOR of every entry's hash (order-independent, O(1) updates)
 };
 
 }  // namespace gradex::sync

@@ -97,6 +97,7 @@ std::vector<uint8_t> encode_negotiation(const std::vector<Announcement>& announc
   const uint64_t count = cached.empty() ? 0 : cached.back().first - lo + 1;
   put_varint(w, count);
   if (count > 0) {
+    w.put<uint32_t>(cache.fingerprint());
     put_varint(w, lo);
     std::vector<uint8_t> announced((count + 7) / 8), nonfinite((count + 7) / 8);
     for (const auto& [id, a] : cached) {
@@ -156,6 +157,13 @@ NegotiationMessage decode_negotiation(int from, const uint8_t* data, size_t size
 
   // Cached keys: ids [lo, lo + count) as bits, then (when flagged) their non-finite bits.
   const uint64_t count = in.varint();
+  if (count > 0) {
+    const uint32_t theirs = r.get<uint32_t>();
+    if (theirs != cache.fingerprint())
+      in.fail("refers to a negotiation cache with fingerprint " + std::to_string(theirs) +
+              ", this rank's is " + std::to_string(cache.fingerprint()) +
+              " (the ranks' negotiation caches differ)");
+  }
   const uint64_t lo = count > 0 ? in.varint() : 0;
   if ((flags & kFlagNonFiniteBits) && count == 0)
     in.fail("flags non-finite bits but announces no cached key");

@@ -29,8 +29,9 @@ std::vector<uint8_t> encode_negotiation(const std::vector<Announcement>& announc
                                         const NegotiationCache& cache);
 
 // CorruptPayload naming rank `from` for anything malformed: another version, unknown flags, kinds
-// or dtypes, a cache id not in use here (the ranks' caches would differ), an exception for a key
-// the message does not announce, aborts from a rank other than 0, truncation or trailing bytes.
+// or dtypes, another cache fingerprint or a cache id not in use here (the ranks' caches would
+// differ), an exception for a key the message does not announce, aborts from a rank other than 0,
+// truncation or trailing bytes.
 NegotiationMessage decode_negotiation(int from, const uint8_t* data, size_t size,
                                       const NegotiationCache& cache);
 

@@ -32,14 +32,15 @@
 //   full announcements: varint count, then per announcement: u8 work kind, u8 dtype, u8 flags
 //   (bit 0: non-finite gradient), u64 numel, u64 step (the tensor's exchange counter; 0 for
 //   parameter averages), string key (u32 length + bytes);
-//   cached announcements: varint bit count B; when B > 0: varint first id L, ceil(B/8) bytes whose
-//   bit i (LSB first) announces cache id L + i, then (flag bit 1) ceil(B/8) bytes of non-finite
-//   bits for the same ids (a subset); bits past B are zero;
+//   cached announcements: varint bit count B; when B > 0: u32 cache fingerprint (equal on every
+//   rank, NegotiationCache::fingerprint), varint first id L, ceil(B/8) bytes whose bit i (LSB
+//   first) announces cache id L + i, then (flag bit 1) ceil(B/8) bytes of non-finite bits for the
+//   same ids (a subset); bits past B are zero;
 //   counter exceptions: varint count, then per exception: varint cache id (announced above),
 //   varint step;
 //   aborts (rank 0 only): varint count, then per abort: u8 work kind, string key.
-// A message with nothing to say is 6 bytes. A peer sending another version, or referring to a
-// cache id not in use, is a CorruptPayload naming it.
+// A message with nothing to say is 6 bytes. A peer sending another version, a cache fingerprint
+// other than this rank's, or a cache id not in use, is a CorruptPayload naming it.
 #pragma once
 
 #include <chrono>

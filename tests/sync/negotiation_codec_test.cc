@@ -43,8 +43,21 @@ TEST(NegotiationCodec, CachedKeysTravelAsBitsAndDecodeToFullAnnouncements) {
   in.push_back({{WorkKind::kGradient, "new"}, 5, DType::kFloat16, 0});
   Bytes m = encode_negotiation(in, true, {}, c);
   // version, flags (leaving | non-finite bits), 1 full announcement (3 + 8 + 8 + 4 + 3 bytes), 4
-  // bits from id 1, their bytes, non-finite byte, one exception (id 2, step 4), no aborts.
-  const Bytes tail = {4, 1, 0b1111, 0b0001, 1, 2, 4, 0};
+  // bits, the cache's fingerprint, from id 1, their bytes, non-finite byte, one exception (id 2,
+  // step 4), no aborts.
+  const uint32_t fp = c.fingerprint();
+  const Bytes tail = {4,
+                      uint8_t(fp),
+                      uint8_t(fp >> 8),
+                      uint8_t(fp >> 16),
+                      uint8_t(fp >> 24),
+                      1,
+                      0b1111,
+                      0b0001,
+                      1,
+                      2,
+                      4,
+                      0};
   ASSERT_EQ(m.size(), 2u + 1u + 26u + tail.size());
   EXPECT_EQ(m[0], 3);
   EXPECT_EQ(m[1], 3);
@@ -100,13 +113,24 @@ TEST(NegotiationCodec, MalformedMessagesAreRefusedNamingTheRank) {
   };
   has({2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "has version 2, expected 3");
   has({3, 4, 0, 0, 0, 0}, "unknown flags 4");
-  has({3, 0, 0, 1, 7, 1, 0, 0}, "cache ids up to 7 but only 5 are in use");
-  has({3, 0, 0, 2, 4, 0b11, 0, 0}, "cache ids up to 5 but only 5 are in use");
-  has({3, 0, 0, 3, 0, 0b1001, 0, 0}, "bits set past its 3 cache ids");
-  has({3, 2, 0, 2, 0, 0b01, 0b10, 0, 0}, "flags cache id 1 non-finite without announcing it");
+  // [version 3][flags][no full announcements][B][this cache's fingerprint] + rest
+  auto cached = [&](uint8_t flags, uint8_t bits, Bytes rest) {
+    const uint32_t fp = c.fingerprint();
+    Bytes m = {
+        3, flags, 0, bits, uint8_t(fp), uint8_t(fp >> 8), uint8_t(fp >> 16), uint8_t(fp >> 24)};
+    m.insert(m.end(), rest.begin(), rest.end());
+    return m;
+  };
+  has(cached(0, 1, {7, 1, 0, 0}), "cache ids up to 7 but only 5 are in use");
+  has(cached(0, 2, {4, 0b11, 0, 0}), "cache ids up to 5 but only 5 are in use");
+  has(cached(0, 3, {0, 0b1001, 0, 0}), "bits set past its 3 cache ids");
+  has(cached(2, 2, {0, 0b01, 0b10, 0, 0}), "flags cache id 1 non-finite without announcing it");
   has({3, 2, 0, 0, 0, 0}, "flags non-finite bits but announces no cached key");
-  has({3, 0, 0, 1, 0, 1, 1, 1, 9, 0}, "counter for cache id 1, which it does not announce");
-  has({3, 0, 0, 1, 0, 1, 2, 0, 9, 0, 9, 0}, "two counters for cache id 0");
+  has(cached(0, 1, {0, 1, 1, 1, 9, 0}), "counter for cache id 1, which it does not announce");
+  has(cached(0, 1, {0, 1, 2, 0, 9, 0, 9, 0}), "two counters for cache id 0");
+  Bytes other = cached(0, 1, {0, 1, 0, 0});
+  other[4] ^= 1;  // encoded against a cache that differs from this one
+  has(other, "the ranks' negotiation caches differ");
   has({3, 0, 0, 0, 0, 1, 0, 1, 'x'}, "carries aborts; only rank 0 may send them");
   has({3, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0}, "over 64 bits");
   has({3, 0, 1, 9, 0, 0}, "unknown work kind");
@@ -118,12 +142,33 @@ TEST(NegotiationCodec, MalformedMessagesAreRefusedNamingTheRank) {
   has({3, 0, 0, 0, 0}, "truncated");
   // An unused id inside the id space (evicted): the caches of the ranks would differ.
   c.evict({WorkKind::kGradient, "g1"});
-  has({3, 0, 0, 1, 1, 0b1, 0, 0}, "cache id 1, which is not in use");
+  has(cached(0, 1, {1, 0b1, 0, 0}), "cache id 1, which is not in use");
   // Rank 0 may abort, by kind and key.
   Bytes abort = {3, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 'p'};
   NegotiationMessage d = decode_negotiation(0, abort.data(), abort.size(), c);
   ASSERT_EQ(d.aborts.size(), 1u);
   EXPECT_TRUE(d.aborts[0] == (WorkId{WorkKind::kAverage, "p"}));
+}
+
+TEST(NegotiationCodec, FingerprintDependsOnWhichKeyHoldsWhichId) {
+  NegotiationCache a(4), b(4);
+  a.ready({WorkKind::kGradient, "x"}, 1, DType::kFloat32, 0);
+  a.ready({WorkKind::kGradient, "y"}, 1, DType::kFloat32, 0);
+  b.ready({WorkKind::kGradient, "y"}, 1, DType::kFloat32, 0);
+  b.ready({WorkKind::kGradient, "x"}, 1, DType::kFloat32, 0);
+  EXPECT_NE(a.fingerprint(), b.fingerprint());  // same keys, other ids
+  b.evict({WorkKind::kGradient, "y"});
+  b.evict({WorkKind::kGradient, "x"});
+  b.ready({WorkKind::kGradient, "x"}, 1, DType::kFloat32, 0);
+  b.ready({WorkKind::kGradient, "y"}, 1, DType::kFloat32, 0);
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  const uint32_t before = b.fingerprint();
+  b.ready({WorkKind::kGradient, "y"}, 1, DType::kFloat32, 9);  // agreed steps are not part of it
+  EXPECT_EQ(b.fingerprint(), before);
+  Bytes m = encode_negotiation({{{WorkKind::kGradient, "x"}, 1, DType::kFloat32, 1}}, false, {}, a);
+  EXPECT_EQ(decode_negotiation(0, m.data(), m.size(), b).announcements.at(0).step, 1u);
+  b.ready({WorkKind::kGradient, "z"}, 1, DType::kFloat32, 0);
+  EXPECT_NE(refusal(m, b).find("caches differ"), std::string::npos);
 }
 
 TEST(NegotiationCodec, CacheReusesTheSmallestFreeIdAndStaysBounded) {

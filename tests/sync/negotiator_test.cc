@@ -82,8 +82,8 @@ TEST(Negotiator, SteadyStateSendsBitsNotNames) {
     log += summary(r);
     for (uint64_t step = 1; step <= 5; ++step) {
       const uint64_t bytes = round_bytes(n, comm, all_keys(N, step), &r);
-      // 6 bytes of header and counts, a first id, N announced bits.
-      EXPECT_LE(bytes, 6u + 1u + N / 8) << "step " << step;
+      // 6 bytes of header and counts, the cache's fingerprint, a first id, N announced bits.
+      EXPECT_LE(bytes, 6u + 4u + 1u + N / 8) << "step " << step;
       ASSERT_EQ(r.ready.size(), size_t{N});
       for (const auto& w : r.ready)
         EXPECT_TRUE(w.step == step && !w.steps_differed && w.nonfinite_ranks.empty());
@@ -97,7 +97,7 @@ TEST(Negotiator, SteadyStateSendsBitsNotNames) {
         const int i = std::stoi(a.id.key.substr(13));
         if ((i + comm.rank()) % 3 == round) some.push_back(a);
       }
-      EXPECT_LE(round_bytes(n, comm, some, &r), 6u + 2u + N / 8);
+      EXPECT_LE(round_bytes(n, comm, some, &r), 6u + 4u + 2u + N / 8);
       log += "round " + std::to_string(round) + "\n" + summary(r);
     }
     EXPECT_EQ(n.outstanding(), 0u);
@@ -164,7 +164,7 @@ TEST(Negotiator, NonFiniteFlagsAndDifferingCountersOfCachedKeys) {
     if (comm.rank() == 0) a[3].step = 0;   // restored from an older checkpoint
     RoundResult r;
     const uint64_t bytes = round_bytes(n, comm, a, &r);
-    EXPECT_LE(bytes, 6u + 1u + 2u + 2u * 3u);  // bits, non-finite bits, one exception at most
+    EXPECT_LE(bytes, 6u + 4u + 1u + 2u + 2u);  // bits, non-finite bits, one exception at most
     ASSERT_EQ(r.ready.size(), 5u);
     EXPECT_EQ(r.ready[0].nonfinite_ranks, (std::vector<int>{2}));
     EXPECT_EQ(r.ready[1].nonfinite_ranks, (std::vector<int>{0, 2}));
