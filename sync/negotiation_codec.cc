@@ -1,6 +1,7 @@
 #include "sync/negotiation_codec.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
