@@ -30,6 +30,9 @@ struct CommOptions {
   // GRADEX_JOB_SECRET / GRADEX_JOB_SECRET_FILE, resolved ("" = none): when set, every peer proves
   // knowledge of it before any message is accepted (comm/auth.h, docs/security.md).
   std::string job_secret;
+  // Test-only: false makes the UCX communicator ignore the worker's event fd, so that tests reach
+  // the polling fallback of workers without one.
+  bool use_event_fd = true;
 };
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,

@@ -55,7 +55,8 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   for (int p = 0; p < size_; ++p)
     peers_.push_back(std::unique_ptr<PeerSlot>(new PeerSlot{this, p}));
   worker_ = std::make_unique<Worker>(*context_);
-  if (ucp_worker_get_efd(worker_->get(), &event_fd_) != UCS_OK) event_fd_ = -1;
+  if (!options_.use_event_fd || ucp_worker_get_efd(worker_->get(), &event_fd_) != UCS_OK)
+    event_fd_ = -1;
   pong_seq_.assign(static_cast<size_t>(size_), 0);
   try {
     post_control_recv();

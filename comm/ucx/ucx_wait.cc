@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "base/log.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {

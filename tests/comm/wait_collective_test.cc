@@ -30,9 +30,10 @@ double seconds_since(Clock::time_point t0) {
 // wait_for_next_collective; each sleeper must wake because of that rank's message (never before it
 // was sent, never by the 20 s limit) and then get the right payloads. A ring allreduce that all
 // ranks enter together between rounds checks that the awaited tag follows the collective sequence.
-void woken_by_the_rank_that_starts(bool shared_memory) {
+void woken_by_the_rank_that_starts(bool shared_memory, bool event_fd = true) {
   comm::CommOptions o = test_options();
   o.shared_memory = shared_memory;
+  o.use_event_fd = event_fd;
   constexpr int kWorld = 3, kRounds = 6;
   std::atomic<int> started{-1};  // the last round whose starter has begun its collective
   run_ranks(
@@ -72,6 +73,11 @@ TEST(WaitForCollective, WokenByThePeerThatStartsOverTcp) {
 
 TEST(WaitForCollective, WokenByThePeerThatStartsOverSharedMemory) {
   woken_by_the_rank_that_starts(true);
+}
+
+// A worker without an event fd: the wait polls (short sleeps), with the same outcome.
+TEST(WaitForCollective, WokenByThePeerThatStartsWithoutAnEventFd) {
+  woken_by_the_rank_that_starts(false, /*event_fd=*/false);
 }
 
 // A message that arrived before the call (the peer was quicker) is found at once.
