@@ -274,8 +274,8 @@ void Engine::run() {
         // Nothing to do: sleep until enqueue()/shutdown() signal, a deadline, or another rank
         // starts the next round (its first message arrives), then join that round.
         const auto until = std::min({decide_at, leave_deadline, now + kMaxSleep});
-        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - now);
-        if (!comm_->wait_for_next_collective(wake_.fd(), wait)) continue;
+        const auto max_sleep = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+        if (!comm_->wait_for_next_collective(wake_.fd(), max_sleep)) continue;
         take_announcements(announce, leaving);
       }
       bool all_left = false;
