@@ -1,0 +1,125 @@
+#include "sync/pipeline.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "base/thread_pool.h"
+
+namespace gradex::sync::pipeline {
+
+uint64_t Unit::elements() const {
+  uint64_t n = 0;
+  for (const Job* j : jobs)
+    n += j->tensor->numel;
+  return n;
+}
+
+std::string Unit::keys() const {
+  std::string s;
+  for (size_t i = 0; i < jobs.size() && i < 8; ++i)
+    s += (s.empty() ? "'" : ", '") + jobs[i]->id.key + "'";
+  if (jobs.size() > 8) s += ", ...";
+  return s;
+}
+
+namespace {
+
+// Greedy packing in round order, as dense_average() packs one call's items: a bucket takes the
+// next job while its wire bytes stay within the limit; a job larger than the limit travels alone.
+void add_buckets(std::vector<Job>& jobs, Route route, size_t elem, size_t fusion_bytes,
+                 std::deque<Unit>& units) {
+  const size_t limit = std::max(fusion_bytes, elem);
+  Unit* open = nullptr;
+  size_t bytes = 0;
+  for (Job& j : jobs) {
+    if (j.route != route) continue;
+    const size_t b = j.tensor->numel * elem;
+    if (open == nullptr || bytes + b > limit) {
+      open = &units.emplace_back();
+      open->route = route;
+      bytes = 0;
+    }
+    open->jobs.push_back(&j);
+    bytes += b;
+  }
+}
+
+}  // namespace
+
+std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
+  std::deque<Unit> units;
+  add_buckets(jobs, Route::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
+  add_buckets(jobs, Route::kFirstAverage, 4, options.fusion_bytes, units);
+  const uint64_t group = options.sparse_group_elements;
+  Unit* open = nullptr;
+  uint64_t elements = 0;
+  for (Job& j : jobs) {
+    if (j.route != Route::kSparse) continue;
+    const uint64_t n = j.tensor->numel;
+    if (open == nullptr || elements >= group || n >= group) {
+      open = &units.emplace_back();
+      open->route = Route::kSparse;
+      open->finish_on_pool = true;  // decoding may overlap the next unit's transfer
+      elements = 0;
+    }
+    open->jobs.push_back(&j);
+    elements += n;
+  }
+  return units;
+}
+
+void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead) {
+  const size_t n = units.size();
+  const size_t ahead = static_cast<size_t>(std::max(lookahead, 0));
+  size_t launched = 0;  // units [0, launched) have their prepare stage handed out
+  std::exception_ptr error;
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      Unit& u = units[i];
+      const bool here = launched <= i;  // not handed to the pool: it runs on this thread
+      if (here) launched = i + 1;
+      for (; launched < std::min(n, i + 1 + ahead); ++launched) {
+        Unit& next = units[launched];
+        next.prepared = pool.submit([&next, &stages] {
+          if (!next.prepare_claimed.exchange(true)) stages.prepare(next);
+        });
+      }
+      // A prepare no worker has started yet runs here: waiting for a queue would only idle.
+      if (here || !u.prepare_claimed.exchange(true))
+        stages.prepare(u);
+      else
+        u.prepared.get();  // rethrows the stage's exception
+      stages.transfer(u);
+      if (u.finish_on_pool) {
+        u.finished = pool.submit([&u, &stages] {
+          if (!u.finish_claimed.exchange(true)) stages.finish(u);
+        });
+      } else {
+        u.finish_claimed = true;
+        stages.finish(u);
+      }
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // Drain: no task may outlive this call (they reference the units and the stages). A prepare
+  // that has not started is cancelled by claiming it (its unit was never transferred); a finish
+  // that has not started runs here (its unit's transfer has completed, so its result is valid).
+  for (Unit& u : units) {
+    if (u.prepared.valid()) {
+      u.prepare_claimed = true;
+      u.prepared.wait();  // an exception of a unit past the failure point does not matter
+    }
+    if (!u.finished.valid()) continue;
+    try {
+      if (!u.finish_claimed.exchange(true)) stages.finish(u);
+      u.finished.get();
+    } catch (...) {
+      if (u.finished.valid()) u.finished.wait();
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace gradex::sync::pipeline
