@@ -133,6 +133,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
   plan_options.sparse_group_elements = options_.sparse_group_bytes / 4;
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
+  GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
   stages.prepare = [this](Unit& u) { prepare_unit(u); };
   stages.transfer = [this](Unit& u) { transfer(u); };
@@ -158,10 +159,10 @@ void Engine::transfer(Unit& unit) {
     std::vector<DenseItem> items;
     items.reserve(unit.jobs.size());
     for (Job* job : unit.jobs)
-      items.push_back({job->values, job->values_dtype, job->tensor->numel, false,
-                       &job->tensor->key});
-    DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire,
-                                 options_.half_type, options_.nonfinite};
+      items.push_back(
+          {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
+    DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
+                                 options_.nonfinite};
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     DenseCounters dc;

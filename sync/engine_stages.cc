@@ -152,9 +152,9 @@ void Engine::finish_unit(Unit& unit) {
         payloads[0].push_back({m.data(), m.size()});
         continue;
       }
-      ByteReader reader(m.data(), m.size(),
-                        "sparse message from rank " + std::to_string(r) + " for [" + unit.keys() +
-                            "]");
+      ByteReader reader(
+          m.data(), m.size(),
+          "sparse message from rank " + std::to_string(r) + " for [" + unit.keys() + "]");
       for (size_t j = 0; j < unit.jobs.size(); ++j) {
         const uint64_t length = reader.get<uint64_t>();
         payloads[j].push_back({reader.get_bytes(length), length});

@@ -50,11 +50,11 @@ struct Job {
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
   // prepare:
-  void* values = nullptr;             // what is sent and receives the average
+  void* values = nullptr;  // what is sent and receives the average
   DType values_dtype = DType::kFloat32;
-  bool staged = false;                // values are tensor->scratch (fp32 of a 16-bit tensor)
-  std::vector<float> delta;           // LocalSGD: parameters - anchor, sent instead
-  std::vector<uint8_t> payload;       // sparse: this rank's encoded payload
+  bool staged = false;           // values are tensor->scratch (fp32 of a 16-bit tensor)
+  std::vector<float> delta;      // LocalSGD: parameters - anchor, sent instead
+  std::vector<uint8_t> payload;  // sparse: this rank's encoded payload
   // transfer (dense):
   bool nonfinite_result = false;  // the average holds NaN/Inf
 };
@@ -89,9 +89,9 @@ struct Unit {
 };
 
 struct PlanOptions {
-  size_t fusion_bytes = 64u << 20;      // GRADEX_FUSION_MB
-  DType dense_wire = DType::kFloat16;   // wire type of kDense buckets
-  uint64_t sparse_group_elements = 0;   // GRADEX_SPARSE_GROUP_MB / 4 bytes (0: one tensor each)
+  size_t fusion_bytes = 64u << 20;     // GRADEX_FUSION_MB
+  DType dense_wire = DType::kFloat16;  // wire type of kDense buckets
+  uint64_t sparse_group_elements = 0;  // GRADEX_SPARSE_GROUP_MB / 4 bytes (0: one tensor each)
 };
 
 // Cuts `jobs` (the round's order) into units, in the order they travel:
