@@ -70,7 +70,9 @@ std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
 
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead) {
   const size_t n = units.size();
-  const size_t ahead = static_cast<size_t>(std::max(lookahead, 0));
+  // A pool without workers would run a "background" prepare at once, on this thread: no overlap
+  // to win, so units are simply prepared in order.
+  const size_t ahead = pool.threads() > 1 ? static_cast<size_t>(std::max(lookahead, 0)) : 0;
   size_t launched = 0;  // units [0, launched) have their prepare stage handed out
   std::exception_ptr error;
   try {
