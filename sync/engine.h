@@ -114,7 +114,8 @@ class Engine {
   // execute()'s pipeline stages (sync/pipeline.h). prepare and finish run on any thread (the
   // worker pool or the progress thread) and touch only their unit's tensors; transfer runs on the
   // progress thread (the only caller of comm_); complete_unit takes mutex_.
-  void prepare(pipeline::Job& job);
+  // A sparse job appends its encoded payload to payload_out (the unit's message).
+  void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void prepare_unit(pipeline::Unit& unit);
   void transfer(pipeline::Unit& unit);
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).

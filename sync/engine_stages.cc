@@ -25,6 +25,13 @@ using pipeline::Route;
 using pipeline::Unit;
 using PayloadView = std::pair<const uint8_t*, size_t>;
 
+template <typename T>
+void put_le(std::vector<uint8_t>& out, T value) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &value, sizeof(T));
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -47,7 +54,7 @@ float* fp32_values(Job& job) {
 
 }  // namespace
 
-void Engine::prepare(Job& job) {
+void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   TensorState& t = *job.tensor;
   if (job.route == Route::kFirstAverage) {
     // Full values in fp32, which also establishes an identical anchor everywhere.
@@ -84,27 +91,25 @@ void Engine::prepare(Job& job) {
   const float scale = clip_factor(job.clip, values, t.numel);
   t.codec->set_step(job.step);
   if (job.route == Route::kSparse)
-    t.codec->compress(values, scale, job.payload);
+    t.codec->compress(values, scale, payload_out);
   else
     t.codec->dense_step(values, scale);
 }
 
 void Engine::prepare_unit(Unit& unit) {
   auto t0 = Clock::now();
-  for (Job* job : unit.jobs)
-    prepare(*job);
-  if (unit.route == Route::kSparse) {
-    // This rank's message: a lone tensor's payload as it is (the collective carries its length);
-    // a group's as [u64 length][payload] per tensor, in the unit's order.
-    if (unit.jobs.size() == 1) {
-      unit.message.swap(unit.jobs[0]->payload);
-    } else {
-      ByteWriter w;
-      for (Job* job : unit.jobs) {
-        w.put<uint64_t>(job->payload.size());
-        w.put_bytes(job->payload.data(), job->payload.size());
-      }
-      unit.message.swap(w.bytes());
+  // A DGC unit's message: [u32 tensor count], then per tensor [u64 length][payload], each payload
+  // encoded in place (the count lets a receiver name ranks that cut different units).
+  std::vector<uint8_t>& m = unit.message;
+  m.clear();
+  if (unit.route == Route::kSparse) put_le<uint32_t>(m, static_cast<uint32_t>(unit.jobs.size()));
+  for (Job* job : unit.jobs) {
+    const size_t at = m.size();
+    if (unit.route == Route::kSparse) put_le<uint64_t>(m, 0);
+    prepare(*job, m);
+    if (unit.route == Route::kSparse) {
+      const uint64_t length = m.size() - at - sizeof(uint64_t);
+      std::memcpy(m.data() + at, &length, sizeof length);
     }
   }
   unit.counters.prepare_seconds += seconds_since(t0);
@@ -144,17 +149,15 @@ void Engine::finish_unit(Unit& unit) {
   std::vector<std::vector<PayloadView>> payloads(unit.jobs.size());
   if (unit.route == Route::kSparse) {
     GX_CHECK_EQ(unit.received.size(), static_cast<size_t>(world_size_));
-    for (size_t j = 0; j < unit.jobs.size(); ++j)
-      payloads[j].reserve(unit.received.size());
     for (size_t r = 0; r < unit.received.size(); ++r) {
       const comm::Bytes& m = unit.received[r];
-      if (unit.jobs.size() == 1) {
-        payloads[0].push_back({m.data(), m.size()});
-        continue;
-      }
-      ByteReader reader(
-          m.data(), m.size(),
-          "sparse message from rank " + std::to_string(r) + " for [" + unit.keys() + "]");
+      const std::string what = "sparse message from rank " + std::to_string(r);
+      ByteReader reader(m.data(), m.size(), what);
+      const uint32_t count = reader.get<uint32_t>();
+      if (count != unit.jobs.size())
+        throw CorruptPayload(what + " holds " + std::to_string(count) + " tensor(s) where [" +
+                             unit.keys() + "] were expected (ranks with different " +
+                             "GRADEX_SPARSE_GROUP_MB?)");
       for (size_t j = 0; j < unit.jobs.size(); ++j) {
         const uint64_t length = reader.get<uint64_t>();
         payloads[j].push_back({reader.get_bytes(length), length});

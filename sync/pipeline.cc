@@ -1,6 +1,7 @@
 #include "sync/pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include "base/thread_pool.h"
@@ -74,10 +75,32 @@ void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lo
   // to win, so units are simply prepared in order.
   const size_t ahead = pool.threads() > 1 ? static_cast<size_t>(std::max(lookahead, 0)) : 0;
   size_t launched = 0;  // units [0, launched) have their prepare stage handed out
+  // The failure of the earliest unit is the cause: later ones (e.g. a peer that stopped answering
+  // after it failed on the same unit) are consequences.
   std::exception_ptr error;
-  try {
-    for (size_t i = 0; i < n; ++i) {
-      Unit& u = units[i];
+  size_t error_unit = n;
+  auto fail = [&](size_t unit, std::exception_ptr e) {
+    if (unit < error_unit) {
+      error = std::move(e);
+      error_unit = unit;
+    }
+  };
+  // Finish stages that ended on the pool with an exception stop the walk before the next
+  // transfer: this rank would only go on to wait for peers that stopped on the same unit.
+  auto harvest = [&](size_t upto) {
+    for (size_t j = 0; j < upto; ++j) {
+      std::future<void>& f = units[j].finished;
+      if (!f.valid() || f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+      try {
+        f.get();
+      } catch (...) {
+        fail(j, std::current_exception());
+      }
+    }
+  };
+  for (size_t i = 0; i < n && error_unit == n; ++i) {
+    Unit& u = units[i];
+    try {
       const bool here = launched <= i;  // not handed to the pool: it runs on this thread
       if (here) launched = i + 1;
       for (; launched < std::min(n, i + 1 + ahead); ++launched) {
@@ -91,6 +114,8 @@ void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lo
         stages.prepare(u);
       else
         u.prepared.get();  // rethrows the stage's exception
+      harvest(i);
+      if (error_unit < n) break;
       stages.transfer(u);
       if (u.finish_on_pool) {
         u.finished = pool.submit([&u, &stages] {
@@ -100,14 +125,15 @@ void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lo
         u.finish_claimed = true;
         stages.finish(u);
       }
+    } catch (...) {
+      fail(i, std::current_exception());
     }
-  } catch (...) {
-    error = std::current_exception();
   }
   // Drain: no task may outlive this call (they reference the units and the stages). A prepare
   // that has not started is cancelled by claiming it (its unit was never transferred); a finish
   // that has not started runs here (its unit's transfer has completed, so its result is valid).
-  for (Unit& u : units) {
+  for (size_t j = 0; j < n; ++j) {
+    Unit& u = units[j];
     if (u.prepared.valid()) {
       u.prepare_claimed = true;
       u.prepared.wait();  // an exception of a unit past the failure point does not matter
@@ -118,7 +144,7 @@ void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lo
       u.finished.get();
     } catch (...) {
       if (u.finished.valid()) u.finished.wait();
-      if (!error) error = std::current_exception();
+      fail(j, std::current_exception());
     }
   }
   if (error) std::rethrow_exception(error);

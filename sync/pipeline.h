@@ -52,9 +52,8 @@ struct Job {
   // prepare:
   void* values = nullptr;  // what is sent and receives the average
   DType values_dtype = DType::kFloat32;
-  bool staged = false;           // values are tensor->scratch (fp32 of a 16-bit tensor)
-  std::vector<float> delta;      // LocalSGD: parameters - anchor, sent instead
-  std::vector<uint8_t> payload;  // sparse: this rank's encoded payload
+  bool staged = false;       // values are tensor->scratch (fp32 of a 16-bit tensor)
+  std::vector<float> delta;  // LocalSGD: parameters - anchor, sent instead
   // transfer (dense):
   bool nonfinite_result = false;  // the average holds NaN/Inf
 };
@@ -73,7 +72,7 @@ struct UnitCounters {
 struct Unit {
   Route route = Route::kDense;
   std::vector<Job*> jobs;             // round order
-  std::vector<uint8_t> message;       // sparse: what this rank sends (see sparse_message)
+  std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
   UnitCounters counters;
   // Scheduling (run()): who runs the prepare / finish stage, and their outcomes.
@@ -118,8 +117,10 @@ struct Stages {
 // costs overlap, never progress). Finish stages of units with finish_on_pool go to the pool; the
 // others run on the calling thread right after their transfer. Returns when every stage that was
 // started has ended (a prepare no worker has started is cancelled; a finish no worker has started
-// runs on the calling thread). Then the exception that stopped the walk through the units, else
-// the first finish stage's in unit order, is rethrown; units already finished stay finished.
+// runs on the calling thread). A finish stage that failed on the pool stops the walk before the
+// next transfer. The exception of the earliest failing unit is rethrown (the cause; later failures,
+// such as a timeout waiting for a peer that stopped on the same unit, are its consequences); units
+// already finished stay finished.
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead);
 
 }  // namespace gradex::sync::pipeline

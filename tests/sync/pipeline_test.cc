@@ -170,37 +170,52 @@ TEST(PipelineRun, StagesInOrderTransfersOnTheCallerAndPrepareOverlapsTransfer) {
   }
 }
 
+// A failing stage stops the walk: units after it are not transferred, units transferred before
+// it are finished, no stage runs after run() returns, and the earliest failing unit's exception
+// is the one rethrown. With workers a failed finish stops the walk at the next transfer after it
+// is noticed; with none it is noticed at once (the pool runs the task inside submit()).
 TEST(PipelineRun, FailuresStopTheWalkAndNoStageOutlivesRun) {
-  ThreadPool pool(3);
   struct Case {
     int fail_prepare, fail_transfer, fail_finish;
     const char* error;
   };
-  for (const Case& c : {Case{3, -1, -1, "prepare 3"}, Case{-1, 2, -1, "transfer 2"},
-                        Case{-1, -1, 1, "finish 1"}, Case{0, -1, -1, "prepare 0"}}) {
-    std::deque<Unit> units = make_units(6, true);
-    Recorder rec;
-    rec.fail_prepare = c.fail_prepare;
-    rec.fail_transfer = c.fail_transfer;
-    rec.fail_finish = c.fail_finish;
-    std::string error;
-    try {
-      run(units, rec.stages(units), pool, 1);
-    } catch (const std::runtime_error& e) {
-      error = e.what();
-    }
-    EXPECT_EQ(error, c.error);
-    const size_t logged = rec.log.size();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(rec.log.size(), logged) << c.error << ": a stage ran after run() returned";
-    // Units transferred before the failure are finished; nothing after it was transferred.
-    const int stop = c.fail_prepare >= 0    ? c.fail_prepare
-                     : c.fail_transfer >= 0 ? c.fail_transfer
-                                            : 6;
-    for (int i = 0; i < 6; ++i) {
-      const bool transferred = i < stop || (c.fail_transfer == i);
-      EXPECT_EQ(rec.seen("transfer " + std::to_string(i)), transferred) << c.error << " " << i;
-      EXPECT_EQ(rec.seen("finish " + std::to_string(i)), i < stop) << c.error << " " << i;
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (const Case& c :
+         {Case{3, -1, -1, "prepare 3"}, Case{-1, 2, -1, "transfer 2"}, Case{-1, -1, 1, "finish 1"},
+          Case{0, -1, -1, "prepare 0"}, Case{-1, 3, 1, "finish 1"}}) {
+      const std::string what = std::string(c.error) + ", threads " + std::to_string(threads);
+      std::deque<Unit> units = make_units(6, true);
+      Recorder rec;
+      rec.fail_prepare = c.fail_prepare;
+      rec.fail_transfer = c.fail_transfer;
+      rec.fail_finish = c.fail_finish;
+      std::string error;
+      try {
+        run(units, rec.stages(units), pool, 1);
+      } catch (const std::runtime_error& e) {
+        error = e.what();
+      }
+      EXPECT_EQ(error, c.error) << what;
+      const size_t logged = rec.log.size();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_EQ(rec.log.size(), logged) << what << ": a stage ran after run() returned";
+      // Transfers are a prefix 0..last; each one transferred is finished unless its own transfer
+      // failed.
+      int last = -1;
+      for (int i = 0; i < 6; ++i)
+        if (rec.seen("transfer " + std::to_string(i))) last = i;
+      for (int i = 0; i < 6; ++i) {
+        const bool transferred = i <= last;
+        EXPECT_EQ(rec.seen("transfer " + std::to_string(i)), transferred) << what << " " << i;
+        EXPECT_EQ(rec.seen("finish " + std::to_string(i)), transferred && i != c.fail_transfer)
+            << what << " " << i;
+      }
+      // Where the walk stopped.
+      if (c.fail_prepare >= 0) EXPECT_EQ(last, c.fail_prepare - 1) << what;
+      if (c.fail_transfer >= 0 && c.fail_finish < 0) EXPECT_EQ(last, c.fail_transfer) << what;
+      if (c.fail_finish >= 0 && threads == 1) EXPECT_EQ(last, c.fail_finish) << what;
+      if (c.fail_finish >= 0) EXPECT_GE(last, c.fail_finish) << what;
     }
   }
 }
