@@ -117,7 +117,12 @@ void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lo
       harvest(i);
       if (error_unit < n) break;
       stages.transfer(u);
-      if (u.finish_on_pool) {
+      // Decode on the pool only when the next unit is ready to go on the wire: otherwise this
+      // thread would wait for it anyway, and decoding here saves the hand-off.
+      const bool next_ready =
+          i + 1 < n && units[i + 1].prepared.valid() &&
+          units[i + 1].prepared.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      if (u.finish_on_pool && next_ready) {
         u.finished = pool.submit([&u, &stages] {
           if (!u.finish_claimed.exchange(true)) stages.finish(u);
         });

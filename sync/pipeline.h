@@ -114,13 +114,14 @@ struct Stages {
 // Runs every unit through its stages (see the top of this file). The prepare stage of units
 // i+1..i+lookahead is submitted to `pool` while unit i transfers; a prepare that no worker has
 // started by the time its unit is due runs on the calling thread instead (so a busy or empty pool
-// costs overlap, never progress). Finish stages of units with finish_on_pool go to the pool; the
-// others run on the calling thread right after their transfer. Returns when every stage that was
-// started has ended (a prepare no worker has started is cancelled; a finish no worker has started
-// runs on the calling thread). A finish stage that failed on the pool stops the walk before the
-// next transfer. The exception of the earliest failing unit is rethrown (the cause; later failures,
-// such as a timeout waiting for a peer that stopped on the same unit, are its consequences); units
-// already finished stay finished.
+// costs overlap, never progress). The finish stage of a unit with finish_on_pool goes to the pool
+// when the next unit is already prepared (its transfer can start at once); otherwise, and for
+// the other units, it runs on the calling thread right after the transfer. Returns when every stage
+// that was started has ended (a prepare no worker has started is cancelled; a finish no worker has
+// started runs on the calling thread). A finish stage that failed on the pool stops the walk before
+// the next transfer. The exception of the earliest failing unit is rethrown (the cause; later
+// failures, such as a timeout waiting for a peer that stopped on the same unit, are its
+// consequences); units already finished stay finished.
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead);
 
 }  // namespace gradex::sync::pipeline
