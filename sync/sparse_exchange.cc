@@ -22,7 +22,8 @@ double seconds_since(Clock::time_point t) {
 
 // Below this many elements in a call, the pool's hand-off costs more than it saves.
 constexpr uint64_t kParallelMinElements = uint64_t{1} << 18;
-// A tensor's sum is split into pieces of at least this many elements.
+// A tensor's sum is added in pieces of this many elements (256 KiB of fp32: a piece stays in L2
+// while every rank's values are added to it).
 constexpr uint64_t kSumPieceElements = uint64_t{1} << 16;
 
 struct Part {
@@ -273,13 +274,14 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
       view_slot(static_cast<int>(s));
 
   const float scale = 1.0f / static_cast<float>(world);
+  // Pieces of at most kSumPieceElements: while one piece takes rank 0's values, then rank 1's
+  // and so on, its cache lines and pages stay cached (each rank's additions would otherwise sweep
+  // the whole tensor again); they are also the pool's unit of work.
   b.parts.clear();
   for (size_t i = 0; i < n; ++i) {
     const uint64_t numel = items[i].codec->numel();
-    const uint64_t pieces =
-        parallel ? std::clamp<uint64_t>(numel / kSumPieceElements, 1, shared_pool().threads()) : 1;
-    for (uint64_t p = 0; p < pieces; ++p)
-      b.parts.push_back({i, numel * p / pieces, numel * (p + 1) / pieces});
+    for (uint64_t begin = 0; begin < numel; begin += kSumPieceElements)
+      b.parts.push_back({i, begin, std::min(numel, begin + kSumPieceElements)});
   }
   auto add_part = [&](int k) {
     const Part& part = b.parts[static_cast<size_t>(k)];

@@ -32,9 +32,15 @@ void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float s
 
 // Number of NaN and Inf values in v[0, n).
 size_t count_nonfinite(const float* v, size_t n);
+// The same for n 16-bit values of `type` (fp16 or bf16; InvalidArgument otherwise).
+size_t count_nonfinite(const uint16_t* v, size_t n, DType type);
+// Replaces every NaN and Inf by +0 in place; returns how many there were.
+size_t zero_nonfinite(float* v, size_t n);
+size_t zero_nonfinite(uint16_t* v, size_t n, DType type);
 
-// Large buffers (from 2^18 elements) are split over the shared worker pool (base/thread_pool.h);
-// the casts are element-wise, so the results are bit-identical to a serial pass.
+// Large buffers (from 2^20 elements, in pieces of at least 2^19) are split over the shared worker
+// pool (base/thread_pool.h); the casts are element-wise, so the results are bit-identical to a
+// serial pass. Smaller pieces would cost more in hand-offs than they save.
 
 // Largest finite value of a 16-bit type, as fp32.
 constexpr float kHalfMax = 65504.0f;

@@ -2,6 +2,7 @@
 // gradient, payloads appended in place, and payload views added by element range.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -108,6 +109,35 @@ TEST(ViewRanges, DamagedPayloadsAreRefusedLikeDecode) {
   wire::DecodeScratch scratch;
   EXPECT_THROW(wire::decode_view(bytes.data(), bytes.size(), scratch), CorruptPayload);
   EXPECT_THROW(wire::decode_view(bytes.data(), 10, scratch), CorruptPayload);
+}
+
+// The non-finite scans of every type against std::isfinite on the widened value, on sizes that
+// run on one thread and on the pool.
+TEST(NonFiniteScan, CountsAndZeroesExactlyTheNonFiniteValues) {
+  for (size_t n : {size_t{0}, size_t{5}, size_t{4099}, (size_t{1} << 21) + 9}) {
+    std::vector<float> f = test::random_grad(n, 21);
+    for (size_t i = 3; i < n; i += 997)
+      f[i] = (i / 997) % 3 == 0 ? INFINITY : (i / 997) % 3 == 1 ? -INFINITY : NAN;
+    size_t want = 0;
+    for (float x : f)
+      want += !std::isfinite(x);
+    EXPECT_EQ(half::count_nonfinite(f.data(), n), want) << n;
+    std::vector<float> z = f;
+    EXPECT_EQ(half::zero_nonfinite(z.data(), n), want) << n;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(std::isfinite(f[i]) ? z[i] == f[i] : (z[i] == 0.0f && !std::signbit(z[i])));
+    for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+      std::vector<uint16_t> h(n);
+      half::to_half(f.data(), h.data(), n, t, 1.0f);  // finite values saturate: stay finite
+      EXPECT_EQ(half::count_nonfinite(h.data(), n, t), want) << n << " " << dtype_name(t);
+      std::vector<uint16_t> hz = h;
+      EXPECT_EQ(half::zero_nonfinite(hz.data(), n, t), want);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(hz[i], std::isfinite(f[i]) ? h[i] : uint16_t{0}) << i;
+    }
+  }
+  uint16_t h = 0;
+  EXPECT_THROW(half::count_nonfinite(&h, 1, DType::kFloat32), InvalidArgument);
 }
 
 }  // namespace
