@@ -140,5 +140,76 @@ TEST(NonFiniteScan, CountsAndZeroesExactlyTheNonFiniteValues) {
   EXPECT_THROW(half::count_nonfinite(&h, 1, DType::kFloat32), InvalidArgument);
 }
 
+// The dense exchange's packing and unpacking between every pair of types, against the scalar
+// definitions of base/half.h: saturation, pre-scaling, division and the non-finite counts.
+float load(const std::vector<uint16_t>& h, const std::vector<float>& f, DType t, size_t i) {
+  return t == DType::kFloat32   ? f[i]
+         : t == DType::kFloat16 ? half_to_float(h[i])
+                                : bf16_to_float(h[i]);
+}
+
+TEST(Convert, EveryTypePairMatchesTheScalarDefinitions) {
+  const size_t n = 3001;
+  std::vector<float> f = test::random_grad(n, 31, 30000.0f);  // some beyond fp16's range
+  f[7] = NAN;
+  f[8] = INFINITY;
+  f[9] = -INFINITY;
+  for (DType in : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    std::vector<uint16_t> h(n);
+    if (in != DType::kFloat32) half::to_half(f.data(), h.data(), n, in, 1.0f);
+    const void* src = in == DType::kFloat32 ? static_cast<const void*>(f.data()) : h.data();
+    for (DType out : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (bool zero : {false, true}) {
+        std::vector<uint8_t> got(n * dtype_size(out));
+        half::CastStats s = half::convert_saturating(src, in, got.data(), out, n, 0.25f, zero);
+        size_t saturated = 0, nonfinite = 0;
+        for (size_t i = 0; i < n; ++i) {
+          float v = load(h, f, in, i);
+          bool sat = false;
+          if (!std::isfinite(v)) {
+            ++nonfinite;
+            if (zero) v = 0;
+          } else {
+            v *= 0.25f;
+            if (out != DType::kFloat32) {
+              v = half::round_to(v, out, &sat);
+              saturated += sat;
+            }
+          }
+          float back;
+          if (out == DType::kFloat32)
+            std::memcpy(&back, got.data() + 4 * i, 4);
+          else {
+            uint16_t b;
+            std::memcpy(&b, got.data() + 2 * i, 2);
+            back = out == DType::kFloat16 ? half_to_float(b) : bf16_to_float(b);
+          }
+          ASSERT_TRUE(std::isnan(v) ? std::isnan(back) : back == v)
+              << dtype_name(in) << "->" << dtype_name(out) << " at " << i;
+        }
+        EXPECT_EQ(s.saturated, saturated) << dtype_name(in) << "->" << dtype_name(out);
+        EXPECT_EQ(s.nonfinite, nonfinite);
+      }
+      std::vector<uint8_t> got(n * dtype_size(out));
+      const size_t bad = half::convert_divided(src, in, got.data(), out, n, 3.0f);
+      size_t want_bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float v = load(h, f, in, i) / 3.0f;
+        want_bad += !std::isfinite(v);
+        if (out == DType::kFloat32) {
+          float back;
+          std::memcpy(&back, got.data() + 4 * i, 4);
+          ASSERT_TRUE(std::isnan(v) ? std::isnan(back) : back == v) << i;
+        } else {
+          uint16_t b;
+          std::memcpy(&b, got.data() + 2 * i, 2);
+          ASSERT_EQ(b, out == DType::kFloat16 ? float_to_half(v) : float_to_bf16(v)) << i;
+        }
+      }
+      EXPECT_EQ(bad, want_bad);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradex::compress
