@@ -6,9 +6,9 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "compress/half/cpu.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -104,12 +104,7 @@ __attribute__((target("avx2,f16c"))) void from_fp16_f16c(const uint16_t* in, flo
 }
 
 bool have_f16c() {
-  // clang's __builtin_cpu_supports does not know "f16c": read CPUID leaf 1 (ECX bit 29) instead.
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-  }();
-  return ok;
+  return detail::cpu_has_avx2_f16c();
 }
 #endif
 

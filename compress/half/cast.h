@@ -42,6 +42,11 @@ CastStats convert_saturating(const void* in, DType in_type, void* out, DType out
 size_t convert_divided(const void* in, DType in_type, void* out, DType out_type, size_t n,
                        float divisor);
 
+// acc[i] = to16(from16(incoming[i]) + from16(acc[i])): one ring hop's sum of 16-bit values of
+// `type` (fp16 or bf16; InvalidArgument otherwise), added in fp32 and rounded once (compress/half/
+// sum.cc). The operand order is part of comm/'s documented summation order.
+void sum_into(uint16_t* acc, const uint16_t* incoming, size_t n, DType type);
+
 // Number of NaN and Inf values in v[0, n).
 size_t count_nonfinite(const float* v, size_t n);
 // The same for n 16-bit values of `type` (fp16 or bf16; InvalidArgument otherwise).

@@ -211,5 +211,24 @@ TEST(Convert, EveryTypePairMatchesTheScalarDefinitions) {
   }
 }
 
+// The ring's 16-bit sums (SIMD where the CPU has it) against the scalar widen-add-round.
+TEST(SumInto, MatchesWidenAddRoundOnce) {
+  const size_t n = 1003;  // a SIMD body and a scalar tail
+  std::vector<float> a = test::random_grad(n, 41, 100.0f), b = test::random_grad(n, 42, 100.0f);
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<uint16_t> acc(n), in(n);
+    half::to_half(a.data(), acc.data(), n, t, 1.0f);
+    half::to_half(b.data(), in.data(), n, t, 1.0f);
+    std::vector<uint16_t> want(n);
+    for (size_t i = 0; i < n; ++i)
+      want[i] = t == DType::kFloat16 ? float_to_half(half_to_float(in[i]) + half_to_float(acc[i]))
+                                     : float_to_bf16(bf16_to_float(in[i]) + bf16_to_float(acc[i]));
+    half::sum_into(acc.data(), in.data(), n, t);
+    EXPECT_EQ(acc, want) << dtype_name(t);
+  }
+  uint16_t x = 0;
+  EXPECT_THROW(half::sum_into(&x, &x, 1, DType::kFloat32), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace gradex::compress
