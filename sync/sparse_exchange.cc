@@ -22,9 +22,9 @@ double seconds_since(Clock::time_point t) {
 
 // Below this many elements in a call, the pool's hand-off costs more than it saves.
 constexpr uint64_t kParallelMinElements = uint64_t{1} << 18;
-// A tensor's sum is added in pieces of this many elements (256 KiB of fp32: a piece stays in L2
-// while every rank's values are added to it).
-constexpr uint64_t kSumPieceElements = uint64_t{1} << 16;
+// A tensor's sum is added in pieces of this many elements (1 MiB of fp32, about one L2: a piece's
+// lines and pages stay cached while every rank's values are added to it).
+constexpr uint64_t kSumPieceElements = uint64_t{1} << 18;
 
 struct Part {
   size_t item;
