@@ -299,4 +299,45 @@ void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
   counters.decode_seconds += seconds_since(t2);
 }
 
+void sum_payloads(const SparseCodec& codec, const std::string& key,
+                  const std::vector<std::pair<const uint8_t*, size_t>>& payloads, float scale,
+                  float* sum) {
+  // Per calling thread (the pipeline finishes units on the progress thread or a worker); the
+  // lambdas below run on other threads too, so they capture these by reference, never by name.
+  thread_local std::vector<compress::wire::DecodeScratch> scratch_of_thread;
+  thread_local std::vector<compress::wire::PayloadView> views_of_thread;
+  std::vector<compress::wire::DecodeScratch>& scratch = scratch_of_thread;
+  std::vector<compress::wire::PayloadView>& views = views_of_thread;
+  const size_t ranks = payloads.size();
+  if (scratch.size() < ranks) scratch.resize(ranks);
+  views.resize(ranks);
+  const uint64_t numel = codec.numel();
+  const bool parallel = numel >= kParallelMinElements && shared_pool().threads() > 1;
+  auto view_rank = [&](int r) {
+    const size_t i = static_cast<size_t>(r);
+    try {
+      views[i] = codec.view(payloads[i].first, payloads[i].second, scratch[i]);
+    } catch (const CorruptPayload& e) {
+      throw CorruptPayload("tensor '" + key + "' from rank " + std::to_string(r) + ": " + e.what());
+    }
+  };
+  if (parallel && ranks > 1)
+    shared_pool().parallel_for(static_cast<int>(ranks), view_rank);
+  else
+    for (size_t r = 0; r < ranks; ++r)
+      view_rank(static_cast<int>(r));
+  const int pieces = static_cast<int>((numel + kSumPieceElements - 1) / kSumPieceElements);
+  auto add_piece = [&](int k) {
+    const uint64_t begin = static_cast<uint64_t>(k) * kSumPieceElements;
+    const uint64_t end = std::min(numel, begin + kSumPieceElements);
+    for (size_t r = 0; r < ranks; ++r)
+      compress::wire::add_range(views[r], sum, numel, scale, begin, end);
+  };
+  if (parallel && pieces > 1)
+    shared_pool().parallel_for(pieces, add_piece);
+  else
+    for (int k = 0; k < pieces; ++k)
+      add_piece(k);
+}
+
 }  // namespace gradex::sync

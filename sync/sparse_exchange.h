@@ -89,4 +89,13 @@ struct SparseCounters {
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
                     SparseCounters& counters, bool ring = true);
 
+// One tensor's part of a sparse exchange, for an engine that moves the messages itself (the
+// pipeline, sync/pipeline.h): sum (numel floats, all zeros: compress_and_clear left it so)
+// receives scale * payloads[r] for every rank r, added in rank order per element, which is
+// bit-identical to sparse_average's sums however the work is split over the pool. Every payload
+// is validated first; CorruptPayload names `key` and the rank whose payload is bad (the lowest).
+void sum_payloads(const SparseCodec& codec, const std::string& key,
+                  const std::vector<std::pair<const uint8_t*, size_t>>& payloads, float scale,
+                  float* sum);
+
 }  // namespace gradex::sync

@@ -37,8 +37,9 @@ TEST_P(StepAndClear, SameSelectionAndStateAsStepAndLeavesZeros) {
     ASSERT_EQ(a.indices, b.indices) << "step " << s;
     ASSERT_TRUE(same_bits(a.values, b.values)) << "step " << s;
     ASSERT_EQ(std::memcmp(plain.residual(), clearing.residual(), n * 4), 0) << "step " << s;
-    if (momentum > 0)
+    if (momentum > 0) {
       ASSERT_EQ(std::memcmp(plain.momentum_buffer(), clearing.momentum_buffer(), n * 4), 0);
+    }
     ASSERT_TRUE(same_bits(g2, std::vector<float>(n, 0.0f))) << "step " << s;
   }
 }
