@@ -29,6 +29,12 @@ std::vector<Bytes> allgatherv(Communicator& comm, const void* data, size_t bytes
 // the announced sizes (MismatchError naming the origin rank otherwise).
 std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes);
 
+// The same two collectives into `result` (resized to P slots whose buffers are reused): a caller
+// that keeps `result` between calls allocates nothing once the payload sizes stop growing.
+void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result);
+void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
+                     std::vector<Bytes>& result);
+
 // Copies `bytes` bytes from `root`'s buffer into every other rank's buffer.
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);
 

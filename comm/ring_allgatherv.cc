@@ -12,77 +12,46 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "comm/allgatherv_prologue.h"
 #include "comm/collectives.h"
 
 namespace gradex::comm {
-namespace {
 
-void exchange_sizes(Communicator& comm, uint64_t tag, uint64_t mine, std::vector<uint64_t>& sizes) {
-  const int P = comm.size();
-  std::vector<RequestPtr> recvs, sends;
-  for (int q = 0; q < P; ++q) {
-    if (q == comm.rank()) continue;
-    recvs.push_back(comm.irecv(q, tag, &sizes[static_cast<size_t>(q)], sizeof(uint64_t)));
-    sends.push_back(comm.isend(q, tag, &mine, sizeof(uint64_t)));
-  }
-  comm.wait_all(recvs, "ring_allgatherv sizes");
-  for (auto& r : recvs)
-    if (comm.recv_length(*r) != sizeof(uint64_t))
-      throw MismatchError("ring_allgatherv: rank " + std::to_string(r->peer()) + " sent a " +
-                          std::to_string(comm.recv_length(*r)) +
-                          "-byte size announcement, expected 8 (ranks calling different "
-                          "collectives?)");
-  comm.wait_all(sends, "ring_allgatherv sizes");
-}
-
-// Number of chunks a payload of `bytes` takes.
-size_t chunk_count(size_t bytes, size_t chunk) {
-  return (bytes + chunk - 1) / chunk;
-}
-
-}  // namespace
-
-std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes) {
+void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
+                     std::vector<Bytes>& result) {
   const int P = comm.size();
   const int r = comm.rank();
-  GX_CHECK(data != nullptr || bytes == 0);
-  std::vector<Bytes> result(static_cast<size_t>(P));
-  if (bytes > 0) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    result[static_cast<size_t>(r)].assign(p, p + bytes);
-  }
-  if (P == 1) return result;
-  const uint64_t tag = comm.next_collective_tag();
   GX_CHECK_LT(static_cast<uint64_t>(P), uint64_t{1} << 16);
-
-  std::vector<uint64_t> sizes(static_cast<size_t>(P), 0);
-  sizes[static_cast<size_t>(r)] = bytes;
-  exchange_sizes(comm, tag, bytes, sizes);
+  thread_local std::vector<uint64_t> sizes;
+  uint64_t tag = 0;
+  if (!detail::allgatherv_prologue(comm, "ring_allgatherv", "ring_allgatherv sizes", data, bytes,
+                                   result, sizes, &tag))
+    return;
 
   const int left = (r + P - 1) % P;
   const int right = (r + 1) % P;
   const size_t chunk = std::max<size_t>(1, comm.options().ring_chunk_bytes);
   auto origin_of_step = [&](int s) { return (r - 1 - s + 2 * P) % P; };  // received at step s
 
-  // Every receive is posted up front (buffers are sized from the announced sizes).
-  std::vector<std::vector<RequestPtr>> recvs(static_cast<size_t>(P - 1));
+  // Every receive is posted up front (buffers are sized from the announced sizes), in (step,
+  // chunk) order; step s's chunks start at first[s].
+  std::vector<RequestPtr> recvs;
+  std::vector<size_t> first(static_cast<size_t>(P), 0);
+  size_t sends_needed = (bytes + chunk - 1) / chunk;
   for (int s = 0; s < P - 1; ++s) {
     const int o = origin_of_step(s);
     Bytes& slot = result[static_cast<size_t>(o)];
     slot.resize(sizes[static_cast<size_t>(o)]);
+    first[static_cast<size_t>(s)] = recvs.size();
     for (size_t off = 0; off < slot.size(); off += chunk)
-      recvs[static_cast<size_t>(s)].push_back(comm.irecv(left, tag + 1 + static_cast<uint64_t>(s),
-                                                         slot.data() + off,
-                                                         std::min(chunk, slot.size() - off)));
+      recvs.push_back(comm.irecv(left, tag + 1 + static_cast<uint64_t>(s), slot.data() + off,
+                                 std::min(chunk, slot.size() - off)));
+    if (s + 1 < P - 1) sends_needed += (slot.size() + chunk - 1) / chunk;
   }
+  first[static_cast<size_t>(P - 1)] = recvs.size();
 
   std::vector<RequestPtr> sends;
-  sends.reserve(chunk_count(bytes, chunk) + [&] {
-    size_t n = 0;
-    for (int s = 0; s + 1 < P - 1; ++s)
-      n += chunk_count(sizes[static_cast<size_t>(origin_of_step(s))], chunk);
-    return n;
-  }());
+  sends.reserve(sends_needed);
   const auto* mine = static_cast<const uint8_t*>(data);
   for (size_t off = 0; off < bytes; off += chunk)
     sends.push_back(comm.isend(right, tag + 1, mine + off, std::min(chunk, bytes - off)));
@@ -91,9 +60,9 @@ std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t 
   for (int s = 0; s < P - 1; ++s) {
     const int o = origin_of_step(s);
     Bytes& slot = result[static_cast<size_t>(o)];
-    auto& step = recvs[static_cast<size_t>(s)];
-    for (size_t k = 0; k < step.size(); ++k) {
-      one[0] = std::move(step[k]);
+    const size_t begin = first[static_cast<size_t>(s)], end = first[static_cast<size_t>(s + 1)];
+    for (size_t k = 0; k < end - begin; ++k) {
+      one[0] = std::move(recvs[begin + k]);
       comm.wait_all(one, "ring_allgatherv");
       const size_t off = k * chunk;
       const size_t want = std::min(chunk, slot.size() - off);
@@ -112,6 +81,11 @@ std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t 
     }
   }
   comm.wait_all(sends, "ring_allgatherv");
+}
+
+std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes) {
+  std::vector<Bytes> result;
+  ring_allgatherv(comm, data, bytes, result);
   return result;
 }
 

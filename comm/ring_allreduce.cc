@@ -16,6 +16,7 @@
 // message is measured rather than truncated.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -27,19 +28,16 @@ namespace {
 
 constexpr size_t kRecvWindow = 8;  // chunks received ahead of the one being reduced
 
-void wait_one(Communicator& comm, RequestPtr& request, const char* operation) {
-  if (!request) return;
-  std::vector<RequestPtr> one;
-  one.push_back(std::move(request));
-  comm.wait_all(one, operation);
-}
-
-// Waits for a receive and returns the number of bytes that arrived.
-size_t wait_recv(Communicator& comm, RequestPtr& request, const char* operation) {
-  std::vector<RequestPtr> one;
-  one.push_back(std::move(request));
-  comm.wait_all(one, operation);
-  return comm.recv_length(*one[0]);
+// The receive window's slots: one buffer per thread, grown to the largest window seen and never
+// zero-filled (every byte a slot is read for has just been received into it).
+uint8_t* scratch_slots(size_t bytes) {
+  thread_local std::unique_ptr<uint8_t[]> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset(new uint8_t[bytes]);
+    capacity = bytes;
+  }
+  return buffer.get();
 }
 
 class RingAllreduce {
@@ -56,8 +54,9 @@ class RingAllreduce {
         chunk_elems_(std::max<size_t>(1, comm.options().ring_chunk_bytes / elem_)) {
     GX_CHECK_LT(steps_, 1 << 16);  // steps are sub-tags of the collective's tag
     tag_ = comm.next_collective_tag();
-    scratch_.resize(kRecvWindow * chunk_elems_ * elem_);
+    scratch_ = scratch_slots(kRecvWindow * chunk_elems_ * elem_);
     sends_.resize(static_cast<size_t>(steps_));
+    one_.resize(1);
   }
 
   void run() {
@@ -78,7 +77,7 @@ class RingAllreduce {
         ++posted;
       }
       auto [s, c] = order[i];
-      check_length(s, c, wait_recv(comm_, recvs[i], "allreduce"));
+      check_length(s, c, wait_recv(recvs[i]));
       if (s < P_ - 1)
         sum_into(chunk_ptr(recv_seg(s), c), slot(i % kRecvWindow), chunk_len(recv_seg(s), c),
                  dtype_);
@@ -99,7 +98,23 @@ class RingAllreduce {
     return std::min(chunk_elems_, seg_len(k) - c * chunk_elems_);
   }
   uint8_t* chunk_ptr(int k, size_t c) { return data_ + (seg_begin(k) + c * chunk_elems_) * elem_; }
-  uint8_t* slot(size_t i) { return scratch_.data() + i * chunk_elems_ * elem_; }
+  uint8_t* slot(size_t i) { return scratch_ + i * chunk_elems_ * elem_; }
+
+  // One request at a time through a reused one-element vector (no allocation per chunk).
+  void wait_one(RequestPtr& request) {
+    if (!request) return;
+    one_[0] = std::move(request);
+    comm_.wait_all(one_, "allreduce");
+    one_[0].reset();
+  }
+  // Waits for a receive and returns the number of bytes that arrived.
+  size_t wait_recv(RequestPtr& request) {
+    one_[0] = std::move(request);
+    comm_.wait_all(one_, "allreduce");
+    const size_t received = comm_.recv_length(*one_[0]);
+    one_[0].reset();
+    return received;
+  }
   int mod(int x) const { return ((x % P_) + P_) % P_; }
   int send_seg(int s) const { return s < P_ - 1 ? mod(r_ - s) : mod(r_ + 1 - (s - (P_ - 1))); }
   int recv_seg(int s) const { return s < P_ - 1 ? mod(r_ - s - 1) : mod(r_ - (s - (P_ - 1))); }
@@ -144,7 +159,7 @@ class RingAllreduce {
     // Allgather lands in place, over the region this rank sent at reduce-scatter step
     // t = s - (P-1): that send must have left the buffer first.
     int t = s - (P_ - 1);
-    wait_one(comm_, sends_[static_cast<size_t>(t)][c], "allreduce");
+    wait_one(sends_[static_cast<size_t>(t)][c]);
     out = comm_.irecv(left(), tag_ + static_cast<uint64_t>(s), chunk_ptr(k, c), bytes);
   }
 
@@ -158,9 +173,10 @@ class RingAllreduce {
   int steps_;
   size_t chunk_elems_;
   uint64_t tag_ = 0;
-  // Declared before the requests: requests are destroyed (cancelled) before the scratch they use.
-  std::vector<uint8_t> scratch_;
+  // The thread's receive slots (scratch_slots): they outlive every request of this call.
+  uint8_t* scratch_ = nullptr;
   std::vector<std::vector<RequestPtr>> sends_;  // per step, per chunk
+  std::vector<RequestPtr> one_;
 };
 
 }  // namespace

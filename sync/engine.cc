@@ -40,9 +40,10 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   negotiator_->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
-  if (!configure_shared_pool(threads))
+  if (!configure_shared_pool(threads)) {
     GX_LOG(kWarn) << "GRADEX_THREADS=" << threads << " ignored: this process's worker pool "
                   << "already runs " << shared_pool().threads() << " threads";
+  }
   thread_ = std::thread([this] { run(); });
 }
 

@@ -90,9 +90,11 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   float* values = fp32_values(job);
   const float scale = clip_factor(job.clip, values, t.numel);
   t.codec->set_step(job.step);
-  if (job.route == Route::kSparse)
-    t.codec->compress(values, scale, payload_out);
-  else
+  if (job.route == Route::kSparse) {
+    // The gradient buffer is left all zeros: finish() adds every rank's payload straight into it.
+    const std::vector<uint8_t>& payload = t.codec->compress_and_clear(values, scale);
+    payload_out.insert(payload_out.end(), payload.begin(), payload.end());
+  } else
     t.codec->dense_step(values, scale);
 }
 
@@ -118,18 +120,9 @@ void Engine::prepare_unit(Unit& unit) {
 void Engine::finish(Job& job, const std::vector<PayloadView>& payloads) {
   TensorState& t = *job.tensor;
   if (job.route == Route::kSparse) {
-    // Every rank accumulates the same payloads in rank order, so the averages are bit-identical.
-    float* sum = static_cast<float*>(job.values);
-    std::fill(sum, sum + t.numel, 0.0f);
-    const float scale = 1.0f / static_cast<float>(world_size_);
-    for (size_t r = 0; r < payloads.size(); ++r) {
-      try {
-        t.codec->accumulate(payloads[r].first, payloads[r].second, scale, sum);
-      } catch (const CorruptPayload& e) {
-        throw CorruptPayload("tensor '" + t.key + "' from rank " + std::to_string(r) + ": " +
-                             e.what());
-      }
-    }
+    // Every rank adds the same payloads in rank order, so the averages are bit-identical.
+    sum_payloads(*t.codec, t.key, payloads, 1.0f / static_cast<float>(world_size_),
+                 static_cast<float*>(job.values));
   }
   if (job.route == Route::kFirstAverage) {
     t.anchor.resize(t.numel);

@@ -10,6 +10,7 @@
 
 #include "base/config.h"
 #include "comm/communicator.h"
+#include "compress/wire/codec.h"
 #include "sync/byte_io.h"
 #include "sync/options.h"
 
@@ -40,6 +41,18 @@ class SparseCodec {
   float* momentum();
   // Decodes one rank's payload and adds value * scale into `sum`. CorruptPayload on bad input.
   void accumulate(const uint8_t* payload, size_t size, float scale, float* sum) const;
+
+  // The exchange's own forms of the two above (sparse_average uses them; bit-identical results):
+  // compress_and_clear is compress() that also leaves `grad` all zeros (it then receives the
+  // sparse sum, so no separate zero-fill pass is needed) and keeps the payload in this codec
+  // (also payload()), valid until its next call.
+  const std::vector<uint8_t>& compress_and_clear(float* grad, float grad_scale);
+  const std::vector<uint8_t>& payload() const;
+  // Validates one rank's payload for this tensor (key, element count, everything wire::decode
+  // checks) without widening its values; add it with compress::wire::add_range. The view points
+  // into `payload` and `scratch`.
+  compress::wire::PayloadView view(const uint8_t* payload, size_t size,
+                                   compress::wire::DecodeScratch& scratch) const;
 
   void save(ByteWriter& w) const;
   void load(ByteReader& r);
@@ -75,5 +88,14 @@ struct SparseCounters {
 // results are bit-identical either way.
 void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
                     SparseCounters& counters, bool ring = true);
+
+// One tensor's part of a sparse exchange, for an engine that moves the messages itself (the
+// pipeline, sync/pipeline.h): sum (numel floats, all zeros: compress_and_clear left it so)
+// receives scale * payloads[r] for every rank r, added in rank order per element, which is
+// bit-identical to sparse_average's sums however the work is split over the pool. Every payload
+// is validated first; CorruptPayload names `key` and the rank whose payload is bad (the lowest).
+void sum_payloads(const SparseCodec& codec, const std::string& key,
+                  const std::vector<std::pair<const uint8_t*, size_t>>& payloads, float scale,
+                  float* sum);
 
 }  // namespace gradex::sync

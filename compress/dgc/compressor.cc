@@ -56,7 +56,8 @@ float DgcCompressor::clip_scale(const float* grad) const {
   return static_cast<float>(limit / norm);
 }
 
-void DgcCompressor::update(const float* grad, float grad_scale, float hint, int threads) {
+void DgcCompressor::update(const float* grad, float* clear, float grad_scale, float hint,
+                           int threads) {
   UpdateParams p;
   p.momentum = options_.momentum;
   p.nesterov = options_.nesterov;
@@ -64,7 +65,9 @@ void DgcCompressor::update(const float* grad, float grad_scale, float hint, int 
   p.hint = hint;
   float* u = u_.empty() ? nullptr : u_.data();
   parallel_chunks(numel_, threads, [&](int c, size_t b, size_t e) {
-    found_[c] = update_and_collect(grad, u, v_.data(), b, e, p, cand_[c].data(), cand_cap_);
+    found_[c] =
+        clear ? update_collect_and_clear(clear, u, v_.data(), b, e, p, cand_[c].data(), cand_cap_)
+              : update_and_collect(grad, u, v_.data(), b, e, p, cand_[c].data(), cand_cap_);
   });
 }
 
@@ -78,6 +81,14 @@ void DgcCompressor::collect(float t, int threads, size_t* total) {
 }
 
 const Selection& DgcCompressor::step(const float* grad, float grad_scale) {
+  return step_impl(grad, nullptr, grad_scale);
+}
+
+const Selection& DgcCompressor::step_and_clear(float* grad, float grad_scale) {
+  return step_impl(grad, grad, grad_scale);
+}
+
+const Selection& DgcCompressor::step_impl(const float* grad, float* clear, float grad_scale) {
   if (numel_ > 0 && grad == nullptr) throw InvalidArgument("DgcCompressor::step: grad is null");
   const double sparsity = sparsity_at(options_, step_);
   const CountBounds b = count_bounds(options_, numel_, sparsity);
@@ -102,7 +113,7 @@ const Selection& DgcCompressor::step(const float* grad, float grad_scale) {
                      : use_hint
                          ? std::max(last_threshold_ * growth * options_.hint_margin, kMinThreshold)
                          : std::numeric_limits<float>::infinity();
-  update(grad, grad_scale, hint, threads);
+  update(grad, clear, grad_scale, hint, threads);
 
   sel_.indices.clear();
   sel_.step = step_;
@@ -196,7 +207,7 @@ void DgcCompressor::step_dense(const float* grad, float* dense_out, float grad_s
   cand_cap_ = 0;
   if (static_cast<int>(cand_.size()) < threads) cand_.resize(threads);
   found_.assign(threads, 0);
-  update(grad, grad_scale, std::numeric_limits<float>::infinity(), threads);
+  update(grad, nullptr, grad_scale, std::numeric_limits<float>::infinity(), threads);
   parallel_chunks(numel_, threads, [&](int, size_t b, size_t e) {
     std::copy(v_.begin() + b, v_.begin() + e, dense_out + b);
     std::fill(v_.begin() + b, v_.begin() + e, 0.0f);

@@ -53,6 +53,10 @@ class DgcCompressor {
   // decided by the caller, e.g. from the whole model's norm) and by the options' own clipping
   // factor before it enters u and v. The result is valid until the next call.
   const Selection& step(const float* grad, float grad_scale = 1.0f);
+  // The same step (bit-identical selection and state), which also leaves grad all zeros: for a
+  // caller whose gradient buffer then receives a sparse sum. The zeros are written in the pass
+  // that reads grad, which is cheaper than a separate fill.
+  const Selection& step_and_clear(float* grad, float grad_scale = 1.0f);
   // One dense step: the same update, then the whole new v is written to dense_out (numel floats)
   // and v is zeroed, so the invariant holds with every element sent. u is kept: a dense step is
   // an ordinary momentum-SGD step (dense_out = u when v was empty), and the momentum carries over
@@ -82,7 +86,9 @@ class DgcCompressor {
 
  private:
   float clip_scale(const float* grad) const;
-  void update(const float* grad, float grad_scale, float hint, int threads);
+  const Selection& step_impl(const float* grad, float* clear, float grad_scale);
+  // clear: null, or grad itself (zeroed as it is read).
+  void update(const float* grad, float* clear, float grad_scale, float hint, int threads);
   void select(int threads);
   void collect(float t, int threads, size_t* total);
   void finish_selection();

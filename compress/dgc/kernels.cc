@@ -32,9 +32,10 @@ inline size_t emit_block(const float* v, size_t b, size_t e, float t, uint32_t* 
 
 enum class Mode { kPlain, kMomentum, kNesterov };
 
-template <Mode M>
-size_t update_impl(const float* __restrict g, float* __restrict u, float* __restrict v,
-                   size_t begin, size_t end, const UpdateParams& p, uint32_t* cand, size_t cap) {
+// Clear: g[i] = 0 after it is read (g is only written when Clear is set).
+template <Mode M, bool Clear>
+size_t update_impl(float* __restrict g, float* __restrict u, float* __restrict v, size_t begin,
+                   size_t end, const UpdateParams& p, uint32_t* cand, size_t cap) {
   const float m = p.momentum, s = p.grad_scale, t = p.hint;
   size_t found = 0;
   for (size_t b = begin; b < end; b += kBlock) {
@@ -42,6 +43,7 @@ size_t update_impl(const float* __restrict g, float* __restrict u, float* __rest
     int hit = 0;
     for (size_t i = b; i < e; ++i) {
       const float gi = g[i] * s;
+      if constexpr (Clear) g[i] = 0.0f;
       float vi;
       if constexpr (M == Mode::kPlain) {
         vi = v[i] + gi;
@@ -58,13 +60,26 @@ size_t update_impl(const float* __restrict g, float* __restrict u, float* __rest
   return found;
 }
 
+template <bool Clear>
+size_t update_dispatch(float* g, float* u, float* v, size_t begin, size_t end,
+                       const UpdateParams& p, uint32_t* cand, size_t cap) {
+  if (p.momentum == 0.0f)
+    return update_impl<Mode::kPlain, Clear>(g, u, v, begin, end, p, cand, cap);
+  if (p.nesterov) return update_impl<Mode::kNesterov, Clear>(g, u, v, begin, end, p, cand, cap);
+  return update_impl<Mode::kMomentum, Clear>(g, u, v, begin, end, p, cand, cap);
+}
+
 }  // namespace
 
 size_t update_and_collect(const float* g, float* u, float* v, size_t begin, size_t end,
                           const UpdateParams& p, uint32_t* cand, size_t cap) {
-  if (p.momentum == 0.0f) return update_impl<Mode::kPlain>(g, u, v, begin, end, p, cand, cap);
-  if (p.nesterov) return update_impl<Mode::kNesterov>(g, u, v, begin, end, p, cand, cap);
-  return update_impl<Mode::kMomentum>(g, u, v, begin, end, p, cand, cap);
+  // Never written through: update_impl<.., false> only reads g.
+  return update_dispatch<false>(const_cast<float*>(g), u, v, begin, end, p, cand, cap);
+}
+
+size_t update_collect_and_clear(float* g, float* u, float* v, size_t begin, size_t end,
+                                const UpdateParams& p, uint32_t* cand, size_t cap) {
+  return update_dispatch<true>(g, u, v, begin, end, p, cand, cap);
 }
 
 size_t collect_at_least(const float* __restrict v, size_t begin, size_t end, float t,

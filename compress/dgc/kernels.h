@@ -21,6 +21,11 @@ struct UpdateParams {
 // new v. Reads g, u, v and writes u, v once (20 bytes per element; 12 without momentum).
 size_t update_and_collect(const float* g, float* u, float* v, size_t begin, size_t end,
                           const UpdateParams& p, uint32_t* cand, size_t cap);
+// The same pass, which also sets g[i] to 0 once it has been read: a caller whose gradient buffer
+// is about to receive a sparse sum (zero outside the selections) saves a separate zero-fill pass
+// over it; g's cache lines are already loaded, so only their write-back is added.
+size_t update_collect_and_clear(float* g, float* u, float* v, size_t begin, size_t end,
+                                const UpdateParams& p, uint32_t* cand, size_t cap);
 
 // Candidates of v: elements with |v| >= t (t > 0), as above.
 size_t collect_at_least(const float* v, size_t begin, size_t end, float t, uint32_t* cand,

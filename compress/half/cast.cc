@@ -6,9 +6,9 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "compress/half/cpu.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -104,12 +104,7 @@ __attribute__((target("avx2,f16c"))) void from_fp16_f16c(const uint16_t* in, flo
 }
 
 bool have_f16c() {
-  // clang's __builtin_cpu_supports does not know "f16c": read CPUID leaf 1 (ECX bit 29) instead.
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-  }();
-  return ok;
+  return detail::cpu_has_avx2_f16c();
 }
 #endif
 
@@ -133,8 +128,8 @@ void from_half_impl(const uint16_t* __restrict in, float* __restrict out, size_t
 
 // Casts are element-wise, so splitting them over the shared pool changes no bit of the result;
 // only large buffers are split (below kParallelMin the hand-off costs more than it saves).
-constexpr size_t kParallelMin = size_t{1} << 18;
-constexpr size_t kPerChunkMin = size_t{1} << 17;
+constexpr size_t kParallelMin = size_t{1} << 20;
+constexpr size_t kPerChunkMin = size_t{1} << 19;
 
 int chunks_for(size_t n) {
   if (n < kParallelMin) return 1;
@@ -195,26 +190,78 @@ void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float s
   });
 }
 
-size_t count_nonfinite(const float* v, size_t n) {
+namespace {
+
+// A value is non-finite when its exponent bits are all ones: testing bits keeps the loops
+// branch-free and identical for the three types. `exponent` is the type's exponent mask.
+template <typename Bits>
+size_t count_bits(const Bits* v, size_t b, size_t e, Bits exponent) {
+  // 32-bit block counters keep the loop vectorizable.
+  size_t total = 0;
+  for (size_t blk = b; blk < e; blk += 4096) {
+    const size_t end = std::min(e, blk + 4096);
+    uint32_t c = 0;
+    for (size_t i = blk; i < end; ++i)
+      c += (v[i] & exponent) == exponent;
+    total += c;
+  }
+  return total;
+}
+
+template <typename Bits>
+size_t zero_bits(Bits* v, size_t b, size_t e, Bits exponent) {
+  size_t count = 0;
+  for (size_t i = b; i < e; ++i) {
+    const bool bad = (v[i] & exponent) == exponent;
+    count += bad;
+    if (bad) v[i] = 0;
+  }
+  return count;
+}
+
+// fn(b, e) -> size_t over the pool's chunks, summed.
+template <typename Fn>
+size_t sum_chunks(size_t n, Fn&& fn) {
   const int chunks = chunks_for(n);
-  std::vector<size_t> parts(static_cast<size_t>(std::max(chunks, 1)), 0);
-  const size_t per = chunks <= 1 ? n + 1 : ((n + chunks - 1) / chunks + 63) / 64 * 64;
-  for_chunks(n, chunks, [&](size_t b, size_t e) {
-    // Exponent all ones <=> Inf or NaN; 32-bit block counters keep the loop vectorizable.
-    size_t total = 0;
-    for (size_t blk = b; blk < e; blk += 4096) {
-      const size_t end = std::min(e, blk + 4096);
-      uint32_t c = 0;
-      for (size_t i = blk; i < end; ++i)
-        c += (float_bits(v[i]) & 0x7f800000u) == 0x7f800000u;
-      total += c;
-    }
-    parts[b / per] = total;
-  });
+  if (chunks <= 1) return fn(size_t{0}, n);
+  std::vector<size_t> parts(static_cast<size_t>(chunks), 0);
+  const size_t per = ((n + chunks - 1) / chunks + 63) / 64 * 64;
+  for_chunks(n, chunks, [&](size_t b, size_t e) { parts[b / per] = fn(b, e); });
   size_t total = 0;
   for (size_t p : parts)
     total += p;
   return total;
+}
+
+uint16_t exponent16(DType type, const char* what) {
+  require_half(type, what);
+  return type == DType::kFloat16 ? uint16_t{0x7c00u} : uint16_t{0x7f80u};
+}
+
+const uint32_t* as_bits(const float* v) {
+  return reinterpret_cast<const uint32_t*>(v);
+}
+
+}  // namespace
+
+size_t count_nonfinite(const float* v, size_t n) {
+  return sum_chunks(n,
+                    [&](size_t b, size_t e) { return count_bits(as_bits(v), b, e, 0x7f800000u); });
+}
+
+size_t count_nonfinite(const uint16_t* v, size_t n, DType type) {
+  const uint16_t exponent = exponent16(type, "half::count_nonfinite");
+  return sum_chunks(n, [&](size_t b, size_t e) { return count_bits(v, b, e, exponent); });
+}
+
+size_t zero_nonfinite(float* v, size_t n) {
+  auto* bits = reinterpret_cast<uint32_t*>(v);
+  return sum_chunks(n, [&](size_t b, size_t e) { return zero_bits(bits, b, e, 0x7f800000u); });
+}
+
+size_t zero_nonfinite(uint16_t* v, size_t n, DType type) {
+  const uint16_t exponent = exponent16(type, "half::zero_nonfinite");
+  return sum_chunks(n, [&](size_t b, size_t e) { return zero_bits(v, b, e, exponent); });
 }
 
 }  // namespace gradex::compress::half

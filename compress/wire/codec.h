@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "base/dtype.h"
-#include "compress/dgc/compressor.h"
 #include "compress/options.h"
+
+namespace gradex::compress {
+struct Selection;  // compress/dgc/compressor.h: the format does not depend on the compressor
+}
 
 namespace gradex::compress::wire {
 
@@ -46,9 +49,8 @@ struct SparseRef {
   size_t count = 0;
   DType value_dtype = DType::kFloat32;
 };
-inline SparseRef sparse_ref(const Selection& s) {
-  return {s.numel, s.indices.data(), s.values.data(), s.indices.size(), s.value_dtype};
-}
+// A DGC selection as a SparseRef (compress/wire/selection.cc).
+SparseRef sparse_ref(const Selection& s);
 
 struct PayloadHeader {
   uint64_t key = 0;
@@ -67,6 +69,10 @@ struct PayloadHeader {
 // Encodes into out (replaced). Throws InvalidArgument when the input breaks the contract above.
 void encode(const SparseRef& sparse, uint64_t key, const WireOptions& options,
             std::vector<uint8_t>& out);
+// The same payload appended at out's end (out's earlier bytes are kept): a sender that frames
+// several payloads into one message encodes each in place, without an intermediate copy.
+void encode_append(const SparseRef& sparse, uint64_t key, const WireOptions& options,
+                   std::vector<uint8_t>& out);
 std::vector<uint8_t> encode(const Selection& selection, uint64_t key, const WireOptions& options);
 
 // Validates the header fields and the total length (not the checksum): enough to route a payload
@@ -86,5 +92,27 @@ DecodedPayload decode(const uint8_t* data, size_t size);
 // out[idx] += scale * value for every decoded element; out holds out_numel floats, which must equal
 // the payload's element count (InvalidArgument otherwise).
 void accumulate(const DecodedPayload& payload, float* out, size_t out_numel, float scale);
+
+// A fully validated payload whose values stay in their wire type, in place: the receive path
+// adds them into a sum directly (no widened copy), possibly split over threads by element range.
+struct PayloadView {
+  PayloadHeader header;
+  const uint32_t* indices = nullptr;  // header.selected, strictly increasing, < header.numel
+  const uint8_t* values = nullptr;    // header.selected values of header.value_dtype (LE)
+};
+// Buffers a view's indices (and a zstd body) live in; reused across calls, one per view alive.
+struct DecodeScratch {
+  std::vector<uint32_t> indices;
+  std::vector<uint8_t> inflated;
+};
+// Validates exactly as decode() does (CorruptPayload otherwise). The view points into `data` and
+// `scratch`: valid while both are unchanged.
+PayloadView decode_view(const uint8_t* data, size_t size, DecodeScratch& scratch);
+// out[idx] += scale * value for the view's elements with begin <= idx < end (the same arithmetic
+// as accumulate: bit-identical sums). Callers may split [0, numel) over threads; per element the
+// additions happen in call order. out holds out_numel == header.numel floats (InvalidArgument
+// otherwise).
+void add_range(const PayloadView& view, float* out, size_t out_numel, float scale, size_t begin,
+               size_t end);
 
 }  // namespace gradex::compress::wire

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -73,25 +74,37 @@ PayloadHeader parse_header(const uint8_t* data, size_t size) {
   return h;
 }
 
-void decode(const uint8_t* data, size_t size, DecodedPayload& out) {
-  out.header = parse_header(data, size);
-  const PayloadHeader& h = out.header;
+PayloadView decode_view(const uint8_t* data, size_t size, DecodeScratch& scratch) {
+  PayloadView view;
+  view.header = parse_header(data, size);
+  const PayloadHeader& h = view.header;
   uint32_t crc = crc32c(data, 44);
   crc = crc32c(data + kHeaderBytes, h.stored_bytes, crc);
   if (crc != h.checksum) corrupt("checksum mismatch (payload damaged in transit)");
 
   const uint8_t* body = data + kHeaderBytes;
-  thread_local std::vector<uint8_t> inflated;
   if (h.zstd) {
-    inflated.resize(h.body_bytes);
-    zstd::decompress(body, h.stored_bytes, inflated.data(), h.body_bytes);
-    body = inflated.data();
+    scratch.inflated.resize(h.body_bytes);
+    zstd::decompress(body, h.stored_bytes, scratch.inflated.data(), h.body_bytes);
+    body = scratch.inflated.data();
   }
-  out.indices.resize(h.selected);
+  scratch.indices.resize(h.selected);
   decode_indices(h.index_coding, h.rice_param, body, h.index_bytes, h.selected, h.numel,
-                 out.indices.data());
+                 scratch.indices.data());
+  view.indices = scratch.indices.data();
+  view.values = body + h.index_bytes;
+  return view;
+}
+
+void decode(const uint8_t* data, size_t size, DecodedPayload& out) {
+  thread_local DecodeScratch scratch;
+  scratch.indices.swap(out.indices);  // decoded straight into out.indices, no copy
+  const PayloadView view = decode_view(data, size, scratch);
+  out.indices.swap(scratch.indices);
+  const PayloadHeader& h = view.header;
+  out.header = h;
   out.values.resize(h.selected);
-  const uint8_t* v = body + h.index_bytes;
+  const uint8_t* v = view.values;
   switch (h.value_dtype) {
     case DType::kFloat32:
       if (h.selected) std::memcpy(out.values.data(), v, uint64_t{h.selected} * 4);
@@ -124,6 +137,50 @@ void accumulate(const DecodedPayload& p, float* out, size_t out_numel, float sca
     const uint32_t i = p.indices[j];
     if (i >= out_numel) throw InvalidArgument("wire::accumulate: index out of range");
     out[i] += scale * p.values[j];
+  }
+}
+
+namespace {
+
+// out[idx[j]] += scale * load(values, j) for j in [first, last): fp16/bf16 widen exactly, so the
+// sum is bit-identical to accumulate() over a decoded copy.
+template <typename Load>
+void add_values(const uint32_t* idx, const uint8_t* values, size_t first, size_t last, float* out,
+                float scale, Load load) {
+  for (size_t j = first; j < last; ++j)
+    out[idx[j]] += scale * load(values, j);
+}
+
+}  // namespace
+
+void add_range(const PayloadView& view, float* out, size_t out_numel, float scale, size_t begin,
+               size_t end) {
+  const PayloadHeader& h = view.header;
+  if (out_numel != h.numel)
+    throw InvalidArgument("wire::accumulate: buffer of " + n2s(out_numel) +
+                          " elements for a payload of " + n2s(h.numel));
+  if (h.selected == 0 || begin >= end) return;
+  if (out == nullptr) throw InvalidArgument("wire::accumulate: null buffer");
+  const uint32_t* idx = view.indices;
+  const size_t first =
+      static_cast<size_t>(begin == 0 ? 0 : std::lower_bound(idx, idx + h.selected, begin) - idx);
+  const size_t last = static_cast<size_t>(
+      end >= h.numel ? h.selected : std::lower_bound(idx, idx + h.selected, end) - idx);
+  switch (h.value_dtype) {
+    case DType::kFloat32:
+      add_values(idx, view.values, first, last, out, scale,
+                 [](const uint8_t* v, size_t j) { return get<float>(v + 4 * j); });
+      break;
+    case DType::kFloat16:
+      add_values(idx, view.values, first, last, out, scale, [](const uint8_t* v, size_t j) {
+        return half_to_float(get<uint16_t>(v + 2 * j));
+      });
+      break;
+    case DType::kBFloat16:
+      add_values(idx, view.values, first, last, out, scale, [](const uint8_t* v, size_t j) {
+        return bf16_to_float(get<uint16_t>(v + 2 * j));
+      });
+      break;
   }
 }
 

@@ -49,32 +49,34 @@ void append_values(const SparseRef& s, std::vector<uint8_t>& out) {
 
 }  // namespace
 
-void encode(const SparseRef& s, uint64_t key, const WireOptions& options,
-            std::vector<uint8_t>& out) {
+void encode_append(const SparseRef& s, uint64_t key, const WireOptions& options,
+                   std::vector<uint8_t>& out) {
   check_input(s);
   const IndexPlan plan = best_plan(options.index_coding, s.indices, s.count, s.numel);
   const uint64_t body = plan.bytes + uint64_t{s.count} * dtype_size(s.value_dtype);
   if (body > 0xffffffffu)
     throw InvalidArgument("wire::encode: body of " + std::to_string(body) + " bytes exceeds 4 GiB");
 
-  out.assign(kHeaderBytes, 0);
-  out.reserve(kHeaderBytes + body);
+  const size_t at = out.size();  // this payload's first byte
+  out.reserve(at + kHeaderBytes + body);
+  out.resize(at + kHeaderBytes, 0);
   encode_indices(plan, s.indices, s.count, s.numel, out);
   append_values(s, out);
-  GX_CHECK_EQ(out.size(), kHeaderBytes + body);
+  GX_CHECK_EQ(out.size(), at + kHeaderBytes + body);
 
   uint8_t flags = 0;
   if (options.zstd_level > 0 && body > 0) {
     thread_local std::vector<uint8_t> packed;
     // Kept only when smaller, and within the expansion bound the decoder enforces.
-    if (zstd::compress(out.data() + kHeaderBytes, body, options.zstd_level, body, packed) &&
+    if (zstd::compress(out.data() + at + kHeaderBytes, body, options.zstd_level, body, packed) &&
         body <= kMaxZstdRatio * packed.size() + kZstdSlack) {
-      out.resize(kHeaderBytes);
+      out.resize(at + kHeaderBytes);
       out.insert(out.end(), packed.begin(), packed.end());
       flags |= kFlagZstd;
     }
   }
-  uint8_t* h = out.data();
+  uint8_t* h = out.data() + at;
+  const size_t stored = out.size() - at - kHeaderBytes;
   put<uint32_t>(h + 0, kMagic);
   put<uint16_t>(h + 4, kVersion);
   put<uint16_t>(h + 6, static_cast<uint16_t>(kHeaderBytes));
@@ -87,16 +89,16 @@ void encode(const SparseRef& s, uint64_t key, const WireOptions& options,
   h[31] = plan.rice_param;
   put<uint32_t>(h + 32, static_cast<uint32_t>(plan.bytes));
   put<uint32_t>(h + 36, static_cast<uint32_t>(body));
-  put<uint32_t>(h + 40, static_cast<uint32_t>(out.size() - kHeaderBytes));
+  put<uint32_t>(h + 40, static_cast<uint32_t>(stored));
   uint32_t crc = crc32c(h, 44);
-  crc = crc32c(h + kHeaderBytes, out.size() - kHeaderBytes, crc);
+  crc = crc32c(h + kHeaderBytes, stored, crc);
   put<uint32_t>(h + 44, crc);
 }
 
-std::vector<uint8_t> encode(const Selection& selection, uint64_t key, const WireOptions& options) {
-  std::vector<uint8_t> out;
-  encode(sparse_ref(selection), key, options, out);
-  return out;
+void encode(const SparseRef& s, uint64_t key, const WireOptions& options,
+            std::vector<uint8_t>& out) {
+  out.clear();
+  encode_append(s, key, options, out);
 }
 
 }  // namespace gradex::compress::wire

@@ -64,6 +64,27 @@ TEST_P(RingWorld, BitIdenticalToDirectAllgatherv) {
   });
 }
 
+// The forms that fill a caller's result: one result kept across rounds whose sizes grow, shrink
+// and drop to zero must hold exactly this round's payloads (no stale bytes from a longer one).
+TEST_P(RingWorld, ReusedResultsHoldOnlyThisRound) {
+  const int P = GetParam();
+  run_ranks(P, [&](Communicator& c) {
+    std::vector<comm::Bytes> ring, direct;
+    for (int round : {4, 2, 1, 0, 5, 3, 2}) {
+      std::vector<uint8_t> mine = payload(c.rank(), P, round);
+      comm::ring_allgatherv(c, mine.data(), mine.size(), ring);
+      comm::allgatherv(c, mine.data(), mine.size(), direct);
+      if (ring.size() != static_cast<size_t>(P) || direct.size() != static_cast<size_t>(P))
+        throw std::runtime_error("result size");
+      for (int r = 0; r < P; ++r)
+        if (ring[static_cast<size_t>(r)] != payload(r, P, round) ||
+            direct[static_cast<size_t>(r)] != payload(r, P, round))
+          throw std::runtime_error("reused result of rank " + std::to_string(r) + " round " +
+                                   std::to_string(round) + " differs");
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Comm, RingWorld, ::testing::Range(1, 9));
 
 // Default 256 KiB chunks, multi-megabyte payloads: long forwarding pipelines.

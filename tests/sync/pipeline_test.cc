@@ -157,7 +157,9 @@ TEST(PipelineRun, StagesInOrderTransfersOnTheCallerAndPrepareOverlapsTransfer) {
         EXPECT_LT(rec.index(p), rec.index(t)) << "unit " << i;
         EXPECT_LT(rec.index(t), rec.index(f)) << "unit " << i;
         EXPECT_EQ(rec.where[t], caller);
-        if (i > 0) EXPECT_LT(rec.index("transfer " + std::to_string(i - 1)), rec.index(t));
+        if (i > 0) {
+          EXPECT_LT(rec.index("transfer " + std::to_string(i - 1)), rec.index(t));
+        }
         // With workers, unit i+1 prepared while unit i was on the wire (the transfer waited for
         // it): that prepare ran on a worker.
         if (threads > 1 && i > 0) {
@@ -212,10 +214,18 @@ TEST(PipelineRun, FailuresStopTheWalkAndNoStageOutlivesRun) {
             << what << " " << i;
       }
       // Where the walk stopped.
-      if (c.fail_prepare >= 0) EXPECT_EQ(last, c.fail_prepare - 1) << what;
-      if (c.fail_transfer >= 0 && c.fail_finish < 0) EXPECT_EQ(last, c.fail_transfer) << what;
-      if (c.fail_finish >= 0 && threads == 1) EXPECT_EQ(last, c.fail_finish) << what;
-      if (c.fail_finish >= 0) EXPECT_GE(last, c.fail_finish) << what;
+      if (c.fail_prepare >= 0) {
+        EXPECT_EQ(last, c.fail_prepare - 1) << what;
+      }
+      if (c.fail_transfer >= 0 && c.fail_finish < 0) {
+        EXPECT_EQ(last, c.fail_transfer) << what;
+      }
+      if (c.fail_finish >= 0 && threads == 1) {
+        EXPECT_EQ(last, c.fail_finish) << what;
+      }
+      if (c.fail_finish >= 0) {
+        EXPECT_GE(last, c.fail_finish) << what;
+      }
     }
   }
 }

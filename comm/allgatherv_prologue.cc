@@ -1,0 +1,54 @@
+#include "comm/allgatherv_prologue.h"
+
+#include <string>
+
+#include "base/check.h"
+#include "base/error.h"
+
+namespace gradex::comm::detail {
+
+void throw_length_mismatch(const char* operation, const Communicator& comm, const char* what,
+                           int peer, size_t received, size_t expected) {
+  const int r = comm.rank();
+  throw MismatchError(std::string(operation) + ": rank " + std::to_string(r) + " received " +
+                      std::to_string(received) + " bytes of " + what + " from rank " +
+                      std::to_string(peer) + ", expected " + std::to_string(expected) + ": ranks " +
+                      std::to_string(peer) + " and " + std::to_string(r) +
+                      " are not in the same collective");
+}
+
+bool allgatherv_prologue(Communicator& comm, const char* operation, const char* sizes_operation,
+                         const void* data, size_t bytes, std::vector<Bytes>& result,
+                         std::vector<uint64_t>& sizes, uint64_t* tag) {
+  const int P = comm.size();
+  const int r = comm.rank();
+  GX_CHECK(data != nullptr || bytes == 0);
+  result.resize(static_cast<size_t>(P));
+  const auto* p = static_cast<const uint8_t*>(data);
+  result[static_cast<size_t>(r)].assign(p, p + bytes);
+  if (P == 1) return false;
+  *tag = comm.next_collective_tag();
+
+  // Sizes as uint64 values in host order (all ranks run the same build).
+  sizes.assign(static_cast<size_t>(P), 0);
+  sizes[static_cast<size_t>(r)] = bytes;
+  const uint64_t mine = bytes;
+  // Requests at 2q (receive from q) and 2q + 1 (send to q).
+  std::vector<RequestPtr> requests(2 * static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    if (q == r) continue;
+    const size_t i = 2 * static_cast<size_t>(q);
+    requests[i] = comm.irecv(q, *tag, &sizes[static_cast<size_t>(q)], sizeof(uint64_t));
+    requests[i + 1] = comm.isend(q, *tag, &mine, sizeof(uint64_t));
+  }
+  comm.wait_all(requests, sizes_operation);
+  for (int q = 0; q < P; ++q) {
+    if (q == r) continue;
+    const size_t got = comm.recv_length(*requests[2 * static_cast<size_t>(q)]);
+    if (got != sizeof(uint64_t))
+      throw_length_mismatch(operation, comm, "size", q, got, sizeof(uint64_t));
+  }
+  return true;
+}
+
+}  // namespace gradex::comm::detail
