@@ -97,6 +97,11 @@ const std::vector<VarSpec>& registry() {
      "time), direct (every rank sends to every other at once: P-1 payloads on each uplink, which "
      "overflows switch ports at 8 hosts and more) or auto (ring from 8 ranks, direct below). Same "
      "results either way."},
+    {"GRADEX_BACKEND", VarType::kChoice, "classic", 0, 0, false, false, "classic|cpu|thrust-omp",
+     "Where the engine computes on float32 tensors in host memory: classic (the engine's own CPU "
+     "code), cpu or thrust-omp (the device backend interface that CUDA tensors use, over the CPU "
+     "kernels or the CUDA backend's Thrust code on OpenMP; for tests: the same results, thrust-omp "
+     "is slow). CUDA tensors always use the CUDA backend."},
     {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,

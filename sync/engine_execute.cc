@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "sync/dense_exchange.h"
+#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/momentum.h"
@@ -97,6 +98,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   std::vector<std::vector<float>> deltas;
   deltas.reserve(jobs.size());
   uint64_t fallbacks = 0, sparse_count = 0, params = 0, dense_equivalent = 0;
+  DeviceRound device_round;  // [device path] this round's device tensors
   auto t0 = Clock::now();
   for (Job& job : jobs) {
     TensorState& t = *job.tensor;
@@ -117,6 +119,13 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
         dense.push_back({deltas.back().data(), DType::kFloat32, t.numel, false, &t.key});
         dense_jobs.push_back(&job);
       }
+      continue;
+    }
+    if (t.device) {  // [device path] momentum, clipping, DGC on the tensor's backend
+      DeviceStep k = device_->prepare(t, job.data, job.clip, dense, sparse, device_round);
+      (k == DeviceStep::kSparse ? sparse_jobs : dense_jobs).push_back(&job);
+      sparse_count += k == DeviceStep::kSparse;
+      fallbacks += k == DeviceStep::kDgcDense;
       continue;
     }
     if (t.policy.kind == ExchangeKind::kDense) {
@@ -152,7 +161,10 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     if (job.id.kind == WorkKind::kGradient) ++job.tensor->step;
   for (auto& [job, w] : skipped) {
     ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
-    if (options_.nonfinite == NonFinitePolicy::kPropagate)
+    const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
+    if (job.tensor->device)  // [device path] NaN fill on the tensor's backend
+      device_->skip(*job.tensor, job.data, propagate, device_round);
+    else if (propagate)
       fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
   }
   double prepare_seconds = seconds_since(t0);
@@ -161,14 +173,21 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
                                      options_.half_type, options_.nonfinite};
   DenseCounters dc;
   uint64_t received_before = comm_->bytes_received();
-  dense_average(*comm_, dense, dense_options, dc);
+  if (device_round.dense.empty())
+    dense_average(*comm_, dense, dense_options, dc);
+  else  // [device path] the same buckets; device tensors cast and staged on their backends
+    device_->dense_average(*comm_, dense, device_round, dense_options, dc);
   if (!first_average.empty()) {
     DenseExchangeOptions fp32 = dense_options;
     fp32.half_on_wire = false;
     dense_average(*comm_, first_average, fp32, dc);
   }
   SparseCounters sc;
-  if (!sparse.empty()) sparse_average(*comm_, sparse, sc, options_.sparse_ring_for(world_size_));
+  if (!sparse.empty() && device_round.sparse.empty())
+    sparse_average(*comm_, sparse, sc, options_.sparse_ring_for(world_size_));
+  else if (!sparse.empty())  // [device path] the same message; device payloads staged
+    device_->sparse_average(*comm_, sparse, device_round, sc,
+                            options_.sparse_ring_for(world_size_));
   uint64_t received = comm_->bytes_received() - received_before;
 
   // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).
@@ -202,6 +221,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     if (job.staged) from_float(t.scratch.data(), t.numel, t.dtype, job.data);
     finished.push_back({&job, false});
   }
+  device_->finish(device_round);  // [device path] completion events, before the handles
   double finish_seconds = seconds_since(t1);
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -232,6 +252,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   stats_.sparse_exchanges += sparse_count;
   stats_.dense_fallbacks += fallbacks;
   stats_.parameter_averages += params;
+  stats_.staged_bytes = device_->staged_bytes();  // [device path]
   stats_.saturated += dc.saturated;
   stats_.compress_seconds += prepare_seconds + dc.cast_seconds + sc.compress_seconds;
   stats_.communicate_seconds += dc.communicate_seconds + sc.communicate_seconds;
