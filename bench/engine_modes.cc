@@ -46,6 +46,10 @@ class EngineMode : public ExchangeMode {
     return s.bytes_sent + s.control_bytes;
   }
 
+  std::optional<uint64_t> control_bytes() const override {
+    return engine_->stats(false).control_bytes;
+  }
+
  private:
   // Submits every tensor (in profile order, as backward would hand them over), then waits for all.
   void exchange(float* base, bool average) {

@@ -46,6 +46,8 @@ struct ModeReport {
   double median_ms = 0, mean_ms = 0, cpu_ms = 0;
   double wire_bytes = 0;   // per step per rank, mean over ranks
   double check_error = 0;  // worst |error| / tolerance over the checks (0: not an average)
+  double control_bytes =
+      -1;  // negotiation bytes per step per rank (-1: the mode does not negotiate)
 };
 
 // "[exchange] dense_fp16 step 7/25": rewritten in place on a terminal, one line per mode otherwise.
@@ -76,7 +78,7 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
   ModeContext mode_ctx{comm, model, ctx.config, ctx.store, spec.name};
   std::unique_ptr<ExchangeMode> mode = spec.create(mode_ctx);
   std::optional<Tolerance> tolerance = mode->tolerance();
-  std::vector<double> times, cpus, bytes;
+  std::vector<double> times, cpus, bytes, control;
   double check_error = 0;
   const int total = s.warmup + s.steps;
   for (int step = 0; step < total; ++step) {
@@ -84,10 +86,12 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
     gen.generate(step, grads.data());  // not timed: the gradients come from the backward pass
     comm::barrier(comm);
     const uint64_t bytes0 = mode->bytes_sent().value_or(comm.bytes_sent());
+    const uint64_t control0 = mode->control_bytes().value_or(0);
     const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
     mode->step(grads.data(), grads.size());
     const double t1 = wall_seconds(), cpu1 = process_cpu_seconds();
     const uint64_t bytes1 = mode->bytes_sent().value_or(comm.bytes_sent());
+    const uint64_t control1 = mode->control_bytes().value_or(0);
     if (tolerance && (step == 0 || step == total - 1)) {
       check_error = std::max(check_error, checker.check(spec.name, step, grads.data(), *tolerance));
     }
@@ -95,6 +99,7 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
     times.push_back(t1 - t0);
     cpus.push_back(cpu1 - cpu0);
     bytes.push_back(static_cast<double>(bytes1 - bytes0));
+    control.push_back(static_cast<double>(control1 - control0));
   }
   progress.done();
   ModeReport report;
@@ -105,6 +110,7 @@ ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& 
   report.cpu_ms = mean(mean_over_ranks(comm, cpus)) * 1e3;
   report.wire_bytes = mean(mean_over_ranks(comm, bytes));
   report.check_error = maximum(max_over_ranks(comm, {check_error}));
+  if (mode->control_bytes()) report.control_bytes = mean(mean_over_ranks(comm, control));
   return report;
 }
 
@@ -156,6 +162,17 @@ void print_report(const RankContext& ctx, const ModelProfile& model, const Excha
     result.add(r.name + "_ratio", ratio);
     result.add(r.name + "_cpu_ms", r.cpu_ms);
   }
+  // Negotiation messages (part of wire_MB), per step and rank, for the modes that negotiate.
+  std::string control_line;
+  for (const ModeReport& r : reports) {
+    if (r.control_bytes < 0) continue;
+    const auto bytes = static_cast<int64_t>(std::llround(r.control_bytes));
+    control_line += " " + r.name + " " + std::to_string(bytes);
+    result.add(r.name + "_control_bytes", bytes);
+    if (r.name == "auto") result.add("control_bytes_per_step", bytes);
+  }
+  if (!control_line.empty())
+    std::printf("negotiation bytes per step and rank:%s\n", control_line.c_str());
   if (idle) {
     std::printf("idle engine: %.2f%% of a core per rank (no engine: %.2f%%) over %.1f s\n",
                 idle->engine_pct, idle->no_engine_pct, s.idle_s);
@@ -246,6 +263,8 @@ std::string exchange_details() {
   out +=
       "Ends with RESULT model=... params=... ranks=... and, for every mode, <mode>_step_ms=...\n"
       "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...\n"
+      "<mode>_control_bytes=... for the engine's modes (negotiation bytes per step and rank, part "
+      "of wire_bytes), control_bytes_per_step=... (the same for auto)\n"
       "idle_cpu_pct=... (the default engine's CPU, % of a core per rank, while nothing is "
       "pending)\n"
       "idle_cpu_pct_no_engine=... (the same process without an engine, measured just before).";

@@ -39,6 +39,9 @@ class ExchangeMode {
   // Bytes this rank has sent so far, for modes that send through their own communicator (the sync
   // engine); nullopt: the harness reads the shared communicator's counter.
   virtual std::optional<uint64_t> bytes_sent() const { return std::nullopt; }
+  // Bytes of negotiation messages this rank has sent so far (included in bytes_sent()), for modes
+  // that negotiate (the sync engine); nullopt for the others.
+  virtual std::optional<uint64_t> control_bytes() const { return std::nullopt; }
 };
 
 struct ModeSpec {

@@ -1,17 +1,11 @@
 #include "sync/negotiator.h"
 
 #include <algorithm>
-#include <set>
 
 #include "comm/collectives.h"
-#include "sync/byte_io.h"
 
 namespace gradex::sync {
 namespace {
-
-constexpr uint8_t kVersion = 2;
-constexpr uint8_t kFlagLeaving = 1;
-constexpr uint8_t kItemNonFinite = 1;
 
 std::string kind_name(WorkKind k) {
   return k == WorkKind::kGradient ? "tensor" : "parameter";
@@ -19,37 +13,9 @@ std::string kind_name(WorkKind k) {
 
 }  // namespace
 
-Negotiator::Negotiator(comm::Communicator& comm, std::chrono::milliseconds timeout)
-    : comm_(comm), timeout_(timeout) {}
-
-std::vector<uint8_t> Negotiator::encode(const std::vector<Announcement>& announcements,
-                                        bool leaving) {
-  ByteWriter w;
-  w.put<uint8_t>(kVersion);
-  w.put<uint8_t>(leaving ? kFlagLeaving : 0);
-  w.put<uint32_t>(static_cast<uint32_t>(announcements.size()));
-  for (const auto& a : announcements) {
-    w.put<uint8_t>(static_cast<uint8_t>(a.id.kind));
-    w.put<uint8_t>(static_cast<uint8_t>(a.dtype));
-    w.put<uint8_t>(a.nonfinite ? kItemNonFinite : 0);
-    w.put<uint64_t>(a.numel);
-    w.put<uint64_t>(a.step);
-    w.put_string(a.id.key);
-  }
-  // Rank 0 alone decides which partially announced keys have waited too long.
-  std::vector<WorkId> aborts;
-  if (comm_.rank() == 0) {
-    auto now = std::chrono::steady_clock::now();
-    for (const auto& [id, entry] : table_)
-      if (now - entry.first_seen > timeout_) aborts.push_back(id);
-  }
-  w.put<uint32_t>(static_cast<uint32_t>(aborts.size()));
-  for (const auto& id : aborts) {
-    w.put<uint8_t>(static_cast<uint8_t>(id.kind));
-    w.put_string(id.key);
-  }
-  return std::move(w.bytes());
-}
+Negotiator::Negotiator(comm::Communicator& comm, std::chrono::milliseconds timeout,
+                       size_t cache_capacity)
+    : comm_(comm), timeout_(timeout), cache_(cache_capacity) {}
 
 std::string Negotiator::describe_ranks(const Entry& e, bool announced) const {
   std::string s;
@@ -72,62 +38,31 @@ std::string Negotiator::describe_sizes(const Entry& e) const {
   return s;
 }
 
-void Negotiator::apply(int from, const uint8_t* data, size_t size, RoundResult& result,
-                       std::vector<WorkId>& touched, int& leaving_count) {
-  ByteReader r(data, size, "negotiation message from rank " + std::to_string(from));
-  uint8_t version = r.get<uint8_t>();
-  if (version != kVersion)
-    throw CorruptPayload("negotiation message from rank " + std::to_string(from) + " has version " +
-                         std::to_string(version) + ", expected " + std::to_string(kVersion) +
-                         " (mixed gradex versions?)");
-  uint8_t flags = r.get<uint8_t>();
-  if (flags & kFlagLeaving) ++leaving_count;
-  uint32_t n = r.get<uint32_t>();
+void Negotiator::apply(int from, const NegotiationMessage& m, RoundResult& result,
+                       std::vector<WorkId>& touched) {
   const int world = comm_.size();
-  for (uint32_t i = 0; i < n; ++i) {
-    auto kind = static_cast<WorkKind>(r.get<uint8_t>());
-    uint8_t dtype = r.get<uint8_t>();
-    uint8_t item_flags = r.get<uint8_t>();
-    uint64_t numel = r.get<uint64_t>();
-    uint64_t step = r.get<uint64_t>();
-    std::string key = r.get_string();
-    if (kind != WorkKind::kGradient && kind != WorkKind::kAverage)
-      throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
-                           " has an unknown work kind");
-    if ((item_flags & ~kItemNonFinite) != 0)
-      throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
-                           " has unknown announcement flags " + std::to_string(item_flags));
-    if (!dtype_valid(dtype))
-      throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
-                           " has an unknown dtype " + std::to_string(dtype));
-    WorkId id{kind, std::move(key)};
-    auto [it, inserted] = table_.try_emplace(id);
+  for (const Announcement& a : m.announcements) {
+    auto [it, inserted] = table_.try_emplace(a.id);
     Entry& e = it->second;
     if (inserted) {
       e.numel.assign(world, -1);
       e.dtype.assign(world, -1);
       e.step.assign(world, 0);
-      e.flags.assign(world, 0);
+      e.nonfinite.assign(world, 0);
       e.first_seen = std::chrono::steady_clock::now();
     }
-    e.numel[from] = static_cast<int64_t>(numel);
-    e.dtype[from] = dtype;
-    e.step[from] = step;
-    e.flags[from] = item_flags;
-    touched.push_back(id);
+    e.numel[from] = static_cast<int64_t>(a.numel);
+    e.dtype[from] = static_cast<int>(a.dtype);
+    e.step[from] = a.step;
+    e.nonfinite[from] = a.nonfinite ? 1 : 0;
+    touched.push_back(a.id);
     result.anything_happened = true;
   }
-  uint32_t aborts = r.get<uint32_t>();
-  if (aborts > 0 && from != 0)
-    throw CorruptPayload("negotiation message from rank " + std::to_string(from) +
-                         " carries aborts; only rank 0 may send them");
-  for (uint32_t i = 0; i < aborts; ++i) {
-    auto kind = static_cast<WorkKind>(r.get<uint8_t>());
-    WorkId id{kind, r.get_string()};
+  for (const WorkId& id : m.aborts) {
     auto it = table_.find(id);
     if (it == table_.end()) continue;  // completed in this very round
     result.failed.push_back({id, ErrorCode::kTimeout,
-                             kind_name(kind) + " '" + id.key + "' was submitted by ranks " +
+                             kind_name(id.kind) + " '" + id.key + "' was submitted by ranks " +
                                  describe_ranks(it->second, true) + " but not by ranks " +
                                  describe_ranks(it->second, false) + " within " +
                                  std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
@@ -135,23 +70,52 @@ void Negotiator::apply(int from, const uint8_t* data, size_t size, RoundResult& 
     table_.erase(it);
     result.anything_happened = true;
   }
-  r.expect_end();
 }
 
 RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bool leaving) {
-  std::vector<uint8_t> mine = encode(announcements, leaving);
+  // Rank 0 alone decides which partially announced keys have waited too long.
+  std::vector<WorkId> aborts;
+  if (comm_.rank() == 0) {
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& [id, entry] : table_)
+      if (now - entry.first_seen > timeout_) aborts.push_back(id);
+  }
+  std::vector<uint8_t> mine = encode_negotiation(announcements, leaving, aborts, cache_);
   control_bytes_ += mine.size() * static_cast<uint64_t>(std::max(0, comm_.size() - 1));
   std::vector<comm::Bytes> all = comm::allgatherv(comm_, mine.data(), mine.size());
+
+  // Every message is decoded against the cache as it was when the round began (as it was encoded),
+  // and before anything changes: a malformed message leaves the table and the cache untouched.
+  std::vector<NegotiationMessage> messages;
+  messages.reserve(all.size());
+  for (int r = 0; r < comm_.size(); ++r)
+    messages.push_back(decode_negotiation(r, all[r].data(), all[r].size(), cache_));
 
   RoundResult result;
   std::vector<WorkId> touched;
   int leaving_count = 0;
   // Aborts are in rank 0's message, which is applied first; announcements of the same round that
   // complete an aborted key therefore start a fresh entry (and time out again if still incomplete).
-  for (int r = 0; r < comm_.size(); ++r)
-    apply(r, all[r].data(), all[r].size(), result, touched, leaving_count);
+  for (int r = 0; r < comm_.size(); ++r) {
+    apply(r, messages[r], result, touched);
+    if (messages[r].leaving) ++leaving_count;
+  }
   result.all_leaving = leaving_count == comm_.size();
+  std::vector<CachedKey> ready;
+  decide(touched, result, ready);
+  // The cache changes from this round's verdicts alone, identically everywhere: failed keys leave
+  // it first, then ready keys enter (or record their agreed step) in (kind, key) order.
+  for (const NegotiationFailure& f : result.failed)
+    cache_.evict(f.id);
+  for (const CachedKey& k : ready)
+    cache_.ready(k.id, k.numel, k.dtype, k.last_step);
+  inspect_stalls();
+  return result;
+}
 
+void Negotiator::decide(const std::vector<WorkId>& ids, RoundResult& result,
+                        std::vector<CachedKey>& ready) {
+  std::vector<WorkId> touched = ids;
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (const WorkId& id : touched) {
@@ -180,35 +144,38 @@ RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bo
                                    describe_sizes(e) + ")"});
       if (complete) table_.erase(it);
     } else if (complete) {
-      ReadyWork w{id};
+      ReadyWork w;
+      w.id = id;
       w.step = *std::max_element(e.step.begin(), e.step.end());
       for (int r = 0; r < comm_.size(); ++r) {
         w.steps_differed |= e.step[r] != w.step;
-        if (e.flags[r] & kItemNonFinite) w.nonfinite_ranks.push_back(r);
+        if (e.nonfinite[r]) w.nonfinite_ranks.push_back(r);
       }
+      ready.push_back(
+          {id, static_cast<uint64_t>(first_numel), static_cast<DType>(first_dtype), w.step});
       result.ready.push_back(std::move(w));
       table_.erase(it);
     }
   }
+}
+
+void Negotiator::inspect_stalls() {
   // The stall inspector (sync/stall_inspector.h) reads the table on rank 0, whose clock decides.
-  if (stall_ && comm_.rank() == 0 && !table_.empty()) {
-    auto now = std::chrono::steady_clock::now();
-    auto oldest = now;
-    for (const auto& [id, e] : table_)
-      if (!e.mismatched && e.first_seen < oldest) oldest = e.first_seen;
-    if (stall_->due(oldest, now)) {
-      std::vector<StallKey> pending;
-      for (const auto& [id, e] : table_) {
-        if (e.mismatched) continue;
-        std::vector<bool> announced(e.numel.size());
-        for (size_t r = 0; r < announced.size(); ++r)
-          announced[r] = e.numel[r] >= 0;
-        pending.push_back({kind_name(id.kind) + " '" + id.key + "'", announced, e.first_seen});
-      }
-      stall_->inspect(pending, now);
-    }
+  if (!stall_ || comm_.rank() != 0 || table_.empty()) return;
+  auto now = std::chrono::steady_clock::now();
+  auto oldest = now;
+  for (const auto& [id, e] : table_)
+    if (!e.mismatched && e.first_seen < oldest) oldest = e.first_seen;
+  if (!stall_->due(oldest, now)) return;
+  std::vector<StallKey> pending;
+  for (const auto& [id, e] : table_) {
+    if (e.mismatched) continue;
+    std::vector<bool> announced(e.numel.size());
+    for (size_t r = 0; r < announced.size(); ++r)
+      announced[r] = e.numel[r] >= 0;
+    pending.push_back({kind_name(id.kind) + " '" + id.key + "'", announced, e.first_seen});
   }
-  return result;
+  stall_->inspect(pending, now);
 }
 
 }  // namespace gradex::sync

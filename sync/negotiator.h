@@ -15,12 +15,32 @@
 // and its non-finite ranks are those whose gradient held NaN/Inf this time. Both are known to
 // every rank before any rank touches the tensor's momentum or residual.
 //
-// Message format (version 2, little-endian, one message per rank per round):
-//   u8 version (2), u8 flags (bit 0: this rank is leaving), u32 announcement count, then per
-//   announcement: u8 work kind, u8 dtype, u8 flags (bit 0: non-finite gradient), u64 numel,
-//   u64 step (the tensor's exchange counter; 0 for parameter averages), string key
-//   (u32 length + bytes); then u32 abort count and per abort: u8 work kind, string key (rank 0
-//   only).
+// Cached negotiation: a key that has become ready once (consistently on every rank) gets a cache
+// id, identical on every rank (sync/negotiation_cache.h: assigned at the end of the round, in the
+// round's (kind, key) order, smallest free id first; at most `cache_capacity` keys; a key that
+// fails is evicted). Later announcements of it travel as one bit, its counter only when it is not
+// the one every rank expects (last agreed step + 1 for gradients, 0 for parameter averages), so a
+// steady-state round costs a few bytes plus one bit per announced tensor. Decoding turns bits back
+// into full announcements before anything else happens, so verdicts, error messages and the
+// timeout are exactly those of the full form. An announcement whose size or dtype differs from
+// the cached one goes in full form, and fails as a mismatch as it always did.
+//
+// Message format (version 3, little-endian, one message per rank per round; varint = unsigned
+// LEB128, at most 10 bytes):
+//   u8 version (3), u8 flags (bit 0: this rank is leaving; bit 1: a non-finite bit vector follows
+//   the announced bits);
+//   full announcements: varint count, then per announcement: u8 work kind, u8 dtype, u8 flags
+//   (bit 0: non-finite gradient), u64 numel, u64 step (the tensor's exchange counter; 0 for
+//   parameter averages), string key (u32 length + bytes);
+//   cached announcements: varint bit count B; when B > 0: u32 cache fingerprint (equal on every
+//   rank, NegotiationCache::fingerprint), varint first id L, ceil(B/8) bytes whose bit i (LSB
+//   first) announces cache id L + i, then (flag bit 1) ceil(B/8) bytes of non-finite bits for the
+//   same ids (a subset); bits past B are zero;
+//   counter exceptions: varint count, then per exception: varint cache id (announced above),
+//   varint step;
+//   aborts (rank 0 only): varint count, then per abort: u8 work kind, string key.
+// A message with nothing to say is 6 bytes. A peer sending another version, a cache fingerprint
+// other than this rank's, or a cache id not in use, is a CorruptPayload naming it.
 #pragma once
 
 #include <chrono>
@@ -32,26 +52,12 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "comm/communicator.h"
+#include "sync/negotiation_cache.h"
+#include "sync/negotiation_codec.h"
+#include "sync/negotiator_types.h"
 #include "sync/stall_inspector.h"
 
 namespace gradex::sync {
-
-enum class WorkKind : uint8_t { kGradient = 0, kAverage = 1 };
-
-struct WorkId {
-  WorkKind kind;
-  std::string key;
-  bool operator<(const WorkId& o) const { return kind != o.kind ? kind < o.kind : key < o.key; }
-  bool operator==(const WorkId& o) const { return kind == o.kind && key == o.key; }
-};
-
-struct Announcement {
-  WorkId id;
-  uint64_t numel = 0;
-  DType dtype = DType::kFloat32;
-  uint64_t step = 0;       // the tensor's exchange counter on this rank
-  bool nonfinite = false;  // this rank's gradient holds NaN/Inf
-};
 
 // A key every rank announced consistently, with what all ranks agree on for this exchange.
 struct ReadyWork {
@@ -76,7 +82,11 @@ struct RoundResult {
 
 class Negotiator {
  public:
-  Negotiator(comm::Communicator& comm, std::chrono::milliseconds timeout);
+  // At most `cache_capacity` keys are cached (all ranks must pass the same value); further keys
+  // keep the full form.
+  static constexpr size_t kDefaultCacheCapacity = 1 << 16;
+  Negotiator(comm::Communicator& comm, std::chrono::milliseconds timeout,
+             size_t cache_capacity = kDefaultCacheCapacity);
 
   // One collective round (all ranks call it in lockstep). Transport failures propagate as
   // PeerError/TimeoutError; a malformed message from a peer as CorruptPayload.
@@ -86,6 +96,8 @@ class Negotiator {
   size_t outstanding() const { return table_.size(); }
   // Bytes of control messages this rank sent so far.
   uint64_t control_bytes() const { return control_bytes_; }
+  // Keys in the negotiation cache (identical on every rank between rounds).
+  size_t cached_keys() const { return cache_.size(); }
   // GRADEX_STALL_WARN_S: rank 0 reports stalled keys after each round (nullptr: off).
   void set_stall_inspector(std::unique_ptr<StallInspector> inspector) {
     stall_ = std::move(inspector);
@@ -93,24 +105,28 @@ class Negotiator {
 
  private:
   struct Entry {
-    std::vector<int64_t> numel;  // per rank, -1 until announced
-    std::vector<int> dtype;      // per rank, -1 until announced
-    std::vector<uint64_t> step;  // per rank, as announced
-    std::vector<uint8_t> flags;  // per rank, as announced
+    std::vector<int64_t> numel;      // per rank, -1 until announced
+    std::vector<int> dtype;          // per rank, -1 until announced
+    std::vector<uint64_t> step;      // per rank, as announced
+    std::vector<uint8_t> nonfinite;  // per rank, as announced
     std::chrono::steady_clock::time_point first_seen;
     // A mismatch was found: ranks announcing later fail at once with the same kind of error (not a
     // timeout); the entry goes once every rank has announced.
     bool mismatched = false;
   };
-  std::vector<uint8_t> encode(const std::vector<Announcement>& announcements, bool leaving);
-  void apply(int from_rank, const uint8_t* data, size_t size, RoundResult& result,
-             std::vector<WorkId>& touched, int& leaving_count);
+  void apply(int from_rank, const NegotiationMessage& message, RoundResult& result,
+             std::vector<WorkId>& touched);
+  // Verdicts on the keys touched this round; `ready` gets what the cache learns from them.
+  void decide(const std::vector<WorkId>& touched, RoundResult& result,
+              std::vector<CachedKey>& ready);
+  void inspect_stalls();
   std::string describe_ranks(const Entry& e, bool announced) const;
   std::string describe_sizes(const Entry& e) const;
 
   comm::Communicator& comm_;
   std::chrono::milliseconds timeout_;
   std::map<WorkId, Entry> table_;
+  NegotiationCache cache_;
   uint64_t control_bytes_ = 0;
   std::unique_ptr<StallInspector> stall_;
 };

@@ -1,21 +1,24 @@
 // Writes the seed corpora of the store, negotiation and saved-state fuzzers from the real encoders
-// (the store's Writer, the Negotiator's own messages, an engine's save_state), so the seeds follow
-// the formats as they are. Usage: gradex-fuzz-corpus-more DIR  (writes DIR/corpus-store,
-// DIR/corpus-negotiate, DIR/corpus-state).
+// (the store's Writer, the Negotiators' own messages in a real two-rank negotiation over UCX, an
+// engine's save_state), so the seeds follow the formats as they are. Usage: gradex-fuzz-corpus-more
+// DIR  (writes DIR/corpus-store, DIR/corpus-negotiate, DIR/corpus-state).
 #include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/auth.h"
+#include "comm/memory_store.h"
 #include "comm/tcp_store_protocol.h"
 #include "gradex/gradex.h"
 #include "sync/negotiator.h"
-#include "tests/fuzz/scripted_comm.h"
+#include "tests/fuzz/negotiate_script.h"
 
 using namespace gradex;
 using Bytes = std::vector<uint8_t>;
@@ -97,44 +100,132 @@ void store_corpus(const std::string& dir) {
   write_file(dir + "/seed-secret-silent.bin", d);
 }
 
-// Rank 0's real messages for a few rounds, as [u16 length][message] chunks.
+// Forwards to a real communicator and keeps a copy of every message sent.
+class TapComm : public comm::Communicator {
+ public:
+  explicit TapComm(comm::Communicator& inner) : c_(inner) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  const comm::CommOptions& options() const override { return c_.options(); }
+  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    const auto* p = static_cast<const uint8_t*>(data);
+    sent.emplace_back(p, p + bytes);
+    return c_.isend(peer, tag, data, bytes);
+  }
+  comm::RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    return c_.irecv(peer, tag, data, bytes);
+  }
+  bool progress() override { return c_.progress(); }
+  bool test(comm::Request& r, const char* op) override { return c_.test(r, op); }
+  void wait_all(std::vector<comm::RequestPtr>& r, const char* op) override { c_.wait_all(r, op); }
+  size_t recv_length(const comm::Request& r) const override { return c_.recv_length(r); }
+  uint64_t next_collective_tag() override { return c_.next_collective_tag(); }
+  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
+  uint64_t bytes_received() const override { return c_.bytes_received(); }
+  std::vector<Bytes> sent;
+
+ private:
+  comm::Communicator& c_;
+};
+
+using Rank0 = std::function<std::vector<sync::Announcement>(int round, fuzz::NegotiateScript&)>;
+
+// Rank 0's real messages of a two-rank negotiation over UCX (ranks as threads), as [u16
+// length][message] chunks. Rank 1 runs exactly what the fuzz target runs (the shared script, the
+// same cache capacity), so the cache ids in the seeds are the ones the fuzz target assigns.
+Bytes negotiate_rounds(int rounds, const Rank0& rank0, int timeout_ms, int sleep_ms,
+                       bool leave_last) {
+  auto store = std::make_shared<comm::MemoryStore>();
+  comm::CommOptions options;
+  options.timeout = comm::Millis(20000);
+  Bytes out;
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto rank = [&](int r) {
+    try {
+      auto c = comm::create_ucx_communicator(store, r, 2, options);
+      TapComm tap(*c);
+      sync::Negotiator n(tap, std::chrono::milliseconds(r == 0 ? timeout_ms : 1000), 8);
+      fuzz::NegotiateScript script(r, 2);
+      for (int i = 0; i < rounds; ++i) {
+        tap.sent.clear();
+        if (r == 0) {
+          script.verdicts(n.round(rank0(i, script), leave_last && i + 1 == rounds));
+          // allgatherv to the one peer: the 8-byte size, then the message itself.
+          const Bytes& msg = tap.sent.at(1);
+          out.push_back(static_cast<uint8_t>(msg.size()));
+          out.push_back(static_cast<uint8_t>(msg.size() >> 8));
+          out.insert(out.end(), msg.begin(), msg.end());
+        } else {
+          script.verdicts(n.round(script.next(i), false));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
 void negotiate_corpus(const std::string& dir) {
   using sync::Announcement;
   using sync::WorkKind;
-  auto rounds_file = [&](const std::string& name,
-                         const std::vector<std::vector<Announcement>>& rounds, bool leave_last,
-                         int sleep_ms) {
-    fuzz::ScriptedComm comm(0, 2);
-    sync::Negotiator n(comm, std::chrono::milliseconds(1));
-    Bytes out;
-    for (size_t i = 0; i < rounds.size(); ++i) {
-      comm.script_allgatherv(1, {});
-      comm.sent.clear();
-      try {
-        n.round(rounds[i], leave_last && i + 1 == rounds.size());
-      } catch (const Error&) {
-        // the scripted peer sends nothing valid: only rank 0's own message matters here
-      }
-      const Bytes& msg = comm.sent.size() > 1 ? comm.sent[1] : Bytes{};
-      out.push_back(static_cast<uint8_t>(msg.size()));
-      out.push_back(static_cast<uint8_t>(msg.size() >> 8));
-      out.insert(out.end(), msg.begin(), msg.end());
-      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-    }
-    write_file(dir + "/" + name, out);
-  };
-  std::vector<Announcement> same = {{{WorkKind::kGradient, "layer0.weight"}, 1000, DType::kFloat32},
-                                    {{WorkKind::kAverage, "layer0.weight"}, 1000, DType::kFloat32},
-                                    {{WorkKind::kGradient, "bias"}, 10, DType::kFloat16}};
-  std::vector<Announcement> differ = {
-      {{WorkKind::kGradient, "layer0.weight"}, 999, DType::kFloat32},
-      {{WorkKind::kGradient, "bias"}, 10, DType::kBFloat16}};
-  std::vector<Announcement> others = {{{WorkKind::kGradient, "only.rank0"}, 5, DType::kFloat32}};
-  rounds_file("seed-matching.bin", {same}, false, 0);
-  rounds_file("seed-mismatch.bin", {differ, {}}, false, 0);
+  using Script = fuzz::NegotiateScript;
+  // Rank 0 does what rank 1 does: full form first, then bits, non-finite bits, counter exceptions.
+  auto same = [](int round, Script& s) { return s.next(round); };
+  auto nothing = [](int, Script&) { return std::vector<Announcement>{}; };
+  write_file(dir + "/seed-matching.bin", negotiate_rounds(8, same, 60000, 0, false));
+  // Sizes and dtypes that differ before anything is cached.
+  write_file(dir + "/seed-mismatch.bin",
+             negotiate_rounds(
+                 3,
+                 [](int round, Script&) {
+                   if (round > 0) return std::vector<Announcement>{};
+                   return std::vector<Announcement>{
+                       {{WorkKind::kGradient, "layer0.weight"}, 999, DType::kFloat32},
+                       {{WorkKind::kGradient, "bias"}, 10, DType::kBFloat16}};
+                 },
+                 60000, 0, false));
+  // A cached key announced with another size: the full form again, then a mismatch.
+  write_file(dir + "/seed-cached-mismatch.bin", negotiate_rounds(
+                                                    5,
+                                                    [](int round, Script& s) {
+                                                      std::vector<Announcement> a = s.next(round);
+                                                      if (round == 3)
+                                                        for (Announcement& x : a)
+                                                          if (x.id.key == "bias") x.numel = 11;
+                                                      return a;
+                                                    },
+                                                    60000, 0, false));
   // A key only rank 0 announces times out: rank 0's later messages carry the abort.
-  rounds_file("seed-abort.bin", {others, {}, {}}, false, 5);
-  rounds_file("seed-leaving.bin", {{}, same}, true, 0);
+  write_file(dir + "/seed-abort.bin",
+             negotiate_rounds(
+                 3,
+                 [](int round, Script&) {
+                   if (round > 0) return std::vector<Announcement>{};
+                   return std::vector<Announcement>{
+                       {{WorkKind::kGradient, "only.rank0"}, 5, DType::kFloat32}};
+                 },
+                 1, 5, false));
+  // Cached keys that rank 0 stops announcing: aborted by name.
+  write_file(dir + "/seed-cached-abort.bin", negotiate_rounds(
+                                                 5,
+                                                 [](int round, Script& s) {
+                                                   return round < 2 ? s.next(round)
+                                                                    : std::vector<Announcement>{};
+                                                 },
+                                                 1, 5, false));
+  write_file(
+      dir + "/seed-leaving.bin",
+      negotiate_rounds(
+          2, [&](int round, Script& s) { return round == 0 ? nothing(round, s) : s.next(round); },
+          60000, 0, true));
 }
 
 void state_corpus(const std::string& dir) {
