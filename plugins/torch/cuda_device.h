@@ -4,9 +4,9 @@
 //   submit_on_device(): gradex_submit_device with the current stream of the tensor's device; the
 //                       engine records an event on it, so the calling thread never blocks;
 //   order_after():      after gradex_wait, the current stream of the waiting thread waits on the
-//                       device for gradex's completion event (gradex_handle_event), and the tensor's
-//                       memory is marked as used by that stream (so the caching allocator cannot
-//                       hand it out before gradex is done with it).
+//                       device for gradex's completion event (gradex_handle_event), and the
+//                       tensor's memory is marked as used by that stream (so the caching allocator
+//                       cannot hand it out before gradex is done with it).
 #ifndef GRADEX_PLUGINS_TORCH_CUDA_DEVICE_H_
 #define GRADEX_PLUGINS_TORCH_CUDA_DEVICE_H_
 

@@ -58,7 +58,8 @@ int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind 
   if (on_device) {
     if (!t.is_cuda() || dtype != at::kFloat || kind != Kind::kGradient)
       throw_status(GRADEX_ERR_INVALID_ARGUMENT,
-                   "tensor '" + key + "': gradex::submit_device takes float32 CUDA gradients, got " +
+                   "tensor '" + key +
+                       "': gradex::submit_device takes float32 CUDA gradients, got " +
                        std::string(c10::toString(dtype)) + " on " + t.device().str());
 #ifdef GRADEX_TORCH_CUDA
     s->on_device = true;
