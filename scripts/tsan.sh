@@ -16,7 +16,7 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADEX_TSA
   -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF "${launcher[@]}" >build-tsan/configure.log 2>&1 ||
   { cat build-tsan/configure.log; exit 1; }
 tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
-       gradex_comm_communicator_test gradex_sync_test)
+       gradex_comm_communicator_test gradex_sync_test gradex_sync_pipeline_test)
 ninja -C build-tsan -j "${GRADEX_TSAN_JOBS:-2}" "${tests[@]}"
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test

@@ -1,12 +1,10 @@
-// DevicePath's exchanges. Dense: fusion buckets packed exactly as dense_average packs them (greedy,
-// in list order, the same wire type and pre-division), each run of consecutive tensors on one
-// backend gathered and cast to 16 bits in backend memory, only the 16-bit bucket copied to host
-// staging memory for the ring allreduce, then copied back, widened and scattered. Sparse: the same
-// message as sparse_average ([u32 count] then [u64 length][payload] per tensor); a device tensor's
-// payload is its DGC selection staged to host and encoded there; received payloads are decoded
-// and validated on the host and summed into the output in rank order on the backend. Host-path
-// items of the same round run on the CPU backend (16-bit ones through an fp32 copy), so a round
-// is laid out the same whatever any rank keeps on a device.
+// DevicePath's dense transfer: the pipeline's dense unit is one fusion bucket; it is packed exactly
+// as dense_average packs it (greedy, in list order, the same wire type and pre-division), each run
+// of consecutive tensors on one backend gathered and cast to 16 bits in backend memory, only the
+// 16-bit bucket copied to host staging memory for the ring allreduce, then copied back, widened
+// and scattered. Host-path items of the same unit run on the CPU backend (16-bit ones through an
+// fp32 copy), so a unit is laid out the same whatever any rank keeps on a device. (A DGC unit's
+// payloads are host bytes: DevicePath::prepare and finish, framed by the engine's stages.)
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -14,7 +12,6 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "sync/byte_io.h"
 #include "sync/device_lane.h"
 #include "sync/device_path.h"
 #include "sync/device_tensor.h"
@@ -48,8 +45,9 @@ std::string key_list(const std::vector<DenseItem>& items, size_t begin, size_t e
 }  // namespace
 
 void DevicePath::dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
-                               const DeviceRound& round, const DenseExchangeOptions& options,
-                               DenseCounters& counters) {
+                               const std::vector<TensorState*>& device,
+                               const DenseExchangeOptions& options, DenseCounters& counters) {
+  GX_CHECK_EQ(device.size(), items.size());
   const int world = comm.size();
   const DType wire = options.half_on_wire ? options.half_type : DType::kFloat32;
   const size_t elem = dtype_size(wire);
@@ -62,17 +60,16 @@ void DevicePath::dense_average(comm::Communicator& comm, std::vector<DenseItem>&
   // into it is taken).
   size_t scratch = 0;
   for (size_t i = 0; i < items.size(); ++i)
-    if (!round.dense.count(i) && items[i].dtype != DType::kFloat32) scratch += items[i].numel;
+    if (!device[i] && items[i].dtype != DType::kFloat32) scratch += items[i].numel;
   if (host_scratch_.size() < scratch) host_scratch_.resize(scratch);
   std::vector<View> views(items.size());
   be::Backend* pinned_from = nullptr;
   size_t at = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    auto d = round.dense.find(i);
-    if (d != round.dense.end()) {
-      views[i] = {d->second->device->backend.get(), static_cast<float*>(items[i].data),
-                  items[i].numel};
+    if (TensorState* t = device[i]) {
+      views[i] = {t->device->backend.get(), static_cast<float*>(items[i].data), items[i].numel};
       if (!views[i].backend->host_accessible()) pinned_from = views[i].backend;
+      wait_ready(*t, lane(*views[i].backend));  // the prepare stage's work on it
     } else if (items[i].dtype == DType::kFloat32) {
       views[i] = {&cpu, static_cast<float*>(items[i].data), items[i].numel};
     } else {
@@ -191,102 +188,12 @@ void DevicePath::dense_average(comm::Communicator& comm, std::vector<DenseItem>&
     counters.cast_seconds += seconds_since(t2);
     begin = end;
   }
-  for (size_t i = 0; i < items.size(); ++i)
-    if (!round.dense.count(i) && items[i].dtype != DType::kFloat32)
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (TensorState* t = device[i])
+      t->device->ready->record(*lane(*views[i].backend).stream);  // the finish stage waits
+    else if (items[i].dtype != DType::kFloat32)
       detail::from_float(views[i].data, items[i].numel, items[i].dtype, items[i].data);
-}
-
-void DevicePath::sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                                const DeviceRound& round, SparseCounters& counters, bool ring) {
-  const int world = comm.size();
-  auto device_of = [&](size_t i) -> TensorState* {
-    auto it = round.sparse.find(i);
-    return it == round.sparse.end() ? nullptr : it->second;
-  };
-  auto t0 = Clock::now();
-  ByteWriter message;
-  message.put<uint32_t>(static_cast<uint32_t>(items.size()));
-  std::vector<uint8_t> payload;
-  for (size_t i = 0; i < items.size(); ++i) {
-    SparseItem& item = items[i];
-    if (TensorState* t = device_of(i)) {
-      DeviceTensor& d = *t->device;
-      Lane& l = lane(*d.backend);
-      const be::DgcStepInfo info = d.dgc->step(item.values, item.grad_scale, *l.stream);
-      const size_t before = d.stager->bytes_staged();
-      const compress::wire::SparseRef ref = d.stager->stage(*d.dgc, info, *l.stream);
-      staged_bytes_ += d.stager->bytes_staged() - before;
-      compress::wire::encode(ref, d.key_id, d.wire, d.encoded);
-      message.put<uint64_t>(d.encoded.size());
-      message.put_bytes(d.encoded.data(), d.encoded.size());
-    } else {
-      payload.clear();
-      item.codec->compress(item.values, item.grad_scale, payload);
-      message.put<uint64_t>(payload.size());
-      message.put_bytes(payload.data(), payload.size());
-    }
   }
-  counters.compress_seconds += seconds_since(t0);
-
-  auto t1 = Clock::now();
-  const uint64_t sent_before = comm.bytes_sent();
-  std::vector<comm::Bytes> all;
-  try {
-    all = ring ? comm::ring_allgatherv(comm, message.bytes().data(), message.bytes().size())
-               : comm::allgatherv(comm, message.bytes().data(), message.bytes().size());
-  } catch (const Error& e) {
-    std::string keys;
-    for (size_t i = 0; i < items.size() && i < 8; ++i)
-      keys += (keys.empty() ? "'" : ", '") + *items[i].key + "'";
-    if (items.size() > 8) keys += ", ...";
-    throw Error(e.code(), "sparse exchange of [" + keys + "]: " + e.what());
-  }
-  counters.wire_bytes += comm.bytes_sent() - sent_before;
-  counters.communicate_seconds += seconds_since(t1);
-
-  // Every rank sums the same payloads in rank order, so the averages are bit-identical.
-  auto t2 = Clock::now();
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (TensorState* t = device_of(i))
-      t->device->backend->fill_zero(items[i].values, t->numel * 4,
-                                    *lane(*t->device->backend).stream);
-    else
-      std::fill(items[i].values, items[i].values + items[i].codec->numel(), 0.0f);
-  }
-  const float scale = 1.0f / static_cast<float>(world);
-  for (int r = 0; r < world; ++r) {
-    ByteReader reader(all[r].data(), all[r].size(),
-                      "sparse message from rank " + std::to_string(r));
-    const uint32_t count = reader.get<uint32_t>();
-    if (count != items.size())
-      throw CorruptPayload("sparse message from rank " + std::to_string(r) + " holds " +
-                           std::to_string(count) + " tensors, expected " +
-                           std::to_string(items.size()));
-    for (size_t i = 0; i < items.size(); ++i) {
-      SparseItem& item = items[i];
-      const uint64_t length = reader.get<uint64_t>();
-      const uint8_t* data = reader.get_bytes(length);
-      try {
-        if (TensorState* t = device_of(i)) {
-          DeviceTensor& d = *t->device;
-          compress::wire::decode(data, length, d.decoded);
-          if (d.decoded.header.key != d.key_id)
-            throw CorruptPayload("payload for tensor '" + t->key +
-                                 "' carries another tensor's key");
-          const size_t before = d.applier->bytes_staged();
-          d.applier->apply(d.decoded, item.values, t->numel, scale, *lane(*d.backend).stream);
-          staged_bytes_ += d.applier->bytes_staged() - before;
-        } else {
-          item.codec->accumulate(data, length, scale, item.values);
-        }
-      } catch (const CorruptPayload& e) {
-        throw CorruptPayload("tensor '" + *item.key + "' from rank " + std::to_string(r) + ": " +
-                             e.what());
-      }
-    }
-    reader.expect_end();
-  }
-  counters.decode_seconds += seconds_since(t2);
 }
 
 }  // namespace gradex::sync

@@ -1,7 +1,9 @@
-// One backend's queue inside the engine: every device operation the engine runs on that backend
-// goes onto its stream, in order, so that one event per tensor is enough to order a tensor's work
-// against the framework's stream. Also the backend-memory buffers the lane reuses across rounds
-// (fusion buckets, a NaN source), grown only, never freed while work on them may be queued.
+// One backend's queue for one pipeline stage inside the engine (DevicePath::Stage): the device
+// operations of that stage on that backend go onto its stream, in order; a tensor's work passes
+// between stages through its ready event, and its completion event orders it against the
+// framework's stream. Also the backend-memory buffers the lane reuses across units (fusion
+// buckets, a NaN source), grown only, never freed while work on them may be queued; a lane's
+// buffers are used only by its own stage's thread (the progress thread's lane for the transfer).
 #pragma once
 
 #include <cmath>

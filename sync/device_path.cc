@@ -31,9 +31,9 @@ DevicePath::DevicePath(const config::Config& config, const EngineOptions& option
 
 DevicePath::~DevicePath() = default;
 
-DevicePath::Lane& DevicePath::lane(be::Backend& backend) {
+DevicePath::Lane& DevicePath::lane(be::Backend& backend, Stage stage) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<Lane>& slot = lanes_[&backend];
+  std::unique_ptr<Lane>& slot = lanes_[{&backend, stage}];
   if (!slot) slot = std::make_unique<Lane>(backend);
   return *slot;
 }
@@ -128,6 +128,7 @@ uint64_t DevicePath::scan_nonfinite(TensorState& t, void* data, bool zero) {
   auto* x = static_cast<float*>(data);
   const size_t bad = d.backend->count_nonfinite(x, t.numel, *l.stream);
   if (bad > 0 && zero) d.backend->zero_nonfinite(x, t.numel, *l.stream);
+  if (d.ready) d.ready->record(*l.stream);  // the next stage waits for the zeroing
   return bad;
 }
 
@@ -160,50 +161,75 @@ void DevicePath::apply_momentum(TensorState& t, float* values, float scale, Lane
                             *l.stream);
 }
 
-DeviceStep DevicePath::prepare(TensorState& t, void* data, float step_clip,
-                               std::vector<DenseItem>& dense, std::vector<SparseItem>& sparse,
-                               DeviceRound& round) {
+bool DevicePath::sparse_step(TensorState& t, uint64_t step) {
   DeviceTensor& d = *t.device;
-  Lane& l = lane(*d.backend);
+  d.dgc->set_step(step);
+  return sparse_is_cheaper(d.dgc->density(), world_size_);
+}
+
+void DevicePath::prepare(TensorState& t, void* data, float step_clip, uint64_t step, bool sparse,
+                         std::vector<uint8_t>& payload_out) {
+  DeviceTensor& d = *t.device;
+  Lane& l = lane(*d.backend, Stage::kPrepare);
   wait_ready(t, l);
-  round.touched.push_back(&t);
   auto* values = static_cast<float*>(data);
-  DeviceStep kind = DeviceStep::kDense;
   if (!d.dgc) {
     // As the host path: gradex owns momentum here too (send u, keep u), after clipping.
     if (options_.momentum > 0 || options_.clip_norm > 0)
       apply_momentum(t, values, clip_factor(step_clip, t, values, l), l);
   } else {
     const float scale = clip_factor(step_clip, t, values, l);
-    d.dgc->set_step(t.step);
-    if (sparse_is_cheaper(d.dgc->density(), world_size_)) {
-      round.sparse.emplace(sparse.size(), &t);
-      sparse.push_back({&t.key, nullptr, values, scale});
-      return DeviceStep::kSparse;
+    d.dgc->set_step(step);
+    if (sparse) {
+      const be::DgcStepInfo info = d.dgc->step(values, scale, *l.stream);
+      const size_t before = d.stager->bytes_staged();
+      const compress::wire::SparseRef ref = d.stager->stage(*d.dgc, info, *l.stream);
+      staged_bytes_ += d.stager->bytes_staged() - before;
+      compress::wire::encode(ref, d.key_id, d.wire, d.encoded);
+      payload_out.insert(payload_out.end(), d.encoded.begin(), d.encoded.end());
+    } else {
+      if (!d.dense_out) d.dense_out = d.backend->allocate(t.numel * 4);
+      d.dgc->step_dense(values, d.dense_out->as<float>(), scale, *l.stream);
+      d.backend->copy(values, d.dense_out->data(), t.numel * 4, *l.stream);
     }
-    if (!d.dense_out) d.dense_out = d.backend->allocate(t.numel * 4);
-    d.dgc->step_dense(values, d.dense_out->as<float>(), scale, *l.stream);
-    d.backend->copy(values, d.dense_out->data(), t.numel * 4, *l.stream);
-    kind = DeviceStep::kDgcDense;
   }
-  round.dense.emplace(dense.size(), &t);
-  dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
-  return kind;
+  d.ready->record(*l.stream);  // the transfer or finish stage waits for this
 }
 
-void DevicePath::skip(TensorState& t, void* data, bool fill_nan, DeviceRound& round) {
+void DevicePath::skip(TensorState& t, void* data, bool fill_nan) {
   DeviceTensor& d = *t.device;
   Lane& l = lane(*d.backend);
   wait_ready(t, l);
-  round.touched.push_back(&t);
   if (fill_nan) d.backend->copy(data, l.nans(t.numel), t.numel * 4, *l.stream);
+  if (d.done) d.done->record(*l.stream);
 }
 
-void DevicePath::finish(const DeviceRound& round) {
-  for (TensorState* t : round.touched) {
-    Lane& l = lane(*t->device->backend);
-    if (t->device->done) t->device->done->record(*l.stream);
+void DevicePath::finish(TensorState& t, void* data,
+                        const std::vector<std::pair<const uint8_t*, size_t>>& payloads,
+                        bool sparse) {
+  DeviceTensor& d = *t.device;
+  Lane& l = lane(*d.backend, Stage::kFinish);
+  wait_ready(t, l);
+  if (sparse) {
+    // Every rank sums the same payloads in rank order, so the averages are bit-identical.
+    auto* out = static_cast<float*>(data);
+    d.backend->fill_zero(out, t.numel * 4, *l.stream);
+    const float scale = 1.0f / static_cast<float>(world_size_);
+    for (size_t r = 0; r < payloads.size(); ++r) {
+      try {
+        compress::wire::decode(payloads[r].first, payloads[r].second, d.decoded);
+        if (d.decoded.header.key != d.key_id)
+          throw CorruptPayload("payload for tensor '" + t.key + "' carries another tensor's key");
+        const size_t before = d.applier->bytes_staged();
+        d.applier->apply(d.decoded, out, t.numel, scale, *l.stream);
+        staged_bytes_ += d.applier->bytes_staged() - before;
+      } catch (const CorruptPayload& e) {
+        throw CorruptPayload("tensor '" + t.key + "' from rank " + std::to_string(r) + ": " +
+                             e.what());
+      }
+    }
   }
+  if (d.done) d.done->record(*l.stream);
 }
 
 uint64_t DevicePath::local_step(TensorState& t, void* data, float step_clip, bool zero) {

@@ -1,21 +1,25 @@
 // The engine's device path: what the engine does, stage by stage, for a tensor whose state lives in
 // a device backend (TensorState::device; compress/backend/backend.h). The engine calls these from
-// small hooks (`if (t.device) ...`) at the points where its host path does the same job:
+// small hooks (`if (t.device) ...`) at the points where its host path does the same job, in the
+// pipeline of units (sync/pipeline.h):
 //   register   attach()            backend + DGC state or momentum buffer
 //   submit     on_submit()         the caller's stream is ready: an event recorded on it
 //   inspect    scan_nonfinite()    count_nonfinite / zero_nonfinite (the negotiation's flag)
+//   routing    sparse_step()       DGC's dense-or-sparse decision from the agreed counter
 //   prepare    prepare()           clipping (grad_scale; own norm: sum_squares), momentum, DGC's
-//                                  dense-or-sparse decision and dense step
-//   exchange   dense_average()     gather + 16-bit cast on the device, only the 16-bit bucket
-//                                  staged, the ring allreduce on host memory, back and scatter
-//              sparse_average()    DGC step + SelectionStager + wire::encode; decode on the host,
-//                                  PayloadApplier into the output in rank order
-//   complete   finish()            the completion event recorded on gradex's stream
+//                                  dense step, or its sparse step: SelectionStager + wire::encode
+//                                  into the unit's message (the host path's framing)
+//   transfer   dense_average()     a dense unit: gather + 16-bit cast on the device, only the
+//                                  16-bit bucket staged, the ring allreduce on host memory, back
+//                                  and scatter (sparse units travel as host bytes, unchanged)
+//   finish     finish()            sparse: decode on the host, PayloadApplier into the output in
+//                                  rank order; then the completion event on gradex's stream
 //   LocalSGD   local_step()        momentum in place, no exchange
 //   state      save_dgc()/...      u and v through host memory, in the host path's format
-// Both exchanges also take the round's host-path items and run them through the CPU backend, so
-// that fusion buckets and sparse messages are laid out exactly as the host path lays them out,
-// whichever tensors a rank holds on a device: ranks always agree on lengths and summation order.
+// A dense unit that holds any device tensor runs its host items through the CPU backend in the
+// same bucket, and a DGC unit's message is framed by the engine whatever produced each payload, so
+// every unit is laid out exactly as the host path lays it out, whichever tensors a rank holds on a
+// device: ranks always agree on lengths and summation order.
 #pragma once
 
 #include <atomic>
@@ -35,15 +39,6 @@
 #include "sync/tensor_state.h"
 
 namespace gradex::sync {
-
-// The device tensors of one round, by their position in execute()'s dense and sparse lists.
-struct DeviceRound {
-  std::map<size_t, TensorState*> dense;   // index in the dense list
-  std::map<size_t, TensorState*> sparse;  // index in the sparse list
-  std::vector<TensorState*> touched;      // every device tensor of the round (skipped ones too)
-};
-
-enum class DeviceStep { kDense, kDgcDense, kSparse };
 
 class DevicePath {
  public:
@@ -67,20 +62,27 @@ class DevicePath {
 
   // inspect: the gradient's NaN/Inf count (replaced by 0 with `zero`).
   uint64_t scan_nonfinite(TensorState& t, void* data, bool zero);
-  // prepare: appends the gradient to `dense` or `sparse` (recording it in `round`).
-  DeviceStep prepare(TensorState& t, void* data, float step_clip, std::vector<DenseItem>& dense,
-                     std::vector<SparseItem>& sparse, DeviceRound& round);
-  // A gradient some rank found non-finite: NaN fill (propagate), nothing else changes.
-  void skip(TensorState& t, void* data, bool fill_nan, DeviceRound& round);
-  // The exchanges: collective, replacing dense_average / sparse_average for a round that holds a
-  // device tensor (same layout, same results for the host items).
+  // Routing (progress thread, before the pipeline runs): whether a DGC tensor's exchange number
+  // `step` is a sparse one (the host codec's density_at, on the device's DGC state).
+  bool sparse_step(TensorState& t, uint64_t step);
+  // The pipeline's prepare stage (any thread; sync/pipeline.h), after the tensor's ready event:
+  // clipping and momentum (dense policy), or DGC's dense step into `data`, or DGC's sparse step
+  // with its selection staged and encoded, appended to `payload_out` (the unit's message).
+  void prepare(TensorState& t, void* data, float step_clip, uint64_t step, bool sparse,
+               std::vector<uint8_t>& payload_out);
+  // A gradient some rank found non-finite (progress thread): NaN fill (propagate), nothing else
+  // changes; records the completion event.
+  void skip(TensorState& t, void* data, bool fill_nan);
+  // The transfer of one dense unit (progress thread, collective) that holds a device tensor:
+  // device[i] is items[i]'s tensor when that item is in backend memory, else null (a host item,
+  // run on the CPU backend). One bucket exactly as dense_average packs it, the same results.
   void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
-                     const DeviceRound& round, const DenseExchangeOptions& options,
+                     const std::vector<TensorState*>& device, const DenseExchangeOptions& options,
                      DenseCounters& counters);
-  void sparse_average(comm::Communicator& comm, std::vector<SparseItem>& items,
-                      const DeviceRound& round, SparseCounters& counters, bool ring);
-  // Records the completion events of the round's tensors.
-  void finish(const DeviceRound& round);
+  // The finish stage (any thread): a sparse step's average of every rank's payload (rank order)
+  // into `data`; then, for every device gradient, the completion event.
+  void finish(TensorState& t, void* data,
+              const std::vector<std::pair<const uint8_t*, size_t>>& payloads, bool sparse);
   // LocalSGD's local phase (caller's thread): momentum and clipping in place. Returns the NaN/Inf
   // count (momentum untouched when > 0 and not `zero`); records the completion event.
   uint64_t local_step(TensorState& t, void* data, float step_clip, bool zero);
@@ -100,7 +102,11 @@ class DevicePath {
 
  private:
   struct Lane;
-  Lane& lane(compress::backend::Backend& backend);
+  // One stream per backend and stage, so that stages running at once on different threads never
+  // share a stream or a lane's buffers. Work passes from one stage to the next through the
+  // tensor's ready event (recorded at the end of each stage, waited for at the start of the next).
+  enum class Stage { kProgress, kPrepare, kFinish };
+  Lane& lane(compress::backend::Backend& backend, Stage stage = Stage::kProgress);
   void bind(TensorState& t, compress::backend::BackendPtr backend);
   void wait_ready(TensorState& t, Lane& lane);
   float clip_factor(float step_clip, TensorState& t, const float* values, Lane& lane);
@@ -114,7 +120,7 @@ class DevicePath {
   compress::backend::DeviceType host_backend_;  // for host tensors; kCpu also for host-path items
   bool host_tensors_ = false;                   // GRADEX_BACKEND != classic
   std::mutex mu_;                               // lanes_ and events_
-  std::map<compress::backend::Backend*, std::unique_ptr<Lane>> lanes_;
+  std::map<std::pair<compress::backend::Backend*, Stage>, std::unique_ptr<Lane>> lanes_;
   struct HandleEvent {
     std::shared_ptr<compress::backend::Event> event;
     compress::backend::BackendPtr backend;
@@ -122,7 +128,7 @@ class DevicePath {
   std::map<uint64_t, HandleEvent> events_;
   std::atomic<bool> warned_no_norm_{false};
   std::atomic<uint64_t> staged_bytes_{0};
-  // Host-path items of a mixed round (sync/device_exchange.cc).
+  // Host-path items of a mixed dense unit (sync/device_exchange.cc; progress thread only).
   compress::backend::BufferPtr staging_;
   bool staging_pinned_ = false;
   std::vector<float> host_scratch_;

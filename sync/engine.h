@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,10 @@
 namespace gradex::sync {
 
 class DevicePath;  // sync/device_path.h
+namespace pipeline {  // sync/pipeline.h
+struct Job;
+struct Unit;
+}  // namespace pipeline
 
 class Engine {
  public:
@@ -116,6 +121,22 @@ class Engine {
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
+
+  // execute()'s pipeline stages (sync/pipeline.h). prepare and finish run on any thread (the
+  // worker pool or the progress thread) and touch only their unit's tensors; transfer runs on the
+  // progress thread (the only caller of comm_); complete_unit takes mutex_.
+  // A sparse job appends its encoded payload to payload_out (the unit's message).
+  void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
+  void prepare_unit(pipeline::Unit& unit);
+  void transfer(pipeline::Unit& unit);
+  // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
+  void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
+  void finish_unit(pipeline::Unit& unit);
+  void complete_unit(pipeline::Unit& unit);
+  // Test hook (tests/sync/engine_pipeline_test.cc, through EngineTestAccess): called on the
+  // progress thread before each unit's transfer. Set it before the first submit.
+  std::function<void(const pipeline::Unit&)> before_transfer_;
+  friend struct EngineTestAccess;
 
   config::Config config_;
   EngineOptions options_;

@@ -1,27 +1,36 @@
-// Engine::execute: one round's ready work, end to end. Gradients are prepared (gradex momentum for
-// dense-policy tensors, a DGC step for DGC tensors: sparse, or dense when that is cheaper this
-// step), exchanged (dense tensors fused into ring allreduces, sparse payloads in one allgatherv),
-// then written back and their handles completed.
+// Engine::execute: one round's ready work as a pipeline of units (sync/pipeline.h). Each gradient
+// is routed (dense, DGC sparse, DGC dense step, LocalSGD average), the round is cut into units
+// (dense buckets first, then DGC tensors in key order), and every unit is prepared, transferred
+// and finished on its own; its handles complete as soon as its results are written. The stages
+// themselves are in engine_stages.cc; the transfer and the completion are here.
 #include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "base/check.h"
 #include "base/log.h"
+#include "base/thread_pool.h"
+#include "comm/collectives.h"
 #include "sync/dense_exchange.h"
 #include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
-#include "sync/momentum.h"
+#include "sync/pipeline.h"
 #include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using detail::from_float;
-using detail::to_float;
 using detail::work_name;
+using pipeline::Job;
+using pipeline::Route;
+using pipeline::Unit;
+
+// The prepare stage of this many units beyond the one on the wire runs ahead on the pool. The DGC
+// kernel is itself parallel (it spreads over idle workers), so one unit ahead keeps the pool busy;
+// more would only contend for the same cores and delay the finish stages queued behind them.
+constexpr int kLookahead = 1;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -47,14 +56,8 @@ void fill_nan(void* data, DType dtype, uint64_t n) {
 }  // namespace
 
 void Engine::execute(const std::vector<ReadyWork>& ready) {
-  struct Job {
-    WorkId id;
-    TensorState* tensor;
-    void* data;
-    bool staged = false;  // the values travel in tensor->scratch (fp32) and are cast back after
-    float clip = -1.0f;   // the step's clipping factor captured at submission (-1: none)
-  };
   std::vector<Job> jobs;
+  jobs.reserve(ready.size());
   // Gradients that some rank found non-finite: excluded from the exchange on every rank, their
   // state untouched everywhere; the policy decides what every rank's caller gets.
   std::vector<std::pair<Job, const ReadyWork*>> skipped;
@@ -64,7 +67,11 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       auto f = in_flight_.find(w.id);
       GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
       const Handle& handle = handles_[f->second];
-      Job job{w.id, &tensors_.at(w.id.key), handle.data, false, handle.clip_scale};
+      Job job;
+      job.id = w.id;
+      job.tensor = &tensors_.at(w.id.key);
+      job.data = handle.data;
+      job.clip = handle.clip_scale;
       if (w.id.kind == WorkKind::kGradient) {
         if (w.steps_differed) {
           GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "
@@ -72,162 +79,137 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
                         << w.step;
         }
         job.tensor->step = w.step;
+        job.step = w.step;
       }
       if (w.nonfinite_ranks.empty())
-        jobs.push_back(job);
+        jobs.push_back(std::move(job));
       else
-        skipped.push_back({job, &w});
+        skipped.push_back({std::move(job), &w});
     }
   }
 
-  // An fp32 view of a gradient: the caller's buffer itself, or the tensor's scratch for 16-bit
-  // tensors (momentum and DGC are computed in fp32, before any cast to the wire type).
-  auto fp32_values = [](Job& job) {
-    TensorState& t = *job.tensor;
-    if (t.dtype == DType::kFloat32) return static_cast<float*>(job.data);
-    t.scratch.resize(t.numel);
-    to_float(job.data, t.dtype, t.numel, t.scratch.data());
-    job.staged = true;
-    return t.scratch.data();
-  };
-
-  std::vector<DenseItem> dense, first_average;
-  std::vector<SparseItem> sparse;
-  std::vector<Job*> dense_jobs, first_average_jobs, sparse_jobs;
-  // Buffers for LocalSGD deltas; stable addresses until the round ends.
-  std::vector<std::vector<float>> deltas;
-  deltas.reserve(jobs.size());
-  uint64_t fallbacks = 0, sparse_count = 0, params = 0, dense_equivalent = 0;
-  DeviceRound device_round;  // [device path] this round's device tensors
-  auto t0 = Clock::now();
+  // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
+  // cuts the same units. The counters advance here: only this thread reads them (inspect).
   for (Job& job : jobs) {
     TensorState& t = *job.tensor;
-    dense_equivalent += ring_allreduce_bytes(t.numel * 4, world_size_);
     if (job.id.kind == WorkKind::kAverage) {
-      ++params;
-      if (t.anchor.empty()) {
-        // First average: full values in fp32, which also establishes an identical anchor
-        // everywhere.
-        first_average.push_back({job.data, t.dtype, t.numel, false, &t.key});
-        first_average_jobs.push_back(&job);
-      } else {
-        // Later averages send (parameters - anchor): small deltas lose far less in 16 bits.
-        deltas.emplace_back(t.numel);
-        to_float(job.data, t.dtype, t.numel, deltas.back().data());
-        for (uint64_t i = 0; i < t.numel; ++i)
-          deltas.back()[i] -= t.anchor[i];
-        dense.push_back({deltas.back().data(), DType::kFloat32, t.numel, false, &t.key});
-        dense_jobs.push_back(&job);
-      }
+      job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
       continue;
     }
-    if (t.device) {  // [device path] momentum, clipping, DGC on the tensor's backend
-      DeviceStep k = device_->prepare(t, job.data, job.clip, dense, sparse, device_round);
-      (k == DeviceStep::kSparse ? sparse_jobs : dense_jobs).push_back(&job);
-      sparse_count += k == DeviceStep::kSparse;
-      fallbacks += k == DeviceStep::kDgcDense;
-      continue;
-    }
-    if (t.policy.kind == ExchangeKind::kDense) {
-      if (options_.momentum > 0 || options_.clip_norm > 0) {
-        // gradex owns momentum on this path too: send u (Nesterov: g + m*u), keep u.
-        float* values = fp32_values(job);
-        const float scale = clip_factor(job.clip, values, t.numel);
-        if (options_.momentum > 0 && t.momentum.size() != t.numel) t.momentum.assign(t.numel, 0.0f);
-        apply_momentum(values, t.momentum.data(), t.numel,
-                       {options_.momentum, options_.nesterov, scale});
-        dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
-      } else {
-        dense.push_back({job.data, t.dtype, t.numel, false, &t.key});
-      }
-      dense_jobs.push_back(&job);
-      continue;
-    }
-    float* values = fp32_values(job);
-    const float scale = clip_factor(job.clip, values, t.numel);
-    t.codec->set_step(t.step);
-    if (sparse_is_cheaper(t.codec->density_at(t.step), world_size_)) {
-      sparse.push_back({&t.key, t.codec.get(), values, scale});
-      sparse_jobs.push_back(&job);
-      ++sparse_count;
+    // [device path] a device tensor's DGC state decides from the same counter.
+    const bool sparse_step =
+        t.policy.kind == ExchangeKind::kSparse &&
+        (t.device ? device_->sparse_step(t, job.step)
+                  : sparse_is_cheaper(t.codec->density_at(job.step), world_size_));
+    if (sparse_step) {
+      job.route = Route::kSparse;
     } else {
-      t.codec->dense_step(values, scale);
-      dense.push_back({values, DType::kFloat32, t.numel, false, &t.key});
-      dense_jobs.push_back(&job);
-      ++fallbacks;
+      job.route = Route::kDense;
+      job.dgc_dense_step = t.policy.kind == ExchangeKind::kSparse;
     }
+    ++t.step;
   }
-  for (Job& job : jobs)
-    if (job.id.kind == WorkKind::kGradient) ++job.tensor->step;
-  for (auto& [job, w] : skipped) {
-    ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
-    const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
-    if (job.tensor->device)  // [device path] NaN fill on the tensor's backend
-      device_->skip(*job.tensor, job.data, propagate, device_round);
-    else if (propagate)
-      fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
-  }
-  double prepare_seconds = seconds_since(t0);
 
-  DenseExchangeOptions dense_options{options_.fusion_bytes, options_.half_on_wire,
-                                     options_.half_type, options_.nonfinite};
-  DenseCounters dc;
-  uint64_t received_before = comm_->bytes_received();
-  if (device_round.dense.empty())
-    dense_average(*comm_, dense, dense_options, dc);
-  else  // [device path] the same buckets; device tensors cast and staged on their backends
-    device_->dense_average(*comm_, dense, device_round, dense_options, dc);
-  if (!first_average.empty()) {
-    DenseExchangeOptions fp32 = dense_options;
-    fp32.half_on_wire = false;
-    dense_average(*comm_, first_average, fp32, dc);
-  }
-  SparseCounters sc;
-  if (!sparse.empty() && device_round.sparse.empty())
-    sparse_average(*comm_, sparse, sc, options_.sparse_ring_for(world_size_));
-  else if (!sparse.empty())  // [device path] the same message; device payloads staged
-    device_->sparse_average(*comm_, sparse, device_round, sc,
-                            options_.sparse_ring_for(world_size_));
-  uint64_t received = comm_->bytes_received() - received_before;
-
-  // Results back into the caller's buffers (16-bit tensors, LocalSGD anchors).
-  auto t1 = Clock::now();
-  size_t delta_index = 0;
-  std::vector<std::pair<Job*, bool>> finished;  // job, result is non-finite
-  for (size_t i = 0; i < dense_jobs.size(); ++i) {
-    Job& job = *dense_jobs[i];
-    TensorState& t = *job.tensor;
-    if (job.id.kind == WorkKind::kAverage) {
-      std::vector<float>& delta = deltas[delta_index++];
-      for (uint64_t k = 0; k < t.numel; ++k)
-        delta[k] += t.anchor[k];
-      from_float(delta.data(), t.numel, t.dtype, job.data);
-      to_float(job.data, t.dtype, t.numel, t.anchor.data());
-    } else if (job.staged) {
-      from_float(t.scratch.data(), t.numel, t.dtype, job.data);
+  // Skipped gradients need no transfer: they complete before any unit travels.
+  if (!skipped.empty()) {
+    for (auto& [job, w] : skipped) {
+      ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
+      const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
+      if (job.tensor->device && job.id.kind == WorkKind::kGradient)
+        device_->skip(*job.tensor, job.data, propagate);  // [device path] on its backend
+      else if (propagate)
+        fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
     }
-    finished.push_back({&job, dense[i].nonfinite_result});
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [job, w] : skipped) {
+      ++job.tensor->exchanges;
+      ++stats_.tensors;
+      if (options_.nonfinite == NonFinitePolicy::kError)
+        complete(job.id, ErrorCode::kInvalidArgument,
+                 work_name(job.id) + " holds NaN/Inf values on ranks " +
+                     rank_list(w->nonfinite_ranks) +
+                     " (GRADEX_NONFINITE=error); no rank changed its state for it");
+      else
+        complete(job.id, ErrorCode::kOk, "");
+    }
+    cv_.notify_all();
   }
-  for (size_t i = 0; i < first_average_jobs.size(); ++i) {
-    Job& job = *first_average_jobs[i];
-    TensorState& t = *job.tensor;
-    t.anchor.resize(t.numel);
-    to_float(job.data, t.dtype, t.numel, t.anchor.data());
-    finished.push_back({&job, first_average[i].nonfinite_result});
-  }
-  for (size_t i = 0; i < sparse_jobs.size(); ++i) {
-    Job& job = *sparse_jobs[i];
-    TensorState& t = *job.tensor;
-    if (job.staged) from_float(t.scratch.data(), t.numel, t.dtype, job.data);
-    finished.push_back({&job, false});
-  }
-  device_->finish(device_round);  // [device path] completion events, before the handles
-  double finish_seconds = seconds_since(t1);
+  if (jobs.empty()) return;
 
+  pipeline::PlanOptions plan_options;
+  plan_options.fusion_bytes = options_.fusion_bytes;
+  plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
+  plan_options.sparse_group_elements = options_.sparse_group_bytes / 4;
+  std::deque<Unit> units = pipeline::plan(jobs, plan_options);
+  GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
+  pipeline::Stages stages;
+  stages.prepare = [this](Unit& u) { prepare_unit(u); };
+  stages.transfer = [this](Unit& u) { transfer(u); };
+  stages.finish = [this](Unit& u) { finish_unit(u); };
+  pipeline::run(units, stages, shared_pool(), kLookahead);
+}
+
+void Engine::transfer(Unit& unit) {
+  if (before_transfer_) before_transfer_(unit);
+  const uint64_t sent_before = comm_->bytes_sent();
+  const uint64_t received_before = comm_->bytes_received();
+  if (unit.route == Route::kSparse) {
+    auto t0 = Clock::now();
+    const bool ring = options_.sparse_ring_for(world_size_);
+    try {
+      unit.received = ring ? comm::ring_allgatherv(*comm_, unit.message.data(), unit.message.size())
+                           : comm::allgatherv(*comm_, unit.message.data(), unit.message.size());
+    } catch (const Error& e) {
+      throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
+    }
+    unit.counters.transfer_seconds += seconds_since(t0);
+  } else {
+    std::vector<DenseItem> items;
+    items.reserve(unit.jobs.size());
+    for (Job* job : unit.jobs)
+      items.push_back(
+          {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
+    DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
+                                 options_.nonfinite};
+    // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
+    if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
+    DenseCounters dc;
+    // [device path] a unit holding a device gradient: the same bucket, device items cast and
+    // staged on their backends, host items on the CPU backend.
+    std::vector<TensorState*> device(unit.jobs.size(), nullptr);
+    bool any_device = false;
+    for (size_t i = 0; i < unit.jobs.size(); ++i) {
+      const Job& job = *unit.jobs[i];
+      if (job.tensor->device && job.id.kind == WorkKind::kGradient) {
+        device[i] = job.tensor;
+        any_device = true;
+      }
+    }
+    if (any_device)
+      device_->dense_average(*comm_, items, device, options, dc);
+    else
+      dense_average(*comm_, items, options, dc);
+    for (size_t i = 0; i < items.size(); ++i)
+      unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
+    unit.counters.saturated += dc.saturated;
+    unit.counters.prepare_seconds += dc.cast_seconds;
+    unit.counters.transfer_seconds += dc.communicate_seconds;
+  }
+  unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
+  unit.counters.received_bytes += comm_->bytes_received() - received_before;
+}
+
+void Engine::complete_unit(Unit& unit) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [job, nonfinite] : finished) {
-    ++job->tensor->exchanges;
-    if (nonfinite && options_.nonfinite == NonFinitePolicy::kError)
+  for (Job* job : unit.jobs) {
+    TensorState& t = *job->tensor;
+    ++t.exchanges;
+    ++stats_.tensors;
+    stats_.dense_bytes += ring_allreduce_bytes(t.numel * 4, world_size_);
+    if (job->id.kind == WorkKind::kAverage) ++stats_.parameter_averages;
+    if (job->route == Route::kSparse) ++stats_.sparse_exchanges;
+    if (job->dgc_dense_step) ++stats_.dense_fallbacks;
+    if (job->nonfinite_result && options_.nonfinite == NonFinitePolicy::kError)
       complete(job->id, ErrorCode::kInvalidArgument,
                work_name(job->id) +
                    " has NaN/Inf values in its average (a rank submitted "
@@ -235,28 +217,14 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     else
       complete(job->id, ErrorCode::kOk, "");
   }
-  for (auto& [job, w] : skipped) {
-    ++job.tensor->exchanges;
-    if (options_.nonfinite == NonFinitePolicy::kError)
-      complete(job.id, ErrorCode::kInvalidArgument,
-               work_name(job.id) + " holds NaN/Inf values on ranks " +
-                   rank_list(w->nonfinite_ranks) +
-                   " (GRADEX_NONFINITE=error); no rank changed its state for it");
-    else
-      complete(job.id, ErrorCode::kOk, "");
-  }
-  stats_.tensors += jobs.size() + skipped.size();
-  stats_.bytes_sent += dc.wire_bytes + sc.wire_bytes;
-  stats_.bytes_received += received;
-  stats_.dense_bytes += dense_equivalent;
-  stats_.sparse_exchanges += sparse_count;
-  stats_.dense_fallbacks += fallbacks;
-  stats_.parameter_averages += params;
+  const pipeline::UnitCounters& c = unit.counters;
+  stats_.bytes_sent += c.wire_bytes;
+  stats_.bytes_received += c.received_bytes;
+  stats_.saturated += c.saturated;
+  stats_.compress_seconds += c.prepare_seconds;
+  stats_.communicate_seconds += c.transfer_seconds;
+  stats_.decode_seconds += c.finish_seconds;
   stats_.staged_bytes = device_->staged_bytes();  // [device path]
-  stats_.saturated += dc.saturated;
-  stats_.compress_seconds += prepare_seconds + dc.cast_seconds + sc.compress_seconds;
-  stats_.communicate_seconds += dc.communicate_seconds + sc.communicate_seconds;
-  stats_.decode_seconds += sc.decode_seconds + finish_seconds;
   cv_.notify_all();
 }
 

@@ -1,4 +1,5 @@
-// Helpers shared by the engine's source files (engine.cc, engine_execute.cc, engine_state.cc).
+// Helpers shared by the engine's source files (engine.cc, engine_execute.cc, engine_stages.cc,
+// engine_state.cc).
 #pragma once
 
 #include <cstdint>

@@ -44,6 +44,10 @@ struct EngineOptions {
     return sparse_collective == SparseCollective::kRing ||
            (sparse_collective == SparseCollective::kAuto && world_size >= kSparseRingMinRanks);
   }
+  // GRADEX_SPARSE_GROUP_MB: DGC tensors of a round travel in groups of consecutive tensors (key
+  // order) holding at least this many bytes of fp32 gradient; a larger tensor travels alone
+  // (0: every DGC tensor alone). Each group is one unit of the engine's pipeline (sync/pipeline.h).
+  size_t sparse_group_bytes = 16u << 20;
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
   // How long the background thread sleeps between idle negotiation rounds, at most.

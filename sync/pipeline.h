@@ -1,0 +1,127 @@
+// The engine's pipeline of stages (issue #11). One negotiation round's ready work is cut into
+// units, each one collective on the wire: a dense fusion bucket, or one DGC tensor (or a group of
+// small ones). Every unit goes through three stages:
+//
+//   prepare   momentum, DGC step + encode, LocalSGD delta        any thread (worker pool)
+//   transfer  one ring allreduce / allgatherv                     the progress thread only
+//   finish    decode, cast back, complete the unit's handles      any thread (worker pool)
+//
+// Transfers run in unit order on the calling thread, so every rank issues the same collectives in
+// the same order: the order depends only on agreed data (the round's ready list, the tensors'
+// sizes, dtypes and policies, the agreed exchange counters) and the options every rank shares.
+// While unit i is on the wire, the prepare stage of the next `lookahead` units runs on the pool
+// and the finish stage of earlier units may still be running there. Each stage of a unit
+// happens-before its next stage; stages of different units touch different tensors, so they need
+// no locks between them. A unit's handles complete when its finish stage has written them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "comm/communicator.h"
+#include "sync/negotiator.h"
+#include "sync/tensor_state.h"
+
+namespace gradex {
+class ThreadPool;
+}
+
+namespace gradex::sync::pipeline {
+
+enum class Route : uint8_t {
+  kDense,         // fused ring allreduce on the dense wire type (16-bit with GRADEX_FP16)
+  kFirstAverage,  // LocalSGD's first parameter average: fused, fp32 on the wire
+  kSparse,        // a DGC sparse step: encoded payload in an allgatherv
+};
+
+// One tensor's work in a round. Fields below "prepare" are written by the stages in order.
+struct Job {
+  WorkId id;
+  TensorState* tensor = nullptr;
+  void* data = nullptr;  // the caller's buffer
+  float clip = -1.0f;    // the step's clipping factor captured at submission (-1: none)
+  uint64_t step = 0;     // the agreed exchange counter of this exchange (gradients)
+  Route route = Route::kDense;
+  bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
+  // prepare:
+  void* values = nullptr;  // what is sent and receives the average
+  DType values_dtype = DType::kFloat32;
+  bool staged = false;       // values are tensor->scratch (fp32 of a 16-bit tensor)
+  std::vector<float> delta;  // LocalSGD: parameters - anchor, sent instead
+  // transfer (dense):
+  bool nonfinite_result = false;  // the average holds NaN/Inf
+};
+
+// Counters of one unit, added to the engine's Stats when the unit completes.
+struct UnitCounters {
+  uint64_t wire_bytes = 0;
+  uint64_t received_bytes = 0;
+  uint64_t saturated = 0;
+  double prepare_seconds = 0;   // prepare stage, and the 16-bit casts inside the dense transfer
+  double transfer_seconds = 0;  // the collective itself
+  double finish_seconds = 0;    // decode, casts back
+};
+
+// One collective's worth of jobs.
+struct Unit {
+  Route route = Route::kDense;
+  std::vector<Job*> jobs;             // round order
+  std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
+  std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
+  UnitCounters counters;
+  // Scheduling (run()): who runs the prepare / finish stage, and their outcomes.
+  bool finish_on_pool = false;
+  std::atomic<bool> prepare_claimed{false};
+  std::atomic<bool> finish_claimed{false};
+  std::future<void> prepared;
+  std::future<void> finished;
+
+  uint64_t elements() const;
+  // "'a', 'b', ..." (at most 8 keys): for error messages.
+  std::string keys() const;
+};
+
+struct PlanOptions {
+  size_t fusion_bytes = 64u << 20;     // GRADEX_FUSION_MB
+  DType dense_wire = DType::kFloat16;  // wire type of kDense buckets
+  uint64_t sparse_group_elements = 0;  // GRADEX_SPARSE_GROUP_MB / 4 bytes (0: one tensor each)
+};
+
+// Cuts `jobs` (the round's order) into units, in the order they travel:
+//   1. kDense jobs in round order, packed greedily into buckets of at most fusion_bytes wire bytes
+//      (a larger tensor travels alone) — the packing dense_average() uses, so each unit is exactly
+//      one of its buckets;
+//   2. kFirstAverage jobs, packed the same way with 4-byte elements;
+//   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
+//      sparse_group_elements elements (a larger tensor travels alone).
+// Dense work goes first: small buckets complete before the large DGC tensors' payloads travel, and
+// the DGC tensors compress on the pool meanwhile.
+std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options);
+
+// What a unit's stages do; supplied by the engine.
+struct Stages {
+  std::function<void(Unit&)> prepare;   // any thread
+  std::function<void(Unit&)> transfer;  // the calling thread of run()
+  std::function<void(Unit&)> finish;    // any thread; completes the unit's handles
+};
+
+// Runs every unit through its stages (see the top of this file). The prepare stage of units
+// i+1..i+lookahead is submitted to `pool` while unit i transfers; a prepare that no worker has
+// started by the time its unit is due runs on the calling thread instead (so a busy or empty pool
+// costs overlap, never progress). The finish stage of a unit with finish_on_pool goes to the pool
+// when the next unit is already prepared (its transfer can start at once); otherwise, and for
+// the other units, it runs on the calling thread right after the transfer. Returns when every stage
+// that was started has ended (a prepare no worker has started is cancelled; a finish no worker has
+// started runs on the calling thread). A finish stage that failed on the pool stops the walk before
+// the next transfer. The exception of the earliest failing unit is rethrown (the cause; later
+// failures, such as a timeout waiting for a peer that stopped on the same unit, are its
+// consequences); units already finished stay finished.
+void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead);
+
+}  // namespace gradex::sync::pipeline

@@ -1,0 +1,350 @@
+// The engine's pipeline of stages (sync/pipeline.h) through real ranks: a unit's handles complete
+// as soon as its own results are written (a dense bucket does not wait for a DGC tensor's
+// allgather), and a round of many DGC tensors cut into several units (groups and lone tensors)
+// gives, bit for bit, what each tensor's codec gives alone: every rank's payload decoded in rank
+// order (the engine before the pipeline did exactly that for all tensors of a round at once).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "capi/engine_access.h"
+#include "compress/half/cast.h"
+#include "process_ranks.h"
+#include "rank_checks.h"
+#include "sync/pipeline.h"
+#include "sync/sparse_exchange.h"
+
+namespace gradex::sync {
+// The engine's test hook (engine.h): a function the progress thread calls before each transfer.
+struct EngineTestAccess {
+  static void before_transfer(Engine& e, std::function<void(const pipeline::Unit&)> hook) {
+    e.before_transfer_ = std::move(hook);
+  }
+};
+}  // namespace gradex::sync
+
+using namespace gradex::test;
+using gradex::sync::pipeline::Route;
+using gradex::sync::pipeline::Unit;
+
+namespace {
+
+// Holds the progress thread before the transfer of a unit holding a gated key until the test
+// releases it (bounded: after 60 s it goes on and the test's own checks fail). Also records every
+// unit that travelled: its route and keys.
+class Gates {
+ public:
+  struct Sent {
+    Route route;
+    std::vector<std::string> keys;
+  };
+  void gate(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_[key] = kClosed;
+  }
+  // The hook (progress thread).
+  void on_transfer(const Unit& unit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    Sent s{unit.route, {}};
+    for (const auto* job : unit.jobs)
+      s.keys.push_back(job->id.key);
+    sent_.push_back(s);
+    for (const std::string& key : s.keys) {
+      auto it = state_.find(key);
+      if (it == state_.end() || it->second != kClosed) continue;
+      it->second = kReached;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(60), [&] { return it->second == kOpen; });
+    }
+  }
+  bool wait_reached(const std::string& key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return state_[key] == kReached; });
+  }
+  void release(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_[key] = kOpen;
+    cv_.notify_all();
+  }
+  std::vector<Sent> sent() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sent_;
+  }
+
+ private:
+  enum State { kClosed, kReached, kOpen };
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::string, State> state_;
+  std::vector<Sent> sent_;
+};
+
+std::shared_ptr<Gates> install_gates(gradex_engine_t* engine) {
+  auto gates = std::make_shared<Gates>();
+  gradex::sync::EngineTestAccess::before_transfer(
+      gradex::capi::engine_of(engine), [gates](const Unit& u) { gates->on_transfer(u); });
+  return gates;
+}
+
+}  // namespace
+
+// One round holds a large DGC tensor and a small dense one. The progress thread is held before the
+// DGC tensor's allgather: by then the dense handle has completed with the exact average, and the
+// DGC handle has not.
+TEST(EnginePipeline, DenseHandleCompletesWhileSparseIsStillInFlight) {
+  const int world = 2;
+  const uint64_t big = 400000, small = 100;
+  auto results = run_ranks(
+      world, {"GRADEX_SPARSITY=0.99", "GRADEX_MOMENTUM=0", "GRADEX_FP16=0"},
+      [&](RankContext& ctx) -> std::string {
+        RANK_OK(gradex_register_tensor(ctx.engine, "gate", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        RANK_OK(gradex_register_tensor(ctx.engine, "big", big, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        RANK_OK(
+            gradex_register_tensor(ctx.engine, "small", small, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        auto gates = install_gates(ctx.engine);
+        gates->gate("gate");
+        gates->gate("big");
+        // The gate's round holds the progress thread while both tensors are submitted, so that
+        // the next round has them together on every rank.
+        std::vector<float> g(10, 1.0f);
+        gradex_handle_t hg, hb, hs;
+        RANK_OK(gradex_submit(ctx.engine, "gate", g.data(), &hg));
+        RANK_REQUIRE(gates->wait_reached("gate"), "the gate's transfer never came");
+        std::vector<float> b = test_vector(1, ctx.rank, 0, big);
+        std::vector<float> s = test_vector(2, ctx.rank, 0, small);
+        RANK_OK(gradex_submit(ctx.engine, "big", b.data(), &hb));
+        RANK_OK(gradex_submit(ctx.engine, "small", s.data(), &hs));
+        gates->release("gate");
+        RANK_OK(gradex_wait(ctx.engine, hg));
+        RANK_REQUIRE(gates->wait_reached("big"), "the DGC tensor's transfer never came");
+        int small_done = 0, big_done = 0;
+        RANK_OK(gradex_test(ctx.engine, hs, &small_done));
+        RANK_OK(gradex_test(ctx.engine, hb, &big_done));
+        gates->release("big");
+        // Both buffers belong to the engine until their handles complete: wait before any check.
+        if (!small_done) RANK_OK(gradex_wait(ctx.engine, hs));
+        if (!big_done) RANK_OK(gradex_wait(ctx.engine, hb));
+        RANK_REQUIRE(small_done == 1, "the dense handle waited for the DGC tensor's exchange");
+        RANK_REQUIRE(big_done == 0, "the DGC handle completed before its payloads travelled");
+        for (uint64_t i = 0; i < small; ++i) {
+          const float expect = (test_value(2, 0, 0, i) + test_value(2, 1, 0, i)) / 2.0f;
+          RANK_REQUIRE(s[i] == expect, "small[" << i << "] = " << s[i] << ", expected " << expect);
+        }
+        uint64_t nonzero = 0;
+        for (float x : b)
+          nonzero += x != 0;
+        RANK_REQUIRE(nonzero >= big / 200 && nonzero <= 2 * big * 13 / 1000,
+                     nonzero << " non-zero elements in the DGC average");
+        // The round travelled as two units: the dense bucket first, then the DGC tensor.
+        auto sent = gates->sent();
+        RANK_REQUIRE(sent.size() == 3 && sent[1].route == Route::kDense &&
+                         sent[1].keys == std::vector<std::string>{"small"} &&
+                         sent[2].route == Route::kSparse,
+                     sent.size() << " transfers");
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Many DGC tensors of several sizes and dtypes in one round, cut into groups and lone tensors
+// (GRADEX_SPARSE_GROUP_MB=0.1: 26,214 elements), beside a dense tensor and a DGC tensor on a dense
+// step. Every DGC average equals, bit for bit, what P codecs of that tensor alone give: each
+// rank's payload decoded in rank order into zeros, then cast to the tensor's dtype.
+TEST(EnginePipeline, ManyDgcTensorsInOneRoundMatchEachCodecAlone) {
+  const int world = 3;
+  const int steps = 3;
+  const uint64_t sizes[] = {3000, 7000, 12000, 30000, 150000, 4000};
+  const gradex_dtype_t dtypes[] = {GRADEX_FLOAT32, GRADEX_FLOAT16, GRADEX_FLOAT32, GRADEX_BFLOAT16};
+  struct Tensor {
+    std::string key;
+    uint64_t n;
+    gradex_dtype_t dtype;
+  };
+  std::vector<Tensor> dgc;
+  for (int i = 0; i < 22; ++i) {
+    char key[8];
+    std::snprintf(key, sizeof key, "t%02d", i);
+    dgc.push_back({key, sizes[i % 6], dtypes[i % 4]});
+  }
+  auto results = run_ranks(
+      world,
+      {"GRADEX_SPARSITY=0.99", "GRADEX_DENSE_THRESHOLD=2000", "GRADEX_SPARSE_GROUP_MB=0.1",
+       "GRADEX_SPARSITY_OVERRIDES=w.dense:0.5", "GRADEX_RING_CHUNK_KB=4"},
+      [&](RankContext& ctx) -> std::string {
+        using gradex::sync::SparseCodec;
+        using gradex::sync::tensor_key_id;
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        RANK_OK(gradex_register_tensor(ctx.engine, "gate", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        RANK_OK(gradex_register_tensor(ctx.engine, "d", 500, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        RANK_OK(
+            gradex_register_tensor(ctx.engine, "w.dense", 5000, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        // The reference: P codecs per DGC tensor, one per rank, fed every rank's gradient.
+        std::vector<std::vector<std::unique_ptr<SparseCodec>>> codecs(dgc.size());
+        for (size_t k = 0; k < dgc.size(); ++k) {
+          RANK_OK(gradex_register_tensor(ctx.engine, dgc[k].key.c_str(), dgc[k].n, dgc[k].dtype,
+                                         GRADEX_DEVICE_CPU));
+          for (int r = 0; r < world; ++r)
+            codecs[k].push_back(std::make_unique<SparseCodec>(
+                dgc[k].key, tensor_key_id(dgc[k].key), dgc[k].n, 0.99, engine.config(), world));
+        }
+        auto gates = install_gates(ctx.engine);
+        auto wire_type = [](gradex_dtype_t t) {
+          return t == GRADEX_FLOAT16 ? gradex::DType::kFloat16 : gradex::DType::kBFloat16;
+        };
+        // A rank's gradient of tensor k as the engine sees it (16-bit tensors rounded). Mostly
+        // a component all ranks share, so that their selections overlap and the order in which
+        // the ranks' values are summed shows in the bits.
+        auto gradient = [&](size_t k, int rank, int step) {
+          std::vector<float> g = test_vector(100 + k, world, step, dgc[k].n);
+          for (uint64_t i = 0; i < dgc[k].n; ++i)
+            g[i] += 0.25f * test_value(100 + k, rank, step, i);
+          if (dgc[k].dtype != GRADEX_FLOAT32) {
+            std::vector<uint16_t> h(g.size());
+            gradex::compress::half::to_half(g.data(), h.data(), g.size(), wire_type(dgc[k].dtype),
+                                            1.0f);
+            gradex::compress::half::from_half(h.data(), g.data(), g.size(), wire_type(dgc[k].dtype),
+                                              1.0f);
+          }
+          return g;
+        };
+        for (int step = 0; step < steps; ++step) {
+          gates->gate("gate");
+          std::vector<float> gate(10, 1.0f), d = test_vector(7, ctx.rank, step, 500),
+                                             wd = test_vector(8, ctx.rank, step, 5000);
+          std::vector<std::vector<uint8_t>> buffers(dgc.size());
+          gradex_handle_t hg, hd, hw;
+          RANK_OK(gradex_submit(ctx.engine, "gate", gate.data(), &hg));
+          RANK_REQUIRE(gates->wait_reached("gate"), "step " << step << ": no gate transfer");
+          std::vector<gradex_handle_t> handles(dgc.size());
+          for (size_t k = 0; k < dgc.size(); ++k) {
+            std::vector<float> g = gradient(k, ctx.rank, step);
+            buffers[k].resize(dgc[k].n * (dgc[k].dtype == GRADEX_FLOAT32 ? 4 : 2));
+            if (dgc[k].dtype == GRADEX_FLOAT32)
+              std::memcpy(buffers[k].data(), g.data(), g.size() * 4);
+            else
+              gradex::compress::half::to_half(g.data(),
+                                              reinterpret_cast<uint16_t*>(buffers[k].data()),
+                                              g.size(), wire_type(dgc[k].dtype), 1.0f);
+            RANK_OK(gradex_submit(ctx.engine, dgc[k].key.c_str(), buffers[k].data(), &handles[k]));
+          }
+          RANK_OK(gradex_submit(ctx.engine, "d", d.data(), &hd));
+          RANK_OK(gradex_submit(ctx.engine, "w.dense", wd.data(), &hw));
+          gates->release("gate");
+          RANK_OK(gradex_wait(ctx.engine, hg));
+          for (size_t k = 0; k < dgc.size(); ++k)
+            RANK_OK(gradex_wait(ctx.engine, handles[k]));
+          RANK_OK(gradex_wait(ctx.engine, hd));
+          RANK_OK(gradex_wait(ctx.engine, hw));
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+
+          for (size_t k = 0; k < dgc.size(); ++k) {
+            std::vector<std::vector<uint8_t>> payloads(world);
+            for (int r = 0; r < world; ++r) {
+              std::vector<float> g = gradient(k, r, step);
+              codecs[k][r]->set_step(step);
+              codecs[k][r]->compress(g.data(), 1.0f, payloads[r]);
+            }
+            std::vector<float> sum(dgc[k].n, 0.0f);
+            for (int r = 0; r < world; ++r)
+              codecs[k][0]->accumulate(payloads[r].data(), payloads[r].size(),
+                                       1.0f / static_cast<float>(world), sum.data());
+            std::vector<uint8_t> expect(buffers[k].size());
+            if (dgc[k].dtype == GRADEX_FLOAT32)
+              std::memcpy(expect.data(), sum.data(), expect.size());
+            else
+              gradex::compress::half::to_half(sum.data(),
+                                              reinterpret_cast<uint16_t*>(expect.data()),
+                                              sum.size(), wire_type(dgc[k].dtype), 1.0f);
+            RANK_REQUIRE(expect == buffers[k], "step " << step << ": '" << dgc[k].key
+                                                       << "' differs from its codec alone");
+          }
+        }
+        gradex_stats_t s;
+        RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
+        RANK_REQUIRE(s.sparse_exchanges == dgc.size() * steps && s.dense_fallbacks == steps,
+                     "sparse " << s.sparse_exchanges << ", fallbacks " << s.dense_fallbacks);
+        // The last round travelled as one dense bucket, then DGC units in key order: some groups,
+        // some lone tensors, together every DGC tensor once.
+        auto sent = gates->sent();
+        std::vector<std::string> order;
+        size_t groups = 0, lone = 0, first = sent.size();
+        while (first > 0 && sent[first - 1].route == Route::kSparse)
+          --first;
+        RANK_REQUIRE(first >= 1 && sent[first - 1].route == Route::kDense &&
+                         sent[first - 1].keys == (std::vector<std::string>{"d", "w.dense"}),
+                     "the dense bucket did not travel first");
+        for (size_t i = first; i < sent.size(); ++i) {
+          (sent[i].keys.size() > 1 ? groups : lone) += 1;
+          order.insert(order.end(), sent[i].keys.begin(), sent[i].keys.end());
+        }
+        std::vector<std::string> keys;
+        for (const Tensor& t : dgc)
+          keys.push_back(t.key);
+        RANK_REQUIRE(order == keys, "DGC units out of key order");
+        RANK_REQUIRE(groups >= 2 && lone >= 2, groups << " groups, " << lone << " lone tensors");
+        return "";
+      },
+      std::chrono::seconds(240));
+  EXPECT_EQ(failures(results), "");
+}
+
+// Ranks that cut a round into different units (here: different GRADEX_SPARSE_GROUP_MB) issue
+// different collectives: every rank fails with an error naming what it expected, none hangs and
+// none delivers a wrong average. Rank 0 sends its four DGC tensors in one message, rank 1 the
+// first alone.
+TEST(EnginePipeline, DifferentSparseGroupsFailOnEveryRank) {
+  auto results = run_ranks(
+      2,
+      {"GRADEX_SPARSITY=0.99", "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_TIMEOUT_S=5",
+       "GRADEX_STALL_WARN_S=0"},
+      [&](RankContext& ctx) -> std::string {
+        ::setenv("GRADEX_SPARSE_GROUP_MB", ctx.rank == 0 ? "1000" : "0", 1);
+        std::string error;
+        if (create_engine(ctx.rank, ctx.world, &ctx.engine, &error) != GRADEX_OK) return error;
+        auto gates = install_gates(ctx.engine);
+        gates->gate("gate");
+        RANK_OK(gradex_register_tensor(ctx.engine, "gate", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        const char* keys[] = {"a", "b", "c", "d"};
+        for (const char* k : keys)
+          RANK_OK(gradex_register_tensor(ctx.engine, k, 20000, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<float> gate(10, 1.0f);
+        std::vector<std::vector<float>> data(4);
+        gradex_handle_t hg;
+        std::vector<gradex_handle_t> h(4);
+        RANK_OK(gradex_submit(ctx.engine, "gate", gate.data(), &hg));
+        RANK_REQUIRE(gates->wait_reached("gate"), "no gate transfer");
+        for (int t = 0; t < 4; ++t) {
+          data[t] = test_vector(30 + t, ctx.rank, 0, 20000);
+          RANK_OK(gradex_submit(ctx.engine, keys[t], data[t].data(), &h[t]));
+        }
+        gates->release("gate");
+        RANK_OK(gradex_wait(ctx.engine, hg));
+        std::string first;
+        gradex_status_t first_status = GRADEX_OK;
+        for (int t = 0; t < 4; ++t) {
+          gradex_status_t st = gradex_wait(ctx.engine, h[t]);
+          if (st != GRADEX_OK && first.empty()) {
+            first = gradex_last_error();
+            first_status = st;
+          }
+        }
+        RANK_REQUIRE(first_status == GRADEX_ERR_CORRUPT,
+                     "status " << first_status << ": " << first);
+        const std::string expect = ctx.rank == 0
+                                       ? "from rank 1 holds 1 tensor(s) where ['a', 'b', 'c', 'd']"
+                                       : "from rank 0 holds 4 tensor(s) where ['a']";
+        RANK_REQUIRE(first.find(expect) != std::string::npos &&
+                         first.find("GRADEX_SPARSE_GROUP_MB") != std::string::npos,
+                     first);
+        return "";
+      },
+      std::chrono::seconds(120), /*create_engine=*/false);
+  EXPECT_EQ(failures(results), "");
+}

@@ -1,0 +1,224 @@
+// The pipeline's planner and scheduler alone (sync/pipeline.h), with stages that record what ran
+// where: the units every rank cuts, transfers in unit order on the calling thread, each unit's
+// stages in order, the next unit's prepare overlapping a transfer, and no stage running after
+// run() returns, whatever fails.
+#include "sync/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "base/thread_pool.h"
+
+namespace gradex::sync::pipeline {
+namespace {
+
+struct Round {
+  std::deque<TensorState> tensors;
+  std::vector<Job> jobs;
+  void add(const std::string& key, uint64_t numel, Route route) {
+    TensorState& t = tensors.emplace_back();
+    t.key = key;
+    t.numel = numel;
+    Job j;
+    j.id = {WorkKind::kGradient, key};
+    j.tensor = &t;
+    j.route = route;
+    jobs.push_back(std::move(j));
+  }
+};
+
+std::vector<std::vector<std::string>> keys_of(const std::deque<Unit>& units) {
+  std::vector<std::vector<std::string>> out;
+  for (const Unit& u : units) {
+    out.emplace_back();
+    for (const Job* j : u.jobs)
+      out.back().push_back(j->id.key);
+  }
+  return out;
+}
+
+TEST(PipelinePlan, DenseBucketsFirstThenFirstAveragesThenSparseGroups) {
+  Round r;
+  r.add("a", 100, Route::kSparse);  // 100 elements: grouped with the next
+  r.add("b", 300, Route::kDense);   // 600 wire bytes at 2 bytes per element
+  r.add("c", 50, Route::kSparse);   // group of a, c: 150 >= 120 closes it
+  r.add("d", 200, Route::kDense);   // 600 + 400 > 800: a new bucket
+  r.add("e", 1000, Route::kDense);  // larger than a bucket: alone
+  r.add("f", 500, Route::kSparse);  // larger than a group: alone
+  r.add("g", 10, Route::kFirstAverage);
+  r.add("h", 30, Route::kSparse);         // the last group, unfilled
+  r.add("i", 100, Route::kDense);         // 2000 + 200 > 800: a new bucket
+  r.add("j", 150, Route::kFirstAverage);  // 4 bytes per element: 40 + 600 <= 800
+  PlanOptions o;
+  o.fusion_bytes = 800;
+  o.dense_wire = DType::kFloat16;
+  o.sparse_group_elements = 120;
+  std::deque<Unit> units = plan(r.jobs, o);
+  using K = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(keys_of(units), (K{{"b"}, {"d"}, {"e"}, {"i"}, {"g", "j"}, {"a", "c"}, {"f"}, {"h"}}));
+  const Route routes[] = {Route::kDense,        Route::kDense,  Route::kDense,  Route::kDense,
+                          Route::kFirstAverage, Route::kSparse, Route::kSparse, Route::kSparse};
+  for (size_t i = 0; i < units.size(); ++i) {
+    EXPECT_EQ(units[i].route, routes[i]) << "unit " << i;
+    EXPECT_EQ(units[i].finish_on_pool, routes[i] == Route::kSparse) << "unit " << i;
+  }
+  EXPECT_EQ(units[5].elements(), 150u);
+  EXPECT_EQ(units[5].keys(), "'a', 'c'");
+
+  o.sparse_group_elements = 0;  // every sparse tensor alone
+  o.dense_wire = DType::kFloat32;
+  o.fusion_bytes = 1 << 20;  // one bucket
+  units = plan(r.jobs, o);
+  EXPECT_EQ(keys_of(units), (K{{"b", "d", "e", "i"}, {"g", "j"}, {"a"}, {"c"}, {"f"}, {"h"}}));
+}
+
+// Stages that log (unit, stage, thread) and can be told to fail or to wait.
+struct Recorder {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::string> log;
+  std::map<std::string, std::thread::id> where;
+  int fail_prepare = -1, fail_transfer = -1, fail_finish = -1;
+  bool hold_transfer_until_next_prepares = false;
+
+  void note(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    log.push_back(what);
+    where[what] = std::this_thread::get_id();
+    cv.notify_all();
+  }
+  bool seen(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return where.count(what) > 0;
+  }
+  size_t index(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < log.size(); ++i)
+      if (log[i] == what) return i;
+    return SIZE_MAX;
+  }
+  Stages stages(std::deque<Unit>& units) {
+    auto id = [&units](const Unit& u) {
+      for (size_t i = 0; i < units.size(); ++i)
+        if (&units[i] == &u) return static_cast<int>(i);
+      return -1;
+    };
+    Stages s;
+    s.prepare = [this, id](Unit& u) {
+      const int i = id(u);
+      note("prepare " + std::to_string(i));
+      if (i == fail_prepare) throw std::runtime_error("prepare " + std::to_string(i));
+    };
+    s.transfer = [this, id, &units](Unit& u) {
+      const int i = id(u);
+      note("transfer " + std::to_string(i));
+      if (i == fail_transfer) throw std::runtime_error("transfer " + std::to_string(i));
+      if (hold_transfer_until_next_prepares && i + 1 < static_cast<int>(units.size())) {
+        std::unique_lock<std::mutex> lock(mutex);
+        const std::string next = "prepare " + std::to_string(i + 1);
+        cv.wait_for(lock, std::chrono::seconds(20), [&] { return where.count(next) > 0; });
+      }
+    };
+    s.finish = [this, id](Unit& u) {
+      const int i = id(u);
+      note("finish " + std::to_string(i));
+      if (i == fail_finish) throw std::runtime_error("finish " + std::to_string(i));
+    };
+    return s;
+  }
+};
+
+std::deque<Unit> make_units(int n, bool finish_on_pool) {
+  std::deque<Unit> units(static_cast<size_t>(n));
+  for (Unit& u : units)
+    u.finish_on_pool = finish_on_pool;
+  return units;
+}
+
+TEST(PipelineRun, StagesInOrderTransfersOnTheCallerAndPrepareOverlapsTransfer) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (bool on_pool : {false, true}) {
+      std::deque<Unit> units = make_units(6, on_pool);
+      Recorder rec;
+      rec.hold_transfer_until_next_prepares = threads > 1;
+      run(units, rec.stages(units), pool, 1);
+      const auto caller = std::this_thread::get_id();
+      for (int i = 0; i < 6; ++i) {
+        const std::string p = "prepare " + std::to_string(i), t = "transfer " + std::to_string(i),
+                          f = "finish " + std::to_string(i);
+        ASSERT_TRUE(rec.seen(p) && rec.seen(t) && rec.seen(f)) << "unit " << i;
+        EXPECT_LT(rec.index(p), rec.index(t)) << "unit " << i;
+        EXPECT_LT(rec.index(t), rec.index(f)) << "unit " << i;
+        EXPECT_EQ(rec.where[t], caller);
+        if (i > 0) EXPECT_LT(rec.index("transfer " + std::to_string(i - 1)), rec.index(t));
+        // With workers, unit i+1 prepared while unit i was on the wire (the transfer waited for
+        // it): that prepare ran on a worker.
+        if (threads > 1 && i > 0) {
+          EXPECT_LT(rec.index(p), rec.index(t)) << "unit " << i;
+          EXPECT_NE(rec.where[p], caller) << "unit " << i << " was not prepared ahead";
+        }
+      }
+      EXPECT_EQ(rec.log.size(), 18u);  // every stage exactly once
+    }
+  }
+}
+
+// A failing stage stops the walk: units after it are not transferred, units transferred before
+// it are finished, no stage runs after run() returns, and the earliest failing unit's exception
+// is the one rethrown. With workers a failed finish stops the walk at the next transfer after it
+// is noticed; with none it is noticed at once (the pool runs the task inside submit()).
+TEST(PipelineRun, FailuresStopTheWalkAndNoStageOutlivesRun) {
+  struct Case {
+    int fail_prepare, fail_transfer, fail_finish;
+    const char* error;
+  };
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (const Case& c :
+         {Case{3, -1, -1, "prepare 3"}, Case{-1, 2, -1, "transfer 2"}, Case{-1, -1, 1, "finish 1"},
+          Case{0, -1, -1, "prepare 0"}, Case{-1, 3, 1, "finish 1"}}) {
+      const std::string what = std::string(c.error) + ", threads " + std::to_string(threads);
+      std::deque<Unit> units = make_units(6, true);
+      Recorder rec;
+      rec.fail_prepare = c.fail_prepare;
+      rec.fail_transfer = c.fail_transfer;
+      rec.fail_finish = c.fail_finish;
+      std::string error;
+      try {
+        run(units, rec.stages(units), pool, 1);
+      } catch (const std::runtime_error& e) {
+        error = e.what();
+      }
+      EXPECT_EQ(error, c.error) << what;
+      const size_t logged = rec.log.size();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_EQ(rec.log.size(), logged) << what << ": a stage ran after run() returned";
+      // Transfers are a prefix 0..last; each one transferred is finished unless its own transfer
+      // failed.
+      int last = -1;
+      for (int i = 0; i < 6; ++i)
+        if (rec.seen("transfer " + std::to_string(i))) last = i;
+      for (int i = 0; i < 6; ++i) {
+        const bool transferred = i <= last;
+        EXPECT_EQ(rec.seen("transfer " + std::to_string(i)), transferred) << what << " " << i;
+        EXPECT_EQ(rec.seen("finish " + std::to_string(i)), transferred && i != c.fail_transfer)
+            << what << " " << i;
+      }
+      // Where the walk stopped.
+      if (c.fail_prepare >= 0) EXPECT_EQ(last, c.fail_prepare - 1) << what;
+      if (c.fail_transfer >= 0 && c.fail_finish < 0) EXPECT_EQ(last, c.fail_transfer) << what;
+      if (c.fail_finish >= 0 && threads == 1) EXPECT_EQ(last, c.fail_finish) << what;
+      if (c.fail_finish >= 0) EXPECT_GE(last, c.fail_finish) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradex::sync::pipeline
