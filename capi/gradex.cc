@@ -11,6 +11,7 @@
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
 #include "comm/launch.h"
+#include "compress/backend/backend.h"
 #include "sync/engine.h"
 
 struct gradex_engine {
@@ -60,6 +61,12 @@ gradex::DType dtype_of(gradex_dtype_t t) {
   if (t != GRADEX_FLOAT32 && t != GRADEX_FLOAT16 && t != GRADEX_BFLOAT16)
     throw gradex::InvalidArgument("unknown dtype " + std::to_string(static_cast<int>(t)));
   return static_cast<gradex::DType>(t);
+}
+
+bool is_cuda(gradex_device_t d) {
+  if (d != GRADEX_DEVICE_CPU && d != GRADEX_DEVICE_CUDA)
+    throw gradex::InvalidArgument("unknown device type " + std::to_string(static_cast<int>(d)));
+  return d == GRADEX_DEVICE_CUDA;
 }
 
 void copy_out(const std::string& text, char* buffer, size_t capacity, size_t* length) {
@@ -176,11 +183,7 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
   return guarded("gradex_register_tensor", [&] {
     auto& e = engine_of(engine);
     require(key, "key");
-    if (device != GRADEX_DEVICE_CPU)
-      throw gradex::InvalidArgument(std::string("tensor '") + key +
-                                    "': this build of gradex exchanges host memory only; stage "
-                                    "device tensors through host buffers");
-    e.register_tensor(key, numel, dtype_of(dtype));
+    e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device));
   });
 }
 
@@ -191,6 +194,47 @@ gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* da
     require(key, "key");
     require(handle, "handle");
     *handle = e.submit(key, data);
+  });
+}
+
+gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, void* data,
+                                     gradex_device_t device, int device_index, void* stream,
+                                     gradex_handle_t* handle) {
+  return guarded("gradex_submit_device", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = e.submit_device(key, data, is_cuda(device), device_index, stream);
+  });
+}
+
+gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream) {
+  return guarded("gradex_handle_event", [&] { engine_of(engine).handle_event(handle, stream); });
+}
+
+gradex_status_t gradex_device_available(gradex_device_t device, int device_index, int* available) {
+  return guarded("gradex_device_available", [&] {
+    require(available, "available");
+    if (!is_cuda(device)) {
+      *available = 1;
+      return;
+    }
+    try {
+      gradex::compress::backend::get_backend(gradex::compress::backend::DeviceType::kCuda,
+                                             device_index);
+      *available = 1;
+    } catch (const gradex::InvalidArgument& e) {
+      g_last_error = std::string("gradex_device_available: ") + e.what();
+      *available = 0;
+    }
+  });
+}
+
+gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, uint64_t* bytes) {
+  return guarded("gradex_get_staged_bytes", [&] {
+    auto& e = engine_of(engine);
+    require(bytes, "bytes");
+    *bytes = e.stats(last_step != 0).staged_bytes;
   });
 }
 

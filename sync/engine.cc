@@ -7,6 +7,8 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
+#include "sync/device_path.h"
+#include "sync/device_tensor.h"
 #include "sync/engine_internal.h"
 #include "sync/momentum.h"
 #include "sync/sparse_exchange.h"
@@ -34,6 +36,7 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
                           std::to_string(world_size) + ")");
+  device_ = std::make_unique<DevicePath>(config_, options_, world_size_);  // [device path]
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm_options(config_, options_));
   negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
@@ -55,7 +58,7 @@ Engine::~Engine() {
   }
 }
 
-void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype) {
+void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda) {
   if (key.empty()) throw InvalidArgument("tensor key must not be empty");
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = tensors_.find(key);
@@ -65,6 +68,9 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
                             std::to_string(it->second.numel) + " x " +
                             dtype_name(it->second.dtype) + ", not " + std::to_string(numel) +
                             " x " + dtype_name(dtype));
+    if ((it->second.device && it->second.device->cuda) != cuda)  // [device path]
+      throw InvalidArgument("tensor '" + key + "' is already registered in " +
+                            (cuda ? "host" : "CUDA") + " memory");
     return;
   }
   TensorState t;
@@ -72,7 +78,8 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.numel = numel;
   t.dtype = dtype;
   t.policy = choose_policy(options_, key, numel);
-  if (t.policy.kind == ExchangeKind::kSparse) {
+  device_->attach(t, cuda);  // [device path] state in a backend: no host codec
+  if (t.policy.kind == ExchangeKind::kSparse && !t.device) {
     t.codec = std::make_unique<SparseCodec>(key, tensor_key_id(key), numel, t.policy.sparsity,
                                             config_, world_size_);
     if (dtype != DType::kFloat32) t.scratch.resize(numel);
@@ -83,7 +90,8 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   tensors_.emplace(key, std::move(t));
 }
 
-uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
+uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool device_call,
+                         bool cuda, int device_index, void* stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fatal_code_ != ErrorCode::kOk) throw Error(fatal_code_, fatal_message_);
   if (leaving_) throw InvalidArgument("the engine is shutting down");
@@ -97,6 +105,14 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
     throw InvalidArgument(work_name(id) +
                           " was submitted again before its previous exchange "
                           "completed");
+  // [device path] memory checks, the caller's stream, the handle's completion event.
+  // Parameter averages (LocalSGD, every H steps) always take host memory, whatever the tensor's
+  // registration says.
+  DeviceTensor* device = t->second.device.get();
+  if (!device && device_call && cuda)
+    throw InvalidArgument("tensor '" + key + "' was registered as host memory, submitted as CUDA");
+  if (device && kind == WorkKind::kGradient)
+    device_->on_submit(t->second, device_call && cuda, device_index, stream, next_handle_);
   uint64_t h = next_handle_++;
   Handle& handle = handles_[h];
   handle.id = id;
@@ -116,6 +132,29 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data) {
 uint64_t Engine::submit(const std::string& key, void* data) {
   return enqueue(WorkKind::kGradient, key, data);
 }
+uint64_t Engine::submit_device(const std::string& key, void* data, bool cuda, int device_index,
+                               void* stream) {
+  if (device_index < 0)
+    throw InvalidArgument("tensor '" + key + "': device index " + std::to_string(device_index) +
+                          " is negative");
+  return enqueue(WorkKind::kGradient, key, data, true, cuda, device_index, stream);
+}
+
+void Engine::handle_event(uint64_t handle, void* stream) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (handle == 0 || handle >= next_handle_)
+      throw InvalidArgument("unknown handle " + std::to_string(handle));
+    auto it = handles_.find(handle);
+    if (it != handles_.end() && !it->second.done)
+      throw InvalidArgument("handle " + std::to_string(handle) +
+                            " is not complete yet (call after gradex_wait, or after gradex_test "
+                            "reported it done)");
+  }
+  // A host-path handle has nothing to order: its result was in place when it completed.
+  device_->handle_event(handle, stream);
+}
+
 uint64_t Engine::average(const std::string& key, void* data) {
   return enqueue(WorkKind::kAverage, key, data);
 }

@@ -28,6 +28,7 @@
 
 namespace gradex::sync {
 
+class DevicePath;  // sync/device_path.h
 namespace pipeline {  // sync/pipeline.h
 struct Job;
 struct Unit;
@@ -46,8 +47,17 @@ class Engine {
   const config::Config& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
 
-  void register_tensor(const std::string& key, uint64_t numel, DType dtype);
+  // `cuda`: the tensor's memory is CUDA device memory (submitted with submit_device).
+  void register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda = false);
   uint64_t submit(const std::string& key, void* data);
+  // [device path] A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
+  // (the caller's cudaStream_t; null: the default stream). The handle completes once the average
+  // is queued on gradex's stream; handle_event() orders the caller's stream after it.
+  uint64_t submit_device(const std::string& key, void* data, bool cuda, int device_index,
+                         void* stream);
+  // Makes `stream` wait (on the device, never the host) for a completed device handle's result.
+  // Valid after wait()/test() reported the handle done, until its tensor is submitted again.
+  void handle_event(uint64_t handle, void* stream);
   uint64_t average(const std::string& key, void* data);
   // Blocks until done; throws the handle's error. Releases the handle.
   void wait(uint64_t handle);
@@ -93,7 +103,8 @@ class Engine {
     // The clipping factor of this gradient's step (-1: none given; clip by the tensor's own norm).
     float clip_scale = -1.0f;
   };
-  uint64_t enqueue(WorkKind kind, const std::string& key, void* data);
+  uint64_t enqueue(WorkKind kind, const std::string& key, void* data, bool device_call = false,
+                   bool cuda = false, int device_index = 0, void* stream = nullptr);
   // LocalSGD's local phase: the gradient stays on this rank, but gradex's momentum (and clipping)
   // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
   // in every phase. Called from enqueue with mutex_ held; completes `handle`.
@@ -142,6 +153,8 @@ class Engine {
   int world_size_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Negotiator> negotiator_;
+  // [device path] tensors whose state lives in a device backend (sync/device_path.h).
+  std::unique_ptr<DevicePath> device_;
   LocalSgdSchedule localsgd_;
 
   mutable std::mutex mutex_;

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "comm/collectives.h"
 #include "sync/dense_exchange.h"
+#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
@@ -95,8 +96,12 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
       continue;
     }
-    if (t.policy.kind == ExchangeKind::kSparse &&
-        sparse_is_cheaper(t.codec->density_at(job.step), world_size_)) {
+    // [device path] a device tensor's DGC state decides from the same counter.
+    const bool sparse_step =
+        t.policy.kind == ExchangeKind::kSparse &&
+        (t.device ? device_->sparse_step(t, job.step)
+                  : sparse_is_cheaper(t.codec->density_at(job.step), world_size_));
+    if (sparse_step) {
       job.route = Route::kSparse;
     } else {
       job.route = Route::kDense;
@@ -109,7 +114,10 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   if (!skipped.empty()) {
     for (auto& [job, w] : skipped) {
       ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
-      if (options_.nonfinite == NonFinitePolicy::kPropagate)
+      const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
+      if (job.tensor->device && job.id.kind == WorkKind::kGradient)
+        device_->skip(*job.tensor, job.data, propagate);  // [device path] on its backend
+      else if (propagate)
         fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -166,7 +174,21 @@ void Engine::transfer(Unit& unit) {
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     DenseCounters dc;
-    dense_average(*comm_, items, options, dc);
+    // [device path] a unit holding a device gradient: the same bucket, device items cast and
+    // staged on their backends, host items on the CPU backend.
+    std::vector<TensorState*> device(unit.jobs.size(), nullptr);
+    bool any_device = false;
+    for (size_t i = 0; i < unit.jobs.size(); ++i) {
+      const Job& job = *unit.jobs[i];
+      if (job.tensor->device && job.id.kind == WorkKind::kGradient) {
+        device[i] = job.tensor;
+        any_device = true;
+      }
+    }
+    if (any_device)
+      device_->dense_average(*comm_, items, device, options, dc);
+    else
+      dense_average(*comm_, items, options, dc);
     for (size_t i = 0; i < items.size(); ++i)
       unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
     unit.counters.saturated += dc.saturated;
@@ -202,6 +224,7 @@ void Engine::complete_unit(Unit& unit) {
   stats_.compress_seconds += c.prepare_seconds;
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;
+  stats_.staged_bytes = device_->staged_bytes();  // [device path]
   cv_.notify_all();
 }
 

@@ -2,6 +2,7 @@
 // exchange counter that go into negotiation (inspect), the clipping factor, and LocalSGD's local
 // step, which applies gradex's momentum in place without any exchange.
 #include "base/log.h"
+#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/momentum.h"
@@ -35,7 +36,9 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   for (Item& it : items) {
     // The counter is written only by this thread (execute), so it is read without the lock.
     it.a->step = it.tensor->step;
-    uint64_t bad = scan_nonfinite(it.data, it.tensor->dtype, it.tensor->numel, zero);
+    uint64_t bad = it.tensor->device  // [device path] count_nonfinite on the backend
+                       ? device_->scan_nonfinite(*it.tensor, it.data, zero)
+                       : scan_nonfinite(it.data, it.tensor->dtype, it.tensor->numel, zero);
     total += bad;
     it.a->nonfinite = bad > 0 && !zero;
   }
@@ -56,6 +59,17 @@ float Engine::clip_factor(float step_scale, const float* values, uint64_t n) {
 }
 
 void Engine::local_step(TensorState& t, void* data, Handle& handle) {
+  if (t.device) {  // [device path] the same step on the tensor's backend
+    const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
+    const uint64_t bad = device_->local_step(t, data, handle.clip_scale, zero);
+    stats_.nonfinite += bad;
+    if (bad > 0 && !zero && options_.nonfinite == NonFinitePolicy::kError) {
+      handle.code = ErrorCode::kInvalidArgument;
+      handle.message = work_name(handle.id) +
+                       " holds NaN/Inf values in a LocalSGD local step (GRADEX_NONFINITE=error)";
+    }
+    return;
+  }
   if (options_.momentum <= 0 && options_.clip_norm <= 0) return;  // left exactly as it is
   // Non-finite: the rank's own optimizer (or GradScaler) sees it; momentum stays untouched.
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;

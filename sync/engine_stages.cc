@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "sync/byte_io.h"
+#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/momentum.h"
@@ -72,6 +73,12 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     job.values_dtype = DType::kFloat32;
     return;
   }
+  if (t.device) {  // [device path] clipping, momentum, the DGC step on the tensor's backend
+    device_->prepare(t, job.data, job.clip, job.step, job.route == Route::kSparse, payload_out);
+    job.values = job.data;
+    job.values_dtype = DType::kFloat32;
+    return;
+  }
   if (t.policy.kind == ExchangeKind::kDense) {
     if (options_.momentum > 0 || options_.clip_norm > 0) {
       // gradex owns momentum on this path too: send u (Nesterov: g + m*u), keep u.
@@ -119,6 +126,11 @@ void Engine::prepare_unit(Unit& unit) {
 
 void Engine::finish(Job& job, const std::vector<PayloadView>& payloads) {
   TensorState& t = *job.tensor;
+  if (t.device && job.id.kind == WorkKind::kGradient) {
+    // [device path] the sparse average on the tensor's backend; the completion event.
+    device_->finish(t, job.data, payloads, job.route == Route::kSparse);
+    return;
+  }
   if (job.route == Route::kSparse) {
     // Every rank adds the same payloads in rank order, so the averages are bit-identical.
     sum_payloads(*t.codec, t.key, payloads, 1.0f / static_cast<float>(world_size_),

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "sync/byte_io.h"
+#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/sparse_exchange.h"
 
@@ -21,6 +22,7 @@ std::vector<float> Engine::residual_of(const std::string& key) {
   auto lock = wait_until_idle();
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
+  if (it->second.device) return device_->residual(it->second);  // host copy of v
   if (!it->second.codec) return {};
   const float* r = it->second.codec->residual();
   return std::vector<float>(r, r + it->second.numel);
@@ -30,7 +32,8 @@ std::vector<float> Engine::momentum_of(const std::string& key) {
   auto lock = wait_until_idle();
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
-  const TensorState& t = it->second;
+  TensorState& t = it->second;
+  if (t.device) return device_->momentum(t);  // host copy of u
   if (!t.codec) return t.momentum;
   const float* u = t.codec->momentum();
   return u ? std::vector<float>(u, u + t.numel) : std::vector<float>();
@@ -45,22 +48,34 @@ std::vector<uint8_t> Engine::save_state() {
   w.put<uint32_t>(static_cast<uint32_t>(rank_));
   w.put<uint64_t>(completed_steps_);
   w.put<uint32_t>(static_cast<uint32_t>(tensors_.size()));
-  for (const auto& [key, t] : tensors_) {
+  for (auto& [key, t] : tensors_) {
+    // Device tensors' u and v are copied to host and written in the same format (a state saved
+    // on one backend restores on any other and on the host path).
+    const bool has_dgc = t.codec || device_->has_dgc(t);
     w.put_string(key);
     w.put<uint64_t>(t.numel);
     w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
-    w.put<uint8_t>(t.codec ? 1 : 0);
-    if (t.codec) {
+    w.put<uint8_t>(has_dgc ? 1 : 0);
+    if (has_dgc) {
       ByteWriter codec;
-      t.codec->save(codec);
+      if (t.codec) {
+        t.codec->save(codec);
+      } else {  // SparseCodec::save's framing around the DGC blob
+        const std::vector<uint8_t> blob = device_->save_dgc(t);
+        codec.put<uint64_t>(blob.size());
+        codec.put_bytes(blob.data(), blob.size());
+      }
       w.put<uint64_t>(codec.bytes().size());
       w.put_bytes(codec.bytes().data(), codec.bytes().size());
     }
     w.put<uint64_t>(t.anchor.size());
     w.put_bytes(t.anchor.data(), t.anchor.size() * sizeof(float));
     w.put<uint64_t>(t.step);
-    w.put<uint64_t>(t.momentum.size());
-    w.put_bytes(t.momentum.data(), t.momentum.size() * sizeof(float));
+    const std::vector<float> device_u =
+        t.device && !has_dgc ? device_->momentum(t) : std::vector<float>();
+    const std::vector<float>& u = t.device ? device_u : t.momentum;
+    w.put<uint64_t>(u.size());
+    w.put_bytes(u.data(), u.size() * sizeof(float));
   }
   return std::move(w.bytes());
 }
@@ -113,7 +128,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
                        " elements, is registered as " + std::to_string(t.numel));
     Parsed p{&t};
     bool has_codec = r.get<uint8_t>() != 0;
-    if (has_codec != static_cast<bool>(t.codec))
+    if (has_codec != (t.codec || device_->has_dgc(t)))
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");
     if (has_codec) {
@@ -137,8 +152,21 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   r.expect_end();
   // Codec states are validated by the codecs themselves; load into copies first (all or nothing).
   std::vector<std::unique_ptr<SparseCodec>> staged(parsed.size());
+  struct DeviceBlob {
+    const uint8_t* data = nullptr;
+    uint64_t size = 0, steps = 0;
+  };
+  std::vector<DeviceBlob> device_blobs(parsed.size());
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
+    if (device_->has_dgc(t)) {  // [device path] validated on the host first, loaded below
+      ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
+      const uint64_t size = cr.get<uint64_t>();
+      const uint8_t* blob = cr.get_bytes(size);
+      cr.expect_end();
+      device_blobs[i] = {blob, size, device_->validate_dgc(t, blob, size)};
+      continue;
+    }
     if (!t.codec) continue;
     staged[i] = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel,
                                               t.policy.sparsity, config_, world_size_);
@@ -152,10 +180,22 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     t.anchor.resize(parsed[i].anchor_size);
     if (parsed[i].anchor_size)
       std::memcpy(t.anchor.data(), parsed[i].anchor, parsed[i].anchor_size * sizeof(float));
-    t.momentum.resize(parsed[i].momentum_size);
-    if (parsed[i].momentum_size)
-      std::memcpy(t.momentum.data(), parsed[i].momentum, parsed[i].momentum_size * sizeof(float));
-    t.step = parsed[i].has_step ? parsed[i].step : t.codec ? t.codec->steps_done() : 0;
+    uint64_t dgc_steps = t.codec ? t.codec->steps_done() : 0;
+    if (t.device) {  // [device path] u and v back into backend memory
+      std::vector<float> u(parsed[i].momentum_size);
+      if (!u.empty()) std::memcpy(u.data(), parsed[i].momentum, u.size() * sizeof(float));
+      if (device_blobs[i].data) {
+        device_->load_dgc(t, device_blobs[i].data, device_blobs[i].size);
+        dgc_steps = device_blobs[i].steps;
+      } else {
+        device_->load_momentum(t, u.data(), u.size());
+      }
+    } else {
+      t.momentum.resize(parsed[i].momentum_size);
+      if (parsed[i].momentum_size)
+        std::memcpy(t.momentum.data(), parsed[i].momentum, parsed[i].momentum_size * sizeof(float));
+    }
+    t.step = parsed[i].has_step ? parsed[i].step : dgc_steps;
   }
   completed_steps_ = steps;
   stats_.steps = steps;

@@ -15,6 +15,7 @@ Stats Stats::minus(const Stats& e) const {
   d.saturated = saturated - e.saturated;
   d.nonfinite = nonfinite - e.nonfinite;
   d.parameter_averages = parameter_averages - e.parameter_averages;
+  d.staged_bytes = staged_bytes - e.staged_bytes;
   d.compress_seconds = compress_seconds - e.compress_seconds;
   d.communicate_seconds = communicate_seconds - e.communicate_seconds;
   d.decode_seconds = decode_seconds - e.decode_seconds;

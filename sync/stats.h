@@ -17,6 +17,9 @@ struct Stats {
   uint64_t saturated = 0;
   uint64_t nonfinite = 0;
   uint64_t parameter_averages = 0;
+  // Device path: bytes copied between device memory and host staging memory (DGC selections,
+  // received payloads, 16-bit dense buckets; 0 on host backends, which copy nothing).
+  uint64_t staged_bytes = 0;
   double compress_seconds = 0;
   double communicate_seconds = 0;
   double decode_seconds = 0;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/dtype.h"
 #include "compress/options.h"
@@ -60,6 +61,7 @@ class Buffer {
 using BufferPtr = std::unique_ptr<Buffer>;
 
 class Event;
+class Backend;
 
 // An ordered queue of work. native() is the cudaStream_t (as void*) on CUDA, null on host backends.
 class Stream {
@@ -108,7 +110,8 @@ class DgcState {
   virtual double density() const = 0;
   // Upper bound on any step's selected count (size of the selection buffers).
   virtual size_t capacity() const = 0;
-  // v (numel floats) and u (null when momentum is 0), in backend memory.
+  // v (numel floats) and u (null when momentum is 0), in backend memory. residual() points at the
+  // state's own writable memory (the default load_state writes through it).
   virtual const float* residual() const = 0;
   virtual float* momentum_buffer() = 0;
   // One sparse step over grad (backend memory, numel floats, times grad_scale before it enters u
@@ -121,6 +124,15 @@ class DgcState {
   // memory) and zeroed; u is kept. Queued on `stream` (does not wait).
   virtual void step_dense(const float* grad, float* dense_out, float grad_scale,
                           Stream& stream) = 0;
+  // Checkpoints in DgcCompressor's blob format (compress/dgc/state.cc), so that a state saved on
+  // one backend restores on any other and on the classic path. Both wait for their own copies on
+  // `stream`. The defaults (compress/backend/dgc_state_io.cc) copy u and v through host memory
+  // and record no threshold history (a restored state's first step adapts from scratch); the CPU
+  // backend saves and restores DgcCompressor's complete state. load_state validates the blob
+  // completely (StateError / CorruptPayload) before it changes anything. `backend` is the one
+  // that created this state.
+  virtual std::vector<uint8_t> save_state(Backend& backend, Stream& stream);
+  virtual void load_state(const uint8_t* data, size_t size, Backend& backend, Stream& stream);
 };
 using DgcStatePtr = std::unique_ptr<DgcState>;
 
@@ -213,6 +225,7 @@ bool backend_available(DeviceType type);
 //   extern "C" int gradex_backend_cuda_abi();                              // kCudaBackendAbi
 //   extern "C" Backend* gradex_backend_cuda_create(int device, char* err, size_t err_size);
 // (null plus a message on failure). Bump when Backend's layout changes.
-constexpr int kCudaBackendAbi = 1;
+// 2: DgcState::save_state / load_state.
+constexpr int kCudaBackendAbi = 2;
 
 }  // namespace gradex::compress::backend

@@ -47,6 +47,13 @@ class CpuDgc final : public DgcState {
     sel_ = nullptr;  // the dense step invalidates the last selection
     dgc_.step_dense(grad, dense_out, grad_scale);
   }
+  // DgcCompressor's own checkpoint, threshold history included: a restored CPU state continues
+  // exactly as the classic path's does.
+  std::vector<uint8_t> save_state(Backend&, Stream&) override { return dgc_.save_state(); }
+  void load_state(const uint8_t* data, size_t size, Backend&, Stream&) override {
+    sel_ = nullptr;
+    dgc_.load_state(data, size);
+  }
 
  private:
   DgcCompressor dgc_;

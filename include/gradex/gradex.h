@@ -13,7 +13,8 @@
  *    submits, fails the affected handles with a message naming the operation, tensor key and ranks.
  *  - Thread safety: every function may be called from any thread, concurrently (submits from autograd
  *    threads, waits from another); each handle is waited or tested to completion by one thread.
- *  - Memory: this version exchanges host memory; device tensors are staged by the plugin.
+ *  - Memory: host memory through gradex_submit; CUDA memory through gradex_submit_device, where
+ *    gradex computes on the device and stages only what crosses the wire (see below).
  *  - Completion is reported through gradex_wait/gradex_test only (no callbacks): a plugin that must
  *    complete framework futures polls or waits on a thread of its own.
  */
@@ -48,7 +49,8 @@ typedef enum gradex_status {
 
 typedef enum gradex_dtype { GRADEX_FLOAT32 = 0, GRADEX_FLOAT16 = 1, GRADEX_BFLOAT16 = 2 } gradex_dtype_t;
 
-/* Memory the tensor lives in. GRADEX_DEVICE_CUDA is accepted only by builds with CUDA support. */
+/* Memory the tensor lives in. GRADEX_DEVICE_CUDA tensors are float32 and are submitted with
+ * gradex_submit_device; their backend (libgradex_backend_cuda.so) is loaded at the first submission. */
 typedef enum gradex_device { GRADEX_DEVICE_CPU = 0, GRADEX_DEVICE_CUDA = 1 } gradex_device_t;
 
 /* A bootstrap store supplied by the framework (e.g. torch.distributed's store). Each callback returns 0
@@ -108,7 +110,32 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
 gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
                               gradex_handle_t* handle);
 
-/* Submits parameters to be averaged across ranks (LocalSGD). `key` must be registered. */
+/* ---- Device memory (additive to API version 1) ------------------------------------------------------
+ * gradex_submit for a gradient in `device`'s memory: `data` is a device pointer of a tensor registered
+ * with that device (GRADEX_DEVICE_CPU: host memory, as gradex_submit), `device_index` the CUDA device
+ * and `stream` the cudaStream_t (NULL: the legacy default stream) on which the gradient is ready; the
+ * call records an event on it and returns at once (no host wait). DGC's residual and momentum stay on
+ * the device; only the encoded payloads and 16-bit dense buckets cross PCIe. The handle completes
+ * (gradex_wait/gradex_test) once the average is queued on gradex's own stream: before the framework
+ * reads `data`, order its stream after gradex's with gradex_handle_event. Submitting the same key
+ * from another device than its first submission is an error. */
+gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, void* data,
+                                     gradex_device_t device, int device_index, void* stream,
+                                     gradex_handle_t* handle);
+/* Makes `stream` (a cudaStream_t; NULL: the default stream) wait on the device for a device handle's
+ * result, without blocking the host. Call it after gradex_wait, or after gradex_test reported the handle
+ * done, and before the tensor is submitted again; GRADEX_ERR_INVALID_ARGUMENT for a handle still in
+ * flight or one this engine never issued. For a host-path handle there is nothing to order (GRADEX_OK). */
+gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream);
+/* *available = 1 when tensors on (device, device_index) can be exchanged by this gradex (the CUDA
+ * backend library, runtime and device load), else 0 with the reason in gradex_last_error(). */
+gradex_status_t gradex_device_available(gradex_device_t device, int device_index, int* available);
+/* Bytes copied between device memory and host staging memory (cumulative, or the last step's), i.e.
+ * what crossed PCIe for device tensors: DGC selections, received payloads, 16-bit dense buckets. */
+gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, uint64_t* bytes);
+
+/* Submits parameters to be averaged across ranks (LocalSGD). `key` must be registered. `data` is host
+ * memory, also for a key registered as GRADEX_DEVICE_CUDA (parameters are staged by the plugin). */
 gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* data,
                                gradex_handle_t* handle);
 

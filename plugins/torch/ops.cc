@@ -1,20 +1,22 @@
 // gradex_torch_ops: TORCH_LIBRARY(gradex) ops that hand torch tensors to the gradex C API.
 //
-//   gradex::submit(int engine, str key, Tensor(a!) grad) -> int    exchange a gradient
-//   (gradex_submit) gradex::average(int engine, str key, Tensor(a!) param) -> int  average
-//   parameters (gradex_average) gradex::wait(int ticket) -> () block until done; the tensor holds
-//   the
-//                                                                   result (on CUDA:
-//                                                                   stream-ordered)
-//   gradex::has_cuda() -> bool                                      whether this build has the CUDA
-//   path
+//   gradex::submit(int engine, str key, Tensor(a!) grad) -> int         exchange a gradient
+//   gradex::submit_device(int engine, str key, Tensor(a!) grad) -> int  the same, on the GPU
+//   gradex::average(int engine, str key, Tensor(a!) param) -> int       average parameters
+//   gradex::wait(int ticket) -> ()     block until done; the tensor holds the result (on CUDA:
+//                                      ordered on the waiting thread's current stream)
+//   gradex::has_cuda() -> bool         whether this build has the CUDA paths
 //
 // `engine` is the gradex_engine_t* as an integer, owned by the Python package (ctypes binding of
 // the C API); it must outlive every ticket it issued. Tensors must be contiguous,
 // float32/float16/bfloat16, registered under `key` with their element count and dtype, and left
 // untouched until wait returns. A ticket is consumed by wait, whatever its outcome. CPU tensors are
-// handed to the engine in place; CUDA tensors go through cuda_staging.h. Failures throw c10::Error
-// "gradex[<STATUS>]: <message>" with the engine's message.
+// handed to the engine in place. CUDA tensors: submit_device hands a float32 tensor registered as
+// GRADEX_DEVICE_CUDA to the engine in place (cuda_device.h: compressed on the GPU); submit and
+// average stage a CUDA tensor registered as host memory through pinned host memory
+// (cuda_staging.h: the fallback for 16-bit tensors, parameter averages and builds whose CUDA
+// backend cannot load). Failures throw c10::Error "gradex[<STATUS>]: <message>" with the engine's
+// message.
 #include <atomic>
 #include <cstdint>
 #include <unordered_map>
@@ -24,6 +26,7 @@
 #include "gradex/status_name.h"
 #include "submission.h"
 #ifdef GRADEX_TORCH_CUDA
+#include "cuda_device.h"
 #include "cuda_staging.h"
 #endif
 
@@ -35,7 +38,8 @@ std::mutex registry_mu;
 std::unordered_map<int64_t, std::shared_ptr<Submission>> registry;
 int64_t next_ticket = 1;
 
-int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind kind) {
+int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind kind,
+              bool on_device = false) {
   if (engine == 0) throw_status(GRADEX_ERR_INVALID_ARGUMENT, "the engine is closed");
   const auto dtype = t.scalar_type();
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) {
@@ -51,7 +55,22 @@ int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind 
   s->key = key;
   s->kind = kind;
   s->tensor = t;
-  if (t.is_cuda()) {
+  if (on_device) {
+    if (!t.is_cuda() || dtype != at::kFloat || kind != Kind::kGradient)
+      throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                   "tensor '" + key +
+                       "': gradex::submit_device takes float32 CUDA gradients, got " +
+                       std::string(c10::toString(dtype)) + " on " + t.device().str());
+#ifdef GRADEX_TORCH_CUDA
+    s->on_device = true;
+    submit_on_device(*s);
+    if (s->status != GRADEX_OK) throw_status(s->status, s->error);
+#else
+    throw_status(GRADEX_ERR_INVALID_ARGUMENT,
+                 "tensor '" + key + "' is on " + t.device().str() +
+                     " but this gradex_torch_ops was built without CUDA support");
+#endif
+  } else if (t.is_cuda()) {
 #ifdef GRADEX_TORCH_CUDA
     stage(s);
 #else
@@ -74,6 +93,10 @@ int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind 
 
 int64_t submit_op(int64_t engine, c10::string_view key, const at::Tensor& grad) {
   return start(engine, std::string(key), grad, Kind::kGradient);
+}
+
+int64_t submit_device_op(int64_t engine, c10::string_view key, const at::Tensor& grad) {
+  return start(engine, std::string(key), grad, Kind::kGradient, /*on_device=*/true);
 }
 
 int64_t average_op(int64_t engine, c10::string_view key, const at::Tensor& param) {
@@ -100,7 +123,10 @@ void wait_op(int64_t ticket) {
   const gradex_status_t status = gradex_wait(s->engine, s->handle);
   if (status != GRADEX_OK) throw_status(status, gradex_last_error());
 #ifdef GRADEX_TORCH_CUDA
-  if (s->tensor.is_cuda()) copy_back(*s);
+  if (s->on_device)
+    order_after(*s);
+  else if (s->tensor.is_cuda())
+    copy_back(*s);
 #endif
 }
 
@@ -138,6 +164,8 @@ void throw_status(gradex_status_t status, const std::string& message) {
 
 TORCH_LIBRARY(gradex, m) {
   m.def("submit(int engine, str key, Tensor(a!) grad) -> int", &gradex_torch::submit_op);
+  m.def("submit_device(int engine, str key, Tensor(a!) grad) -> int",
+        &gradex_torch::submit_device_op);
   m.def("average(int engine, str key, Tensor(a!) param) -> int", &gradex_torch::average_op);
   m.def("wait(int ticket) -> ()", &gradex_torch::wait_op);
   m.def("has_cuda() -> bool", &gradex_torch::has_cuda_op);

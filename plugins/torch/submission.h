@@ -20,7 +20,8 @@ struct Submission {
   std::string key;
   Kind kind = Kind::kGradient;
   at::Tensor tensor;            // the caller's tensor: holds the result once gradex::wait returns
-  at::Tensor host;              // CUDA tensors only: the pinned host copy the engine works on
+  bool on_device = false;       // gradex_submit_device: the engine works on `tensor` itself
+  at::Tensor host;              // staged CUDA tensors only: the pinned host copy the engine works on
   std::shared_ptr<void> ready;  // CUDA tensors only: event recorded after the copy into `host`
 
   // The hand-over to the engine: immediate for CPU tensors; done by the staging thread for CUDA

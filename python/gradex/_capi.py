@@ -45,6 +45,15 @@ class _Stats(ctypes.Structure):
         [("control_bytes", ctypes.c_uint64)]
 
 
+def device_available(device, device_index=0):
+    """(available, reason): whether tensors on (device, device_index) can be exchanged by this gradex (for
+    CUDA: libgradex_backend_cuda.so, the CUDA runtime and the device load)."""
+    flag = ctypes.c_int()
+    check(lib().gradex_device_available(device, device_index, ctypes.byref(flag)))
+    reason = "" if flag.value else (lib().gradex_last_error() or b"").decode(errors="replace")
+    return bool(flag.value), reason
+
+
 def library_path():
     """Where libgradex.so is: $GRADEX_LIBRARY, else next to this file (where pip installs it)."""
     return os.environ.get("GRADEX_LIBRARY") or os.path.join(os.path.dirname(__file__), "libgradex.so")
@@ -91,6 +100,11 @@ def lib():
             "gradex_load_state": (status, [engine_p, ctypes.c_void_p, ctypes.c_size_t]),
             "gradex_describe_config": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t,
                                                 ctypes.POINTER(ctypes.c_size_t)]),
+            "gradex_submit_device": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
+                                              ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_handle_event": (status, [engine_p, ctypes.c_uint64, ctypes.c_void_p]),
+            "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
+            "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)
@@ -234,6 +248,18 @@ class Engine:
     def wait(self, handle):
         check(lib().gradex_wait(self._engine(), handle))
 
+    def submit_device(self, key, address, device, device_index=0, stream=None):
+        """gradex_submit_device: `address` in `device`'s memory, ready on `stream` (a cudaStream_t as an
+        int; None: the default stream)."""
+        handle = ctypes.c_uint64()
+        check(lib().gradex_submit_device(self._engine(), key.encode(), address, device, device_index, stream,
+                                         ctypes.byref(handle)))
+        return handle.value
+
+    def handle_event(self, handle, stream=None):
+        """Makes `stream` wait on the device for a completed device handle's result (gradex_handle_event)."""
+        check(lib().gradex_handle_event(self._engine(), handle, stream))
+
     def set_gradient_norm(self, norm):
         """GRADEX_CLIP_NORM > 0: this rank's L2 norm over all gradients of the current step, given before
         the step's first submit; gradients submitted until end_step() are clipped by it (see gradex.h)."""
@@ -251,9 +277,15 @@ class Engine:
         return bool(flag.value)
 
     def stats(self, last_step=False):
+        """The engine's counters (gradex_stats_t), plus staged_bytes: bytes copied between device and host
+        memory for device tensors (what crossed PCIe)."""
         s = _Stats()
         check(lib().gradex_get_stats(self._engine(), int(bool(last_step)), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+        out = {name: getattr(s, name) for name, _ in _Stats._fields_}
+        staged = ctypes.c_uint64()
+        check(lib().gradex_get_staged_bytes(self._engine(), int(bool(last_step)), ctypes.byref(staged)))
+        out["staged_bytes"] = staged.value
+        return out
 
     def save_state(self):
         c = lib()

@@ -24,9 +24,9 @@ def _localsgd(rank, world):
     submitted = []
     real_submit = _ops.submit
 
-    def counting_submit(engine, key, tensor):
+    def counting_submit(engine, key, tensor, **kwargs):
         submitted.append(key)
-        return real_submit(engine, key, tensor)
+        return real_submit(engine, key, tensor, **kwargs)
     _ops.submit = counting_submit
 
     torch.manual_seed(0)

@@ -94,7 +94,8 @@ class BucketExchanger:
                 tickets = []
                 try:
                     for key, view in zip(keys, gradients):
-                        tickets.append(_ops.submit(self.engine.address, key, view))
+                        tickets.append(_ops.submit(self.engine.address, key, view,
+                                                   on_device=key in self.keys.on_device))
                 except BaseException:
                     try:  # none may stay in flight on a buffer DDP is about to reuse
                         _ops.wait_all(tickets)

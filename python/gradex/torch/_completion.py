@@ -2,8 +2,10 @@
 
 One daemon thread per owner waits for each future's tickets in submission order (the op releases the GIL
 while it waits; every ticket is consumed, even after a failure), runs an optional callback, then sets the
-future's result, or its exception with the engine's error. For CUDA tensors the copy back to the device runs on a side stream of this thread, and the future,
-created with the tensor's device, records that stream: consumers wait on it, not on the whole device.
+future's result, or its exception with the engine's error. For CUDA tensors the wait runs with a side stream of
+this thread current: a tensor exchanged on the GPU makes that stream wait for gradex's completion event, a staged
+one is copied back on it, and the future, created with the tensor's device, records that stream: consumers wait
+on it, not on the whole device.
 """
 import contextlib
 import queue

@@ -14,7 +14,7 @@ parameter).
 import torch
 
 from .. import _capi, _errors
-from . import _bootstrap
+from . import _bootstrap, _ops
 
 
 def module_parameter_names(module):
@@ -35,8 +35,10 @@ class BucketKeys:
 
     def __init__(self, module):
         self._names, self._params = module_parameter_names(module)
+        self._by_name = {self._names[id(p)]: p for p in self._params} if self._names else {}
         self.buckets = {}  # bucket index -> (tuple of parameter ids, [keys])
         self.registered = {}  # key -> (numel, torch dtype), as registered with the engine
+        self.on_device = set()  # keys registered as CUDA memory (_ops.memory_of): submitted on the GPU
 
     @property
     def named(self):
@@ -90,8 +92,7 @@ class BucketKeys:
         """Registers keys not yet known to the engine."""
         for key, g in zip(keys, gradients):
             if key not in self.registered:
-                engine.register(key, g.numel(), _bootstrap.dtype_code(g.dtype), _capi.DEVICE_CPU)
-                self.registered[key] = (g.numel(), g.dtype)
+                self._register(engine, key, g.numel(), g.dtype, _ops.memory_of(g))
 
     def register_saved(self, engine, saved):
         """Registers {key: (numel, dtype name)} from a state dict (before the first iteration)."""
@@ -99,5 +100,14 @@ class BucketKeys:
             dtype = getattr(torch, str(dtype_name).replace("torch.", ""))
             self._check_shape(key, int(numel), dtype)
             if key not in self.registered:
-                engine.register(key, int(numel), _bootstrap.dtype_code(dtype), _capi.DEVICE_CPU)
-                self.registered[key] = (int(numel), dtype)
+                # The parameter's own memory when the model is known; else host memory (CUDA gradients
+                # of such keys are then staged, which is always correct).
+                param = self._by_name.get(key)
+                memory = _ops.memory_of(param) if param is not None else _capi.DEVICE_CPU
+                self._register(engine, key, int(numel), dtype, memory)
+
+    def _register(self, engine, key, numel, dtype, memory):
+        engine.register(key, numel, _bootstrap.dtype_code(dtype), memory)
+        self.registered[key] = (numel, dtype)
+        if memory == _capi.DEVICE_CUDA:
+            self.on_device.add(key)

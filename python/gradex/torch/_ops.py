@@ -7,6 +7,7 @@ stall other Python threads.
 import os
 import re
 import threading
+import warnings
 
 import torch
 
@@ -43,9 +44,40 @@ def _translated(exc):
     return _errors.error_for_name(match.group(1), match.group(2).strip())
 
 
-def submit(engine, key, tensor):
-    """Hands a gradient to the engine; returns a ticket for wait(). `engine` is an Engine's address."""
+_device_checked = {}  # CUDA device index -> whether gradex's CUDA backend works there
+_warned = set()
+
+
+def memory_of(tensor):
+    """The memory a tensor is registered in: _capi.DEVICE_CUDA for float32 CUDA tensors when gradex's CUDA
+    backend loads (the engine then computes on the GPU; submit with on_device=True), else _capi.DEVICE_CPU
+    (CPU tensors; CUDA tensors are then staged whole through pinned host memory, with a one-time warning
+    when the backend is what is missing)."""
+    if not tensor.is_cuda:
+        return _capi.DEVICE_CPU
+    if tensor.dtype != torch.float32 or not has_cuda():
+        return _capi.DEVICE_CPU
+    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    with _lock:
+        ok = _device_checked.get(index)
+        if ok is None:
+            ok, reason = _capi.device_available(_capi.DEVICE_CUDA, index)
+            _device_checked[index] = ok
+            if not ok and index not in _warned:
+                _warned.add(index)
+                warnings.warn(f"gradex: the CUDA backend is unavailable on cuda:{index} ({reason}); CUDA "
+                              f"gradients are staged whole through host memory and compressed on the CPU",
+                              RuntimeWarning, stacklevel=3)
+    return _capi.DEVICE_CUDA if ok else _capi.DEVICE_CPU
+
+
+def submit(engine, key, tensor, on_device=False):
+    """Hands a gradient to the engine; returns a ticket for wait(). `engine` is an Engine's address.
+    `on_device`: the key is registered as CUDA memory (memory_of): the engine works on the tensor itself,
+    ordered after the current stream, and wait() orders the waiting thread's current stream after it."""
     try:
+        if on_device:
+            return torch.ops.gradex.submit_device(engine, key, tensor)
         return torch.ops.gradex.submit(engine, key, tensor)
     except RuntimeError as exc:
         raise _translated(exc) from None
@@ -81,5 +113,5 @@ def wait_all(tickets):
 
 
 def has_cuda():
-    """Whether this op library was built with its CUDA staging path."""
+    """Whether this op library was built with its CUDA paths (device submission and staging)."""
     return bool(torch.ops.gradex.has_cuda())

@@ -40,8 +40,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             from .localsgd import optimizer_owns_momentum
             config = optimizer_owns_momentum(dict(config or {}))
         self._engine = _bootstrap.create_engine(config, store, process_group)
+        # float32 CUDA parameters: their gradients are exchanged on the GPU (_ops.memory_of); parameter
+        # averages (LocalSGD) are staged through host memory either way.
+        self._on_device = set()
         for name, p in self._params:
-            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), _capi.DEVICE_CPU)
+            memory = _ops.memory_of(p)
+            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), memory)
+            if memory == _capi.DEVICE_CUDA:
+                self._on_device.add(name)
         self._lock = threading.Lock()
         self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
         self._synchronized = False  # synchronize() ran and no gradient was submitted since
@@ -93,7 +99,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             buffer = grad if grad.is_contiguous() else grad.contiguous()
             scale = self._scale.current()
             _amp.ScaleDomain.unscale(buffer, scale)
-            ticket = _ops.submit(self._engine.address, name, buffer.detach())
+            ticket = _ops.submit(self._engine.address, name, buffer.detach(), on_device=name in self._on_device)
             self._pending[name] = (ticket, buffer, grad, scale)
 
     def synchronize(self):
