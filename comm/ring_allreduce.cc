@@ -20,6 +20,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/thread_buffer.h"
 #include "comm/collectives.h"
 #include "comm/reduce.h"
 
@@ -28,16 +29,11 @@ namespace {
 
 constexpr size_t kRecvWindow = 8;  // chunks received ahead of the one being reduced
 
-// The receive window's slots: one buffer per thread, grown to the largest window seen and never
-// zero-filled (every byte a slot is read for has just been received into it).
+// The receive window's slots (base/thread_buffer.h): every byte a slot is read for has just been
+// received into it.
+struct RingSlotsTag {};
 uint8_t* scratch_slots(size_t bytes) {
-  thread_local std::unique_ptr<uint8_t[]> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset(new uint8_t[bytes]);
-    capacity = bytes;
-  }
-  return buffer.get();
+  return thread_buffer<RingSlotsTag>(bytes);
 }
 
 class RingAllreduce {

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/thread_buffer.h"
 #include "comm/collectives.h"
 #include "compress/half/cast.h"
 
@@ -19,16 +20,11 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The fusion bucket: one buffer per thread, grown to the largest bucket seen and never
-// zero-filled (every byte of a bucket is packed before the ring reads it).
+// The fusion bucket (base/thread_buffer.h): every byte of a bucket is packed before the ring
+// reads it.
+struct FusionBucketTag {};
 uint8_t* bucket_buffer(size_t bytes) {
-  thread_local std::unique_ptr<uint8_t[]> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset(new uint8_t[bytes]);
-    capacity = bytes;
-  }
-  return buffer.get();
+  return thread_buffer<FusionBucketTag>(bytes);
 }
 
 void pack(const DenseItem& item, DType wire, float scale, const DenseExchangeOptions& options,
@@ -75,17 +71,12 @@ void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
   const size_t elem = dtype_size(wire);
   // 16-bit: divide before the cast so the ring's partial sums stay in range.
   const float scale = wire == DType::kFloat32 ? 1.0f : 1.0f / static_cast<float>(world);
-  const size_t bucket_limit = std::max<size_t>(options.fusion_bytes, elem);
+  const size_t bucket_limit = fusion_limit(options.fusion_bytes, elem);
 
   size_t begin = 0;
   while (begin < items.size()) {
-    // Greedy packing in submission order; an item larger than a bucket travels alone.
-    size_t end = begin, bytes = 0;
-    while (end < items.size() &&
-           (end == begin || bytes + items[end].numel * elem <= bucket_limit)) {
-      bytes += items[end].numel * elem;
-      ++end;
-    }
+    size_t bytes = 0;
+    const size_t end = fusion_bucket_end(items, begin, elem, bucket_limit, bytes);
     uint8_t* bucket = bucket_buffer(bytes);
     auto t0 = Clock::now();
     size_t offset = 0;

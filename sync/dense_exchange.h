@@ -11,6 +11,8 @@
 // everywhere).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +45,26 @@ struct DenseCounters {
   double cast_seconds = 0;
   double communicate_seconds = 0;
 };
+
+// The fusion rule every packer shares (dense_average, the device path, the pipeline's planner), so
+// that every rank and every path cuts the same buckets: items join the open bucket in order while
+// its wire bytes stay within max(fusion_bytes, one element); a larger item travels alone.
+inline size_t fusion_limit(size_t fusion_bytes, size_t elem) {
+  return std::max(fusion_bytes, elem);
+}
+// One past the last item of the bucket that starts at `begin` (items have a `numel`); `bytes`
+// receives the bucket's wire bytes.
+template <typename Items>
+size_t fusion_bucket_end(const Items& items, size_t begin, size_t elem, size_t limit,
+                         size_t& bytes) {
+  size_t end = begin;
+  bytes = 0;
+  while (end < items.size() && (end == begin || bytes + items[end].numel * elem <= limit)) {
+    bytes += items[end].numel * elem;
+    ++end;
+  }
+  return end;
+}
 
 // Collective: every rank passes items with identical numel/dtype in identical order. A failing
 // collective (e.g. the ring's length check, when ranks packed different buckets) is rethrown with

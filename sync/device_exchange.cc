@@ -53,7 +53,7 @@ void DevicePath::dense_average(comm::Communicator& comm, std::vector<DenseItem>&
   const size_t elem = dtype_size(wire);
   // 16-bit: divide before the cast so the ring's partial sums stay in range (as dense_average).
   const float scale = wire == DType::kFloat32 ? 1.0f : 1.0f / static_cast<float>(world);
-  const size_t bucket_limit = std::max<size_t>(options.fusion_bytes, elem);
+  const size_t bucket_limit = fusion_limit(options.fusion_bytes, elem);
   be::Backend& cpu = *be::get_backend(be::DeviceType::kCpu);
 
   // fp32 views; host-path 16-bit items go through host_scratch_ (sized once, before any pointer
@@ -83,12 +83,8 @@ void DevicePath::dense_average(comm::Communicator& comm, std::vector<DenseItem>&
   std::vector<be::FusionEntry> entries;
   size_t begin = 0;
   while (begin < items.size()) {
-    size_t end = begin, bytes = 0;
-    while (end < items.size() &&
-           (end == begin || bytes + items[end].numel * elem <= bucket_limit)) {
-      bytes += items[end].numel * elem;
-      ++end;
-    }
+    size_t bytes = 0;
+    const size_t end = fusion_bucket_end(items, begin, elem, bucket_limit, bytes);
     // Host memory the ring reads and writes: pinned when a device backend copies into it.
     if (!staging_ || staging_->bytes() < bytes || (pinned_from && !staging_pinned_)) {
       staging_.reset();

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "base/thread_pool.h"
+#include "sync/dense_exchange.h"
 
 namespace gradex::sync::pipeline {
 
@@ -25,11 +26,12 @@ std::string Unit::keys() const {
 
 namespace {
 
-// Greedy packing in round order, as dense_average() packs one call's items: a bucket takes the
-// next job while its wire bytes stay within the limit; a job larger than the limit travels alone.
+// Greedy packing in round order by the fusion rule dense_average() applies to one call's items
+// (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
+// a job larger than the limit travels alone.
 void add_buckets(std::vector<Job>& jobs, Route route, size_t elem, size_t fusion_bytes,
                  std::deque<Unit>& units) {
-  const size_t limit = std::max(fusion_bytes, elem);
+  const size_t limit = fusion_limit(fusion_bytes, elem);
   Unit* open = nullptr;
   size_t bytes = 0;
   for (Job& j : jobs) {
