@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
+#include "capi/guarded.h"
 #include "comm/launch.h"
 #include "compress/backend/backend.h"
 #include "sync/engine.h"
@@ -20,41 +21,15 @@ struct gradex_engine {
 
 namespace {
 
+using gradex::capi::copy_state_out;
+using gradex::capi::guarded;
+using gradex::capi::require;
+
 thread_local std::string g_last_error;
-
-gradex_status_t status_of(gradex::ErrorCode code) {
-  return static_cast<gradex_status_t>(static_cast<int>(code));
-}
-
-// Runs fn, converting every exception into a status plus message. Output parameters are written by
-// fn only after its work succeeded.
-template <typename Fn>
-gradex_status_t guarded(const char* function, Fn&& fn) {
-  try {
-    fn();
-    return GRADEX_OK;
-  } catch (const gradex::Error& e) {
-    g_last_error = std::string(function) + ": " + e.what();
-    return status_of(e.code());
-  } catch (const std::bad_alloc&) {
-    g_last_error = std::string(function) + ": out of memory";
-    return GRADEX_ERR_INTERNAL;
-  } catch (const std::exception& e) {
-    g_last_error = std::string(function) + ": " + e.what();
-    return GRADEX_ERR_INTERNAL;
-  } catch (...) {
-    g_last_error = std::string(function) + ": unknown exception";
-    return GRADEX_ERR_INTERNAL;
-  }
-}
 
 gradex::sync::Engine& engine_of(gradex_engine_t* e) {
   if (e == nullptr || !e->engine) throw gradex::InvalidArgument("engine is NULL");
   return *e->engine;
-}
-
-void require(const void* p, const char* what) {
-  if (p == nullptr) throw gradex::InvalidArgument(std::string(what) + " is NULL");
 }
 
 gradex::DType dtype_of(gradex_dtype_t t) {
@@ -311,13 +286,7 @@ gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t 
   return guarded("gradex_save_state", [&] {
     auto& e = engine_of(engine);
     require(length, "length");
-    std::vector<uint8_t> state = e.save_state();
-    if (buffer != nullptr && capacity < state.size())
-      throw gradex::InvalidArgument("buffer of " + std::to_string(capacity) +
-                                    " bytes is too small (" + std::to_string(state.size()) +
-                                    " needed)");
-    if (buffer != nullptr) std::memcpy(buffer, state.data(), state.size());
-    *length = state.size();
+    copy_state_out(e.save_state(), buffer, capacity, length);
   });
 }
 

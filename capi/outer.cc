@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
+#include "capi/guarded.h"
 #include "comm/launch.h"
 #include "gradex/gradex.h"
 #include "sync/outer/outer_optimizer.h"
@@ -18,33 +19,14 @@ struct gradex_outer {
 
 namespace {
 
+using gradex::capi::copy_state_out;
+using gradex::capi::guarded;
+using gradex::capi::require;
 using gradex::sync::outer::OuterOptimizer;
-
-template <typename Fn>
-gradex_status_t guarded(const char* function, Fn&& fn) {
-  try {
-    fn();
-    return GRADEX_OK;
-  } catch (const gradex::Error& e) {
-    gradex::capi::set_last_error(std::string(function) + ": " + e.what());
-    return static_cast<gradex_status_t>(static_cast<int>(e.code()));
-  } catch (const std::bad_alloc&) {
-    gradex::capi::set_last_error(std::string(function) + ": out of memory");
-  } catch (const std::exception& e) {
-    gradex::capi::set_last_error(std::string(function) + ": " + e.what());
-  } catch (...) {
-    gradex::capi::set_last_error(std::string(function) + ": unknown exception");
-  }
-  return GRADEX_ERR_INTERNAL;
-}
 
 OuterOptimizer& outer_of(gradex_outer_t* o) {
   if (o == nullptr || !o->outer) throw gradex::InvalidArgument("outer is NULL");
   return *o->outer;
-}
-
-void require(const void* p, const char* what) {
-  if (p == nullptr) throw gradex::InvalidArgument(std::string(what) + " is NULL");
 }
 
 // Configuration, rank, world size and bootstrap store exactly as gradex_engine_create finds them.
@@ -205,13 +187,7 @@ gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, siz
   return guarded("gradex_outer_save_state", [&] {
     auto& o = outer_of(outer);
     require(length, "length");
-    auto state = o.save_state();
-    if (buffer != nullptr && capacity < state.size())
-      throw gradex::InvalidArgument("buffer of " + std::to_string(capacity) +
-                                    " bytes is too small (" + std::to_string(state.size()) +
-                                    " needed)");
-    if (buffer != nullptr) std::memcpy(buffer, state.data(), state.size());
-    *length = state.size();
+    copy_state_out(o.save_state(), buffer, capacity, length);
   });
 }
 
