@@ -68,6 +68,12 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
     for (double s : o.ladder) {
       const uint64_t k = selected_count(t.numel, s);
       const double per_row = t.rows > 0 ? static_cast<double>(k) / static_cast<double>(t.rows) : 0;
+      if ((1.0 - s) * 2.0 * o.world_size >= 1.0) {
+        // The engine sends a DGC step this dense (sync/policy.h: sparse_is_cheaper).
+        if (why.empty())
+          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " is denser than 1/(2P)";
+        continue;
+      }
       if (k < o.min_selected) {
         if (why.empty())
           why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " would keep " +
@@ -208,17 +214,23 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   return plan;
 }
 
-std::string Plan::describe() const {
+std::string Plan::describe(const std::map<std::string, double>* measured) const {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-32s %12s %-10s %9s %9s %9s %9s  %s\n", "tensor", "elements",
-                "codec", "ready_ms", "enc_ms", "comm_ms", "done_ms", "why");
+  std::snprintf(line, sizeof line, "%-32s %12s %-10s %9s %9s %9s %9s %9s  %s\n", "tensor",
+                "elements", "codec", "ready_ms", "enc_ms", "comm_ms", "done_ms", "meas_ms", "why");
   out += line;
   for (const TensorChoice& t : tensors) {
-    std::snprintf(line, sizeof line, "%-32s %12llu %-10s %9s %9s %9s %9s  %s\n", t.key.c_str(),
-                  static_cast<unsigned long long>(t.numel), rung_name(t.rung).c_str(),
-                  format_ms(t.ready_s).c_str(), format_ms(t.encode_s).c_str(),
-                  format_ms(t.comm_s).c_str(), format_ms(t.done_s).c_str(), t.reason.c_str());
+    std::string meas = "-";
+    if (measured) {
+      auto it = measured->find(t.key);
+      if (it != measured->end()) meas = format_ms(it->second);
+    }
+    std::snprintf(line, sizeof line, "%-32s %12llu %-10s %9s %9s %9s %9s %9s  %s\n",
+                  t.key.c_str(), static_cast<unsigned long long>(t.numel),
+                  rung_name(t.rung).c_str(), format_ms(t.ready_s).c_str(),
+                  format_ms(t.encode_s).c_str(), format_ms(t.comm_s).c_str(),
+                  format_ms(t.done_s).c_str(), meas.c_str(), t.reason.c_str());
     out += line;
   }
   std::snprintf(line, sizeof line,

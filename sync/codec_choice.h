@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,7 +81,9 @@ struct Plan {
   double finish_s = 0;                // predicted end of the last decode
   double exposed_s() const { return finish_s > deadline_s ? finish_s - deadline_s : 0; }
   // One line per tensor and a summary: what gradex-bench plan and gradex_explain print.
-  std::string describe() const;
+  // `measured`: seconds per tensor measured on this rank (prepare + transfer + finish, its share
+  // of its unit's), shown beside the prediction.
+  std::string describe(const std::map<std::string, double>* measured = nullptr) const;
 };
 
 // The rungs a tensor may take under `options` at agreed step `step`, least compression first,

@@ -79,7 +79,9 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     job.values_dtype = DType::kFloat32;
     return;
   }
-  if (t.policy.kind == ExchangeKind::kDense) {
+  // Without DGC state: a dense-policy tensor. A tensor with DGC state whose policy became dense
+  // (GRADEX_POLICY=auto) takes DGC's dense step below, which flushes its residual.
+  if (!t.codec) {
     if (options_.momentum > 0 || options_.clip_norm > 0) {
       // gradex owns momentum on this path too: send u (Nesterov: g + m*u), keep u.
       float* values = fp32_values(job);

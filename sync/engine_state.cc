@@ -113,6 +113,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     uint64_t step = 0;
     const uint8_t* momentum = nullptr;
     uint64_t momentum_size = 0;
+    bool adopt = false;
   };
   std::vector<Parsed> parsed;
   for (uint32_t i = 0; i < count; ++i) {
@@ -128,7 +129,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
                        " elements, is registered as " + std::to_string(t.numel));
     Parsed p{&t};
     bool has_codec = r.get<uint8_t>() != 0;
-    if (has_codec != (t.codec || device_->has_dgc(t)))
+    // GRADEX_POLICY=auto starts every tensor dense: a saved DGC state is restored into it (its
+    // dense steps flush the residual until a plan makes it DGC again).
+    p.adopt = has_codec && planner_ && !t.codec && !t.device;
+    if (has_codec != (t.codec || device_->has_dgc(t)) && !p.adopt)
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");
     if (has_codec) {
@@ -167,9 +171,11 @@ void Engine::load_state(const uint8_t* data, size_t size) {
       device_blobs[i] = {blob, size, device_->validate_dgc(t, blob, size)};
       continue;
     }
-    if (!t.codec) continue;
-    staged[i] = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel,
-                                              t.policy.sparsity, config_, world_size_);
+    if (!t.codec && !parsed[i].adopt) continue;
+    const double sparsity =
+        t.policy.kind == ExchangeKind::kSparse ? t.policy.sparsity : options_.sparsity;
+    staged[i] = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel, sparsity,
+                                              config_, world_size_);
     ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
     staged[i]->load(cr);
     cr.expect_end();

@@ -1,0 +1,254 @@
+// GRADEX_POLICY=auto in the engine (sync/codec_planner.h), real ranks over real UCX: policy
+// switches at agreed steps keep error feedback exact and every rank bit-identical; the model's own
+// plan on loopback agrees across ranks; fixed is today's policy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "capi/engine_access.h"
+#include "process_ranks.h"
+#include "rank_checks.h"
+#include "sync/codec_planner.h"
+#include "sync/policy.h"
+
+namespace gradex::sync {
+struct EngineTestAccess {
+  static void choice_hook(Engine& e, CodecPlanner::ChoiceHook hook) {
+    e.planner_->set_choice_hook(std::move(hook));
+  }
+};
+}  // namespace gradex::sync
+
+using namespace gradex::test;
+using gradex::sync::cost::Codec;
+using gradex::sync::cost::Rung;
+
+namespace {
+
+// A forced schedule of rungs per key and epoch (epoch 1 = the first plan).
+gradex::sync::CodecPlanner::ChoiceHook schedule(std::map<std::string, std::vector<Rung>> rungs) {
+  return [rungs](const std::string& key, uint64_t epoch) -> std::optional<Rung> {
+    auto it = rungs.find(key);
+    if (it == rungs.end() || epoch == 0 || epoch > it->second.size()) return std::nullopt;
+    return it->second[epoch - 1];
+  };
+}
+
+uint64_t fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "hash=%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string same_hash(const std::vector<std::string>& results) {
+  std::vector<std::string> hashes;
+  for (const std::string& r : results) {
+    const size_t at = r.find("hash=");
+    if (at == std::string::npos) return failures(results);
+    hashes.push_back(r.substr(at));
+  }
+  for (const std::string& h : hashes)
+    if (h != hashes[0]) return "ranks differ: " + failures(results);
+  return "";
+}
+
+}  // namespace
+
+// dense -> DGC 99% -> DGC 90% -> dense (residual flushed) -> DGC 99.9%: over ranks and steps,
+// what the averages delivered plus what stays in the residuals equals what was submitted.
+TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
+  const int world = 3;
+  const uint64_t n = 50000;
+  const int steps = 10;
+  auto results = run_ranks(
+      world,
+      {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=2", "GRADEX_MOMENTUM=0", "GRADEX_FP16=0",
+       "GRADEX_SPARSITY_OVERRIDES=check:dense"},
+      [&](RankContext& ctx) -> std::string {
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        gradex::sync::EngineTestAccess::choice_hook(
+            engine, schedule({{"w",
+                               {{Codec::kDgc, 0.99},
+                                {Codec::kDgc, 0.9},
+                                {Codec::kFp32, 0},
+                                {Codec::kDgc, 0.999}}}}));
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<double> submitted(n, 0), delivered(n, 0);
+        double residual_after_flush = -1;
+        for (int step = 0; step < steps; ++step) {
+          std::vector<float> g = test_vector(5, ctx.rank, step, n);
+          for (uint64_t i = 0; i < n; ++i)
+            submitted[i] += g[i];
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          for (uint64_t i = 0; i < n; ++i)
+            delivered[i] += g[i];
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+          if (step == 6) {  // the first dense step after DGC sent the residual
+            double m = 0;
+            for (float v : engine.residual_of("w"))
+              m = std::max(m, std::fabs(static_cast<double>(v)));
+            residual_after_flush = m;
+          }
+        }
+        RANK_REQUIRE(residual_after_flush == 0,
+                     "residual after the dense step: " << residual_after_flush);
+        gradex::sync::TensorPolicy p = engine.policy_of("w");
+        RANK_REQUIRE(p.kind == gradex::sync::ExchangeKind::kSparse && p.sparsity == 0.999,
+                     "final policy " << p.reason);
+        gradex_stats_t s;
+        RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
+        RANK_REQUIRE(s.sparse_exchanges == 6, "sparse exchanges " << s.sparse_exchanges);
+        std::vector<float> residual = engine.residual_of("w");
+        RANK_REQUIRE(residual.size() == n, "residual size " << residual.size());
+        std::vector<float> sent(n);
+        for (uint64_t i = 0; i < n; ++i)
+          sent[i] = static_cast<float>(submitted[i] - residual[i]);
+        RANK_OK(gradex_register_tensor(ctx.engine, "check", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        gradex_handle_t h;
+        RANK_OK(gradex_submit(ctx.engine, "check", sent.data(), &h));
+        RANK_OK(gradex_wait(ctx.engine, h));
+        double worst = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+          const double err = std::fabs(sent[i] - delivered[i]);
+          worst = std::max(worst, err / (1e-5 * (std::fabs(delivered[i]) + steps)));
+        }
+        RANK_REQUIRE(worst <= 1.0, "sent + residual vs delivered: worst error / tolerance " << worst);
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Momentum on, 16-bit wire, several tensors switching between every rung at agreed steps (and
+// two left to the model): every rank ends with the same bits.
+TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
+  const int world = 3;
+  const std::vector<std::pair<std::string, uint64_t>> tensors{
+      {"a", 60000}, {"b", 40000}, {"c", 500}, {"d", 20000}};
+  const int steps = 10;
+  auto results = run_ranks(
+      world, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=2", "GRADEX_MOMENTUM=0.9"},
+      [&](RankContext& ctx) -> std::string {
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        gradex::sync::EngineTestAccess::choice_hook(
+            engine, schedule({{"a",
+                               {{Codec::kDgc, 0.99},
+                                {Codec::kFp32, 0},
+                                {Codec::kHalf, 0},
+                                {Codec::kDgc, 0.9}}},
+                              {"b",
+                               {{Codec::kFp32, 0},
+                                {Codec::kDgc, 0.999},
+                                {Codec::kDgc, 0.99},
+                                {Codec::kHalf, 0}}}}));
+        for (const auto& [key, n] : tensors)
+          RANK_OK(gradex_register_tensor(ctx.engine, key.c_str(), n, GRADEX_FLOAT32,
+                                         GRADEX_DEVICE_CPU));
+        uint64_t h = 1469598103934665603ull;
+        for (int step = 0; step < steps; ++step) {
+          std::vector<std::vector<float>> g;
+          std::vector<gradex_handle_t> handles;
+          for (size_t k = 0; k < tensors.size(); ++k) {
+            g.push_back(test_vector(10 + k, ctx.rank, step, tensors[k].second));
+            gradex_handle_t handle;
+            RANK_OK(gradex_submit(ctx.engine, tensors[k].first.c_str(), g.back().data(), &handle));
+            handles.push_back(handle);
+          }
+          for (size_t k = 0; k < tensors.size(); ++k) {
+            RANK_OK(gradex_wait(ctx.engine, handles[k]));
+            h = fnv(h, g[k].data(), g[k].size() * sizeof(float));
+          }
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        gradex_stats_t s;
+        RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
+        // a: DGC at steps 2-3 and 8-9; b: 4-7.
+        RANK_REQUIRE(s.sparse_exchanges >= 8, "sparse exchanges " << s.sparse_exchanges);
+        size_t length = 0;
+        RANK_OK(gradex_explain(ctx.engine, nullptr, 0, &length));
+        std::string text(length, '\0');
+        RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
+        RANK_REQUIRE(text.find("test hook") != std::string::npos &&
+                         text.find("4 plan(s) made") != std::string::npos,
+                     "explain:\n" << text);
+        return hex(h);
+      });
+  EXPECT_EQ(same_hash(results), "");
+}
+
+// The model's own choices (loopback, probe on, nothing forced): ranks agree bit for bit, and
+// gradex_explain shows the plan with predicted and measured times.
+TEST(EnginePolicy, ModelPlansAgreeOnLoopback) {
+  const int world = 2;
+  auto results = run_ranks(
+      world, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=3"},
+      [&](RankContext& ctx) -> std::string {
+        const uint64_t sizes[] = {300000, 20480, 100};
+        const char* keys[] = {"big", "fc.weight", "bias"};
+        RANK_OK(gradex_register_tensor(ctx.engine, keys[0], sizes[0], GRADEX_FLOAT32,
+                                       GRADEX_DEVICE_CPU));
+        RANK_OK(gradex_register_tensor_rows(ctx.engine, keys[1], sizes[1], GRADEX_FLOAT32,
+                                            GRADEX_DEVICE_CPU, 10));
+        RANK_OK(gradex_register_tensor(ctx.engine, keys[2], sizes[2], GRADEX_FLOAT32,
+                                       GRADEX_DEVICE_CPU));
+        RANK_REQUIRE(gradex_register_tensor_rows(ctx.engine, "odd", 10, GRADEX_FLOAT32,
+                                                 GRADEX_DEVICE_CPU, 3) ==
+                         GRADEX_ERR_INVALID_ARGUMENT,
+                     "3 rows of 10 elements accepted");
+        uint64_t h = 1469598103934665603ull;
+        for (int step = 0; step < 10; ++step) {
+          std::vector<std::vector<float>> g;
+          std::vector<gradex_handle_t> handles(3);
+          for (int k = 0; k < 3; ++k) {
+            g.push_back(test_vector(20 + k, ctx.rank, step, sizes[k]));
+            RANK_OK(gradex_submit(ctx.engine, keys[k], g.back().data(), &handles[k]));
+          }
+          for (int k = 0; k < 3; ++k) {
+            RANK_OK(gradex_wait(ctx.engine, handles[k]));
+            h = fnv(h, g[k].data(), g[k].size() * sizeof(float));
+          }
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        std::string text = gradex::capi::engine_of(ctx.engine).explain();
+        RANK_REQUIRE(text.find("3 plan(s) made") != std::string::npos &&
+                         text.find("meas_ms") != std::string::npos &&
+                         text.find("fc.weight") != std::string::npos,
+                     "explain:\n" << text);
+        return hex(h);
+      });
+  EXPECT_EQ(same_hash(results), "");
+}
+
+// GRADEX_POLICY=fixed is today's chain: overrides, then the dense threshold, then GRADEX_SPARSITY.
+TEST(EnginePolicy, FixedIsTodaysPolicy) {
+  auto results = run_ranks(
+      1, {"GRADEX_POLICY=fixed", "GRADEX_SPARSITY_OVERRIDES=emb:0.99,norm:dense"},
+      [&](RankContext& ctx) -> std::string {
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        const std::pair<const char*, uint64_t> cases[] = {
+            {"small", 100}, {"big", 1000000}, {"emb.weight", 500000}, {"norm.weight", 900000}};
+        for (const auto& [key, n] : cases) {
+          RANK_OK(gradex_register_tensor(ctx.engine, key, n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+          const gradex::sync::TensorPolicy want =
+              gradex::sync::choose_policy(engine.options(), key, n);
+          const gradex::sync::TensorPolicy got = engine.policy_of(key);
+          RANK_REQUIRE(got.kind == want.kind && got.sparsity == want.sparsity &&
+                           got.reason == want.reason && !got.full_precision,
+                       key << ": " << got.reason << " vs " << want.reason);
+        }
+        RANK_REQUIRE(engine.explain().find("GRADEX_POLICY=fixed") != std::string::npos,
+                     engine.explain());
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
