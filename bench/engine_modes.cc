@@ -78,12 +78,15 @@ std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settin
 
 std::vector<ModeSpec> engine_modes() {
   return {
-      {"auto", "the engine's default policy (DGC 99.9% for large tensors, fused fp16 for small)",
+      {"auto", "the engine's default policy (GRADEX_POLICY=auto: per-tensor codec from the cost "
+               "model)",
        engine_factory({})},
+      {"fixed", "GRADEX_POLICY=fixed: DGC 99.9% for large tensors, fused fp16 for small",
+       engine_factory({{"GRADEX_POLICY", "fixed"}})},
       {"dgc99", "engine, DGC at 99% sparsity for tensors >= GRADEX_DENSE_THRESHOLD",
-       engine_factory({{"GRADEX_SPARSITY", "0.99"}})},
+       engine_factory({{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.99"}})},
       {"dgc999", "engine, DGC at 99.9% sparsity for tensors >= GRADEX_DENSE_THRESHOLD",
-       engine_factory({{"GRADEX_SPARSITY", "0.999"}})},
+       engine_factory({{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.999"}})},
       {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
        engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
       {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",
