@@ -77,16 +77,17 @@ int plan_rank(RankContext& ctx, const PlanSettings& s) {
   }
   const std::vector<double> step_times = max_over_ranks(comm, times);
   if (ctx.reporter()) {
-    std::printf("gradex-bench plan: %s (%zu tensors, %lld parameters), %d ranks, %d steps, "
-                "backward %.1f ms, forward %.1f ms\n",
-                model.name.c_str(), model.tensors.size(),
-                static_cast<long long>(model.total_numel), comm.size(), s.steps, s.backward_ms,
-                s.forward_ms);
+    std::printf(
+        "gradex-bench plan: %s (%zu tensors, %lld parameters), %d ranks, %d steps, "
+        "backward %.1f ms, forward %.1f ms\n",
+        model.name.c_str(), model.tensors.size(), static_cast<long long>(model.total_numel),
+        comm.size(), s.steps, s.backward_ms, s.forward_ms);
     std::printf("%s", engine.explain().c_str());
     const double median_ms = step_times.empty() ? 0 : median(step_times) * 1e3;
-    std::printf("measured: step %.3f ms (median over %zu steps from step %d, slowest rank), "
-                "exposed beyond the backward pass %.3f ms\n",
-                median_ms, step_times.size(), last_plan, median_ms - s.backward_ms);
+    std::printf(
+        "measured: step %.3f ms (median over %zu steps from step %d, slowest rank), "
+        "exposed beyond the backward pass %.3f ms\n",
+        median_ms, step_times.size(), last_plan, median_ms - s.backward_ms);
     ResultLine result;
     result.add("model", model.name).add("ranks", comm.size()).add("steps", s.steps);
     result.add("step_ms", median_ms).add("exposed_ms", median_ms - s.backward_ms);

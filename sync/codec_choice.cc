@@ -226,11 +226,11 @@ std::string Plan::describe(const std::map<std::string, double>* measured) const 
       auto it = measured->find(t.key);
       if (it != measured->end()) meas = format_ms(it->second);
     }
-    std::snprintf(line, sizeof line, "%-32s %12llu %-10s %9s %9s %9s %9s %9s  %s\n",
-                  t.key.c_str(), static_cast<unsigned long long>(t.numel),
-                  rung_name(t.rung).c_str(), format_ms(t.ready_s).c_str(),
-                  format_ms(t.encode_s).c_str(), format_ms(t.comm_s).c_str(),
-                  format_ms(t.done_s).c_str(), meas.c_str(), t.reason.c_str());
+    std::snprintf(line, sizeof line, "%-32s %12llu %-10s %9s %9s %9s %9s %9s  %s\n", t.key.c_str(),
+                  static_cast<unsigned long long>(t.numel), rung_name(t.rung).c_str(),
+                  format_ms(t.ready_s).c_str(), format_ms(t.encode_s).c_str(),
+                  format_ms(t.comm_s).c_str(), format_ms(t.done_s).c_str(), meas.c_str(),
+                  t.reason.c_str());
     out += line;
   }
   std::snprintf(line, sizeof line,

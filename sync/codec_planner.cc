@@ -101,9 +101,9 @@ void CodecPlanner::on_register(const std::string& key, uint64_t numel, uint64_t 
 }
 
 void CodecPlanner::on_submit(const std::string& key) {
-  model_.on_submit(key, std::chrono::duration<double>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count());
+  model_.on_submit(
+      key,
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
 void CodecPlanner::on_end_step() {
@@ -148,8 +148,8 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
 
 void CodecPlanner::switch_policy(TensorState& t, const TensorPolicy& to) {
   if (to.kind == ExchangeKind::kSparse) {
-    const bool same_codec = t.codec && t.policy.kind == ExchangeKind::kSparse &&
-                            t.policy.sparsity == to.sparsity;
+    const bool same_codec =
+        t.codec && t.policy.kind == ExchangeKind::kSparse && t.policy.sparsity == to.sparsity;
     if (!same_codec) {
       auto codec = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel, to.sparsity,
                                                  config_, world_size_);
@@ -174,13 +174,15 @@ void CodecPlanner::switch_policy(TensorState& t, const TensorPolicy& to) {
   t.policy = to;
 }
 
-void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs) {
+void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
+                                 std::mutex& state_mutex) {
   if (!probed_) {
     probed_ = true;
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
-        cost::ProbeResult r = cost::probe_links(comm, comm::host_identity(), planner_.probe_options);
+        cost::ProbeResult r =
+            cost::probe_links(comm, comm::host_identity(), planner_.probe_options);
         for (int c = 0; c < cost::kPeerClasses; ++c)
           if (r.link[static_cast<size_t>(c)].measured)
             model_.set_link(static_cast<cost::PeerClass>(c), r.link[static_cast<size_t>(c)]);
@@ -201,6 +203,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     replan(comm, epoch);
     plan_epoch_ = epoch;
   }
+  std::lock_guard<std::mutex> lock(state_mutex);
   for (pipeline::Job& job : jobs) {
     if (job.id.kind != WorkKind::kGradient || job.tensor->device) continue;
     const uint64_t e = job.step / planner_.interval;
@@ -236,11 +239,10 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     if (unit.message.size() > framing)
       model_.observe_dgc_payload(selected, unit.message.size() - framing);
   } else {
-    const bool half = unit.route == pipeline::Route::kDense && half_on_wire &&
-                      !unit.jobs.front()->full_precision;
+    const bool half =
+        unit.route == pipeline::Route::kDense && half_on_wire && !unit.jobs.front()->full_precision;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
-    terms = cost::ring_allreduce_terms(static_cast<double>(elements) * (half ? 2 : 4),
-                                       world_size_);
+    terms = cost::ring_allreduce_terms(static_cast<double>(elements) * (half ? 2 : 4), world_size_);
   }
   if (unit.route != pipeline::Route::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds);
@@ -276,8 +278,9 @@ std::string CodecPlanner::explain() const {
          fmt("%.3f", agreed_.backward_s * 1e3) + " ms, forward " +
          fmt("%.3f", agreed_.forward_s * 1e3) + " ms\n";
   out += plan_.describe(&measured_s_);
-  out += "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "
-         "transfer + finish, the tensor's share of its unit)\n";
+  out +=
+      "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "
+      "transfer + finish, the tensor's share of its unit)\n";
   return out;
 }
 

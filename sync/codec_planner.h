@@ -20,10 +20,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,7 +66,9 @@ class CodecPlanner {
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
-  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs);
+  // `state_mutex` (the engine's) is held while policies change (policy_of, explain read them).
+  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
+                     std::mutex& state_mutex);
   // Any thread, when a unit completes: its measured times feed the model.
   void observe_unit(const pipeline::Unit& unit, bool half_on_wire);
 

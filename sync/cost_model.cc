@@ -191,12 +191,21 @@ void CostModel::on_register(const std::string& key, uint64_t numel, uint64_t row
 
 void CostModel::on_submit(const std::string& key, double t) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (in_step_ && submitted_.count(key)) {
+    // Submitted again before an end of step: a caller that never ends steps; a new step begins.
+    backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
+    ++steps_;
+    in_step_ = false;
+    step_last_ = 0;
+  }
   if (!in_step_) {
+    submitted_.clear();
     in_step_ = true;
     step_first_ = t;
     if (last_end_ >= 0) forward_s_ = average(forward_s_, t - last_end_, steps_ <= 1);
   }
   step_last_ = std::max(step_last_, t);
+  submitted_.insert(key);
   auto it = tensors_.find(key);
   if (it == tensors_.end()) return;
   it->second.ready_s = average(it->second.ready_s, t - step_first_, !it->second.seen);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,7 +124,8 @@ class CostModel {
   void observe_dgc_payload(uint64_t selected, uint64_t bytes);
 
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
-  // `t` in seconds on any monotonic clock (the same for every call).
+  // `t` in seconds on any monotonic clock (the same for every call). A key submitted again before
+  // on_end_step starts a new step (callers that never end steps still get step timings).
   void on_submit(const std::string& key, double t);
   void on_end_step(double t);
 
@@ -146,6 +148,7 @@ class CostModel {
   std::array<bool, kCodecs> codec_seen_{};
   bool payload_seen_ = false;
   std::map<std::string, TensorSeen> tensors_;
+  std::set<std::string> submitted_;  // keys submitted in the step in progress
   // The step in progress: its first and last submission; the last end of a step.
   bool in_step_ = false;
   double step_first_ = 0, step_last_ = 0, last_end_ = -1;

@@ -81,9 +81,12 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.key = key;
   t.numel = numel;
   t.dtype = dtype;
-  t.policy = planner_ ? planner_->initial_policy(key, numel) : choose_policy(options_, key, numel);
-  if (planner_) planner_->on_register(key, numel, rows);
+  t.policy = choose_policy(options_, key, numel);
   device_->attach(t, cuda);  // [device path] state in a backend: no host codec
+  // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; device
+  // tensors keep the fixed chain's policy.
+  if (planner_ && !t.device) t.policy = planner_->initial_policy(key, numel);
+  if (planner_) planner_->on_register(key, numel, rows);
   if (t.policy.kind == ExchangeKind::kSparse && !t.device) {
     t.codec = std::make_unique<SparseCodec>(key, tensor_key_id(key), numel, t.policy.sparsity,
                                             config_, world_size_);

@@ -90,7 +90,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  if (planner_) planner_->before_routes(*comm_, jobs);
+  if (planner_) planner_->before_routes(*comm_, jobs, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
   // cuts the same units. The counters advance here: only this thread reads them (inspect).

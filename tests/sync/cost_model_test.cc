@@ -95,6 +95,20 @@ TEST(CostModel, StepTimingsAndReadyTimes) {
   EXPECT_EQ(s.tensors[1].rows, 10u);
 }
 
+TEST(CostModel, AResubmittedKeyStartsANewStepWithoutEndStep) {
+  CostModel m;
+  m.on_register("a", 100, 0);
+  m.on_register("b", 100, 0);
+  for (int step = 0; step < 3; ++step) {  // a caller that never calls on_end_step
+    m.on_submit("a", 5.0 * step);
+    m.on_submit("b", 5.0 * step + 0.25);
+  }
+  const Snapshot s = m.snapshot();
+  EXPECT_EQ(s.steps_seen, 2u);
+  EXPECT_NEAR(s.backward_s, 0.25, 1e-12);
+  EXPECT_NEAR(s.tensors[1].ready_s, 0.25, 1e-12);  // not growing with every step
+}
+
 TEST(CostModel, CodecCostsAndPayloadBytesAreMovingAverages) {
   CostModel m(CostModelOptions{0.98, 0.5});
   m.observe_codec(Codec::kDgc, 1000, 4e-6, 1e-6);

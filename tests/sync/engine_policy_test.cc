@@ -75,12 +75,11 @@ TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
        "GRADEX_SPARSITY_OVERRIDES=check:dense"},
       [&](RankContext& ctx) -> std::string {
         auto& engine = gradex::capi::engine_of(ctx.engine);
-        gradex::sync::EngineTestAccess::choice_hook(
-            engine, schedule({{"w",
-                               {{Codec::kDgc, 0.99},
-                                {Codec::kDgc, 0.9},
-                                {Codec::kFp32, 0},
-                                {Codec::kDgc, 0.999}}}}));
+        gradex::sync::EngineTestAccess::choice_hook(engine, schedule({{"w",
+                                                                       {{Codec::kDgc, 0.99},
+                                                                        {Codec::kDgc, 0.9},
+                                                                        {Codec::kFp32, 0},
+                                                                        {Codec::kDgc, 0.999}}}}));
         RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
         std::vector<double> submitted(n, 0), delivered(n, 0);
         double residual_after_flush = -1;
@@ -123,7 +122,8 @@ TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
           const double err = std::fabs(sent[i] - delivered[i]);
           worst = std::max(worst, err / (1e-5 * (std::fabs(delivered[i]) + steps)));
         }
-        RANK_REQUIRE(worst <= 1.0, "sent + residual vs delivered: worst error / tolerance " << worst);
+        RANK_REQUIRE(worst <= 1.0,
+                     "sent + residual vs delivered: worst error / tolerance " << worst);
         return "";
       });
   EXPECT_EQ(failures(results), "");
@@ -141,16 +141,15 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
       [&](RankContext& ctx) -> std::string {
         auto& engine = gradex::capi::engine_of(ctx.engine);
         gradex::sync::EngineTestAccess::choice_hook(
-            engine, schedule({{"a",
-                               {{Codec::kDgc, 0.99},
-                                {Codec::kFp32, 0},
-                                {Codec::kHalf, 0},
-                                {Codec::kDgc, 0.9}}},
-                              {"b",
-                               {{Codec::kFp32, 0},
-                                {Codec::kDgc, 0.999},
-                                {Codec::kDgc, 0.99},
-                                {Codec::kHalf, 0}}}}));
+            engine,
+            schedule(
+                {{"a",
+                  {{Codec::kDgc, 0.99}, {Codec::kFp32, 0}, {Codec::kHalf, 0}, {Codec::kDgc, 0.9}}},
+                 {"b",
+                  {{Codec::kFp32, 0},
+                   {Codec::kDgc, 0.999},
+                   {Codec::kDgc, 0.99},
+                   {Codec::kHalf, 0}}}}));
         for (const auto& [key, n] : tensors)
           RANK_OK(gradex_register_tensor(ctx.engine, key.c_str(), n, GRADEX_FLOAT32,
                                          GRADEX_DEVICE_CPU));
@@ -180,7 +179,8 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
         RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
         RANK_REQUIRE(text.find("test hook") != std::string::npos &&
                          text.find("4 plan(s) made") != std::string::npos,
-                     "explain:\n" << text);
+                     "explain:\n"
+                         << text);
         return hex(h);
       });
   EXPECT_EQ(same_hash(results), "");
@@ -190,42 +190,43 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
 // gradex_explain shows the plan with predicted and measured times.
 TEST(EnginePolicy, ModelPlansAgreeOnLoopback) {
   const int world = 2;
-  auto results = run_ranks(
-      world, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=3"},
-      [&](RankContext& ctx) -> std::string {
-        const uint64_t sizes[] = {300000, 20480, 100};
-        const char* keys[] = {"big", "fc.weight", "bias"};
-        RANK_OK(gradex_register_tensor(ctx.engine, keys[0], sizes[0], GRADEX_FLOAT32,
-                                       GRADEX_DEVICE_CPU));
-        RANK_OK(gradex_register_tensor_rows(ctx.engine, keys[1], sizes[1], GRADEX_FLOAT32,
-                                            GRADEX_DEVICE_CPU, 10));
-        RANK_OK(gradex_register_tensor(ctx.engine, keys[2], sizes[2], GRADEX_FLOAT32,
-                                       GRADEX_DEVICE_CPU));
-        RANK_REQUIRE(gradex_register_tensor_rows(ctx.engine, "odd", 10, GRADEX_FLOAT32,
-                                                 GRADEX_DEVICE_CPU, 3) ==
-                         GRADEX_ERR_INVALID_ARGUMENT,
-                     "3 rows of 10 elements accepted");
-        uint64_t h = 1469598103934665603ull;
-        for (int step = 0; step < 10; ++step) {
-          std::vector<std::vector<float>> g;
-          std::vector<gradex_handle_t> handles(3);
-          for (int k = 0; k < 3; ++k) {
-            g.push_back(test_vector(20 + k, ctx.rank, step, sizes[k]));
-            RANK_OK(gradex_submit(ctx.engine, keys[k], g.back().data(), &handles[k]));
-          }
-          for (int k = 0; k < 3; ++k) {
-            RANK_OK(gradex_wait(ctx.engine, handles[k]));
-            h = fnv(h, g[k].data(), g[k].size() * sizeof(float));
-          }
-          RANK_OK(gradex_end_step(ctx.engine, nullptr));
-        }
-        std::string text = gradex::capi::engine_of(ctx.engine).explain();
-        RANK_REQUIRE(text.find("3 plan(s) made") != std::string::npos &&
-                         text.find("meas_ms") != std::string::npos &&
-                         text.find("fc.weight") != std::string::npos,
-                     "explain:\n" << text);
-        return hex(h);
-      });
+  auto results =
+      run_ranks(world, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=3"},
+                [&](RankContext& ctx) -> std::string {
+                  const uint64_t sizes[] = {300000, 20480, 100};
+                  const char* keys[] = {"big", "fc.weight", "bias"};
+                  RANK_OK(gradex_register_tensor(ctx.engine, keys[0], sizes[0], GRADEX_FLOAT32,
+                                                 GRADEX_DEVICE_CPU));
+                  RANK_OK(gradex_register_tensor_rows(ctx.engine, keys[1], sizes[1], GRADEX_FLOAT32,
+                                                      GRADEX_DEVICE_CPU, 10));
+                  RANK_OK(gradex_register_tensor(ctx.engine, keys[2], sizes[2], GRADEX_FLOAT32,
+                                                 GRADEX_DEVICE_CPU));
+                  RANK_REQUIRE(gradex_register_tensor_rows(ctx.engine, "odd", 10, GRADEX_FLOAT32,
+                                                           GRADEX_DEVICE_CPU,
+                                                           3) == GRADEX_ERR_INVALID_ARGUMENT,
+                               "3 rows of 10 elements accepted");
+                  uint64_t h = 1469598103934665603ull;
+                  for (int step = 0; step < 10; ++step) {
+                    std::vector<std::vector<float>> g;
+                    std::vector<gradex_handle_t> handles(3);
+                    for (int k = 0; k < 3; ++k) {
+                      g.push_back(test_vector(20 + k, ctx.rank, step, sizes[k]));
+                      RANK_OK(gradex_submit(ctx.engine, keys[k], g.back().data(), &handles[k]));
+                    }
+                    for (int k = 0; k < 3; ++k) {
+                      RANK_OK(gradex_wait(ctx.engine, handles[k]));
+                      h = fnv(h, g[k].data(), g[k].size() * sizeof(float));
+                    }
+                    RANK_OK(gradex_end_step(ctx.engine, nullptr));
+                  }
+                  std::string text = gradex::capi::engine_of(ctx.engine).explain();
+                  RANK_REQUIRE(text.find("3 plan(s) made") != std::string::npos &&
+                                   text.find("meas_ms") != std::string::npos &&
+                                   text.find("fc.weight") != std::string::npos,
+                               "explain:\n"
+                                   << text);
+                  return hex(h);
+                });
   EXPECT_EQ(same_hash(results), "");
 }
 
