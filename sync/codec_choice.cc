@@ -15,21 +15,33 @@ uint64_t selected_count(uint64_t numel, double sparsity) {
   return std::max<uint64_t>(1, static_cast<uint64_t>(k));
 }
 
+constexpr double kMinSaving = 0.01;
+
 struct Timeline {
   double finish = 0;
   size_t busy_from = 0;  // index (in timeline order) where the last busy period of the link starts
 };
 
 // Walks the tensors in `order` and fills start/done; returns the finish and the last busy period.
+// Tensors that travel in one unit: DGC tensors together, dense ones of one wire type together.
+bool same_unit_kind(const Rung& a, const Rung& b) {
+  return a.codec == b.codec;
+}
+
 Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order) {
   Timeline tl;
   double link_free = 0;
+  const TensorChoice* previous = nullptr;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     TensorChoice& t = c[order[pos]];
     const double can_start = t.ready_s + t.encode_s;
     if (pos == 0 || can_start > link_free) tl.busy_from = pos;  // the link was idle before it
+    // Ready while the link is busy with its kind: it joins the same fused unit (bucket or DGC
+    // group), which pays the collective's latency once.
+    const bool fused = previous && can_start <= link_free && same_unit_kind(previous->rung, t.rung);
     t.start_s = std::max(link_free, can_start);
-    link_free = t.start_s + t.comm_s;
+    link_free = t.start_s + t.comm_s - (fused ? t.latency_s : 0.0);
+    previous = &t;
     t.done_s = link_free + t.decode_s;
     tl.finish = std::max(tl.finish, t.done_s);
   }
@@ -94,29 +106,31 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
 }
 
 void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
-                const ChoiceOptions& o, double& encode_s, double& comm_s, double& decode_s) {
+                const ChoiceOptions& o, double& encode_s, double& comm_s, double& decode_s,
+                double* latency_s) {
   const auto c = static_cast<size_t>(rung.codec);
   const double n = static_cast<double>(t.numel);
   const LinkParams& link = numbers.link[static_cast<size_t>(o.link_class)];
+  // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc).
   encode_s = numbers.codecs.encode_s[c] * n;
   decode_s = numbers.codecs.decode_s[c] * n;
+  Terms terms;
   switch (rung.codec) {
     case Codec::kFp32:
-      comm_s = ring_allreduce_terms(4.0 * n, o.world_size).seconds(link);
+      terms = ring_allreduce_terms(4.0 * n, o.world_size);
       break;
     case Codec::kHalf:
-      comm_s = ring_allreduce_terms(2.0 * n, o.world_size).seconds(link);
+      terms = ring_allreduce_terms(2.0 * n, o.world_size);
       break;
     case Codec::kDgc: {
       const double k = static_cast<double>(selected_count(t.numel, rung.sparsity));
-      comm_s =
-          allgatherv_terms(k * numbers.codecs.dgc_bytes_per_selected, o.world_size, o.sparse_ring)
-              .seconds(link);
-      // Decoding adds every rank's k values (the zeroing is part of the encode pass).
-      decode_s = numbers.codecs.decode_s[c] * k * o.world_size;
+      terms =
+          allgatherv_terms(k * numbers.codecs.dgc_bytes_per_selected, o.world_size, o.sparse_ring);
       break;
     }
   }
+  comm_s = terms.seconds(link);
+  if (latency_s) *latency_s = terms.latency * link.alpha_s;
 }
 
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
@@ -129,7 +143,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   auto set_rung = [&](size_t i, const Rung& r) {
     TensorChoice& c = plan.tensors[i];
     c.rung = r;
-    rung_costs(inputs[i], r, numbers, o, c.encode_s, c.comm_s, c.decode_s);
+    rung_costs(inputs[i], r, numbers, o, c.encode_s, c.comm_s, c.decode_s, &c.latency_s);
   };
   for (size_t i = 0; i < n; ++i) {
     const TensorInput& t = inputs[i];
@@ -182,8 +196,11 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
         auto it = std::find(rungs[i].begin(), rungs[i].end(), ladder[target]);
         if (it == rungs[i].end()) continue;
         double e, m, d;
-        rung_costs(inputs[i], *it, numbers, o, e, m, d);
+        rung_costs(inputs[i], *it, numbers, o, e, m, d, nullptr);
         const double saving = (c.encode_s + c.comm_s + c.decode_s) - (e + m + d);
+        // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is
+        // not worth its loss (many small tensors, each saving microseconds).
+        if (saving < kMinSaving * (tl.finish - plan.deadline_s)) continue;
         if (saving > best_saving ||
             (saving == best_saving && saving > 0 && best < n && inputs[i].key < inputs[best].key)) {
           best = i;

@@ -18,10 +18,14 @@
 // last busy period of the link (only they delay the end) that are below L and for which L is both
 // allowed and cheaper, the one whose raise saves the most seconds; when none is left, the next
 // rung. It stops once the step is hidden, or when nothing cheaper is left (the link requires the
-// most the ladder gives). A DGC rung is allowed only when its selected count k = (1 - s) * numel is
-// at least min_selected and, for tensors registered with their output rows, min_per_row values per
-// row; and not before dense_steps (early training: the gradient changes fast, prefer dense). A
-// tensor with a forced rung (an override) keeps it and still occupies the link in the timeline.
+// most the ladder gives), skipping raises that save less than 1% of what is still exposed
+// (fidelity first: many small tensors each saving microseconds are left alone). A tensor that
+// becomes ready while the link is busy with its kind joins the fused unit (dense bucket, DGC group)
+// and pays no latency of its own. A DGC rung is allowed only when its selected count k = (1 - s) *
+// numel is at least min_selected and, for tensors registered with their output rows, min_per_row
+// values per row; and not before dense_steps (early training: the gradient changes fast, prefer
+// dense). A tensor with a forced rung (an override) keeps it and still occupies the link in the
+// timeline.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +74,8 @@ struct TensorChoice {
   Rung rung;
   double ready_s = 0;
   double encode_s = 0, comm_s = 0, decode_s = 0;  // predicted
-  double start_s = 0, done_s = 0;                 // predicted, on the step's timeline
+  double latency_s = 0;            // the latency part of comm_s, not paid again inside a fused unit
+  double start_s = 0, done_s = 0;  // predicted, on the step's timeline
   std::string reason;
 };
 
@@ -92,8 +97,10 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& optio
                                 std::string* excluded_reason = nullptr);
 
 // Predicted encode / transfer / decode seconds of one tensor at `rung`.
+// `latency_s` (optional): the part of comm_s that is the collective's latency.
 void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
-                const ChoiceOptions& options, double& encode_s, double& comm_s, double& decode_s);
+                const ChoiceOptions& options, double& encode_s, double& comm_s, double& decode_s,
+                double* latency_s = nullptr);
 
 // The choice for every tensor of `inputs` (any order; the timeline orders by ready time, then
 // key). Deterministic: equal inputs give equal plans on every rank.
