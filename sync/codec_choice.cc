@@ -16,6 +16,8 @@ uint64_t selected_count(uint64_t numel, double sparsity) {
 }
 
 constexpr double kMinSaving = 0.01;
+// Raises tried on the timeline per step of the choice (the largest transfer savings first).
+constexpr size_t kCandidates = 8;
 
 struct Timeline {
   double finish = 0;
@@ -185,26 +187,38 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   for (size_t target = 1; target < ladder.size() && tl.finish > plan.deadline_s; ++target) {
     for (;;) {
       if (tl.finish <= plan.deadline_s) break;
-      // The best raise to `target` among the last busy period's tensors.
-      size_t best = n;
-      double best_saving = 0;
+      // Candidates: the last busy period's tensors below `target` that may take it, the
+      // kCandidates whose transfer it shortens most; each is tried on the timeline (encode
+      // overlaps earlier transfers, so only the timeline tells what a raise saves).
+      std::vector<std::pair<double, size_t>> candidates;  // (transfer saving, tensor)
       for (size_t pos = tl.busy_from; pos < order.size(); ++pos) {
         const size_t i = order[pos];
         if (inputs[i].forced) continue;
         const TensorChoice& c = plan.tensors[i];
         if (rank_of(c.rung) >= target) continue;
-        auto it = std::find(rungs[i].begin(), rungs[i].end(), ladder[target]);
-        if (it == rungs[i].end()) continue;
+        if (std::find(rungs[i].begin(), rungs[i].end(), ladder[target]) == rungs[i].end()) continue;
         double e, m, d;
-        rung_costs(inputs[i], *it, numbers, o, e, m, d, nullptr);
-        const double saving = (c.encode_s + c.comm_s + c.decode_s) - (e + m + d);
-        // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is
-        // not worth its loss (many small tensors, each saving microseconds).
-        if (saving < kMinSaving * (tl.finish - plan.deadline_s)) continue;
-        if (saving > best_saving ||
-            (saving == best_saving && saving > 0 && best < n && inputs[i].key < inputs[best].key)) {
+        rung_costs(inputs[i], ladder[target], numbers, o, e, m, d, nullptr);
+        if (m < c.comm_s) candidates.push_back({c.comm_s - m, i});
+      }
+      std::sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
+        if (a.first != b.first) return a.first > b.first;
+        return inputs[a.second].key < inputs[b.second].key;
+      });
+      if (candidates.size() > kCandidates) candidates.resize(kCandidates);
+      // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is not
+      // worth its loss (many small tensors, each saving microseconds).
+      const double needed = kMinSaving * (tl.finish - plan.deadline_s);
+      size_t best = n;
+      double best_finish = tl.finish - needed;
+      for (const auto& [saving, i] : candidates) {
+        const TensorChoice keep = plan.tensors[i];
+        set_rung(i, ladder[target]);
+        const double finish = simulate(plan.tensors, order).finish;
+        plan.tensors[i] = keep;
+        if (finish < best_finish) {
           best = i;
-          best_saving = saving;
+          best_finish = finish;
         }
       }
       if (best == n) break;
@@ -212,6 +226,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       tl = simulate(plan.tensors, order);
     }
   }
+  tl = simulate(plan.tensors, order);  // the times of the final choice
   plan.finish_s = tl.finish;
 
   for (size_t i = 0; i < n; ++i) {

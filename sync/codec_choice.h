@@ -15,8 +15,9 @@
 // The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), then DGC at
 // each sparsity of the ladder (ascending). Every tensor starts at fp32. While the step is exposed,
 // the choice raises one tensor at a time, rung by rung: at rung L, among the tensors of the step's
-// last busy period of the link (only they delay the end) that are below L and for which L is both
-// allowed and cheaper, the one whose raise saves the most seconds; when none is left, the next
+// last busy period of the link (only they delay the end) that are below L and may take it, the
+// eight whose transfer L shortens most are tried on the timeline and the one that ends the step
+// earliest is raised; when none helps, the next
 // rung. It stops once the step is hidden, or when nothing cheaper is left (the link requires the
 // most the ladder gives), skipping raises that save less than 1% of what is still exposed
 // (fidelity first: many small tensors each saving microseconds are left alone). A tensor that
