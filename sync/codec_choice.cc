@@ -1,6 +1,7 @@
 #include "sync/codec_choice.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -25,25 +26,30 @@ struct Timeline {
 };
 
 // Walks the tensors in `order` and fills start/done; returns the finish and the last busy period.
-// Tensors that travel in one unit: DGC tensors together, dense ones of one wire type together.
-bool same_unit_kind(const Rung& a, const Rung& b) {
-  return a.codec == b.codec;
-}
-
 Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order) {
   Timeline tl;
   double link_free = 0;
-  const TensorChoice* previous = nullptr;
+  // Codecs already on the link in the current busy period: the engine packs the dense tensors of
+  // one wire type into shared buckets and DGC tensors into groups, whatever their order.
+  std::array<bool, kCodecs> in_period{};
+  // The encode stage is one lane too: the worker pool (the measured per-element costs are wall
+  // times of the pool's prepare stages), so encodes queue behind each other.
+  double encoder_free = 0;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     TensorChoice& t = c[order[pos]];
-    const double can_start = t.ready_s + t.encode_s;
-    if (pos == 0 || can_start > link_free) tl.busy_from = pos;  // the link was idle before it
-    // Ready while the link is busy with its kind: it joins the same fused unit (bucket or DGC
-    // group), which pays the collective's latency once.
-    const bool fused = previous && can_start <= link_free && same_unit_kind(previous->rung, t.rung);
+    encoder_free = std::max(encoder_free, t.ready_s) + t.encode_s;
+    const double can_start = encoder_free;
+    if (pos == 0 || can_start > link_free) {  // the link was idle before it
+      tl.busy_from = pos;
+      in_period.fill(false);
+    }
+    // Ready while the link is busy with its kind: it joins that fused unit, which pays the
+    // collective's latency once.
+    const auto kind = static_cast<size_t>(t.rung.codec);
+    const bool fused = in_period[kind];
+    in_period[kind] = true;
     t.start_s = std::max(link_free, can_start);
     link_free = t.start_s + t.comm_s - (fused ? t.latency_s : 0.0);
-    previous = &t;
     t.done_s = link_free + t.decode_s;
     tl.finish = std::max(tl.finish, t.done_s);
   }

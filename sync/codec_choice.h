@@ -4,8 +4,9 @@
 //
 // Objective, fidelity first: the least compression whose communication stays hidden behind
 // compute, compressing harder only as far as the link requires. The step is modelled as a timeline
-// (as Espresso, EuroSys'23): tensors in the order they become ready; tensor i's transfer starts at
-// max(link free, ready_i + encode_i), holds the link for its collective's time, then decodes. Its
+// (as Espresso, EuroSys'23): tensors in the order they become ready; tensor i encodes on the worker
+// pool (one lane: encodes queue) from max(ready_i, pool free), its transfer starts at max(link
+// free, encoded_i), holds the link for its collective's time, then decodes. Its
 // communication is hidden when the last tensor is done by the end of the backward pass plus
 // `slack` x the step's compute (backward + the time to the next step's first submission). The
 // next forward pass itself is not counted as cover: today's plugins wait for every average before

@@ -11,6 +11,7 @@
 #include "process_ranks.h"
 #include "rank_checks.h"
 #include "sync/codec_planner.h"
+#include "sync/pipeline.h"
 #include "sync/policy.h"
 
 namespace gradex::sync {
@@ -252,4 +253,44 @@ TEST(EnginePolicy, FixedIsTodaysPolicy) {
         return "";
       });
   EXPECT_EQ(failures(results), "");
+}
+
+// The auto policy's fp32 rung on a 16-bit wire: those dense jobs travel in fp32 buckets of their
+// own, after the 16-bit ones, packed at 4 bytes per element; without such jobs the plan is
+// today's.
+TEST(EnginePolicy, Fp32JobsTravelInBucketsOfTheirOwn) {
+  using gradex::sync::pipeline::Job;
+  using gradex::sync::pipeline::PlanOptions;
+  using gradex::sync::pipeline::Route;
+  std::vector<gradex::sync::TensorState> tensors(4);
+  const uint64_t sizes[] = {100, 100, 100, 100};
+  const bool fp32[] = {false, true, false, true};
+  std::vector<Job> jobs(4);
+  for (size_t i = 0; i < 4; ++i) {
+    tensors[i].key = std::string(1, static_cast<char>('a' + i));
+    tensors[i].numel = sizes[i];
+    jobs[i].id = {gradex::sync::WorkKind::kGradient, tensors[i].key};
+    jobs[i].tensor = &tensors[i];
+    jobs[i].route = Route::kDense;
+    jobs[i].full_precision = fp32[i];
+  }
+  PlanOptions o;
+  o.fusion_bytes = 400;  // two 16-bit tensors (200 bytes each), one fp32 tensor (400 bytes)
+  o.dense_wire = gradex::DType::kFloat16;
+  auto keys = [](const std::deque<gradex::sync::pipeline::Unit>& units) {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& u : units) {
+      out.emplace_back();
+      for (const Job* j : u.jobs)
+        out.back().push_back(j->id.key);
+    }
+    return out;
+  };
+  using K = std::vector<std::vector<std::string>>;
+  auto units = gradex::sync::pipeline::plan(jobs, o);
+  EXPECT_EQ(keys(units), (K{{"a", "c"}, {"b"}, {"d"}}));
+  for (Job& j : jobs)
+    j.full_precision = false;
+  units = gradex::sync::pipeline::plan(jobs, o);
+  EXPECT_EQ(keys(units), (K{{"a", "b"}, {"c", "d"}}));
 }
