@@ -84,6 +84,8 @@ class CodecPlanner {
 
  private:
   void replan(comm::Communicator& comm, uint64_t epoch);
+  // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
+  void measure_codecs();
   void switch_policy(TensorState& t, const TensorPolicy& to);
   TensorPolicy policy_of(const cost::Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
