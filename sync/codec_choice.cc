@@ -193,19 +193,20 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   for (size_t target = 1; target < ladder.size() && tl.finish > plan.deadline_s; ++target) {
     for (;;) {
       if (tl.finish <= plan.deadline_s) break;
-      // Candidates: the last busy period's tensors below `target` that may take it, the
-      // kCandidates whose transfer it shortens most; each is tried on the timeline (encode
-      // overlaps earlier transfers, so only the timeline tells what a raise saves).
+      // Candidates: the tensors below `target` that may take it, the kCandidates whose encode
+      // and transfer it shortens most; each is tried on the timeline (encodes overlap earlier
+      // transfers, so only the timeline tells what a raise saves).
       std::vector<std::pair<double, size_t>> candidates;  // (transfer saving, tensor)
-      for (size_t pos = tl.busy_from; pos < order.size(); ++pos) {
-        const size_t i = order[pos];
+      for (size_t i = 0; i < n; ++i) {
         if (inputs[i].forced) continue;
         const TensorChoice& c = plan.tensors[i];
         if (rank_of(c.rung) >= target) continue;
         if (std::find(rungs[i].begin(), rungs[i].end(), ladder[target]) == rungs[i].end()) continue;
         double e, m, d;
         rung_costs(inputs[i], ladder[target], numbers, o, e, m, d, nullptr);
-        if (m < c.comm_s) candidates.push_back({c.comm_s - m, i});
+        // Ranked by what the raise takes off the two lanes (the pool's encode, the link).
+        const double saving = (c.comm_s - m) + (c.encode_s - e);
+        if (saving > 0) candidates.push_back({saving, i});
       }
       std::sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
         if (a.first != b.first) return a.first > b.first;

@@ -15,18 +15,17 @@
 //
 // The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), then DGC at
 // each sparsity of the ladder (ascending). Every tensor starts at fp32. While the step is exposed,
-// the choice raises one tensor at a time, rung by rung: at rung L, among the tensors of the step's
-// last busy period of the link (only they delay the end) that are below L and may take it, the
-// eight whose transfer L shortens most are tried on the timeline and the one that ends the step
-// earliest is raised; when none helps, the next rung. It stops once the step is hidden, or when
-// nothing cheaper is left (the link requires the most the ladder gives), skipping raises that save
-// less than 1% of what is still exposed (fidelity first: many small tensors each saving
-// microseconds are left alone). A tensor that becomes ready while the link is busy with its kind
-// joins the fused unit (dense bucket, DGC group) and pays no latency of its own. A DGC rung is
-// allowed only when its selected count k = (1 - s) * numel is at least min_selected and, for
-// tensors registered with their output rows, min_per_row values per row; and not before dense_steps
-// (early training: the gradient changes fast, prefer dense). A tensor with a forced rung (an
-// override) keeps it and still occupies the link in the timeline.
+// the choice raises one tensor at a time, rung by rung: at rung L, among the tensors below L that
+// may take it, the eight whose encode plus transfer L shortens most are tried on the timeline and
+// the one that ends the step earliest is raised; when none helps, the next rung. It stops once the
+// step is hidden, or when nothing cheaper is left (the link requires the most the ladder gives),
+// skipping raises that save less than 1% of what is still exposed (fidelity first: many small
+// tensors each saving microseconds are left alone). A tensor that becomes ready while the link is
+// busy with its kind joins the fused unit (dense bucket, DGC group) and pays no latency of its own.
+// A DGC rung is allowed only when its selected count k = (1 - s) * numel is at least min_selected
+// and, for tensors registered with their output rows, min_per_row values per row; and not before
+// dense_steps (early training: the gradient changes fast, prefer dense). A tensor with a forced
+// rung (an override) keeps it and still occupies the link in the timeline.
 #pragma once
 
 #include <cstdint>
