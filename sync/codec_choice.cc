@@ -205,7 +205,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
         double e, m, d;
         rung_costs(inputs[i], ladder[target], numbers, o, e, m, d, nullptr);
         // Ranked by what the raise takes off the two lanes (the pool's encode, the link).
-        const double saving = (c.comm_s - m) + (c.encode_s - e);
+        const double saving = std::max(c.comm_s - m, 0.0) + std::max(c.encode_s - e, 0.0);
         if (saving > 0) candidates.push_back({saving, i});
       }
       std::sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
