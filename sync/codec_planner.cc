@@ -13,6 +13,7 @@
 #include "compress/dgc/schedule.h"
 #include "compress/half/cast.h"
 #include "sync/byte_io.h"
+#include "sync/momentum.h"
 #include "sync/pipeline.h"
 #include "sync/sparse_exchange.h"
 
@@ -176,8 +177,9 @@ void CodecPlanner::switch_policy(TensorState& t, const TensorPolicy& to) {
 }
 
 void CodecPlanner::measure_codecs() {
-  // Measured alone, at start-up, on 2^20 elements: the 16-bit cast there and back, and DGC's step
-  // (at the ladder's highest sparsity) with the decode of its payload. The units' own stage times
+  // Measured alone, at start-up, on 2^20 elements: gradex's momentum (dense units), the 16-bit cast
+  // there and back, and DGC's step (at the ladder's highest sparsity) with the decode of its
+  // payload. The units' own stage times
   // refine these (observe_unit).
   constexpr size_t kN = 1u << 20;
   using Clock = std::chrono::steady_clock;
@@ -190,6 +192,16 @@ void CodecPlanner::measure_codecs() {
     x = x * 1664525u + 1013904223u;
     v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
   }
+  // gradex's momentum: part of every dense unit's prepare stage (as observe_unit measures them).
+  double momentum_s = 0;
+  if (options_.momentum > 0) {
+    std::vector<float> u(kN, 0.0f);
+    values = g;
+    const auto m0 = Clock::now();
+    apply_momentum(values.data(), u.data(), kN, {options_.momentum, options_.nesterov, 1.0f});
+    momentum_s = seconds(m0, Clock::now());
+  }
+  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s, 0.0);
   std::vector<uint16_t> half(kN);
   const DType half_type = options_.half_on_wire ? options_.half_type : DType::kFloat16;
   const auto t0 = Clock::now();
@@ -197,7 +209,7 @@ void CodecPlanner::measure_codecs() {
   const auto t1 = Clock::now();
   compress::half::from_half(half.data(), values.data(), kN, half_type, 1.0f);
   const auto t2 = Clock::now();
-  model_.observe_codec(cost::Codec::kHalf, kN, seconds(t0, t1), seconds(t1, t2));
+  model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + seconds(t0, t1), seconds(t1, t2));
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
   SparseCodec codec("gradex.probe", tensor_key_id("gradex.probe"), kN, sparsity, config_,
