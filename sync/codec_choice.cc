@@ -137,8 +137,11 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
       break;
     }
   }
-  comm_s = terms.seconds(link);
-  if (latency_s) *latency_s = terms.latency * link.alpha_s;
+  const double k = numbers.calibration;
+  encode_s *= k;
+  decode_s *= k;
+  comm_s = terms.seconds(link) * k;
+  if (latency_s) *latency_s = terms.latency * link.alpha_s * k;
 }
 
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,

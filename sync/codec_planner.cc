@@ -114,7 +114,22 @@ void CodecPlanner::on_end_step() {
 }
 
 void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
-  const cost::Snapshot numbers = cost::agree_snapshot(comm, model_.snapshot());
+  cost::Snapshot local = model_.snapshot();
+  {
+    // Measured over predicted under the plan in force (this rank's; rank 0's is the one used).
+    std::lock_guard<std::mutex> lock(mutex_);
+    double measured = 0, predicted = 0;
+    for (const cost::TensorChoice& c : plan_.tensors) {
+      auto it = measured_s_.find(c.key);
+      if (it == measured_s_.end()) continue;
+      measured += it->second;
+      predicted += c.encode_s + c.comm_s + c.decode_s;
+    }
+    local.calibration = agreed_.calibration;
+    if (plans_made_ > 0 && measured > 0 && predicted > 0)
+      local.calibration = std::clamp(agreed_.calibration * measured / predicted, 0.25, 8.0);
+  }
+  const cost::Snapshot numbers = cost::agree_snapshot(comm, local);
   std::vector<cost::TensorInput> inputs;
   inputs.reserve(numbers.tensors.size());
   for (const cost::TensorTiming& t : numbers.tensors) {
@@ -328,7 +343,8 @@ std::string CodecPlanner::explain() const {
          fmt("%.2f", agreed_.codecs.decode_s[2] * 1e9) + " ns; dgc " +
          fmt("%.2f", agreed_.codecs.dgc_bytes_per_selected) + " bytes per value; backward " +
          fmt("%.3f", agreed_.backward_s * 1e3) + " ms, forward " +
-         fmt("%.3f", agreed_.forward_s * 1e3) + " ms\n";
+         fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
+         fmt("%.2f", agreed_.calibration) + "\n";
   out += plan_.describe(&measured_s_);
   out +=
       "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "

@@ -101,6 +101,7 @@ std::vector<uint8_t> Snapshot::encode() const {
   w.put<double>(backward_s);
   w.put<double>(forward_s);
   w.put<uint64_t>(steps_seen);
+  w.put<double>(calibration);
   w.put<uint32_t>(static_cast<uint32_t>(tensors.size()));
   for (const TensorTiming& t : tensors) {
     w.put_string(t.key);
@@ -132,6 +133,7 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
   s.backward_s = r.get<double>();
   s.forward_s = r.get<double>();
   s.steps_seen = r.get<uint64_t>();
+  s.calibration = r.get<double>();
   const uint32_t n = r.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     TensorTiming t;

@@ -98,6 +98,10 @@ struct Snapshot {
   double backward_s = 0;  // first to last submission of a step (moving average)
   double forward_s = 0;   // end of a step to the next step's first submission (moving average)
   uint64_t steps_seen = 0;
+  // Measured over predicted time of the tensors under the previous plan (cumulative, clamped to
+  // [1/4, 8]): every predicted time is multiplied by it, which closes the loop on what the terms
+  // above leave out (the engine's own copies, a host whose cores the transfers share).
+  double calibration = 1.0;
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;

@@ -172,3 +172,34 @@ TEST(CodecChoice, NoHalfRungWithoutFp16) {
 
 }  // namespace
 }  // namespace gradex::sync::cost
+
+namespace gradex::sync::cost {
+namespace {
+
+TEST(CodecChoice, CalibrationScalesEveryPrediction) {
+  Snapshot s = numbers(1);
+  double e1, c1, d1, l1, e2, c2, d2, l2;
+  const TensorInput t = input("w", 1000000, 0, 0);
+  rung_costs(t, {Codec::kDgc, 0.99}, s, options(), e1, c1, d1, &l1);
+  s.calibration = 2;
+  rung_costs(t, {Codec::kDgc, 0.99}, s, options(), e2, c2, d2, &l2);
+  EXPECT_DOUBLE_EQ(e2, 2 * e1);
+  EXPECT_DOUBLE_EQ(c2, 2 * c1);
+  EXPECT_DOUBLE_EQ(d2, 2 * d1);
+  EXPECT_DOUBLE_EQ(l2, 2 * l1);
+  // A link measured slower than predicted makes the choice compress harder.
+  s.calibration = 1;
+  const Plan fast = choose_codecs(model(), s, options(), 100);
+  s.calibration = 8;
+  const Plan slow = choose_codecs(model(), s, options(), 100);
+  size_t fast_dgc = 0, slow_dgc = 0;
+  for (const TensorChoice& c : fast.tensors)
+    fast_dgc += c.rung.codec == Codec::kDgc;
+  for (const TensorChoice& c : slow.tensors)
+    slow_dgc += c.rung.codec == Codec::kDgc;
+  EXPECT_GE(slow_dgc, fast_dgc);
+  EXPECT_GE(find(slow, "layer3").rung.sparsity, find(fast, "layer3").rung.sparsity);
+}
+
+}  // namespace
+}  // namespace gradex::sync::cost

@@ -140,6 +140,7 @@ TEST(Snapshot, RoundTripsAndRejectsGarbage) {
   s.backward_s = 0.25;
   s.forward_s = 0.125;
   s.steps_seen = 9;
+  s.calibration = 1.5;
   s.tensors = {{"fc.weight", 20480, 10, 0.01}, {"conv1", 9408, 64, 0.2}};
   const std::vector<uint8_t> bytes = s.encode();
   const Snapshot back = Snapshot::decode(bytes.data(), bytes.size());
