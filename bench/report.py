@@ -53,8 +53,9 @@ TARGETS = [  # (RESULT key, what, bound, "min" or "max")
     ("dense_over_auto_loopback", "loopback: gradex dense fp32 / default policy (auto)", 1 / 1.1, "min"),
 ]
 AUTO_RATES = ("100m", "1g", "10g", "loopback")  # issue #19's rates, "loopback" being the unshaped one
-AUTO_TARGETS = [(f"auto_over_best_fixed_{t}", f"{t if t == 'loopback' else t + 'bit/s'}: auto / best fixed mode",
-                 AUTO_SLACK, "max") for t in AUTO_RATES]
+RATE_NAMES = {"100m": "100 Mbit/s", "1g": "1 Gbit/s", "10g": "10 Gbit/s", "loopback": "unshaped (loopback)"}
+AUTO_TARGETS = [(f"auto_over_best_fixed_{t}", f"{RATE_NAMES[t]}: auto / best fixed mode", AUTO_SLACK, "max")
+                for t in AUTO_RATES]
 
 
 def pick(modes, names):
@@ -266,14 +267,16 @@ def machine_lines(m, ex):
 
 METHOD = """\
 **Emulated cluster** (`bench/cluster/cluster.sh`): each host is a network namespace `gx-h<i>` with one
-interface `eth0` (198.18.0.<i+1>/24, the benchmarking range), cabled by a veth pair to a bridge in a
-switch namespace `gx-sw`. Both directions of every link are shaped by a tbf qdisc at the link rate
-(burst 1 ms at line rate, queue 5 ms); loopback runs every rank inside `gx-h0` on its own `lo`,
-unshaped. Nothing attaches to the root namespace. `bench/run` creates the cluster, and removes it on
-exit, on failure and on Ctrl-C; a detached watchdog removes it if `bench/run` is killed outright.
+interface `eth0` (198.18.0.<i+1>/24, the benchmarking range; `--cluster-name`/`--subnet` change both),
+cabled by a veth pair to a bridge in a switch namespace `gx-sw`. Both directions of every link are
+shaped by a tbf qdisc at the link rate (burst 1 ms at line rate, queue 5 ms); loopback ("unshaped") runs
+every rank inside `gx-h0` on its own `lo`. Nothing attaches to the root namespace. `bench/run` creates the
+cluster, and removes it on exit, on failure and on Ctrl-C; a detached watchdog removes it if `bench/run`
+is killed outright.
 
 **Transport**: the namespaces share one kernel and `/dev/shm`, so ranks run with `UCX_TLS=tcp,self`
-and `GRADEX_IFACE=eth0` (gloo: `GLOO_SOCKET_IFNAME=eth0`): all traffic crosses the shaped links.
+and `GRADEX_IFACE=eth0` (gloo: `GLOO_SOCKET_IFNAME=eth0`): all traffic between hosts crosses the shaped
+links.
 
 **Per-step exchange**: `gradex-bench exchange` (one process per host, under `RANK`/`WORLD_SIZE`/
 `MASTER_ADDR`) and the PyTorch baselines (`bench/baselines/rank.py`: stock DDP over gloo, with
@@ -283,7 +286,13 @@ of the variance shared across ranks, fresh every step). The baselines inject eac
 into `backward()` of a DDP model with the profile's parameters, so DDP buckets (25 MB) and calls its
 hooks as in training; `ddp_nocomm` is the same with a hook that does nothing (DDP's own cost).
 PowerSGD's hook issues collectives from future callbacks, which interleave differently across ranks
-with gloo; the harness therefore finishes each bucket before DDP hands over the next one.
+with gloo; the harness therefore finishes each bucket before DDP hands over the next one. gradex's
+fixed modes run in one program under `GRADEX_POLICY=fixed` and `auto` in another under
+`GRADEX_POLICY=auto` (when the build declares the variable; otherwise `auto` is the default policy),
+with 2 more warm-up steps, so that a policy that measures before it decides is judged after deciding;
+each program ends with a sentinel mode whose figures are dropped (the counters of a mode close when the
+next one starts). Below 1 Gbit/s fewer steps are measured (a dense fp32 ResNet-50 step takes ~12 s at
+100 Mbit/s).
 
 **Measures**: step time = the slowest rank's time per step, median over the measured steps after
 warm-up; CPU time = process CPU time per step and rank (all threads); wire bytes = the kernel's
@@ -291,23 +300,33 @@ counters of the hosts' veth interfaces (bytes transmitted after shaping: payload
 ACKs), sampled when rank 0 starts the first measured step and when it starts the next mode, divided
 by steps and hosts. "own count" is what gradex counted itself (payload only), for comparison.
 
-**Time to accuracy** (`bench/train/`): 4 hosts at 1 Gbit/s, one rank each, train two students on
-labels of a fixed random teacher network (`bench/train/task.py`: 40,000 training and 5,000 test
-examples, generated, nothing downloaded): the MLP 64-2048-2048-10 (4.3 M parameters) and a convnet
-with BatchNorm (two 3x3 conv layers, two 2048-wide BatchNorm FC layers; 5.3 M parameters). 16 examples
-per rank and step, SGD with a cosine learning rate over a fixed number of steps; momentum 0.9 in the
-optimizer, or inside gradex where gradex owns it (`GRADEX_MOMENTUM`, the optimizer then runs at 0).
-Each seed sets the initial weights and the data order, the same for every method. Every method runs
-the same steps; the clock sums rank 0's training steps (forward, backward with the exchange, optimizer
-step, LocalSGD's averaging), evaluations pause it. The test accuracy is measured every 10 steps on all
-5,000 examples (sharded over the ranks); time and steps to target are those of the first evaluation at
-or above the target; bytes per host are the kernel's transmit counter of each host's `eth0`, summed over
-training steps only. Methods (`bench/train/methods.py`): `ddp` (gloo fp32 allreduce), `torch_fp16`
-(PyTorch's `fp16_compress_hook`), `powersgd_r1`/`_r4` (PyTorch's PowerSGD hook, error feedback, warm
-start, plain allreduce for the first 10 iterations), `gradex_default` (`gx.hook`, nothing overridden),
-`gradex_dgc` (`gx.hook`, DGC 99.9 % on every tensor, `GRADEX_DENSE_THRESHOLD=0`), `gradex_localsgd`
-(`gx.LocalSGD`, H = 4 after 10 synchronous dense fp16 steps), and `nocomm`: DDP with a hook that
-returns the bucket as is, i.e. this machine's compute bound in steps per second."""
+**Time to accuracy** (`bench/train/`): 4 hosts, one rank each, train students on generated tasks
+(`bench/train/task.py`, nothing downloaded; 5,000 test examples each) with different horizons: `short`
+(a 20-class gaussian mixture, MLP 32-2048-2048-20; DDP reaches the target in ~50 of 100 steps), `mlp`
+(a teacher MLP's labels, MLP 64-2048-2048-10; ~170 of 250), `conv` (a teacher convnet's labels, a
+convnet with BatchNorm, 5.3 M parameters; full suite) and, opt-in, `long` (a 50-class teacher, MLP
+64-1536-1536-1536-50; ~1,100-1,300 of 1,600). 16 examples per rank and step, SGD with a cosine learning
+rate from 0.05 over a fixed number of steps (the same for every task and method: nothing is tuned to a
+policy); momentum 0.9 in the optimizer, or inside gradex where gradex owns it (`GRADEX_MOMENTUM`, the
+optimizer then runs at 0). Each seed sets the initial weights and the data order, the same for every
+method. The clock sums rank 0's training steps (forward, backward with the exchange, optimizer step,
+LocalSGD's averaging); evaluations pause it. The test accuracy is measured every 10 steps (sharded over
+the ranks); time and steps to target are those of the first evaluation at or above the target; bytes
+per host are the kernel's transmit counter of each host's `eth0` over training steps only. The first
+link rate is the reference, where every method trains; at the others only `gradex_auto` (whose codecs
+follow the link) trains again, and the other methods, whose arithmetic is the same on any link, time 10
+steps there: their time to target is derived (reference steps ÷ steps/s at that rate). Methods
+(`bench/train/methods.py`): `ddp` (gloo fp32 allreduce), `gradex_auto` (`gx.hook` under
+`GRADEX_POLICY=auto`), `torch_fp16`, `powersgd_r1`/`_r4` (PyTorch's hooks), `gradex_default` (`gx.hook`,
+nothing overridden), `gradex_dgc` (DGC 99.9 % on every tensor), `gradex_localsgd` (`gx.LocalSGD`, H = 4
+after 10 synchronous dense fp16 steps), and `nocomm`: DDP with a hook that returns the bucket as is,
+i.e. this machine's compute bound in steps per second.
+
+**Hierarchical exchange** (`bench/cluster/hierarchy_suite.py`, `bench/run --hierarchy`): 2 ranks per
+host namespace (so `host_identity()` puts them on one host and one shaped link; shared memory inside the
+host), placed host by host; `gradex-bench exchange` with the default policy and with dense 16-bit
+(`GRADEX_SPARSITY=0`), each with `GRADEX_HIERARCHICAL=0` (flat) and with gradex's default; bytes are
+each host's veth counters per measured step."""
 
 REAL_MACHINES = """\
 Everything above runs unchanged on real machines; only the namespaces go away.

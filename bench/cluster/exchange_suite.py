@@ -160,8 +160,11 @@ def main():
     p.add_argument("--gradex-modes", default="all",
                    help="gradex-bench modes ('all': every mode it lists); auto runs in its own program")
     p.add_argument("--baseline-modes", default="gloo_fp32,torch_fp16,powersgd_r1,powersgd_r4,ddp_nocomm")
+    p.add_argument("--baselines-at", default=None,
+                   help="the network that runs --baseline-modes (default: the first); the others run "
+                        "--other-baseline-modes, or --slow-baseline-modes below 1 Gbit/s")
     p.add_argument("--other-baseline-modes", default=None,
-                   help="baselines on every network after the first (default: --baseline-modes)")
+                   help="baselines on every other network (default: --baseline-modes)")
     p.add_argument("--slow-baseline-modes", default=None,
                    help="baselines on networks slower than 1 Gbit/s (default: as the others; '' for none)")
     p.add_argument("--bench", default=str(ROOT / "build" / "bin" / "gradex-bench"))
@@ -194,12 +197,8 @@ def main():
                                 "this build has no GRADEX_POLICY: auto is today's default (fixed) policy")}}
     print(f"exchange_suite: {data['policy']['note']}", flush=True)
     for model in args.models.split(","):
-        for index, network in enumerate(networks):
-            baselines = args.baseline_modes if index == 0 else (args.other_baseline_modes or
-                                                                args.baseline_modes)
-            slow = getattr(network, "rate", None) and (rate_bits(network.rate) or 1e9) < 1e9
-            if slow and args.slow_baseline_modes is not None:
-                baselines = args.slow_baseline_modes
+        for network in networks:
+            baselines = baseline_modes(args, network, networks)
             steps, warmup = data["steps_by_network"][network.label]
             print(f"[{model} {network.label}] {args.hosts} ranks, {steps} steps after {warmup} warm-up",
                   flush=True)
@@ -225,6 +224,16 @@ def main():
                     data["failures"].append(message.splitlines()[0])
                 save(args.out, data)
     return 1 if data["failures"] else 0
+
+
+def baseline_modes(args, network, networks):
+    """The PyTorch baselines to run on one network (see --baselines-at)."""
+    if network.label == (args.baselines_at or networks[0].label):
+        return args.baseline_modes
+    slow = getattr(network, "rate", None) and (rate_bits(network.rate) or 1e9) < 1e9
+    if slow and args.slow_baseline_modes is not None:
+        return args.slow_baseline_modes
+    return args.other_baseline_modes if args.other_baseline_modes is not None else args.baseline_modes
 
 
 def rate_bits(rate):

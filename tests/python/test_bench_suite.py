@@ -173,7 +173,7 @@ def test_auto_over_best_fixed_keys_and_targets():
     assert report.best_fixed(exchange["resnet50"]["10gbit"]) == "dense_fp16"
     ex = {"hosts": 4, "exchange": exchange, "machine": {"cores": 2}}
     table = "\n".join(report.target_table(ex, values, model, report.AUTO_TARGETS))
-    assert "| 100mbit/s: auto / best fixed mode (`auto_over_best_fixed_100m`) | ≤ 1.05× | 1.04× | yes |" in table
+    assert "| 100 Mbit/s: auto / best fixed mode (`auto_over_best_fixed_100m`) | ≤ 1.05× | 1.04× | yes |" in table
     assert "`auto_over_best_fixed_1g` = 1.26: `dgc999` 95.0 ms per step" in table  # the miss, with its cause
     line = report.result_line(values, None)
     assert "auto_over_best_fixed_100m=1.04 auto_over_best_fixed_1g=1.263" in line
