@@ -150,8 +150,11 @@ def exchange_tables(ex, rel):
         for label in sorted(nets, key=lambda l: rate_gbit(l) or math.inf):
             modes = nets[label]
             gloo = modes.get(GLOO, {}).get("step_ms")
+            n, w = ex.get("steps_by_network", {}).get(label, (steps, warmup))
+            auto_w = w + ex.get("policy", {}).get("auto_extra_warmup", 0)
             lines += [f"**{model}, {label if rate_gbit(label) is None else f'{rate_gbit(label):g} Gbit/s'}** "
-                      f"({ex['hosts']} ranks, median of {steps} steps after {warmup} warm-up)", "",
+                      f"({ex['hosts']} ranks, median of {n} steps after {w} warm-up"
+                      + (f"; `auto` after {auto_w}" if auto_w != w and "auto" in modes else "") + ")", "",
                       "| mode | by | step ms (median) | mean ms | wire MB/step/rank (veth) | "
                       "own count MB | CPU ms/step/rank | gloo fp32 ÷ this |",
                       "|---|---|---:|---:|---:|---:|---:|---:|"]
