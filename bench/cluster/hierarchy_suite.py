@@ -24,7 +24,6 @@ veth counters are the same as with tcp inside hosts), or tcp over the namespace'
 (--intra-host tcp), which never crosses the shaped link either.
 """
 import argparse
-import json
 import os
 import pathlib
 import re

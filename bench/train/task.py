@@ -63,9 +63,10 @@ def _teacher_long(g):
 
 
 def _mixture(n, g, dim=32, classes=20, per_class=3, spread=0.55):
-    """(x, y): n points of a mixture of classes*per_class gaussian clusters in `dim` dimensions, unit
-    variance around centres drawn at scale `spread` * sqrt(dim)^-1 * ... so that clusters overlap: the
-    Bayes accuracy is well below 1 and a student's accuracy rises over tens of steps, not one."""
+    """(x, y): n points of a mixture of classes*per_class gaussian clusters in `dim` dimensions, each class
+    owning per_class of them: unit-variance noise around centres whose coordinates are N(0, (2*spread)^2),
+    close enough that clusters overlap, so that the Bayes accuracy is below 1 and a student's accuracy rises
+    over tens of steps, not one. Inputs are rescaled to unit variance."""
     centres = torch.randn(classes * per_class, dim, generator=g) * spread * 2.0
     owner = torch.arange(classes * per_class) % classes
     pick = torch.randint(0, classes * per_class, (n,), generator=g)
