@@ -156,6 +156,26 @@ def test_gradex_vars_and_exchange_runs():
     assert exchange_suite.rate_bits("100mbit") == 1e8 and exchange_suite.rate_bits("loopback") is None
 
 
+def test_bench_run_options():
+    """bench/run's new options are documented and bad values are refused before anything is built."""
+    run = ROOT / "bench" / "run"
+    text = subprocess.run([str(run), "--help"], capture_output=True, text=True, timeout=30).stdout
+    for option in ("--train-rates", "--train-tasks", "--hierarchy", "--cluster-name", "--subnet", "--steps"):
+        assert option in text
+    for argv in (["--steps", "two"], ["--quick", "--hierarchy", "--hosts", "2"], ["--bogus"]):
+        done = subprocess.run([str(run), *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (argv, done.stderr)
+
+
+def test_baselines_per_network():
+    class Args:
+        baselines_at, baseline_modes, other_baseline_modes, slow_baseline_modes = "1gbit", "all5", "gloo", ""
+    nets = [Cluster(4, "100mbit"), Cluster(4, "1gbit"), Cluster(4, "10gbit")]
+    assert [exchange_suite.baseline_modes(Args, n, nets) for n in nets] == ["", "all5", "gloo"]
+    Args.baselines_at, Args.slow_baseline_modes = None, None  # the first network, whatever its rate
+    assert [exchange_suite.baseline_modes(Args, n, nets) for n in nets] == ["all5", "gloo", "gloo"]
+
+
 def test_auto_over_best_fixed_keys_and_targets():
     def modes(**ms):
         return {m: {"step_ms": v, "cpu_ms": 10.0, "wire_bytes": 1e6, "tool": "gradex"} for m, v in ms.items()}
