@@ -35,8 +35,9 @@ class LM(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.out = nn.Linear(d, vocab, bias=False)
-        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), 1),
-                             persistent=False)
+        # A plain attribute, not a buffer: the causal mask is a constant, and the methods that average or
+        # exchange buffers (LocalSGD, DiLoCo) must neither send it nor do arithmetic on its -inf entries.
+        self.mask = torch.ones(context, context, dtype=torch.bool).triu(1)
 
     def forward(self, idx):
         t = idx.shape[1]
