@@ -97,10 +97,13 @@ def _ratio(num, den):
 
 
 def summarize(curves_by_rate, tolerance=0.0):
-    """{rate: {method: curve}} -> ({rate: {"target", "reach"}}, RESULT items {key: value})."""
+    """{rate: {method: curve}} -> ({rate: {"target", "reach"}}, RESULT items {key: value}). A rate without a
+    ddp curve (its run failed) has no target and no items."""
     summary, items = {}, {}
     for rate, curves in curves_by_rate.items():
         tag = rate_tag(rate)
+        if "ddp" not in curves:
+            continue
         target = curves["ddp"][-1][2] * (1 + tolerance)
         reach = {m: first_reaching(c, target) for m, c in curves.items()}
         for m, c in curves.items():
@@ -153,7 +156,8 @@ def plot(curves_by_rate, summary, path):
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
         for ax in axes[row]:
-            ax.axhline(summary[rate]["target"], color="grey", linestyle=":", linewidth=1)
+            if rate in summary:
+                ax.axhline(summary[rate]["target"], color="grey", linestyle=":", linewidth=1)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
     fig.tight_layout()
@@ -214,7 +218,7 @@ def main(argv=None):
     if own_cluster:
         cluster_sh("up", "--hosts", str(args.hosts), "--rate", args.rates[0], "--owner", str(os.getpid()),
                    "--max-s", str(int((args.budget + args.method_slack) * len(args.methods) * len(args.rates))))
-    curves, runs = {}, {}
+    curves, runs, failed = {}, {}, {}
     try:
         for rate in args.rates:
             if args.loopback:
@@ -224,7 +228,12 @@ def main(argv=None):
                 net.shape()
             curves[rate], runs[rate] = {}, {}
             for method in args.methods:
-                run = run_method(net, method, args, data_path, args.log_dir)
+                try:
+                    run = run_method(net, method, args, data_path, args.log_dir)
+                except RuntimeError as e:  # one method's failure must not lose the others' results
+                    failed.setdefault(rate, {})[method] = str(e)
+                    print(f"[lm] {rate} {method}: FAILED: {e}", file=sys.stderr, flush=True)
+                    continue
                 curves[rate][method], runs[rate][method] = run["curve"], run
                 last = run["curve"][-1]
                 print(f"[lm] {rate} {method}: loss {last[2]:.4f} after {last[0]:.1f} s, {last[1]} steps, "
@@ -235,15 +244,18 @@ def main(argv=None):
             cluster_sh("down")
     summary, items = summarize(curves, args.tolerance)
     labels = {m: r["label"] for rate_runs in runs.values() for m, r in rate_runs.items()}
-    parameters = next(r["parameters"] for rate_runs in runs.values() for r in rate_runs.values())
+    parameters = next((r["parameters"] for rate_runs in runs.values() for r in rate_runs.values()), None)
     with open(args.out, "w") as f:
         json.dump({"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
-                   "parameters": parameters, "labels": labels, "curves": curves,
+                   "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
                    "targets": {r: s["target"] for r, s in summary.items()},
                    "result": {k: _json_number(v) for k, v in items.items()}},
                   f, indent=1)
     plot(curves, summary, args.plot)
     print(result_line(items))
+    if failed:
+        sys.exit(f"race: failed: {'; '.join(f'{m} at {r}' for r, ms in failed.items() for m in ms)} "
+                 f"(the others' results are in {args.out})")
 
 
 if __name__ == "__main__":

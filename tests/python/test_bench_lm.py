@@ -91,6 +91,8 @@ def test_result_keys_from_synthetic_curves():
     _, items = race.summarize(curves)
     assert math.isnan(items["ddp_over_best_gradex_ttt_100m"])
     assert "nan" in race.result_line(items) and race.result_line(items).startswith("RESULT ttt_ddp_100m=100 ")
+    # A rate whose ddp run failed has no target, hence no items.
+    assert race.summarize({"1gbit": {"nocomm": [(0, 0, 9.0, 0)]}}) == ({}, {})
     # The tolerance loosens the target.
     assert race.summarize(curves, tolerance=0.1)[1]["ttt_gradex_default_100m"] == 100
 
