@@ -251,6 +251,20 @@ Source Config::source_of(std::string_view name) const {
   return values_.find(name)->second.source;
 }
 
+std::string Config::canonical_text(std::string_view name) const {
+  const VarSpec& s = spec(name);
+  const Value& v = values_.find(name)->second;
+  if (s.type != VarType::kFloat || std::isinf(v.number)) return v.text;
+  std::ostringstream os;
+  os.precision(15);
+  os << v.number;
+  if (std::strtod(os.str().c_str(), nullptr) == v.number) return os.str();
+  os.str("");
+  os.precision(17);
+  os << v.number;
+  return os.str();
+}
+
 std::string Config::describe() const {
   std::ostringstream os;
   for (const auto& s : registry()) {

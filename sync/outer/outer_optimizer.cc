@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "comm/collectives.h"
+#include "sync/agreement.h"
 #include "sync/outer/codecs.h"
 #include "sync/outer/fragment_exchange.h"
 #include "sync/outer/fragments.h"
@@ -41,6 +42,7 @@ OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Stor
                           std::to_string(world_size) + " is out of range");
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm::comm_options_from_config(config_));
+  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter);
 }
 
 OuterOptimizer::~OuterOptimizer() {
