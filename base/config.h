@@ -25,6 +25,8 @@ enum class Agreement : uint8_t {
   kOuter = 2,     // equal on every rank of a DiLoCo optimizer (GRADEX_OUTER_*)
   kAllRanks = 3,  // both
 };
+// "may differ per rank", "equal on every rank (engine)", ... for gradex-config and the docs.
+const char* agreement_name(Agreement agree);
 inline bool agrees_in(Agreement declared, Agreement scope) {
   return (static_cast<uint8_t>(declared) & static_cast<uint8_t>(scope)) != 0;
 }
