@@ -289,8 +289,7 @@ std::string Config::describe() const {
                         !v.text.empty();
     os << s.name << "=" << (hidden ? "<hidden>" : v.text) << "    [" << source_name(v.source)
        << "; default '" << s.default_value << "'; " << describe_range(s) << "; "
-       << agreement_name(s.agree) << "]\n    " << s.help
-       << "\n";
+       << agreement_name(s.agree) << "]\n    " << s.help << "\n";
   }
   for (const auto& name : unknown_names_)
     os << name << "    [unknown: ignored]\n";

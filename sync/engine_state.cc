@@ -44,8 +44,8 @@ std::vector<uint8_t> Engine::save_state() {
   // After a fatal error some tensors' residuals, momenta or counters may have advanced on this
   // rank and not on others: such a state would resume ranks out of step, so none is written.
   if (fatal_code_ != ErrorCode::kOk)
-    throw StateError("save_state refused: the engine failed earlier, so its state may be partly "
-                     "updated (" + fatal_message_ + ")");
+    throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
+                     "), so its state may be partly updated");
   ByteWriter w;
   w.put<uint32_t>(kStateMagic);
   w.put<uint32_t>(kStateVersion);

@@ -276,6 +276,8 @@ void OuterOptimizer::run_job(Job& job) {
       message = std::string("DiLoCo exchange: ") + e.what();
       GX_LOG(kError) << message;
     }
+    // The other ranks learn at once (nothing is sent when the failure came from a peer).
+    if (code != ErrorCode::kOk) comm_->abort(code, message);
   }
   // The communicator's counters are only touched by this thread once the worker runs.
   const uint64_t sent = comm_->bytes_sent(), received = comm_->bytes_received();

@@ -188,9 +188,9 @@ TEST(EngineAbort, SleepingRankLearnsOfAnotherRanksFailureAtOnce) {
           RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
           const gradex_status_t st = gradex_wait(ctx.engine, h);
           const std::string what = gradex_last_error();
-          RANK_REQUIRE(st == GRADEX_ERR_INTERNAL && what.find("GRADEX_TEST_FAIL_ROUND") !=
-                                                        std::string::npos,
-                       "status " << st << ": " << what);
+          RANK_REQUIRE(
+              st == GRADEX_ERR_INTERNAL && what.find("GRADEX_TEST_FAIL_ROUND") != std::string::npos,
+              "status " << st << ": " << what);
           size_t length = 0;
           RANK_REQUIRE(gradex_save_state(ctx.engine, nullptr, 0, &length) == GRADEX_ERR_STATE,
                        "save_state after the failure: " << gradex_last_error());
@@ -213,8 +213,8 @@ TEST(EngineAbort, SleepingRankLearnsOfAnotherRanksFailureAtOnce) {
         RANK_REQUIRE(refusal.find("rank 1 failed") != std::string::npos &&
                          refusal.find("GRADEX_TEST_FAIL_ROUND") != std::string::npos,
                      refusal);
-        RANK_REQUIRE(failed_at > 0 && learned - failed_at < 10, "learned after "
-                                                                    << learned - failed_at << " s");
+        RANK_REQUIRE(failed_at > 0 && learned - failed_at < 10,
+                     "learned after " << learned - failed_at << " s");
         const gradex_status_t sub = gradex_submit(ctx.engine, "w", g.data(), &h);
         const std::string what = gradex_last_error();
         RANK_REQUIRE(sub == GRADEX_ERR_INTERNAL && what.find("rank 1 failed") != std::string::npos,
@@ -303,9 +303,9 @@ TEST(EngineAbort, AnnouncementRacingRankZerosTimeoutAbortLeavesNothingBehind) {
           if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
           RANK_OK(gradex_submit(ctx.engine, "k", k.data(), &h));
           RANK_OK(gradex_wait(ctx.engine, h));
-          RANK_REQUIRE(k[0] == 1.5f && k[63] == 1.5f,
-                       "delay " << delay_ms << " ms (first exchange: status " << first
-                                << "): average " << k[0]);
+          RANK_REQUIRE(k[0] == 1.5f && k[63] == 1.5f, "delay " << delay_ms
+                                                               << " ms (first exchange: status "
+                                                               << first << "): average " << k[0]);
         }
         return "";
       },

@@ -31,15 +31,15 @@ TEST(NegotiationRace, AnnouncementInTheRoundOfRankZerosAbortIsAnsweredByIt) {
   run_ranks(2, [&](comm::Communicator& comm) {
     Negotiator n(comm, milliseconds(200));
     // Round 1: rank 0 alone announces "k".
-    RoundResult r = n.round(comm.rank() == 0 ? std::vector<Announcement>{gradient("k")}
-                                             : std::vector<Announcement>{},
-                            false);
+    RoundResult r = n.round(
+        comm.rank() == 0 ? std::vector<Announcement>{gradient("k")} : std::vector<Announcement>{},
+        false);
     EXPECT_TRUE(r.ready.empty() && r.failed.empty());
     std::this_thread::sleep_for(milliseconds(300));
     // Round 2: rank 0's clock aborts "k"; rank 1 announces it in the same round.
-    r = n.round(comm.rank() == 1 ? std::vector<Announcement>{gradient("k")}
-                                 : std::vector<Announcement>{},
-                false);
+    r = n.round(
+        comm.rank() == 1 ? std::vector<Announcement>{gradient("k")} : std::vector<Announcement>{},
+        false);
     ASSERT_EQ(r.failed.size(), 1u);
     EXPECT_EQ(r.failed[0].id.key, "k");
     EXPECT_EQ(r.failed[0].code, ErrorCode::kTimeout);
@@ -47,15 +47,15 @@ TEST(NegotiationRace, AnnouncementInTheRoundOfRankZerosAbortIsAnsweredByIt) {
     EXPECT_EQ(n.outstanding(), 0u) << "rank " << comm.rank() << " kept an entry for 'k'";
     // Round 3: rank 0 submits "k" again; rank 1 has not yet: nothing is ready (a stale entry of
     // rank 1's would make it ready while rank 1 holds no handle for it).
-    r = n.round(comm.rank() == 0 ? std::vector<Announcement>{gradient("k")}
-                                 : std::vector<Announcement>{},
-                false);
+    r = n.round(
+        comm.rank() == 0 ? std::vector<Announcement>{gradient("k")} : std::vector<Announcement>{},
+        false);
     EXPECT_TRUE(r.ready.empty() && r.failed.empty());
     EXPECT_EQ(n.outstanding(), 1u);
     // Round 4: rank 1 too: ready.
-    r = n.round(comm.rank() == 1 ? std::vector<Announcement>{gradient("k")}
-                                 : std::vector<Announcement>{},
-                false);
+    r = n.round(
+        comm.rank() == 1 ? std::vector<Announcement>{gradient("k")} : std::vector<Announcement>{},
+        false);
     ASSERT_EQ(r.ready.size(), 1u);
     EXPECT_EQ(n.outstanding(), 0u);
   });
