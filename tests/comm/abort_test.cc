@@ -135,5 +135,33 @@ TEST(CommunicatorAbort, OverLongMessageIsAMismatchNotAPeerError) {
   });
 }
 
+// A payload size a peer announces is bounded (by this host's memory) before anything is allocated
+// for it: rank 1 plays an allgatherv's size exchange by hand and announces 2^62 bytes.
+TEST(CommunicatorAbort, AbsurdAnnouncedPayloadSizeIsRefusedBeforeAllocation) {
+  run_ranks(2, [&](Communicator& c) {
+    if (c.rank() == 1) {
+      const uint64_t tag = c.next_collective_tag();
+      const uint64_t huge = uint64_t{1} << 62;
+      uint64_t theirs = 0;
+      std::vector<comm::RequestPtr> requests;
+      requests.push_back(c.irecv(0, tag, &theirs, sizeof(theirs)));
+      requests.push_back(c.isend(0, tag, &huge, sizeof(huge)));
+      c.wait_all(requests, "sizes by hand");
+      EXPECT_EQ(theirs, 3u);
+      return;
+    }
+    const uint8_t mine[3] = {1, 2, 3};
+    try {
+      comm::allgatherv(c, mine, sizeof(mine));
+      ADD_FAILURE() << "an absurd size was accepted";
+    } catch (const CorruptPayload& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 announced a payload of 4611686018427387904 "
+                                           "bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace gradex::test
