@@ -248,8 +248,7 @@ void UcxCommunicator::throw_if_failed(const char* operation,
     if (failure_code_ == ErrorCode::kOk) {
       failure_code_ = code;
       failure_peer_ = abort_from_;
-      failure_what_ = what;
-      GX_LOG(kError) << operation << ": " << what;
+      failure_what_ = what;  // logged by the failing rank and by whoever handles this error
     }
     abandon(pending);
     if (code == ErrorCode::kTimeout) throw TimeoutError(operation, abort_from_, what);
