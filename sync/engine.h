@@ -116,6 +116,9 @@ class Engine {
   void run();
   // Moves what enqueue() queued into `announce` (appending) and reads leaving_.
   void take_announcements(std::vector<Announcement>& announce, bool& leaving);
+  // Removes announcements whose handle was answered before they went out (and all but the newest
+  // of a key's), and marks parameter averages with this rank's LocalSGD anchor presence.
+  void finalize_announcements(std::vector<Announcement>& announce);
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);

@@ -41,6 +41,11 @@ std::vector<float> Engine::momentum_of(const std::string& key) {
 
 std::vector<uint8_t> Engine::save_state() {
   auto lock = wait_until_idle();
+  // After a fatal error some tensors' residuals, momenta or counters may have advanced on this
+  // rank and not on others: such a state would resume ranks out of step, so none is written.
+  if (fatal_code_ != ErrorCode::kOk)
+    throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
+                     "), so its state may be partly updated");
   ByteWriter w;
   w.put<uint32_t>(kStateMagic);
   w.put<uint32_t>(kStateVersion);
