@@ -11,12 +11,11 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "comm/collectives.h"
+#include "sync/backend_path.h"
 #include "sync/dense_exchange.h"
-#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -41,16 +40,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   for (int r : ranks)
     s += (s.empty() ? "" : ", ") + std::to_string(r);
   return "[" + s + "]";
-}
-
-void fill_nan(void* data, DType dtype, uint64_t n) {
-  if (dtype == DType::kFloat32) {
-    std::fill_n(static_cast<float*>(data), n, std::numeric_limits<float>::quiet_NaN());
-  } else {
-    // A quiet NaN in either 16-bit format.
-    const uint16_t nan = dtype == DType::kFloat16 ? 0x7e00u : 0x7fc0u;
-    std::fill_n(static_cast<uint16_t*>(data), n, nan);
-  }
 }
 
 }  // namespace
@@ -96,11 +85,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
       continue;
     }
-    // [device path] a device tensor's DGC state decides from the same counter.
     const bool sparse_step =
-        t.policy.kind == ExchangeKind::kSparse &&
-        (t.device ? device_->sparse_step(t, job.step)
-                  : sparse_is_cheaper(t.codec->density_at(job.step), world_size_));
+        t.policy.kind == ExchangeKind::kSparse && path_->sparse_step(t, job.step);
     if (sparse_step) {
       job.route = Route::kSparse;
     } else {
@@ -115,10 +101,9 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     for (auto& [job, w] : skipped) {
       ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
       const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
-      if (job.tensor->device && job.id.kind == WorkKind::kGradient)
-        device_->skip(*job.tensor, job.data, propagate);  // [device path] on its backend
-      else if (propagate)
-        fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
+      // Only gradients carry the non-finite flag.
+      GX_CHECK(job.id.kind == WorkKind::kGradient);
+      path_->skip(*job.tensor, job.data, propagate);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [job, w] : skipped) {
@@ -174,21 +159,11 @@ void Engine::transfer(Unit& unit) {
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     DenseCounters dc;
-    // [device path] a unit holding a device gradient: the same bucket, device items cast and
-    // staged on their backends, host items on the CPU backend.
-    std::vector<TensorState*> device(unit.jobs.size(), nullptr);
-    bool any_device = false;
-    for (size_t i = 0; i < unit.jobs.size(); ++i) {
-      const Job& job = *unit.jobs[i];
-      if (job.tensor->device && job.id.kind == WorkKind::kGradient) {
-        device[i] = job.tensor;
-        any_device = true;
-      }
-    }
-    if (any_device)
-      device_->dense_average(*comm_, items, device, options, dc);
-    else
-      dense_average(*comm_, items, options, dc);
+    // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
+    std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
+    for (size_t i = 0; i < unit.jobs.size(); ++i)
+      if (unit.jobs[i]->id.kind == WorkKind::kGradient) tensor[i] = unit.jobs[i]->tensor;
+    path_->dense_average(*comm_, items, tensor, options, dc);
     for (size_t i = 0; i < items.size(); ++i)
       unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
     unit.counters.saturated += dc.saturated;
@@ -224,7 +199,7 @@ void Engine::complete_unit(Unit& unit) {
   stats_.compress_seconds += c.prepare_seconds;
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;
-  stats_.staged_bytes = device_->staged_bytes();  // [device path]
+  stats_.staged_bytes = path_->staged_bytes();
   cv_.notify_all();
 }
 
