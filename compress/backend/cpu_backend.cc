@@ -104,12 +104,10 @@ class CpuBackend final : public Backend {
     else
       half::from_half(in, out, n, type, scale);
   }
+  // compress/half's scans: bit tests, split over the worker pool for large tensors.
   size_t count_nonfinite(const float* x, size_t n, Stream&) override {
     require_pointers(n, "cpu count_nonfinite", x);
-    size_t c = 0;
-    for (size_t i = 0; i < n; ++i)
-      c += !std::isfinite(x[i]);
-    return c;
+    return half::count_nonfinite(x, n);
   }
 
   double sum_squares(const float* x, size_t n, Stream&) override {
@@ -118,8 +116,7 @@ class CpuBackend final : public Backend {
   }
   void zero_nonfinite(float* x, size_t n, Stream&) override {
     require_pointers(n, "cpu zero_nonfinite", x);
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(x[i])) x[i] = 0.0f;
+    half::zero_nonfinite(x, n);
   }
   // The same expressions, in the same order, as DGC's update kernel (compress/dgc/kernels.cc).
   void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
