@@ -163,16 +163,24 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     counters.communicate_seconds += seconds_since(t1);
 
     auto t2 = Clock::now();
-    if (wire == DType::kFloat32) {  // fp32 sums are divided here, 16-bit values before the cast
-      auto* sums = reinterpret_cast<float*>(stage);
-      const float divisor = static_cast<float>(world);
-      for (size_t i = 0; i < bytes / 4; ++i)
-        sums[i] = sums[i] / divisor;
-    }
+    // fp32 sums are divided here (16-bit values were divided before the cast): on a host backend
+    // straight into each tensor, else in the staging bucket before it is copied back.
+    const float divisor = static_cast<float>(world);
     for_each_run([&](be::Backend& b, size_t n, uint8_t* src) {
       if (n == 0) return;
       Lane& l = lane(b);
       const bool direct = b.host_accessible();
+      if (wire == DType::kFloat32) {
+        auto* sums = reinterpret_cast<float*>(src);
+        if (direct) {
+          for (const be::FusionEntry& e : entries)
+            for (size_t j = 0; j < e.numel; ++j)
+              e.data[j] = sums[e.offset + j] / divisor;
+          return;
+        }
+        for (size_t i = 0; i < n; ++i)
+          sums[i] = sums[i] / divisor;
+      }
       if (direct && cast_in_place) {
         for (const be::FusionEntry& e : entries)
           if (e.numel)
