@@ -8,11 +8,9 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "sync/agreement.h"
-#include "sync/device_path.h"
-#include "sync/device_tensor.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
 #include "sync/engine_internal.h"
-#include "sync/momentum.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -37,7 +35,7 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
                           std::to_string(world_size) + ")");
-  device_ = std::make_unique<DevicePath>(config_, options_, world_size_);  // [device path]
+  path_ = std::make_unique<BackendPath>(config_, options_, world_size_);
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm_options(config_, options_));
   // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
@@ -71,7 +69,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
                             std::to_string(it->second.numel) + " x " +
                             dtype_name(it->second.dtype) + ", not " + std::to_string(numel) +
                             " x " + dtype_name(dtype));
-    if ((it->second.device && it->second.device->cuda) != cuda)  // [device path]
+    if (it->second.backend->cuda != cuda)
       throw InvalidArgument("tensor '" + key + "' is already registered in " +
                             (cuda ? "host" : "CUDA") + " memory");
     return;
@@ -81,12 +79,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.numel = numel;
   t.dtype = dtype;
   t.policy = choose_policy(options_, key, numel);
-  device_->attach(t, cuda);  // [device path] state in a backend: no host codec
-  if (t.policy.kind == ExchangeKind::kSparse && !t.device) {
-    t.codec = std::make_unique<SparseCodec>(key, tensor_key_id(key), numel, t.policy.sparsity,
-                                            config_, world_size_);
-    if (dtype != DType::kFloat32) t.scratch.resize(numel);
-  }
+  path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
                  << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
                  << t.policy.reason;
@@ -108,14 +101,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     throw InvalidArgument(work_name(id) +
                           " was submitted again before its previous exchange "
                           "completed");
-  // [device path] memory checks, the caller's stream, the handle's completion event.
-  // Parameter averages (LocalSGD, every H steps) always take host memory, whatever the tensor's
-  // registration says.
-  DeviceTensor* device = t->second.device.get();
-  if (!device && device_call && cuda)
-    throw InvalidArgument("tensor '" + key + "' was registered as host memory, submitted as CUDA");
-  if (device && kind == WorkKind::kGradient)
-    device_->on_submit(t->second, device_call && cuda, device_index, stream, next_handle_);
+  // Memory checks, the caller's stream, the handle's completion event. Parameter averages
+  // (LocalSGD, every H steps) always take host memory, whatever the tensor's registration says.
+  if (kind == WorkKind::kGradient)
+    path_->on_submit(t->second, device_call && cuda, device_index, stream, next_handle_);
   uint64_t h = next_handle_++;
   Handle& handle = handles_[h];
   handle.id = id;
@@ -154,8 +143,8 @@ void Engine::handle_event(uint64_t handle, void* stream) {
                             " is not complete yet (call after gradex_wait, or after gradex_test "
                             "reported it done)");
   }
-  // A host-path handle has nothing to order: its result was in place when it completed.
-  device_->handle_event(handle, stream);
+  // A host tensor's handle has nothing to order: its result was in place when it completed.
+  path_->handle_event(handle, stream);
 }
 
 uint64_t Engine::average(const std::string& key, void* data) {

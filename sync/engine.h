@@ -28,7 +28,7 @@
 
 namespace gradex::sync {
 
-class DevicePath;  // sync/device_path.h
+class BackendPath;    // sync/backend_path.h
 namespace pipeline {  // sync/pipeline.h
 struct Job;
 struct Unit;
@@ -50,7 +50,7 @@ class Engine {
   // `cuda`: the tensor's memory is CUDA device memory (submitted with submit_device).
   void register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda = false);
   uint64_t submit(const std::string& key, void* data);
-  // [device path] A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
+  // A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
   // (the caller's cudaStream_t; null: the default stream). The handle completes once the average
   // is queued on gradex's stream; handle_event() orders the caller's stream after it.
   uint64_t submit_device(const std::string& key, void* data, bool cuda, int device_index,
@@ -125,8 +125,6 @@ class Engine {
   // Fills in what this rank announces about its gradients: the exchange counter and whether the
   // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
   void inspect(std::vector<Announcement>& announce);
-  // The clipping factor of one gradient (fp32 values): the step's, or its own norm's (fallback).
-  float clip_factor(float step_scale, const float* values, uint64_t n);
   void execute(const std::vector<ReadyWork>& ready);
   void complete(const WorkId& id, ErrorCode code, const std::string& message);
   std::string with_own_size(const NegotiationFailure& f) const;
@@ -156,8 +154,8 @@ class Engine {
   int world_size_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Negotiator> negotiator_;
-  // [device path] tensors whose state lives in a device backend (sync/device_path.h).
-  std::unique_ptr<DevicePath> device_;
+  // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
+  std::unique_ptr<BackendPath> path_;
   LocalSgdSchedule localsgd_;
 
   mutable std::mutex mutex_;
@@ -171,7 +169,6 @@ class Engine {
   uint64_t next_handle_ = 1;
   uint64_t completed_steps_ = 0;
   float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
-  std::atomic<bool> warned_no_norm_{false};
   Stats stats_;
   Stats stats_at_last_step_;
   Stats last_step_stats_;

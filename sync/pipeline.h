@@ -50,9 +50,8 @@ struct Job {
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
   // prepare:
-  void* values = nullptr;  // what is sent and receives the average
+  void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
-  bool staged = false;       // values are tensor->scratch (fp32 of a 16-bit tensor)
   std::vector<float> delta;  // LocalSGD: parameters - anchor, sent instead
   // transfer (dense):
   bool nonfinite_result = false;  // the average holds NaN/Inf
@@ -95,8 +94,8 @@ struct PlanOptions {
 
 // Cuts `jobs` (the round's order) into units, in the order they travel:
 //   1. kDense jobs in round order, packed greedily into buckets of at most fusion_bytes wire bytes
-//      (a larger tensor travels alone) — the packing dense_average() uses, so each unit is exactly
-//      one of its buckets;
+//      (a larger tensor travels alone) — the fusion rule of sync/dense_exchange.h, so each unit
+//      is exactly one bucket of the dense exchange;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).
