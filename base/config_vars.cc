@@ -102,11 +102,10 @@ const std::vector<VarSpec>& registry() {
      "time), direct (every rank sends to every other at once: P-1 payloads on each uplink, which "
      "overflows switch ports at 8 hosts and more) or auto (ring from 8 ranks, direct below). Same "
      "results either way."},
-    {"GRADEX_BACKEND", VarType::kChoice, "classic", 0, 0, false, false, "classic|cpu|thrust-omp", kPerRank,
-     "Where the engine computes on float32 tensors in host memory: classic (the engine's own CPU "
-     "code), cpu or thrust-omp (the device backend interface that CUDA tensors use, over the CPU "
-     "kernels or the CUDA backend's Thrust code on OpenMP; for tests: the same results, thrust-omp "
-     "is slow). CUDA tensors always use the CUDA backend."},
+    {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,
+     "Which backend computes on tensors in host memory: cpu (the CPU kernels) or thrust-omp (the "
+     "CUDA backend's Thrust code on OpenMP; the same results, slow, for tests). classic is the old "
+     "name of cpu, kept so existing settings still parse. CUDA tensors always use the CUDA backend."},
     {"GRADEX_SPARSE_GROUP_MB", VarType::kFloat, "16", 0, 4096, false, false, nullptr, kEngine,
      "DGC tensors ready together travel in groups of consecutive tensors (key order) holding at "
      "least this many MB of fp32 gradient; a larger tensor travels alone (0: every DGC tensor "
