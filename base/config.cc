@@ -251,6 +251,34 @@ Source Config::source_of(std::string_view name) const {
   return values_.find(name)->second.source;
 }
 
+const char* agreement_name(Agreement agree) {
+  switch (agree) {
+    case Agreement::kPerRank:
+      return "may differ per rank";
+    case Agreement::kEngine:
+      return "equal on every rank (engine)";
+    case Agreement::kOuter:
+      return "equal on every rank (DiLoCo)";
+    case Agreement::kAllRanks:
+      return "equal on every rank (engine, DiLoCo)";
+  }
+  return "?";
+}
+
+std::string Config::canonical_text(std::string_view name) const {
+  const VarSpec& s = spec(name);
+  const Value& v = values_.find(name)->second;
+  if (s.type != VarType::kFloat || std::isinf(v.number)) return v.text;
+  std::ostringstream os;
+  os.precision(15);
+  os << v.number;
+  if (std::strtod(os.str().c_str(), nullptr) == v.number) return os.str();
+  os.str("");
+  os.precision(17);
+  os << v.number;
+  return os.str();
+}
+
 std::string Config::describe() const {
   std::ostringstream os;
   for (const auto& s : registry()) {
@@ -260,8 +288,8 @@ std::string Config::describe() const {
                         std::string_view(s.name).find("FILE") == std::string_view::npos &&
                         !v.text.empty();
     os << s.name << "=" << (hidden ? "<hidden>" : v.text) << "    [" << source_name(v.source)
-       << "; default '" << s.default_value << "'; " << describe_range(s) << "]\n    " << s.help
-       << "\n";
+       << "; default '" << s.default_value << "'; " << describe_range(s) << "; "
+       << agreement_name(s.agree) << "]\n    " << s.help << "\n";
   }
   for (const auto& name : unknown_names_)
     os << name << "    [unknown: ignored]\n";

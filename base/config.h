@@ -15,6 +15,22 @@ namespace gradex::config {
 
 enum class VarType { kInt, kFloat, kBool, kString, kChoice };
 
+// Which ranks must run with the same value of a variable. Stated in every declaration; an engine
+// (and a DiLoCo optimizer) proves at start-up that its ranks agree on every variable of its scope
+// (sync/agreement.h): a difference is a ConfigError on every rank naming the variable, the values
+// and the ranks. docs/configuration.md gives the reason for each choice.
+enum class Agreement : uint8_t {
+  kPerRank = 0,   // may legitimately differ (local resources, logging, local waits, secrets)
+  kEngine = 1,    // equal on every rank of an engine
+  kOuter = 2,     // equal on every rank of a DiLoCo optimizer (GRADEX_OUTER_*)
+  kAllRanks = 3,  // both
+};
+// "may differ per rank", "equal on every rank (engine)", ... for gradex-config and the docs.
+const char* agreement_name(Agreement agree);
+inline bool agrees_in(Agreement declared, Agreement scope) {
+  return (static_cast<uint8_t>(declared) & static_cast<uint8_t>(scope)) != 0;
+}
+
 struct VarSpec {
   const char* name;
   VarType type;
@@ -24,6 +40,7 @@ struct VarSpec {
   bool min_exclusive;
   bool max_exclusive;
   const char* choices;  // kChoice only: '|'-separated
+  Agreement agree;      // which ranks must hold the same value
   const char* help;
 };
 
@@ -58,6 +75,9 @@ class Config {
   bool get_bool(std::string_view name) const;
   const std::string& get_string(std::string_view name) const;  // kString and kChoice
   Source source_of(std::string_view name) const;
+  // The value as text that is equal for two values exactly when they are equal (numbers: the
+  // shortest of 15 or 17 significant digits that reads back exactly): what agreement digests hold.
+  std::string canonical_text(std::string_view name) const;
 
   // The effective configuration: one block per variable with value, source, range and help.
   std::string describe() const;

@@ -8,188 +8,200 @@ namespace gradex::config {
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMaxCount = 9.0e15;  // element counts: exactly representable in a double
+// Agreement (base/config.h), short for the table.
+constexpr Agreement kPerRank = Agreement::kPerRank;
+constexpr Agreement kEngine = Agreement::kEngine;
+constexpr Agreement kOuter = Agreement::kOuter;
+constexpr Agreement kAllRanks = Agreement::kAllRanks;
 }  // namespace
 
 const std::vector<VarSpec>& registry() {
   // clang-format off
   static const std::vector<VarSpec> vars = {
     // --- transport and bootstrap ---
-    {"GRADEX_TIMEOUT_S", VarType::kFloat, "300", 0, 86400, true, false, nullptr,
+    {"GRADEX_TIMEOUT_S", VarType::kFloat, "300", 0, 86400, true, false, nullptr, kPerRank,
      "Seconds any blocking operation (bootstrap, collective, wait) may take before it fails with an "
      "error naming the operation and the peer."},
-    {"GRADEX_IFACE", VarType::kString, "", 0, 0, false, false, nullptr,
+    {"GRADEX_IFACE", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
      "Network device(s) UCX may use, e.g. 'eth0' or 'eth0,eth1' (passed to UCX as its net device "
      "list). Empty: UCX decides (shared memory inside a host, tcp across hosts)."},
-    {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr,
+    {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr, kAllRanks,
      "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
      "so that reduction overlaps transfer."},
-    {"GRADEX_SHM", VarType::kBool, "0", 0, 0, false, false, nullptr,
+    {"GRADEX_SHM", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
      "Ranks on the same host (same kernel and network namespace) exchange through shared memory: "
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
-    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr,
+    {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr, kPerRank,
      "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
      "logs which ranks are late and which keys they miss (then at most once per this interval), "
      "long before the GRADEX_TIMEOUT_S error. 0: off."},
-    {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr,
+    {"GRADEX_JOB_SECRET", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
      "A secret shared by every rank of the job. When set, the gradex TCP store and its clients "
      "authenticate each other, published UCX addresses carry an HMAC, and every pair of ranks "
      "proves knowledge of the secret (HMAC-SHA256 challenge-response) before any data is exchanged; "
      "a client or rank without it is refused. Never printed (gradex-config shows '<hidden>'). "
      "Prefer GRADEX_JOB_SECRET_FILE: the environment is visible to other processes of the user. "
      "See docs/security.md for what the secret covers."},
-    {"GRADEX_JOB_SECRET_FILE", VarType::kString, "", 0, 0, false, false, nullptr,
+    {"GRADEX_JOB_SECRET_FILE", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
      "Path of a file holding the job secret (a trailing newline is ignored), for secrets that "
      "must not sit in the environment. Setting both this and GRADEX_JOB_SECRET, an unreadable "
      "file or an empty secret is an error."},
-    {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug",
+    {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug", kPerRank,
      "How much gradex writes to stderr."},
     // --- policy ---
-    {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr,
+    {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr, kEngine,
      "Tensors with fewer elements than this are exchanged dense (fused into buckets); larger ones "
      "use DGC."},
-    {"GRADEX_FUSION_MB", VarType::kFloat, "64", 0, 4096, false, false, nullptr,
+    {"GRADEX_FUSION_MB", VarType::kFloat, "64", 0, 4096, false, false, nullptr, kEngine,
      "Size of the fusion buckets for dense tensors, in MiB (0: no fusion, one allreduce per tensor)."},
-    {"GRADEX_FP16", VarType::kBool, "1", 0, 0, false, false, nullptr,
+    {"GRADEX_FP16", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "Dense exchanges (and LocalSGD averaging) use 16-bit values on the wire (see "
      "GRADEX_HALF_TYPE); 0 sends fp32."},
-    {"GRADEX_HALF_TYPE", VarType::kChoice, "fp16", 0, 0, false, false, "fp16|bf16",
+    {"GRADEX_HALF_TYPE", VarType::kChoice, "fp16", 0, 0, false, false, "fp16|bf16", kEngine,
      "The 16-bit type used when GRADEX_FP16=1: fp16 (more precision) or bf16 (fp32's range)."},
-    {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr,
+    {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr, kEngine,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
      "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
      "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
      "'[...]' matches the whole name as a shell glob (fnmatch)."},
-    {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error",
+    {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error", kEngine,
      "What to do with NaN/Inf in a submitted gradient. Every rank learns in negotiation that some "
      "rank's gradient of a tensor is non-finite, and then no rank changes that tensor's momentum or "
      "residual: propagate gives every rank an all-NaN average (so AMP's grad scaler skips the step "
      "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
      "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
-    {"GRADEX_POLICY", VarType::kChoice, "auto", 0, 0, false, false, "auto|fixed",
-     "How each tensor's codec is chosen. auto: from a measured cost model (link latency and "
+    {"GRADEX_POLICY", VarType::kChoice, "fixed", 0, 0, false, false, "auto|fixed", kEngine,
+     "How each tensor's codec is chosen. fixed (the default): GRADEX_SPARSITY_OVERRIDES, then "
+     "dense below GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (opt-in until "
+     "bench/run measures it within 1.05x of the best fixed mode; CUDA tensors keep the fixed "
+     "policy): from a measured cost model (link latency and "
      "bandwidth probed at start-up and refined from every collective, codec costs, when each "
      "tensor becomes ready), re-evaluated every GRADEX_POLICY_INTERVAL steps, all ranks using rank "
      "0's numbers: the least compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) "
      "whose communication stays hidden behind the backward pass, harder only as far as the link "
-     "requires; every tensor is dense during the first interval. fixed: "
-     "GRADEX_SPARSITY_OVERRIDES, then dense below GRADEX_DENSE_THRESHOLD, then DGC at "
-     "GRADEX_SPARSITY. Overrides win in both."},
-    {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr,
+     "requires; every tensor is dense during the first interval. Overrides win in both."},
+    {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: steps between re-evaluations; a tensor's codec changes only when its "
      "exchange counter reaches a multiple of this (an agreed step)."},
-    {"GRADEX_POLICY_LADDER", VarType::kString, "0.9,0.99,0.999", 0, 0, false, false, nullptr,
+    {"GRADEX_POLICY_LADDER", VarType::kString, "0.9,0.99,0.999", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: the DGC sparsities it may choose, ascending, comma-separated, each in "
      "(0, 1)."},
-    {"GRADEX_POLICY_SLACK", VarType::kFloat, "0.05", 0, 10, false, false, nullptr,
+    {"GRADEX_POLICY_SLACK", VarType::kFloat, "0.05", 0, 10, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: communication may end this fraction of the step's compute time after the "
      "backward pass and still count as hidden (the plugins wait for every average before the "
      "optimizer step, so that much is the step's delay)."},
-    {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr,
+    {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: no DGC before this exchange step (early training, while the gradient "
      "changes fast); the first GRADEX_POLICY_INTERVAL steps are dense in any case."},
-    {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr,
+    {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "
      "99.9%, was seen to cost accuracy)."},
-    {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr,
+    {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: for tensors registered with their row count "
      "(gradex_register_tensor_rows), a DGC sparsity must keep at least this many values per row."},
-    {"GRADEX_POLICY_PROBE", VarType::kBool, "1", 0, 0, false, false, nullptr,
+    // Agreed although it looks local: the probe is collective (rank 0 ping-pongs with its peers)
+    // and its numbers are the ones every rank plans from.
+    {"GRADEX_POLICY_PROBE", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: measure the link with a short ping-pong probe (rank 0 with one peer per "
      "peer class, 8 B to 256 KiB) at the first exchange; 0: start from defaults and learn from "
      "the collectives only."},
-    {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr,
+    {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr, kEngine,
      "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
-    {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
+    {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,
      "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
      "GRADEX_SPARSITY (0: the target from the first step)."},
-    {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
+    {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr, kEngine,
      "Momentum m owned by gradex (u = m*u + g). With m > 0 gradex applies momentum on every path: "
      "dense-policy tensors and DGC's dense warm-up steps send u (SGD with momentum on the average), "
      "DGC's sparse steps use momentum correction, LocalSGD's local steps get it in place; the "
      "optimizer must then run with momentum 0. m = 0: gradients are exchanged as they are "
      "(plain error-feedback top-k for DGC) and the optimizer's own momentum applies."},
-    {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr,
+    {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
      "Nesterov momentum on every path: send g + m*u instead of u (DGC: v += g + m*u)."},
-    {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr,
+    {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr, kEngine,
      "Gradient clipping on each rank before momentum and accumulation, at clip_norm * "
      "world_size^-1/2 of the norm of the whole step's gradient, which the plugin passes through "
      "gradex_set_gradient_norm before the step's first submit (without it, each tensor's own norm). "
      "Dense and DGC tensors alike. 0: off."},
-    {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
+    {"GRADEX_SAMPLE_RATIO", VarType::kFloat, "0.01", 0, 1, true, false, nullptr, kPerRank,
      "Fraction of elements sampled to estimate the DGC selection threshold."},
-    {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp16", 0, 0, false, false, "fp32|fp16|bf16",
+    {"GRADEX_SPARSE_VALUES", VarType::kChoice, "fp16", 0, 0, false, false, "fp32|fp16|bf16", kEngine,
      "Type of the values in sparse payloads. 16-bit values keep their rounding error in the residual."},
-    {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap",
+    {"GRADEX_INDEX_CODING", VarType::kChoice, "auto", 0, 0, false, false, "auto|varint|rice|bitmap", kPerRank,
      "Index coding of sparse payloads; auto picks the smallest for each payload."},
-    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct",
+    {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct", kEngine,
      "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
      "time), direct (every rank sends to every other at once: P-1 payloads on each uplink, which "
      "overflows switch ports at 8 hosts and more) or auto (ring from 8 ranks, direct below). Same "
      "results either way."},
-    {"GRADEX_BACKEND", VarType::kChoice, "classic", 0, 0, false, false, "classic|cpu|thrust-omp",
-     "Where the engine computes on float32 tensors in host memory: classic (the engine's own CPU "
-     "code), cpu or thrust-omp (the device backend interface that CUDA tensors use, over the CPU "
-     "kernels or the CUDA backend's Thrust code on OpenMP; for tests: the same results, thrust-omp "
-     "is slow). CUDA tensors always use the CUDA backend."},
-    {"GRADEX_SPARSE_GROUP_MB", VarType::kFloat, "16", 0, 4096, false, false, nullptr,
+    {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,
+     "Which backend computes on tensors in host memory: cpu (the CPU kernels) or thrust-omp (the "
+     "CUDA backend's Thrust code on OpenMP; the same results, slow, for tests). classic is the old "
+     "name of cpu, kept so existing settings still parse. CUDA tensors always use the CUDA backend."},
+    {"GRADEX_SPARSE_GROUP_MB", VarType::kFloat, "16", 0, 4096, false, false, nullptr, kEngine,
      "DGC tensors ready together travel in groups of consecutive tensors (key order) holding at "
      "least this many MB of fp32 gradient; a larger tensor travels alone (0: every DGC tensor "
      "alone). Each group is one allgatherv: the next group compresses on the worker pool while "
      "one is on the wire, and a group's handles complete as soon as it is decoded. Smaller groups "
      "overlap more but each costs a collective (about 0.2 ms of CPU per rank here)."},
-    {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr,
+    {"GRADEX_ZSTD_LEVEL", VarType::kInt, "0", 0, 22, false, false, nullptr, kPerRank,
      "zstd level applied to payloads where it shrinks them (0: off)."},
-    {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr,
+    {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr, kPerRank,
      "Threads of gradex's worker pool (one per process, created at first use, never per call): "
      "compression kernels and 16-bit casts of large tensors (0: the hardware's, at most 8)."},
     // --- LocalSGD ---
-    {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
+    {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr, kEngine,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
-    {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr,
+    {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,
      "LocalSGD: fully synchronous steps before local steps begin (post-local SGD)."},
     // --- DiLoCo outer optimization (sync/outer/) ---
-    {"GRADEX_OUTER_PERIOD", VarType::kInt, "100", 1, 1e6, false, false, nullptr,
+    {"GRADEX_OUTER_PERIOD", VarType::kInt, "100", 1, 1e6, false, false, nullptr, kOuter,
      "DiLoCo: inner steps H between two synchronizations of a fragment (its pseudo-gradient "
      "theta_global - theta_local is averaged and an outer optimizer step applied)."},
-    {"GRADEX_OUTER_LR", VarType::kFloat, "0.7", 0, 10, true, false, nullptr,
+    {"GRADEX_OUTER_LR", VarType::kFloat, "0.7", 0, 10, true, false, nullptr, kOuter,
      "DiLoCo: outer learning rate applied to the averaged pseudo-gradient."},
-    {"GRADEX_OUTER_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr,
+    {"GRADEX_OUTER_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr, kOuter,
      "DiLoCo: outer momentum (0: plain outer SGD)."},
-    {"GRADEX_OUTER_NESTEROV", VarType::kBool, "1", 0, 0, false, false, nullptr,
+    {"GRADEX_OUTER_NESTEROV", VarType::kBool, "1", 0, 0, false, false, nullptr, kOuter,
      "DiLoCo: Nesterov momentum for the outer step (0: heavy ball)."},
-    {"GRADEX_OUTER_FRAGMENTS", VarType::kInt, "1", 1, 4096, false, false, nullptr,
+    {"GRADEX_OUTER_FRAGMENTS", VarType::kInt, "1", 1, 4096, false, false, nullptr, kOuter,
      "DiLoCo: the model is split into this many fragments of contiguous tensors; fragment f "
      "synchronizes at steps t with t mod H = floor(f * H / F) (Streaming DiLoCo). At most the "
      "number of parameter tensors."},
-    {"GRADEX_OUTER_DELAY", VarType::kInt, "0", 0, 1e6, false, false, nullptr,
+    {"GRADEX_OUTER_DELAY", VarType::kInt, "0", 0, 1e6, false, false, nullptr, kOuter,
      "DiLoCo: inner steps between the start of a fragment's exchange (in the background) and its "
      "merge into the model; must be below GRADEX_OUTER_PERIOD. With delay >= 1 the training loop "
      "waits on the network only when an exchange takes longer than that many steps."},
-    {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr,
+    {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr, kOuter,
      "DiLoCo: at a merge the local copy becomes (1 - a) * theta_global + a * theta_local (a = "
      "this value; 0 replaces the local copy by the global one)."},
-    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32|topk",
+    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32|topk", kOuter,
      "DiLoCo: pseudo-gradients travel as 8- or 4-bit block-quantized codes with error feedback "
      "(summed in fp32), as exact fp32 (32), or as the top-k entries of each fragment's "
      "pseudo-gradient by magnitude with error feedback (topk: fp32 values and indices, "
      "allgathered and summed in rank order; see GRADEX_OUTER_DENSITY)."},
-    {"GRADEX_OUTER_DENSITY", VarType::kFloat, "0.01", 0, 1, true, false, nullptr,
+    {"GRADEX_OUTER_DENSITY", VarType::kFloat, "0.01", 0, 1, true, false, nullptr, kOuter,
      "DiLoCo with GRADEX_OUTER_BITS=topk: fraction of each fragment's elements sent per "
      "synchronization (k = ceil(density * elements)); 1 sends every non-zero entry."},
-    {"GRADEX_OUTER_BLOCK", VarType::kInt, "64", 2, 65536, false, false, nullptr,
+    {"GRADEX_OUTER_BLOCK", VarType::kInt, "64", 2, 65536, false, false, nullptr, kOuter,
      "DiLoCo: elements per quantization block (one scale each); must be even."},
-    {"GRADEX_OUTER_SCALE", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16",
+    {"GRADEX_OUTER_SCALE", VarType::kChoice, "fp32", 0, 0, false, false, "fp32|fp16", kOuter,
      "DiLoCo: type of the per-block quantization scales."},
     {"GRADEX_OUTER_ROUNDING", VarType::kChoice, "nearest", 0, 0, false, false,
-     "nearest|stochastic",
+     "nearest|stochastic", kOuter,
      "DiLoCo: quantization rounding; stochastic draws from a counter-based generator seeded by "
      "GRADEX_OUTER_SEED and the rank, so every run is reproducible."},
-    {"GRADEX_OUTER_SEED", VarType::kInt, "0", 0, 9.0e15, false, false, nullptr,
+    {"GRADEX_OUTER_SEED", VarType::kInt, "0", 0, 9.0e15, false, false, nullptr, kOuter,
      "DiLoCo: seed of stochastic rounding."},
+    // --- tests ---
+    {"GRADEX_TEST_FAIL_ROUND", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kPerRank,
+     "Test only: this rank's engine fails on its own (an InternalError in its progress thread) "
+     "just before its N-th negotiation round, as a bug or a corrupt payload would; the other "
+     "ranks must then fail at once naming it (0: never)."},
   };
   // clang-format on
   return vars;

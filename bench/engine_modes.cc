@@ -78,9 +78,8 @@ std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settin
 
 std::vector<ModeSpec> engine_modes() {
   return {
-      {"auto", "the engine's default policy (GRADEX_POLICY=auto: per-tensor codec from the cost "
-               "model)",
-       engine_factory({})},
+      {"auto", "GRADEX_POLICY=auto (opt-in): per-tensor codec from the cost model",
+       engine_factory({{"GRADEX_POLICY", "auto"}})},
       {"fixed", "GRADEX_POLICY=fixed: DGC 99.9% for large tensors, fused fp16 for small",
        engine_factory({{"GRADEX_POLICY", "fixed"}})},
       {"dgc99", "engine, DGC at 99% sparsity for tensors >= GRADEX_DENSE_THRESHOLD",

@@ -1,5 +1,8 @@
 #include "comm/allgatherv_prologue.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <string>
 
 #include "base/check.h"
@@ -15,6 +18,16 @@ void throw_length_mismatch(const char* operation, const Communicator& comm, cons
                       std::to_string(peer) + ", expected " + std::to_string(expected) + ": ranks " +
                       std::to_string(peer) + " and " + std::to_string(r) +
                       " are not in the same collective");
+}
+
+uint64_t physical_memory_bytes() {
+  static const uint64_t bytes = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return uint64_t{1} << 40;  // unknown: 1 TiB
+    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  }();
+  return bytes;
 }
 
 bool allgatherv_prologue(Communicator& comm, const char* operation, const char* sizes_operation,
@@ -47,6 +60,19 @@ bool allgatherv_prologue(Communicator& comm, const char* operation, const char* 
     const size_t got = comm.recv_length(*requests[2 * static_cast<size_t>(q)]);
     if (got != sizeof(uint64_t))
       throw_length_mismatch(operation, comm, "size", q, got, sizeof(uint64_t));
+  }
+  // Sizes come from peers: bounded before the caller allocates anything for them. No payload set
+  // larger than this host's memory can be legitimate.
+  const uint64_t limit = physical_memory_bytes();
+  uint64_t total = 0;
+  for (int q = 0; q < P; ++q) {
+    const uint64_t s = sizes[static_cast<size_t>(q)];
+    if (s > limit - std::min(limit, total))
+      throw CorruptPayload(std::string(operation) + ": rank " + std::to_string(q) +
+                           " announced a payload of " + std::to_string(s) + " bytes; with the " +
+                           std::to_string(total) + " bytes of the ranks before it that exceeds " +
+                           "this host's memory (" + std::to_string(limit) + " bytes)");
+    total += s;
   }
   return true;
 }

@@ -20,6 +20,10 @@ bool allgatherv_prologue(Communicator& comm, const char* operation, const char* 
                          const void* data, size_t bytes, std::vector<Bytes>& result,
                          std::vector<uint64_t>& sizes, uint64_t* tag);
 
+// This host's physical memory: the bound on the payload sizes peers announce (a larger set is a
+// CorruptPayload naming the rank, raised before anything is allocated for it).
+uint64_t physical_memory_bytes();
+
 // MismatchError for a received length that is not the expected one (what: "size", "payload").
 [[noreturn]] void throw_length_mismatch(const char* operation, const Communicator& comm,
                                         const char* what, int peer, size_t received,

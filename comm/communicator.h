@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "comm/store.h"
 
 namespace gradex::config {
@@ -49,6 +50,9 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// The longest abort message (Communicator::abort) that travels to the peers, in bytes.
+constexpr size_t kAbortMessageMax = 1024;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -75,6 +79,9 @@ class Communicator {
   // error. Other ranks learn about the failure (abort notice) and fail promptly too, naming the
   // same peer; a timeout names a rank that did not answer a liveness probe when there is one.
   virtual void wait_all(std::vector<RequestPtr>& requests, const char* operation) = 0;
+  // A receive whose message is longer than its buffer fails with a MismatchError naming the
+  // operation, the peer and the buffer's size (the communicator stays usable: nothing was lost from
+  // the streams, but the caller's collective has failed).
   // Bytes actually received by a completed receive request.
   virtual size_t recv_length(const Request& request) const = 0;
 
@@ -95,6 +102,19 @@ class Communicator {
     (void)wake_fd;
     (void)max_wait;
     return true;
+  }
+
+  // Tells every peer that this rank failed on its own, with `code` and `message` (the first
+  // kAbortMessageMax bytes of it travel): each peer's current or next call (wait_all, test,
+  // wait_for_next_collective, even while it sleeps) then throws an Error of the same code whose
+  // message names this rank and carries `message`, at once instead of after its timeout. This
+  // communicator is failed afterwards (every later call throws). Nothing is sent when this
+  // communicator's failure was already announced to the peers or came from a peer's notice (the
+  // first failure is the one every rank reports). Never throws; bounded (the notices get at most
+  // about 200 ms to leave). The default, for a communicator without peers to tell, does nothing.
+  virtual void abort(ErrorCode code, const std::string& message) {
+    (void)code;
+    (void)message;
   }
 
   // Bytes this communicator has sent / received since creation (for statistics): the payloads of

@@ -7,10 +7,10 @@ lines = subprocess.run([binary], check=True, capture_output=True, text=True).std
 rows=[]
 i=0
 while i < len(lines):
-    m=re.match(r"^(GRADEX_\w+)=(.*?)    \[(\w+); default '(.*?)'; (.*)\]$", lines[i])
+    m=re.match(r"^(GRADEX_\w+)=(.*?)    \[(\w+); default '(.*?)'; (.*); (may differ per rank|equal on every rank.*?)\]$", lines[i])
     if m:
         help_=lines[i+1].strip() if i+1 < len(lines) else ''
-        rows.append((m.group(1), m.group(4), m.group(5), help_)); i+=2
+        rows.append((m.group(1), m.group(4), m.group(5), m.group(6), help_)); i+=2
     else: i+=1
 bar='\\|'
 out=['# Configuration','',
@@ -23,9 +23,10 @@ out=['# Configuration','',
 "`GRADEX_SPARSTY`) is reported as a warning and ignored. Values passed through the C API",
 "(`gradex_engine_options_t` config names/values) win over the environment; a variable set through the",
 "API is not read from the environment at all.",'',
-'| variable | default | allowed | meaning |','|---|---|---|---|']
-for n,d,r,h in rows:
-    out.append("| `%s` | `%s` | %s | %s |" % (n, d, r.replace('|', bar), h.replace('|', bar)))
+'| variable | default | allowed | ranks | meaning |','|---|---|---|---|---|']
+for n,d,r,a,h in rows:
+    a = a.replace('may differ per rank', 'may differ').replace('equal on every rank', 'equal')
+    out.append("| `%s` | `%s` | %s | %s | %s |" % (n, d, r.replace('|', bar), a, h.replace('|', bar)))
 out+=['','## How they combine','',
 "- **Policy per tensor** (first match wins): a `GRADEX_SPARSITY_OVERRIDES` entry; fewer elements than",
 "  `GRADEX_DENSE_THRESHOLD` -> dense; otherwise DGC at `GRADEX_SPARSITY`. `GRADEX_SPARSITY=0` makes",
@@ -49,6 +50,52 @@ out+=['','## How they combine','',
 "  gradients stay local and parameters are averaged every H steps; during the warm-up the policy above",
 "  applies. See docs/architecture.md.",
 "- **Transport**: `GRADEX_SHM=1` keeps same-host ranks on shared memory; `GRADEX_IFACE` restricts the",
-"  network devices for the others. UCX's own `UCX_*` variables still reach UCX itself.",'']
+"  network devices for the others. UCX's own `UCX_*` variables still reach UCX itself.",'',
+'## Options every rank must share','',
+"The **ranks** column says which variables must be equal on every rank. Each declaration in",
+"`base/config_vars.cc` states it (an `Agreement`: per rank, engine, DiLoCo or both), so a new variable",
+"decides once. When an engine starts, right after its ranks connect and before any gradient moves,",
+"every rank sends a canonical digest to every other (`sync/agreement.h`): the versions of what crosses",
+"between ranks (`gradex.api_version`, the payload `gradex.wire_version`, the",
+"`gradex.negotiation_version`, the digest's own format) and the exact value of every variable marked",
+"`equal (engine)`; a DiLoCo optimizer (`gradex_outer_create`) does the same for the variables marked",
+"`(DiLoCo)`. Any difference is a `ConfigError` on every rank that names each differing entry with every",
+"value and the ranks holding it, e.g.",'',
+"    ranks disagree on options that must be equal on every rank of the engine (...):",
+"    GRADEX_HALF_TYPE: 'fp16' on ranks [0], 'bf16' on ranks [1]",'',
+"It comes about 0.1 s after start-up here (bootstrap included). Numbers are compared exactly (the",
+"shortest of 15 or 17 significant digits that reads back to the same double).",'',
+"Why each variable is where it is:",'',
+"- **Equal, because ranks would otherwise issue different collectives or sum different bytes**:",
+"  `GRADEX_DENSE_THRESHOLD`, `GRADEX_SPARSITY_OVERRIDES`, `GRADEX_SPARSITY`, `GRADEX_WARMUP_STEPS`",
+"  (policy and schedule decide dense ring or sparse allgather), `GRADEX_FUSION_MB`,",
+"  `GRADEX_SPARSE_GROUP_MB` (how tensors are packed into collectives), `GRADEX_FP16`,",
+"  `GRADEX_HALF_TYPE` (fp16 and bf16 have the same length: one rank's bits would be summed as the",
+"  other type, silently), `GRADEX_SPARSE_COLLECTIVE` (ring or direct), `GRADEX_RING_CHUNK_KB` (each",
+"  ring step's chunks are separate messages), `GRADEX_LOCALSGD_PERIOD`,",
+"  `GRADEX_LOCALSGD_WARMUP_STEPS` (when ranks exchange gradients and when they average parameters),",
+"  and for DiLoCo every `GRADEX_OUTER_*` codec and schedule setting (period, fragments, delay, bits,",
+"  density, block, scale).",
+"- **Equal, because ranks would otherwise train different algorithms without any error**:",
+"  `GRADEX_MOMENTUM`, `GRADEX_NESTEROV` (who owns momentum and its rule), `GRADEX_CLIP_NORM`,",
+"  `GRADEX_NONFINITE` (one rank would fail a step that another averages as NaN),",
+"  `GRADEX_SPARSE_VALUES` (the precision of the sparse exchange), and the DiLoCo outer step",
+"  (`GRADEX_OUTER_LR`, `GRADEX_OUTER_MOMENTUM`, `GRADEX_OUTER_NESTEROV`, `GRADEX_OUTER_MIXING`,",
+"  `GRADEX_OUTER_ROUNDING`, `GRADEX_OUTER_SEED`: the merged model must be the same everywhere).",
+"- **May differ**: `GRADEX_IFACE`, `GRADEX_SHM` (each host's own network devices and transports; the",
+"  results do not depend on them), `GRADEX_THREADS`, `GRADEX_BACKEND` (how one rank computes its own",
+"  share; the backends give the same results), `GRADEX_LOG_LEVEL`, `GRADEX_STALL_WARN_S` (what one",
+"  rank reports; only rank 0's matters), `GRADEX_TIMEOUT_S` (how long this rank waits; key timeouts",
+"  are decided by rank 0's clock alone, so differing values cannot split a verdict),",
+"  `GRADEX_SAMPLE_RATIO` (how this rank estimates its own top-k threshold; any valid selection is",
+"  summed correctly), `GRADEX_INDEX_CODING`, `GRADEX_ZSTD_LEVEL` (every payload names its own coding",
+"  and compression, so receivers decode any mix), `GRADEX_JOB_SECRET`, `GRADEX_JOB_SECRET_FILE` (the",
+"  secret is proven pairwise by HMAC at connection, docs/security.md; it is never put in a digest,",
+"  and the file's path is per host), and `GRADEX_TEST_FAIL_ROUND` (a test hook for one rank).",'',
+"Beyond options, parameter averages (LocalSGD) carry in negotiation whether the rank holds an",
+"anchor: ranks that hold one and ranks that do not (restored from checkpoints of different steps)",
+"fail with a `MismatchError` naming both groups instead of summing full parameters with deltas.",
+"Bad values on one rank (a `ConfigError` before it connects) are not covered: that rank stops, and",
+"the others time out in the bootstrap (`GRADEX_TIMEOUT_S`).",'']
 open('docs/configuration.md','w').write('\n'.join(out))
 print('docs/configuration.md: %d variables' % len(rows))

@@ -10,12 +10,12 @@
 #include "base/log.h"
 #include "comm/collectives.h"
 #include "comm/host_identity.h"
+#include "compress/backend/backend.h"
+#include "compress/backend/dgc_codec.h"
 #include "compress/dgc/schedule.h"
-#include "compress/half/cast.h"
-#include "sync/byte_io.h"
-#include "sync/momentum.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
 #include "sync/pipeline.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -163,44 +163,18 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   ++plans_made_;
 }
 
-void CodecPlanner::switch_policy(TensorState& t, const TensorPolicy& to) {
-  if (to.kind == ExchangeKind::kSparse) {
-    const bool same_codec =
-        t.codec && t.policy.kind == ExchangeKind::kSparse && t.policy.sparsity == to.sparsity;
-    if (!same_codec) {
-      auto codec = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel, to.sparsity,
-                                                 config_, world_size_);
-      if (t.codec) {
-        // DGC at another sparsity, or DGC again after dense steps: the whole state moves (u, v,
-        // the step count), so nothing unsent is lost.
-        ByteWriter w;
-        t.codec->save(w);
-        ByteReader r(w.bytes().data(), w.bytes().size(), "DGC state of '" + t.key + "'");
-        codec->load(r);
-      } else if (!t.momentum.empty() && codec->momentum() != nullptr) {
-        // From dense: its momentum continues as DGC's u; the residual starts empty.
-        std::memcpy(codec->momentum(), t.momentum.data(), t.numel * sizeof(float));
-      }
-      t.momentum.clear();
-      t.momentum.shrink_to_fit();
-      if (t.dtype != DType::kFloat32) t.scratch.resize(t.numel);
-      t.codec = std::move(codec);
-    }
-  }
-  // To dense: a DGC state stays and its dense step flushes the residual (see the header).
-  t.policy = to;
-}
-
 void CodecPlanner::measure_codecs() {
-  // Measured alone, at start-up, on 2^20 elements: gradex's momentum (dense units), the 16-bit cast
-  // there and back, and DGC's step (at the ladder's highest sparsity) with the decode of its
-  // payload. The units' own stage times
-  // refine these (observe_unit).
+  // Measured alone, at start-up, on 2^20 elements on the host backend: gradex's momentum (dense
+  // units), the 16-bit cast there and back, and DGC's step (at the ladder's highest sparsity) with
+  // the decode of its payload. The units' own stage times refine these (observe_unit).
+  namespace be = compress::backend;
   constexpr size_t kN = 1u << 20;
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
+  const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
+  const be::StreamPtr stream = backend->create_stream();
   std::vector<float> g(kN), values(kN);
   uint32_t x = 0x12345678u;
   for (float& v : g) {
@@ -213,35 +187,41 @@ void CodecPlanner::measure_codecs() {
     std::vector<float> u(kN, 0.0f);
     values = g;
     const auto m0 = Clock::now();
-    apply_momentum(values.data(), u.data(), kN, {options_.momentum, options_.nesterov, 1.0f});
+    backend->apply_momentum(values.data(), u.data(), kN, options_.momentum, options_.nesterov, 1.0f,
+                            *stream);
     momentum_s = seconds(m0, Clock::now());
   }
   model_.observe_codec(cost::Codec::kFp32, kN, momentum_s, 0.0);
   std::vector<uint16_t> half(kN);
   const DType half_type = options_.half_on_wire ? options_.half_type : DType::kFloat16;
   const auto t0 = Clock::now();
-  compress::half::to_half(g.data(), half.data(), kN, half_type, 0.5f);
+  backend->to_half(g.data(), half.data(), kN, half_type, 0.5f, *stream);
   const auto t1 = Clock::now();
-  compress::half::from_half(half.data(), values.data(), kN, half_type, 1.0f);
+  backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream);
   const auto t2 = Clock::now();
   model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + seconds(t0, t1), seconds(t1, t2));
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
-  SparseCodec codec("gradex.probe", tensor_key_id("gradex.probe"), kN, sparsity, config_,
-                    world_size_);
+  compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
+  dgc.sparsity = sparsity;
+  dgc.clip_norm = 0;
+  be::DgcCodec codec(*backend, "gradex.probe", kN, dgc,
+                     compress::wire_options_from_config(config_));
+  std::vector<uint8_t> payload;
   values = g;
-  codec.compress_and_clear(values.data(), 1.0f);  // warms buffers and the threshold
+  codec.encode_step(values.data(), 1.0f, *stream, payload);  // warms buffers and the threshold
+  payload.clear();
   values = g;
   const auto t3 = Clock::now();
-  const std::vector<uint8_t>& payload = codec.compress_and_clear(values.data(), 1.0f);
+  codec.encode_step(values.data(), 1.0f, *stream, payload);
   const auto t4 = Clock::now();
-  sum_payloads(codec, "gradex.probe", {{payload.data(), payload.size()}}, 1.0f, values.data());
+  codec.sum_payloads({{payload.data(), payload.size()}}, 1.0f, values.data(), *stream);
   const auto t5 = Clock::now();
   model_.observe_codec(cost::Codec::kDgc, kN, seconds(t3, t4), seconds(t4, t5));
 }
 
 void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
-                                 std::mutex& state_mutex) {
+                                 BackendPath& path, std::mutex& state_mutex) {
   if (!probed_) {
     probed_ = true;
     measure_codecs();
@@ -264,7 +244,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
   }
   uint64_t epoch = 0;
   for (const pipeline::Job& job : jobs)
-    if (job.id.kind == WorkKind::kGradient && !job.tensor->device)
+    if (job.id.kind == WorkKind::kGradient && !job.tensor->backend->cuda)
       epoch = std::max(epoch, job.step / planner_.interval);
   if (epoch > plan_epoch_) {
     replan(comm, epoch);
@@ -272,7 +252,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
   }
   std::lock_guard<std::mutex> lock(state_mutex);
   for (pipeline::Job& job : jobs) {
-    if (job.id.kind != WorkKind::kGradient || job.tensor->device) continue;
+    if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     const uint64_t e = job.step / planner_.interval;
     uint64_t& applied = applied_epoch_[job.id.key];
     if (e == 0 || e <= applied) continue;
@@ -284,7 +264,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
         to.full_precision != t.policy.full_precision) {
       GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
-      switch_policy(t, to);
+      path.switch_policy(t, to);
     }
   }
 }

@@ -14,8 +14,10 @@
 //   DGC -> DGC at s'  the whole DGC state (u, v, step) moves into a codec at the new sparsity;
 //   DGC -> dense      the DGC state is kept and every later step is its dense step, which sends
 //                     u + v and empties v (the residual is flushed through the dense path), then
-//                     keeps u: an ordinary momentum step (sync/sparse_exchange.h: dense_step).
-// Tensors in a device backend (sync/device_path.h) keep their registered policy.
+//                     keeps u: an ordinary momentum step (compress/backend/dgc_codec.h:
+//                     dense_step).
+// The switches run on the tensor's own backend (BackendPath::switch_policy, sync/backend_path.h).
+// CUDA tensors keep their registered (fixed) policy: their switches are not tested on a GPU yet.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,8 @@
 #include "sync/tensor_state.h"
 
 namespace gradex::sync {
+
+class BackendPath;
 
 namespace pipeline {
 struct Job;
@@ -67,7 +71,7 @@ class CodecPlanner {
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
   // `state_mutex` (the engine's) is held while policies change (policy_of, explain read them).
-  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
+  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
                      std::mutex& state_mutex);
   // Any thread, when a unit completes: its measured times feed the model.
   void observe_unit(const pipeline::Unit& unit, bool half_on_wire);
@@ -86,7 +90,6 @@ class CodecPlanner {
   void replan(comm::Communicator& comm, uint64_t epoch);
   // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
   void measure_codecs();
-  void switch_policy(TensorState& t, const TensorPolicy& to);
   TensorPolicy policy_of(const cost::Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 

@@ -1,116 +1,224 @@
-#include "sync/dense_exchange.h"
-
+// The dense exchange (BackendPath::dense_average): the pipeline's dense unit is one fusion bucket
+// (fusion_bucket_end), each run of consecutive tensors on one backend gathered and cast to the wire
+// type in backend memory, only the wire bucket copied to host staging memory for the ring
+// allreduce (nothing is copied on host backends), then copied back, widened and scattered.
+// Parameter averages of the same unit (host memory, any dtype) run on the CPU backend through an
+// fp32 copy, so a unit is laid out the same whatever any rank keeps on a device. (A DGC unit's
+// payloads are host bytes: BackendPath::prepare and finish, framed by the engine's stages.)
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
-
-#include <memory>
 
 #include "base/check.h"
 #include "base/error.h"
-#include "base/thread_buffer.h"
 #include "comm/collectives.h"
-#include "compress/half/cast.h"
+#include "sync/backend_lane.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
+#include "sync/engine_internal.h"
 
 namespace gradex::sync {
 namespace {
 
+namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The fusion bucket (base/thread_buffer.h): every byte of a bucket is packed before the ring
-// reads it.
-struct FusionBucketTag {};
-uint8_t* bucket_buffer(size_t bytes) {
-  return thread_buffer<FusionBucketTag>(bytes);
-}
+// One dense item as the device exchange sees it: fp32 values in `backend`'s memory.
+struct View {
+  be::Backend* backend = nullptr;
+  float* data = nullptr;
+  size_t numel = 0;
+};
 
-void pack(const DenseItem& item, DType wire, float scale, const DenseExchangeOptions& options,
-          uint8_t* out, DenseCounters& counters) {
-  const bool zero = options.nonfinite == NonFinitePolicy::kZero;
-  compress::half::CastStats stats;
-  if (item.dtype == DType::kFloat32 && wire != DType::kFloat32) {
-    // The common case (fp32 gradients, 16-bit wire): the vectorized saturating cast.
-    const auto* in = static_cast<const float*>(item.data);
-    auto* half_out = reinterpret_cast<uint16_t*>(out);
-    stats = compress::half::to_half(in, half_out, item.numel, wire, scale);
-    if (stats.nonfinite > 0 && zero)
-      for (uint64_t i = 0; i < item.numel; ++i)
-        if (!std::isfinite(in[i])) half_out[i] = 0;
-  } else {
-    stats = compress::half::convert_saturating(item.data, item.dtype, out, wire, item.numel, scale,
-                                               zero);
-  }
-  counters.saturated += stats.saturated;
-  counters.nonfinite += stats.nonfinite;
-}
-
-void unpack(DenseItem& item, DType wire, int world, const uint8_t* in) {
-  if (item.dtype == DType::kFloat32 && wire != DType::kFloat32) {
-    // Widening is exact: a result is non-finite exactly where the 16-bit sum is, which is
-    // counted on the (half as large) 16-bit bucket.
-    const auto* sums = reinterpret_cast<const uint16_t*>(in);
-    compress::half::from_half(sums, static_cast<float*>(item.data), item.numel, wire, 1.0f);
-    item.nonfinite_result = compress::half::count_nonfinite(sums, item.numel, wire) > 0;
-    return;
-  }
-  // fp32 sums are divided here; 16-bit values were divided before the cast.
-  const float divisor = wire == DType::kFloat32 ? static_cast<float>(world) : 1.0f;
-  item.nonfinite_result =
-      compress::half::convert_divided(in, wire, item.data, item.dtype, item.numel, divisor) > 0;
+std::string key_list(const std::vector<DenseItem>& items, size_t begin, size_t end) {
+  std::string keys;
+  for (size_t i = begin; i < end && i < begin + 8; ++i)
+    keys += (keys.empty() ? "'" : ", '") + (items[i].key ? *items[i].key : "?") + "'";
+  if (end - begin > 8) keys += ", ...";
+  return keys;
 }
 
 }  // namespace
 
-void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
-                   const DenseExchangeOptions& options, DenseCounters& counters) {
+void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
+                                const std::vector<TensorState*>& tensor,
+                                const DenseExchangeOptions& options, DenseCounters& counters) {
+  GX_CHECK_EQ(tensor.size(), items.size());
   const int world = comm.size();
   const DType wire = options.half_on_wire ? options.half_type : DType::kFloat32;
   const size_t elem = dtype_size(wire);
   // 16-bit: divide before the cast so the ring's partial sums stay in range.
   const float scale = wire == DType::kFloat32 ? 1.0f : 1.0f / static_cast<float>(world);
   const size_t bucket_limit = fusion_limit(options.fusion_bytes, elem);
+  be::Backend& cpu = *be::get_backend(be::DeviceType::kCpu);
 
+  // fp32 views; 16-bit parameter averages go through host_scratch_ (sized once, before any pointer
+  // into it is taken).
+  size_t scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!tensor[i] && items[i].dtype != DType::kFloat32) scratch += items[i].numel;
+  if (host_scratch_.size() < scratch) host_scratch_.resize(scratch);
+  std::vector<View> views(items.size());
+  be::Backend* pinned_from = nullptr;
+  size_t at = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (TensorState* t = tensor[i]) {
+      views[i] = {t->backend->backend.get(), static_cast<float*>(items[i].data), items[i].numel};
+      if (!views[i].backend->host_accessible()) pinned_from = views[i].backend;
+      wait_ready(*t, lane(*views[i].backend));  // the prepare stage's work on it
+    } else if (items[i].dtype == DType::kFloat32) {
+      views[i] = {&cpu, static_cast<float*>(items[i].data), items[i].numel};
+    } else {
+      float* f = host_scratch_.data() + at;
+      at += items[i].numel;
+      detail::to_float(items[i].data, items[i].dtype, items[i].numel, f);
+      views[i] = {&cpu, f, items[i].numel};
+    }
+  }
+
+  std::vector<be::FusionEntry> entries;
   size_t begin = 0;
   while (begin < items.size()) {
     size_t bytes = 0;
     const size_t end = fusion_bucket_end(items, begin, elem, bucket_limit, bytes);
-    uint8_t* bucket = bucket_buffer(bytes);
-    auto t0 = Clock::now();
-    size_t offset = 0;
-    for (size_t i = begin; i < end; ++i) {
-      pack(items[i], wire, scale, options, bucket + offset, counters);
-      offset += items[i].numel * elem;
+    // Host memory the ring reads and writes: pinned when a device backend copies into it.
+    if (!staging_ || staging_->bytes() < bytes || (pinned_from && !staging_pinned_)) {
+      staging_.reset();
+      staging_ = (pinned_from ? pinned_from : &cpu)->allocate_staging(std::max<size_t>(bytes, 1));
+      staging_pinned_ = pinned_from != nullptr;
     }
+    auto* stage = staging_->as<uint8_t>();
+
+    // Runs of consecutive items on one backend: [run_begin, run_end).
+    auto for_each_run = [&](auto&& fn) {
+      size_t run_begin = begin, offset = 0;
+      while (run_begin < end) {
+        size_t run_end = run_begin, n = 0;
+        entries.clear();
+        while (run_end < end && views[run_end].backend == views[run_begin].backend) {
+          entries.push_back({views[run_end].data, views[run_end].numel, n});
+          n += views[run_end].numel;
+          ++run_end;
+        }
+        fn(*views[run_begin].backend, n, stage + offset * elem);
+        offset += n;
+        run_begin = run_end;
+      }
+    };
+
+    // On a host backend a 16-bit wire is cast from each tensor straight into the bucket and back
+    // (no gathered fp32 copy; the same casts, so the same bits). GRADEX_NONFINITE=zero gathers
+    // first: the zeros are written into the copy, never into the caller's values.
+    const bool cast_in_place =
+        wire != DType::kFloat32 && options.nonfinite != NonFinitePolicy::kZero;
+    auto t0 = Clock::now();
+    for_each_run([&](be::Backend& b, size_t n, uint8_t* dst) {
+      if (n == 0) return;
+      Lane& l = lane(b);
+      const bool direct = b.host_accessible();
+      if (direct && cast_in_place) {
+        for (const be::FusionEntry& e : entries) {
+          if (e.numel == 0) continue;
+          be::CastCounts c = b.to_half(e.data, reinterpret_cast<uint16_t*>(dst) + e.offset, e.numel,
+                                       wire, scale, *l.stream);
+          counters.saturated += c.saturated;
+          counters.nonfinite += c.nonfinite;
+        }
+        return;
+      }
+      float* f32 =
+          direct && wire == DType::kFloat32 ? reinterpret_cast<float*>(dst) : l.f32_buffer(n);
+      b.gather(entries.data(), entries.size(), f32, *l.stream);
+      if (options.nonfinite == NonFinitePolicy::kZero) b.zero_nonfinite(f32, n, *l.stream);
+      if (wire != DType::kFloat32) {
+        uint16_t* h = direct ? reinterpret_cast<uint16_t*>(dst) : l.half_buffer(n);
+        be::CastCounts c = b.to_half(f32, h, n, wire, scale, *l.stream);
+        counters.saturated += c.saturated;
+        counters.nonfinite += c.nonfinite;
+        if (!direct) b.copy(dst, h, n * 2, *l.stream);
+      } else if (!direct) {
+        b.copy(dst, f32, n * 4, *l.stream);
+      }
+      if (!direct) {
+        staged_bytes_ += n * elem;
+        l.synchronize();  // the ring reads the staging buffer next
+      }
+    });
     counters.cast_seconds += seconds_since(t0);
 
     auto t1 = Clock::now();
-    uint64_t sent_before = comm.bytes_sent();
+    const uint64_t sent_before = comm.bytes_sent();
     try {
-      comm::allreduce_sum(comm, bucket, bytes / elem, wire);
+      comm::allreduce_sum(comm, stage, bytes / elem, wire);
     } catch (const Error& e) {
-      std::string keys;
-      for (size_t i = begin; i < end && i < begin + 8; ++i)
-        keys += (keys.empty() ? "'" : ", '") + (items[i].key ? *items[i].key : "?") + "'";
-      if (end - begin > 8) keys += ", ...";
       throw Error(e.code(), "dense bucket of " + std::to_string(end - begin) + " tensor(s) [" +
-                                keys + "], " + std::to_string(bytes / elem) + " x " +
-                                dtype_name(wire) + ": " + e.what());
+                                key_list(items, begin, end) + "], " + std::to_string(bytes / elem) +
+                                " x " + dtype_name(wire) + ": " + e.what());
     }
     counters.wire_bytes += comm.bytes_sent() - sent_before;
     counters.communicate_seconds += seconds_since(t1);
 
     auto t2 = Clock::now();
-    offset = 0;
-    for (size_t i = begin; i < end; ++i) {
-      unpack(items[i], wire, world, bucket + offset);
-      offset += items[i].numel * elem;
-    }
-    GX_CHECK_EQ(offset, bytes);
+    // fp32 sums are divided here (16-bit values were divided before the cast): on a host backend
+    // straight into each tensor, else in the staging bucket before it is copied back.
+    const float divisor = static_cast<float>(world);
+    for_each_run([&](be::Backend& b, size_t n, uint8_t* src) {
+      if (n == 0) return;
+      Lane& l = lane(b);
+      const bool direct = b.host_accessible();
+      if (wire == DType::kFloat32) {
+        auto* sums = reinterpret_cast<float*>(src);
+        if (direct) {
+          for (const be::FusionEntry& e : entries)
+            for (size_t j = 0; j < e.numel; ++j)
+              e.data[j] = sums[e.offset + j] / divisor;
+          return;
+        }
+        for (size_t i = 0; i < n; ++i)
+          sums[i] = sums[i] / divisor;
+      }
+      if (direct && cast_in_place) {
+        for (const be::FusionEntry& e : entries)
+          if (e.numel)
+            b.from_half(reinterpret_cast<const uint16_t*>(src) + e.offset, e.data, e.numel, wire,
+                        1.0f, false, *l.stream);
+        return;
+      }
+      const float* f32 = reinterpret_cast<const float*>(src);
+      if (wire != DType::kFloat32) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+        if (!direct) {
+          b.copy(l.half_buffer(n), src, n * 2, *l.stream);
+          h = l.half_buffer(n);
+        }
+        float* out = l.f32_buffer(n);
+        b.from_half(h, out, n, wire, 1.0f, false, *l.stream);
+        f32 = out;
+      } else if (!direct) {
+        b.copy(l.f32_buffer(n), src, n * 4, *l.stream);
+        f32 = l.f32_buffer(n);
+      }
+      b.scatter(f32, entries.data(), entries.size(), *l.stream);
+      if (!direct) staged_bytes_ += n * elem;
+      l.synchronize();  // the next bucket reuses the staging buffer and this lane's buffers
+    });
+    if (options.nonfinite == NonFinitePolicy::kError)
+      for (size_t i = begin; i < end; ++i)
+        items[i].nonfinite_result =
+            views[i].backend->count_nonfinite(views[i].data, views[i].numel,
+                                              *lane(*views[i].backend).stream) > 0;
     counters.cast_seconds += seconds_since(t2);
     begin = end;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (TensorState* t = tensor[i])
+      t->backend->ready->record(*lane(*views[i].backend).stream);  // the finish stage waits
+    else if (items[i].dtype != DType::kFloat32)
+      detail::from_float(views[i].data, items[i].numel, items[i].dtype, items[i].data);
   }
 }
 

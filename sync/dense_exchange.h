@@ -1,9 +1,8 @@
-// Dense averaging of many tensors at once: tensors are packed into fusion buckets of at most
-// `fusion_bytes` wire bytes, each bucket is summed with one ring allreduce, then unpacked as
-// averages.
+// Dense averaging of many tensors at once (BackendPath::dense_average, sync/dense_exchange.cc):
+// tensors are packed into fusion buckets of at most `fusion_bytes` wire bytes, each bucket is
+// summed with one ring allreduce, then unpacked as averages.
 //   16-bit wire: values are divided by the world size before the cast (sums cannot overflow);
-//   finite
-//                values beyond the 16-bit range saturate and are counted.
+//                finite values beyond the 16-bit range saturate and are counted.
 //   fp32 wire:   sums in fp32, then divides by the world size (the same as an exact reference that
 //                sums in ring order and divides).
 // Non-finite inputs are counted; with NonFinitePolicy::kZero they are sent as 0, otherwise they
@@ -46,8 +45,8 @@ struct DenseCounters {
   double communicate_seconds = 0;
 };
 
-// The fusion rule every packer shares (dense_average, the device path, the pipeline's planner), so
-// that every rank and every path cuts the same buckets: items join the open bucket in order while
+// The fusion rule every packer shares (the dense exchange and the pipeline's planner), so that
+// every rank cuts the same buckets: items join the open bucket in order while
 // its wire bytes stay within max(fusion_bytes, one element); a larger item travels alone.
 inline size_t fusion_limit(size_t fusion_bytes, size_t elem) {
   return std::max(fusion_bytes, elem);
@@ -65,11 +64,5 @@ size_t fusion_bucket_end(const Items& items, size_t begin, size_t elem, size_t l
   }
   return end;
 }
-
-// Collective: every rank passes items with identical numel/dtype in identical order. A failing
-// collective (e.g. the ring's length check, when ranks packed different buckets) is rethrown with
-// the same error code and the bucket's tensor keys prepended.
-void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
-                   const DenseExchangeOptions& options, DenseCounters& counters);
 
 }  // namespace gradex::sync

@@ -7,11 +7,10 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
-#include "sync/device_path.h"
-#include "sync/device_tensor.h"
+#include "sync/agreement.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
 #include "sync/engine_internal.h"
-#include "sync/momentum.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -36,9 +35,11 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
                           std::to_string(world_size) + ")");
-  device_ = std::make_unique<DevicePath>(config_, options_, world_size_);  // [device path]
+  path_ = std::make_unique<BackendPath>(config_, options_, world_size_);
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm_options(config_, options_));
+  // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
+  agreement::require_agreement(comm_, config_, agreement::Scope::kEngine);
   negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
   negotiator_->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
@@ -72,7 +73,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
                             std::to_string(it->second.numel) + " x " +
                             dtype_name(it->second.dtype) + ", not " + std::to_string(numel) +
                             " x " + dtype_name(dtype));
-    if ((it->second.device && it->second.device->cuda) != cuda)  // [device path]
+    if (it->second.backend->cuda != cuda)
       throw InvalidArgument("tensor '" + key + "' is already registered in " +
                             (cuda ? "host" : "CUDA") + " memory");
     return;
@@ -82,16 +83,11 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.numel = numel;
   t.dtype = dtype;
   t.policy = choose_policy(options_, key, numel);
-  device_->attach(t, cuda);  // [device path] state in a backend: no host codec
-  // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; device
-  // tensors keep the fixed chain's policy.
-  if (planner_ && !t.device) t.policy = planner_->initial_policy(key, numel);
+  // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; CUDA
+  // tensors keep the fixed chain's policy (their switches are not exercised yet).
+  if (planner_ && !cuda) t.policy = planner_->initial_policy(key, numel);
   if (planner_) planner_->on_register(key, numel, rows);
-  if (t.policy.kind == ExchangeKind::kSparse && !t.device) {
-    t.codec = std::make_unique<SparseCodec>(key, tensor_key_id(key), numel, t.policy.sparsity,
-                                            config_, world_size_);
-    if (dtype != DType::kFloat32) t.scratch.resize(numel);
-  }
+  path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
                  << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
                  << t.policy.reason;
@@ -113,14 +109,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     throw InvalidArgument(work_name(id) +
                           " was submitted again before its previous exchange "
                           "completed");
-  // [device path] memory checks, the caller's stream, the handle's completion event.
-  // Parameter averages (LocalSGD, every H steps) always take host memory, whatever the tensor's
-  // registration says.
-  DeviceTensor* device = t->second.device.get();
-  if (!device && device_call && cuda)
-    throw InvalidArgument("tensor '" + key + "' was registered as host memory, submitted as CUDA");
-  if (device && kind == WorkKind::kGradient)
-    device_->on_submit(t->second, device_call && cuda, device_index, stream, next_handle_);
+  // Memory checks, the caller's stream, the handle's completion event. Parameter averages
+  // (LocalSGD, every H steps) always take host memory, whatever the tensor's registration says.
+  if (kind == WorkKind::kGradient)
+    path_->on_submit(t->second, device_call && cuda, device_index, stream, next_handle_);
   uint64_t h = next_handle_++;
   Handle& handle = handles_[h];
   handle.id = id;
@@ -160,8 +152,8 @@ void Engine::handle_event(uint64_t handle, void* stream) {
                             " is not complete yet (call after gradex_wait, or after gradex_test "
                             "reported it done)");
   }
-  // A host-path handle has nothing to order: its result was in place when it completed.
-  device_->handle_event(handle, stream);
+  // A host tensor's handle has nothing to order: its result was in place when it completed.
+  path_->handle_event(handle, stream);
 }
 
 uint64_t Engine::average(const std::string& key, void* data) {
@@ -301,12 +293,16 @@ void Engine::run() {
   constexpr auto kMaxSleep = std::chrono::milliseconds(1000);
   auto leave_deadline = Clock::time_point::max();
   bool announced_leaving = false;
+  // GRADEX_TEST_FAIL_ROUND: tests make this rank fail on its own before this round.
+  const int64_t fail_round = config_.get_int("GRADEX_TEST_FAIL_ROUND");
+  int64_t rounds = 0;
   try {
     for (;;) {
       wake_.drain();  // before looking at the queue: a later enqueue() signals again
       std::vector<Announcement> announce;
       bool leaving = false;
       take_announcements(announce, leaving);
+      finalize_announcements(announce);
       const auto now = Clock::now();
       // Others may still be finishing work that rank 0 aborts only after the timeout: wait longer.
       if (leaving && leave_deadline == Clock::time_point::max())
@@ -327,21 +323,52 @@ void Engine::run() {
         const auto max_sleep = std::chrono::ceil<std::chrono::milliseconds>(until - now);
         if (!comm_->wait_for_next_collective(wake_.fd(), max_sleep)) continue;
         take_announcements(announce, leaving);
+        finalize_announcements(announce);
       }
+      if (++rounds == fail_round)
+        throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
+                            " (GRADEX_TEST_FAIL_ROUND)");
       bool all_left = false;
       run_round(announce, leaving, all_left);
       announced_leaving = leaving;
       if (all_left) break;
     }
   } catch (const Error& e) {
+    // Every failure of this thread ends here: the peers learn it at once (Communicator::abort;
+    // nothing is sent when the failure came from a peer or was announced by the transport).
+    comm_->abort(e.code(), e.what());
     fail_everything(e.code(), e.what());
     return;
   } catch (const std::exception& e) {
-    fail_everything(ErrorCode::kInternal, std::string("progress thread: ") + e.what());
+    const std::string message = std::string("progress thread: ") + e.what();
+    comm_->abort(ErrorCode::kInternal, message);
+    fail_everything(ErrorCode::kInternal, message);
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   cv_.notify_all();
+}
+
+void Engine::finalize_announcements(std::vector<Announcement>& announce) {
+  // A submission can be answered before it is announced: rank 0's timeout abort of its key (or a
+  // mismatch verdict) completes the handle in the round during which it was queued. Announcing it
+  // afterwards would leave a table entry with no handle behind; of a key resubmitted since, the
+  // newest announcement is the one that counts.
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<WorkId, size_t> newest;
+  for (size_t i = 0; i < announce.size(); ++i)
+    newest[announce[i].id] = i;
+  std::vector<Announcement> kept;
+  kept.reserve(announce.size());
+  for (size_t i = 0; i < announce.size(); ++i) {
+    Announcement& a = announce[i];
+    if (newest[a.id] != i || !in_flight_.count(a.id)) continue;
+    // A parameter average's counter says whether this rank holds a LocalSGD anchor (the first
+    // average sends full values, later ones deltas): ranks that differ fail as a mismatch.
+    if (a.id.kind == WorkKind::kAverage) a.step = tensors_.at(a.id.key).anchor.empty() ? 0 : 1;
+    kept.push_back(std::move(a));
+  }
+  announce.swap(kept);
 }
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left) {

@@ -29,7 +29,7 @@
 
 namespace gradex::sync {
 
-class DevicePath;  // sync/device_path.h
+class BackendPath;    // sync/backend_path.h
 namespace pipeline {  // sync/pipeline.h
 struct Job;
 struct Unit;
@@ -54,7 +54,7 @@ class Engine {
   void register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda = false,
                        uint64_t rows = 0);
   uint64_t submit(const std::string& key, void* data);
-  // [device path] A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
+  // A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
   // (the caller's cudaStream_t; null: the default stream). The handle completes once the average
   // is queued on gradex's stream; handle_event() orders the caller's stream after it.
   uint64_t submit_device(const std::string& key, void* data, bool cuda, int device_index,
@@ -123,14 +123,15 @@ class Engine {
   void run();
   // Moves what enqueue() queued into `announce` (appending) and reads leaving_.
   void take_announcements(std::vector<Announcement>& announce, bool& leaving);
+  // Removes announcements whose handle was answered before they went out (and all but the newest
+  // of a key's), and marks parameter averages with this rank's LocalSGD anchor presence.
+  void finalize_announcements(std::vector<Announcement>& announce);
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);
   // Fills in what this rank announces about its gradients: the exchange counter and whether the
   // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
   void inspect(std::vector<Announcement>& announce);
-  // The clipping factor of one gradient (fp32 values): the step's, or its own norm's (fallback).
-  float clip_factor(float step_scale, const float* values, uint64_t n);
   void execute(const std::vector<ReadyWork>& ready);
   void complete(const WorkId& id, ErrorCode code, const std::string& message);
   std::string with_own_size(const NegotiationFailure& f) const;
@@ -160,8 +161,8 @@ class Engine {
   int world_size_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Negotiator> negotiator_;
-  // [device path] tensors whose state lives in a device backend (sync/device_path.h).
-  std::unique_ptr<DevicePath> device_;
+  // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
+  std::unique_ptr<BackendPath> path_;
   // GRADEX_POLICY=auto (null: fixed). Initialized here, after config_, options_ and world_size_.
   std::unique_ptr<CodecPlanner> planner_ = CodecPlanner::create(config_, options_, world_size_);
   LocalSgdSchedule localsgd_;
@@ -177,7 +178,6 @@ class Engine {
   uint64_t next_handle_ = 1;
   uint64_t completed_steps_ = 0;
   float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
-  std::atomic<bool> warned_no_norm_{false};
   Stats stats_;
   Stats stats_at_last_step_;
   Stats last_step_stats_;

@@ -1,8 +1,11 @@
-// Engine::execute: one round's ready work as a pipeline of units (sync/pipeline.h). Each gradient
-// is routed (dense, DGC sparse, DGC dense step, LocalSGD average), the round is cut into units
-// (dense buckets first, then DGC tensors in key order), and every unit is prepared, transferred
-// and finished on its own; its handles complete as soon as its results are written. The stages
-// themselves are in engine_stages.cc; the transfer and the completion are here.
+// What the engine does with a round's gradients, around the negotiation: inspect() fills in what
+// this rank announces (exchange counter, non-finite flag); execute() runs the round's ready work as
+// a pipeline of units (sync/pipeline.h): each gradient is routed (dense, DGC sparse, DGC dense
+// step, LocalSGD average), the round is cut into units (dense buckets first, then DGC tensors in
+// key order), and every unit is prepared, transferred and finished on its own; its handles
+// complete as soon as its results are written. The stages themselves are in engine_stages.cc; the
+// transfer and the completion are here. LocalSGD's local step (no exchange) is here too. The data
+// work is the tensor's backend's (sync/backend_path.h).
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -11,12 +14,11 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "comm/collectives.h"
+#include "sync/backend_path.h"
 #include "sync/dense_exchange.h"
-#include "sync/device_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -43,17 +45,52 @@ std::string rank_list(const std::vector<int>& ranks) {
   return "[" + s + "]";
 }
 
-void fill_nan(void* data, DType dtype, uint64_t n) {
-  if (dtype == DType::kFloat32) {
-    std::fill_n(static_cast<float*>(data), n, std::numeric_limits<float>::quiet_NaN());
-  } else {
-    // A quiet NaN in either 16-bit format.
-    const uint16_t nan = dtype == DType::kFloat16 ? 0x7e00u : 0x7fc0u;
-    std::fill_n(static_cast<uint16_t*>(data), n, nan);
+}  // namespace
+
+void Engine::inspect(std::vector<Announcement>& announce) {
+  struct Item {
+    Announcement* a;
+    void* data;
+    TensorState* tensor;
+  };
+  std::vector<Item> items;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Announcement& a : announce) {
+      if (a.id.kind != WorkKind::kGradient) continue;
+      auto f = in_flight_.find(a.id);
+      if (f == in_flight_.end()) continue;  // failed meanwhile (the announcement still goes out)
+      items.push_back({&a, handles_[f->second].data, &tensors_.at(a.id.key)});
+    }
+  }
+  const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
+  uint64_t total = 0;
+  for (Item& it : items) {
+    // The counter is written only by this thread (execute), so it is read without the lock.
+    it.a->step = it.tensor->step;
+    const uint64_t bad = path_->scan_nonfinite(*it.tensor, it.data, zero);
+    total += bad;
+    it.a->nonfinite = bad > 0 && !zero;
+  }
+  if (total > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.nonfinite += total;
   }
 }
 
-}  // namespace
+void Engine::local_step(TensorState& t, void* data, Handle& handle) {
+  // This rank's momentum continues: the same u its synchronous steps used (DGC's own u for DGC
+  // tensors, which no sparse exchange touches any more). Non-finite: the rank's own optimizer
+  // (or GradScaler) sees it; momentum stays untouched.
+  const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
+  const uint64_t bad = path_->local_step(t, data, handle.clip_scale, zero);
+  stats_.nonfinite += bad;
+  if (bad > 0 && !zero && options_.nonfinite == NonFinitePolicy::kError) {
+    handle.code = ErrorCode::kInvalidArgument;
+    handle.message = work_name(handle.id) +
+                     " holds NaN/Inf values in a LocalSGD local step (GRADEX_NONFINITE=error)";
+  }
+}
 
 void Engine::execute(const std::vector<ReadyWork>& ready) {
   std::vector<Job> jobs;
@@ -90,7 +127,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  if (planner_) planner_->before_routes(*comm_, jobs, mutex_);
+  if (planner_) planner_->before_routes(*comm_, jobs, *path_, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
   // cuts the same units. The counters advance here: only this thread reads them (inspect).
@@ -100,11 +137,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
       continue;
     }
-    // [device path] a device tensor's DGC state decides from the same counter.
     const bool sparse_step =
-        t.policy.kind == ExchangeKind::kSparse &&
-        (t.device ? device_->sparse_step(t, job.step)
-                  : sparse_is_cheaper(t.codec->density_at(job.step), world_size_));
+        t.policy.kind == ExchangeKind::kSparse && path_->sparse_step(t, job.step);
     if (sparse_step) {
       job.route = Route::kSparse;
     } else {
@@ -120,10 +154,9 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     for (auto& [job, w] : skipped) {
       ++job.tensor->step;  // the exchange happened (skipped identically everywhere)
       const bool propagate = options_.nonfinite == NonFinitePolicy::kPropagate;
-      if (job.tensor->device && job.id.kind == WorkKind::kGradient)
-        device_->skip(*job.tensor, job.data, propagate);  // [device path] on its backend
-      else if (propagate)
-        fill_nan(job.data, job.tensor->dtype, job.tensor->numel);
+      // Only gradients carry the non-finite flag.
+      GX_CHECK(job.id.kind == WorkKind::kGradient);
+      path_->skip(*job.tensor, job.data, propagate);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [job, w] : skipped) {
@@ -180,21 +213,11 @@ void Engine::transfer(Unit& unit) {
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32
     DenseCounters dc;
-    // [device path] a unit holding a device gradient: the same bucket, device items cast and
-    // staged on their backends, host items on the CPU backend.
-    std::vector<TensorState*> device(unit.jobs.size(), nullptr);
-    bool any_device = false;
-    for (size_t i = 0; i < unit.jobs.size(); ++i) {
-      const Job& job = *unit.jobs[i];
-      if (job.tensor->device && job.id.kind == WorkKind::kGradient) {
-        device[i] = job.tensor;
-        any_device = true;
-      }
-    }
-    if (any_device)
-      device_->dense_average(*comm_, items, device, options, dc);
-    else
-      dense_average(*comm_, items, options, dc);
+    // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
+    std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
+    for (size_t i = 0; i < unit.jobs.size(); ++i)
+      if (unit.jobs[i]->id.kind == WorkKind::kGradient) tensor[i] = unit.jobs[i]->tensor;
+    path_->dense_average(*comm_, items, tensor, options, dc);
     for (size_t i = 0; i < items.size(); ++i)
       unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
     unit.counters.saturated += dc.saturated;
@@ -231,7 +254,7 @@ void Engine::complete_unit(Unit& unit) {
   stats_.compress_seconds += c.prepare_seconds;
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;
-  stats_.staged_bytes = device_->staged_bytes();  // [device path]
+  stats_.staged_bytes = path_->staged_bytes();
   cv_.notify_all();
 }
 

@@ -3,10 +3,10 @@
 // on load.
 #include <cstring>
 
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
 #include "sync/byte_io.h"
-#include "sync/device_path.h"
 #include "sync/engine.h"
-#include "sync/sparse_exchange.h"
 
 namespace gradex::sync {
 namespace {
@@ -22,25 +22,23 @@ std::vector<float> Engine::residual_of(const std::string& key) {
   auto lock = wait_until_idle();
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
-  if (it->second.device) return device_->residual(it->second);  // host copy of v
-  if (!it->second.codec) return {};
-  const float* r = it->second.codec->residual();
-  return std::vector<float>(r, r + it->second.numel);
+  return path_->residual(it->second);  // host copy of v
 }
 
 std::vector<float> Engine::momentum_of(const std::string& key) {
   auto lock = wait_until_idle();
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
-  TensorState& t = it->second;
-  if (t.device) return device_->momentum(t);  // host copy of u
-  if (!t.codec) return t.momentum;
-  const float* u = t.codec->momentum();
-  return u ? std::vector<float>(u, u + t.numel) : std::vector<float>();
+  return path_->momentum(it->second);  // host copy of u
 }
 
 std::vector<uint8_t> Engine::save_state() {
   auto lock = wait_until_idle();
+  // After a fatal error some tensors' residuals, momenta or counters may have advanced on this
+  // rank and not on others: such a state would resume ranks out of step, so none is written.
+  if (fatal_code_ != ErrorCode::kOk)
+    throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
+                     "), so its state may be partly updated");
   ByteWriter w;
   w.put<uint32_t>(kStateMagic);
   w.put<uint32_t>(kStateVersion);
@@ -49,31 +47,26 @@ std::vector<uint8_t> Engine::save_state() {
   w.put<uint64_t>(completed_steps_);
   w.put<uint32_t>(static_cast<uint32_t>(tensors_.size()));
   for (auto& [key, t] : tensors_) {
-    // Device tensors' u and v are copied to host and written in the same format (a state saved
-    // on one backend restores on any other and on the host path).
-    const bool has_dgc = t.codec || device_->has_dgc(t);
+    // u and v are copied to host and written in DgcCompressor's format (a state saved on one
+    // backend restores on any other).
+    const bool has_dgc = path_->has_dgc(t);
     w.put_string(key);
     w.put<uint64_t>(t.numel);
     w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
     w.put<uint8_t>(has_dgc ? 1 : 0);
     if (has_dgc) {
+      // The DGC blob inside its own length (format 1's codec framing).
       ByteWriter codec;
-      if (t.codec) {
-        t.codec->save(codec);
-      } else {  // SparseCodec::save's framing around the DGC blob
-        const std::vector<uint8_t> blob = device_->save_dgc(t);
-        codec.put<uint64_t>(blob.size());
-        codec.put_bytes(blob.data(), blob.size());
-      }
+      const std::vector<uint8_t> blob = path_->save_dgc(t);
+      codec.put<uint64_t>(blob.size());
+      codec.put_bytes(blob.data(), blob.size());
       w.put<uint64_t>(codec.bytes().size());
       w.put_bytes(codec.bytes().data(), codec.bytes().size());
     }
     w.put<uint64_t>(t.anchor.size());
     w.put_bytes(t.anchor.data(), t.anchor.size() * sizeof(float));
     w.put<uint64_t>(t.step);
-    const std::vector<float> device_u =
-        t.device && !has_dgc ? device_->momentum(t) : std::vector<float>();
-    const std::vector<float>& u = t.device ? device_u : t.momentum;
+    const std::vector<float> u = has_dgc ? std::vector<float>() : path_->momentum(t);
     w.put<uint64_t>(u.size());
     w.put_bytes(u.data(), u.size() * sizeof(float));
   }
@@ -129,10 +122,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
                        " elements, is registered as " + std::to_string(t.numel));
     Parsed p{&t};
     bool has_codec = r.get<uint8_t>() != 0;
-    // GRADEX_POLICY=auto starts every tensor dense: a saved DGC state is restored into it (its
+    // GRADEX_POLICY=auto starts every host tensor dense: a saved DGC state is restored into it (its
     // dense steps flush the residual until a plan makes it DGC again).
-    p.adopt = has_codec && planner_ && !t.codec && !t.device;
-    if (has_codec != (t.codec || device_->has_dgc(t)) && !p.adopt)
+    p.adopt = has_codec && planner_ && !path_->has_dgc(t) && !t.backend->cuda;
+    if (has_codec != path_->has_dgc(t) && !p.adopt)
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");
     if (has_codec) {
@@ -154,52 +147,34 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     parsed.push_back(p);
   }
   r.expect_end();
-  // Codec states are validated by the codecs themselves; load into copies first (all or nothing).
-  std::vector<std::unique_ptr<SparseCodec>> staged(parsed.size());
-  struct DeviceBlob {
+  // DGC states are validated on the host first (all or nothing), then loaded.
+  struct DgcBlob {
     const uint8_t* data = nullptr;
     uint64_t size = 0, steps = 0;
   };
-  std::vector<DeviceBlob> device_blobs(parsed.size());
+  std::vector<DgcBlob> blobs(parsed.size());
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
-    if (device_->has_dgc(t)) {  // [device path] validated on the host first, loaded below
-      ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
-      const uint64_t size = cr.get<uint64_t>();
-      const uint8_t* blob = cr.get_bytes(size);
-      cr.expect_end();
-      device_blobs[i] = {blob, size, device_->validate_dgc(t, blob, size)};
-      continue;
-    }
-    if (!t.codec && !parsed[i].adopt) continue;
-    const double sparsity =
-        t.policy.kind == ExchangeKind::kSparse ? t.policy.sparsity : options_.sparsity;
-    staged[i] = std::make_unique<SparseCodec>(t.key, tensor_key_id(t.key), t.numel, sparsity,
-                                              config_, world_size_);
+    if (!path_->has_dgc(t) && !parsed[i].adopt) continue;
     ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
-    staged[i]->load(cr);
+    const uint64_t size = cr.get<uint64_t>();
+    const uint8_t* blob = cr.get_bytes(size);
     cr.expect_end();
+    blobs[i] = {blob, size, path_->validate_dgc(t, blob, size)};
   }
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
-    if (staged[i]) t.codec = std::move(staged[i]);
     t.anchor.resize(parsed[i].anchor_size);
     if (parsed[i].anchor_size)
       std::memcpy(t.anchor.data(), parsed[i].anchor, parsed[i].anchor_size * sizeof(float));
-    uint64_t dgc_steps = t.codec ? t.codec->steps_done() : 0;
-    if (t.device) {  // [device path] u and v back into backend memory
+    uint64_t dgc_steps = 0;
+    if (blobs[i].data) {
+      path_->load_dgc(t, blobs[i].data, blobs[i].size);
+      dgc_steps = blobs[i].steps;
+    } else {
       std::vector<float> u(parsed[i].momentum_size);
       if (!u.empty()) std::memcpy(u.data(), parsed[i].momentum, u.size() * sizeof(float));
-      if (device_blobs[i].data) {
-        device_->load_dgc(t, device_blobs[i].data, device_blobs[i].size);
-        dgc_steps = device_blobs[i].steps;
-      } else {
-        device_->load_momentum(t, u.data(), u.size());
-      }
-    } else {
-      t.momentum.resize(parsed[i].momentum_size);
-      if (parsed[i].momentum_size)
-        std::memcpy(t.momentum.data(), parsed[i].momentum, parsed[i].momentum_size * sizeof(float));
+      path_->load_momentum(t, u.data(), u.size());
     }
     t.step = parsed[i].has_step ? parsed[i].step : dgc_steps;
   }

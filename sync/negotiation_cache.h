@@ -49,7 +49,7 @@ class NegotiationCache {
 
   // The counter a rank is expected to announce for a cached key, computable identically on every
   // rank: a gradient's exchange counter moves to agreed step + 1 after each exchange; parameter
-  // averages always announce 0 (= their agreed step).
+  // averages announce their anchor presence, which stays what was last agreed.
   uint64_t expected_step(const CachedKey& k) const {
     return k.last_step + (k.id.kind == WorkKind::kGradient ? 1 : 0);
   }

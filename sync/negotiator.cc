@@ -38,10 +38,37 @@ std::string Negotiator::describe_sizes(const Entry& e) const {
   return s;
 }
 
+bool Negotiator::anchors_disagree(const Entry& e) const {
+  int first = -1;
+  for (size_t r = 0; r < e.numel.size(); ++r) {
+    if (e.numel[r] < 0) continue;
+    const int has = e.step[r] != 0 ? 1 : 0;
+    if (first < 0) first = has;
+    if (has != first) return true;
+  }
+  return false;
+}
+
+std::string Negotiator::describe_anchors(const Entry& e) const {
+  std::string with, without;
+  for (size_t r = 0; r < e.numel.size(); ++r) {
+    if (e.numel[r] < 0) continue;
+    std::string& s = e.step[r] != 0 ? with : without;
+    s += (s.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return "ranks [" + with + "] hold a LocalSGD anchor (they averaged before), ranks [" + without +
+         "] do not";
+}
+
 void Negotiator::apply(int from, const NegotiationMessage& m, RoundResult& result,
                        std::vector<WorkId>& touched) {
   const int world = comm_.size();
   for (const Announcement& a : m.announcements) {
+    // Rank 0 aborted this key in this very round (its message is applied first): the abort
+    // answers this announcement's handle too, on the announcing rank, so no entry may stay.
+    if (std::find(aborted_this_round_.begin(), aborted_this_round_.end(), a.id) !=
+        aborted_this_round_.end())
+      continue;
     auto [it, inserted] = table_.try_emplace(a.id);
     Entry& e = it->second;
     if (inserted) {
@@ -107,9 +134,11 @@ RoundResult Negotiator::round(const std::vector<Announcement>& announcements, bo
 
   RoundResult result;
   std::vector<WorkId> touched;
+  aborted_this_round_ = messages[0].aborts;
   int leaving_count = 0;
-  // Aborts are in rank 0's message, which is applied first; announcements of the same round that
-  // complete an aborted key therefore start a fresh entry (and time out again if still incomplete).
+  // Aborts are in rank 0's message, which is applied first; announcements of an aborted key in the
+  // same round are answered by the abort (apply() skips them): a rank whose first announcement
+  // races rank 0's abort fails with the others instead of keeping an entry nobody completes.
   for (int r = 0; r < comm_.size(); ++r) {
     apply(r, messages[r], result, touched);
     if (messages[r].leaving) ++leaving_count;
@@ -151,7 +180,18 @@ void Negotiator::decide(const std::vector<WorkId>& ids, RoundResult& result,
         consistent = false;
       }
     }
-    if (!consistent || e.mismatched) {
+    // A parameter average's counter is its rank's LocalSGD anchor presence (sync/engine.cc): ranks
+    // with and without one would sum full parameters with deltas.
+    const bool anchors_differ =
+        id.kind == WorkKind::kAverage && consistent && !e.mismatched && anchors_disagree(e);
+    if (anchors_differ) {
+      it->second.mismatched = true;
+      result.failed.push_back({id, ErrorCode::kMismatch,
+                               kind_name(id.kind) + " '" + id.key +
+                                   "' differs across ranks: " + describe_anchors(e) +
+                                   " (restored from checkpoints of different steps?)"});
+      if (complete) table_.erase(it);
+    } else if (!consistent || e.mismatched) {
       it->second.mismatched = true;
       result.failed.push_back({id, ErrorCode::kMismatch,
                                kind_name(id.kind) + " '" + id.key + "' differs across ranks (" +

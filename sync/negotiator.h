@@ -8,7 +8,10 @@
 //     message naming the key, the ranks and their sizes; ranks that announce it later fail the same
 //     way as soon as they do;
 //   - a key some ranks announced and others did not for longer than the timeout fails too. Only
-//     rank 0's clock decides this (it announces the abort), so ranks cannot disagree on it.
+//     rank 0's clock decides this (it announces the abort), so ranks cannot disagree on it; a
+//     rank announcing the key in the round of its abort is answered by the abort too;
+//   - a parameter average announced by ranks that hold a LocalSGD anchor and ranks that do not
+//     (its counter: 1 with an anchor, 0 without) fails as a mismatch naming both groups.
 // Each gradient announcement also carries the tensor's exchange counter and a non-finite flag, so
 // that decisions which change state are taken from values every rank sees identically: the
 // agreed step of a ready key is the largest counter announced (DGC's schedule, dense-or-sparse),
@@ -19,7 +22,8 @@
 // id, identical on every rank (sync/negotiation_cache.h: assigned at the end of the round, in the
 // round's (kind, key) order, smallest free id first; at most `cache_capacity` keys; a key that
 // fails is evicted). Later announcements of it travel as one bit, its counter only when it is not
-// the one every rank expects (last agreed step + 1 for gradients, 0 for parameter averages), so a
+// the one every rank expects (last agreed step + 1 for gradients, the last agreed value for
+// parameter averages), so a
 // steady-state round costs a few bytes plus one bit per announced tensor. Decoding turns bits back
 // into full announcements before anything else happens, so verdicts, error messages and the
 // timeout are exactly those of the full form. An announcement whose size or dtype differs from
@@ -30,10 +34,10 @@
 //   u8 version (3), u8 flags (bit 0: this rank is leaving; bit 1: a non-finite bit vector follows
 //   the announced bits);
 //   full announcements: varint count, then per announcement: u8 work kind, u8 dtype, u8 flags
-//   (bit 0: non-finite gradient), u64 numel, u64 step (the tensor's exchange counter; 0 for
-//   parameter averages), string key (u32 length + bytes);
-//   cached announcements: varint bit count B; when B > 0: u32 cache fingerprint (equal on every
-//   rank, NegotiationCache::fingerprint), varint first id L, ceil(B/8) bytes whose bit i (LSB
+//   (bit 0: non-finite gradient), u64 numel, u64 step (the tensor's exchange counter; for
+//   parameter averages 1 when the rank holds a LocalSGD anchor, else 0), string key (u32 length +
+//   bytes); cached announcements: varint bit count B; when B > 0: u32 cache fingerprint (equal on
+//   every rank, NegotiationCache::fingerprint), varint first id L, ceil(B/8) bytes whose bit i (LSB
 //   first) announces cache id L + i, then (flag bit 1) ceil(B/8) bytes of non-finite bits for the
 //   same ids (a subset); bits past B are zero;
 //   counter exceptions: varint count, then per exception: varint cache id (announced above),
@@ -127,10 +131,13 @@ class Negotiator {
   void inspect_stalls();
   std::string describe_ranks(const Entry& e, bool announced) const;
   std::string describe_sizes(const Entry& e) const;
+  bool anchors_disagree(const Entry& e) const;
+  std::string describe_anchors(const Entry& e) const;
 
   comm::Communicator& comm_;
   std::chrono::milliseconds timeout_;
   std::map<WorkId, Entry> table_;
+  std::vector<WorkId> aborted_this_round_;  // rank 0's aborts in the round being applied
   NegotiationCache cache_;
   uint64_t control_bytes_ = 0;
   std::unique_ptr<StallInspector> stall_;

@@ -22,7 +22,9 @@ struct Announcement {
   WorkId id;
   uint64_t numel = 0;
   DType dtype = DType::kFloat32;
-  uint64_t step = 0;       // the tensor's exchange counter on this rank
+  // Gradient: the tensor's exchange counter on this rank. Parameter average: 1 when this rank
+  // holds a LocalSGD anchor for it (it averaged the tensor before), else 0.
+  uint64_t step = 0;
   bool nonfinite = false;  // this rank's gradient holds NaN/Inf
 };
 

@@ -88,4 +88,10 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   return o;
 }
 
+float clip_scale_for_norm(double clip_norm, int world_size, double norm) {
+  const double limit = clip_norm / std::sqrt(static_cast<double>(world_size));
+  if (!(norm > limit) || !std::isfinite(norm)) return 1.0f;
+  return static_cast<float>(limit / norm);
+}
+
 }  // namespace gradex::sync

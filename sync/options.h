@@ -55,6 +55,11 @@ struct EngineOptions {
 // Reads every engine-level variable; throws ConfigError for invalid values (overrides included).
 EngineOptions engine_options_from_config(const config::Config& config);
 
+// Norm clipping (GRADEX_CLIP_NORM, as the DGC paper's local clipping): the factor that brings a
+// gradient of L2 norm `norm` down to clip_norm / sqrt(world_size); 1 when it is already within,
+// and when the norm is not finite (then the non-finite gradient is skipped everywhere instead).
+float clip_scale_for_norm(double clip_norm, int world_size, double norm);
+
 // Parses GRADEX_SPARSITY_OVERRIDES; ConfigError naming the offending entry.
 std::vector<PolicyOverride> parse_policy_overrides(const std::string& text);
 

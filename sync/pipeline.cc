@@ -26,7 +26,7 @@ std::string Unit::keys() const {
 
 namespace {
 
-// Greedy packing in round order by the fusion rule dense_average() applies to one call's items
+// Greedy packing in round order by the fusion rule the dense exchange applies to one call's items
 // (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
 // a job larger than the limit travels alone.
 void add_buckets(std::vector<Job>& jobs, Route route, bool full_precision, size_t elem,

@@ -1,11 +1,10 @@
 #include "sync/tensor_state.h"
 
-#include "sync/device_tensor.h"
-#include "sync/sparse_exchange.h"
+#include "sync/backend_tensor.h"
 
 namespace gradex::sync {
 
-// Out of line because SparseCodec and DeviceTensor are incomplete in the header.
+// Out of line because BackendTensor is incomplete in the header.
 TensorState::TensorState() = default;
 TensorState::~TensorState() = default;
 TensorState::TensorState(TensorState&&) noexcept = default;

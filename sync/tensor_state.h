@@ -12,22 +12,16 @@
 
 namespace gradex::sync {
 
-class SparseCodec;    // sync/sparse_exchange.h
-struct DeviceTensor;  // sync/device_tensor.h
+struct BackendTensor;  // sync/backend_tensor.h
 
 struct TensorState {
   std::string key;
   uint64_t numel = 0;
   DType dtype = DType::kFloat32;
   TensorPolicy policy;
-  std::unique_ptr<SparseCodec> codec;  // DGC state; set when policy.kind == kSparse (host path)
-  // Set when the tensor's state lives in a device backend (sync/device_path.h): then codec and
-  // momentum stay empty and the backend holds DGC's u and v or the dense momentum.
-  std::unique_ptr<DeviceTensor> device;
-  std::vector<float> scratch;  // fp32 view of a 16-bit tensor (sparse path, momentum)
-  // gradex's momentum u of a dense-policy tensor (GRADEX_MOMENTUM > 0; empty until first used).
-  // DGC tensors keep theirs inside the codec.
-  std::vector<float> momentum;
+  // The tensor's state in its backend (sync/backend_path.h): DGC's u and v, or the dense
+  // momentum; set at registration.
+  std::unique_ptr<BackendTensor> backend;
   // The tensor's exchange counter: how many gradient exchanges of it every rank has negotiated.
   // Carried in negotiation (ranks agree on the maximum) and drives DGC's schedule.
   uint64_t step = 0;

@@ -3,10 +3,11 @@
 #
 # Topology: P hosts, network namespaces gx-h0 .. gx-h<P-1>. Host i has one interface, eth0, with
 # address 198.18.0.<i+1>/24 (the benchmarking range 198.18.0.0/15), cabled by a veth pair to port
-# p<i> of bridge br0 inside a switch namespace gx-sw. Every link is shaped in both directions with a
-# tbf at --rate (a full-duplex NIC); --delay/--jitter add a netem delay on each host's egress, i.e.
-# a one-way host-to-host delay, when the kernel has sch_netem. Nothing is attached to the root
-# namespace, so the benchmark's traffic never leaves the gx-* namespaces.
+# p<i> of bridge br0 inside a switch namespace gx-sw (names and subnet: GX_CLUSTER_NAME and
+# GX_CLUSTER_SUBNET below). Every link is shaped in both directions with a tbf at --rate (a
+# full-duplex NIC); --delay/--jitter add a netem delay on each host's egress, i.e. a one-way
+# host-to-host delay, when the kernel has sch_netem. Nothing is attached to the root namespace, so
+# the benchmark's traffic never leaves the cluster's namespaces.
 #
 # Usage:
 #   cluster.sh probe                     exit 0 when this machine can build the cluster; else say why, exit 3
@@ -16,7 +17,7 @@
 #   cluster.sh shape --rate R [--delay D [--jitter J]]    re-shapes every link of the running cluster
 #   cluster.sh counters                  "h<i> <tx_bytes> <rx_bytes>" of each host's eth0 (cumulative)
 #   cluster.sh status                    the hosts, their links' qdiscs and the owner
-#   cluster.sh down                      kills what runs inside gx-*, deletes every gx-* namespace
+#   cluster.sh down                      kills what runs inside the cluster's namespaces, deletes them
 #   cluster.sh help
 # R is a tc rate such as 1gbit, 10gbit, 25gbit or 500mbit; D and J are tc times such as 0.2ms.
 #
@@ -25,7 +26,9 @@
 set -euo pipefail
 
 # GX_CLUSTER_NAME / GX_CLUSTER_SUBNET let a second cluster coexist with the default one (another
-# benchmark on the same machine): namespaces <name>-sw, <name>-h<i>, addresses <subnet>.<i+1>.
+# benchmark on the same machine): namespaces <name>-sw, <name>-h<i> (probes <name>-probe-<pid>),
+# addresses <subnet>.<i+1>. bench/run --cluster-name/--subnet and bench/cluster/network.py read the
+# same two variables.
 readonly CLUSTER_NAME=${GX_CLUSTER_NAME:-gx}
 readonly SUBNET=${GX_CLUSTER_SUBNET:-198.18.0}
 [[ $CLUSTER_NAME =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "cluster: bad GX_CLUSTER_NAME '$CLUSTER_NAME' (1-8 of a-z0-9, a letter first)" >&2; exit 2; }
@@ -57,7 +60,7 @@ hosts_of_cluster() {
 
 # Whether the kernel offers a qdisc: tried on a throwaway veth pair inside a throwaway namespace.
 qdisc_available() {
-  local kind=$1 ns=gx-probe-$$ ok=1
+  local kind=$1 ns=$CLUSTER_NAME-probe-$$ ok=1
   ip netns add "$ns" 2>/dev/null || return 1
   if ip -n "$ns" link add q0 type veth peer name q1 2>/dev/null &&
      ip netns exec "$ns" tc qdisc add dev q0 root $kind >/dev/null 2>&1; then  # word-split on purpose
@@ -71,23 +74,23 @@ cmd_probe() {
   local err
   command -v ip >/dev/null || { echo "cluster: cannot build a cluster: 'ip' (iproute2) is not installed" >&2; exit 3; }
   command -v tc >/dev/null || { echo "cluster: cannot build a cluster: 'tc' (iproute2) is not installed" >&2; exit 3; }
-  if ! err=$(ip netns add gx-probe-$$ 2>&1); then
+  if ! err=$(ip netns add "$CLUSTER_NAME-probe-$$" 2>&1); then
     echo "cluster: cannot create network namespaces here: ${err:-ip netns add failed}" >&2
     echo "cluster: (needs root or CAP_SYS_ADMIN + CAP_NET_ADMIN, and a kernel with network namespaces)" >&2
     exit 3
   fi
-  ip netns del gx-probe-$$
+  ip netns del "$CLUSTER_NAME-probe-$$"
   if ! qdisc_available "tbf rate 1gbit burst 128kb latency 5ms"; then
     echo "cluster: cannot shape links here: the kernel has no tbf qdisc (sch_tbf)" >&2
     exit 3
   fi
 }
 
-# Kills every process still running inside our namespaces (only gx-* ones: all started by the
+# Kills every process still running inside this cluster's namespaces (<name>-*: all started by the
 # benchmark), then deletes them. Idempotent; safe when nothing exists.
 cmd_down() {
   local ns pids
-  for ns in $(hosts_of_cluster) $SWITCH $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^gx-probe-[0-9]+$'); do
+  for ns in $(hosts_of_cluster) $SWITCH $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${CLUSTER_NAME}-probe-[0-9]+$"); do
     ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$ns" || continue
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     if [ -n "$pids" ]; then

@@ -2,12 +2,16 @@
 on the wire, counted by the kernel (independently of gradex's and torch's own counters).
 
 Three networks:
-  Cluster(P)        rank r in namespace gx-h<r> (bench/cluster/cluster.sh up), on eth0 at
-                    198.18.0.<r+1>; counters of each host's veth, read on the switch side
+  Cluster(H, L)     L ranks per host (default 1): rank r in namespace gx-h<r // L>
+                    (bench/cluster/cluster.sh up), on eth0 at 198.18.0.<r // L + 1>; counters of
+                    each host's veth, read on the switch side
   NamespaceLoopback every rank inside gx-h0, on its own loopback: unshaped, yet with counters that
                     only this benchmark's traffic touches
   RootLoopback      every rank in the root namespace on 127.0.0.1 (when namespaces are unavailable):
                     no byte counters, since other programs share that loopback
+
+Namespace names and subnet follow cluster.sh: GX_CLUSTER_NAME (default gx: gx-h<i>, gx-sw) and
+GX_CLUSTER_SUBNET (default 198.18.0), read from the environment when a network is created.
 """
 import json
 import os
@@ -15,7 +19,14 @@ import pathlib
 import subprocess
 
 CLUSTER_SH = pathlib.Path(__file__).resolve().parent / "cluster.sh"
-SWITCH = "gx-sw"
+
+
+def cluster_name():
+    return os.environ.get("GX_CLUSTER_NAME", "gx")
+
+
+def cluster_subnet():
+    return os.environ.get("GX_CLUSTER_SUBNET", "198.18.0")
 
 
 def _ip_json(*args):
@@ -33,7 +44,8 @@ def common_env(network, rank, world, port):
     """Launcher variables for one rank: what torchrun would set, plus the interface pins.
     UCX_TLS=tcp,self: the namespaces share one kernel and /dev/shm, so UCX would otherwise pick
     shared memory between "hosts" and bypass the shaped links. GRADEX_SHM=0: ranks that share a
-    namespace (loopback) also talk tcp, so that loopback measures an unshaped network."""
+    namespace (loopback, or the L ranks of one emulated host) also talk tcp, over that namespace's
+    own loopback, which never crosses a host's shaped link."""
     return {
         "RANK": str(rank), "WORLD_SIZE": str(world),
         "LOCAL_RANK": str(network.local_rank(rank)), "LOCAL_WORLD_SIZE": str(network.local_world(world)),
@@ -44,36 +56,43 @@ def common_env(network, rank, world, port):
 
 
 class Cluster:
-    name_prefix = "gx-h"
-    master_addr = "198.18.0.1"
     iface = "eth0"
     counted = True
 
-    def __init__(self, hosts, rate, delay=""):
-        self.hosts = hosts
-        self.rate = rate
-        self.delay = delay
+    def __init__(self, hosts, rate, delay="", ranks_per_host=1):
+        self.hosts, self.rate, self.delay, self.ranks_per_host = hosts, rate, delay, ranks_per_host
         self.label = rate
+        self.name_prefix = f"{cluster_name()}-h"
+        self.switch = f"{cluster_name()}-sw"
+        self.master_addr = f"{cluster_subnet()}.1"
+
+    def host_of(self, rank):
+        return rank // self.ranks_per_host
 
     def command(self, rank, argv):
-        return ["ip", "netns", "exec", f"{self.name_prefix}{rank}", *argv]
+        return ["ip", "netns", "exec", f"{self.name_prefix}{self.host_of(rank)}", *argv]
 
     def local_rank(self, rank):
-        return 0
+        return rank % self.ranks_per_host
 
     def local_world(self, world):
-        return 1
+        return self.ranks_per_host
 
     def shape(self):
         delay = ["--delay", self.delay] if self.delay else []
         subprocess.run([str(CLUSTER_SH), "shape", "--rate", self.rate, *delay], check=True,
                        timeout=60, stdout=subprocess.DEVNULL)
 
+    def host_bytes(self):
+        """[(tx, rx)] bytes of each host's eth0 so far, in host order (data, headers and ACKs;
+        after shaping), read on the switch side of each host's veth pair: port p<i> receives
+        exactly what host i's eth0 transmits, and transmits what it receives."""
+        stats = _link_stats(self.switch)
+        return [(stats[f"p{i}"][1], stats[f"p{i}"][0]) for i in range(self.hosts)]
+
     def bytes_sent(self):
-        """Total bytes all hosts transmitted so far (data, headers and ACKs; after shaping)."""
-        stats = _link_stats(SWITCH)
-        # Port p<i> receives exactly what host i's eth0 transmits (the two ends of one veth pair).
-        return sum(stats[f"p{i}"][1] for i in range(self.hosts))
+        """Total bytes all hosts transmitted so far."""
+        return sum(tx for tx, _ in self.host_bytes())
 
 
 class NamespaceLoopback:
@@ -81,7 +100,9 @@ class NamespaceLoopback:
     iface = "lo"
     counted = True
     label = "loopback"
-    namespace = "gx-h0"
+
+    def __init__(self):
+        self.namespace = f"{cluster_name()}-h0"
 
     def command(self, rank, argv):
         return ["ip", "netns", "exec", self.namespace, *argv]
@@ -101,6 +122,9 @@ class NamespaceLoopback:
 
 class RootLoopback(NamespaceLoopback):
     counted = False
+
+    def __init__(self):
+        self.namespace = None
 
     def command(self, rank, argv):
         return list(argv)

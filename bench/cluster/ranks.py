@@ -30,22 +30,35 @@ class RankFailure(RuntimeError):
 
 
 class WireMeter:
-    """Kernel byte counters sampled at the progress boundaries of rank 0."""
+    """Kernel byte counters sampled at the progress boundaries of rank 0: per mode, bytes per step and
+    rank (per_step) and, on networks that count each host's link, [(tx, rx)] bytes per step of every
+    host (per_host)."""
 
     def __init__(self, network, warmup, steps, ranks):
         self.network, self.warmup, self.steps, self.ranks = network, warmup, steps, ranks
-        self.current, self.start, self.per_step = None, None, {}
+        self.current, self.start, self.start_hosts, self.per_step, self.per_host = None, None, None, {}, {}
+        self.by_host = hasattr(network, "host_bytes")
 
     def on_progress(self, mode, step):
         if mode != self.current:
             self._close()
-            self.current, self.start = mode, None
+            self.current, self.start, self.start_hosts = mode, None, None
         if step == self.warmup + 1 and self.network.counted:
-            self.start = self.network.bytes_sent()
+            if self.by_host:
+                self.start_hosts = self.network.host_bytes()
+                self.start = sum(tx for tx, _ in self.start_hosts)
+            else:
+                self.start = self.network.bytes_sent()
 
     def _close(self):
         if self.current is not None and self.start is not None:
-            delta = self.network.bytes_sent() - self.start
+            if self.by_host:
+                now = self.network.host_bytes()
+                self.per_host[self.current] = [((tx - tx0) / self.steps, (rx - rx0) / self.steps)
+                                               for (tx, rx), (tx0, rx0) in zip(now, self.start_hosts)]
+                delta = sum(tx for tx, _ in now) - self.start
+            else:
+                delta = self.network.bytes_sent() - self.start
             self.per_step[self.current] = delta / self.steps / self.ranks  # per step and rank
         self.start = None
 
@@ -100,10 +113,12 @@ def _read_progress(master_fd, meter, display, log_path):
 
 
 def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label, extra_env=None,
-              display=None):
+              display=None, host_wire=None):
     """Runs argv as `world` ranks on `network`. Returns (rank 0's stdout, {mode: wire bytes per step
-    and rank} — empty when the network has no counters). RankFailure when a rank fails or the run
-    exceeds timeout_s; every rank is gone when this returns or raises."""
+    and rank} — empty when the network has no counters); fills host_wire (a dict, when given) with
+    {mode: [(tx, rx) bytes per step of each host]} on networks that count each host's link.
+    RankFailure when a rank fails or the run exceeds timeout_s; every rank is gone when this returns
+    or raises."""
     os.makedirs(log_dir, exist_ok=True)
     port = pick_port(network)
     meter = WireMeter(network, warmup, steps, world)
@@ -140,6 +155,8 @@ def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label,
             time.sleep(0.05)
         reader.join(timeout=5)
         meter.finish()
+        if host_wire is not None:
+            host_wire.update(meter.per_host)
         if failed:
             time.sleep(0.5)  # let a peer's own message land in its log before it is killed
             _kill_all(procs)

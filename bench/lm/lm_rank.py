@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""One rank of the LM race (bench/lm/race.py): a small byte-level transformer trained on the standard
-library's .py files with one synchronisation method, for a fixed number of steps.
+"""One rank of the LM race (bench/lm/race.py): the race's transformer (model.py) trained with AdamW on the
+standard library's .py files (corpus.py) with one synchronisation method, for a wall-clock budget.
 
-Methods: ddp (DistributedDataParallel, gloo fp32 allreduce of gradients every step), dgc (DDP with gradex's
-hook: DGC top-k at --sparsity, error feedback, no momentum correction since AdamW keeps its own moments),
-localsgd (gx.LocalSGD: parameters averaged every --localsgd-period steps), diloco (gx.DiLoCo, 8-bit
-pseudo-gradients, --fragments fragments with merges --delay steps after their exchange starts).
-Inner optimizer: AdamW for every method. Clock: rank 0's training-step wall time (forward, backward,
-exchange, optimizer step, DiLoCo/LocalSGD step); evaluations pause it. Every --eval-every steps rank 0
-measures the held-out loss (DiLoCo: of the global copy) and reads the bytes every host has put on the wire
-(kernel counters of the switch ports, --switch). Rank 0 writes the curve to --curve-out as JSON.
+Clock: rank 0's elapsed wall time of training (steps, exchanges, waits, the per-step stop signal), with
+the held-out evaluations paused out of it. After every step rank 0 broadcasts (stop, evaluate) to the other
+ranks, so every rank runs the same number of steps; the broadcast is a few bytes and counts towards the
+clock and the bytes of every method alike. Every --eval-every seconds of clock, and at the end, rank 0
+measures the held-out loss (DiLoCo: of the global model; LocalSGD and no-communication: of its own model)
+and reads the bytes all hosts have put on the wire (the switch ports' kernel counters, --switch; null
+without one). Rank 0 writes the curve, [(clock_s, step, held_out_loss, bytes)], to --curve-out as JSON.
 """
 import argparse
 import datetime
+import inspect
 import json
 import os
 import subprocess
@@ -27,108 +27,185 @@ sys.path.insert(0, HERE)
 import corpus  # noqa: E402
 import model as lm  # noqa: E402
 
-METHODS = ("ddp", "dgc", "localsgd", "diloco")
+
+def _ddp(model, args, opt):
+    return torch.nn.parallel.DistributedDataParallel(model), "DDP, gloo fp32 allreduce"
+
+
+def _fp16(model, args, opt):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    net.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    return net, "DDP + torch fp16_compress_hook"
+
+
+def _powersgd(model, args, opt):
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                        start_powerSGD_iter=2)
+    net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return net, f"DDP + torch powerSGD_hook (rank {args.powersgd_rank}, error feedback)"
+
+
+def _gradex_default(model, args, opt):
+    import gradex.torch as gx
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    if "optimizer" in inspect.signature(gx.State).parameters:
+        state, label = gx.State(net, optimizer=opt), "gx.State(ddp, optimizer=AdamW) + gx.hook"
+    else:
+        # This gradex has no optimizer-aware State: the plain hook's defaults, with the momentum AdamW
+        # already keeps switched off (GRADEX_MOMENTUM=0), as docs/pytorch.md asks for Adam-family optimizers.
+        state = gx.State(net, config={"GRADEX_MOMENTUM": 0})
+        label = "gx.State(ddp) + gx.hook, GRADEX_MOMENTUM=0 (no optimizer= in this gradex)"
+    net.register_comm_hook(state, gx.hook)
+    return net, label
+
+
+def _gradex_localsgd(model, args, opt):
+    import gradex.torch as gx
+    lsgd = gx.LocalSGD(model, period=args.localsgd_period)
+    return model, f"gx.LocalSGD(period={args.localsgd_period})", lsgd.step
+
+
+def _diloco(bits):
+    def make(model, args, opt):
+        import gradex.torch as gx
+        d = gx.DiLoCo(model, opt, period=args.period, fragments=args.fragments, delay=args.delay, bits=bits,
+                      outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
+        return model, (f"gx.DiLoCo({bits}-bit, H={args.period}, {args.fragments} fragments, "
+                       f"delay {args.delay})"), d
+    return make
+
+
+def _nocomm(model, args, opt):
+    return model, "no communication (each rank trains alone: the compute bound)"
+
+
+# name -> builder(model, args, optimizer) returning (module to call, label[, per-step callable or DiLoCo]).
+# Add a method here and (if it is a gradex or a PyTorch hook method) to race.py's GRADEX / HOOKS.
+METHODS = {
+    "ddp": _ddp,
+    "fp16": _fp16,
+    "powersgd": _powersgd,
+    "gradex_default": _gradex_default,
+    "gradex_localsgd": _gradex_localsgd,
+    "gradex_diloco8": _diloco(8),
+    "gradex_diloco4": _diloco(4),
+    "nocomm": _nocomm,
+}
 
 
 def wire_bytes(switch, hosts):
+    """Bytes all hosts have transmitted (the switch ports' receive counters), or None without a switch."""
     if not switch:
-        return 0
-    total = 0
-    for i in range(hosts):
-        out = subprocess.run(["ip", "netns", "exec", switch, "cat", f"/sys/class/net/p{i}/statistics/rx_bytes"],
-                             check=True, capture_output=True, text=True, timeout=30)
-        total += int(out.stdout)
-    return total
+        return None
+    out = subprocess.run(["ip", "-j", "-n", switch, "-s", "link", "show"], check=True, capture_output=True,
+                         text=True, timeout=30)
+    stats = {link["ifname"]: link["stats64"]["rx"]["bytes"] for link in json.loads(out.stdout)}
+    return sum(stats[f"p{i}"] for i in range(hosts))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--method", choices=sorted(METHODS), required=True)
+    p.add_argument("--data", required=True, help="the corpus file race.py wrote (corpus.save)")
+    p.add_argument("--budget", type=float, required=True, help="seconds of training clock")
+    p.add_argument("--eval-every", type=float, default=0, help="seconds of clock (default budget / 12)")
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--batch", type=int, default=8, help="per rank")
+    p.add_argument("--context", type=int, default=lm.DEFAULTS["context"])
+    p.add_argument("--d-model", type=int, default=lm.DEFAULTS["d"])
+    p.add_argument("--layers", type=int, default=lm.DEFAULTS["layers"])
+    p.add_argument("--heads", type=int, default=lm.DEFAULTS["heads"])
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--localsgd-period", type=int, default=16)
+    p.add_argument("--period", type=int, default=32, help="DiLoCo's H (inner steps per outer step)")
+    p.add_argument("--fragments", type=int, default=4, help="DiLoCo's streaming fragments")
+    p.add_argument("--delay", type=int, default=2, help="DiLoCo: inner steps a fragment's exchange overlaps")
+    p.add_argument("--outer-lr", type=float, default=0.7)
+    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--switch", default="", help="the emulated cluster's switch namespace (byte counters)")
+    p.add_argument("--curve-out", required=True)
+    args = p.parse_args(argv)
+    if args.budget <= 0:
+        p.error(f"--budget must be positive seconds, got {args.budget}")
+    args.eval_every = args.eval_every or args.budget / 12
+    return args
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=METHODS, required=True)
-    p.add_argument("--steps", type=int, default=128)
-    p.add_argument("--eval-every", type=int, default=16)
-    p.add_argument("--batch", type=int, default=8, help="per rank")
-    p.add_argument("--context", type=int, default=64)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--sparsity", type=float, default=0.99)
-    p.add_argument("--localsgd-period", type=int, default=8)
-    p.add_argument("--period", type=int, default=16, help="DiLoCo's H")
-    p.add_argument("--fragments", type=int, default=2)
-    p.add_argument("--delay", type=int, default=1)
-    p.add_argument("--bits", type=int, default=8)
-    p.add_argument("--switch", default="")
-    p.add_argument("--curve-out", required=True)
-    args = p.parse_args()
+    args = parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank, world = dist.get_rank(), dist.get_world_size()
-    train, held = corpus.load()
-    sampler = corpus.Sampler(train, args.context, args.batch, seed=1000 + rank)
-    evals = corpus.eval_batches(held, args.context, count=6, batch=16)
-    model = lm.make(seed=0, d=args.d_model, layers=args.layers, context=args.context)
-    eval_model = lm.make(seed=0, d=args.d_model, layers=args.layers, context=args.context)
-    net, after_step, diloco = model, (lambda: None), None
-    if args.method in ("ddp", "dgc"):
-        net = torch.nn.parallel.DistributedDataParallel(model)
-        if args.method == "dgc":
-            import gradex.torch as gx
-            net.register_comm_hook(gx.State(config={"GRADEX_SPARSITY": args.sparsity, "GRADEX_MOMENTUM": 0,
-                                                    "GRADEX_WARMUP_STEPS": 8}), gx.hook)
+    data = corpus.load(args.data)
+    shape = dict(vocab=data["vocab"], d=args.d_model, layers=args.layers, heads=args.heads, context=args.context)
+    sampler = corpus.Sampler(data["train"], args.context, args.batch, seed=1000 + rank)
+    evals = corpus.eval_batches(data["held_out"], args.context, count=args.eval_batches, batch=16)
+    model = lm.make(seed=0, **shape)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    if args.method == "localsgd":
-        import gradex.torch as gx
-        lsgd = gx.LocalSGD(model, period=args.localsgd_period, warmup_steps=0,
-                           config={"GRADEX_FP16": 0})
-        after_step = lsgd.step
-    elif args.method == "diloco":
-        import gradex.torch as gx
-        diloco = gx.DiLoCo(model, opt, period=args.period, fragments=args.fragments, delay=args.delay,
-                           bits=args.bits, outer_lr=0.7, outer_momentum=0.9)
-        after_step = diloco.step
+    built = METHODS[args.method](model, args, opt)
+    net, label = built[0], built[1]
+    extra = built[2] if len(built) > 2 else None
+    diloco = extra if extra is not None and hasattr(extra, "global_parameters") else None
+    after_step = diloco.step if diloco is not None else (extra or (lambda: None))
+    eval_model = lm.make(seed=0, **shape) if diloco is not None else model
 
     def evaluate():
         if diloco is not None:
             eval_model.load_state_dict(diloco.global_parameters(), strict=False)
-            return lm.held_out_loss(eval_model, evals)
-        return lm.held_out_loss(model, evals)
+        return lm.held_out_loss(eval_model, evals)
 
-    hosts = world
     curve = []
+    base_bytes = wire_bytes(args.switch, world) if rank == 0 else None
+
+    def record(clock, step):
+        b = wire_bytes(args.switch, world)
+        curve.append((clock, step, evaluate(), None if b is None else b - base_bytes))
+        sys.stderr.write(f"[lm] {args.method} step {step} t {clock:.1f}s loss {curve[-1][2]:.4f}\n")
+
     if rank == 0:
-        curve.append((0.0, 0, evaluate(), 0))
-    base_bytes = wire_bytes(args.switch, hosts) if rank == 0 else 0
+        record(0.0, 0)
     dist.barrier()
-    clock = 0.0
-    for step in range(1, args.steps + 1):
+    signal = torch.zeros(2, dtype=torch.int32)  # (stop, evaluate), rank 0's decision
+    clock, next_eval, step = 0.0, args.eval_every, 0
+    started = time.perf_counter()
+    while True:
         x, y = sampler.next()
-        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
-        loss.backward()
+        torch.nn.functional.cross_entropy(net(x).reshape(-1, data["vocab"]), y.reshape(-1)).backward()
         opt.step()
         after_step()
-        clock += time.perf_counter() - t0
-        if step % args.eval_every == 0 or step == args.steps:
-            if rank == 0:
-                b = wire_bytes(args.switch, hosts) - base_bytes
-                curve.append((clock, step, evaluate(), b))
-                sys.stderr.write(f"[lm] {args.method} step {step}/{args.steps} loss {curve[-1][2]:.4f} "
-                                 f"t {clock:.1f}s\n")
-            dist.barrier()  # outside the clock
-    if diloco is not None:
-        # The exchange launched at the last step completes (no further inner steps): the final point is
-        # the global model every rank holds after synchronize(), its wait included in the clock.
-        t0 = time.perf_counter()
-        diloco.synchronize()
-        clock += time.perf_counter() - t0
+        step += 1
         if rank == 0:
-            curve.append((clock, args.steps, evaluate(), wire_bytes(args.switch, hosts) - base_bytes))
+            now = clock + time.perf_counter() - started
+            signal[0], signal[1] = int(now >= args.budget), int(now >= next_eval)
+        dist.broadcast(signal, 0)
+        stop, due = bool(signal[0]), bool(signal[1])
+        if stop or due:
+            clock += time.perf_counter() - started
+            if diloco is not None and stop:
+                # The exchanges still in flight complete (there are no more inner steps to overlap them
+                # with); the wait is training time. The final point is the global model.
+                t0 = time.perf_counter()
+                diloco.synchronize()
+                clock += time.perf_counter() - t0
+            if rank == 0:
+                record(clock, step)
+                next_eval = clock + args.eval_every
+            dist.barrier()  # evaluation: outside the clock
+            if stop:
+                break
+            started = time.perf_counter()
+    if diloco is not None:
         diloco.close()
     if rank == 0:
         with open(args.curve_out, "w") as f:
-            json.dump({"method": args.method, "curve": curve, "args": vars(args)}, f)
-        print(f"RESULT method={args.method} steps={args.steps} train_s={clock:.6g} final_loss={curve[-1][2]:.6g} "
+            json.dump({"method": args.method, "label": label, "curve": curve, "world": world,
+                       "parameters": lm.parameter_count(model), "args": vars(args)}, f)
+        print(f"RESULT method={args.method} steps={step} train_s={clock:.6g} final_loss={curve[-1][2]:.6g} "
               f"bytes={curve[-1][3]}")
     dist.barrier()
     dist.destroy_process_group()

@@ -1,53 +1,75 @@
 #!/usr/bin/env python3
-"""The LM race: DDP, gradex DGC, LocalSGD and DiLoCo (8-bit, streaming) train the same small byte-level
-transformer (bench/lm/model.py) on the standard library's .py files for the same number of steps, on P
-emulated hosts (a private namespace cluster, bench/lm/netns.py) at each link rate. Held-out loss is
-plotted against training time and against bytes on the wire; the RESULT line gives, per rate and
-method, the time and bytes each needed to reach DDP's final held-out loss (within --tolerance), and the
-ratios DDP / DiLoCo.
+"""The LM race: every method trains the same ~10.8 M-parameter word-level transformer (model.py) with AdamW
+on the standard library's .py files (corpus.py) for the same wall-clock budget, on P emulated hosts
+(bench/cluster/cluster.sh) at each link rate. Held-out loss is plotted against training time and against
+bytes on the wire.
 
-    sudo .venv/bin/python bench/lm/race.py --rates 1gbit,100mbit --out docs/benchmarks/lm_race.json
+    sudo .venv/bin/python bench/lm/race.py --rates 100mbit,1gbit --budget 300
 
-Needs root (network namespaces, tc). Every namespace it creates is removed on exit.
+Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
+this gradex configures it for AdamW), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
+nocomm (no exchange at all: the compute bound). The target at each rate is DDP's held-out loss at the end
+of its budget (times 1 + --tolerance). RESULT keys, <rate> as 100m / 1g (loopback: loopback):
+  ttt_<method>_<rate>              clock seconds to the first evaluation at or below the target (nan: never)
+  bytes_to_target_<method>_<rate>  bytes all hosts had sent by then (nan: never, or not counted)
+  final_loss_<method>_<rate>       held-out loss at the end of the budget
+  ddp_over_best_gradex_ttt_<rate>  DDP's ttt / the smallest gradex ttt (> 1: gradex sooner; nan: no gradex
+                                   method reached the target)
+  best_gradex_over_best_hook_ttt_<rate>  the speed-up of the best gradex method over the best PyTorch hook:
+                                   the hooks' smallest ttt / gradex's smallest ttt (> 1: gradex sooner; inf:
+                                   no hook reached the target; nan: no gradex method did)
+
+The cluster: GX_CLUSTER_NAME / GX_CLUSTER_SUBNET name it (cluster.sh). The race brings it up and takes it
+down itself (needs root), unless --use-running-cluster (bench/run, which owns one already). --loopback
+runs every rank in this namespace on 127.0.0.1 instead: no shaping and no byte counters (tests).
 """
 import argparse
 import json
+import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from netns import PrivateCluster  # noqa: E402
+sys.path.insert(0, str(HERE.parent / "cluster"))
+import corpus  # noqa: E402
+import lm_rank  # noqa: E402
+import network  # noqa: E402
 
-METHODS = ("ddp", "dgc", "localsgd", "diloco")
+GRADEX = ("gradex_default", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
+HOOKS = ("fp16", "powersgd")
+DEFAULT_METHODS = ("ddp", "fp16", "powersgd", *GRADEX, "nocomm")
 
 
-def run_method(cluster, method, args, port, log_dir):
-    curve_out = os.path.join(log_dir, f"lm.{cluster.rate}.{method}.json")
-    argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--steps", str(args.steps),
-            "--eval-every", str(args.eval_every), "--switch", cluster.switch, "--curve-out", curve_out,
-            *args.rank_args.split()]
+def rate_tag(rate):
+    return rate.replace("gbit", "g").replace("mbit", "m").replace("kbit", "k")
+
+
+def run_method(net, method, args, data_path, log_dir):
+    curve_out = os.path.join(log_dir, f"lm.{net.label}.{method}.json")
+    argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--data", data_path,
+            "--budget", str(args.budget), "--curve-out", curve_out,
+            *(["--switch", net.switch] if getattr(net, "switch", None) else []), *args.rank_args.split()]
+    port = network.pick_port(net)
     procs, logs = [], []
     for r in range(args.hosts):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.hosts), LOCAL_RANK="0",
-                   MASTER_ADDR=cluster.master_addr, MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0",
-                   GRADEX_IFACE="eth0", UCX_TLS="tcp,self", GRADEX_SHM="0", OMP_NUM_THREADS="1")
-        log = open(os.path.join(log_dir, f"lm.{cluster.rate}.{method}.rank{r}.log"), "w")
+        log = open(os.path.join(log_dir, f"lm.{net.label}.{method}.rank{r}.log"), "w")
         logs.append(log)
-        procs.append(subprocess.Popen(cluster.command(r, argv), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
-    deadline = time.monotonic() + args.method_timeout
+        procs.append(subprocess.Popen(net.command(r, argv), env=network.environment(net, r, args.hosts, port),
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.monotonic() + args.budget + args.method_slack
     try:
         while any(p.poll() is None for p in procs):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} at {cluster.rate}: timed out after {args.method_timeout} s")
+                raise RuntimeError(f"{method} at {net.label}: not done {args.method_slack} s after its budget")
             if any(p.poll() not in (None, 0) for p in procs):
                 time.sleep(2)
                 bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-                raise RuntimeError(f"{method} at {cluster.rate}: ranks {bad} failed (logs in {log_dir})")
+                raise RuntimeError(f"{method} at {net.label}: ranks {bad} failed (logs: {log_dir}/lm.*.rank*.log)")
             time.sleep(0.5)
     finally:
         for p in procs:
@@ -57,103 +79,183 @@ def run_method(cluster, method, args, port, log_dir):
         for log in logs:
             log.close()
     with open(curve_out) as f:
-        return json.load(f)["curve"]
+        return json.load(f)
 
 
 def first_reaching(curve, target):
-    """(time, bytes) of the first evaluation at or below target, else (None, None)."""
+    """(clock, bytes) of the first evaluation at or below target, else (nan, nan); bytes nan if uncounted."""
     for clock, _step, loss, b in curve:
         if loss <= target:
-            return clock, b
-    return None, None
+            return clock, (math.nan if b is None else b)
+    return math.nan, math.nan
 
 
-def plot(results, path):
+def _ratio(num, den):
+    if math.isnan(den):
+        return math.nan
+    return math.inf if math.isnan(num) else num / den
+
+
+def summarize(curves_by_rate, tolerance=0.0):
+    """{rate: {method: curve}} -> ({rate: {"target", "reach"}}, RESULT items {key: value}). A rate without a
+    ddp curve (its run failed) has no target and no items."""
+    summary, items = {}, {}
+    for rate, curves in curves_by_rate.items():
+        tag = rate_tag(rate)
+        if "ddp" not in curves:
+            continue
+        target = curves["ddp"][-1][2] * (1 + tolerance)
+        reach = {m: first_reaching(c, target) for m, c in curves.items()}
+        for m, c in curves.items():
+            items[f"ttt_{m}_{tag}"] = reach[m][0]
+            items[f"bytes_to_target_{m}_{tag}"] = reach[m][1]
+            items[f"final_loss_{m}_{tag}"] = c[-1][2]
+        best_gradex = min((reach[m][0] for m in curves if m in GRADEX), default=math.nan,
+                          key=lambda t: math.inf if math.isnan(t) else t)
+        best_hook = min((reach[m][0] for m in curves if m in HOOKS), default=math.nan,
+                        key=lambda t: math.inf if math.isnan(t) else t)
+        if any(m in GRADEX for m in curves):
+            items[f"ddp_over_best_gradex_ttt_{tag}"] = _ratio(reach["ddp"][0], best_gradex)
+            if any(m in HOOKS for m in curves):
+                items[f"best_gradex_over_best_hook_ttt_{tag}"] = _ratio(best_hook, best_gradex)
+        summary[rate] = {"target": target, "reach": reach}
+    return summary, items
+
+
+def _json_number(v):
+    """nan -> None, inf -> "inf": strict JSON has neither."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else str(v)
+    return v
+
+
+def result_line(items):
+    def fmt(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return str(int(v)) if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and v > 1e4) \
+            else f"{v:.4g}"
+    return "RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in items.items())
+
+
+def plot(curves_by_rate, summary, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rates = list(results)
-    fig, axes = plt.subplots(len(rates), 2, figsize=(11, 4 * len(rates)), squeeze=False)
+    rates = list(curves_by_rate)
+    fig, axes = plt.subplots(len(rates), 2, figsize=(12, 4.2 * len(rates)), squeeze=False)
     for row, rate in enumerate(rates):
-        for method, curve in results[rate]["curves"].items():
-            t = [c[0] for c in curve]
+        for method, curve in curves_by_rate[rate].items():
             loss = [c[2] for c in curve]
-            b = [c[3] / 1e6 for c in curve]
-            axes[row][0].plot(t, loss, marker=".", label=method)
-            axes[row][1].plot(b[1:], loss[1:], marker=".", label=method)  # step 0 has sent nothing
-        axes[row][0].set(title=f"{rate}: held-out loss vs training time", xlabel="s (rank 0)",
-                         ylabel="loss (nats/byte)")
+            axes[row][0].plot([c[0] for c in curve], loss, marker=".", label=method)
+            counted = [(c[3], c[2]) for c in curve[1:] if c[3]]  # step 0 has sent nothing (log axis)
+            if counted:
+                axes[row][1].plot([b / 1e6 for b, _ in counted], [l for _, l in counted], marker=".", label=method)
+        axes[row][0].set(title=f"{rate}: held-out loss vs wall-clock", xlabel="s (rank 0, evaluations excluded)",
+                         ylabel="loss (nats/token)")
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
         for ax in axes[row]:
-            ax.set_ylim(top=4.5)  # the first evaluations (loss ~8.6 at step 0) would flatten the rest
-            if results[rate]["target"] is not None:
-                ax.axhline(results[rate]["target"], color="grey", linestyle=":", linewidth=1)
-            ax.legend()
+            if rate in summary:
+                ax.axhline(summary[rate]["target"], color="grey", linestyle=":", linewidth=1)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
 
-def replot(json_path, png_path):
-    """Redraws the plot of a finished race from its JSON."""
-    with open(json_path) as f:
-        plot(json.load(f)["results"], png_path)
-
-
-def main():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rates", default="1gbit,100mbit")
+    p.add_argument("--rates", default="100mbit,1gbit", help="tc rates, comma-separated (e.g. 100mbit,1gbit)")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--steps", type=int, default=128)
-    p.add_argument("--eval-every", type=int, default=16)
-    p.add_argument("--tolerance", type=float, default=0.02, help="reaching DDP's final loss within this")
-    p.add_argument("--rank-args", default="", help="extra lm_rank.py options, e.g. '--period 8 --bits 4'")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated; must include ddp")
+    p.add_argument("--budget", type=float, default=300, help="seconds of training clock per method and rate")
+    p.add_argument("--tolerance", type=float, default=0.0, help="target: DDP's final loss x (1 + this)")
+    p.add_argument("--vocab", type=int, default=16384)
+    p.add_argument("--corpus-bytes", type=int, default=8 << 20, help="training text to read (held out: 1/8)")
+    p.add_argument("--rank-args", default="", help="extra lm_rank.py options, e.g. '--period 64 --lr 2e-3'")
     p.add_argument("--python", default=sys.executable)
-    p.add_argument("--method-timeout", type=float, default=900)
+    p.add_argument("--method-slack", type=float, default=600, help="seconds a method may run past its budget")
+    p.add_argument("--loopback", action="store_true", help="ranks on 127.0.0.1 here: no shaping, no counters")
+    p.add_argument("--use-running-cluster", action="store_true", help="the cluster is up already (bench/run)")
     p.add_argument("--out", default="docs/benchmarks/lm_race.json")
     p.add_argument("--plot", default="docs/benchmarks/lm_race.png")
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-lm"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    args.methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in args.methods if m not in lm_rank.METHODS]
+    if unknown:
+        p.error(f"unknown method(s) {','.join(unknown)}; known: {','.join(lm_rank.METHODS)}")
+    if "ddp" not in args.methods:
+        p.error("--methods must include ddp: its final loss is every method's target")
+    args.rates = [r for r in args.rates.split(",") if r]
+    bad = [r for r in args.rates if not re.fullmatch(r"[1-9][0-9]*[kmg]?bit", r)]
+    if bad or not args.rates:
+        p.error(f"bad --rates {','.join(bad) or '(none)'}: expected tc rates such as 100mbit,1gbit")
+    if args.loopback:
+        args.rates = ["loopback"]
+    if args.hosts < 2:
+        p.error(f"--hosts must be at least 2, got {args.hosts}")
+    if args.budget <= 0:
+        p.error(f"--budget must be positive seconds, got {args.budget}")
+    if args.tolerance < 0:
+        p.error(f"--tolerance must be >= 0, got {args.tolerance}")
+    return args
+
+
+def cluster_sh(*argv):
+    subprocess.run([str(network.CLUSTER_SH), *argv], check=True, timeout=120)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     os.makedirs(args.log_dir, exist_ok=True)
-    methods = args.methods.split(",")
-    rates = args.rates.split(",")
-    cluster = PrivateCluster(args.hosts, rates[0])
-    results, port = {}, 29000 + os.getpid() % 500
+    data_path = os.path.join(args.log_dir, f"lm.corpus.{args.vocab}.{args.corpus_bytes}.pt")
+    if not os.path.exists(data_path):
+        corpus.save(corpus.build(args.vocab, args.corpus_bytes), data_path + ".tmp")
+        os.replace(data_path + ".tmp", data_path)
+    own_cluster = not args.loopback and not args.use_running_cluster
+    if own_cluster:
+        cluster_sh("up", "--hosts", str(args.hosts), "--rate", args.rates[0], "--owner", str(os.getpid()),
+                   "--max-s", str(int((args.budget + args.method_slack) * len(args.methods) * len(args.rates))))
+    curves, runs, failed = {}, {}, {}
     try:
-        for rate in rates:
-            cluster.shape(rate)
-            curves = {}
-            for method in methods:
-                port += 1
-                started = time.monotonic()
-                curves[method] = run_method(cluster, method, args, port, args.log_dir)
-                print(f"[lm] {rate} {method}: final loss {curves[method][-1][2]:.4f} after "
-                      f"{curves[method][-1][0]:.1f} s, {curves[method][-1][3] / 1e6:.2f} MB "
-                      f"(run {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-            target = curves["ddp"][-1][2] * (1 + args.tolerance) if "ddp" in curves else None
-            reach = {m: first_reaching(c, target) for m, c in curves.items()} if target else {}
-            results[rate] = {"curves": curves, "target": target, "reach": reach}
+        for rate in args.rates:
+            if args.loopback:
+                net = network.RootLoopback()
+            else:
+                net = network.Cluster(args.hosts, rate)
+                net.shape()
+            curves[rate], runs[rate] = {}, {}
+            for method in args.methods:
+                try:
+                    run = run_method(net, method, args, data_path, args.log_dir)
+                except RuntimeError as e:  # one method's failure must not lose the others' results
+                    failed.setdefault(rate, {})[method] = str(e)
+                    print(f"[lm] {rate} {method}: FAILED: {e}", file=sys.stderr, flush=True)
+                    continue
+                curves[rate][method], runs[rate][method] = run["curve"], run
+                last = run["curve"][-1]
+                print(f"[lm] {rate} {method}: loss {last[2]:.4f} after {last[0]:.1f} s, {last[1]} steps, "
+                      f"{'-' if last[3] is None else f'{last[3] / 1e6:.1f}'} MB ({run['label']})",
+                      file=sys.stderr, flush=True)
     finally:
-        cluster.close()
+        if own_cluster:
+            cluster_sh("down")
+    summary, items = summarize(curves, args.tolerance)
+    labels = {m: r["label"] for rate_runs in runs.values() for m, r in rate_runs.items()}
+    parameters = next((r["parameters"] for rate_runs in runs.values() for r in rate_runs.values()), None)
     with open(args.out, "w") as f:
-        json.dump({"hosts": args.hosts, "steps": args.steps, "results": results}, f, indent=1)
-    plot(results, args.plot)
-    items = []
-    for rate, r in results.items():
-        tag = rate.replace("gbit", "g").replace("mbit", "m")
-        for m, (t, b) in r["reach"].items():
-            items.append(f"{m}_time_to_ddp_loss_{tag}={'none' if t is None else f'{t:.4g}'}")
-            items.append(f"{m}_bytes_to_ddp_loss_{tag}={'none' if b is None else b}")
-        d_t, d_b = r["reach"].get("ddp", (None, None))
-        x_t, x_b = r["reach"].get("diloco", (None, None))
-        if d_t and x_t:
-            items.append(f"ddp_over_diloco_time_{tag}={d_t / x_t:.3g}")
-        if d_b and x_b:
-            items.append(f"ddp_over_diloco_bytes_{tag}={d_b / max(x_b, 1):.3g}")
-        for m, c in r["curves"].items():
-            items.append(f"{m}_final_loss_{tag}={c[-1][2]:.4f}")
-    print("RESULT " + " ".join(items))
+        json.dump({"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
+                   "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
+                   "targets": {r: s["target"] for r, s in summary.items()},
+                   "result": {k: _json_number(v) for k, v in items.items()}},
+                  f, indent=1)
+    plot(curves, summary, args.plot)
+    print(result_line(items))
+    if failed:
+        sys.exit(f"race: failed: {'; '.join(f'{m} at {r}' for r, ms in failed.items() for m in ms)} "
+                 f"(the others' results are in {args.out})")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ optimizer momentum it runs with, and what it does after each optimizer step.
   torch_fp16       PyTorch's fp16_compress_hook (divide, fp16 allreduce, cast back); SGD momentum 0.9
   powersgd_r1/_r4  PyTorch's PowerSGD hook at rank 1 / 4 (error feedback, warm start), plain allreduce for
                    the first --sync-warmup iterations; SGD momentum 0.9
-  gradex_default   gx.hook with gradex's defaults, nothing overridden (DGC 99.9 % for large tensors, fp16
-                   dense for small ones, momentum inside gradex: the optimizer runs at momentum 0)
+  gradex_auto      gx.hook with GRADEX_POLICY=auto (the cost model picks each tensor's codec for this link);
+                   a gradex build without GRADEX_POLICY runs its default policy instead, and the record
+                   says so ("policy"); momentum inside gradex: the optimizer runs at momentum 0
+  gradex_default   gx.hook with gradex's defaults, nothing overridden (before GRADEX_POLICY: DGC 99.9 % for
+                   large tensors, fp16 dense for small ones; momentum inside gradex, as for gradex_auto)
   gradex_dgc       gx.hook with DGC at 99.9 % on every tensor (GRADEX_DENSE_THRESHOLD=0), small ones too
   gradex_localsgd  gx.LocalSGD: synchronous for --sync-warmup steps (dense fp16), then parameters averaged
                    every --period steps; SGD momentum 0.9 in the optimizer
@@ -27,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "baselines"))
 from modes import _noop_hook, serialized_hook  # noqa: E402
 
-METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_default", "gradex_dgc",
+METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm")
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
 SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
@@ -38,7 +41,7 @@ class Method:
     holds the same parameters), .stats() (gradex's counters or None), .close()."""
 
     def __init__(self, name, model, args):
-        self.name, self.gradex, self._lsgd = name, None, None
+        self.name, self.gradex, self._lsgd, self.policy = name, None, None, None
         self.ddp = DistributedDataParallel(model)
         momentum = GRADEX_MOMENTUM
         if name == "torch_fp16":
@@ -48,10 +51,11 @@ class Method:
                 process_group=None, matrix_approximation_rank=int(name[len("powersgd_r"):]),
                 start_powerSGD_iter=max(2, args.sync_warmup), use_error_feedback=True, warm_start=True)
             self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
-        elif name in ("gradex_default", "gradex_dgc"):
+        elif name in ("gradex_auto", "gradex_default", "gradex_dgc"):
             import gradex.torch as gx
-            config = {} if name == "gradex_default" else {"GRADEX_SPARSITY": 0.999,
-                                                          "GRADEX_DENSE_THRESHOLD": 0}
+            config = {"gradex_auto": auto_policy_config(), "gradex_default": {},
+                      "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0}}[name]
+            self.policy = config.get("GRADEX_POLICY", "default")
             self.gradex = _gx_state(gx, self.ddp, config)
             self.ddp.register_comm_hook(self.gradex, gx.hook)
             momentum = 0.0  # gradex applies GRADEX_MOMENTUM (default 0.9) itself: docs/pytorch.md
@@ -88,6 +92,13 @@ class Method:
     def close(self):
         if self.gradex is not None:
             self.gradex.close()
+
+
+def auto_policy_config():
+    """{"GRADEX_POLICY": "auto"} when this gradex build declares GRADEX_POLICY, else {} (its default)."""
+    import gradex
+    declared = "\nGRADEX_POLICY=" in "\n" + gradex.describe_config()
+    return {"GRADEX_POLICY": "auto"} if declared else {}
 
 
 def _gx_state(gx, ddp, config):

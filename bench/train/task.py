@@ -1,18 +1,25 @@
-"""The learnable tasks of the training race (bench/train/): labels from a fixed random teacher network,
-so the test set can be as large as the race needs and nothing is downloaded.
+"""The learnable tasks of the training race (bench/train/): generated data (a fixed random teacher network
+or a fixed random mixture), so the test set can be as large as the race needs and nothing is downloaded.
 
-Two tasks, one per student model:
+Four tasks with different horizons (how many steps plain DDP needs to reach the target) and different
+students, so that a gradient-exchange policy is judged on more than one shape of model:
 
-  mlp   64 gaussian features -> a teacher MLP (64-128-10, tanh); the student is the wide MLP
-        64-2048-2048-10 (4.3 M parameters, 17 MB of fp32 gradients per step).
-  conv  3x8x8 smooth random images -> a teacher convnet (3x3 conv 3->8, tanh, 2x2 average pooling,
-        linear); the student is a small VGG-style network:
-        two 3x3 convolutions with BatchNorm, max-pooling, and a BatchNorm MLP head that holds most of
-        the 5.3 M parameters (as VGG's classifier does).
+  short  32 gaussian features from a mixture of 60 clusters (3 per class, 20 classes, clusters that
+         overlap); the student is the MLP 32-2048-2048-20 (4.3 M parameters). DDP reaches its target
+         in about 50 of 100 steps.
+  mlp    64 gaussian features -> a teacher MLP (64-128-10, tanh); the student is the wide MLP
+         64-2048-2048-10 (4.3 M parameters, 17 MB of fp32 gradients per step). About 170 of 250 steps.
+  conv   3x8x8 smooth random images -> a teacher convnet (3x3 conv 3->8, tanh, 2x2 average pooling,
+         linear); the student is a small VGG-style network:
+         two 3x3 convolutions with BatchNorm, max-pooling, and a BatchNorm MLP head that holds most of
+         the 5.3 M parameters (as VGG's classifier does). About 200 of 250 steps.
+  long   64 gaussian features -> a deeper, sharper teacher (64-256-256-50, tanh; 50 classes); the student
+         is the three-hidden-layer MLP 64-1536-1536-1536-50 (4.9 M parameters). Its fine-grained labels
+         keep improving for well over 1,000 steps: about 1,100-1,300 of 1,600 steps.
 
-Both students are large enough that, with 16 examples per rank and step, exchanging their gradients
-over a 1 Gbit/s link (a dense fp32 ring: about 0.2-0.25 s per step for 4 hosts) costs several times
-more than computing them on this machine: the exchange method then decides the time to accuracy.
+Every student is large enough that, with 16 examples per rank and step, exchanging its gradients over a
+1 Gbit/s link (a dense fp32 ring: about 0.2-0.25 s per step for 4 hosts) costs several times more than
+computing them on this machine (tens of ms): the exchange method then decides the time to accuracy.
 
 The task (teacher, training and test sets) depends only on the task's name: every seed and every method
 sees the same data. The race's seed changes the student's initial weights and the data order.
@@ -20,7 +27,15 @@ sees the same data. The race's seed changes the student's initial weights and th
 import torch
 
 TRAIN_SIZE, TEST_SIZE, CLASSES = 40_000, 5_000, 10
-_DATA_SEED = 1234  # the teacher and the examples; fixed, so that targets mean the same in every run
+_DATA_SEED = 1234  # the teachers and the examples; fixed, so that targets mean the same in every run
+# Per task: input shape, classes, training examples (the test set is TEST_SIZE for every task).
+SPECS = {
+    "mlp": {"inputs": (64,), "classes": CLASSES, "train": TRAIN_SIZE},
+    "conv": {"inputs": (3, 8, 8), "classes": CLASSES, "train": TRAIN_SIZE},
+    "short": {"inputs": (32,), "classes": 20, "train": TRAIN_SIZE},
+    "long": {"inputs": (64,), "classes": 50, "train": 100_000},
+}
+TASKS = tuple(SPECS)  # the order fixes each task's data seed: new tasks go at the end
 
 
 def _teacher_mlp(g):
@@ -39,8 +54,28 @@ def _teacher_conv(g):
     return teacher
 
 
+def _teacher_long(g):
+    """Two tanh layers with gain 2 (a sharper function than mlp's teacher) onto 50 classes."""
+    w1 = torch.randn(64, 256, generator=g) * (2.0 / 64 ** 0.5)
+    w2 = torch.randn(256, 256, generator=g) * (2.0 / 256 ** 0.5)
+    w3 = torch.randn(256, 50, generator=g) * (3.0 / 256 ** 0.5)
+    return lambda x: torch.tanh(torch.tanh(x @ w1) @ w2) @ w3
+
+
+def _mixture(n, g, dim=32, classes=20, per_class=3, spread=0.55):
+    """(x, y): n points of a mixture of classes*per_class gaussian clusters in `dim` dimensions, each class
+    owning per_class of them: unit-variance noise around centres whose coordinates are N(0, (2*spread)^2),
+    close enough that clusters overlap, so that the Bayes accuracy is below 1 and a student's accuracy rises
+    over tens of steps, not one. Inputs are rescaled to unit variance."""
+    centres = torch.randn(classes * per_class, dim, generator=g) * spread * 2.0
+    owner = torch.arange(classes * per_class) % classes
+    pick = torch.randint(0, classes * per_class, (n,), generator=g)
+    x = centres[pick] + torch.randn(n, dim, generator=g)
+    return x / x.std(), owner[pick]
+
+
 def _inputs(name, n, g):
-    if name == "mlp":
+    if name in ("mlp", "long"):
         return torch.randn(n, 64, generator=g)
     # Smooth images: white noise blurred by a fixed 3x3 kernel, rescaled to unit variance per pixel.
     noise = torch.randn(n, 3, 10, 10, generator=g)
@@ -49,29 +84,43 @@ def _inputs(name, n, g):
     return images / images.std()
 
 
-TASKS = ("mlp", "conv")
+def classes(name):
+    return SPECS[name]["classes"]
 
 
 def load(name):
-    """(x_train, y_train, x_test, y_test) of task `name`: TRAIN_SIZE and TEST_SIZE examples, labels = the
-    teacher's argmax. Deterministic (same tensors in every process)."""
+    """(x_train, y_train, x_test, y_test) of task `name`: its training examples and TEST_SIZE test
+    examples; labels = the teacher's argmax (the mixture's cluster owner for `short`). Deterministic (same
+    tensors in every process)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r} (expected one of {', '.join(TASKS)})")
     g = torch.Generator().manual_seed(_DATA_SEED + TASKS.index(name))
-    teacher = _teacher_mlp(g) if name == "mlp" else _teacher_conv(g)
-    x = _inputs(name, TRAIN_SIZE + TEST_SIZE, g)
+    n_train = SPECS[name]["train"]
+    if name == "short":
+        x, y = _mixture(n_train + TEST_SIZE, g)
+        return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+    teacher = {"mlp": _teacher_mlp, "conv": _teacher_conv, "long": _teacher_long}[name](g)
+    x = _inputs(name, n_train + TEST_SIZE, g)
     with torch.no_grad():
         y = teacher(x).argmax(dim=1)
-    return x[:TRAIN_SIZE], y[:TRAIN_SIZE], x[TRAIN_SIZE:], y[TRAIN_SIZE:]
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
 def make_model(name, seed=0, hidden=2048):
-    """The student for task `name`, with initial weights from `seed` (the same on every rank)."""
+    """The student for task `name`, with initial weights from `seed` (the same on every rank). `hidden`
+    is the width of the widest layers (smaller in smoke runs; `long` uses 3/4 of it)."""
     torch.manual_seed(seed)
     nn = torch.nn
     if name == "mlp":
         return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                              nn.Linear(hidden, CLASSES))
+    if name == "short":
+        return nn.Sequential(nn.Linear(32, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                             nn.Linear(hidden, classes(name)))
+    if name == "long":
+        width = hidden * 3 // 4
+        return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                             nn.Linear(width, width), nn.ReLU(), nn.Linear(width, classes(name)))
     if name == "conv":
         return nn.Sequential(
             nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),

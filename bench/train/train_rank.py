@@ -83,7 +83,7 @@ def train_one_seed(args, seed, data, rank, world):
     optimizer, ddp = method.optimizer, method.ddp
     loss_fn = torch.nn.CrossEntropyLoss()
     tx = TxCounter(args.count_iface)
-    evaluating = args.method != "nocomm"
+    evaluating = args.method != "nocomm" and not args.no_eval
     clock, step, due = 0.0, 0, False
     curve = [(0.0, 0, evaluate(model, x_test, y_test, rank, world))] if evaluating else []
     reached = None  # (clock, step) of the first evaluation at or above the target
@@ -128,7 +128,7 @@ def train_one_seed(args, seed, data, rank, world):
         "curve": curve, "final_accuracy": curve[-1][2] if curve else None,
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
-        "gradex_stats": method.stats(),
+        "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
     }
     method.close()
     dist.barrier()
@@ -152,6 +152,9 @@ def main():
                    help="PowerSGD's plain-allreduce iterations, LocalSGD's synchronous steps")
     p.add_argument("--period", type=int, default=4, help="LocalSGD's H")
     p.add_argument("--count-iface", default="", help="count this interface's transmitted bytes")
+    p.add_argument("--no-eval", action="store_true",
+                   help="steps per second only: no evaluation, no accuracy (a method whose accuracy does not "
+                        "depend on the link, timed on another link)")
     p.add_argument("--out", required=True)
     p.add_argument("--timeout-s", type=float, default=300)
     args = p.parse_args()

@@ -1,22 +1,32 @@
 #!/usr/bin/env python3
-"""The time-to-accuracy race of bench/run: every method of methods.py trains each task of task.py on the
-emulated cluster at one link rate (default 1 Gbit/s), one rank per host, for the same number of steps
-with the same data, initial weights (per seed), learning-rate schedule and target; per method and task,
-the median and spread over seeds of the time and steps to the target, steps per second, final accuracy
-and bytes per host go to one results file (then bench/report.py).
+"""The time-to-accuracy race of bench/run: methods of methods.py train tasks of task.py on the emulated
+cluster, one rank per host, for the same number of steps with the same data, initial weights (per seed),
+learning-rate schedule and target, at one or more link rates; per rate, task and method, the median and
+spread over seeds of the time and steps to the target, steps per second, final accuracy and bytes per host
+go to one results file (then bench/report.py).
 
 Expects the cluster to be up (bench/run creates and removes it) unless --root-loopback is given.
 
-    train_suite.py --out train.json --rate 1gbit --mode quick
+    train_suite.py --out train.json --rates 1gbit,100mbit --mode quick
+
+Rates: the first is the reference, where every method runs in full. At every other rate only the methods
+whose arithmetic depends on the link (LINK_ADAPTIVE: gradex's auto policy, which picks codecs from the
+link's measured cost) train in full; every other method computes exactly what it computes at the
+reference rate, so it runs RATE_ONLY_STEPS steps without evaluation (train_rank.py --no-eval) for its
+steps per second there, and the report derives its time to target as its steps to target at the
+reference rate divided by those steps per second (marked "derived"). nocomm runs at the reference only.
 
 Modes (the race's size; --tasks/--methods/--seeds override):
-  quick   the MLP task; 3 seeds for ddp and gradex_default, 1 seed for every other method
-  full    both tasks, every method, 3 seeds (the compute bound, nocomm, measured once per round)
+  quick   the short and MLP tasks; ddp, gradex_auto and nocomm, 1 seed (fits bench/run --quick)
+  full    the short, MLP and convnet tasks, every method, 3 seeds (the compute bound, nocomm, measured
+          once per round)
   smoke   a harness check in seconds (tiny model, a few steps; what the test suite runs)
+The long task (`long`, > 1,000 steps) is in no mode: add it with --tasks (about 10 minutes per seed of
+ddp + gradex_auto at 1 Gbit/s on a quiet 2-core machine).
 
 A method that is not a methods.py method runs the program named in PROGRAMS (same command line and
 output contract as train_rank.py): other frameworks' ranks. The Keras row (keras_rank.py:
-keras_gradex_default, keras_gradex_dense) runs on the MLP task only, with one seed in quick mode.
+keras_gradex_default, keras_gradex_dense) runs on the MLP task only, at the reference rate only.
 """
 import argparse
 import json
@@ -34,26 +44,34 @@ import machine  # noqa: E402
 from network import Cluster, RootLoopback  # noqa: E402
 from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
 
-METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_default", "gradex_dgc",
+METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense")
+# Methods whose arithmetic (and so their steps to target) may depend on the link: they train in full at
+# every rate. gradex_default and keras_gradex_default follow GRADEX_POLICY's default, auto once it exists.
+LINK_ADAPTIVE = ("gradex_auto", "gradex_default", "keras_gradex_default")
+RATE_ONLY_STEPS = 10  # steps timed, without evaluation, of a link-independent method at a non-reference rate
 # Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
-# the value plain DDP reaches after about 150-200 of those steps (calibrated on this task's curves).
+# the value plain DDP reaches after about 2/3 of those steps (calibrated on DDP's curves, the same peak
+# learning rate for every task: the settings are not tuned to any gradex policy).
 TASK_SETTINGS = {
+    "short": {"steps": 100, "lr": 0.05, "target": 0.88},
     "mlp": {"steps": 250, "lr": 0.05, "target": 0.72},
     "conv": {"steps": 250, "lr": 0.05, "target": 0.64},
+    "long": {"steps": 1600, "lr": 0.05, "target": 0.40},
 }
 NOCOMM_STEPS = 60  # the compute bound needs no accuracy: a short run
+QUICK_METHODS = ("ddp", "gradex_auto", "nocomm")
 MODES = {
-    "quick": {"tasks": ("mlp",), "seeds": {"ddp": 3, "gradex_default": 3}, "default_seeds": 1},
-    "full": {"tasks": ("mlp", "conv"), "seeds": {}, "default_seeds": 3, "nocomm_seeds": 3},
+    "quick": {"tasks": ("short", "mlp"), "methods": QUICK_METHODS, "seeds": {}, "default_seeds": 1},
+    "full": {"tasks": ("short", "mlp", "conv"), "seeds": {}, "default_seeds": 3, "nocomm_seeds": 3},
     "smoke": {"tasks": ("mlp",), "seeds": {}, "default_seeds": 1, "steps": 6, "hidden": 64, "eval_every": 3,
-              "coarse_margin": 1.0},
+              "coarse_margin": 1.0, "rate_only_steps": 4},
 }
 MODE_NOTES = {
-    "quick": "quick mode, cut to fit bench/run --quick: the MLP task only; 3 seeds for ddp and gradex_default, "
-             "1 for every other method (the full race, bench/run without --quick, runs both tasks, every "
-             "method, 3 seeds)",
-    "full": "full mode: both tasks, every method, 3 seeds",
+    "quick": "quick mode, cut to fit bench/run --quick: the short and MLP tasks; ddp, gradex_auto and nocomm, "
+             "1 seed (the full race, bench/run without --quick, runs the short, MLP and convnet tasks, every "
+             "method, 3 seeds; the long task is opt-in)",
+    "full": "full mode: the short, MLP and convnet tasks, every method, 3 seeds",
     "smoke": "smoke mode: a harness check at toy size, not a measurement",
 }
 # Rank programs of methods that methods.py does not know, with the same command line and --out contract
@@ -61,8 +79,6 @@ MODE_NOTES = {
 # The Keras row: Keras 3 + gradex's default policy vs Keras + dense fp32 gradex (keras_rank.py).
 PROGRAMS = {"keras_gradex_default": "keras_rank.py", "keras_gradex_dense": "keras_rank.py"}
 PROGRAM_TASKS = {"keras_gradex_default": ("mlp",), "keras_gradex_dense": ("mlp",)}
-
-
 def summarize(records):
     """Median and spread (min, max) over seeds; a seed that missed the target counts as infinitely late
     for time and steps to target (a median or maximum that is infinite is stored as None)."""
@@ -82,12 +98,15 @@ def summarize(records):
 
 
 def plan(args):
-    """[(task, method, seed)] in run order: round by round (seed 0 of every task and method, then seed 1
-    of those that have one, ...), so that every method meets the same spread of machine load, which on a
-    shared machine drifts over minutes."""
+    """[(rate, task, method, seed, rate_only)] in run order: rate by rate (the reference first), and within a
+    rate round by round (seed 0 of every task and method, then seed 1 of those that have one, ...), so that
+    every method meets the same spread of machine load, which on a shared machine drifts over minutes."""
     mode = MODES[args.mode]
     tasks = args.tasks.split(",") if args.tasks else mode["tasks"]
-    methods = args.methods.split(",") if args.methods else METHODS
+    for t in tasks:
+        if t not in TASK_SETTINGS:
+            raise ValueError(f"unknown task {t!r} (expected one of {', '.join(TASK_SETTINGS)})")
+    methods = args.methods.split(",") if args.methods else mode.get("methods", METHODS)
     seeds = {}
     for m in methods:
         if args.seeds:
@@ -96,13 +115,29 @@ def plan(args):
             n = mode.get("nocomm_seeds", 1) if m == "nocomm" else mode["seeds"].get(m, mode["default_seeds"])
             seeds[m] = list(range(n))
     rounds = max(len(v) for v in seeds.values())
-    return [(t, m, seeds[m][r]) for r in range(rounds) for t in tasks for m in methods
-            if r < len(seeds[m]) and t in PROGRAM_TASKS.get(m, (t,))]
+    out = []
+    for index, rate in enumerate(rates_of(args)):
+        for r in range(rounds):
+            for t in tasks:
+                for m in methods:
+                    if r >= len(seeds[m]) or t not in PROGRAM_TASKS.get(m, (t,)):
+                        continue
+                    if index == 0 or m in LINK_ADAPTIVE:
+                        out.append((rate, t, m, seeds[m][r], False))
+                    elif m != "nocomm" and m not in PROGRAMS and r == 0:
+                        out.append((rate, t, m, seeds[m][r], True))  # one timing run per task is enough
+    return out
 
 
-def rank_argv(args, task, method, seeds, out_path, counted):
+def rates_of(args):
+    return [r for r in args.rates.split(",") if r] if not args.root_loopback else ["loopback"]
+
+
+def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False):
     mode, settings = MODES[args.mode], TASK_SETTINGS[task]
     steps = mode.get("steps", NOCOMM_STEPS if method == "nocomm" else settings["steps"])
+    if rate_only:
+        steps = mode.get("rate_only_steps", RATE_ONLY_STEPS)
     program = PROGRAMS.get(method, "train_rank.py")
     argv = [args.python, str(HERE / program), "--task", task, "--method", method,
             "--seeds", ",".join(map(str, seeds)), "--steps", str(steps), "--lr", str(settings["lr"]),
@@ -114,39 +149,50 @@ def rank_argv(args, task, method, seeds, out_path, counted):
             argv += ["--" + key.replace("_", "-"), str(mode[key])]
     if counted:
         argv += ["--count-iface", "eth0"]
+    if rate_only:
+        argv += ["--no-eval"]
     return argv, steps
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--rate", default="1gbit")
+    p.add_argument("--rates", "--rate", default="1gbit",
+                   help="comma-separated link rates; the first is the reference (every method in full)")
     p.add_argument("--delay", default="")
     p.add_argument("--root-loopback", action="store_true")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
-    p.add_argument("--tasks", default="", help="override the mode's tasks (mlp,conv)")
-    p.add_argument("--methods", default="", help="override the methods (default: all)")
+    p.add_argument("--tasks", default="", help=f"override the mode's tasks ({','.join(TASK_SETTINGS)})")
+    p.add_argument("--methods", default="", help="override the mode's methods")
     p.add_argument("--seeds", default="", help="override every method's seeds, e.g. 0,1,2")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-run" / "logs"))
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: kill the ranks, keep results
 
-    network = RootLoopback() if args.root_loopback else Cluster(args.hosts, args.rate, args.delay)
-    network.shape()
-    data = {"network": network.label, "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
+    runs = plan(args)
+    rates = rates_of(args)
+    networks = {rate: RootLoopback() if args.root_loopback else Cluster(args.hosts, rate, args.delay)
+                for rate in rates}
+    data = {"reference": rates[0], "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
             "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                if k in ("rate", "delay", "hosts", "mode", "tasks", "methods", "seeds") and v),
-            "note": MODE_NOTES[args.mode], "tasks": {}, "failures": []}
+                                if k in ("rates", "delay", "hosts", "mode", "tasks", "methods", "seeds") and v),
+            "note": MODE_NOTES[args.mode], "networks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
-    started_all = time.monotonic()
-    for task, method, seed in plan(args):
-        entry = data["tasks"].setdefault(task, {**TASK_SETTINGS[task], "methods": {}})
-        out_path = os.path.join(args.log_dir, f"train.{task}.{method}.s{seed}.json")
+    started_all, shaped = time.monotonic(), None
+    for rate, task, method, seed, rate_only in runs:
+        network = networks[rate]
+        if shaped != rate:
+            network.shape()
+            shaped = rate
+        tasks = data["networks"].setdefault(network.label, {"tasks": {}})["tasks"]
+        entry = tasks.setdefault(task, {**TASK_SETTINGS[task], "methods": {}})
+        label = f"train.{network.label}.{task}.{method}.s{seed}"
+        out_path = os.path.join(args.log_dir, f"{label}.json")
         if os.path.exists(out_path):
             os.remove(out_path)
-        argv, steps = rank_argv(args, task, method, [seed], out_path, network.counted)
+        argv, steps = rank_argv(args, task, method, [seed], out_path, network.counted, rate_only)
 
         def display(mode, step, total):
             print_progress_line(f"[train {network.label}] {mode} step {step}/{total}")
@@ -154,23 +200,24 @@ def main():
         started = time.monotonic()
         try:
             run_ranks(network, args.hosts, argv, warmup=0, steps=1, display=display, log_dir=args.log_dir,
-                      label=f"train.{task}.{method}.s{seed}", timeout_s=180 + steps * 2.0)
+                      label=label, timeout_s=180 + steps * (20.0 if rate_only else 2.0))
             print_progress_line("")
             with open(out_path) as f:
                 (record,) = json.load(f)["seeds"]
         except (RankFailure, OSError, ValueError, KeyError) as e:
             print_progress_line("")
-            print(f"  FAILED: {task} {method} seed {seed}: {e}", file=sys.stderr, flush=True)
-            data["failures"].append(f"{task} {method} seed {seed}: {str(e).splitlines()[0]}")
+            print(f"  FAILED: {network.label} {task} {method} seed {seed}: {e}", file=sys.stderr, flush=True)
+            data["failures"].append(f"{network.label} {task} {method} seed {seed}: {str(e).splitlines()[0]}")
             record = None
         if record is not None:
             record["run_s"] = time.monotonic() - started
             record["load_average"] = os.getloadavg()[0]
-            result = entry["methods"].setdefault(method, {"seeds": [], "steps": steps})
+            result = entry["methods"].setdefault(method, {"seeds": [], "steps": steps, "rate_only": rate_only})
             result["seeds"].append(record)
             result["summary"] = summarize(result["seeds"])
-            print(f"  {task} {method} seed {seed}: {describe(record, entry['target'])} "
-                  f"({record['run_s']:.0f} s, load {record['load_average']:.1f})", flush=True)
+            print(f"  {network.label} {task} {method} seed {seed}: "
+                  f"{describe(record, entry['target'])} ({record['run_s']:.0f} s, "
+                  f"load {record['load_average']:.1f})", flush=True)
         data["race_s"] = time.monotonic() - started_all
         with open(args.out, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)

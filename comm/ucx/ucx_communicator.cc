@@ -181,8 +181,7 @@ UcxCommunicator::~UcxCommunicator() {
     failure_code_ = ErrorCode::kPeer;
     failure_peer_ = rank_;
     failure_what_ = "rank " + std::to_string(rank_) + " left after an error";
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) send_control(p, kControlAbort, rank_, static_cast<int32_t>(ErrorCode::kPeer));
+    notify_abort(rank_, ErrorCode::kPeer, "");
   }
   if (failure_code_ == ErrorCode::kOk && size_ > 1) goodbye_barrier();
   shutdown();

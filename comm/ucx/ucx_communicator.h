@@ -5,6 +5,7 @@
 // in the control half of the tag space and are handled inside progress().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -43,18 +44,24 @@ class UcxRequest : public Request {
   void* handle_ = nullptr;  // UCX request while in flight, nullptr once completed and freed
   ucs_status_t status_ = UCS_INPROGRESS;
   ucp_tag_recv_info_t info_{};
+  size_t posted_bytes_ = 0;  // a receive's buffer size
 };
 
 constexpr uint32_t kControlMagic = 0x43584747;  // "GGXC"
 enum ControlKind : uint32_t { kControlPing = 1, kControlPong = 2, kControlAbort = 3 };
 
-// Wire format of a control message (16 bytes, host byte order: both ends are the same build).
+// Wire format of a control message (host byte order: both ends are the same build): a 20-byte
+// header, then `text_length` bytes of text (abort notices only; at most kAbortMessageMax). Only
+// header + text travel; the control receive has room for the longest.
 struct ControlMessage {
   uint32_t magic;
   uint32_t kind;    // ControlKind
-  int32_t subject;  // probe: sequence number; abort: the rank blamed
+  int32_t subject;  // probe: sequence number; abort: the rank blamed (the sender: its own error)
   int32_t code;     // abort: ErrorCode of the failure
+  uint32_t text_length;  // abort: bytes of `text` (the failure's message, possibly cut)
+  char text[kAbortMessageMax];
 };
+constexpr size_t kControlHeaderBytes = offsetof(ControlMessage, text);
 
 class UcxCommunicator : public Communicator {
  public:
@@ -74,6 +81,7 @@ class UcxCommunicator : public Communicator {
   size_t recv_length(const Request& request) const override;
   uint64_t next_collective_tag() override;
   bool wait_for_next_collective(int wake_fd, Millis max_wait) override;
+  void abort(ErrorCode code, const std::string& message) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
@@ -113,6 +121,8 @@ class UcxCommunicator : public Communicator {
                          const std::string& detail, const std::vector<UcxRequest*>& pending,
                          bool notify_peers);
   void check_usable(const char* operation, int peer) const;
+  // MismatchError for a receive whose message was longer than its buffer.
+  [[noreturn]] void throw_truncated(const UcxRequest& request, const char* operation) const;
   // Between polls of wait_all: spins a little, then sleeps until a worker event or (at most)
   // `deadline`.
   void idle(int* idle_rounds, Clock::time_point deadline);
@@ -132,8 +142,11 @@ class UcxCommunicator : public Communicator {
 
   // --- control messages (ucx_control.cc) ---
   void post_control_recv();
-  void handle_control(const ControlMessage& m, int source);
-  void send_control(int peer, uint32_t kind, int32_t subject, int32_t code);
+  void handle_control(const ControlMessage& m, size_t length, int source);
+  void send_control(int peer, uint32_t kind, int32_t subject, int32_t code,
+                    const std::string& text = "");
+  // Sends an abort notice (blamed rank, code, text) to every other rank, once per communicator.
+  void notify_abort(int32_t blamed, ErrorCode code, const std::string& text);
   void reap_control_sends(bool all, Clock::time_point deadline);
   // On a timeout: pings every peer and returns the ranks that did not answer within a grace
   // period (a stopped or dead process cannot answer; a rank that is itself waiting can).
@@ -173,6 +186,8 @@ class UcxCommunicator : public Communicator {
   int abort_from_ = -1;  // rank whose abort notice arrived (first one)
   int abort_blamed_ = -1;
   ErrorCode abort_code_ = ErrorCode::kOk;
+  std::string abort_text_;       // the notice's message ("" from an older notice without one)
+  bool notified_peers_ = false;  // this rank's abort notice went out (at most once)
   bool closing_ = false;
 };
 

@@ -2,9 +2,12 @@
 // for them is always posted and is serviced by progress(), so any rank that is inside a
 // communicator call answers liveness probes and learns about other ranks' failures.
 //   ping(seq)          -> pong(seq): "I am alive and progressing"
-//   abort(rank, code)  : "I failed with `code` because of `rank`": the receiver fails too, naming
-//                        the same rank, instead of waiting for its own timeout.
+//   abort(rank, code, text): "I failed with `code` because of `rank` (myself: an error of my own,
+//                        Communicator::abort), and `text` says what happened": the receiver
+//                        fails too, naming the same rank and carrying the text, instead of
+//                        waiting for its own timeout.
 #include <algorithm>
+#include <cstring>
 
 #include "base/log.h"
 #include "comm/ucx/ucx_communicator.h"
@@ -23,8 +26,9 @@ void UcxCommunicator::post_control_recv() {
   control_recv_ = st;
 }
 
-void UcxCommunicator::handle_control(const ControlMessage& m, int source) {
-  if (m.magic != kControlMagic || source < 0 || source >= size_) {
+void UcxCommunicator::handle_control(const ControlMessage& m, size_t length, int source) {
+  if (length < kControlHeaderBytes || m.magic != kControlMagic || source < 0 || source >= size_ ||
+      m.text_length > kAbortMessageMax || length != kControlHeaderBytes + m.text_length) {
     GX_LOG(kWarn) << "ignoring a malformed control message (source " << source << ")";
     return;
   }
@@ -41,7 +45,9 @@ void UcxCommunicator::handle_control(const ControlMessage& m, int source) {
         abort_from_ = source;
         abort_blamed_ = m.subject;
         abort_code_ = static_cast<ErrorCode>(m.code);
-        GX_LOG(kInfo) << "rank " << source << " aborted because of rank " << m.subject;
+        abort_text_.assign(m.text, m.text_length);
+        GX_LOG(kInfo) << "rank " << source << " aborted because of rank " << m.subject << ": "
+                      << abort_text_;
       }
       break;
     default:
@@ -49,14 +55,23 @@ void UcxCommunicator::handle_control(const ControlMessage& m, int source) {
   }
 }
 
-void UcxCommunicator::send_control(int peer, uint32_t kind, int32_t subject, int32_t code) {
+void UcxCommunicator::send_control(int peer, uint32_t kind, int32_t subject, int32_t code,
+                                   const std::string& text) {
+  if (endpoints_.size() != static_cast<size_t>(size_)) return;  // not connected yet
   Endpoint& ep = endpoints_[static_cast<size_t>(peer)];
   if (!ep.open() || peers_[static_cast<size_t>(peer)]->error != UCS_OK) return;
-  control_sends_.push_back({ControlMessage{kControlMagic, kind, subject, code}, nullptr});
+  control_sends_.push_back({ControlMessage{}, nullptr});
   ControlSend& cs = control_sends_.back();
+  cs.message.magic = kControlMagic;
+  cs.message.kind = kind;
+  cs.message.subject = subject;
+  cs.message.code = code;
+  cs.message.text_length = static_cast<uint32_t>(std::min(text.size(), kAbortMessageMax));
+  std::memcpy(cs.message.text, text.data(), cs.message.text_length);
   ucp_request_param_t param{};
-  ucs_status_ptr_t st = ucp_tag_send_nbx(ep.get(), &cs.message, sizeof(cs.message),
-                                         kControlBit | static_cast<uint64_t>(rank_), &param);
+  ucs_status_ptr_t st =
+      ucp_tag_send_nbx(ep.get(), &cs.message, kControlHeaderBytes + cs.message.text_length,
+                       kControlBit | static_cast<uint64_t>(rank_), &param);
   if (st == nullptr || UCS_PTR_IS_ERR(st)) {
     control_sends_.pop_back();  // done (or failed: the peer is gone, nothing to tell it)
     return;
@@ -87,6 +102,29 @@ void UcxCommunicator::reap_control_sends(bool all, Clock::time_point deadline) {
     }
     ucp_worker_progress(worker_->get());
   }
+}
+
+void UcxCommunicator::notify_abort(int32_t blamed, ErrorCode code, const std::string& text) {
+  if (notified_peers_ || abort_from_ >= 0) return;  // announced already, or a peer's failure
+  notified_peers_ = true;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) send_control(p, kControlAbort, blamed, static_cast<int32_t>(code), text);
+}
+
+void UcxCommunicator::abort(ErrorCode code, const std::string& message) {
+  if (code == ErrorCode::kOk) code = ErrorCode::kInternal;
+  try {
+    progress();  // a notice that already arrived names the first failure: do not announce another
+  } catch (const std::exception&) {
+  }
+  if (failure_code_ == ErrorCode::kOk && abort_from_ < 0) {
+    failure_code_ = code;
+    failure_peer_ = rank_;
+    failure_what_ = message;
+  }
+  if (size_ == 1) return;
+  notify_abort(rank_, code, message);
+  reap_control_sends(true, Clock::now() + Millis(200));
 }
 
 std::vector<int> UcxCommunicator::probe_unresponsive() {

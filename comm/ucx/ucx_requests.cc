@@ -33,7 +33,9 @@ void UcxCommunicator::check_usable(const char* operation, int peer) const {
   if (failure_code_ != ErrorCode::kOk) {
     std::string detail = "the communicator is unusable after an earlier failure: " + failure_what_;
     if (failure_code_ == ErrorCode::kTimeout) throw TimeoutError(operation, failure_peer_, detail);
-    throw PeerError(operation, failure_peer_, detail);
+    if (failure_code_ == ErrorCode::kPeer) throw PeerError(operation, failure_peer_, detail);
+    // A failure of the job itself (Communicator::abort here or on a peer): its own kind.
+    throw Error(failure_code_, std::string(operation) + ": " + detail);
   }
   if (!endpoints_[static_cast<size_t>(peer)].open())
     throw PeerError(operation, peer, "the endpoint to this rank was closed");
@@ -61,6 +63,7 @@ RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t byt
   check_usable("receive", peer);
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, true));
+  req->posted_bytes_ = bytes;
   ucp_request_param_t param{};
   // No immediate completion: UCX 1.13 does not fill recv_info when it completes a receive inside
   // ucp_tag_recv_nbx, so the length always comes from ucp_tag_recv_request_test.
@@ -97,7 +100,8 @@ bool UcxCommunicator::progress() {
       ucp_request_free(control_recv_);
       control_recv_ = nullptr;
       if (st == UCS_OK)
-        handle_control(control_in_, static_cast<int>(control_info_.sender_tag & kRankMask));
+        handle_control(control_in_, control_info_.length,
+                       static_cast<int>(control_info_.sender_tag & kRankMask));
       if (!closing_) post_control_recv();
       any = true;
     }
@@ -124,10 +128,21 @@ void UcxCommunicator::idle(int* idle_rounds, Clock::time_point deadline) {
   }
 }
 
+void UcxCommunicator::throw_truncated(const UcxRequest& r, const char* operation) const {
+  // The peer sent more than the caller expects: ranks disagree on what this collective holds.
+  // The message was consumed whole, so the streams stay in step.
+  throw MismatchError(std::string(operation) + ": rank " + std::to_string(rank_) +
+                      " received a message from rank " + std::to_string(r.peer_) +
+                      " longer than the " + std::to_string(r.posted_bytes_) +
+                      " bytes expected: ranks " + std::to_string(r.peer_) + " and " +
+                      std::to_string(rank_) + " disagree on the collective's sizes");
+}
+
 bool UcxCommunicator::test(Request& request, const char* operation) {
   auto& r = static_cast<UcxRequest&>(request);
   GX_CHECK(r.owner_ == this);
   if (!poll_request(r)) return false;
+  if (r.is_recv_ && r.status_ == UCS_ERR_MESSAGE_TRUNCATED) throw_truncated(r, operation);
   if (r.status_ != UCS_OK) {
     std::vector<UcxRequest*> none;
     fail(ErrorCode::kPeer, operation, r.peer_, status_detail(r.status_), none, true);
@@ -160,6 +175,13 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
       if (!poll_request(*r)) {
         ++i;
         continue;
+      }
+      if (r->is_recv_ && r->status_ == UCS_ERR_MESSAGE_TRUNCATED) {
+        // The peer sent more than the caller expects: ranks disagree on what this collective
+        // holds. The message was consumed whole, so the streams stay in step.
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        abandon(pending);
+        throw_truncated(*r, operation);
       }
       if (r->status_ != UCS_OK) {
         int peer = r->peer_;
@@ -218,6 +240,21 @@ void UcxCommunicator::throw_if_failed(const char* operation,
     while (abort_from_ < 0 && Clock::now() < until)
       progress();
   }
+  if (abort_from_ >= 0 && abort_blamed_ == abort_from_ && !abort_text_.empty()) {
+    // The sender's own error (Communicator::abort): every rank raises it, naming that rank.
+    const ErrorCode code = abort_code_ == ErrorCode::kOk ? ErrorCode::kInternal : abort_code_;
+    std::string what = "rank " + std::to_string(abort_from_) + " failed (" + error_code_name(code) +
+                       "): " + abort_text_;
+    if (failure_code_ == ErrorCode::kOk) {
+      failure_code_ = code;
+      failure_peer_ = abort_from_;
+      failure_what_ = what;  // logged by the failing rank and by whoever handles this error
+    }
+    abandon(pending);
+    if (code == ErrorCode::kTimeout) throw TimeoutError(operation, abort_from_, what);
+    if (code == ErrorCode::kPeer) throw PeerError(operation, abort_from_, what);
+    throw Error(code, std::string(operation) + ": " + what);
+  }
   if (abort_from_ >= 0) {
     std::string detail =
         abort_blamed_ == abort_from_
@@ -249,10 +286,7 @@ void UcxCommunicator::fail(ErrorCode code, const std::string& operation, int pee
     failure_peer_ = peer;
     failure_what_ = what;
     GX_LOG(kError) << what;  // logged once, where first detected
-    if (notify_peers) {
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) send_control(p, kControlAbort, peer, static_cast<int32_t>(code));
-    }
+    if (notify_peers) notify_abort(peer, code, what);
   }
   abandon(pending);
   reap_control_sends(true, Clock::now() + Millis(200));

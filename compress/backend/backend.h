@@ -118,6 +118,11 @@ class DgcState {
   // and v). The selection (sorted indices, values exactly representable in value_dtype) is in
   // selected_indices()/selected_values() until the next step. Returns once its counts are known.
   virtual DgcStepInfo step(const float* grad, float grad_scale, Stream& stream) = 0;
+  // step() that also leaves `grad` all zeros (it then receives the sparse sum). The default runs
+  // step() then backend.fill_zero on `stream`; the CPU backend clears in the pass that reads grad.
+  // `backend` is the one that created this state.
+  virtual DgcStepInfo step_and_clear(float* grad, float grad_scale, Backend& backend,
+                                     Stream& stream);
   virtual const uint32_t* selected_indices() const = 0;
   virtual const float* selected_values() const = 0;
   // One dense step: the same update, then v is written to dense_out (numel floats, backend
@@ -125,7 +130,7 @@ class DgcState {
   virtual void step_dense(const float* grad, float* dense_out, float grad_scale,
                           Stream& stream) = 0;
   // Checkpoints in DgcCompressor's blob format (compress/dgc/state.cc), so that a state saved on
-  // one backend restores on any other and on the classic path. Both wait for their own copies on
+  // one backend restores on any other. Both wait for their own copies on
   // `stream`. The defaults (compress/backend/dgc_state_io.cc) copy u and v through host memory
   // and record no threshold history (a restored state's first step adapts from scratch); the CPU
   // backend saves and restores DgcCompressor's complete state. load_state validates the blob
@@ -190,9 +195,10 @@ class Backend {
   // Replaces NaN and Inf elements of x by +0 (GRADEX_NONFINITE=zero). Queued.
   virtual void zero_nonfinite(float* x, size_t n, Stream& stream) = 0;
 
-  // --- momentum outside DGC's sparse steps (sync/momentum.h's arithmetic) ------------------------
-  // In place over n floats, s = grad_scale: u <- m*u + s*g; g <- u (Nesterov: g <- s*g + m*u with
-  // the new u); m == 0: g <- s*g and u is not touched (may be null). Queued.
+  // --- momentum outside DGC's sparse steps
+  // --------------------------------------------------------- In place over n floats, s =
+  // grad_scale: u <- m*u + s*g; g <- u (Nesterov: g <- s*g + m*u with the new u); m == 0: g <- s*g
+  // and u is not touched (may be null). Queued.
   virtual void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
                               float grad_scale, Stream& stream) = 0;
 
@@ -225,7 +231,7 @@ bool backend_available(DeviceType type);
 //   extern "C" int gradex_backend_cuda_abi();                              // kCudaBackendAbi
 //   extern "C" Backend* gradex_backend_cuda_create(int device, char* err, size_t err_size);
 // (null plus a message on failure). Bump when Backend's layout changes.
-// 2: DgcState::save_state / load_state.
-constexpr int kCudaBackendAbi = 2;
+// 2: DgcState::save_state / load_state. 3: DgcState::step_and_clear.
+constexpr int kCudaBackendAbi = 3;
 
 }  // namespace gradex::compress::backend

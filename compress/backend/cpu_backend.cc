@@ -27,7 +27,29 @@ class CpuDgc final : public DgcState {
   float* momentum_buffer() override { return dgc_.mutable_momentum_buffer(); }
 
   DgcStepInfo step(const float* grad, float grad_scale, Stream&) override {
-    const Selection& s = dgc_.step(grad, grad_scale);
+    return report(dgc_.step(grad, grad_scale));
+  }
+  DgcStepInfo step_and_clear(float* grad, float grad_scale, Backend&, Stream&) override {
+    return report(dgc_.step_and_clear(grad, grad_scale));
+  }
+  const uint32_t* selected_indices() const override {
+    return sel_ ? sel_->indices.data() : nullptr;
+  }
+  const float* selected_values() const override { return sel_ ? sel_->values.data() : nullptr; }
+  void step_dense(const float* grad, float* dense_out, float grad_scale, Stream&) override {
+    sel_ = nullptr;  // the dense step invalidates the last selection
+    dgc_.step_dense(grad, dense_out, grad_scale);
+  }
+  // DgcCompressor's own checkpoint, threshold history included: a restored CPU state continues
+  // exactly.
+  std::vector<uint8_t> save_state(Backend&, Stream&) override { return dgc_.save_state(); }
+  void load_state(const uint8_t* data, size_t size, Backend&, Stream&) override {
+    sel_ = nullptr;
+    dgc_.load_state(data, size);
+  }
+
+ private:
+  DgcStepInfo report(const Selection& s) {
     sel_ = &s;
     DgcStepInfo info;
     info.step = s.step;
@@ -39,23 +61,7 @@ class CpuDgc final : public DgcState {
     info.saturated = s.saturated;
     return info;
   }
-  const uint32_t* selected_indices() const override {
-    return sel_ ? sel_->indices.data() : nullptr;
-  }
-  const float* selected_values() const override { return sel_ ? sel_->values.data() : nullptr; }
-  void step_dense(const float* grad, float* dense_out, float grad_scale, Stream&) override {
-    sel_ = nullptr;  // the dense step invalidates the last selection
-    dgc_.step_dense(grad, dense_out, grad_scale);
-  }
-  // DgcCompressor's own checkpoint, threshold history included: a restored CPU state continues
-  // exactly as the classic path's does.
-  std::vector<uint8_t> save_state(Backend&, Stream&) override { return dgc_.save_state(); }
-  void load_state(const uint8_t* data, size_t size, Backend&, Stream&) override {
-    sel_ = nullptr;
-    dgc_.load_state(data, size);
-  }
 
- private:
   DgcCompressor dgc_;
   size_t capacity_;
   const Selection* sel_ = nullptr;
@@ -98,12 +104,10 @@ class CpuBackend final : public Backend {
     else
       half::from_half(in, out, n, type, scale);
   }
+  // compress/half's scans: bit tests, split over the worker pool for large tensors.
   size_t count_nonfinite(const float* x, size_t n, Stream&) override {
     require_pointers(n, "cpu count_nonfinite", x);
-    size_t c = 0;
-    for (size_t i = 0; i < n; ++i)
-      c += !std::isfinite(x[i]);
-    return c;
+    return half::count_nonfinite(x, n);
   }
 
   double sum_squares(const float* x, size_t n, Stream&) override {
@@ -112,10 +116,9 @@ class CpuBackend final : public Backend {
   }
   void zero_nonfinite(float* x, size_t n, Stream&) override {
     require_pointers(n, "cpu zero_nonfinite", x);
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(x[i])) x[i] = 0.0f;
+    half::zero_nonfinite(x, n);
   }
-  // sync/momentum.cc's loops (the same expressions, in the same order).
+  // The same expressions, in the same order, as DGC's update kernel (compress/dgc/kernels.cc).
   void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
                       Stream&) override {
     check_momentum(g, u, n, m, "cpu apply_momentum");

@@ -1,5 +1,5 @@
 // DgcState's default checkpoints: u and v travel through host memory in DgcCompressor's blob
-// format, so that states move freely between backends and the classic path. A host
+// format, so that states move freely between backends. A host
 // DgcCompressor is the codec in both directions: saving patches the step counter and the arrays
 // into the blob it writes for an empty state (the layout of compress/dgc/state.cc: step at byte
 // 16, arrays from byte 40, CRC-32C last), and loading lets it validate the blob completely before
@@ -66,6 +66,13 @@ void DgcState::load_state(const uint8_t* data, size_t size, Backend& backend, St
   if (float* u = momentum_buffer()) upload(backend, stream, parsed.momentum_buffer(), u, numel());
   upload(backend, stream, parsed.residual(), const_cast<float*>(residual()), numel());
   set_step(parsed.steps_done());
+}
+
+DgcStepInfo DgcState::step_and_clear(float* grad, float grad_scale, Backend& backend,
+                                     Stream& stream) {
+  const DgcStepInfo info = step(grad, grad_scale, stream);
+  backend.fill_zero(grad, numel() * 4, stream);
+  return info;
 }
 
 }  // namespace gradex::compress::backend

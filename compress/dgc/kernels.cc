@@ -95,13 +95,6 @@ size_t collect_at_least(const float* __restrict v, size_t begin, size_t end, flo
   return found;
 }
 
-size_t count_at_least(const float* __restrict v, size_t begin, size_t end, float t) {
-  size_t count = 0;
-  for (size_t i = begin; i < end; ++i)
-    count += std::fabs(v[i]) >= t;
-  return count;
-}
-
 double sum_squares(const float* __restrict g, size_t begin, size_t end) {
   double total = 0;
   for (size_t b = begin; b < end; b += 1024) {

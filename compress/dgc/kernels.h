@@ -31,9 +31,6 @@ size_t update_collect_and_clear(float* g, float* u, float* v, size_t begin, size
 size_t collect_at_least(const float* v, size_t begin, size_t end, float t, uint32_t* cand,
                         size_t cap);
 
-// Number of elements with |v| >= t.
-size_t count_at_least(const float* v, size_t begin, size_t end, float t);
-
 // Sum of squares of g (double accumulation) for norm clipping; NaN if g holds a non-finite value.
 double sum_squares(const float* g, size_t begin, size_t end);
 

@@ -99,11 +99,4 @@ void exact_top_k(const float* v, size_t n, size_t k, std::vector<uint32_t>& out,
   }
 }
 
-float min_magnitude(const float* v, const std::vector<uint32_t>& indices) {
-  float m = std::numeric_limits<float>::infinity();
-  for (uint32_t i : indices)
-    m = std::min(m, std::fabs(v[i]));
-  return m;
-}
-
 }  // namespace gradex::compress::dgc

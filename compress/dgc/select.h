@@ -34,7 +34,4 @@ void top_k_among(const float* v, std::vector<uint32_t>& cand, size_t k);
 void exact_top_k(const float* v, size_t n, size_t k, std::vector<uint32_t>& out,
                  std::vector<float>& scratch);
 
-// Smallest |v| over the selected indices (the effective threshold); +inf when empty.
-float min_magnitude(const float* v, const std::vector<uint32_t>& indices);
-
 }  // namespace gradex::compress::dgc

@@ -30,18 +30,6 @@ void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale
 // out[i] += from16(in[i]) * scale.
 void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale);
 
-// Conversions between any two of fp32, fp16 and bf16 (compress/half/convert.cc), for packing
-// tensors of any type into a wire type and back:
-//   convert_saturating: out[i] = to_out(from_in(in[i]) * scale) for finite values, beyond a
-//     16-bit out type's range saturated to its largest finite value (counted); NaN and Inf are
-//     counted and kept unscaled (NaN stays NaN), or written as +0 with zero_nonfinite.
-//   convert_divided: out[i] = to_out(from_in(in[i]) / divisor) (16-bit results round as
-//     base/half.h, overflowing to Inf); returns how many results (before the store) are not finite.
-CastStats convert_saturating(const void* in, DType in_type, void* out, DType out_type, size_t n,
-                             float scale, bool zero_nonfinite);
-size_t convert_divided(const void* in, DType in_type, void* out, DType out_type, size_t n,
-                       float divisor);
-
 // acc[i] = to16(from16(incoming[i]) + from16(acc[i])): one ring hop's sum of 16-bit values of
 // `type` (fp16 or bf16; InvalidArgument otherwise), added in fp32 and rounded once (compress/half/
 // sum.cc). The operand order is part of comm/'s documented summation order.

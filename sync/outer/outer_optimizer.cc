@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "comm/collectives.h"
+#include "sync/agreement.h"
 #include "sync/outer/codecs.h"
 #include "sync/outer/fragment_exchange.h"
 #include "sync/outer/fragments.h"
@@ -41,6 +42,7 @@ OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Stor
                           std::to_string(world_size) + " is out of range");
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm::comm_options_from_config(config_));
+  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter);
 }
 
 OuterOptimizer::~OuterOptimizer() {
@@ -274,6 +276,8 @@ void OuterOptimizer::run_job(Job& job) {
       message = std::string("DiLoCo exchange: ") + e.what();
       GX_LOG(kError) << message;
     }
+    // The other ranks learn at once (nothing is sent when the failure came from a peer).
+    if (code != ErrorCode::kOk) comm_->abort(code, message);
   }
   // The communicator's counters are only touched by this thread once the worker runs.
   const uint64_t sent = comm_->bytes_sent(), received = comm_->bytes_received();

@@ -1,11 +1,5 @@
 """The plugin tests need the installed package (scripts/setup.sh runs `pip install .` into .venv)."""
-import os
-
 import pytest
-
-# The plugin tests were written against the fixed policy (GRADEX_POLICY=auto's first interval is all
-# dense, then the cost model decides); a test of auto sets GRADEX_POLICY itself.
-os.environ.setdefault("GRADEX_POLICY", "fixed")
 
 try:
     import gradex.torch  # noqa: F401

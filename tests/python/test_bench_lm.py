@@ -1,6 +1,7 @@
-"""bench/lm's pieces without a race: the held-out split of the standard library's files is disjoint and
-stable, windows are next-byte pairs, the model's initial loss is near ln(256), the RESULT arithmetic, and
-(as root) the private namespace cluster is created with unique names and removed completely."""
+"""bench/lm without the full race: the model's size, the corpus's determinism and disjoint held-out split, the
+RESULT arithmetic on synthetic curves, clear argument errors, and a tiny real race (2 ranks on loopback,
+a few seconds per method) that writes its JSON, plot and RESULT line."""
+import json
 import math
 import pathlib
 import subprocess
@@ -10,65 +11,125 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "lm"))
+sys.path.insert(0, str(ROOT / "bench" / "cluster"))
 try:
     import corpus  # noqa: E402
     import model as lm  # noqa: E402
     import race  # noqa: E402
 finally:
-    del sys.path[0]
-    for name in ("corpus", "model", "race", "netns"):  # plain names: keep them out of other tests' way
+    del sys.path[:2]
+    for name in ("corpus", "model", "race", "lm_rank", "network"):  # plain names: out of other tests' way
         sys.modules.pop(name, None)
 
+SMALL = 256 << 10  # bytes of training text for the tests
 
-def test_split_is_disjoint_and_windows_are_next_bytes():
+
+@pytest.fixture(scope="module")
+def small_corpus():
+    return corpus.build(vocab=1024, max_bytes=SMALL)
+
+
+def test_model_has_at_least_10m_parameters_mostly_in_the_vocabulary():
+    import torch
+    m = lm.make(seed=0)
+    n = lm.parameter_count(m)
+    assert n >= 10_000_000, n
+    assert 2 * m.embed.weight.numel() > n / 2  # the embedding and output projection dominate
+    out = m(torch.zeros(2, lm.DEFAULTS["context"], dtype=torch.long))
+    assert out.shape == (2, lm.DEFAULTS["context"], lm.DEFAULTS["vocab"])
+
+
+def test_corpus_split_is_disjoint_and_deterministic(small_corpus):
     files = corpus._files()
-    held = [p for p in files if corpus._held_out(p)]
+    held = {p for p in files if corpus._held_out(p)}
     assert 0.05 < len(held) / len(files) < 0.2
-    assert set(held).isdisjoint(p for p in files if not corpus._held_out(p))
-    train, held_tokens = corpus.load(max_bytes=1 << 20)
-    assert len(train) >= 1 << 20 and len(held_tokens) > 0 and int(train.max()) < 256
-    x, y = corpus.Sampler(train, 32, 4, seed=3).next()
-    x2, _ = corpus.Sampler(train, 32, 4, seed=3).next()
+    train_text, held_text = corpus._texts(SMALL)
+    held_names = {p.name for p in held}
+    train_names = {p.name for p in files if p not in held}
+    assert held and held_names.isdisjoint(train_names)  # split by name: a file name is on one side only
+    assert held_text and held_text not in train_text
+    again = corpus.build(vocab=1024, max_bytes=SMALL)
+    assert again["table"] == small_corpus["table"]
+    assert again["train"].equal(small_corpus["train"]) and again["held_out"].equal(small_corpus["held_out"])
+    assert corpus.decode(small_corpus["held_out"], small_corpus["table"]) == held_text  # lossless
+    assert int(small_corpus["train"].max()) < 1024 and int(small_corpus["train"].min()) >= 0
+    x, y = corpus.Sampler(small_corpus["train"], 32, 4, seed=3).next()
+    x2, _ = corpus.Sampler(small_corpus["train"], 32, 4, seed=3).next()
     assert x.equal(x2) and x[:, 1:].equal(y[:, :-1])
 
 
-def test_initial_loss_is_near_uniform():
-    import torch
-    train, held = corpus.load(max_bytes=1 << 20)
-    m = lm.make(seed=0, d=32, layers=1, context=16)
-    loss = lm.held_out_loss(m, corpus.eval_batches(held, 16, count=2, batch=4))
-    assert abs(loss - math.log(256)) < 1.5, loss
-    assert m(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 256)
+def test_initial_loss_is_near_uniform(small_corpus):
+    m = lm.make(seed=0, vocab=1024, d=32, layers=1, heads=2, context=16)
+    loss = lm.held_out_loss(m, corpus.eval_batches(small_corpus["held_out"], 16, count=2, batch=4))
+    assert abs(loss - math.log(1024)) < 0.5, loss
 
 
-def test_first_reaching():
-    curve = [(0.0, 0, 5.0, 0), (1.0, 8, 3.0, 10), (2.0, 16, 2.0, 20)]
-    assert race.first_reaching(curve, 3.0) == (1.0, 10)
-    assert race.first_reaching(curve, 1.0) == (None, None)
+def test_result_keys_from_synthetic_curves():
+    # (clock, step, loss, bytes). DDP ends at 3.0, its target.
+    curves = {"100mbit": {
+        "ddp": [(0, 0, 9.0, 0), (50, 5, 4.0, 500), (100, 10, 3.0, 1000)],
+        "fp16": [(0, 0, 9.0, 0), (60, 8, 3.2, 400), (100, 14, 2.9, 700)],
+        "gradex_diloco8": [(0, 0, 9.0, 0), (10, 30, 3.5, 5), (20, 60, 3.0, 9), (100, 300, 2.5, 40)],
+        "gradex_default": [(0, 0, 9.0, 0), (100, 20, 3.1, 80)],
+        "nocomm": [(0, 0, 9.0, 0), (100, 400, 2.8, None)],
+    }}
+    summary, items = race.summarize(curves)
+    assert summary["100mbit"]["target"] == 3.0
+    assert items["ttt_ddp_100m"] == 100 and items["bytes_to_target_ddp_100m"] == 1000
+    assert items["ttt_fp16_100m"] == 100 and items["bytes_to_target_fp16_100m"] == 700
+    assert items["ttt_gradex_diloco8_100m"] == 20 and items["bytes_to_target_gradex_diloco8_100m"] == 9
+    assert math.isnan(items["ttt_gradex_default_100m"]) and math.isnan(items["bytes_to_target_gradex_default_100m"])
+    assert items["ttt_nocomm_100m"] == 100 and math.isnan(items["bytes_to_target_nocomm_100m"])
+    assert items["final_loss_gradex_diloco8_100m"] == 2.5
+    assert items["ddp_over_best_gradex_ttt_100m"] == 5.0
+    assert items["best_gradex_over_best_hook_ttt_100m"] == 5.0
+    assert "ddp_over_best_gradex_ttt_1g" not in items
+    # No hook reached the target, a gradex method did: inf; no gradex method did: nan.
+    curves["100mbit"]["fp16"] = [(0, 0, 9.0, 0), (100, 14, 3.4, 700)]
+    assert race.summarize(curves)[1]["best_gradex_over_best_hook_ttt_100m"] == math.inf
+    del curves["100mbit"]["gradex_diloco8"]
+    _, items = race.summarize(curves)
+    assert math.isnan(items["ddp_over_best_gradex_ttt_100m"])
+    assert "nan" in race.result_line(items) and race.result_line(items).startswith("RESULT ttt_ddp_100m=100 ")
+    # A rate whose ddp run failed has no target, hence no items.
+    assert race.summarize({"1gbit": {"nocomm": [(0, 0, 9.0, 0)]}}) == ({}, {})
+    # The tolerance loosens the target.
+    assert race.summarize(curves, tolerance=0.1)[1]["ttt_gradex_default_100m"] == 100
 
 
-def test_private_cluster_is_unique_and_removed():
-    probe = subprocess.run([str(ROOT / "bench" / "cluster" / "cluster.sh"), "probe"], capture_output=True,
-                           text=True, timeout=60)
-    if probe.returncode != 0:  # no root, no namespaces or no tc here: said, not hidden
-        pytest.skip(probe.stdout.strip() + probe.stderr.strip())
-    sys.path.insert(0, str(ROOT / "bench" / "lm"))
-    try:
-        from netns import PrivateCluster
-    finally:
-        del sys.path[0]
-        sys.modules.pop("netns", None)
-    c = PrivateCluster(2, "100mbit")
-    try:
-        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert c.host(0) in names and c.switch in names and not c.host(0).startswith("gx-h")
-        before = c.bytes_sent()
-        send = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                f"s.sendto(b'x' * 1000, ('{c.master_addr}', 9))")
-        out = subprocess.run(c.command(1, [sys.executable, "-c", send]), capture_output=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert c.bytes_sent() - before >= 1000  # through host 1's shaped link to the switch
-    finally:
-        c.close()
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert c.prefix not in names
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "ddp,adam9"], "unknown method(s) adam9"),
+    (["--methods", "fp16,nocomm"], "must include ddp"),
+    (["--rates", "fast"], "bad --rates fast"),
+    (["--budget", "0"], "--budget must be positive"),
+    (["--hosts", "1"], "--hosts must be at least 2"),
+    (["--tolerance", "-0.1"], "--tolerance must be >= 0"),
+])
+def test_argument_errors_are_clear(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        race.parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_tiny_race_on_loopback(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "lm" / "race.py"), "--loopback", "--hosts", "2",
+         "--methods", "ddp,fp16,nocomm", "--budget", "2", "--vocab", "512", "--corpus-bytes", str(SMALL),
+         "--rank-args", "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2",
+         "--out", str(tmp_path / "lm.json"), "--plot", str(tmp_path / "lm.png"), "--log-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(result) == 1
+    fields = dict(kv.split("=") for kv in result[0].split()[1:])
+    doc = json.loads((tmp_path / "lm.json").read_text())
+    curves = doc["curves"]["loopback"]
+    assert set(curves) == {"ddp", "fp16", "nocomm"}
+    for method, curve in curves.items():
+        assert curve[-1][0] >= 2.0 and curve[-1][1] > 0  # trained through the budget
+        assert float(fields[f"final_loss_{method}_loopback"]) == pytest.approx(curve[-1][2], rel=1e-3)
+        assert fields[f"bytes_to_target_{method}_loopback"] == "nan"  # loopback: nothing counted
+    ddp_ttt = race.first_reaching(curves["ddp"], curves["ddp"][-1][2])[0]
+    assert float(fields["ttt_ddp_loopback"]) == pytest.approx(ddp_ttt, rel=1e-3)
+    assert "ddp_over_best_gradex_ttt_loopback" not in fields  # no gradex method ran
+    assert (tmp_path / "lm.png").stat().st_size > 0

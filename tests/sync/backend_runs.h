@@ -16,9 +16,9 @@
 
 namespace gradex::test {
 
-// The backends this build can run host tensors on (GRADEX_BACKEND values), classic first.
+// The backends this build can run host tensors on (GRADEX_BACKEND values), cpu first.
 inline std::vector<std::string> engine_backends() {
-  std::vector<std::string> out = {"classic", "cpu"};
+  std::vector<std::string> out = {"cpu"};
   if (compress::backend::backend_available(compress::backend::DeviceType::kThrustOmp))
     out.push_back("thrust-omp");
   return out;

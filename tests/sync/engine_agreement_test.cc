@@ -1,7 +1,7 @@
 // Decisions every rank agrees on: DGC's schedule follows the exchange counter carried in
 // negotiation (the largest any rank announces), not a per-rank count; and ranks that would sum
-// differently packed buffers are stopped by the ring's length check with a message naming the
-// tensors and the ranks.
+// differently packed buffers are refused at start-up (sync/agreement.h; every agreed variable is
+// covered by engine_abort_test.cc).
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -52,44 +52,20 @@ TEST(EngineAgreement, DgcScheduleFollowsTheAgreedStepCounter) {
   EXPECT_EQ(failures(results), "");
 }
 
-// Rank 0 packs every tensor in its own bucket (GRADEX_FUSION_MB=0.01), rank 1 all of them in one:
-// the engine's own checks cannot see that (keys and sizes agree), the ring's length check does.
-TEST(EngineAgreement, DifferentFusionBucketsAreCaughtByTheLengthCheck) {
+// Rank 0 would pack every tensor in its own bucket (GRADEX_FUSION_MB=0.01), rank 1 all of them in
+// one: keys and sizes agree, so negotiation cannot see it. The start-up agreement does (before the
+// ring's length check would have to), on both ranks, naming the variable and both values.
+TEST(EngineAgreement, DifferentFusionBucketsAreRefusedAtStartUp) {
   auto results = run_ranks(
       2, {"GRADEX_SPARSITY=0", "GRADEX_FP16=0", "GRADEX_MOMENTUM=0", "GRADEX_TIMEOUT_S=5"},
       [&](RankContext& ctx) -> std::string {
         ::setenv("GRADEX_FUSION_MB", ctx.rank == 0 ? "0.01" : "64", 1);
         std::string error;
-        if (create_engine(ctx.rank, ctx.world, &ctx.engine, &error) != GRADEX_OK) return error;
-        std::vector<std::vector<float>> data(4, std::vector<float>(2000, 1.0f));
-        std::vector<gradex_handle_t> h(4);
-        for (int t = 0; t < 4; ++t)
-          RANK_OK(gradex_register_tensor(ctx.engine, ("layer" + std::to_string(t)).c_str(), 2000,
-                                         GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
-        for (int t = 0; t < 4; ++t)
-          RANK_OK(gradex_submit(ctx.engine, ("layer" + std::to_string(t)).c_str(), data[t].data(),
-                                &h[t]));
-        std::string first;
-        gradex_status_t first_status = GRADEX_OK;
-        for (int t = 0; t < 4; ++t) {
-          gradex_status_t st = gradex_wait(ctx.engine, h[t]);
-          if (st != GRADEX_OK && first.empty()) {
-            first = gradex_last_error();
-            first_status = st;
-          }
-        }
-        RANK_REQUIRE(first_status != GRADEX_OK, "a disagreeing exchange succeeded");
-        // Both ranks see the mismatch in the first ring step of the first bucket the two ranks
-        // pack differently (each receives a chunk of the other's length), with its tensors named.
-        // Which bucket that is depends on how many tensors each round finds ready (a slow round
-        // may exchange layer0 alone, identically on both ranks).
-        RANK_REQUIRE(first_status == GRADEX_ERR_MISMATCH,
-                     "status " << first_status << ": " << first);
-        RANK_REQUIRE(first.find("allreduce: rank " + std::to_string(ctx.rank) + " received") !=
-                             std::string::npos &&
-                         first.find("tensor(s) ['layer") != std::string::npos &&
-                         first.find("disagree") != std::string::npos,
-                     first);
+        const gradex_status_t st = create_engine(ctx.rank, ctx.world, &ctx.engine, &error);
+        RANK_REQUIRE(st == GRADEX_ERR_CONFIG, "status " << st << ": " << error);
+        RANK_REQUIRE(error.find("GRADEX_FUSION_MB: '0.01' on ranks [0], '64' on ranks [1]") !=
+                         std::string::npos,
+                     error);
         return "";
       },
       std::chrono::seconds(120), /*create_engine=*/false);

@@ -130,6 +130,83 @@ TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
   EXPECT_EQ(failures(results), "");
 }
 
+// gradex's momentum (m = 0.9) across dense -> DGC 99% -> DGC 90% -> fp32 -> DGC 99.9%, checked at
+// each switch against the state read just before it. Both ranks submit the same gradients, so
+// every average is exactly this rank's own contribution. DGC masks u and v where it selects
+// (momentum factor masking; v keeps the wire type's rounding error), so per element either the
+// value was delivered and u is 0, or u and v carry on and nothing was. A switch that restarted u or
+// dropped v fails here.
+TEST(EnginePolicy, MomentumMovesWithEverySwitch) {
+  const int world = 2;
+  const uint64_t n = 20000;
+  const float m = 0.9f;
+  auto results = run_ranks(
+      world,
+      {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=2", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
+      [&](RankContext& ctx) -> std::string {
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        gradex::sync::EngineTestAccess::choice_hook(engine, schedule({{"w",
+                                                                       {{Codec::kDgc, 0.99},
+                                                                        {Codec::kDgc, 0.9},
+                                                                        {Codec::kFp32, 0},
+                                                                        {Codec::kDgc, 0.999}}}}));
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        auto close = [](double a, double b) {
+          return std::fabs(a - b) <= 1e-5 * (std::fabs(a) + std::fabs(b)) + 1e-6;
+        };
+        std::vector<float> u_before, v_before;
+        for (int step = 0; step < 10; ++step) {
+          std::vector<float> g = test_vector(7, 0, step, n);  // the same on both ranks
+          const std::vector<float> g_in = g;
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+          const std::vector<float> u = engine.momentum_of("w");
+          const std::vector<float> v = engine.residual_of("w");
+          RANK_REQUIRE(u.size() == n, "step " << step << ": momentum size " << u.size());
+          if (step == 1) {  // dense: the average is u
+            for (uint64_t i = 0; i < n; ++i)
+              RANK_REQUIRE(g[i] == u[i], "dense step: average " << g[i] << " vs u " << u[i]);
+          }
+          if (step == 2 || step == 4 || step == 8) {  // a switch into DGC (from dense or DGC)
+            size_t selected = 0;
+            for (uint64_t i = 0; i < n; ++i) {
+              const double eu = m * u_before[i] + g_in[i];
+              const double ev = (v_before.empty() ? 0.0 : v_before[i]) + eu;
+              if (u[i] == 0 && g[i] != 0) {
+                // Selected: sent in the wire's value type, its rounding error kept in v.
+                ++selected;
+                RANK_REQUIRE(close(g[i] + v[i], ev) && std::fabs(v[i]) <= 1e-3 * std::fabs(ev),
+                             "step " << step << " element " << i << ": sent " << g[i] << " + v "
+                                     << v[i] << ", expected " << ev);
+              } else {
+                RANK_REQUIRE(g[i] == 0 && close(u[i], eu) && close(v[i], ev),
+                             "step " << step << " element " << i << ": u " << u[i] << " (" << eu
+                                     << "), v " << v[i] << " (" << ev << "), sent " << g[i]);
+              }
+            }
+            RANK_REQUIRE(selected > 0, "step " << step << ": nothing selected");
+          }
+          if (step == 6) {  // DGC -> fp32: the dense step sends u + v, empties v, keeps u
+            for (uint64_t i = 0; i < n; ++i) {
+              const double eu = m * u_before[i] + g_in[i];
+              RANK_REQUIRE(v[i] == 0 && close(u[i], eu) && close(g[i], v_before[i] + eu),
+                           "step 6 element " << i << ": u " << u[i] << " (" << eu << "), v " << v[i]
+                                             << ", sent " << g[i]);
+            }
+          }
+          u_before = u;
+          v_before = v;
+        }
+        gradex_stats_t s;
+        RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
+        RANK_REQUIRE(s.sparse_exchanges == 6, "sparse exchanges " << s.sparse_exchanges);
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
 // Momentum on, 16-bit wire, several tensors switching between every rung at agreed steps (and
 // two left to the model): every rank ends with the same bits.
 TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {

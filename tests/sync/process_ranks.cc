@@ -63,9 +63,6 @@ std::vector<std::string> run_ranks(int world, const std::vector<std::string>& en
       ::close(p[0]);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      // The engine tests were written against the fixed policy; a test of GRADEX_POLICY=auto
-      // sets it in `env`.
-      ::setenv("GRADEX_POLICY", "fixed", 1);
       ::unsetenv("RANK");
       ::unsetenv("WORLD_SIZE");
       for (const auto& e : env) {

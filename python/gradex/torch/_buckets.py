@@ -48,6 +48,7 @@ class BucketExchanger:
         self._end_steps = end_steps
         self._lock = threading.Lock()
         self._completer = _completion.Completer("gradex-buckets")
+        self._watched = []  # this backward pass's futures, checked when it ends (_watch)
 
     def exchange(self, bucket):
         buffer = bucket.buffer()
@@ -70,6 +71,7 @@ class BucketExchanger:
         scale = self.scale.current()
         _amp.ScaleDomain.unscale(buffer, scale)
         future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+        self._watch(future)
         item = (buffer, keys, gradients, scale, future, last and self._end_steps)
         if not self.clip:
             self._submit([item])
@@ -84,6 +86,29 @@ class BucketExchanger:
             self.engine.set_gradient_norm(float(torch.linalg.vector_norm(torch.stack(norms))))
             self._submit(held)
         return future
+
+    def _watch(self, future):
+        """Makes an engine error reach backward() as gradex's own exception with the engine's message.
+        DDP's reducer reads a hook's future in C++ and can only take a tensor from it: an exception set on
+        a Python future reaches backward() as "Unable to cast <message> to Tensor". So the first bucket of
+        each backward pass queues a callback that the autograd engine runs when the pass ends, before
+        DDP's own (queued after the last bucket's hook): it waits for the pass's futures and raises the
+        first error, which backward() raises unchanged."""
+        with self._lock:
+            self._watched.append(future)
+            if len(self._watched) > 1:
+                return
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._raise_first_error)
+        except RuntimeError:  # not inside a backward pass: the futures report errors themselves
+            with self._lock:
+                self._watched.clear()
+
+    def _raise_first_error(self):
+        with self._lock:
+            futures, self._watched = self._watched, []
+        for future in futures:
+            future.wait()  # raises the exception the Completer set (gradex's type)
 
     def _submit(self, items):
         """Submits every view of `items` and queues their completion; on a failure, nothing stays in

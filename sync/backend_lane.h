@@ -1,4 +1,4 @@
-// One backend's queue for one pipeline stage inside the engine (DevicePath::Stage): the device
+// One backend's queue for one pipeline stage inside the engine (BackendPath::Stage): the device
 // operations of that stage on that backend go onto its stream, in order; a tensor's work passes
 // between stages through its ready event, and its completion event orders it against the
 // framework's stream. Also the backend-memory buffers the lane reuses across units (fusion
@@ -11,11 +11,11 @@
 #include <limits>
 
 #include "compress/backend/backend.h"
-#include "sync/device_path.h"
+#include "sync/backend_path.h"
 
 namespace gradex::sync {
 
-struct DevicePath::Lane {
+struct BackendPath::Lane {
   explicit Lane(compress::backend::Backend& b)
       : backend(b), stream(b.create_stream()), sync(b.create_event()) {}
   compress::backend::Backend& backend;

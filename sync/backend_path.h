@@ -1,0 +1,155 @@
+// What the engine does to a gradient's data, stage by stage: the only place where sync/ touches
+// tensor memory, always through the tensor's backend (compress/backend/backend.h): the CPU backend
+// for host tensors, the CUDA backend for CUDA tensors. The engine calls one function per stage of
+// its pipeline of units (sync/pipeline.h):
+//   register   attach()            backend + DGC codec (compress/backend/dgc_codec.h) or momentum
+//   submit     on_submit()         the caller's stream is ready: an event recorded on it
+//   inspect    scan_nonfinite()    count_nonfinite / zero_nonfinite (the negotiation's flag);
+//                                  a 16-bit tensor's fp32 values are filled here
+//   routing    sparse_step()       DGC's dense-or-sparse decision from the agreed counter
+//   prepare    prepare()           clipping (grad_scale; own norm: sum_squares), momentum, DGC's
+//                                  dense step, or its sparse step encoded into the unit's message
+//   transfer   dense_average()     a dense unit: one fusion bucket, cast to the wire type on each
+//                                  tensor's backend, the ring allreduce on host memory, back
+//                                  (sparse units travel as host bytes: the engine frames them)
+//   finish     finish()            sparse: every rank's payload summed in rank order; 16-bit
+//                                  tensors cast back; then the completion event
+//   LocalSGD   local_step()        momentum in place, no exchange
+//   state      save_dgc()/...      u and v through host memory, in DgcCompressor's blob format
+// Every rank lays out every unit the same way whichever tensors it keeps on a device, so ranks
+// always agree on lengths and summation order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "comm/communicator.h"
+#include "compress/backend/backend.h"
+#include "compress/wire/message.h"
+#include "sync/dense_exchange.h"
+#include "sync/options.h"
+#include "sync/tensor_state.h"
+
+namespace gradex::sync {
+
+class BackendPath {
+ public:
+  BackendPath(const config::Config& config, const EngineOptions& options, int world_size);
+  ~BackendPath();
+  BackendPath(const BackendPath&) = delete;
+  BackendPath& operator=(const BackendPath&) = delete;
+
+  // Registration: gives `t` its BackendTensor: host tensors (any dtype) on the host backend,
+  // `cuda` tensors (float32 only: InvalidArgument otherwise) on the CUDA backend, bound at their
+  // first submission.
+  void attach(TensorState& t, bool cuda);
+  // Submission of `t` (caller's thread, engine lock held): checks that the call matches the
+  // tensor's memory (cuda: gradex_submit_device), binds a CUDA tensor's backend, records the ready
+  // event on `stream` (the caller's cudaStream_t; null: the default stream) and gives the handle
+  // a fresh completion event.
+  void on_submit(TensorState& t, bool cuda_call, int device_index, void* stream, uint64_t handle);
+  // Makes `stream` wait for a completed handle's event (no host wait). False when the handle has
+  // no event here (a host tensor's handle: nothing to order; or its tensor was submitted again).
+  bool handle_event(uint64_t handle, void* stream);
+
+  // inspect: the gradient's NaN/Inf count (replaced by 0 with `zero`).
+  uint64_t scan_nonfinite(TensorState& t, void* data, bool zero);
+  // Routing (progress thread, before the pipeline runs): whether a DGC tensor's exchange number
+  // `step` is a sparse one.
+  bool sparse_step(TensorState& t, uint64_t step);
+  // The fp32 values the stages compute on: `data` itself, or a 16-bit tensor's fp32 copy.
+  float* values(TensorState& t, void* data);
+  // The pipeline's prepare stage (any thread; sync/pipeline.h), after the tensor's ready event:
+  // clipping and momentum (dense policy), or DGC's dense step, or DGC's sparse step with its
+  // selection encoded, appended to `payload_out` (the unit's message).
+  void prepare(TensorState& t, void* data, float step_clip, uint64_t step, bool sparse,
+               std::vector<uint8_t>& payload_out);
+  // A gradient some rank found non-finite (progress thread): NaN fill (propagate), nothing else
+  // changes; records the completion event.
+  void skip(TensorState& t, void* data, bool fill_nan);
+  // The transfer of one dense unit (progress thread, collective; sync/dense_exchange.cc):
+  // tensor[i] is items[i]'s tensor when the item is a gradient (its values in backend memory),
+  // else null (a LocalSGD parameter average in host memory, any dtype, run on the CPU backend).
+  // Items are packed into fusion buckets by fusion_bucket_end.
+  void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
+                     const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
+                     DenseCounters& counters);
+  // The finish stage (any thread): a sparse step's average of every rank's payload (rank order)
+  // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
+  void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,
+              bool sparse);
+  // LocalSGD's local phase (caller's thread): momentum and clipping in place. Returns the NaN/Inf
+  // count (momentum untouched when > 0 and not `zero`); records the completion event.
+  uint64_t local_step(TensorState& t, void* data, float step_clip, bool zero);
+
+  // GRADEX_POLICY=auto's switch of a tensor's policy to `to` (progress thread, before routing,
+  // engine lock held), keeping error feedback exact on the tensor's own backend:
+  //   dense -> DGC    its momentum u is copied into the new DGC state's u; the residual starts 0;
+  //   DGC -> DGC at another sparsity   the whole state (u, v, step) moves, through the backend's
+  //                   save_state/load_state;
+  //   DGC -> dense    the DGC state stays: prepare() then takes DGC's dense step, which sends
+  //                   u + v, empties v and keeps u (the residual is flushed through the dense
+  //                   path).
+  // The tensor's backend must be bound (true for any tensor in a round).
+  void switch_policy(TensorState& t, const TensorPolicy& to);
+
+  // Checkpoints and diagnostics (engine idle): host copies in DgcCompressor's formats. A tensor
+  // has DGC state when its policy is DGC or when it kept its state across a switch to dense.
+  bool has_dgc(const TensorState& t) const;
+  std::vector<uint8_t> save_dgc(TensorState& t);
+  // Throws unless the blob restores into t; returns its step counter. load_dgc into a tensor
+  // without DGC state (GRADEX_POLICY=auto adopting a saved state) gives it a codec at
+  // GRADEX_SPARSITY, its dense policy unchanged.
+  uint64_t validate_dgc(const TensorState& t, const uint8_t* blob, size_t size) const;
+  void load_dgc(TensorState& t, const uint8_t* blob, size_t size);
+  std::vector<float> residual(TensorState& t);
+  std::vector<float> momentum(TensorState& t);
+  void load_momentum(TensorState& t, const float* values, size_t n);
+
+  // Bytes copied between a device and host memory so far (0 on host backends).
+  uint64_t staged_bytes() const { return staged_bytes_.load(); }
+
+ private:
+  struct Lane;
+  // One stream per backend and stage, so that stages running at once on different threads never
+  // share a stream or a lane's buffers. Work passes from one stage to the next through the
+  // tensor's ready event (recorded at the end of each stage, waited for at the start of the next).
+  enum class Stage { kProgress, kPrepare, kFinish };
+  Lane& lane(compress::backend::Backend& backend, Stage stage = Stage::kProgress);
+  void bind(TensorState& t, compress::backend::BackendPtr backend);
+  // The DGC options of a tensor at `sparsity` (the engine clips, so no clipping inside DGC).
+  compress::DgcOptions dgc_options(double sparsity) const;
+  void wait_ready(TensorState& t, Lane& lane);
+  float clip_factor(float step_clip, TensorState& t, const float* values, Lane& lane);
+  void apply_momentum(TensorState& t, float* values, float scale, Lane& lane);
+  // A 16-bit tensor's fp32 values back into its caller's buffer.
+  void store_values(TensorState& t, void* data, Lane& lane);
+  std::vector<float> download(TensorState& t, const float* src, size_t n);
+  void upload(TensorState& t, float* dst, const float* src, size_t n);
+
+  const config::Config& config_;
+  EngineOptions options_;
+  int world_size_;
+  compress::backend::DeviceType host_backend_;  // for host tensors
+  std::mutex mu_;                               // lanes_ and events_
+  std::map<std::pair<compress::backend::Backend*, Stage>, std::unique_ptr<Lane>> lanes_;
+  struct HandleEvent {
+    std::shared_ptr<compress::backend::Event> event;
+    compress::backend::BackendPtr backend;
+  };
+  std::map<uint64_t, HandleEvent> events_;
+  std::atomic<bool> warned_no_norm_{false};
+  std::atomic<uint64_t> staged_bytes_{0};
+  // Parameter averages in a dense unit (sync/dense_exchange.cc; progress thread only).
+  compress::backend::BufferPtr staging_;
+  bool staging_pinned_ = false;
+  std::vector<float> host_scratch_;
+};
+
+}  // namespace gradex::sync
