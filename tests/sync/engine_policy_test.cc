@@ -3,11 +3,13 @@
 // plan on loopback agrees across ranks; fixed is today's policy.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "capi/engine_access.h"
+#include "compress/backend/backend.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
 #include "sync/codec_planner.h"
@@ -136,13 +138,16 @@ TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
 // (momentum factor masking; v keeps the wire type's rounding error), so per element either the
 // value was delivered and u is 0, or u and v carry on and nothing was. A switch that restarted u or
 // dropped v fails here.
-TEST(EnginePolicy, MomentumMovesWithEverySwitch) {
+// `backend`: GRADEX_BACKEND (the switches go through compress/backend/backend.h only, so they must
+// hold on the CUDA backend's Thrust code as on the CPU backend).
+static void momentum_moves_with_every_switch(const std::string& backend) {
   const int world = 2;
   const uint64_t n = 20000;
   const float m = 0.9f;
   auto results = run_ranks(
       world,
-      {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=2", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
+      {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=2", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0",
+       "GRADEX_BACKEND=" + backend},
       [&](RankContext& ctx) -> std::string {
         auto& engine = gradex::capi::engine_of(ctx.engine);
         gradex::sync::EngineTestAccess::choice_hook(engine, schedule({{"w",
@@ -205,6 +210,89 @@ TEST(EnginePolicy, MomentumMovesWithEverySwitch) {
         return "";
       });
   EXPECT_EQ(failures(results), "");
+}
+
+TEST(EnginePolicy, MomentumMovesWithEverySwitch) {
+  momentum_moves_with_every_switch("cpu");
+}
+
+TEST(EnginePolicy, MomentumMovesWithEverySwitchOnThrust) {
+  if (!gradex::compress::backend::backend_available(
+          gradex::compress::backend::DeviceType::kThrustOmp))
+    GTEST_SKIP() << "this build has no thrust-omp backend";
+  momentum_moves_with_every_switch("thrust-omp");
+}
+
+// A checkpoint with DGC state (GRADEX_POLICY=fixed) restores into an auto engine, whose tensors
+// start dense: the state is adopted (residual and u as saved) and the first dense step flushes it,
+// sending v + m*u + g and keeping u. Both ranks submit the same gradients (average = own).
+TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
+  const int world = 2;
+  const uint64_t n = 50000;
+  const std::string dir = ::testing::TempDir() + "gradex_policy_ckpt_" + std::to_string(::getpid());
+  auto path_of = [&](int rank) { return dir + "." + std::to_string(rank); };
+  auto saved = run_ranks(
+      world, {"GRADEX_POLICY=fixed", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
+      [&](RankContext& ctx) -> std::string {
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        for (int step = 0; step < 3; ++step) {
+          std::vector<float> g = test_vector(9, 0, step, n);
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        const std::vector<uint8_t> blob = gradex::capi::engine_of(ctx.engine).save_state();
+        FILE* f = std::fopen(path_of(ctx.rank).c_str(), "wb");
+        RANK_REQUIRE(f && std::fwrite(blob.data(), 1, blob.size(), f) == blob.size(),
+                     "cannot write " << path_of(ctx.rank));
+        std::fclose(f);
+        return "";
+      });
+  ASSERT_EQ(failures(saved), "");
+  auto results = run_ranks(
+      world, {"GRADEX_POLICY=auto", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
+      [&](RankContext& ctx) -> std::string {
+        auto& engine = gradex::capi::engine_of(ctx.engine);
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<uint8_t> blob;
+        FILE* f = std::fopen(path_of(ctx.rank).c_str(), "rb");
+        RANK_REQUIRE(f != nullptr, "cannot read " << path_of(ctx.rank));
+        uint8_t buf[65536];
+        for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;)
+          blob.insert(blob.end(), buf, buf + got);
+        std::fclose(f);
+        RANK_REQUIRE(engine.policy_of("w").kind == gradex::sync::ExchangeKind::kDense,
+                     "auto starts dense: " << engine.policy_of("w").reason);
+        engine.load_state(blob.data(), blob.size());
+        const std::vector<float> v = engine.residual_of("w");
+        const std::vector<float> u = engine.momentum_of("w");
+        RANK_REQUIRE(v.size() == n && u.size() == n,
+                     "adopted state: v " << v.size() << ", u " << u.size());
+        double largest = 0;
+        for (float x : v)
+          largest = std::max(largest, std::fabs(static_cast<double>(x)));
+        RANK_REQUIRE(largest > 0, "the saved residual is empty");
+        std::vector<float> g = test_vector(9, 0, 3, n);
+        const std::vector<float> g_in = g;
+        gradex_handle_t h;
+        RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+        RANK_OK(gradex_wait(ctx.engine, h));
+        const std::vector<float> v_after = engine.residual_of("w");
+        const std::vector<float> u_after = engine.momentum_of("w");
+        for (uint64_t i = 0; i < n; ++i) {
+          const double eu = 0.9f * u[i] + g_in[i];
+          const double tol = 1e-5 * (std::fabs(eu) + std::fabs(v[i])) + 1e-6;
+          RANK_REQUIRE(v_after[i] == 0 && std::fabs(u_after[i] - eu) <= tol &&
+                           std::fabs(g[i] - (v[i] + eu)) <= tol,
+                       "element " << i << ": v " << v_after[i] << ", u " << u_after[i] << " (" << eu
+                                  << "), sent " << g[i] << " (" << v[i] + eu << ")");
+        }
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+  for (int r = 0; r < world; ++r)
+    std::remove(path_of(r).c_str());
 }
 
 // Momentum on, 16-bit wire, several tensors switching between every rung at agreed steps (and
