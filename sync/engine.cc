@@ -86,6 +86,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; CUDA
   // tensors keep the fixed chain's policy (their switches are not exercised yet).
   if (planner_ && !cuda) t.policy = planner_->initial_policy(key, numel);
+  if (planner_ && cuda) t.policy.reason += " (a CUDA tensor: GRADEX_POLICY=auto keeps it fixed)";
   if (planner_) planner_->on_register(key, numel, rows);
   path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
