@@ -162,7 +162,8 @@ TEST_F(Launch, SlurmVariablesAndNodeList) {
             "SLURM_NODELIST='a[1-' is not a valid Slurm hostlist: unbalanced '['");
 }
 
-// The local size from each launcher's variable; 0 (and local_rank_given false) where it says nothing.
+// The local size from each launcher's variable; 0 (and local_rank_given false) where it says
+// nothing.
 TEST_F(Launch, LocalSizeFromEveryLauncher) {
   LaunchInfo none = comm::launch_info_from_environment();
   EXPECT_EQ(none.local_size, 1);
