@@ -118,11 +118,32 @@ def _raw_tape(rank, world):
            "said": sum("adds no momentum" in r for r in records)}
     gxt.engine({"GRADEX_SPARSITY": "0"})  # another engine without the optimizer: not said again
     out["said_after"] = sum("adds no momentum" in r for r in records)
+
+    import keras
+    import gradex.tensorflow.keras as gxk
+
+    def decided(optimizer, **kwargs):
+        wrapped = gxk.DistributedOptimizer(optimizer, **kwargs)
+        return (float(_setting(gxt.describe_config(wrapped), "GRADEX_MOMENTUM")),
+                float(getattr(wrapped, "momentum", -1.0)))
+
+    # LocalSGD: the optimizer keeps its momentum; gradex adds none.
+    out["localsgd"] = decided(keras.optimizers.SGD(0.1, momentum=0.9), local_sgd_period=2)
+    # Optimizers with their own first moment: no gradex momentum even when GRADEX_MOMENTUM is set.
+    out["first_moment"] = [decided(o, config={"GRADEX_MOMENTUM": "0.9"})[0] for o in (
+        keras.optimizers.Adam(), keras.optimizers.Nadam(), keras.optimizers.Adamax(), keras.optimizers.Lion(),
+        keras.optimizers.RMSprop(momentum=0.5), keras.optimizers.Adafactor())]
+    # SGD without momentum: GRADEX_MOMENTUM when set, else none.
+    out["plain_sgd"] = [decided(keras.optimizers.SGD(0.1))[0],
+                        decided(keras.optimizers.SGD(0.1), config={"GRADEX_MOMENTUM": "0.8"})[0]]
     gxt.shutdown()
     return out
 
 
-def test_a_raw_tape_adds_no_momentum_unless_it_is_set_and_says_so_once():
+def test_momentum_decisions_raw_tape_localsgd_and_optimizer_families():
     (o,) = tf_ranks.run("test_tf_momentum:_raw_tape", 1, env={"GRADEX_MOMENTUM": None}, timeout=180)
     assert float(o["default"]) == 0.0 and float(o["explicit"]) == 0.5, o
     assert o["said"] == 1 and o["said_after"] == 1, o
+    assert o["localsgd"] == (0.0, 0.9), o
+    assert o["first_moment"] == [0.0] * 6, o
+    assert o["plain_sgd"] == [0.0, 0.8], o
