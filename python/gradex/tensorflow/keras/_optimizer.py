@@ -172,6 +172,12 @@ def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_w
     owned = 0.0
     if engine is not None:
         ref = _runtime.engine_for(None, engine, "gxk.DistributedOptimizer")
+        m = _momentum.optimizer_momentum(inner) if _momentum.is_sgd(inner) else 0.0
+        if m > 0 and float(ref.config.get("GRADEX_MOMENTUM", "0")) > 0:
+            _runtime.say_once(("engine-double", id(ref)),
+                              f"gradex: engine= applies GRADEX_MOMENTUM={ref.config['GRADEX_MOMENTUM']} and the "
+                              f"wrapped {type(inner).__name__} has momentum={m:g}: momentum is applied twice "
+                              f"(pass config= instead, and gradex takes the optimizer's momentum over)")
     else:
         _runtime.check_config(config)
         merged = _runtime.normalized(config)
