@@ -59,7 +59,9 @@ def engine(config=None):
     the one already created for an equal configuration, else a new one (collective: same order on every
     rank). Pass it to wrappers as `engine=` to share it explicitly. Without GRADEX_MOMENTUM in `config`
     or the environment it adds no momentum (the optimizer owns momentum)."""
-    return _runtime.engine_for(config, what="gxt.engine")
+    ref = _runtime.engine_for(config, what="gxt.engine")
+    _runtime.say_no_optimizer(config)
+    return ref
 
 
 def _engine_of(source):

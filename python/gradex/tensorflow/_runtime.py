@@ -220,19 +220,21 @@ def _new_engine(config):
 
 def raw_gradient_config(config=None):
     """The configuration of an engine whose optimizer gradex does not know: GRADEX_MOMENTUM as set
-    explicitly, else 0 (said once)."""
+    explicitly, else 0."""
     merged = dict(_state.init_config, **normalized(config))
+    merged["GRADEX_MOMENTUM"] = explicit_setting("GRADEX_MOMENTUM", config) or "0"
+    return merged
+
+
+def say_no_optimizer(config=None):
+    """Said once per process when gradients whose optimizer gradex does not know (a tape, gxt.engine) get no
+    momentum because GRADEX_MOMENTUM is not set."""
     if explicit_setting("GRADEX_MOMENTUM", config) is None:
         say_once("raw-momentum",
-                 "gradex: the gradients' optimizer is unknown here (DistributedGradientTape, gxt.init's "
-                 "default engine), so gradex adds no momentum: the optimizer applies its own. Set "
-                 "GRADEX_MOMENTUM explicitly for DGC momentum correction (then run the optimizer without "
-                 "momentum), or use gxk.DistributedOptimizer, which decides from the optimizer.",
-                 logging.INFO)
-        merged["GRADEX_MOMENTUM"] = "0"
-    elif "GRADEX_MOMENTUM" not in merged:
-        merged["GRADEX_MOMENTUM"] = explicit_setting("GRADEX_MOMENTUM", config)
-    return merged
+                 "gradex: the gradients' optimizer is unknown here (DistributedGradientTape, gxt.engine), so "
+                 "gradex adds no momentum: the optimizer applies its own. Set GRADEX_MOMENTUM explicitly for "
+                 "DGC momentum correction (then run the optimizer without momentum), or use "
+                 "gxk.DistributedOptimizer, which decides from the optimizer.", logging.INFO)
 
 
 def init(config=None):

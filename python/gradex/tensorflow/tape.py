@@ -26,6 +26,8 @@ class DistributedGradientTape:
         if isinstance(tape, DistributedGradientTape):
             raise _errors.InvalidArgumentError("gradex: the tape is already a DistributedGradientTape")
         self._gradex_ref = _runtime.engine_for(config, engine, "DistributedGradientTape")
+        if engine is None:
+            _runtime.say_no_optimizer(config)
         self._tape = tape
         self._prefix = prefix
 
