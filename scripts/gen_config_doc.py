@@ -22,7 +22,9 @@ out=['# Configuration','',
 "message naming the variable and its allowed range. An unknown `GRADEX_*` name (a typo such as",
 "`GRADEX_SPARSTY`) is reported as a warning and ignored. Values passed through the C API",
 "(`gradex_engine_options_t` config names/values) win over the environment; a variable set through the",
-"API is not read from the environment at all.",'',
+"API is not read from the environment at all. `gradex_check_config` applies the same parsing without",
+"creating an engine (the plugins call it when a lazy object is constructed); there an unknown name passed",
+"through the API (`config=`) is an error that names the closest declared variable.",'',
 '| variable | default | allowed | meaning |','|---|---|---|---|']
 for n,d,r,h in rows:
     out.append("| `%s` | `%s` | %s | %s |" % (n, d, r.replace('|', bar), h.replace('|', bar)))

@@ -240,6 +240,14 @@ gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key,
 gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity, size_t* length);
 gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length);
 
+/* ---- Configuration check (additive to API version 1) -------------------------------------------------
+ * Validates GRADEX_* settings in this process exactly as gradex_engine_create parses them (the
+ * environment, overridden by the `count` name/value pairs given), without creating an engine or touching
+ * the network. An undeclared name among `names` is an error here (GRADEX_ERR_CONFIG), as is an invalid
+ * value; gradex_last_error() then names the variable and its allowed range (for a misspelt name, the
+ * closest declared one). A NULL name or value is GRADEX_ERR_INVALID_ARGUMENT. */
+gradex_status_t gradex_check_config(size_t count, const char* const* names, const char* const* values);
+
 #ifdef __cplusplus
 }
 #endif

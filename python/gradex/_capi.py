@@ -443,3 +443,30 @@ class Outer:
         blob = bytes(blob)
         buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
         check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))
+
+
+# --- Configuration check (gradex_check_config; additive to API version 1) ---------------------------
+
+_check_config_declared = False
+
+
+def check_config(config=None):
+    """Validates GRADEX_* settings in this process as engine creation would: the environment, overridden by
+    `config` (a dict of GRADEX_* name -> value). Raises gradex.ConfigError naming the variable and its allowed
+    range for an invalid value or an unknown name in `config` (an unknown name in the environment is only a
+    warning, as at engine creation). Creates nothing and touches no network."""
+    global _check_config_declared
+    c = lib()
+    with _lib_lock:
+        if not _check_config_declared:
+            c.gradex_check_config.restype = ctypes.c_int
+            c.gradex_check_config.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                              ctypes.POINTER(ctypes.c_char_p)]
+            _check_config_declared = True
+    if config is not None and not isinstance(config, dict):
+        raise _errors.InvalidArgumentError(f"gradex: config must be a dict of GRADEX_* names to values, "
+                                           f"not {type(config).__name__}")
+    items = [(str(k), str(v)) for k, v in (config or {}).items()]
+    names = (ctypes.c_char_p * max(len(items), 1))(*[k.encode() for k, _ in items])
+    values = (ctypes.c_char_p * max(len(items), 1))(*[v.encode() for _, v in items])
+    check(c.gradex_check_config(len(items), names, values))
