@@ -44,6 +44,8 @@ void pack(const DenseItem& item, DType wire, float scale, const DenseExchangeOpt
                                                zero);
   }
   counters.saturated += stats.saturated;
+  if (stats.saturated > 0 && counters.first_saturated == nullptr)
+    counters.first_saturated = item.key;
   counters.nonfinite += stats.nonfinite;
 }
 

@@ -192,6 +192,7 @@ void Engine::transfer(Unit& unit) {
     for (size_t i = 0; i < items.size(); ++i)
       unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
     unit.counters.saturated += dc.saturated;
+    if (dc.first_saturated != nullptr) unit.counters.first_saturated = *dc.first_saturated;
     unit.counters.prepare_seconds += dc.cast_seconds;
     unit.counters.transfer_seconds += dc.communicate_seconds;
   }
@@ -221,6 +222,7 @@ void Engine::complete_unit(Unit& unit) {
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;
+  if (stats_.first_saturated_tensor.empty()) stats_.first_saturated_tensor = c.first_saturated;
   stats_.compress_seconds += c.prepare_seconds;
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;

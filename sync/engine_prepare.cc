@@ -33,6 +33,7 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   }
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
   uint64_t total = 0;
+  const std::string* first_bad = nullptr;  // for the one-time warning (sync/stats_report.h)
   for (Item& it : items) {
     // The counter is written only by this thread (execute), so it is read without the lock.
     it.a->step = it.tensor->step;
@@ -40,11 +41,13 @@ void Engine::inspect(std::vector<Announcement>& announce) {
                        ? device_->scan_nonfinite(*it.tensor, it.data, zero)
                        : scan_nonfinite(it.data, it.tensor->dtype, it.tensor->numel, zero);
     total += bad;
+    if (bad > 0 && first_bad == nullptr) first_bad = &it.tensor->key;
     it.a->nonfinite = bad > 0 && !zero;
   }
   if (total > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.nonfinite += total;
+    if (stats_.first_nonfinite_tensor.empty()) stats_.first_nonfinite_tensor = *first_bad;
   }
 }
 

@@ -50,11 +50,13 @@ class Method:
             self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
         elif name in ("gradex_default", "gradex_dgc"):
             import gradex.torch as gx
-            config = {} if name == "gradex_default" else {"GRADEX_SPARSITY": 0.999,
-                                                          "GRADEX_DENSE_THRESHOLD": 0}
+            # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
+            config = {"GRADEX_MOMENTUM": GRADEX_MOMENTUM}
+            if name == "gradex_dgc":
+                config.update({"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0})
             self.gradex = _gx_state(gx, self.ddp, config)
             self.ddp.register_comm_hook(self.gradex, gx.hook)
-            momentum = 0.0  # gradex applies GRADEX_MOMENTUM (default 0.9) itself: docs/pytorch.md
+            momentum = 0.0  # gradex applies GRADEX_MOMENTUM itself: docs/pytorch.md
         elif name == "gradex_localsgd":
             import gradex.torch as gx
             self._lsgd = gx.LocalSGD(self.ddp, period=args.period, warmup_steps=args.sync_warmup,
