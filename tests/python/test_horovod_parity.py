@@ -216,3 +216,40 @@ def test_stats_takes_its_source():
     for r in ranks.run(_stats_sources, 2, env=_EXACT):
         assert r["opt"] == 2 and r["engine"] == 2 and r["last"] == 1 and r["latest"] == 1
         assert "not int" in r["bad"] and "closed" in r["closed"]
+
+
+def _owned_engines(rank, world):
+    import gc
+
+    import torch
+    import gradex.torch as gx
+
+    out = {}
+    model = torch.nn.Linear(4, 4)
+    with gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)) as opt:
+        model(torch.randn(2, 4)).sum().backward()  # a gradient in flight when the block ends: close() drains it
+        engine = opt.engine
+        out["owned_momentum"] = opt.param_groups[0]["momentum"]
+    out["closed_by_with"] = engine.address == 0
+    out["momentum_back"] = opt.param_groups[0]["momentum"]
+    opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    engine = opt.engine
+    del opt
+    gc.collect()
+    out["closed_by_gc"] = engine.address == 0
+    with gx.LocalSGD(model, period=2) as lsgd:
+        engine = lsgd.engine
+    out["localsgd_closed"] = engine.address == 0
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    with gx.State(ddp) as state:
+        ddp.register_comm_hook(state, gx.hook)
+        ddp(torch.randn(2, 4)).sum().backward()
+        engine = state.engine
+    out["state_closed"] = engine.address == 0
+    return out
+
+
+def test_objects_own_their_engines():
+    for r in ranks.run(_owned_engines, 2, env=_EXACT):
+        assert r == {"owned_momentum": 0.0, "closed_by_with": True, "momentum_back": 0.9, "closed_by_gc": True,
+                     "localsgd_closed": True, "state_closed": True}, r

@@ -53,7 +53,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # uneven_inputs: every step also tells the ranks how many still train (gx.join); one more tiny
         # exchange per step, on the collectives' engine.
         self._uneven = bool(uneven_inputs)
-        self._joined = False
         # [(name, parameter)] of the parameters that train; frozen ones are never registered or exchanged.
         self._params = [(name, p) for name, p in self._name_parameters(optimizer, named_parameters)
                         if p.requires_grad]
@@ -70,7 +69,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         except BaseException:
             self._release_momentum()
             raise
-        self._finalizer = weakref.finalize(self, _close_engine, self._engine)
+        self._finalizer = weakref.finalize(self, _close_engine, self._engine, self._takeover)
         # float32 CUDA parameters: their gradients are exchanged on the GPU (_ops.memory_of); parameter
         # averages (LocalSGD) are staged through host memory either way.
         self._on_device = set()
@@ -107,8 +106,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return [(by_id[id(p)], p) for p in params]
 
     def _make_hook(self, name):
+        owner = weakref.ref(self)  # the parameter's hook must not keep the optimizer (and its engine) alive
+
         def on_gradient(p):
-            self._submit(name, p)
+            opt = owner()
+            if opt is not None:
+                opt._submit(name, p)
         return on_gradient
 
     def _submit(self, name, p, now=False):
@@ -187,7 +190,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "gradex: join() needs GRADEX_MOMENTUM=0 and dense tensors only (GRADEX_SPARSITY=0): this "
                 "engine keeps momentum or DGC residuals per rank, which a joined rank would keep sending")
         self._wait_pending(write=False)
-        self._joined = True
         mirrored = 0
         while self._active_ranks(training=False) > 0:
             zeros = {name: torch.zeros_like(p, memory_format=torch.contiguous_format) for name, p in self._params}
@@ -197,7 +199,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if self._engine.end_step():
                 self.average_parameters()
             mirrored += 1
-        self._joined = False
         return mirrored
 
     def _engine_policy_sparse(self, name):
@@ -332,7 +333,9 @@ def join(optimizer=None):
     return optimizer.join()
 
 
-def _close_engine(engine):
+def _close_engine(engine, takeover):
+    if takeover is not None:
+        takeover.release()
     try:
         engine.close()
     except _errors.GradexError:
