@@ -147,8 +147,10 @@ def _uneven(rank, world, steps_of):
 
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 2)
-    opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                  named_parameters=model.named_parameters(), uneven_inputs=True)
+    # SGD with momentum: with uneven_inputs the optimizer keeps it, so a joined rank's zeros carry none.
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = gx.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), uneven_inputs=True)
+    assert sgd.param_groups[0]["momentum"] == 0.9
     grads = []
     for step in range(steps_of[rank]):
         torch.manual_seed(1000 * step + rank)

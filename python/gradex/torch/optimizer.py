@@ -59,7 +59,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._scale = _amp.ScaleDomain(scaler)
         config = {str(k): str(v) for k, v in (config or {}).items()}
         _capi.check_config(config)
-        if _localsgd_period(config) > 0:
+        if _localsgd_period(config) > 0 or self._uneven:
+            # LocalSGD, and join() (a joined rank's zero contribution must carry no momentum): the optimizer
+            # keeps its own momentum unless GRADEX_MOMENTUM is set explicitly.
             from .localsgd import optimizer_owns_momentum
             config = optimizer_owns_momentum(config)
         else:
@@ -176,8 +178,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def join(self):
         """For a rank that has run out of data (uneven_inputs=True): keeps taking part in the other ranks'
         steps, contributing zero gradients, until every rank has called join(); the ranks still training get
-        the average over themselves. Requires an engine that keeps no gradient state of its own
-        (GRADEX_MOMENTUM=0 and a dense policy, e.g. GRADEX_SPARSITY=0): a joined rank's momentum or DGC
+        the average over themselves. With uneven_inputs=True the optimizer keeps its own momentum (SGD's
+        included), so a joined rank's zeros carry none; join() requires an engine that keeps no gradient state of
+        its own besides (no explicit GRADEX_MOMENTUM > 0, a dense policy, e.g. GRADEX_SPARSITY=0): a DGC
         residual would otherwise keep flowing into the others' averages. Returns the number of steps this rank
         mirrored. Collective with the other ranks' steps."""
         if not self._uneven:
