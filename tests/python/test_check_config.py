@@ -33,3 +33,15 @@ def test_unknown_config_key_raises_at_construction():
         gx.State(config={"GRADEX_SPARSTY": "0.99"})
     with pytest.raises(gx.ConfigError, match="GRADEX_LOCALSGD_PERIODS"):
         gx.LocalSGD(torch.nn.Linear(3, 2), period=2, config={"GRADEX_LOCALSGD_PERIODS": "3"})
+
+
+def test_distributed_optimizer_checks_config_before_any_engine():
+    import torch
+    import gradex.torch as gx
+    from gradex.torch import _bootstrap
+
+    before = _bootstrap.latest_engine()
+    with pytest.raises(gx.ConfigError, match="did you mean GRADEX_DENSE_THRESHOLD"):
+        gx.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(3, 2).parameters(), lr=0.1),
+                                config={"GRADEX_DENSE_THRESHOLDS": "10"})
+    assert _bootstrap.latest_engine() is before  # refused before bootstrap: nothing was created
