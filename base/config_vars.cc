@@ -50,6 +50,10 @@ const std::vector<VarSpec>& registry() {
      "file or an empty secret is an error."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug", kPerRank,
      "How much gradex writes to stderr."},
+    {"GRADEX_STATS_EVERY", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kPerRank,
+     "Every N completed steps rank 0 logs one line with the last N steps' compression ratio, MB "
+     "sent, exchange milliseconds and saturated/non-finite counts (at info level, whatever "
+     "GRADEX_LOG_LEVEL says). 0: off."},
     // --- policy ---
     {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr, kEngine,
      "Tensors with fewer elements than this are exchanged dense (fused into buckets); larger ones "
@@ -114,12 +118,14 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,
      "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
      "GRADEX_SPARSITY (0: the target from the first step)."},
-    {"GRADEX_MOMENTUM", VarType::kFloat, "0.9", 0, 1, false, true, nullptr, kEngine,
+    {"GRADEX_MOMENTUM", VarType::kFloat, "0", 0, 1, false, true, nullptr, kEngine,
      "Momentum m owned by gradex (u = m*u + g). With m > 0 gradex applies momentum on every path: "
      "dense-policy tensors and DGC's dense warm-up steps send u (SGD with momentum on the average), "
      "DGC's sparse steps use momentum correction, LocalSGD's local steps get it in place; the "
-     "optimizer must then run with momentum 0. m = 0: gradients are exchanged as they are "
-     "(plain error-feedback top-k for DGC) and the optimizer's own momentum applies."},
+     "optimizer must then run with momentum 0. m = 0 (the default): gradients are exchanged as they "
+     "are (plain error-feedback top-k for DGC) and the optimizer's own momentum applies, so an "
+     "optimizer that keeps its own first moment (Adam, AdamW, ...) is never changed. The PyTorch "
+     "plugin sets it from the optimizer it is given (SGD's momentum, which it then takes over)."},
     {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
      "Nesterov momentum on every path: send g + m*u instead of u (DGC: v += g + m*u)."},
     {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr, kEngine,

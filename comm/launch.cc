@@ -22,22 +22,56 @@ int64_t int_var(const char* name, const char* text) {
   return config::parse_int_strict(text, name);
 }
 
-// One launcher's variable names. `local_alt` is a second name for the local rank (or nullptr).
+// One launcher's variable names. `local_alt` / `local_size_alt` are second names (or nullptr).
 struct Launcher {
   const char* name;
   const char* rank;
   const char* size;
   const char* local;
   const char* local_alt;
+  const char* local_size;
+  const char* local_size_alt;
 };
 
 constexpr Launcher kLaunchers[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr, "LOCAL_WORLD_SIZE", nullptr},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     nullptr, "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+    {"MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+     "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_NTASKS_PER_NODE",
      nullptr},
-    {"MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
 };
+
+// This node's entry of SLURM_TASKS_PER_NODE ("2(x3),1": two tasks on each of the first three
+// nodes, one on the fourth) at SLURM_NODEID; 0 when either is absent.
+int64_t slurm_tasks_on_this_node() {
+  const char* list = env("SLURM_TASKS_PER_NODE");
+  const char* node_text = env("SLURM_NODEID");
+  if (!list || !node_text) return 0;
+  int64_t node = int_var("SLURM_NODEID", node_text);
+  std::string s = list;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    std::string item = s.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    int64_t repeat = 1;
+    size_t paren = item.find("(x");
+    if (paren != std::string::npos) {
+      if (item.back() != ')')
+        throw ConfigError("SLURM_TASKS_PER_NODE=" + s + " is malformed (expected e.g. 2(x3),1)");
+      repeat =
+          int_var("SLURM_TASKS_PER_NODE", item.substr(paren + 2, item.size() - paren - 3).c_str());
+      item = item.substr(0, paren);
+    }
+    int64_t tasks = int_var("SLURM_TASKS_PER_NODE", item.c_str());
+    if (node < repeat) return tasks;
+    node -= repeat;
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return 0;
+}
 
 // Slurm is recognised by SLURM_PROCID alone: an salloc shell sets SLURM_NTASKS for the whole
 // allocation, and a single process started there is not one of N tasks.
@@ -88,7 +122,22 @@ void read_ranks(const Launcher& l, LaunchInfo* info) {
     if (v < 0 || v >= size)
       throw ConfigError(std::string(local_name) + "=" + local + " must be in [0, " + l.size + ")");
     info->local_rank = static_cast<int>(v);
+    info->local_rank_given = true;
   }
+  const char* local_size_name = l.local_size;
+  const char* local_size = env(l.local_size);
+  if (!local_size && l.local_size_alt) {
+    local_size_name = l.local_size_alt;
+    local_size = env(l.local_size_alt);
+  }
+  int64_t n = local_size                       ? int_var(local_size_name, local_size)
+              : std::string(l.name) == "Slurm" ? slurm_tasks_on_this_node()
+                                               : 0;
+  if (local_size && (n < 1 || n > size))
+    throw ConfigError(std::string(local_size_name) + "=" + local_size + " must be in [1, " +
+                      l.size + "]");
+  if (n > 0 && info->local_rank >= n) n = 0;  // inconsistent launcher variables: do not guess
+  info->local_size = static_cast<int>(n);
 }
 
 void read_rendezvous(LaunchInfo* info) {
@@ -117,7 +166,12 @@ void read_rendezvous(LaunchInfo* info) {
 
 LaunchInfo launch_info_from_environment() {
   LaunchInfo info;
-  if (const Launcher* l = detect()) read_ranks(*l, &info);
+  if (const Launcher* l = detect()) {
+    read_ranks(*l, &info);
+  } else {
+    info.local_size = 1;
+    info.local_rank_given = true;
+  }
   read_rendezvous(&info);
   if (info.launcher != "none") {
     GX_LOG(kDebug) << "launcher: " << info.launcher << ", rank " << info.rank << " of "

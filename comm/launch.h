@@ -16,6 +16,10 @@ struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks on this host, as the launcher says (0: it does not say). local_rank_given is false when
+  // the launcher names no local rank (local_rank is then 0).
+  int local_size = 0;
+  bool local_rank_given = false;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 29500;
   // Which launcher's variables were used: "torchrun", "Open MPI", "MPICH/Intel MPI", "Slurm", or
@@ -25,10 +29,13 @@ struct LaunchInfo {
 
 // Detection order, first match wins (the inner launcher wins: torchrun inside an sbatch job sees
 // both its own and Slurm's variables, and an mpirun inside an allocation inherits SLURM_PROCID):
-//   torchrun         RANK, WORLD_SIZE, LOCAL_RANK
-//   Open MPI         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
-//   MPICH/Intel MPI  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (or PMI_LOCAL_RANK)
-//   Slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   torchrun         RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   Open MPI         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//                    OMPI_COMM_WORLD_LOCAL_SIZE
+//   MPICH/Intel MPI  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (or PMI_LOCAL_RANK), MPI_LOCALNRANKS
+//                    (or PMI_LOCAL_SIZE)
+//   Slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (or this
+//                    node's entry of SLURM_TASKS_PER_NODE, "2(x3),1", at SLURM_NODEID)
 // The rendezvous address is MASTER_ADDR, else the first host of SLURM_JOB_NODELIST (or
 // SLURM_NODELIST) when present, else 127.0.0.1. The port is MASTER_PORT, else under Slurm
 // 20000 + SLURM_JOB_ID mod 10000 (two jobs sharing a node do not collide), else 29500.

@@ -46,8 +46,8 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     """Trains on this rank's shard; returns (test accuracy in %, the gradex object or None).
 
     mode "ddp": DDP over the default (gloo) group, SGD with momentum 0.9.
-    mode "dgc": the same model through gx.hook with DGC at 99.9% after `warmup` steps; gradex applies
-      momentum correction (GRADEX_MOMENTUM=0.9), so SGD runs with momentum 0.
+    mode "dgc": the same model through gx.hook with DGC at 99.9% after `warmup` steps; the State is given the
+      optimizer, so gradex takes SGD's momentum 0.9 over (DGC's momentum correction).
     mode "localsgd": gx.LocalSGD averages parameters every `period` steps after `warmup` synchronous ones;
       the optimizer owns momentum in both phases (LocalSGD's default is GRADEX_MOMENTUM=0), so SGD keeps 0.9.
     on_step(step, gradex_object) is called after every step (the tests read gx.stats() there)."""
@@ -57,13 +57,12 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
     model = make_model()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     helper = None
-    momentum = 0.9
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     if mode == "dgc":
-        settings = {"GRADEX_SPARSITY": "0.999", "GRADEX_WARMUP_STEPS": str(warmup), "GRADEX_MOMENTUM": "0.9"}
+        settings = {"GRADEX_SPARSITY": "0.999", "GRADEX_WARMUP_STEPS": str(warmup)}
         settings.update(config or {})
-        helper = gx.State(ddp, config=settings)       # gradex: line 1
-        ddp.register_comm_hook(helper, gx.hook)        # gradex: line 2
-        momentum = 0.0  # gradex applies the momentum (see docs/pytorch.md, "the momentum rule")
+        helper = gx.State(ddp, config=settings, optimizer=opt)  # gradex: line 1 (takes SGD's momentum over)
+        ddp.register_comm_hook(helper, gx.hook)                   # gradex: line 2
     elif mode == "localsgd":
         settings = {"GRADEX_SPARSITY": "0"}  # dense (fp16) gradients during the synchronous warm-up
         settings.update(config or {})
@@ -71,7 +70,6 @@ def train(mode, steps=300, batch=16, lr=0.05, warmup=40, period=4, config=None, 
         # LocalSGD leaves momentum to the optimizer (GRADEX_MOMENTUM=0 unless set): SGD keeps momentum 0.9.
     elif mode != "ddp":
         raise ValueError(f"unknown mode {mode!r}")
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(1 + rank)
     for step in range(steps):
         index = torch.randint(0, len(shard_y), (batch,), generator=gen)

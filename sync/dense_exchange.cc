@@ -104,7 +104,7 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
           n += views[run_end].numel;
           ++run_end;
         }
-        fn(*views[run_begin].backend, n, stage + offset * elem);
+        fn(*views[run_begin].backend, n, stage + offset * elem, run_begin, run_end);
         offset += n;
         run_begin = run_end;
       }
@@ -116,15 +116,23 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     const bool cast_in_place =
         wire != DType::kFloat32 && options.nonfinite != NonFinitePolicy::kZero;
     auto t0 = Clock::now();
-    for_each_run([&](be::Backend& b, size_t n, uint8_t* dst) {
+    for_each_run([&](be::Backend& b, size_t n, uint8_t* dst, size_t run_begin, size_t run_end) {
       if (n == 0) return;
       Lane& l = lane(b);
+      // Names the first tensor whose cast saturated (for the one-time warning,
+      // sync/stats_report.h).
+      auto note_saturated = [&](const be::CastCounts& c, size_t item) {
+        if (c.saturated > 0 && counters.first_saturated == nullptr)
+          counters.first_saturated = items[item].key;
+      };
       const bool direct = b.host_accessible();
       if (direct && cast_in_place) {
-        for (const be::FusionEntry& e : entries) {
+        for (size_t k = 0; k < entries.size(); ++k) {
+          const be::FusionEntry& e = entries[k];
           if (e.numel == 0) continue;
           be::CastCounts c = b.to_half(e.data, reinterpret_cast<uint16_t*>(dst) + e.offset, e.numel,
                                        wire, scale, *l.stream);
+          note_saturated(c, run_begin + k);
           counters.saturated += c.saturated;
           counters.nonfinite += c.nonfinite;
         }
@@ -137,6 +145,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
       if (wire != DType::kFloat32) {
         uint16_t* h = direct ? reinterpret_cast<uint16_t*>(dst) : l.half_buffer(n);
         be::CastCounts c = b.to_half(f32, h, n, wire, scale, *l.stream);
+        // One cast for the whole run: a tensor can be named only when the run holds one.
+        if (run_end - run_begin == 1) note_saturated(c, run_begin);
         counters.saturated += c.saturated;
         counters.nonfinite += c.nonfinite;
         if (!direct) b.copy(dst, h, n * 2, *l.stream);
@@ -166,7 +176,7 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     // fp32 sums are divided here (16-bit values were divided before the cast): on a host backend
     // straight into each tensor, else in the staging bucket before it is copied back.
     const float divisor = static_cast<float>(world);
-    for_each_run([&](be::Backend& b, size_t n, uint8_t* src) {
+    for_each_run([&](be::Backend& b, size_t n, uint8_t* src, size_t, size_t) {
       if (n == 0) return;
       Lane& l = lane(b);
       const bool direct = b.host_accessible();

@@ -39,6 +39,7 @@ struct DenseExchangeOptions {
 
 struct DenseCounters {
   uint64_t saturated = 0;
+  const std::string* first_saturated = nullptr;  // the first item whose cast saturated
   uint64_t nonfinite = 0;
   uint64_t wire_bytes = 0;  // bytes this rank sent for the buckets
   double cast_seconds = 0;

@@ -216,6 +216,7 @@ bool Engine::end_step() {
   stats_.steps = completed_steps_;
   last_step_stats_ = stats_.minus(stats_at_last_step_);
   stats_at_last_step_ = stats_;
+  stats_reporter_.after_step(config_, rank_, stats_);
   return localsgd_.average_after(completed_steps_);
 }
 

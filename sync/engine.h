@@ -24,6 +24,7 @@
 #include "sync/negotiator.h"
 #include "sync/options.h"
 #include "sync/stats.h"
+#include "sync/stats_report.h"
 #include "sync/tensor_state.h"
 #include "sync/wake_event.h"
 
@@ -181,6 +182,7 @@ class Engine {
   Stats stats_;
   Stats stats_at_last_step_;
   Stats last_step_stats_;
+  StatsReporter stats_reporter_;  // GRADEX_STATS_EVERY and the one-time warnings (end_step)
   bool leaving_ = false;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;

@@ -65,16 +65,19 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   }
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
   uint64_t total = 0;
+  const std::string* first_bad = nullptr;  // named by the one-time warning (sync/stats_report.h)
   for (Item& it : items) {
     // The counter is written only by this thread (execute), so it is read without the lock.
     it.a->step = it.tensor->step;
     const uint64_t bad = path_->scan_nonfinite(*it.tensor, it.data, zero);
     total += bad;
+    if (bad > 0 && first_bad == nullptr) first_bad = &it.tensor->key;
     it.a->nonfinite = bad > 0 && !zero;
   }
   if (total > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.nonfinite += total;
+    if (stats_.first_nonfinite_tensor.empty()) stats_.first_nonfinite_tensor = *first_bad;
   }
 }
 
@@ -221,6 +224,7 @@ void Engine::transfer(Unit& unit) {
     for (size_t i = 0; i < items.size(); ++i)
       unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
     unit.counters.saturated += dc.saturated;
+    if (dc.first_saturated != nullptr) unit.counters.first_saturated = *dc.first_saturated;
     unit.counters.prepare_seconds += dc.cast_seconds;
     unit.counters.transfer_seconds += dc.communicate_seconds;
   }
@@ -251,6 +255,7 @@ void Engine::complete_unit(Unit& unit) {
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;
+  if (stats_.first_saturated_tensor.empty()) stats_.first_saturated_tensor = c.first_saturated;
   stats_.compress_seconds += c.prepare_seconds;
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;

@@ -31,7 +31,7 @@ struct EngineOptions {
   std::vector<PolicyOverride> overrides;
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
   // GRADEX_MOMENTUM / GRADEX_NESTEROV: gradex owns momentum on every path when momentum > 0.
-  float momentum = 0.9f;
+  float momentum = 0.0f;
   bool nesterov = false;
   // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
   double clip_norm = 0;

@@ -63,6 +63,7 @@ struct UnitCounters {
   uint64_t wire_bytes = 0;
   uint64_t received_bytes = 0;
   uint64_t saturated = 0;
+  std::string first_saturated;  // the first tensor whose 16-bit cast saturated ("" if none)
   double prepare_seconds = 0;   // prepare stage, and the 16-bit casts inside the dense transfer
   double transfer_seconds = 0;  // the collective itself
   double finish_seconds = 0;    // decode, casts back

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace gradex::sync {
 
@@ -23,6 +24,11 @@ struct Stats {
   double compress_seconds = 0;
   double communicate_seconds = 0;
   double decode_seconds = 0;
+  // The first tensor (key) whose values were clamped to the 16-bit range / held NaN or Inf on this
+  // rank, for the one-time warning that names it (sync/stats_report.h); "" until it happens. Kept
+  // as they are by minus().
+  std::string first_saturated_tensor;
+  std::string first_nonfinite_tensor;
 
   double compression_ratio() const {
     return bytes_sent == 0 ? 0.0

@@ -46,7 +46,7 @@ import task  # noqa: E402  (torch, for the task's data and initial weights only)
 METHODS = ("keras_gradex_default", "keras_gradex_dense")
 TASKS = ("mlp",)
 # keras_gradex_default overrides nothing but needs an engine of its own per seed (fresh DGC residuals
-# and warm-up); GRADEX_MOMENTUM=0.9 is the declared default (base/config_vars.cc), so it changes nothing.
+# and warm-up); gradex owns SGD's momentum 0.9 (GRADEX_MOMENTUM's declared default is 0), the optimizer runs at 0.
 CONFIGS = {"keras_gradex_default": ({"GRADEX_MOMENTUM": "0.9"}, 0.0),
            "keras_gradex_dense": ({"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0"}, 0.9)}
 

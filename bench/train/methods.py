@@ -56,9 +56,11 @@ class Method:
             config = {"gradex_auto": auto_policy_config(), "gradex_default": {},
                       "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0}}[name]
             self.policy = config.get("GRADEX_POLICY", "default")
+            # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
+            config = dict(config, GRADEX_MOMENTUM=GRADEX_MOMENTUM)
             self.gradex = _gx_state(gx, self.ddp, config)
             self.ddp.register_comm_hook(self.gradex, gx.hook)
-            momentum = 0.0  # gradex applies GRADEX_MOMENTUM (default 0.9) itself: docs/pytorch.md
+            momentum = 0.0  # gradex applies GRADEX_MOMENTUM itself: docs/pytorch.md
         elif name == "gradex_localsgd":
             import gradex.torch as gx
             self._lsgd = gx.LocalSGD(self.ddp, period=args.period, warmup_steps=args.sync_warmup,

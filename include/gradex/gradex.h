@@ -251,6 +251,39 @@ gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key,
 gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity, size_t* length);
 gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length);
 
+/* ---- Configuration check (additive to API version 1) -------------------------------------------------
+ * Validates GRADEX_* settings in this process exactly as gradex_engine_create parses them (the
+ * environment, overridden by the `count` name/value pairs given), without creating an engine or touching
+ * the network. An undeclared name among `names` is an error here (GRADEX_ERR_CONFIG), as is an invalid
+ * value; gradex_last_error() then names the variable and its allowed range (for a misspelt name, the
+ * closest declared one). A NULL name or value is GRADEX_ERR_INVALID_ARGUMENT. */
+gradex_status_t gradex_check_config(size_t count, const char* const* names, const char* const* values);
+
+/* ---- Launch information and a shared job store (additive to API version 1) ---------------------------
+ * What the launcher says about this process (comm/launch.h: torchrun, Open MPI, MPICH / Intel MPI / PMI,
+ * Slurm; the innermost launcher wins). A rank or size given without the other is GRADEX_ERR_CONFIG, as
+ * are malformed values. No launcher: rank 0 of 1, local rank 0 of 1, launcher "none". */
+typedef struct gradex_launch_info {
+  int32_t rank;
+  int32_t world_size;
+  int32_t local_rank;   /* -1: the launcher does not say */
+  int32_t local_size;   /* ranks on this host; -1: the launcher does not say */
+  uint16_t master_port; /* MASTER_PORT, else 20000 + SLURM_JOB_ID mod 10000, else 29500 */
+  char master_addr[256];
+  char launcher[32];    /* "torchrun", "Open MPI", "MPICH/Intel MPI", "Slurm" or "none" */
+} gradex_launch_info_t;
+gradex_status_t gradex_launch_info(gradex_launch_info_t* info);
+
+/* Collective: connects to the job's TCP store (rank 0 serves it on MASTER_ADDR:MASTER_PORT), the store
+ * gradex_engine_create makes when options->store is NULL, but as an object that several engines share:
+ * pass it as options->store (with a store_prefix of each engine's own). It authenticates with
+ * GRADEX_JOB_SECRET (docs/security.md) and waits GRADEX_TIMEOUT_S for the server. `options`: rank and
+ * world_size (< 0: from the launcher), config_* as for gradex_engine_create; options->store must be NULL.
+ * World size 1 needs no server (an in-process store). Destroy it after every engine that uses it. */
+gradex_status_t gradex_store_connect(const gradex_engine_options_t* options, gradex_store_t** store);
+/* Closes a store from gradex_store_connect (rank 0: stops serving). NULL is ignored. */
+gradex_status_t gradex_store_destroy(gradex_store_t* store);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,7 +41,14 @@ const char* const kVars[] = {"RANK",
                              "SLURM_JOB_NODELIST",
                              "SLURM_NODELIST",
                              "SLURM_JOB_ID",
-                             "TORCHELASTIC_RESTART_COUNT"};
+                             "TORCHELASTIC_RESTART_COUNT",
+                             "LOCAL_WORLD_SIZE",
+                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                             "MPI_LOCALNRANKS",
+                             "PMI_LOCAL_SIZE",
+                             "SLURM_NTASKS_PER_NODE",
+                             "SLURM_TASKS_PER_NODE",
+                             "SLURM_NODEID"};
 
 // Clears the launcher variables around each test (and restores nothing: ctest runs each test in
 // its own process).
@@ -153,6 +160,59 @@ TEST_F(Launch, SlurmVariablesAndNodeList) {
             "process)");
   EXPECT_EQ(error_text({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODELIST", "a[1-"}}),
             "SLURM_NODELIST='a[1-' is not a valid Slurm hostlist: unbalanced '['");
+}
+
+// The local size from each launcher's variable; 0 (and local_rank_given false) where it says
+// nothing.
+TEST_F(Launch, LocalSizeFromEveryLauncher) {
+  LaunchInfo none = comm::launch_info_from_environment();
+  EXPECT_EQ(none.local_size, 1);
+  EXPECT_TRUE(none.local_rank_given);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  LaunchInfo info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.local_size, 0);
+  EXPECT_FALSE(info.local_rank_given);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  info = comm::launch_info_from_environment();
+  EXPECT_EQ(info.local_size, 2);
+  EXPECT_TRUE(info.local_rank_given);
+  EXPECT_EQ(error_text({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}}),
+            "LOCAL_WORLD_SIZE=3 must be in [1, WORLD_SIZE]");
+  for (const char* v : kVars)
+    unsetenv(v);
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(comm::launch_info_from_environment().local_size, 4);
+  for (const char* v : kVars)
+    unsetenv(v);
+  setenv("PMI_RANK", "0", 1);
+  setenv("PMI_SIZE", "8", 1);
+  setenv("PMI_LOCAL_SIZE", "2", 1);  // the second name
+  EXPECT_EQ(comm::launch_info_from_environment().local_size, 2);
+  setenv("MPI_LOCALNRANKS", "4", 1);  // the first name wins
+  EXPECT_EQ(comm::launch_info_from_environment().local_size, 4);
+  for (const char* v : kVars)
+    unsetenv(v);
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "9", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_TASKS_PER_NODE", "3,2(x2),2", 1);
+  for (auto [node, tasks] : {std::pair{"0", 3}, {"1", 2}, {"2", 2}, {"3", 2}, {"4", 0}}) {
+    setenv("SLURM_NODEID", node, 1);
+    EXPECT_EQ(comm::launch_info_from_environment().local_size, tasks) << "node " << node;
+  }
+  setenv("SLURM_NTASKS_PER_NODE", "3", 1);  // given explicitly: wins
+  EXPECT_EQ(comm::launch_info_from_environment().local_size, 3);
+  unsetenv("SLURM_NTASKS_PER_NODE");
+  setenv("SLURM_TASKS_PER_NODE", "2(x3", 1);
+  EXPECT_NE(error_text({{"SLURM_PROCID", "0"},
+                        {"SLURM_NTASKS", "2"},
+                        {"SLURM_NODEID", "0"},
+                        {"SLURM_TASKS_PER_NODE", "2(x3"}}),
+            "no error");
 }
 
 // An salloc shell sets SLURM_NTASKS for the allocation: a process started there directly is a

@@ -37,8 +37,9 @@ class Net(pl.LightningModule):
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def configure_optimizers(self):
-        # gradex owns momentum with the hook (GRADEX_MOMENTUM); the optimizer owns it under LocalSGD.
-        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9 if self.mode == "localsgd" else 0.0)
+        # The optimizer owns momentum: the hook's State is built before it exists (no optimizer=), so gradex
+        # adds none; under LocalSGD the optimizer owns it anyway.
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
 
     def on_fit_start(self):
         if self.mode == "localsgd":  # the documented recipe: LocalSGD around Lightning's DDP module

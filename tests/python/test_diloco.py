@@ -138,6 +138,9 @@ def test_streaming_global_copies_identical_and_on_schedule(bits):
         assert r["state_keys"] == ["format", "inner", "outer", "steps"]
 
 
+_KEPT = []
+
+
 def _peer_dies(rank, world):
     import time
 
@@ -156,6 +159,7 @@ def _peer_dies(rank, world):
             return {"step": step, "error": str(exc),
                     "is_peer_or_timeout": isinstance(exc, (gradex.PeerError, gradex.TimeoutError))}
         if rank == world - 1 and step == 8:
+            _KEPT.append(diloco)  # a dying process does not close its objects: no finalizer may leave the job
             return ranks.EXIT  # dies with its exchange of step 8 in flight
         time.sleep(0.05)
     return {"step": None}

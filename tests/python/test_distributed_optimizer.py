@@ -1,5 +1,6 @@
 """gx.DistributedOptimizer without DDP: identical parameters on every rank after every step (DGC, fp16 and
-dense tensors mixed), the momentum rule's warning, and LocalSGD selected by GRADEX_LOCALSGD_PERIOD."""
+dense tensors mixed), the momentum rule (gradex takes SGD's momentum over, no double momentum), and LocalSGD
+selected by GRADEX_LOCALSGD_PERIOD."""
 import torch_ranks as ranks
 
 # The model's two weight matrices (4096 and 2560 elements) go DGC above this threshold; biases go dense.
@@ -7,19 +8,26 @@ _ENV = {"GRADEX_DENSE_THRESHOLD": "2000", "GRADEX_WARMUP_STEPS": "3", "GRADEX_TI
 
 
 def _train(rank, world, steps, sgd_momentum):
-    import warnings
+    import logging
 
     import torch
     import torch.distributed as dist
     import gradex.torch as gx
+    from gradex.torch import _momentum
 
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("gradex").addHandler(Keep())
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 40))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=sgd_momentum),
-                                      named_parameters=model.named_parameters())
-    momentum_warnings = [str(w.message) for w in caught if "GRADEX_MOMENTUM" in str(w.message)]
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=sgd_momentum)
+    opt = gx.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
+    momentum_warnings = [m for m in records if "applied twice" in m]
+    owners = (_momentum.gradex_momentum(opt.engine, None), sgd.param_groups[0]["momentum"])
     gen = torch.Generator().manual_seed(1000 + rank)
     mismatches = []
     for step in range(steps):
@@ -34,7 +42,7 @@ def _train(rank, world, steps, sgd_momentum):
     stats = gx.stats(opt)
     opt.close()
     return {"mismatches": mismatches, "warnings": momentum_warnings, "stats": stats,
-            "moved": float(flat.abs().sum())}
+            "moved": float(flat.abs().sum()), "owners": owners}
 
 
 def test_same_parameters_on_every_rank_after_each_step():
@@ -47,15 +55,14 @@ def test_same_parameters_on_every_rank_after_each_step():
         assert r["stats"]["bytes_sent"] > 0
 
 
-def test_momentum_rule_warns_once_and_only_when_gradex_momentum_is_on():
-    on = ranks.run(_train, 2, env=dict(_ENV, GRADEX_MOMENTUM="0.9"), args=(2, 0.9))
-    for r in on:
-        assert len(r["warnings"]) == 1
-        assert "momentum=0.9" in r["warnings"][0] and "SGD(momentum=0)" in r["warnings"][0]
-    off = ranks.run(_train, 2, env=dict(_ENV, GRADEX_MOMENTUM="0"), args=(2, 0.9))
-    for r in off:
-        assert r["warnings"] == []
-        assert r["mismatches"] == [0, 0]
+def test_momentum_rule_takes_sgd_momentum_over_unless_told_not_to():
+    # (gradex's momentum, the SGD optimizer's live momentum): never both, so never applied twice.
+    for env, owners in ((_ENV, (0.9, 0.0)), (dict(_ENV, GRADEX_MOMENTUM="0.9"), (0.9, 0.0)),
+                        (dict(_ENV, GRADEX_MOMENTUM="0"), (0.0, 0.9))):
+        for r in ranks.run(_train, 2, env=env, args=(2, 0.9)):
+            assert r["warnings"] == []
+            assert r["owners"] == owners, (env, r["owners"])
+            assert r["mismatches"] == [0, 0]
 
 
 def test_localsgd_period_from_environment():

@@ -1,7 +1,9 @@
 """The momentum rule's invariant, through the DDP hook and gx.DistributedOptimizer: with sparsity 0 and fp32 on
 the wire, 50 steps with GRADEX_MOMENTUM=m and the optimizer at momentum 0 end where torch.optim.SGD(momentum=m)
 with a plain gloo allreduce ends, to fp32 rounding (also with Nesterov). With GRADEX_MOMENTUM=0 the same run
-ends where SGD without momentum ends, far from the momentum run (so the comparison can fail)."""
+ends where SGD without momentum ends, far from the momentum run (so the comparison can fail). With the optimizer
+given to gradex (gx.State(ddp, optimizer=SGD(momentum=m)), gx.DistributedOptimizer(SGD(momentum=m))) gradex takes
+the momentum over by itself, and the run ends at the same place."""
 import pytest
 import torch_ranks as ranks
 
@@ -56,6 +58,17 @@ def _run(rank, world, momentum, nesterov, via):
         ddp.register_comm_hook(helper, gx.hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         forward = ddp
+    elif via == "hook+optimizer":  # the user's SGD keeps momentum=m; gradex takes it over
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum, nesterov=nesterov)
+        helper = gx.State(ddp, optimizer=opt)
+        ddp.register_comm_hook(helper, gx.hook)
+        forward = ddp
+    elif via == "optimizer+momentum":
+        helper = opt = gx.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum, nesterov=nesterov),
+            named_parameters=model.named_parameters())
+        forward = model
     else:
         helper = opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                                named_parameters=model.named_parameters(), config=config)
@@ -71,7 +84,7 @@ def _run(rank, world, momentum, nesterov, via):
             "momentum_effect": _distance(reference, plain), "scale": scale, "steps": stats["steps"]}
 
 
-@pytest.mark.parametrize("via", ["hook", "optimizer"])
+@pytest.mark.parametrize("via", ["hook", "optimizer", "hook+optimizer", "optimizer+momentum"])
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_gradex_momentum_equals_sgd_momentum(via, nesterov):
     for r in ranks.run(_run, 2, env=_ENV, args=(0.9, nesterov, via), timeout=300):

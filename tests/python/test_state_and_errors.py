@@ -118,6 +118,9 @@ def test_bad_gradex_value_raises_config_error_at_construction():
         assert messages[2] and "GRADEX_FP16" in messages[2]
 
 
+_KEPT = []
+
+
 def _peer_dies(rank, world):
     import time
 
@@ -132,6 +135,7 @@ def _peer_dies(rank, world):
     x = torch.randn(16, 64)
     _step(model, opt, x)  # both ranks alive: works
     if rank == 1:
+        _KEPT.append(opt)  # a dying process does not close its objects: no finalizer may leave the job
         return ranks.EXIT  # dies without leaving the job
     time.sleep(1)
     started = time.monotonic()

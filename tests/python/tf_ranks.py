@@ -1,8 +1,10 @@
 """Runs a function on N fresh processes, one per rank, for the TensorFlow plugin tests.
 
 run("module:function", world, env=..., args=..., timeout=...) starts `world` interpreters with subprocess
-(never fork: TensorFlow's threads do not survive it), each with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
-MASTER_PORT set, TensorFlow on one intra-op thread, and rank r returning function(rank, world, *args)
+(never fork: TensorFlow's threads do not survive it), each with its launcher's variables (`launcher`:
+"torchrun" RANK/WORLD_SIZE/LOCAL_RANK, "slurm" SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID, "pmi"
+PMI_RANK/PMI_SIZE/MPI_LOCALRANKID; `env` may be a function of the rank), MASTER_ADDR/MASTER_PORT,
+TensorFlow on one intra-op thread, and rank r returning function(rank, world, *args)
 (pickled). Past the deadline every rank is killed and the test fails with each rank's stderr; a rank that
 fails shows its traceback and stderr. `may_die`: ranks allowed to die without reporting (a killed peer).
 """
@@ -32,7 +34,18 @@ def _tail(path, limit=6000):
         return ""
 
 
-def run(target, world, env=None, args=(), timeout=240, may_die=()):
+LAUNCHERS = {"torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+             "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+             "pmi": ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")}
+# Variables of every launcher: removed from the ranks' environment so only the chosen launcher's are seen.
+_LAUNCH_VARIABLES = [name for names in LAUNCHERS.values() for name in names] + [
+    "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_RANK", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+    "TORCHELASTIC_RUN_ID"]
+
+
+def run(target, world, env=None, args=(), timeout=240, may_die=(), launcher="torchrun"):
     """[result of rank 0, ..., rank world-1] (None for a rank in may_die that died); AssertionError on any
     failure, with the ranks' stderr."""
     port = free_port()
@@ -41,11 +54,18 @@ def run(target, world, env=None, args=(), timeout=240, may_die=()):
         pickle.dump(args, f)
     procs = []
     for rank in range(world):
-        child_env = dict(os.environ)
-        child_env.update({k: str(v) for k, v in (env or {}).items()})
-        child_env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                         MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS="1",
-                         OMP_NUM_THREADS="1", PYTHONPATH=_HERE + os.pathsep + child_env.get("PYTHONPATH", ""))
+        child_env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
+        rank_var, size_var, local_var = LAUNCHERS[launcher]
+        child_env.update({rank_var: str(rank), size_var: str(world), local_var: str(rank)})
+        child_env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2",
+                         TF_NUM_INTRAOP_THREADS="1", OMP_NUM_THREADS="1",
+                         PYTHONPATH=_HERE + os.pathsep + child_env.get("PYTHONPATH", ""))
+        extra = env(rank) if callable(env) else (env or {})
+        for k, v in extra.items():
+            if v is None:
+                child_env.pop(k, None)
+            else:
+                child_env[k] = str(v)
         err = open(os.path.join(workdir, f"stderr.{rank}"), "wb")
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), target, str(rank), str(world),
                                        workdir], env=child_env, stdout=err, stderr=subprocess.STDOUT))

@@ -1,7 +1,8 @@
 """Runs a function on N real processes joined by torch.distributed (gloo over 127.0.0.1).
 
 run(fn, world, env=..., timeout=...) starts `world` fresh interpreters (spawn), each setting `env`, one
-thread for torch, and initialising a gloo process group; rank r returns fn(rank, world, *args). Nothing can
+thread for torch, and initialising a gloo process group (process_group=False: none; the ranks then have only
+the launcher's variables, as under a launcher without torch.distributed); rank r returns fn(rank, world, *args). Nothing can
 hang the test run: past the deadline every rank is killed and the test fails with what they reported.
 """
 import os
@@ -21,7 +22,7 @@ def free_port():
 EXIT = "torch_ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
 
 
-def _entry(fn, rank, world, port, env, args, results, leave_together):
+def _entry(fn, rank, world, port, env, args, results, leave_together, process_group=True):
     try:
         os.environ.update({k: str(v) for k, v in env.items()})
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -29,26 +30,28 @@ def _entry(fn, rank, world, port, env, args, results, leave_together):
         import torch
         import torch.distributed as dist
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        if process_group:
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         result = fn(rank, world, *args)
         results.put((rank, "ok", result))
         if result == EXIT:
             results.close()
             results.join_thread()
             os._exit(0)
-        if leave_together:  # a rank that exits while others still use the store would fail them
+        if leave_together and process_group:  # a rank that exits while others still use the store would fail
             dist.barrier()
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, "error", traceback.format_exc()))
 
 
-def run(fn, world, env=None, args=(), timeout=180, leave_together=True):
+def run(fn, world, env=None, args=(), timeout=180, leave_together=True, process_group=True):
     """Returns [fn's result on rank 0, ..., rank world-1]; raises AssertionError on any failure."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together),
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together,
+                                                       process_group),
                          daemon=True) for r in range(world)]
     for p in procs:
         p.start()

@@ -79,3 +79,44 @@ TEST(EngineConfig, ApiValuesOverrideTheEnvironment) {
       std::chrono::seconds(60), false);
   EXPECT_EQ(failures(results), "");
 }
+
+// gradex_check_config parses like gradex_engine_create, in process, without an engine: the
+// environment overridden by the given pairs, cross-variable rules included; an unknown name given
+// to it is an error naming the closest declared variable.
+TEST(EngineConfig, CheckConfigValidatesWithoutAnEngine) {
+  auto check = [](const std::vector<std::string>& env, std::vector<const char*> names,
+                  std::vector<const char*> values) {
+    auto results = run_ranks(
+        1, env,
+        [&](RankContext&) -> std::string {
+          gradex_status_t s = gradex_check_config(names.size(), names.data(), values.data());
+          return std::to_string(static_cast<int>(s)) + ":" + gradex_last_error();
+        },
+        std::chrono::seconds(60), /*create_engine=*/false);
+    const std::string prefix = "rank 0: ";  // run_ranks' prefix of a non-empty result
+    return results[0].rfind(prefix, 0) == 0 ? results[0].substr(prefix.size()) : results[0];
+  };
+  EXPECT_EQ(check({}, {"GRADEX_SPARSITY"}, {"0.99"}).substr(0, 2), "0:");
+  EXPECT_EQ(check({}, {}, {}).substr(0, 2), "0:");
+  std::string e = check({}, {"GRADEX_SPARSTY"}, {"0.99"});
+  EXPECT_EQ(e.substr(0, 2), "2:") << e;
+  EXPECT_NE(e.find("unknown configuration variable 'GRADEX_SPARSTY'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean GRADEX_SPARSITY, a number in [0, 1)"), std::string::npos) << e;
+  e = check({}, {"GRADEX_SPARSITY"}, {"1.5"});
+  EXPECT_EQ(e.substr(0, 2), "2:") << e;
+  EXPECT_NE(e.find("GRADEX_SPARSITY='1.5'"), std::string::npos) << e;
+  EXPECT_NE(e.find("[0, 1)"), std::string::npos) << e;
+  // The environment is checked; an API value replaces an invalid environment value.
+  e = check({"GRADEX_FP16=maybe"}, {}, {});
+  EXPECT_NE(e.find("GRADEX_FP16='maybe'"), std::string::npos) << e;
+  EXPECT_EQ(check({"GRADEX_FP16=maybe"}, {"GRADEX_FP16"}, {"0"}).substr(0, 2), "0:");
+  // Rules across variables, as at creation.
+  e = check({}, {"GRADEX_SPARSITY_OVERRIDES"}, {"embed"});
+  EXPECT_NE(e.find("no ':'"), std::string::npos) << e;
+  e = check({}, {"GRADEX_OUTER_PERIOD", "GRADEX_OUTER_DELAY"}, {"4", "4"});
+  EXPECT_EQ(e.substr(0, 2), "2:") << e;
+  EXPECT_NE(e.find("GRADEX_OUTER_DELAY"), std::string::npos) << e;
+  // NULL entries are an argument error.
+  e = check({}, {nullptr}, {"1"});
+  EXPECT_EQ(e.substr(0, 2), "1:") << e;
+}

@@ -1,7 +1,7 @@
-"""gradex for TensorFlow (Horovod's names, so migrating is a rename).
+"""gradex for TensorFlow (Horovod's names).
 
     import gradex.tensorflow as gxt
-    gxt.init()                                   # RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; bad GRADEX_* -> error
+    gxt.init()                                   # torchrun / mpirun / srun / RANK+WORLD_SIZE; bad GRADEX_* -> error
     tape = gxt.DistributedGradientTape(tape)     # custom training loops, eager or tf.function
     gxt.broadcast_variables(model.variables, root_rank=0)
 
@@ -20,10 +20,11 @@ _STATE_FORMAT = "gradex.tensorflow/1"
 
 
 def init(config=None):
-    """Joins the job (collective: every rank calls it). Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT (or Open MPI's OMPI_COMM_WORLD_*); rank 0 serves the bootstrap store on MASTER_PORT.
-    `config`: GRADEX_* overrides for the default gradient engine. Validates GRADEX_* here: a bad value
-    raises gradex.ConfigError naming the variable and its range. Idempotent."""
+    """Joins the job (collective: every rank calls it). Rank, size and local rank come from the launcher
+    (torchrun, Open MPI, MPICH / Intel MPI / PMI, Slurm; gradex's C API reads them as for every plugin); a
+    launcher's size without a rank raises gradex.ConfigError. Rank 0 serves gradex's authenticated store on
+    MASTER_ADDR:MASTER_PORT (GRADEX_JOB_SECRET). `config`: GRADEX_* overrides for every engine of this
+    process except the collective one; names and values are checked here (gradex.ConfigError). Idempotent."""
     _runtime.init(config)
 
 
@@ -48,14 +49,48 @@ def local_rank():
     return _runtime.state().local_rank
 
 
-def stats(last_step=False):
-    """The default gradient engine's counters (bytes_sent, dense_bytes, compression_ratio, steps, ...)."""
-    return _runtime.state().gradients.engine.stats(last_step)
+def local_size():
+    """Ranks on this host (the launcher's value, else counted by host name at init)."""
+    return _runtime.state().local_size
 
 
-def describe_config():
-    """The default gradient engine's effective GRADEX_* configuration, with help text."""
-    return _runtime.state().gradients.engine.describe_config()
+def engine(config=None):
+    """The gradient engine for `config` (GRADEX_* overrides over init's config and the environment):
+    the one already created for an equal configuration, else a new one (collective: same order on every
+    rank). Pass it to wrappers as `engine=` to share it explicitly. Without GRADEX_MOMENTUM in `config`
+    or the environment it adds no momentum (the optimizer owns momentum)."""
+    ref = _runtime.engine_for(config, what="gxt.engine")
+    _runtime.say_no_optimizer(config)
+    return ref
+
+
+def _engine_of(source):
+    if source is None:
+        return _runtime.state().gradients
+    if isinstance(source, bool):
+        raise InvalidArgumentError("gradex: stats(source=None, *, last_step=False): pass last_step by keyword")
+    if isinstance(source, _runtime.Engine):
+        return source
+    ref = getattr(source, "_gradex_ref", None)  # DistributedGradientTape, gxk.DistributedOptimizer
+    if isinstance(ref, _runtime.Engine):
+        return ref
+    raise InvalidArgumentError(
+        f"gradex: stats() takes a DistributedGradientTape, a gxk.DistributedOptimizer or an engine from "
+        f"gxt.engine(), not {type(source).__name__}")
+
+
+def stats(source=None, *, last_step=False):
+    """The counters of `source`'s engine (a DistributedGradientTape, a gxk.DistributedOptimizer or an engine
+    from gxt.engine(); None: init's default gradient engine): bytes_sent, bytes_received, dense_bytes,
+    compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
+    parameter_averages, compress/communicate/decode_seconds. last_step: the last completed step's counters
+    instead of the cumulative ones."""
+    return _engine_of(source).stats(last_step)
+
+
+def describe_config(source=None):
+    """The effective GRADEX_* configuration of `source`'s engine (as for stats()), with help text."""
+    return _engine_of(source).describe_config()
 
 
 def allreduce(tensor, average=True, name=None):
@@ -104,20 +139,18 @@ def state_dict():
     """The compressor state (residuals, momenta, step counters) of every gradient engine of this process,
     for checkpoints; restore with load_state_dict() after creating the same wrappers in the same order."""
     s = _runtime.state()
-    return {"format": _STATE_FORMAT,
-            "engines": [ref.engine.save_state() for ref in [s.gradients] + s.extra]}
+    return {"format": _STATE_FORMAT, "engines": [ref.save_state() for ref in s.order]}
 
 
 def load_state_dict(state):
     if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
         raise StateError(f"gradex: not a {_STATE_FORMAT} state dict")
-    s = _runtime.state()
-    refs = [s.gradients] + s.extra
+    refs = _runtime.state().order
     if len(state["engines"]) != len(refs):
         raise StateError(f"gradex: the state holds {len(state['engines'])} engines, this process has "
                          f"{len(refs)} (create the same wrappers before loading)")
     for ref, blob in zip(refs, state["engines"]):
-        ref.engine.load_state(blob)
+        ref.load_state(blob)
 
 
 def built_for():
@@ -125,7 +158,8 @@ def built_for():
     return _ops.built_for()
 
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "stats", "describe_config",
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "engine", "stats",
+           "describe_config",
            "allreduce", "broadcast", "broadcast_variables", "DistributedGradientTape", "state_dict",
            "load_state_dict", "built_for", "ConfigError", "CorruptError", "GradexError", "InternalError",
            "InvalidArgumentError", "MismatchError", "PeerError", "StateError", "TimeoutError",

@@ -1,19 +1,32 @@
 """The process's gradex state for TensorFlow: the job's store, its engines and their op-library slots.
 
-gxt.init() reads the launcher's environment (RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, or Open
-MPI's OMPI_COMM_WORLD_*), starts the store (rank 0 serves it) and creates two engines, collectively:
+gxt.init() takes rank, size and local rank from the C API's launch information (torchrun, Open MPI, MPICH /
+Intel MPI / PMI, Slurm: comm/launch.h, the code every gradex bootstrap uses), connects to the job's store and
+creates two engines, collectively:
   - the collective engine: dense, fp32 on the wire, no momentum: exact averages (allreduce, metrics) and
     bit-exact broadcasts, whatever GRADEX_* says about gradients;
-  - the default gradient engine: the GRADEX_* policy (DGC / fp16 / dense per tensor, LocalSGD).
-Wrappers given their own `config` create further gradient engines; every rank must create them in the
-same order (their store prefixes are numbered).
+  - the default gradient engine: the GRADEX_* policy (DGC / fp16 / dense per tensor), for a gradient source
+    that does not know its optimizer (gradex then adds momentum only when GRADEX_MOMENTUM is set explicitly).
+The store is the core's TCP store (gradex_store_connect): rank 0 serves it on MASTER_ADDR:MASTER_PORT and
+every connection proves GRADEX_JOB_SECRET when one is set. Under torchrun the launcher's agent already serves
+MASTER_PORT: gradex is then a client of that store through torch, as the torch plugin is, and the secret
+protects the UCX side (every pair of ranks proves it; docs/security.md).
+
+Gradient engines are cached by their effective configuration (GRADEX_* overrides, including the momentum the
+plugin decided): wrappers with equal configurations share one engine. A cache miss creates an engine, which
+is collective: every rank must build its wrappers in the same order (store prefixes are numbered).
 """
 import atexit
+import datetime
+import logging
 import os
+import socket
 import threading
 
 from .. import _capi, _errors
-from . import _ops, _store
+from . import _ops
+
+logger = logging.getLogger("gradex")
 
 # What makes the collective engine exact: every tensor dense (sparsity 0), fp32 on the wire, no DGC
 # momentum, clipping or LocalSGD.
@@ -22,13 +35,30 @@ COLLECTIVE_CONFIG = {"GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "", "G
                      "GRADEX_WARMUP_STEPS": "0", "GRADEX_NONFINITE": "propagate"}
 
 
-class EngineRef:
-    """A gradient or collective engine bound to an op-library slot."""
+class Engine:
+    """A gradex engine of this process as TensorFlow sees it: the C engine bound to an op-library slot, and
+    the configuration it was created with. `gxt.engine(config)` returns one; wrappers take it as `engine=`."""
 
-    def __init__(self, engine, slot, config):
-        self.engine = engine
+    def __init__(self, capi_engine, slot, config):
+        self.engine = capi_engine
         self.slot = slot
-        self.config = dict(config or {})
+        self.config = dict(config)
+
+    def stats(self, last_step=False):
+        return self.engine.stats(last_step)
+
+    def describe_config(self):
+        return self.engine.describe_config()
+
+    def save_state(self):
+        return self.engine.save_state()
+
+    def load_state(self, blob):
+        self.engine.load_state(blob)
+
+    @property
+    def closed(self):
+        return not self.engine.address
 
     def close(self):
         if self.engine.address:
@@ -43,32 +73,81 @@ class _State:
         self.rank = 0
         self.size = 1
         self.local_rank = 0
+        self.local_size = 1
+        self.launcher = "none"
         self.collective = None
         self.gradients = None
-        self.extra = []  # further engines created by wrappers
+        self.init_config = {}
+        self.engines = {}  # configuration key -> Engine (gradient engines, the default one included)
+        self.order = []  # gradient engines in creation order (state_dict)
         self.engines_created = 0
         self.next_slot = 1
 
 
 _state = _State()
+_said_once = set()
 
 
-def _env_int(*names):
-    for name in names:
-        value = os.environ.get(name)
-        if value not in (None, ""):
-            try:
-                return int(value)
-            except ValueError:
-                raise _errors.ConfigError(f"gradex: {name}={value!r} is not an integer") from None
-    return None
+def say_once(key, message, level=logging.WARNING):
+    """Logs `message` on the "gradex" logger the first time `key` is seen in this process."""
+    if key in _said_once:
+        return
+    _said_once.add(key)
+    logger.log(level, message)
 
 
 def _timeout_s():
+    """GRADEX_TIMEOUT_S as gxt.init's config or the environment sets it."""
     try:
-        return float(os.environ.get("GRADEX_TIMEOUT_S", "300"))
+        return float(_state.init_config.get("GRADEX_TIMEOUT_S", os.environ.get("GRADEX_TIMEOUT_S", "300")))
     except ValueError:
         return 300.0  # the engine reports the bad value itself, naming its range
+
+
+def normalized(config):
+    return {str(k): str(v) for k, v in (config or {}).items()}
+
+
+def known_names():
+    """The GRADEX_* names the core knows (the first column of its configuration description)."""
+    names = set()
+    for line in _capi.describe_config().splitlines():
+        head = line.strip().split("=", 1)[0]
+        if head.startswith("GRADEX_") and "=" in line:
+            names.add(head)
+    return names
+
+
+def check_config(config, what="config="):
+    """Validates names and values of GRADEX_* overrides in this process, before any engine or connection:
+    gradex.ConfigError naming the variable. Uses the core's gradex_check_config when this libgradex has it,
+    else the names of the core's configuration description (values are then checked by engine creation,
+    which parses them before it connects anywhere)."""
+    config = normalized(config)
+    if not config:
+        return
+    checker = getattr(_capi, "check_config", None)
+    if checker is not None:
+        try:
+            checker(config)
+        except _errors.ConfigError as exc:
+            raise _errors.ConfigError(f"{exc} (in {what})") from None
+        return
+    known = known_names()
+    unknown = sorted(k for k in config if k not in known)
+    if unknown:
+        raise _errors.ConfigError(
+            f"gradex: unknown configuration variable{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)} in {what} (gxt.describe_config() lists the known ones)")
+
+
+def explicit_setting(name, config=None):
+    """The value of `name` set explicitly in `config`, gxt.init(config=...) or the environment (None if none)."""
+    for source in (normalized(config), _state.init_config):
+        if name in source:
+            return source[name]
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
 
 
 def _launcher_store(host, port, size):
@@ -76,10 +155,39 @@ def _launcher_store(host, port, size):
     client of it (through torch, which torchrun implies) instead of trying to serve the port again."""
     if not os.environ.get("TORCHELASTIC_RUN_ID"):
         return None
-    import datetime
-
     from torch.distributed import TCPStore
-    return TCPStore(host, port, size, False, timeout=datetime.timedelta(seconds=_timeout_s()))
+    return _TorchStore(TCPStore(host, port, size, False, timeout=datetime.timedelta(seconds=_timeout_s())))
+
+
+class _TorchStore:
+    """torch's TCPStore with JobStore's get(key, timeout_ms), for the local-size agreement."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def set(self, key, value):
+        self.store.set(key, bytes(value))
+
+    def get(self, key, timeout_ms):
+        self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
+        return bytes(self.store.get(key))
+
+    def wait(self, keys, timeout):
+        self.store.wait(keys, timeout)
+
+    def add(self, key, delta):
+        return int(self.store.add(key, int(delta)))
+
+
+def _local_placement(store, rank, size, prefix):
+    """(local rank, local size) when the launcher does not say: ranks sharing this host's name, numbered in
+    global rank order, agreed through the store (each rank publishes its host, then reads the others')."""
+    host = socket.gethostname().encode()
+    store.set(f"{prefix}host/{rank}", host)
+    ms = int(_timeout_s() * 1000)
+    hosts = [store.get(f"{prefix}host/{r}", ms) for r in range(size)]
+    mine = [r for r in range(size) if hosts[r] == host]
+    return mine.index(rank), len(mine)
 
 
 def initialized():
@@ -97,8 +205,9 @@ def _new_engine(config):
     s = _state
     # A torchrun restart reuses the launcher's store: the attempt number keeps its keys apart.
     prefix = f"gradex/tf/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{s.engines_created}/"
+    store = s.store.store if isinstance(s.store, _TorchStore) else s.store
+    engine = _capi.Engine(s.rank, s.size, store, prefix, config)
     s.engines_created += 1
-    engine = _capi.Engine(s.rank, s.size, s.store, prefix, config)
     slot = s.next_slot
     s.next_slot += 1
     try:
@@ -106,7 +215,26 @@ def _new_engine(config):
     except BaseException:
         engine.close()
         raise
-    return EngineRef(engine, slot, config)
+    return Engine(engine, slot, config)
+
+
+def raw_gradient_config(config=None):
+    """The configuration of an engine whose optimizer gradex does not know: GRADEX_MOMENTUM as set
+    explicitly, else 0."""
+    merged = dict(_state.init_config, **normalized(config))
+    merged["GRADEX_MOMENTUM"] = explicit_setting("GRADEX_MOMENTUM", config) or "0"
+    return merged
+
+
+def say_no_optimizer(config=None):
+    """Said once per process when gradients whose optimizer gradex does not know (a tape, gxt.engine) get no
+    momentum because GRADEX_MOMENTUM is not set."""
+    if explicit_setting("GRADEX_MOMENTUM", config) is None:
+        say_once("raw-momentum",
+                 "gradex: the gradients' optimizer is unknown here (DistributedGradientTape, gxt.engine), so "
+                 "gradex adds no momentum: the optimizer applies its own. Set GRADEX_MOMENTUM explicitly for "
+                 "DGC momentum correction (then run the optimizer without momentum), or use "
+                 "gxk.DistributedOptimizer, which decides from the optimizer.", logging.INFO)
 
 
 def init(config=None):
@@ -116,59 +244,95 @@ def init(config=None):
         if s.collective is not None:
             return
         _ops.load()
-        rank = _env_int("RANK", "OMPI_COMM_WORLD_RANK")
-        size = _env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
-        if (rank is None) != (size is None):
-            raise _errors.ConfigError("gradex: set both RANK and WORLD_SIZE (or neither, for one process)")
-        rank, size = (0, 1) if rank is None else (rank, size)
-        if size < 1 or not 0 <= rank < size:
-            raise _errors.ConfigError(f"gradex: RANK={rank} must be in [0, WORLD_SIZE={size})")
-        local_rank = _env_int("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-        if size == 1:
-            store = _store.LocalStore()
-        else:
-            host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            port = _env_int("MASTER_PORT")
-            if port is None or not 1 <= port <= 65535:
-                raise _errors.ConfigError("gradex: MASTER_PORT must be set to a port in [1, 65535] for "
-                                          f"WORLD_SIZE={size}")
-            store = _launcher_store(host, port, size) or _store.TcpStore(host, port, rank == 0, _timeout_s())
-        s.store, s.rank, s.size = store, rank, size
-        s.engines_created = 0  # a fresh store: prefixes restart everywhere
-        s.local_rank = rank if local_rank is None else local_rank
+        config = normalized(config)
+        check_config(config, "gxt.init(config=...)")
+        info = _capi.launch_info()  # ConfigError for a rank without a size (or the reverse)
+        s.init_config = config
+        rank, size = info["rank"], info["world_size"]
+        store = None
         try:
+            if size > 1:
+                store = _launcher_store(info["master_addr"], info["master_port"], size)
+            if store is None:
+                store = _capi.JobStore(rank, size, config)
+            s.store, s.rank, s.size, s.launcher = store, rank, size, info["launcher"]
+            s.engines_created = 0  # a fresh store: prefixes restart everywhere
+            local_rank, local_size = info["local_rank"], info["local_size"]
+            if local_rank is None or local_size is None:
+                found_rank, found_size = _local_placement(
+                    store, rank, size, f"gradex/tf/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/")
+                local_rank = found_rank if local_rank is None else local_rank
+                local_size = found_size if local_size is None else local_size
+            s.local_rank, s.local_size = local_rank, local_size
             s.collective = _new_engine(COLLECTIVE_CONFIG)
-            s.gradients = _new_engine(config)
+            s.gradients = _gradient_engine_locked(raw_gradient_config())
         except BaseException:
+            if s.store is None and store is not None and hasattr(store, "close"):
+                store.close()
             _shutdown_locked()
             raise
 
 
-def gradient_engine(config=None):
-    """The default gradient engine (config None), or a new one with `config` overriding GRADEX_*."""
+def _config_key(config):
+    return tuple(sorted(normalized(config).items()))
+
+
+def _gradient_engine_locked(effective):
+    s = _state
+    key = _config_key(effective)
+    found = s.engines.get(key)
+    if found is not None and not found.closed:
+        return found
+    ref = _new_engine(effective)
+    s.engines[key] = ref
+    s.order.append(ref)
+    return ref
+
+
+def gradient_engine(effective_config):
+    """The gradient engine with exactly this effective configuration (GRADEX_* overrides over gxt.init's
+    config and the environment): cached, or created now (collective)."""
     s = state()
     with s.lock:
-        if not config:
-            return s.gradients
-        ref = _new_engine({str(k): str(v) for k, v in config.items()})
-        s.extra.append(ref)
-        return ref
+        return _gradient_engine_locked(dict(s.init_config, **normalized(effective_config)))
+
+
+def engine_for(config=None, engine=None, what="the wrapper"):
+    """What a wrapper given `config=` or `engine=` runs on (not both): `engine`, the default gradient engine,
+    or the cached engine of gxt.init's config plus `config` (momentum as for an unknown optimizer)."""
+    if engine is not None:
+        if config:
+            raise _errors.InvalidArgumentError(f"gradex: give {what} config= or engine=, not both")
+        if not isinstance(engine, Engine):
+            raise _errors.InvalidArgumentError(
+                f"gradex: engine= takes an engine from gxt.engine(...), not {type(engine).__name__}")
+        if engine.closed:
+            raise _errors.InvalidArgumentError("gradex: engine= is closed (gxt.shutdown() was called)")
+        return engine
+    check_config(config)
+    if not config:
+        return state().gradients
+    return gradient_engine(raw_gradient_config(config))
 
 
 def _shutdown_locked():
     s = _state
     first_error = None
-    for ref in reversed(s.extra + [s.gradients, s.collective]):
+    for ref in reversed(s.order + [s.collective]):
         if ref is None:
             continue
         try:
             ref.close()
         except _errors.GradexError as exc:
             first_error = first_error or exc
-    s.extra, s.gradients, s.collective = [], None, None
+    s.engines, s.order, s.gradients, s.collective = {}, [], None, None
+    s.init_config = {}
     if s.store is not None:
         if hasattr(s.store, "close"):  # torch.distributed.TCPStore (torchrun) has none
-            s.store.close()
+            try:
+                s.store.close()
+            except _errors.GradexError as exc:
+                first_error = first_error or exc
         s.store = None
     if first_error is not None:
         raise first_error

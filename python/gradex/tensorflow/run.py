@@ -3,7 +3,7 @@
     python -m gradex.tensorflow.run -np 4 train.py --epochs 5
 
 Each rank is a fresh interpreter (subprocess: TensorFlow must never be forked) with RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set. Output lines are prefixed "[rank] ". When a
+LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set. Output lines are prefixed "[rank] ". When a
 rank fails, the others are stopped; the exit status is the first failure's. For several machines use
 torchrun or mpirun (docs/tensorflow.md).
 """
@@ -34,8 +34,8 @@ def launch(nproc, argv, env=None):
     procs, pumps = [], []
     for rank in range(nproc):
         child_env = dict(os.environ if env is None else env)
-        child_env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                         MASTER_PORT=str(port))
+        child_env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                         LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         p = subprocess.Popen([sys.executable] + list(argv), env=child_env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT)
         t = threading.Thread(target=_pump, args=(rank, p.stdout), daemon=True)

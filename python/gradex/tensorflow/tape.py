@@ -9,6 +9,11 @@ All gradients of one gradient() call go through one grouped op, each under its o
 path), so the engine's policy applies per variable. None gradients are exchanged as zeros (every rank
 submits every key) and come back as the average; IndexedSlices are densified. Each gradient() call ends
 one engine step.
+
+Engines: without `config`/`engine` the tape uses gxt.init()'s default gradient engine; `config=` selects the
+engine cached for that configuration (building a tape every step creates one engine, once); `engine=` takes
+one from gxt.engine(). A tape does not know the optimizer, so gradex adds momentum only when GRADEX_MOMENTUM
+is set explicitly (said once on the "gradex" logger).
 """
 import tensorflow as tf
 
@@ -17,11 +22,13 @@ from . import _exchange, _runtime
 
 
 class DistributedGradientTape:
-    def __init__(self, tape, config=None, prefix="grad"):
+    def __init__(self, tape, config=None, prefix="grad", engine=None):
         if isinstance(tape, DistributedGradientTape):
             raise _errors.InvalidArgumentError("gradex: the tape is already a DistributedGradientTape")
+        self._gradex_ref = _runtime.engine_for(config, engine, "DistributedGradientTape")
+        if engine is None:
+            _runtime.say_no_optimizer(config)
         self._tape = tape
-        self._ref = _runtime.gradient_engine(config)
         self._prefix = prefix
 
     def __enter__(self):
@@ -42,14 +49,15 @@ class DistributedGradientTape:
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         keys = _exchange.unique_keys(self._prefix, [_exchange.variable_key(v) for v in flat_sources])
         dense = [_exchange.dense(g, v, k) for g, v, k in zip(flat_grads, flat_sources, keys)]
-        averaged = _exchange.exchange(dense, keys, self._ref)
+        averaged = _exchange.exchange(dense, keys, self._gradex_ref)
         with tf.control_dependencies(averaged):
-            _exchange.end_step(self._ref)
+            _exchange.end_step(self._gradex_ref)
         return tf.nest.pack_sequence_as(grads, averaged)
 
     @property
     def engine(self):
-        return self._ref.engine
+        """The engine this tape exchanges through (a gxt.engine() object)."""
+        return self._gradex_ref
 
     def stats(self, last_step=False):
-        return self._ref.engine.stats(last_step)
+        return self._gradex_ref.stats(last_step)

@@ -4,6 +4,7 @@
     ddp.register_comm_hook(gx.State(ddp), gx.hook)                                # DDP
     opt = gx.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # without DDP
     lsgd = gx.LocalSGD(model, period=4, warmup_steps=100)                          # lsgd.step() after opt.step()
+    gx.broadcast_parameters(model.state_dict(), root_rank=0)                        # Horovod-style collectives
 
 gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
 gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
@@ -14,19 +15,30 @@ from . import _bootstrap, _ops
 from .hook import State, hook
 from .localsgd import LocalSGD
 from .diloco import DiLoCo
-from .optimizer import DistributedOptimizer
+from .optimizer import DistributedOptimizer, join
+from .collectives import (Average, Sum, allreduce, allreduce_, broadcast, broadcast_, broadcast_object,
+                          broadcast_optimizer_state, broadcast_parameters, local_rank, local_size, rank, size)
 
 
-def stats(source=None, last_step=False):
-    """The engine's counters as a dict: bytes_sent, bytes_received, dense_bytes (what a dense fp32 ring
-    allreduce would have sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks,
-    saturated, nonfinite, parameter_averages and compress/communicate/decode_seconds.
+def stats(source=None, *, last_step=False):
+    """Counters as a dict: bytes_sent, bytes_received, dense_bytes (what a dense fp32 ring allreduce would have
+    sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
+    parameter_averages, compress/communicate/decode_seconds, control_bytes and staged_bytes.
 
-    source: a State, DistributedOptimizer or LocalSGD (default: the most recently created open engine).
-    last_step: the counters of the last completed step instead of the cumulative ones."""
-    engine = source.engine if source is not None else _bootstrap.latest_engine()
-    if engine is None:
-        raise InvalidArgumentError("gradex: no open gradex engine in this process")
+    source: whose counters: a gx.State, gx.DistributedOptimizer, gx.LocalSGD, gx.DiLoCo or an engine
+    (gradex._capi.Engine); None: the most recently created engine that is still open.
+    last_step: the counters of the last completed step instead of the cumulative ones (not for DiLoCo)."""
+    if source is None:
+        engine = _bootstrap.latest_engine()
+        if engine is None:
+            raise InvalidArgumentError("gradex: no open gradex engine in this process")
+    elif hasattr(source, "engine") and not hasattr(source, "address"):
+        engine = source.engine  # State, DistributedOptimizer, LocalSGD, DiLoCo
+    elif hasattr(source, "stats") and hasattr(source, "address"):
+        engine = source  # an engine itself
+    else:
+        raise InvalidArgumentError(f"gradex: stats() takes a State, DistributedOptimizer, LocalSGD, DiLoCo or "
+                                   f"engine, not {type(source).__name__}")
     return engine.stats(last_step)
 
 
@@ -36,6 +48,8 @@ def has_cuda():
     return _ops.has_cuda()
 
 
-__all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "stats", "has_cuda", "ConfigError",
+__all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
+           "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
+           "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",
            "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError"]

@@ -1,15 +1,27 @@
-"""The DGC momentum rule: with GRADEX_MOMENTUM = m > 0 gradex applies momentum correction itself, so the
-optimizer must run with momentum 0 (else momentum is applied twice). Objects that can see the optimizer
-warn once when they see an SGD optimizer with momentum > 0 in that case.
+"""Who owns momentum: it follows the optimizer.
+
+- torch.optim.SGD with momentum m > 0 (dampening 0, no weight decay, the same m and nesterov in every group):
+  gradex takes the momentum over. The optimizer runs at momentum 0 while gradex owns it (its state_dict()
+  still says m, and a loaded state dict is put back under gradex's ownership), and the engine gets
+  GRADEX_MOMENTUM=m and GRADEX_NESTEROV per the optimizer, so DGC gets its momentum correction and dense
+  tensors train exactly like SGD with momentum. GRADEX_MOMENTUM=0 set explicitly keeps the optimizer's
+  momentum instead. SGD with dampening or weight decay keeps its own momentum (gradex's u = m*u + g has
+  neither) and gradex adds none.
+- Optimizers that keep their own first moment (Adam, AdamW, NAdam, RAdam, Adamax, Adafactor, Lion, LAMB,
+  RMSprop with momentum, anything with `betas`): gradex never adds momentum, even when GRADEX_MOMENTUM is set.
+- Other optimizers, and no optimizer given: no gradex momentum unless GRADEX_MOMENTUM is set explicitly
+  (environment or config=); without an optimizer gradex says so once through the "gradex" logger.
 """
+import logging
 import os
 import re
-import warnings
 
 import torch
 
-# Mirrors base/config_vars.cc; used only when the engine's own description cannot be read.
-_DEFAULT_MOMENTUM = 0.9
+from .. import _log
+
+_FIRST_MOMENT_CLASSES = {"adam", "adamw", "nadam", "radam", "adamax", "adafactor", "lion", "lamb",
+                         "fusedadam", "fusedlamb", "sparseadam", "adabelief", "adan", "sophia", "lars"}
 
 
 def engine_setting(engine, config, name, default):
@@ -31,7 +43,7 @@ def engine_setting(engine, config, name, default):
 
 def gradex_momentum(engine, config):
     """The engine's effective GRADEX_MOMENTUM."""
-    return engine_setting(engine, config, "GRADEX_MOMENTUM", _DEFAULT_MOMENTUM)
+    return engine_setting(engine, config, "GRADEX_MOMENTUM", 0.0)
 
 
 def gradex_clip_norm(engine, config):
@@ -39,16 +51,132 @@ def gradex_clip_norm(engine, config):
     return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
-def sgd_momentum(optimizer):
-    """The largest momentum of an SGD optimizer's groups (0 for other optimizers)."""
-    inner = getattr(optimizer, "_gradex_wrapped", optimizer)
+def unwrap(optimizer):
+    return getattr(optimizer, "_gradex_wrapped", optimizer)
+
+
+def keeps_first_moment(optimizer):
+    """Whether the optimizer keeps its own first moment (Adam family, Lion, LAMB, RMSprop with momentum...)."""
+    inner = unwrap(optimizer)
+    groups = getattr(inner, "param_groups", [])
+    defaults = getattr(inner, "defaults", {}) or {}
+    if "betas" in defaults or "beta1" in defaults or any("betas" in g or "beta1" in g for g in groups):
+        return True
+    if isinstance(inner, torch.optim.RMSprop):
+        return any(float(g.get("momentum", 0) or 0) > 0 for g in groups)
+    return type(inner).__name__.lower() in _FIRST_MOMENT_CLASSES
+
+
+def _explicit_momentum(config):
+    """GRADEX_MOMENTUM as the user set it (config= first, then the environment), or None."""
+    value = (config or {}).get("GRADEX_MOMENTUM", os.environ.get("GRADEX_MOMENTUM"))
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None  # gradex_check_config reports it
+
+
+class SgdMomentumTakeover:
+    """While gradex owns an SGD optimizer's momentum: the optimizer's groups run at momentum 0 (and without
+    nesterov), its state_dict() reports the user's values, and load_state_dict() keeps gradex the owner."""
+
+    def __init__(self, optimizer, momentum, nesterov):
+        self.optimizer = unwrap(optimizer)
+        self.momentum, self.nesterov = momentum, nesterov
+        self._saved = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
+        self._own()
+        self._hooks = [self.optimizer.register_state_dict_post_hook(self._report_user_values),
+                       self.optimizer.register_load_state_dict_post_hook(self._after_load)]
+
+    def _own(self):
+        for g in self.optimizer.param_groups:
+            g["momentum"] = 0.0
+            g["nesterov"] = False
+
+    def _report_user_values(self, _optimizer, state_dict):
+        for group, (m, nesterov) in zip(state_dict["param_groups"], self._saved):
+            group["momentum"], group["nesterov"] = m, nesterov
+        return state_dict
+
+    def _after_load(self, _optimizer):
+        loaded = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
+        if any(m != self.momentum or bool(n) != self.nesterov for m, n in loaded if m != 0):
+            _log.warn_once(("momentum-load", id(self)),
+                           "gradex: the loaded optimizer state has momentum %s, but gradex's engine applies "
+                           "momentum %g (nesterov %s), fixed when it was created", [m for m, _ in loaded],
+                           self.momentum, self.nesterov)
+        self._saved = [(m if m != 0 else self.momentum, n if m != 0 else self.nesterov) for m, n in loaded]
+        self._own()
+
+    def release(self):
+        """Gives the momentum back to the optimizer (its groups get the user's values again)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for g, (m, nesterov) in zip(self.optimizer.param_groups, self._saved):
+            g["momentum"], g["nesterov"] = m, nesterov
+
+
+def decide(optimizer, config, owner):
+    """Applies the momentum rule for `owner` (e.g. "gx.DistributedOptimizer"): returns (config, takeover),
+    `config` a copy of the API overrides with GRADEX_MOMENTUM/GRADEX_NESTEROV set when the rule fixes them,
+    `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum (else None)."""
+    config = dict(config or {})
+    explicit = _explicit_momentum(config)
+    if optimizer is None:
+        if explicit is None:
+            _log.info_once("momentum-none", "gradex: %s adds no momentum (GRADEX_MOMENTUM is not set and no "
+                           "optimizer= was given); pass optimizer= so that an SGD optimizer's momentum moves "
+                           "into gradex (DGC's momentum correction), or set GRADEX_MOMENTUM", owner)
+        return config, None
+    inner = unwrap(optimizer)
+    name = type(inner).__name__
+    if keeps_first_moment(inner):
+        if explicit:
+            _log.warn_once(("momentum-own", name), "gradex: GRADEX_MOMENTUM=%g is ignored: %s keeps its own first "
+                           "moment, so gradex adds no momentum to its gradients", explicit, name)
+        config["GRADEX_MOMENTUM"] = "0"
+        return config, None
     if not isinstance(inner, torch.optim.SGD):
-        return 0.0
-    return max(float(group.get("momentum", 0) or 0) for group in inner.param_groups)
+        return config, None
+    groups = inner.param_groups
+    momenta = {float(g.get("momentum", 0) or 0) for g in groups}
+    if momenta == {0.0}:
+        return config, None
+    if explicit == 0:
+        _log.info_once(("momentum-kept", name), "gradex: GRADEX_MOMENTUM=0 is set, so %s keeps its own momentum",
+                       name)
+        return config, None
+    nesterovs = {bool(g.get("nesterov", False)) for g in groups}
+    problems = []
+    if len(momenta) > 1 or len(nesterovs) > 1:
+        problems.append("its parameter groups use different momentum or nesterov settings")
+    if any(float(g.get("dampening", 0) or 0) != 0 for g in groups):
+        problems.append("dampening is not 0")
+    if any(float(g.get("weight_decay", 0) or 0) != 0 for g in groups):
+        problems.append("weight decay is folded into SGD's momentum buffer")
+    if problems:
+        _log.warn_once(("momentum-sgd-kept", id(inner)), "gradex: %s keeps the momentum of its SGD optimizer "
+                       "(%s) and gradex adds none, so DGC runs without momentum correction", owner,
+                       "; ".join(problems))
+        config["GRADEX_MOMENTUM"] = "0"
+        return config, None
+    momentum, nesterov = momenta.pop(), nesterovs.pop()
+    if explicit is not None and explicit != momentum:
+        _log.warn_once(("momentum-mismatch", id(inner)), "gradex: GRADEX_MOMENTUM=%g is replaced by the SGD "
+                       "optimizer's momentum %g, which gradex takes over", explicit, momentum)
+    config["GRADEX_MOMENTUM"] = repr(momentum)
+    config["GRADEX_NESTEROV"] = "1" if nesterov else "0"
+    logging.getLogger("gradex").debug("gradex: %s takes over SGD momentum %g (nesterov %s)", owner, momentum,
+                                      nesterov)
+    return config, SgdMomentumTakeover(inner, momentum, nesterov)
 
 
 class MomentumWarner:
-    """Warns once per owner when an SGD optimizer with momentum > 0 runs while gradex's momentum is on."""
+    """Warns once when an SGD optimizer with momentum > 0 runs while the engine applies gradex momentum too
+    (an optimizer gradex was not told about)."""
 
     def __init__(self, owner, momentum):
         self._owner = owner
@@ -58,11 +186,13 @@ class MomentumWarner:
     def check(self, optimizer):
         if self._warned or self._momentum <= 0:
             return
-        m = sgd_momentum(optimizer)
+        inner = unwrap(optimizer)
+        if not isinstance(inner, torch.optim.SGD):
+            return
+        m = max(float(group.get("momentum", 0) or 0) for group in inner.param_groups)
         if m > 0:
             self._warned = True
-            warnings.warn(
-                f"gradex: GRADEX_MOMENTUM={self._momentum:g} means gradex applies DGC momentum correction "
-                f"itself, but {self._owner} sees torch.optim.SGD with momentum={m:g}: momentum is then applied "
-                f"twice. Use SGD(momentum=0) with gradex, or set GRADEX_MOMENTUM=0 to keep the optimizer's "
-                f"momentum (plain error-feedback top-k).", UserWarning, stacklevel=3)
+            _log.logger.warning(
+                "gradex: GRADEX_MOMENTUM=%g means gradex applies momentum itself, but %s sees torch.optim.SGD "
+                "with momentum=%g: momentum is then applied twice. Pass the optimizer (optimizer=) so that "
+                "gradex takes its momentum over, or set GRADEX_MOMENTUM=0.", self._momentum, self._owner, m)

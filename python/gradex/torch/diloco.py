@@ -46,6 +46,13 @@ def _float_arg(name, value):
     return repr(float(value))
 
 
+def _close_quietly(outer):
+    try:
+        outer.close()
+    except _errors.GradexError:
+        pass  # garbage collection: nobody is left to tell
+
+
 def _create_outer(config, store):
     if store is None and dist.is_available() and dist.is_initialized():
         store = dist.distributed_c10d._get_default_store()
@@ -107,6 +114,7 @@ class DiLoCo:
         addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
         addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
         self._outer = _create_outer(merged, store)
+        self._finalizer = weakref.finalize(self, _close_quietly, self._outer)
         try:
             for key, address, numel, is_buffer in addresses:
                 self._outer.add_tensor(key, address, numel, is_buffer)
@@ -174,4 +182,14 @@ class DiLoCo:
         self.steps = int(state["steps"])
 
     def close(self):
+        """Finishes the exchanges in flight and releases the connections. Idempotent; also done at the end of a
+        `with` block and by the garbage collector."""
+        self._finalizer.detach()
         self._outer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -10,6 +10,7 @@ they launch the ranks, and can pickle it until it is used. The engine bootstraps
 bucket, over the ranks of the DDP module's process group, through torch.distributed's store.
 """
 import threading
+import weakref
 
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -31,13 +32,18 @@ class State:
     its buckets after the first iteration). scaler: the torch.amp.GradScaler that scales the loss, if any, so
     that residuals and momenta stay unscaled (_amp.py). process_group: the group the engine spans (default:
     the DDP module's, else the default group). store: a torch.distributed.Store to bootstrap through
-    (default: the default group's).
+    (default: the default group's). optimizer: the optimizer that trains the model, so that momentum follows
+    it (_momentum.py): gradex takes an SGD optimizer's momentum over and adds none to Adam-family ones;
+    without it gradex adds no momentum unless GRADEX_MOMENTUM is set.
+
+    A State owns its engine: close() (or the end of a `with` block, or garbage collection) releases it.
     """
 
     def __init__(self, model=None, *, config=None, dense_iterations=None, store=None, scaler=None,
-                 process_group=None):
-        self._config = {str(k): str(v) for k, v in (config or {}).items()}
-        _config_check.check(self._config)
+                 process_group=None, optimizer=None):
+        config = {str(k): str(v) for k, v in (config or {}).items()}
+        _config_check.check(config)
+        self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex DDP hook")
         self._model = model
         self._dense_iterations = dense_iterations
         self._store = store
@@ -50,6 +56,7 @@ class State:
         self._engine = None
         self._exchanger = None
         self._step_hook = None
+        self._finalizer = None
         self._pending_load = getattr(self, "_pending_load", None)  # a state dict loaded before bootstrap
         self._closed_iteration = 0
 
@@ -79,6 +86,7 @@ class State:
                 engine.close()
                 raise
             self._pending_load = None
+            self._finalizer = weakref.finalize(self, _close_quietly, engine)
             self._warner = _momentum.MomentumWarner("the gradex DDP hook",
                                                     _momentum.gradex_momentum(engine, self._config))
             # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
@@ -138,8 +146,16 @@ class State:
         _load(self._exchanger, self._engine, state)
 
     def close(self):
-        """Finishes outstanding exchanges and releases the engine (also done at interpreter exit)."""
+        """Finishes outstanding exchanges, then releases the engine and gives an SGD optimizer whose momentum
+        gradex took over its momentum back. Idempotent; also done at the end of a `with` block, by the garbage
+        collector and at interpreter exit."""
         with self._lock:
+            if getattr(self, "_takeover", None) is not None:
+                self._takeover.release()
+                self._takeover = None
+            finalizer = getattr(self, "_finalizer", None)
+            if finalizer is not None:
+                finalizer.detach()
             if self._step_hook is not None:
                 self._step_hook.remove()
                 self._step_hook = None
@@ -151,6 +167,13 @@ class State:
             self._exchanger = None
             self._engine = False
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     def __getstate__(self):
         """Only a State that has not bootstrapped can be pickled: its configuration, scaler, process group
         and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
@@ -159,13 +182,21 @@ class State:
         if self._engine is not None:
             raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
                             "state_dict() instead of pickling it")
+        # The momentum takeover stays with the optimizer of this process (a copy has none).
         return {"_config": self._config, "_model": None, "_dense_iterations": self._dense_iterations,
                 "_store": self._store, "_scaler": self._scaler, "_group": self._group,
-                "_pending_load": self._pending_load}
+                "_pending_load": self._pending_load, "_takeover": None}
 
     def __setstate__(self, values):
         self.__dict__.update(values)
         self._init_runtime()
+
+
+def _close_quietly(engine):
+    try:
+        engine.close()
+    except _errors.GradexError:
+        pass  # garbage collection: nobody is left to tell
 
 
 def _is_ddp(module):

@@ -20,6 +20,7 @@ and the engine applies this rank's momentum in place without any traffic (sync/l
 """
 import os
 import threading
+import weakref
 
 import torch
 
@@ -78,6 +79,7 @@ class LocalSGD:
                     engine.close()
                     raise
                 self._engine = engine
+                self._finalizer = weakref.finalize(self, _close_quietly, engine)
             return self._engine
 
     @staticmethod
@@ -123,12 +125,23 @@ class LocalSGD:
         self.steps = int(state["steps"])
 
     def close(self):
+        """Finishes outstanding exchanges, then releases the engine. Idempotent; also done at the end of a `with`
+        block and by the garbage collector."""
         with self._lock:
+            if getattr(self, "_finalizer", None) is not None:
+                self._finalizer.detach()
             if self._exchanger is not None:
                 self._exchanger.close()
             if self._engine:
                 self._engine.close()
             self._engine = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def __getstate__(self):
         if self._engine is not None:
@@ -142,6 +155,13 @@ class LocalSGD:
         self._init_runtime()
         if self._ddp:  # the unpickled DDP module has a new reducer without the hook
             self._module.register_comm_hook(self, LocalSGD._hook)
+
+
+def _close_quietly(engine):
+    try:
+        engine.close()
+    except _errors.GradexError:
+        pass  # garbage collection: nobody is left to tell
 
 
 def optimizer_owns_momentum(config):

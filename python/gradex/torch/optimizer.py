@@ -8,17 +8,29 @@ communication overlaps the rest of backward; step() waits for all of them, then 
 then ends the engine's step (and averages parameters when LocalSGD says so, GRADEX_LOCALSGD_PERIOD > 0).
 Parameter names are the engine's tensor keys and must be the same on every rank.
 
+Only parameters with requires_grad are exchanged (frozen ones are neither registered nor touched). A
+parameter without a gradient this step (unused in the forward pass) contributes zeros, and its `.grad` is
+set only when the average over ranks is non-zero: a parameter no rank trained keeps `grad is None`, so
+optimizers with weight decay or momentum leave it alone.
+
+Momentum follows the optimizer (_momentum.py): gradex takes an SGD optimizer's momentum over, never adds any
+to Adam-family optimizers. The object owns its engine: close() (or leaving a `with` block, or garbage
+collection) finishes pending exchanges, then releases it.
+
 With a torch.amp.GradScaler, pass it (scaler=) so that gradex's residuals and momenta stay unscaled
 (_amp.py), and call opt.synchronize() before scaler.unscale_(opt) / scaler.step(opt): the scaler reads the
 gradients, which must hold the averages by then. step() does not exchange again after a synchronize().
 """
 import os
 import threading
+import weakref
 
 import torch
 
 from .. import _capi, _errors
 from . import _amp, _bootstrap, _momentum, _ops
+
+_live_optimizers = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
 
 _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 
@@ -26,20 +38,40 @@ _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either)."""
 
-    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None):
+    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None,
+                 uneven_inputs=False):
         if isinstance(optimizer, DistributedOptimizer):
             raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
         self._gradex_ready = False
+        self._takeover = None
+        self._engine = None
+        self._hooks = []
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
         self._gradex_wrapped = optimizer
-        self._params = self._name_parameters(optimizer, named_parameters)  # [(name, parameter)]
+        # uneven_inputs: every step also tells the ranks how many still train (gx.join); one more tiny
+        # exchange per step, on the collectives' engine.
+        self._uneven = bool(uneven_inputs)
+        # [(name, parameter)] of the parameters that train; frozen ones are never registered or exchanged.
+        self._params = [(name, p) for name, p in self._name_parameters(optimizer, named_parameters)
+                        if p.requires_grad]
         self._scale = _amp.ScaleDomain(scaler)
-        if _localsgd_period(config) > 0:
+        config = {str(k): str(v) for k, v in (config or {}).items()}
+        _capi.check_config(config)
+        if _localsgd_period(config) > 0 or self._uneven:
+            # LocalSGD, and join() (a joined rank's zero contribution must carry no momentum): the optimizer
+            # keeps its own momentum unless GRADEX_MOMENTUM is set explicitly.
             from .localsgd import optimizer_owns_momentum
-            config = optimizer_owns_momentum(dict(config or {}))
-        self._engine = _bootstrap.create_engine(config, store, process_group)
+            config = optimizer_owns_momentum(config)
+        else:
+            config, self._takeover = _momentum.decide(optimizer, config, "gx.DistributedOptimizer")
+        try:
+            self._engine = _bootstrap.create_engine(config, store, process_group)
+        except BaseException:
+            self._release_momentum()
+            raise
+        self._finalizer = weakref.finalize(self, _close_engine, self._engine, self._takeover)
         # float32 CUDA parameters: their gradients are exchanged on the GPU (_ops.memory_of); parameter
         # averages (LocalSGD) are staged through host memory either way.
         self._on_device = set()
@@ -52,11 +84,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
         self._synchronized = False  # synchronize() ran and no gradient was submitted since
         self._deferred = set()  # gradients produced but not submitted yet (clipping waits for all)
-        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name))
-                       for name, p in self._params if p.requires_grad]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name)) for name, p in self._params]
         self._clip = _momentum.gradex_clip_norm(self._engine, config) > 0
         _momentum.MomentumWarner("gx.DistributedOptimizer",
                                  _momentum.gradex_momentum(self._engine, config)).check(optimizer)
+        _live_optimizers.add(self)
         self._gradex_ready = True
 
     @staticmethod
@@ -76,15 +108,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return [(by_id[id(p)], p) for p in params]
 
     def _make_hook(self, name):
+        owner = weakref.ref(self)  # the parameter's hook must not keep the optimizer (and its engine) alive
+
         def on_gradient(p):
-            self._submit(name, p)
+            opt = owner()
+            if opt is not None:
+                opt._submit(name, p)
         return on_gradient
 
     def _submit(self, name, p, now=False):
         """Hands a gradient to the engine; with clipping (GRADEX_CLIP_NORM > 0) only notes it, unless `now`:
-        synchronize() submits every gradient once the whole model's norm is known."""
+        synchronize() submits every gradient once the whole model's norm is known. A parameter without a
+        gradient submits a zero buffer of its own (its .grad is set later only if the average is non-zero)."""
         grad = p.grad
-        if grad.is_sparse:
+        if grad is not None and grad.is_sparse:
             raise _errors.InvalidArgumentError(f"gradex: parameter '{name}' has a sparse gradient")
         with self._lock:
             self._synchronized = False
@@ -96,7 +133,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._deferred.add(name)
                 return
             self._deferred.discard(name)
-            buffer = grad if grad.is_contiguous() else grad.contiguous()
+            if grad is None:
+                buffer = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            else:
+                buffer = grad if grad.is_contiguous() else grad.contiguous()
             scale = self._scale.current()
             _amp.ScaleDomain.unscale(buffer, scale)
             ticket = _ops.submit(self._engine.address, name, buffer.detach(), on_device=name in self._on_device)
@@ -104,36 +144,97 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits until every parameter's gradient holds its average over ranks. Parameters whose hook did
-        not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key.
-        Does nothing when called again before the next backward."""
+        not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key;
+        their .grad stays None unless the average is non-zero. Does nothing when called again before the
+        next backward."""
         if self._synchronized:
             return
+        self._check_open()
         if self._clip:  # this rank's norm over the whole model's gradient, before any submission
-            for _, p in self._params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            norms = [torch.linalg.vector_norm(p.grad, dtype=torch.float32) for _, p in self._params]
+            norms = [torch.linalg.vector_norm(p.grad, dtype=torch.float32) for _, p in self._params
+                     if p.grad is not None]
             scale = self._scale.current()
-            norm = torch.linalg.vector_norm(torch.stack(norms))
+            norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
             self._engine.set_gradient_norm(float(norm / scale if scale is not None else norm))
         for name, p in self._params:
             if name not in self._pending:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
                 self._submit(name, p, now=True)
+        active = self._active_ranks(training=True) if self._uneven else None
+        self._wait_pending(write=True)
+        if active is not None and active < self._engine.world_size:
+            # Joined ranks contributed zeros: the average over the ranks still training.
+            factor = self._engine.world_size / active
+            for _, p in self._params:
+                if p.grad is not None:
+                    p.grad.mul_(factor)
+
+    def _active_ranks(self, training):
+        """How many ranks still train this step (each says whether it does); collective."""
+        from . import collectives
+        flag = torch.tensor([1.0 if training else 0.0])
+        collectives.allreduce_(flag, collectives.Average)
+        return round(float(flag) * self._engine.world_size)
+
+    def join(self):
+        """For a rank that has run out of data (uneven_inputs=True): keeps taking part in the other ranks'
+        steps, contributing zero gradients, until every rank has called join(); the ranks still training get
+        the average over themselves. With uneven_inputs=True the optimizer keeps its own momentum (SGD's
+        included), so a joined rank's zeros carry none; join() requires an engine that keeps no gradient state of
+        its own besides (no explicit GRADEX_MOMENTUM > 0, a dense policy, e.g. GRADEX_SPARSITY=0): a DGC
+        residual would otherwise keep flowing into the others' averages. Returns the number of steps this rank
+        mirrored. Collective with the other ranks' steps."""
+        if not self._uneven:
+            raise _errors.InvalidArgumentError(
+                "gradex: join() needs gx.DistributedOptimizer(..., uneven_inputs=True) on every rank")
+        self._check_open()
+        if _momentum.gradex_momentum(self._engine, None) > 0 or any(
+                self._engine_policy_sparse(name) for name, _ in self._params):
+            raise _errors.InvalidArgumentError(
+                "gradex: join() needs GRADEX_MOMENTUM=0 and dense tensors only (GRADEX_SPARSITY=0): this "
+                "engine keeps momentum or DGC residuals per rank, which a joined rank would keep sending")
+        self._wait_pending(write=False)
+        mirrored = 0
+        while self._active_ranks(training=False) > 0:
+            zeros = {name: torch.zeros_like(p, memory_format=torch.contiguous_format) for name, p in self._params}
+            tickets = [_ops.submit(self._engine.address, name, zeros[name], on_device=name in self._on_device)
+                       for name, _ in self._params]
+            _ops.wait_all(tickets)
+            if self._engine.end_step():
+                self.average_parameters()
+            mirrored += 1
+        return mirrored
+
+    def _engine_policy_sparse(self, name):
+        """Whether the engine exchanges this tensor sparse (DGC), from its configuration."""
+        threshold = _momentum.engine_setting(self._engine, None, "GRADEX_DENSE_THRESHOLD", 16384)
+        sparsity = _momentum.engine_setting(self._engine, None, "GRADEX_SPARSITY", 0.999)
+        numel = dict(self._params)[name].numel()
+        return sparsity > 0 and numel >= threshold
+
+    def _wait_pending(self, write):
+        """Waits for every submitted gradient (every ticket is consumed, even after a failure); with `write`
+        the averages go into the gradients."""
         with self._lock:
             pending, self._pending = self._pending, {}
-            self._synchronized = True
+            self._synchronized = write
+            self._deferred.clear()
         first_error = None
-        for name, _ in self._params:
+        for name, p in self._params:
+            if name not in pending:
+                continue
             ticket, buffer, grad, scale = pending[name]
             try:
-                _ops.wait(ticket)  # consumes every ticket, even after a failure
+                _ops.wait(ticket)
             except _errors.GradexError as exc:
                 first_error = first_error or exc
                 continue
+            if not write:
+                continue
             _amp.ScaleDomain.rescale(buffer, scale)
-            if buffer is not grad:
+            if grad is None:
+                if bool(torch.count_nonzero(buffer)):  # some rank trained it: the average is its gradient
+                    p.grad = buffer
+            elif buffer is not grad:
                 grad.copy_(buffer)
         if first_error is not None:
             raise first_error
@@ -186,14 +287,62 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._gradex_wrapped.load_state_dict(state_dict)
 
     def close(self):
-        """Removes the gradient hooks and releases the engine."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        self._engine.close()
+        """Finishes the exchanges in flight, removes the gradient hooks, gives an SGD optimizer its momentum
+        back and releases the engine. Idempotent; also run when a `with` block ends and (without the draining,
+        which needs this object) by the garbage collector."""
+        if self._engine is None or not self._engine.address:
+            return
+        try:
+            self._wait_pending(write=False)
+        finally:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks = []
+            self._release_momentum()
+            _live_optimizers.discard(self)
+            self._finalizer.detach()
+            self._engine.close()
+
+    def _release_momentum(self):
+        if self._takeover is not None:
+            self._takeover.release()
+            self._takeover = None
+
+    def _check_open(self):
+        if self._engine is None or not self._engine.address:
+            raise _errors.InvalidArgumentError("gradex: this gx.DistributedOptimizer was closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def __repr__(self):
         return f"gx.DistributedOptimizer({self._gradex_wrapped!r})"
+
+
+def join(optimizer=None):
+    """gx.join(): this rank has run out of data; see DistributedOptimizer.join. `optimizer`: the
+    gx.DistributedOptimizer (default: the only open one in this process)."""
+    if optimizer is None:
+        live = [o for o in list(_live_optimizers) if o._uneven]
+        if len(live) != 1:
+            raise _errors.InvalidArgumentError(
+                f"gradex: join() found {len(live)} open gx.DistributedOptimizer(uneven_inputs=True); pass the "
+                f"one to join")
+        optimizer = live[0]
+    return optimizer.join()
+
+
+def _close_engine(engine, takeover):
+    if takeover is not None:
+        takeover.release()
+    try:
+        engine.close()
+    except _errors.GradexError:
+        pass  # garbage collection: nobody is left to tell
 
 
 def _localsgd_period(config):

@@ -43,15 +43,21 @@ class _LegacyMixin:
             _exchange.end_step(self._gradex_ref)
         return list(zip(averaged, variables))
 
+    def get_config(self):
+        config = super().get_config()
+        if getattr(self, "_gradex_owned_momentum", 0.0):  # gradex runs the momentum (keras/_momentum.py)
+            config["momentum"] = self._gradex_owned_momentum
+        return config
+
     @property
     def gradex_engine(self):
-        return self._gradex_ref.engine
+        return self._gradex_ref
 
     def gradex_state(self):
-        return self._gradex_ref.engine.save_state()
+        return self._gradex_ref.save_state()
 
     def load_gradex_state(self, blob):
-        self._gradex_ref.engine.load_state(blob)
+        self._gradex_ref.load_state(blob)
 
 
 _classes = {}

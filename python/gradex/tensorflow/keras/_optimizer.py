@@ -14,42 +14,14 @@ come first: given a LossScaleOptimizer, or created while the global dtype policy
 wrapper is a LossScaleOptimizer subclass that exchanges the scaled gradients and then runs the check on
 the averages (identical on every rank: an Inf anywhere makes every rank skip).
 """
-import re
 import sys
-import warnings
 
 import keras
 import tensorflow as tf
 
 from ... import _errors
 from .. import _exchange, _runtime
-from . import _legacy
-
-_DEFAULT_MOMENTUM = 0.9  # base/config_vars.cc; used only when the engine's description cannot be read
-
-
-def _gradex_momentum(ref):
-    try:
-        match = re.search(r"GRADEX_MOMENTUM\s*[=:]?\s*['\"]?([-+0-9.eE]+)", ref.engine.describe_config())
-        if match:
-            return float(match.group(1))
-    except Exception:  # noqa: BLE001 - fall back to the documented default
-        pass
-    return _DEFAULT_MOMENTUM
-
-
-def _warn_momentum(ref, optimizer):
-    """The PyTorch plugin's rule: with GRADEX_MOMENTUM > 0 gradex applies DGC momentum correction itself,
-    so an SGD optimizer with momentum applies momentum twice. Warns once per wrapper."""
-    m = float(getattr(optimizer, "momentum", 0) or 0) if type(optimizer).__name__ == "SGD" else 0.0
-    g = _gradex_momentum(ref)
-    if m > 0 and g > 0:
-        warnings.warn(
-            f"gradex: GRADEX_MOMENTUM={g:g} means gradex applies DGC momentum correction itself, but "
-            f"gxk.DistributedOptimizer wraps an SGD optimizer with momentum={m:g}: momentum is then applied "
-            f"twice. Use SGD(momentum=0.0) with gradex, or set GRADEX_MOMENTUM=0 to keep the optimizer's "
-            f"momentum (plain error-feedback top-k).", UserWarning, stacklevel=3)
-
+from . import _legacy, _momentum
 
 def _inside_plain_loss_scale_optimizer():
     """True when a LossScaleOptimizer that is not ours is calling this wrapper's apply (model.compile
@@ -71,6 +43,13 @@ class _GradexMixin:
     def _gradex_setup(self, ref, local_sgd):
         self._gradex_ref = ref
         self._gradex_local_sgd = local_sgd
+
+    def get_config(self):
+        config = super().get_config()
+        owned = getattr(self, "_gradex_owned_momentum", 0.0)
+        if owned:  # gradex runs the momentum; the optimizer's own setting is what a checkpoint records
+            config["momentum"] = owned
+        return config
 
     def _gradex_exchange(self, grads, trainable_variables):
         variables = list(trainable_variables)
@@ -102,14 +81,15 @@ class _GradexMixin:
 
     @property
     def gradex_engine(self):
-        return self._gradex_ref.engine
+        """The engine this optimizer exchanges through (a gxt.engine() object)."""
+        return self._gradex_ref
 
     def gradex_state(self):
         """This wrapper's compressor state (bytes) for checkpoints."""
-        return self._gradex_ref.engine.save_state()
+        return self._gradex_ref.save_state()
 
     def load_gradex_state(self, blob):
-        self._gradex_ref.engine.load_state(blob)
+        self._gradex_ref.load_state(blob)
 
 
 class _DistributedApply(_GradexMixin):
@@ -136,6 +116,17 @@ class _DistributedLossScaleApply(_GradexMixin):
         return result
 
 
+class _OwnedMomentumConfig:
+    """The inner optimizer of a loss-scaling wrapper whose momentum gradex took over: its config still says
+    the momentum the user gave."""
+
+    def get_config(self):
+        config = super().get_config()
+        if getattr(self, "_gradex_owned_momentum", 0.0):
+            config["momentum"] = self._gradex_owned_momentum
+        return config
+
+
 _classes = {}
 
 
@@ -146,11 +137,21 @@ def _subclass(base, mixin):
     return _classes[key]
 
 
-def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_warmup_steps=0):  # noqa: N802
-    """Wraps a Keras 3 optimizer (Horovod's name). `config`: GRADEX_* overrides for an engine of its own
-    (default: gxt.init()'s gradient engine). `local_sgd_period` H > 0: LocalSGD — after
-    `local_sgd_warmup_steps` synchronous steps, gradients stay local and trainable variables are averaged
-    every H steps (an engine of its own). Call gxt.init() first; compile with jit_compile=False."""
+def _take_over_momentum(optimizer, momentum):
+    """Runs `optimizer` (not built yet) without its momentum, which gradex now owns."""
+    optimizer.momentum = 0.0
+    optimizer._gradex_owned_momentum = momentum
+
+
+def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_warmup_steps=0,  # noqa: N802
+                         engine=None):
+    """Wraps a Keras 3 (or tf-keras) optimizer (Horovod's name). Momentum follows the optimizer
+    (keras/_momentum.py): gradex takes SGD's momentum over and adds none to Adam-family optimizers.
+    `config`: GRADEX_* overrides; the engine for the resulting configuration is created once and shared by
+    wrappers with an equal one. `engine`: an engine from gxt.engine() to use as it is (then momentum is as that
+    engine was configured). `local_sgd_period` H > 0: LocalSGD — after `local_sgd_warmup_steps` synchronous
+    steps, gradients stay local and trainable variables are averaged every H steps; the optimizer keeps its
+    momentum. Call gxt.init() first; compile with jit_compile=False."""
     if isinstance(optimizer, _GradexMixin) or getattr(optimizer, "_gradex_legacy", False):
         raise _errors.InvalidArgumentError("gradex: the optimizer is already a gxk.DistributedOptimizer")
     legacy = _legacy.is_legacy_optimizer(optimizer)
@@ -160,31 +161,52 @@ def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_w
             f"{type(optimizer).__name__}")
     if legacy and int(local_sgd_period) > 0:
         raise _errors.InvalidArgumentError("gradex: LocalSGD is offered for Keras 3 optimizers only")
-    merged = dict(config or {})
-    local_sgd = int(local_sgd_period) > 0
-    if local_sgd:
-        merged.update(GRADEX_LOCALSGD_PERIOD=int(local_sgd_period),
-                      GRADEX_LOCALSGD_WARMUP_STEPS=int(local_sgd_warmup_steps))
-    elif int(local_sgd_period) < 0:
+    if int(local_sgd_period) < 0:
         raise _errors.ConfigError(f"gradex: local_sgd_period must be >= 0, got {local_sgd_period}")
-    ref = _runtime.gradient_engine(merged or None)
+    local_sgd = int(local_sgd_period) > 0
+    if engine is not None and (config or local_sgd):
+        raise _errors.InvalidArgumentError("gradex: give gxk.DistributedOptimizer engine= or config=/local_sgd_*, "
+                                           "not both")
+    loss_scale = not legacy and isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    inner = optimizer.inner_optimizer if loss_scale else optimizer
+    owned = 0.0
+    if engine is not None:
+        ref = _runtime.engine_for(None, engine, "gxk.DistributedOptimizer")
+        m = _momentum.optimizer_momentum(inner) if _momentum.is_sgd(inner) else 0.0
+        if m > 0 and float(ref.config.get("GRADEX_MOMENTUM", "0")) > 0:
+            _runtime.say_once(("engine-double", id(ref)),
+                              f"gradex: engine= applies GRADEX_MOMENTUM={ref.config['GRADEX_MOMENTUM']} and the "
+                              f"wrapped {type(inner).__name__} has momentum={m:g}: momentum is applied twice "
+                              f"(pass config= instead, and gradex takes the optimizer's momentum over)")
+    else:
+        _runtime.check_config(config)
+        merged = _runtime.normalized(config)
+        if local_sgd:
+            merged.update(GRADEX_LOCALSGD_PERIOD=str(int(local_sgd_period)),
+                          GRADEX_LOCALSGD_WARMUP_STEPS=str(int(local_sgd_warmup_steps)))
+        settings, owned = _momentum.decide(inner, config, local_sgd)
+        merged.update(settings)
+        ref = _runtime.gradient_engine(merged)
     if legacy:
-        _warn_momentum(ref, optimizer)
-        return _legacy.wrap(optimizer, ref, local_sgd)
+        wrapped = _legacy.wrap(optimizer, ref, local_sgd)
+        if owned:
+            _take_over_momentum(wrapped, owned)
+        return wrapped
 
-    loss_scale = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     if not loss_scale and keras.config.dtype_policy().name == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         loss_scale = True
     if loss_scale:
-        inner = optimizer.inner_optimizer
-        _warn_momentum(ref, inner)
+        if owned:  # a copy of the user's inner optimizer, so theirs keeps its momentum
+            inner = _subclass(type(inner), _OwnedMomentumConfig).from_config(inner.get_config())
+            _take_over_momentum(inner, owned)
         cls = _subclass(type(optimizer), _DistributedLossScaleApply)
         wrapped = cls(inner, initial_scale=optimizer.initial_scale,
                       dynamic_growth_steps=optimizer.dynamic_growth_steps, name=optimizer.name)
     else:
-        _warn_momentum(ref, optimizer)
         cls = _subclass(type(optimizer), _DistributedApply)
         wrapped = cls.from_config(optimizer.get_config())
+        if owned:
+            _take_over_momentum(wrapped, owned)
     wrapped._gradex_setup(ref, local_sgd)
     return wrapped

@@ -1,10 +1,12 @@
 """Keras callbacks for gradex (Horovod's names).
 
-    callbacks=[gxk.callbacks.BroadcastGlobalVariablesCallback(0), gxk.callbacks.MetricAverageCallback()]
+    callbacks=[gxk.callbacks.BroadcastGlobalVariablesCallback(0), gxk.callbacks.MetricAverageCallback(),
+               gxk.callbacks.LearningRateWarmupCallback(initial_lr=0.1 * gxt.size(), warmup_epochs=5)]
 """
 import keras
 import tensorflow as tf
 
+from ... import _errors
 from ... import tensorflow as gxt
 from .. import _exchange, _runtime
 
@@ -24,7 +26,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         variables = list(self.model.variables)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.built:
-            variables += [v for v in optimizer.variables if v not in variables]
+            # By identity: `in` would compare variables by value (elementwise ==).
+            seen = {id(v) for v in variables}
+            variables += [v for v in optimizer.variables if id(v) not in seen]
         gxt.broadcast_variables(variables, root_rank=self.root_rank)
         self._done = True
 
@@ -44,3 +48,80 @@ class MetricAverageCallback(keras.callbacks.Callback):
         averaged = _exchange.exchange(values, keys, _runtime.state().collective)
         for k, v in zip(names, averaged):
             logs[k] = float(v.numpy())
+
+
+class LearningRateWarmupCallback(keras.callbacks.Callback):
+    """Horovod's warm-up (Goyal et al., "Accurate, large minibatch SGD"): the learning rate rises linearly
+    from initial_lr / size to initial_lr over the first `warmup_epochs` epochs, updated every batch
+    (lr = initial_lr / size * (e * (size - 1) / warmup_epochs + 1) at fractional epoch e), then stays at
+    initial_lr. `steps_per_epoch` defaults to what model.fit reports; unknown, the rate changes per epoch.
+
+    momentum_correction: Horovod scales the optimizer's momentum by new_lr / old_lr for the batch where the
+    rate changes, because a Keras velocity holds learning-rate-scaled steps. A momentum gradex owns (SGD
+    wrapped by gxk.DistributedOptimizer) holds gradients, not steps, so it needs no correction; a Keras 3
+    optimizer's own momentum is a constant of its traced step and cannot be changed per batch, so the
+    correction is never applied (said once when it would have been)."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+        super().__init__()
+        if float(initial_lr) <= 0:
+            raise _errors.InvalidArgumentError(f"gradex: initial_lr must be > 0, got {initial_lr}")
+        if float(warmup_epochs) <= 0:
+            raise _errors.InvalidArgumentError(f"gradex: warmup_epochs must be > 0, got {warmup_epochs}")
+        self.initial_lr = float(initial_lr)
+        self.warmup_epochs = float(warmup_epochs)
+        self.momentum_correction = bool(momentum_correction)
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = int(verbose)
+        self._epoch = 0
+        self._done = False
+
+    def learning_rate_at(self, epoch):
+        """The rate at fractional epoch `epoch` (initial_lr once the warm-up is over)."""
+        if epoch >= self.warmup_epochs:
+            return self.initial_lr
+        size = gxt.size()
+        return self.initial_lr / size * (epoch * (size - 1) / self.warmup_epochs + 1)
+
+    def _set(self, value):
+        optimizer = self.model.optimizer
+        lr = optimizer.learning_rate
+        if not hasattr(lr, "assign"):
+            raise _errors.InvalidArgumentError(
+                "gradex: LearningRateWarmupCallback needs an optimizer with a plain learning rate, not a "
+                "LearningRateSchedule")
+        lr.assign(value)
+        if self.momentum_correction and _own_momentum(optimizer) > 0 and value != self.initial_lr:
+            _runtime.say_once("warmup-momentum",
+                              "gradex: LearningRateWarmupCallback cannot apply momentum correction to a Keras 3 "
+                              "optimizer's own momentum (a constant of its traced step); use SGD through "
+                              "gxk.DistributedOptimizer, whose momentum gradex owns and which needs none")
+
+    def _steps(self):
+        return self.steps_per_epoch or (self.params or {}).get("steps")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        if self._done:
+            return
+        if epoch >= self.warmup_epochs:
+            self._set(self.initial_lr)
+            self._done = True
+            if self.verbose:
+                print(f"Epoch {epoch + 1}: finished gradual learning rate warmup to {self.initial_lr:g}.")
+        elif not self._steps():
+            self._set(self.learning_rate_at(epoch))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        steps = self._steps()
+        if self._done or not steps:
+            return
+        self._set(self.learning_rate_at(self._epoch + batch / steps))
+
+
+def _own_momentum(optimizer):
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    try:
+        return float(getattr(inner, "momentum", 0) or 0)
+    except (TypeError, ValueError):
+        return 0.0

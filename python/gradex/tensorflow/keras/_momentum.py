@@ -1,0 +1,69 @@
+"""Who owns momentum, decided from the optimizer gxk.DistributedOptimizer wraps (the torch plugin's rule).
+
+- SGD with momentum m > 0: gradex takes the momentum over (DGC momentum correction needs it: the residual
+  must accumulate the velocity, not the gradient). The wrapper runs with momentum 0 and gradex with
+  GRADEX_MOMENTUM = m (and GRADEX_NESTEROV as the optimizer's nesterov); get_config() still says m. An
+  explicit GRADEX_MOMENTUM=0 keeps the optimizer's momentum instead (plain error-feedback top-k).
+- Optimizers that keep their own first moment (Adam, AdamW, Nadam, Adamax, Lion, Adafactor, LAMB, RMSprop with
+  momentum, any optimizer with a `beta_1`): gradex never adds momentum (GRADEX_MOMENTUM=0), whatever is set.
+- SGD without momentum and other optimizers: GRADEX_MOMENTUM as set explicitly (config=, gxt.init's config or
+  the environment), else 0.
+- LocalSGD: the optimizer owns momentum (in both phases); GRADEX_MOMENTUM as set explicitly, else 0.
+The decided value is always passed to the engine explicitly, so the core's default never matters.
+"""
+import logging
+
+from .. import _runtime
+
+_FIRST_MOMENT = {"Adam", "AdamW", "Nadam", "Adamax", "Lion", "Adafactor", "Lamb", "LAMB", "Muon"}
+
+
+def optimizer_momentum(optimizer):
+    try:
+        return float(getattr(optimizer, "momentum", 0) or 0)
+    except (TypeError, ValueError):  # a variable or schedule: not SGD's plain float
+        return 0.0
+
+
+def is_sgd(optimizer):
+    return any(c.__name__ == "SGD" for c in type(optimizer).__mro__)
+
+
+def keeps_first_moment(optimizer):
+    names = {c.__name__ for c in type(optimizer).__mro__}
+    if names & _FIRST_MOMENT or hasattr(optimizer, "beta_1"):
+        return True
+    return "RMSprop" in names and optimizer_momentum(optimizer) > 0
+
+
+def decide(optimizer, config, local_sgd):
+    """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
+    explicit = _runtime.explicit_setting("GRADEX_MOMENTUM", config)
+    explicit_value = float(explicit) if explicit is not None else None
+    name = type(optimizer).__name__
+    m = optimizer_momentum(optimizer) if is_sgd(optimizer) else 0.0
+    if local_sgd:
+        if explicit_value and m > 0:
+            _runtime.say_once(("double", name), f"gradex: GRADEX_MOMENTUM={explicit} with LocalSGD and {name}"
+                              f"(momentum={m:g}) applies momentum twice; LocalSGD leaves momentum to the "
+                              f"optimizer unless GRADEX_MOMENTUM is set")
+        return {"GRADEX_MOMENTUM": explicit if explicit is not None else "0"}, 0.0
+    if keeps_first_moment(optimizer):
+        if explicit_value:
+            _runtime.say_once(("first-moment", name),
+                              f"gradex: {name} keeps its own first moment, so gradex adds no momentum "
+                              f"(GRADEX_MOMENTUM={explicit} is not used for it)")
+        return {"GRADEX_MOMENTUM": "0"}, 0.0
+    if m > 0:
+        if explicit_value == 0.0:
+            return {"GRADEX_MOMENTUM": "0"}, 0.0  # the user keeps the optimizer's momentum
+        if explicit_value is not None and explicit_value != m:
+            _runtime.say_once(("sgd-momentum", name, m),
+                              f"gradex: takes {name}'s momentum={m:g} over (GRADEX_MOMENTUM={explicit} is "
+                              f"not used for this optimizer)")
+        nesterov = bool(getattr(optimizer, "nesterov", False))
+        _runtime.say_once(("takeover", name, m),
+                          f"gradex: takes {name}'s momentum={m:g} over (DGC momentum correction); the "
+                          f"optimizer runs with momentum 0 and its config still says {m:g}", logging.INFO)
+        return {"GRADEX_MOMENTUM": repr(m), "GRADEX_NESTEROV": "1" if nesterov else "0"}, m
+    return {"GRADEX_MOMENTUM": explicit if explicit is not None else "0"}, 0.0
