@@ -38,7 +38,8 @@ constexpr int kSteps = 7;
 constexpr int kNanStep = 4;  // rank 1's fc.weight and fc.bias hold Inf/NaN in this step
 const std::vector<std::string> kTrainEnv = {
     "GRADEX_SPARSITY=0.99",   "GRADEX_WARMUP_STEPS=3", "GRADEX_SPARSITY_OVERRIDES=emb:0.95",
-    "GRADEX_FUSION_MB=0.005", "GRADEX_CLIP_NORM=20",   "GRADEX_TIMEOUT_S=60"};
+    "GRADEX_FUSION_MB=0.005", "GRADEX_CLIP_NORM=20",   "GRADEX_TIMEOUT_S=60",
+    "GRADEX_MOMENTUM=0.9"};
 
 uint64_t floats_per_step() {
   uint64_t n = 0;

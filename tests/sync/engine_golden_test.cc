@@ -156,6 +156,12 @@ const std::vector<std::string> kBase = {"GRADEX_TIMEOUT_S=60", "GRADEX_CLIP_NORM
 
 std::vector<std::string> with(std::vector<std::string> extra) {
   std::vector<std::string> env = kBase;
+  // The digests were recorded when gradex owned momentum 0.9 by default: keep that unless a
+  // scenario says otherwise.
+  bool momentum_given = false;
+  for (const std::string& e : extra)
+    momentum_given |= e.rfind("GRADEX_MOMENTUM=", 0) == 0;
+  if (!momentum_given) env.push_back("GRADEX_MOMENTUM=0.9");
   env.insert(env.end(), extra.begin(), extra.end());
   return env;
 }
