@@ -77,6 +77,42 @@ const std::vector<VarSpec>& registry() {
      "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
      "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
+    {"GRADEX_POLICY", VarType::kChoice, "fixed", 0, 0, false, false, "auto|fixed", kEngine,
+     "How each tensor's codec is chosen. fixed (the default): GRADEX_SPARSITY_OVERRIDES, then "
+     "dense below GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (opt-in until "
+     "bench/run measures it within 1.05x of the best fixed mode; CUDA tensors keep the fixed "
+     "policy): from a measured cost model (link latency and "
+     "bandwidth probed at start-up and refined from every collective, codec costs, when each "
+     "tensor becomes ready), re-evaluated every GRADEX_POLICY_INTERVAL steps, all ranks using rank "
+     "0's numbers: the least compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) "
+     "whose communication stays hidden behind the backward pass, harder only as far as the link "
+     "requires; every tensor is dense during the first interval. Overrides win in both."},
+    {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: steps between re-evaluations; a tensor's codec changes only when its "
+     "exchange counter reaches a multiple of this (an agreed step)."},
+    {"GRADEX_POLICY_LADDER", VarType::kString, "0.9,0.99,0.999", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the DGC sparsities it may choose, ascending, comma-separated, each in "
+     "(0, 1)."},
+    {"GRADEX_POLICY_SLACK", VarType::kFloat, "0.05", 0, 10, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: communication may end this fraction of the step's compute time after the "
+     "backward pass and still count as hidden (the plugins wait for every average before the "
+     "optimizer step, so that much is the step's delay)."},
+    {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: no DGC before this exchange step (early training, while the gradient "
+     "changes fast); the first GRADEX_POLICY_INTERVAL steps are dense in any case."},
+    {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
+     "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "
+     "99.9%, was seen to cost accuracy)."},
+    {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: for tensors registered with their row count "
+     "(gradex_register_tensor_rows), a DGC sparsity must keep at least this many values per row."},
+    // Agreed although it looks local: the probe is collective (rank 0 ping-pongs with its peers)
+    // and its numbers are the ones every rank plans from.
+    {"GRADEX_POLICY_PROBE", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: measure the link with a short ping-pong probe (rank 0 with one peer per "
+     "peer class, 8 B to 256 KiB) at the first exchange; 0: start from defaults and learn from "
+     "the collectives only."},
     {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr, kEngine,
      "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
     {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,

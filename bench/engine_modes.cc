@@ -79,16 +79,21 @@ std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settin
 std::vector<ModeSpec> engine_modes() {
   return {
       // DGC as the paper runs it: momentum correction at 0.9 (GRADEX_MOMENTUM's default is 0, which
-      // the plugins change only for an SGD optimizer with momentum).
-      {"auto",
-       "the engine's default policy (DGC 99.9% for large tensors, fused fp16 for small), gradex "
+      // the plugins change only for an SGD optimizer with momentum); the same for auto, so that
+      // auto and the fixed modes compare like with like.
+      {"auto", "GRADEX_POLICY=auto (opt-in): per-tensor codec from the cost model, momentum 0.9",
+       engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}})},
+      {"fixed",
+       "GRADEX_POLICY=fixed (the default): DGC 99.9% for large tensors, fused fp16 for small, "
        "momentum 0.9",
-       engine_factory({{"GRADEX_MOMENTUM", "0.9"}})},
+       engine_factory({{"GRADEX_POLICY", "fixed"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"dgc99", "engine, DGC at 99% sparsity for tensors >= GRADEX_DENSE_THRESHOLD, momentum 0.9",
-       engine_factory({{"GRADEX_SPARSITY", "0.99"}, {"GRADEX_MOMENTUM", "0.9"}})},
+       engine_factory(
+           {{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.99"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"dgc999",
        "engine, DGC at 99.9% sparsity for tensors >= GRADEX_DENSE_THRESHOLD, momentum 0.9",
-       engine_factory({{"GRADEX_SPARSITY", "0.999"}, {"GRADEX_MOMENTUM", "0.9"}})},
+       engine_factory(
+           {{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.999"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
        engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
       {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",

@@ -123,13 +123,13 @@ double idle_cpu_pct(comm::Communicator& comm, double seconds) {
   return mean(mean_over_ranks(comm, {pct}));
 }
 
-// The engine of the default policy ("auto"), warmed by two steps, then left idle; the floor is
+// The engine of the default policy ("fixed"), warmed by two steps, then left idle; the floor is
 // measured first in the same process so that the two figures stand side by side.
 IdleReport measure_idle(RankContext& ctx, const ModelProfile& model, const ExchangeSettings& s,
                         const GradientGenerator& gen, std::vector<float>& grads) {
   IdleReport report;
   report.no_engine_pct = idle_cpu_pct(ctx.comm, s.idle_s);
-  const ModeSpec* spec = select_modes("auto").front();
+  const ModeSpec* spec = select_modes("fixed").front();
   ModeContext mode_ctx{ctx.comm, model, ctx.config, ctx.store, "idle"};
   std::unique_ptr<ExchangeMode> mode = spec->create(mode_ctx);
   for (int step = 0; step < 2; ++step) {

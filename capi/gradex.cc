@@ -298,6 +298,24 @@ gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, s
   });
 }
 
+gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char* key,
+                                            uint64_t numel, gradex_dtype_t dtype,
+                                            gradex_device_t device, uint64_t rows) {
+  return guarded("gradex_register_tensor_rows", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device), rows);
+  });
+}
+
+gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t capacity,
+                               size_t* length) {
+  return guarded("gradex_explain", [&] {
+    require(length, "length");
+    copy_out(engine_of(engine).explain(), buffer, capacity, length);
+  });
+}
+
 gradex_status_t gradex_describe_config(gradex_engine_t* engine, char* buffer, size_t capacity,
                                        size_t* length) {
   return guarded("gradex_describe_config", [&] {

@@ -44,13 +44,17 @@ void BackendPath::attach(TensorState& t, bool cuda) {
                           "); stage 16-bit device tensors through host memory");
   auto d = std::make_unique<BackendTensor>();
   d->cuda = cuda;
-  if (t.policy.kind == ExchangeKind::kSparse) {
-    d->dgc_options = compress::dgc_options_from_config(config_, world_size_);
-    d->dgc_options.sparsity = t.policy.sparsity;  // the policy's (an override may differ)
-    d->dgc_options.clip_norm = 0;                 // the engine clips (whole-step norm)
-  }
+  // The policy's sparsity (an override may differ from GRADEX_SPARSITY).
+  if (t.policy.kind == ExchangeKind::kSparse) d->dgc_options = dgc_options(t.policy.sparsity);
   t.backend = std::move(d);
   if (!cuda) bind(t, be::get_backend(host_backend_));
+}
+
+compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
+  compress::DgcOptions o = compress::dgc_options_from_config(config_, world_size_);
+  o.sparsity = sparsity;
+  o.clip_norm = 0;  // the engine clips (whole-step norm)
+  return o;
 }
 
 void BackendPath::bind(TensorState& t, be::BackendPtr backend) {
@@ -250,10 +254,40 @@ uint64_t BackendPath::local_step(TensorState& t, void* data, float step_clip, bo
   return bad;
 }
 
+void BackendPath::switch_policy(TensorState& t, const TensorPolicy& to) {
+  BackendTensor& d = *t.backend;
+  const bool same_codec = d.dgc && d.dgc_options.sparsity == to.sparsity;
+  if (to.kind == ExchangeKind::kSparse && !same_codec) {
+    if (!d.backend)
+      throw InvalidArgument("tensor '" + t.key +
+                            "': its policy cannot change before its first submission");
+    const compress::DgcOptions options = dgc_options(to.sparsity);
+    auto codec = std::make_unique<be::DgcCodec>(*d.backend, t.key, t.numel, options,
+                                                compress::wire_options_from_config(config_));
+    Lane& l = lane(*d.backend);
+    wait_ready(t, l);  // the previous exchange's stages are done with u and v
+    if (d.dgc) {
+      // DGC at another sparsity (or again after dense steps): u, v and the step count move in
+      // DgcCompressor's blob format, which holds no sparsity, so nothing unsent is lost.
+      const std::vector<uint8_t> blob = d.dgc->state().save_state(*d.backend, *l.stream);
+      codec->state().load_state(blob.data(), blob.size(), *d.backend, *l.stream);
+    } else if (d.momentum && codec->state().momentum_buffer() != nullptr) {
+      // From dense: its momentum continues as DGC's u (the new residual is all zeros).
+      d.backend->copy(codec->state().momentum_buffer(), d.momentum->data(), t.numel * 4, *l.stream);
+      l.synchronize();  // d.momentum is freed below
+    }
+    d.momentum.reset();
+    d.dgc = std::move(codec);
+    d.dgc_options = options;
+    if (d.ready) d.ready->record(*l.stream);  // prepare waits for the moved state
+  }
+  t.policy = to;
+}
+
 // --- checkpoints and diagnostics ----------------------------------------------------------------
 
 bool BackendPath::has_dgc(const TensorState& t) const {
-  return t.policy.kind == ExchangeKind::kSparse;
+  return t.policy.kind == ExchangeKind::kSparse || (t.backend && t.backend->dgc);
 }
 
 std::vector<float> BackendPath::download(TensorState& t, const float* src, size_t n) {
@@ -288,7 +322,8 @@ std::vector<uint8_t> BackendPath::save_dgc(TensorState& t) {
 }
 
 uint64_t BackendPath::validate_dgc(const TensorState& t, const uint8_t* blob, size_t size) const {
-  compress::DgcCompressor parsed(t.numel, t.backend->dgc_options);
+  compress::DgcCompressor parsed(
+      t.numel, has_dgc(t) ? t.backend->dgc_options : dgc_options(options_.sparsity));
   parsed.load_state(blob, size);
   return parsed.steps_done();
 }
@@ -298,6 +333,12 @@ void BackendPath::load_dgc(TensorState& t, const uint8_t* blob, size_t size) {
   if (!d.backend) {
     d.pending_state.assign(blob, blob + size);
     return;
+  }
+  if (!d.dgc) {  // adopted by a dense-policy tensor (GRADEX_POLICY=auto)
+    d.dgc_options = dgc_options(options_.sparsity);
+    d.dgc = std::make_unique<be::DgcCodec>(*d.backend, t.key, t.numel, d.dgc_options,
+                                           compress::wire_options_from_config(config_));
+    d.momentum.reset();
   }
   d.dgc->state().load_state(blob, size, *d.backend, *lane(*d.backend).stream);
 }

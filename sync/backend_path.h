@@ -88,10 +88,24 @@ class BackendPath {
   // count (momentum untouched when > 0 and not `zero`); records the completion event.
   uint64_t local_step(TensorState& t, void* data, float step_clip, bool zero);
 
-  // Checkpoints and diagnostics (engine idle): host copies in DgcCompressor's formats.
+  // GRADEX_POLICY=auto's switch of a tensor's policy to `to` (progress thread, before routing,
+  // engine lock held), keeping error feedback exact on the tensor's own backend:
+  //   dense -> DGC    its momentum u is copied into the new DGC state's u; the residual starts 0;
+  //   DGC -> DGC at another sparsity   the whole state (u, v, step) moves, through the backend's
+  //                   save_state/load_state;
+  //   DGC -> dense    the DGC state stays: prepare() then takes DGC's dense step, which sends
+  //                   u + v, empties v and keeps u (the residual is flushed through the dense
+  //                   path).
+  // The tensor's backend must be bound (true for any tensor in a round).
+  void switch_policy(TensorState& t, const TensorPolicy& to);
+
+  // Checkpoints and diagnostics (engine idle): host copies in DgcCompressor's formats. A tensor
+  // has DGC state when its policy is DGC or when it kept its state across a switch to dense.
   bool has_dgc(const TensorState& t) const;
   std::vector<uint8_t> save_dgc(TensorState& t);
-  // Throws unless the blob restores into t; returns its step counter.
+  // Throws unless the blob restores into t; returns its step counter. load_dgc into a tensor
+  // without DGC state (GRADEX_POLICY=auto adopting a saved state) gives it a codec at
+  // GRADEX_SPARSITY, its dense policy unchanged.
   uint64_t validate_dgc(const TensorState& t, const uint8_t* blob, size_t size) const;
   void load_dgc(TensorState& t, const uint8_t* blob, size_t size);
   std::vector<float> residual(TensorState& t);
@@ -109,6 +123,8 @@ class BackendPath {
   enum class Stage { kProgress, kPrepare, kFinish };
   Lane& lane(compress::backend::Backend& backend, Stage stage = Stage::kProgress);
   void bind(TensorState& t, compress::backend::BackendPtr backend);
+  // The DGC options of a tensor at `sparsity` (the engine clips, so no clipping inside DGC).
+  compress::DgcOptions dgc_options(double sparsity) const;
   void wait_ready(TensorState& t, Lane& lane);
   float clip_factor(float step_clip, TensorState& t, const float* values, Lane& lane);
   void apply_momentum(TensorState& t, float* values, float scale, Lane& lane);

@@ -59,8 +59,12 @@ Engine::~Engine() {
   }
 }
 
-void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda) {
+void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda,
+                             uint64_t rows) {
   if (key.empty()) throw InvalidArgument("tensor key must not be empty");
+  if (rows > 0 && numel % rows != 0)
+    throw InvalidArgument("tensor '" + key + "': " + std::to_string(rows) +
+                          " rows do not divide its " + std::to_string(numel) + " elements");
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = tensors_.find(key);
   if (it != tensors_.end()) {
@@ -79,6 +83,11 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.numel = numel;
   t.dtype = dtype;
   t.policy = choose_policy(options_, key, numel);
+  // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; CUDA
+  // tensors keep the fixed chain's policy (their switches are not exercised yet).
+  if (planner_ && !cuda) t.policy = planner_->initial_policy(key, numel);
+  if (planner_ && cuda) t.policy.reason += " (a CUDA tensor: GRADEX_POLICY=auto keeps it fixed)";
+  if (planner_) planner_->on_register(key, numel, rows);
   path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
                  << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
@@ -116,6 +125,7 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     return h;
   }
   in_flight_[id] = h;
+  if (planner_ && kind == WorkKind::kGradient) planner_->on_submit(key);  // ready time
   to_announce_.push_back({id, t->second.numel, t->second.dtype});
   wake_.signal();
   return h;
@@ -201,6 +211,7 @@ float Engine::step_clip_scale() const {
 bool Engine::end_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   step_clip_scale_ = -1.0f;
+  if (planner_) planner_->on_end_step();
   ++completed_steps_;
   stats_.steps = completed_steps_;
   last_step_stats_ = stats_.minus(stats_at_last_step_);

@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
+#include "sync/codec_planner.h"
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"
 #include "sync/options.h"
@@ -48,8 +49,11 @@ class Engine {
   const config::Config& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
 
-  // `cuda`: the tensor's memory is CUDA device memory (submitted with submit_device).
-  void register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda = false);
+  // `cuda`: the tensor's memory is CUDA device memory (submitted with submit_device). `rows`: the
+  // tensor's output rows when the plugin knows its shape (0: unknown), for GRADEX_POLICY=auto's
+  // per-row floor; InvalidArgument when it does not divide numel.
+  void register_tensor(const std::string& key, uint64_t numel, DType dtype, bool cuda = false,
+                       uint64_t rows = 0);
   uint64_t submit(const std::string& key, void* data);
   // A gradient in a device's memory (cuda) or host memory (!cuda), ready on `stream`
   // (the caller's cudaStream_t; null: the default stream). The handle completes once the average
@@ -80,6 +84,9 @@ class Engine {
   Stats stats(bool last_step) const;
   // The policy chosen for a registered tensor (for tests and gradex-bench).
   TensorPolicy policy_of(const std::string& key) const;
+  // Each tensor's codec with the reason; under GRADEX_POLICY=auto the newest plan with its
+  // predicted and measured times (sync/codec_planner.h). gradex_explain, gradex-bench plan.
+  std::string explain() const;
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);
@@ -157,6 +164,8 @@ class Engine {
   std::unique_ptr<Negotiator> negotiator_;
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;
+  // GRADEX_POLICY=auto (null: fixed). Initialized here, after config_, options_ and world_size_.
+  std::unique_ptr<CodecPlanner> planner_ = CodecPlanner::create(config_, options_, world_size_);
   LocalSgdSchedule localsgd_;
 
   mutable std::mutex mutex_;

@@ -128,6 +128,10 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     }
   }
 
+  // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
+  // epoch boundaries, before anything is routed.
+  if (planner_) planner_->before_routes(*comm_, jobs, *path_, mutex_);
+
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
   // cuts the same units. The counters advance here: only this thread reads them (inspect).
   for (Job& job : jobs) {
@@ -143,6 +147,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     } else {
       job.route = Route::kDense;
       job.dgc_dense_step = t.policy.kind == ExchangeKind::kSparse;
+      job.full_precision = t.policy.kind == ExchangeKind::kDense && t.policy.full_precision;
     }
     ++t.step;
   }
@@ -209,6 +214,7 @@ void Engine::transfer(Unit& unit) {
                                  options_.nonfinite};
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
+    if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32
     DenseCounters dc;
     // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
     std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
@@ -245,6 +251,7 @@ void Engine::complete_unit(Unit& unit) {
       complete(job->id, ErrorCode::kOk, "");
   }
   const pipeline::UnitCounters& c = unit.counters;
+  if (planner_) planner_->observe_unit(unit, options_.half_on_wire);  // measured times
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;

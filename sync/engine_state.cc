@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
 #include "sync/byte_io.h"
 #include "sync/engine.h"
 
@@ -105,6 +106,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     uint64_t step = 0;
     const uint8_t* momentum = nullptr;
     uint64_t momentum_size = 0;
+    bool adopt = false;
   };
   std::vector<Parsed> parsed;
   for (uint32_t i = 0; i < count; ++i) {
@@ -120,7 +122,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
                        " elements, is registered as " + std::to_string(t.numel));
     Parsed p{&t};
     bool has_codec = r.get<uint8_t>() != 0;
-    if (has_codec != path_->has_dgc(t))
+    // GRADEX_POLICY=auto starts every host tensor dense: a saved DGC state is restored into it (its
+    // dense steps flush the residual until a plan makes it DGC again).
+    p.adopt = has_codec && planner_ && !path_->has_dgc(t) && !t.backend->cuda;
+    if (has_codec != path_->has_dgc(t) && !p.adopt)
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");
     if (has_codec) {
@@ -150,7 +155,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   std::vector<DgcBlob> blobs(parsed.size());
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
-    if (!path_->has_dgc(t)) continue;
+    if (!path_->has_dgc(t) && !parsed[i].adopt) continue;
     ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
     const uint64_t size = cr.get<uint64_t>();
     const uint8_t* blob = cr.get_bytes(size);

@@ -29,13 +29,13 @@ namespace {
 // Greedy packing in round order by the fusion rule the dense exchange applies to one call's items
 // (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
 // a job larger than the limit travels alone.
-void add_buckets(std::vector<Job>& jobs, Route route, size_t elem, size_t fusion_bytes,
-                 std::deque<Unit>& units) {
+void add_buckets(std::vector<Job>& jobs, Route route, bool full_precision, size_t elem,
+                 size_t fusion_bytes, std::deque<Unit>& units) {
   const size_t limit = fusion_limit(fusion_bytes, elem);
   Unit* open = nullptr;
   size_t bytes = 0;
   for (Job& j : jobs) {
-    if (j.route != route) continue;
+    if (j.route != route || j.full_precision != full_precision) continue;
     const size_t b = j.tensor->numel * elem;
     if (open == nullptr || bytes + b > limit) {
       open = &units.emplace_back();
@@ -51,8 +51,11 @@ void add_buckets(std::vector<Job>& jobs, Route route, size_t elem, size_t fusion
 
 std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
   std::deque<Unit> units;
-  add_buckets(jobs, Route::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
-  add_buckets(jobs, Route::kFirstAverage, 4, options.fusion_bytes, units);
+  add_buckets(jobs, Route::kDense, false, dtype_size(options.dense_wire), options.fusion_bytes,
+              units);
+  // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
+  add_buckets(jobs, Route::kDense, true, 4, options.fusion_bytes, units);
+  add_buckets(jobs, Route::kFirstAverage, false, 4, options.fusion_bytes, units);
   const uint64_t group = options.sparse_group_elements;
   Unit* open = nullptr;
   uint64_t elements = 0;

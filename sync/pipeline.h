@@ -49,6 +49,7 @@ struct Job {
   uint64_t step = 0;     // the agreed exchange counter of this exchange (gradients)
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
+  bool full_precision = false;  // kDense on fp32 although the dense wire is 16-bit (policy)
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
@@ -96,7 +97,8 @@ struct PlanOptions {
 // Cuts `jobs` (the round's order) into units, in the order they travel:
 //   1. kDense jobs in round order, packed greedily into buckets of at most fusion_bytes wire bytes
 //      (a larger tensor travels alone) — the fusion rule of sync/dense_exchange.h, so each unit
-//      is exactly one bucket of the dense exchange;
+//      is exactly one bucket of the dense exchange; jobs with full_precision (fp32 on a 16-bit
+//      wire) after them, packed the same way in buckets of their own;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).

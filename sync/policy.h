@@ -19,6 +19,8 @@ struct TensorPolicy {
   ExchangeKind kind = ExchangeKind::kDense;
   double sparsity = 0;  // target sparsity for kSparse
   std::string reason;   // which candidate decided, for logs and gradex-bench
+  // kDense on fp32 although the dense wire is 16-bit (GRADEX_POLICY=auto's fp32 rung).
+  bool full_precision = false;
 };
 
 TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel);

@@ -195,6 +195,17 @@ gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, s
 gradex_status_t gradex_describe_config(gradex_engine_t* engine, char* buffer, size_t capacity,
                                        size_t* length);
 
+/* ---- Codec policy (additive to API version 1) -------------------------------------------------------
+ * gradex_register_tensor with the tensor's output rows (e.g. a weight's shape[0] in PyTorch's
+ * [out, in, ...] layout; 0: unknown, as gradex_register_tensor), so that GRADEX_POLICY=auto never
+ * sparsifies it below GRADEX_POLICY_MIN_PER_ROW values per row. rows must divide numel. */
+gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char* key, uint64_t numel,
+                                            gradex_dtype_t dtype, gradex_device_t device, uint64_t rows);
+/* Each tensor's codec and why; with GRADEX_POLICY=auto the newest plan: the agreed link, codec and step
+ * numbers, and per tensor its choice with predicted and measured times (what gradex-bench plan prints).
+ * Call with buffer NULL to learn the size (including the terminating NUL). */
+gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t capacity, size_t* length);
+
 /* ---- DiLoCo outer optimization (additive to API version 1) -------------------------------------------
  * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
  * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or

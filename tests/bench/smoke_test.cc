@@ -89,6 +89,18 @@ TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {
   EXPECT_GT(number(result, "p2p_64MiB_GBps"), 0);
 }
 
+TEST(BenchSmoke, PlanPrintsEachTensorsChoice) {
+  Outcome r = run("GRADEX_POLICY_INTERVAL=2 " + kBench +
+                  " plan --steps 5 --ranks 2 --backward-ms 20 --deadline-s 300");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  EXPECT_EQ(result["ranks"], "2");
+  EXPECT_GT(number(result, "step_ms"), 0);
+  EXPECT_NE(r.out.find("2 plan(s) made"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("meas_ms"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fc.weight"), std::string::npos) << r.out;
+}
+
 TEST(BenchSmoke, UsageErrorsAreClearAndFailFast) {
   Outcome unknown = run(kBench + " exchnage");
   EXPECT_EQ(unknown.status, 2);

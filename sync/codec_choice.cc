@@ -1,0 +1,287 @@
+#include "sync/codec_choice.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace gradex::sync::cost {
+namespace {
+
+// Selected count of DGC at `sparsity`, as compress/dgc's target_count rounds it.
+uint64_t selected_count(uint64_t numel, double sparsity) {
+  if (numel == 0) return 0;
+  const double k = std::round((1.0 - sparsity) * static_cast<double>(numel));
+  return std::max<uint64_t>(1, static_cast<uint64_t>(k));
+}
+
+constexpr double kMinSaving = 0.01;
+// Raises tried on the timeline per step of the choice (the largest transfer savings first).
+constexpr size_t kCandidates = 8;
+
+struct Timeline {
+  double finish = 0;
+  size_t busy_from = 0;  // index (in timeline order) where the last busy period of the link starts
+};
+
+// Walks the tensors in `order` and fills start/done; returns the finish and the last busy period.
+Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order) {
+  Timeline tl;
+  double link_free = 0;
+  // Codecs already on the link in the current busy period: the engine packs the dense tensors of
+  // one wire type into shared buckets and DGC tensors into groups, whatever their order.
+  std::array<bool, kCodecs> in_period{};
+  // The encode stage is one lane too: the worker pool (the measured per-element costs are wall
+  // times of the pool's prepare stages), so encodes queue behind each other.
+  double encoder_free = 0;
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    TensorChoice& t = c[order[pos]];
+    encoder_free = std::max(encoder_free, t.ready_s) + t.encode_s;
+    const double can_start = encoder_free;
+    if (pos == 0 || can_start > link_free) {  // the link was idle before it
+      tl.busy_from = pos;
+      in_period.fill(false);
+    }
+    // Ready while the link is busy with its kind: it joins that fused unit, which pays the
+    // collective's latency once.
+    const auto kind = static_cast<size_t>(t.rung.codec);
+    const bool fused = in_period[kind];
+    in_period[kind] = true;
+    t.start_s = std::max(link_free, can_start);
+    link_free = t.start_s + t.comm_s - (fused ? t.latency_s : 0.0);
+    t.done_s = link_free + t.decode_s;
+    tl.finish = std::max(tl.finish, t.done_s);
+  }
+  return tl;
+}
+
+std::string format_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+std::string format_ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", s * 1e3);
+  return b;
+}
+
+}  // namespace
+
+std::string rung_name(const Rung& r) {
+  if (r.codec != Codec::kDgc) return codec_name(r.codec);
+  char b[48];
+  std::snprintf(b, sizeof b, "dgc %g%%", r.sparsity * 100.0);
+  return b;
+}
+
+std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
+                                std::string* excluded_reason) {
+  std::vector<Rung> rungs{{Codec::kFp32, 0}};
+  if (o.half_available) rungs.push_back({Codec::kHalf, 0});
+  std::string why;
+  if (step < o.dense_steps) {
+    why = "early training (step " + std::to_string(step) + " < GRADEX_POLICY_DENSE_STEPS)";
+  } else {
+    for (double s : o.ladder) {
+      const uint64_t k = selected_count(t.numel, s);
+      const double per_row = t.rows > 0 ? static_cast<double>(k) / static_cast<double>(t.rows) : 0;
+      if ((1.0 - s) * 2.0 * o.world_size >= 1.0) {
+        // The engine sends a DGC step this dense (sync/policy.h: sparse_is_cheaper).
+        if (why.empty())
+          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " is denser than 1/(2P)";
+        continue;
+      }
+      if (k < o.min_selected) {
+        if (why.empty())
+          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " would keep " +
+                std::to_string(k) + " < GRADEX_POLICY_MIN_SELECTED values";
+        continue;
+      }
+      if (t.rows > 0 && per_row < o.min_per_row) {
+        if (why.empty())
+          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " would keep " +
+                format_number(per_row) + " < GRADEX_POLICY_MIN_PER_ROW values per row";
+        continue;
+      }
+      rungs.push_back({Codec::kDgc, s});
+    }
+  }
+  if (excluded_reason) *excluded_reason = why;
+  return rungs;
+}
+
+void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
+                const ChoiceOptions& o, double& encode_s, double& comm_s, double& decode_s,
+                double* latency_s) {
+  const auto c = static_cast<size_t>(rung.codec);
+  const double n = static_cast<double>(t.numel);
+  const LinkParams& link = numbers.link[static_cast<size_t>(o.link_class)];
+  // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc).
+  encode_s = numbers.codecs.encode_s[c] * n;
+  decode_s = numbers.codecs.decode_s[c] * n;
+  Terms terms;
+  switch (rung.codec) {
+    case Codec::kFp32:
+      terms = ring_allreduce_terms(4.0 * n, o.world_size);
+      break;
+    case Codec::kHalf:
+      terms = ring_allreduce_terms(2.0 * n, o.world_size);
+      break;
+    case Codec::kDgc: {
+      const double k = static_cast<double>(selected_count(t.numel, rung.sparsity));
+      terms =
+          allgatherv_terms(k * numbers.codecs.dgc_bytes_per_selected, o.world_size, o.sparse_ring);
+      break;
+    }
+  }
+  const double k = numbers.calibration;
+  encode_s *= k;
+  decode_s *= k;
+  comm_s = terms.seconds(link) * k;
+  if (latency_s) *latency_s = terms.latency * link.alpha_s * k;
+}
+
+Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
+                   const ChoiceOptions& o, uint64_t step) {
+  Plan plan;
+  const size_t n = inputs.size();
+  std::vector<std::vector<Rung>> rungs(n);
+  std::vector<std::string> excluded(n);
+  plan.tensors.resize(n);
+  auto set_rung = [&](size_t i, const Rung& r) {
+    TensorChoice& c = plan.tensors[i];
+    c.rung = r;
+    rung_costs(inputs[i], r, numbers, o, c.encode_s, c.comm_s, c.decode_s, &c.latency_s);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const TensorInput& t = inputs[i];
+    TensorChoice& c = plan.tensors[i];
+    c.key = t.key;
+    c.numel = t.numel;
+    c.ready_s = t.ready_s;
+    if (t.forced) {
+      rungs[i] = {*t.forced};
+      c.reason = t.forced_reason;
+    } else {
+      rungs[i] = allowed_rungs(t, o, step, &excluded[i]);
+    }
+    set_rung(i, rungs[i][0]);
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (inputs[a].ready_s != inputs[b].ready_s) return inputs[a].ready_s < inputs[b].ready_s;
+    return inputs[a].key < inputs[b].key;
+  });
+  for (const TensorInput& t : inputs)
+    plan.backward_end_s = std::max(plan.backward_end_s, t.ready_s);
+  const double compute = std::max(numbers.backward_s, plan.backward_end_s) + numbers.forward_s;
+  plan.deadline_s = plan.backward_end_s + o.slack * compute;
+
+  // The ladder's rungs in order (the union over tensors, which share one order).
+  std::vector<Rung> ladder{{Codec::kFp32, 0}};
+  if (o.half_available) ladder.push_back({Codec::kHalf, 0});
+  for (double s : o.ladder)
+    ladder.push_back({Codec::kDgc, s});
+  auto rank_of = [&](const Rung& r) {
+    for (size_t l = 0; l < ladder.size(); ++l)
+      if (ladder[l] == r) return l;
+    return ladder.size();
+  };
+
+  Timeline tl = simulate(plan.tensors, order);
+  for (size_t target = 1; target < ladder.size() && tl.finish > plan.deadline_s; ++target) {
+    for (;;) {
+      if (tl.finish <= plan.deadline_s) break;
+      // Candidates: the tensors below `target` that may take it, the kCandidates whose encode
+      // and transfer it shortens most; each is tried on the timeline (encodes overlap earlier
+      // transfers, so only the timeline tells what a raise saves).
+      std::vector<std::pair<double, size_t>> candidates;  // (transfer saving, tensor)
+      for (size_t i = 0; i < n; ++i) {
+        if (inputs[i].forced) continue;
+        const TensorChoice& c = plan.tensors[i];
+        if (rank_of(c.rung) >= target) continue;
+        if (std::find(rungs[i].begin(), rungs[i].end(), ladder[target]) == rungs[i].end()) continue;
+        double e, m, d;
+        rung_costs(inputs[i], ladder[target], numbers, o, e, m, d, nullptr);
+        // Ranked by what the raise takes off the two lanes (the pool's encode, the link).
+        const double saving = std::max(c.comm_s - m, 0.0) + std::max(c.encode_s - e, 0.0);
+        if (saving > 0) candidates.push_back({saving, i});
+      }
+      std::sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
+        if (a.first != b.first) return a.first > b.first;
+        return inputs[a.second].key < inputs[b.second].key;
+      });
+      if (candidates.size() > kCandidates) candidates.resize(kCandidates);
+      // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is not
+      // worth its loss (many small tensors, each saving microseconds).
+      const double needed = kMinSaving * (tl.finish - plan.deadline_s);
+      size_t best = n;
+      double best_finish = tl.finish - needed;
+      for (const auto& [saving, i] : candidates) {
+        const TensorChoice keep = plan.tensors[i];
+        set_rung(i, ladder[target]);
+        const double finish = simulate(plan.tensors, order).finish;
+        plan.tensors[i] = keep;
+        if (finish < best_finish) {
+          best = i;
+          best_finish = finish;
+        }
+      }
+      if (best == n) break;
+      set_rung(best, ladder[target]);
+      tl = simulate(plan.tensors, order);
+    }
+  }
+  tl = simulate(plan.tensors, order);  // the times of the final choice
+  plan.finish_s = tl.finish;
+
+  for (size_t i = 0; i < n; ++i) {
+    TensorChoice& c = plan.tensors[i];
+    if (inputs[i].forced) continue;
+    const bool least = c.rung == rungs[i][0];
+    if (least) {
+      c.reason = plan.exposed_s() > 0
+                     ? "least compression: not on the exposed tail, or no rung is cheaper"
+                     : "least compression: the step is hidden";
+    } else {
+      c.reason = plan.exposed_s() > 0 ? "the link requires it (step still exposed)"
+                                      : "compressed as far as the link requires";
+    }
+    if (!excluded[i].empty() && c.rung.codec != Codec::kDgc) c.reason += "; dense: " + excluded[i];
+  }
+  return plan;
+}
+
+std::string Plan::describe(const std::map<std::string, double>* measured) const {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-32s %12s %-10s %9s %9s %9s %9s %9s  %s\n", "tensor",
+                "elements", "codec", "ready_ms", "enc_ms", "comm_ms", "done_ms", "meas_ms", "why");
+  out += line;
+  for (const TensorChoice& t : tensors) {
+    std::string meas = "-";
+    if (measured) {
+      auto it = measured->find(t.key);
+      if (it != measured->end()) meas = format_ms(it->second);
+    }
+    std::snprintf(line, sizeof line, "%-32s %12llu %-10s %9s %9s %9s %9s %9s  %s\n", t.key.c_str(),
+                  static_cast<unsigned long long>(t.numel), rung_name(t.rung).c_str(),
+                  format_ms(t.ready_s).c_str(), format_ms(t.encode_s).c_str(),
+                  format_ms(t.comm_s).c_str(), format_ms(t.done_s).c_str(), meas.c_str(),
+                  t.reason.c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line,
+                "predicted: backward ends at %s ms, deadline %s ms, last average at %s ms, "
+                "exposed %s ms\n",
+                format_ms(backward_end_s).c_str(), format_ms(deadline_s).c_str(),
+                format_ms(finish_s).c_str(), format_ms(exposed_s()).c_str());
+  out += line;
+  return out;
+}
+
+}  // namespace gradex::sync::cost

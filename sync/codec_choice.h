@@ -1,0 +1,110 @@
+// The per-tensor codec choice of GRADEX_POLICY=auto (issue #19, step 3): a pure function of the
+// agreed cost numbers (sync/cost_model.h: rank 0's Snapshot), the shared options and an agreed
+// step, so that every rank computes the same choices.
+//
+// Objective, fidelity first: the least compression whose communication stays hidden behind
+// compute, compressing harder only as far as the link requires. The step is modelled as a timeline
+// (as Espresso, EuroSys'23): tensors in the order they become ready; tensor i encodes on the worker
+// pool (one lane: encodes queue) from max(ready_i, pool free), its transfer starts at max(link
+// free, encoded_i), holds the link for its collective's time, then decodes. Its
+// communication is hidden when the last tensor is done by the end of the backward pass plus
+// `slack` x the step's compute (backward + the time to the next step's first submission). The
+// next forward pass itself is not counted as cover: today's plugins wait for every average before
+// the optimizer step, so communication past the backward pass delays the step, and the slack
+// bounds that delay (5%: auto's step within 1.05x of the fastest fixed mode's).
+//
+// The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), then DGC at
+// each sparsity of the ladder (ascending). Every tensor starts at fp32. While the step is exposed,
+// the choice raises one tensor at a time, rung by rung: at rung L, among the tensors below L that
+// may take it, the eight whose encode plus transfer L shortens most are tried on the timeline and
+// the one that ends the step earliest is raised; when none helps, the next rung. It stops once the
+// step is hidden, or when nothing cheaper is left (the link requires the most the ladder gives),
+// skipping raises that save less than 1% of what is still exposed (fidelity first: many small
+// tensors each saving microseconds are left alone). A tensor that becomes ready while the link is
+// busy with its kind joins the fused unit (dense bucket, DGC group) and pays no latency of its own.
+// A DGC rung is allowed only when its selected count k = (1 - s) * numel is at least min_selected
+// and, for tensors registered with their output rows, min_per_row values per row; and not before
+// dense_steps (early training: the gradient changes fast, prefer dense). A tensor with a forced
+// rung (an override) keeps it and still occupies the link in the timeline.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sync/cost_model.h"
+
+namespace gradex::sync::cost {
+
+struct Rung {
+  Codec codec = Codec::kFp32;
+  double sparsity = 0;  // kDgc only
+  bool operator==(const Rung& o) const { return codec == o.codec && sparsity == o.sparsity; }
+  bool operator!=(const Rung& o) const { return !(*this == o); }
+};
+// "fp32", "16-bit", "dgc 99.9%".
+std::string rung_name(const Rung& r);
+
+struct ChoiceOptions {
+  int world_size = 2;
+  PeerClass link_class = PeerClass::kSameHost;   // the class whose link bounds the collectives
+  bool sparse_ring = false;                      // how DGC payloads travel (allgatherv_terms)
+  bool half_available = true;                    // GRADEX_FP16=1
+  std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
+  double slack = 0.05;                           // GRADEX_POLICY_SLACK
+  uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
+  uint64_t min_selected = 128;                   // GRADEX_POLICY_MIN_SELECTED
+  double min_per_row = 1;                        // GRADEX_POLICY_MIN_PER_ROW
+};
+
+struct TensorInput {
+  std::string key;
+  uint64_t numel = 0;
+  uint64_t rows = 0;           // 0: unknown
+  double ready_s = 0;          // relative to the step's first submission
+  std::optional<Rung> forced;  // an override: kept as it is
+  std::string forced_reason;
+};
+
+struct TensorChoice {
+  std::string key;
+  uint64_t numel = 0;
+  Rung rung;
+  double ready_s = 0;
+  double encode_s = 0, comm_s = 0, decode_s = 0;  // predicted
+  double latency_s = 0;            // the latency part of comm_s, not paid again inside a fused unit
+  double start_s = 0, done_s = 0;  // predicted, on the step's timeline
+  std::string reason;
+};
+
+struct Plan {
+  std::vector<TensorChoice> tensors;  // in the inputs' order
+  double backward_end_s = 0;          // the last tensor's ready time
+  double deadline_s = 0;              // backward end + slack x compute
+  double finish_s = 0;                // predicted end of the last decode
+  double exposed_s() const { return finish_s > deadline_s ? finish_s - deadline_s : 0; }
+  // One line per tensor and a summary: what gradex-bench plan and gradex_explain print.
+  // `measured`: seconds per tensor measured on this rank (prepare + transfer + finish, its share
+  // of its unit's), shown beside the prediction.
+  std::string describe(const std::map<std::string, double>* measured = nullptr) const;
+};
+
+// The rungs a tensor may take under `options` at agreed step `step`, least compression first,
+// with the reason any DGC rung was left out ("" when none was).
+std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& options, uint64_t step,
+                                std::string* excluded_reason = nullptr);
+
+// Predicted encode / transfer / decode seconds of one tensor at `rung`.
+// `latency_s` (optional): the part of comm_s that is the collective's latency.
+void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
+                const ChoiceOptions& options, double& encode_s, double& comm_s, double& decode_s,
+                double* latency_s = nullptr);
+
+// The choice for every tensor of `inputs` (any order; the timeline orders by ready time, then
+// key). Deterministic: equal inputs give equal plans on every rank.
+Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
+                   const ChoiceOptions& options, uint64_t step);
+
+}  // namespace gradex::sync::cost

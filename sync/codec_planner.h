@@ -1,0 +1,116 @@
+// GRADEX_POLICY=auto inside the engine (issue #19, steps 2-3): the cost model's observations, the
+// agreed re-plans and the policy switches, behind a few calls from the engine.
+//
+// Agreement. Decisions depend only on data every rank has identically: rank 0's numbers (the
+// Snapshot, broadcast at each re-plan), the shared options, and the agreed exchange counters of
+// the round's ready gradients (the round's ready list is identical on every rank). A re-plan
+// happens in Engine::execute when a ready gradient's agreed counter enters a new epoch of
+// GRADEX_POLICY_INTERVAL steps; every rank is then in the same round and runs the same broadcast.
+// A tensor takes the newest plan's choice when its own counter enters a new epoch, i.e. at an
+// agreed step of its own, before its units are planned, so every rank plans the same units.
+//
+// Switching keeps error feedback exact:
+//   dense -> DGC      the tensor's momentum u moves into the new DGC state; the residual starts 0;
+//   DGC -> DGC at s'  the whole DGC state (u, v, step) moves into a codec at the new sparsity;
+//   DGC -> dense      the DGC state is kept and every later step is its dense step, which sends
+//                     u + v and empties v (the residual is flushed through the dense path), then
+//                     keeps u: an ordinary momentum step (compress/backend/dgc_codec.h:
+//                     dense_step).
+// The switches run on the tensor's own backend (BackendPath::switch_policy, sync/backend_path.h).
+// CUDA tensors keep their registered (fixed) policy: their switches are not tested on a GPU yet.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "comm/communicator.h"
+#include "sync/codec_choice.h"
+#include "sync/cost_model.h"
+#include "sync/link_probe.h"
+#include "sync/options.h"
+#include "sync/tensor_state.h"
+
+namespace gradex::sync {
+
+class BackendPath;
+
+namespace pipeline {
+struct Job;
+struct Unit;
+}  // namespace pipeline
+
+struct PlannerOptions {
+  uint64_t interval = 20;  // GRADEX_POLICY_INTERVAL
+  bool probe = true;       // GRADEX_POLICY_PROBE
+  cost::ChoiceOptions choice;
+  cost::ProbeOptions probe_options;
+};
+
+class CodecPlanner {
+ public:
+  // Null for GRADEX_POLICY=fixed. ConfigError for an invalid GRADEX_POLICY_LADDER.
+  static std::unique_ptr<CodecPlanner> create(const config::Config& config,
+                                              const EngineOptions& options, int world_size);
+  CodecPlanner(const config::Config& config, const EngineOptions& options, int world_size,
+               PlannerOptions planner);
+
+  // The policy a tensor starts with: an override's, else dense on the configured wire (the first
+  // epoch has no measurements to decide from).
+  TensorPolicy initial_policy(const std::string& key, uint64_t numel) const;
+  void on_register(const std::string& key, uint64_t numel, uint64_t rows);
+  void on_submit(const std::string& key);
+  void on_end_step();
+
+  // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
+  // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
+  // `state_mutex` (the engine's) is held while policies change (policy_of, explain read them).
+  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
+                     std::mutex& state_mutex);
+  // Any thread, when a unit completes: its measured times feed the model.
+  void observe_unit(const pipeline::Unit& unit, bool half_on_wire);
+
+  // The newest plan with predicted and measured times, the agreed numbers and this rank's
+  // measured step tail (gradex_explain, gradex-bench plan).
+  std::string explain() const;
+
+  // Test hook: called at each re-plan for every tensor of the plan with the plan's epoch; a rung
+  // it returns replaces the model's choice (tests force switches on links that would not). Set
+  // it before the first submission, identically on every rank.
+  using ChoiceHook = std::function<std::optional<cost::Rung>(const std::string&, uint64_t)>;
+  void set_choice_hook(ChoiceHook hook) { choice_hook_ = std::move(hook); }
+
+ private:
+  void replan(comm::Communicator& comm, uint64_t epoch);
+  // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
+  void measure_codecs();
+  TensorPolicy policy_of(const cost::Rung& rung) const;
+  std::optional<cost::Rung> forced_rung(const std::string& key) const;
+
+  config::Config config_;
+  EngineOptions options_;
+  int world_size_;
+  PlannerOptions planner_;
+  cost::CostModel model_;
+  // Progress thread only:
+  bool probed_ = false;
+  cost::PeerClass link_class_ = cost::PeerClass::kSameHost;
+  uint64_t plan_epoch_ = 0;
+  std::map<std::string, uint64_t> applied_epoch_;
+  std::map<std::string, cost::Rung> choice_;
+  ChoiceHook choice_hook_;
+  // Read by explain() from any thread:
+  mutable std::mutex mutex_;
+  cost::Plan plan_;
+  cost::Snapshot agreed_;
+  uint64_t plans_made_ = 0;
+  std::map<std::string, double> measured_s_;  // per tensor, moving average
+};
+
+}  // namespace gradex::sync

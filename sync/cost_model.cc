@@ -1,0 +1,241 @@
+#include "sync/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "sync/byte_io.h"
+
+namespace gradex::sync::cost {
+namespace {
+
+constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
+constexpr uint32_t kSnapshotVersion = 1;
+// The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
+constexpr double kMinBeta = 1e-13;
+
+}  // namespace
+
+const char* peer_class_name(PeerClass c) {
+  return c == PeerClass::kSameHost ? "same-host" : "other-host";
+}
+
+const char* codec_name(Codec c) {
+  switch (c) {
+    case Codec::kFp32:
+      return "fp32";
+    case Codec::kHalf:
+      return "16-bit";
+    case Codec::kDgc:
+      return "dgc";
+  }
+  return "?";
+}
+
+Terms ring_allreduce_terms(double bytes, int world_size) {
+  if (world_size < 2) return {};
+  const double p = world_size;
+  return {2.0 * (p - 1), 2.0 * (p - 1) / p * bytes};
+}
+
+Terms allgatherv_terms(double payload_bytes, int world_size, bool ring) {
+  if (world_size < 2) return {};
+  const double p = world_size;
+  return {ring ? p - 1 : 2.0, (p - 1) * payload_bytes};
+}
+
+void LinkFit::add(double a, double b, double t) {
+  if (!(t >= 0) || !std::isfinite(t) || !(a >= 0) || !(b >= 0)) return;
+  saa_ = saa_ * forget_ + a * a;
+  sab_ = sab_ * forget_ + a * b;
+  sbb_ = sbb_ * forget_ + b * b;
+  sat_ = sat_ * forget_ + a * t;
+  sbt_ = sbt_ * forget_ + b * t;
+  ++samples_;
+}
+
+LinkParams LinkFit::params(const LinkParams& prior) const {
+  if (samples_ == 0) return prior;
+  LinkParams p = prior;
+  p.measured = true;
+  const double det = saa_ * sbb_ - sab_ * sab_;
+  // Relative conditioning: samples of one shape (a/b constant) make det vanish against its terms.
+  const bool separable = det > 1e-9 * saa_ * sbb_ && saa_ > 0 && sbb_ > 0;
+  if (separable) {
+    const double alpha = (sat_ * sbb_ - sab_ * sbt_) / det;
+    const double beta = (saa_ * sbt_ - sab_ * sat_) / det;
+    if (alpha >= 0 && beta > 0) {
+      p.alpha_s = alpha;
+      p.beta_s_per_byte = std::max(beta, kMinBeta);
+      return p;
+    }
+    if (alpha < 0) {
+      p.alpha_s = 0;
+      p.beta_s_per_byte = std::max(sbt_ / sbb_, kMinBeta);
+      return p;
+    }
+  }
+  if (sbb_ > 0) {
+    // beta given alpha = prior's: minimize sum (t - a*alpha - b*beta)^2 over beta.
+    p.beta_s_per_byte = std::max((sbt_ - prior.alpha_s * sab_) / sbb_, kMinBeta);
+  } else if (saa_ > 0) {
+    p.alpha_s = std::max(sat_ / saa_, 0.0);  // latency-only samples
+  }
+  return p;
+}
+
+std::vector<uint8_t> Snapshot::encode() const {
+  ByteWriter w;
+  w.put<uint32_t>(kSnapshotMagic);
+  w.put<uint32_t>(kSnapshotVersion);
+  for (const LinkParams& l : link) {
+    w.put<double>(l.alpha_s);
+    w.put<double>(l.beta_s_per_byte);
+    w.put<uint8_t>(l.measured ? 1 : 0);
+  }
+  for (int c = 0; c < kCodecs; ++c) {
+    w.put<double>(codecs.encode_s[c]);
+    w.put<double>(codecs.decode_s[c]);
+  }
+  w.put<double>(codecs.dgc_bytes_per_selected);
+  w.put<double>(backward_s);
+  w.put<double>(forward_s);
+  w.put<uint64_t>(steps_seen);
+  w.put<double>(calibration);
+  w.put<uint32_t>(static_cast<uint32_t>(tensors.size()));
+  for (const TensorTiming& t : tensors) {
+    w.put_string(t.key);
+    w.put<uint64_t>(t.numel);
+    w.put<uint64_t>(t.rows);
+    w.put<double>(t.ready_s);
+  }
+  return std::move(w.bytes());
+}
+
+Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
+  ByteReader r(data, size, "cost model snapshot");
+  if (r.get<uint32_t>() != kSnapshotMagic) throw CorruptPayload("cost model snapshot: bad magic");
+  const uint32_t version = r.get<uint32_t>();
+  if (version != kSnapshotVersion)
+    throw CorruptPayload("cost model snapshot: version " + std::to_string(version) +
+                         " (this gradex reads " + std::to_string(kSnapshotVersion) + ")");
+  Snapshot s;
+  for (LinkParams& l : s.link) {
+    l.alpha_s = r.get<double>();
+    l.beta_s_per_byte = r.get<double>();
+    l.measured = r.get<uint8_t>() != 0;
+  }
+  for (int c = 0; c < kCodecs; ++c) {
+    s.codecs.encode_s[c] = r.get<double>();
+    s.codecs.decode_s[c] = r.get<double>();
+  }
+  s.codecs.dgc_bytes_per_selected = r.get<double>();
+  s.backward_s = r.get<double>();
+  s.forward_s = r.get<double>();
+  s.steps_seen = r.get<uint64_t>();
+  s.calibration = r.get<double>();
+  const uint32_t n = r.get<uint32_t>();
+  for (uint32_t i = 0; i < n; ++i) {
+    TensorTiming t;
+    t.key = r.get_string();
+    t.numel = r.get<uint64_t>();
+    t.rows = r.get<uint64_t>();
+    t.ready_s = r.get<double>();
+    s.tensors.push_back(std::move(t));
+  }
+  r.expect_end();
+  return s;
+}
+
+CostModel::CostModel(CostModelOptions options)
+    : options_(options), fit_{LinkFit(options.link_forget), LinkFit(options.link_forget)} {}
+
+double CostModel::average(double old_value, double new_value, bool first) const {
+  return first ? new_value : old_value + options_.average_weight * (new_value - old_value);
+}
+
+void CostModel::set_link(PeerClass c, const LinkParams& params) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto i = static_cast<size_t>(c);
+  prior_[i] = params;
+  fit_[i] = LinkFit(options_.link_forget);
+}
+
+void CostModel::observe_transfer(PeerClass c, const Terms& terms, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fit_[static_cast<size_t>(c)].add(terms.latency, terms.bytes, seconds);
+}
+
+void CostModel::observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s) {
+  if (elements == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto c = static_cast<size_t>(codec);
+  const double n = static_cast<double>(elements);
+  codecs_.encode_s[c] = average(codecs_.encode_s[c], encode_s / n, !codec_seen_[c]);
+  codecs_.decode_s[c] = average(codecs_.decode_s[c], decode_s / n, !codec_seen_[c]);
+  codec_seen_[c] = true;
+}
+
+void CostModel::observe_dgc_payload(uint64_t selected, uint64_t bytes) {
+  if (selected == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double per = static_cast<double>(bytes) / static_cast<double>(selected);
+  codecs_.dgc_bytes_per_selected = average(codecs_.dgc_bytes_per_selected, per, !payload_seen_);
+  payload_seen_ = true;
+}
+
+void CostModel::on_register(const std::string& key, uint64_t numel, uint64_t rows) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TensorSeen& t = tensors_[key];
+  t.numel = numel;
+  t.rows = rows;
+}
+
+void CostModel::on_submit(const std::string& key, double t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (in_step_ && submitted_.count(key)) {
+    // Submitted again before an end of step: a caller that never ends steps; a new step begins.
+    backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
+    ++steps_;
+    in_step_ = false;
+    step_last_ = 0;
+  }
+  if (!in_step_) {
+    submitted_.clear();
+    in_step_ = true;
+    step_first_ = t;
+    if (last_end_ >= 0) forward_s_ = average(forward_s_, t - last_end_, steps_ <= 1);
+  }
+  step_last_ = std::max(step_last_, t);
+  submitted_.insert(key);
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) return;
+  it->second.ready_s = average(it->second.ready_s, t - step_first_, !it->second.seen);
+  it->second.seen = true;
+}
+
+void CostModel::on_end_step(double t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!in_step_) return;  // a step without submissions (LocalSGD's local phase) says nothing
+  backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
+  ++steps_;
+  in_step_ = false;
+  step_last_ = 0;
+  last_end_ = t;
+}
+
+Snapshot CostModel::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Snapshot s;
+  for (size_t c = 0; c < s.link.size(); ++c)
+    s.link[c] = fit_[c].params(prior_[c]);
+  s.codecs = codecs_;
+  s.backward_s = backward_s_;
+  s.forward_s = forward_s_;
+  s.steps_seen = steps_;
+  for (const auto& [key, t] : tensors_)
+    if (t.seen) s.tensors.push_back({key, t.numel, t.rows, t.ready_s});
+  return s;
+}
+
+}  // namespace gradex::sync::cost

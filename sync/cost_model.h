@@ -1,0 +1,163 @@
+// The engine's measured cost model (issue #19, step 2): what the link, the codecs and the training
+// step cost, as the per-tensor codec choice (sync/codec_choice.h) needs them.
+//
+//   link      per peer class (same host / other host): latency alpha (s) and inverse bandwidth
+//             beta (s/byte), fitted by least squares to t = a*alpha + b*beta over every observed
+//             transfer, where a (latency terms) and b (bytes on the critical link) follow from the
+//             collective's algorithm (ring_allreduce_terms, allgatherv_terms); older samples fade
+//             (forgetting factor), so the fit follows a link that changes;
+//   codecs    seconds per element of each codec's encode (prepare stage) and decode (finish
+//             stage), and the DGC payload's bytes per selected element, as moving averages;
+//   training  per tensor, when it became ready (its submission, relative to the step's first);
+//             per step, the backward span (first to last submission) and the time from the end of
+//             one step to the next step's first submission (forward pass, optimizer, data).
+//
+// Every rank observes its own numbers; decisions use only rank 0's (Snapshot, agreed with
+// sync/link_probe.h's agree_snapshot), so they are identical on every rank.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gradex::sync::cost {
+
+enum class PeerClass : uint8_t { kSameHost = 0, kOtherHost = 1 };
+constexpr int kPeerClasses = 2;
+const char* peer_class_name(PeerClass c);
+
+// One message over one link takes alpha + bytes * beta seconds.
+struct LinkParams {
+  double alpha_s = 50e-6;              // default before any measurement: a LAN's latency
+  double beta_s_per_byte = 1.0 / 1e9;  // and 8 Gbit/s
+  bool measured = false;
+  double seconds(double latency_terms, double byte_terms) const {
+    return latency_terms * alpha_s + byte_terms * beta_s_per_byte;
+  }
+};
+
+// A collective's cost as latency terms (messages on its critical path) and bytes on its critical
+// link: t = latency * alpha + bytes * beta.
+struct Terms {
+  double latency = 0;
+  double bytes = 0;
+  double seconds(const LinkParams& link) const { return link.seconds(latency, bytes); }
+};
+// The ring allreduce of `bytes` over P ranks: 2(P-1) steps of bytes/P each.
+Terms ring_allreduce_terms(double bytes, int world_size);
+// An allgatherv in which every rank contributes `payload_bytes`: each rank's link carries the P-1
+// payloads of the others; the ring takes P-1 steps, the direct exchange a size round and a data
+// round.
+Terms allgatherv_terms(double payload_bytes, int world_size, bool ring);
+
+// Weighted least squares of t = a*alpha + b*beta with exponential forgetting: each new sample
+// multiplies the weight of the older ones by `forget` (1: plain least squares).
+class LinkFit {
+ public:
+  explicit LinkFit(double forget = 1.0) : forget_(forget) {}
+  void add(double latency_terms, double byte_terms, double seconds);
+  uint64_t samples() const { return samples_; }
+  // The fitted parameters. When the samples cannot separate alpha from beta (all of one shape),
+  // alpha is taken from `prior` and only beta is fitted; a negative alpha is clamped to 0 and beta
+  // refitted. `prior` is returned unchanged without samples.
+  LinkParams params(const LinkParams& prior) const;
+
+ private:
+  double forget_;
+  double saa_ = 0, sab_ = 0, sbb_ = 0, sat_ = 0, sbt_ = 0;
+  uint64_t samples_ = 0;
+};
+
+enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2 };
+constexpr int kCodecs = 3;
+const char* codec_name(Codec c);
+
+struct CodecCosts {
+  // Seconds per element; defaults before any measurement (this machine's order of magnitude).
+  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9};
+  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 1e-9};
+  double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
+};
+
+// Per tensor: rank 0's view of it.
+struct TensorTiming {
+  std::string key;
+  uint64_t numel = 0;
+  uint64_t rows = 0;   // output rows when the plugin gave the shape (0: unknown)
+  double ready_s = 0;  // submission time relative to the step's first submission (moving avg)
+};
+
+// What every rank decides from: rank 0's numbers.
+struct Snapshot {
+  std::array<LinkParams, kPeerClasses> link;
+  CodecCosts codecs;
+  double backward_s = 0;  // first to last submission of a step (moving average)
+  double forward_s = 0;   // end of a step to the next step's first submission (moving average)
+  uint64_t steps_seen = 0;
+  // Measured over predicted time of the tensors under the previous plan (cumulative, clamped to
+  // [1/4, 8]): every predicted time is multiplied by it, which closes the loop on what the terms
+  // above leave out (the engine's own copies, a host whose cores the transfers share).
+  double calibration = 1.0;
+  std::vector<TensorTiming> tensors;  // sorted by key
+
+  std::vector<uint8_t> encode() const;
+  // CorruptPayload on a malformed or foreign buffer.
+  static Snapshot decode(const uint8_t* data, size_t size);
+  bool operator==(const Snapshot& o) const { return encode() == o.encode(); }
+};
+
+struct CostModelOptions {
+  double link_forget = 0.98;    // per collective sample
+  double average_weight = 0.2;  // weight of a new value in the moving averages
+};
+
+// One rank's observations. Thread-safe (submissions arrive on framework threads, transfers on the
+// progress thread).
+class CostModel {
+ public:
+  explicit CostModel(CostModelOptions options = {});
+
+  // A probe's result: replaces the prior of that class and restarts its fit.
+  void set_link(PeerClass c, const LinkParams& params);
+  void observe_transfer(PeerClass c, const Terms& terms, double seconds);
+  void observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s);
+  void observe_dgc_payload(uint64_t selected, uint64_t bytes);
+
+  void on_register(const std::string& key, uint64_t numel, uint64_t rows);
+  // `t` in seconds on any monotonic clock (the same for every call). A key submitted again before
+  // on_end_step starts a new step (callers that never end steps still get step timings).
+  void on_submit(const std::string& key, double t);
+  void on_end_step(double t);
+
+  Snapshot snapshot() const;
+
+ private:
+  struct TensorSeen {
+    uint64_t numel = 0;
+    uint64_t rows = 0;
+    double ready_s = 0;
+    bool seen = false;
+  };
+  double average(double old_value, double new_value, bool first) const;
+
+  CostModelOptions options_;
+  mutable std::mutex mutex_;
+  std::array<LinkParams, kPeerClasses> prior_;
+  std::array<LinkFit, kPeerClasses> fit_;
+  CodecCosts codecs_;
+  std::array<bool, kCodecs> codec_seen_{};
+  bool payload_seen_ = false;
+  std::map<std::string, TensorSeen> tensors_;
+  std::set<std::string> submitted_;  // keys submitted in the step in progress
+  // The step in progress: its first and last submission; the last end of a step.
+  bool in_step_ = false;
+  double step_first_ = 0, step_last_ = 0, last_end_ = -1;
+  double backward_s_ = 0, forward_s_ = 0;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace gradex::sync::cost

@@ -1,0 +1,32 @@
+// Engine::explain: each tensor's codec and why (gradex_explain, gradex-bench plan).
+#include <cstdio>
+
+#include "sync/engine.h"
+
+namespace gradex::sync {
+
+std::string Engine::explain() const {
+  std::string out;
+  if (planner_) {
+    out = planner_->explain();
+    out += "current policies:\n";
+  } else {
+    out =
+        "GRADEX_POLICY=fixed: GRADEX_SPARSITY_OVERRIDES, dense below GRADEX_DENSE_THRESHOLD, "
+        "else DGC at GRADEX_SPARSITY\n";
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  char line[512];
+  for (const auto& [key, t] : tensors_) {
+    std::string codec =
+        t.policy.kind == ExchangeKind::kSparse
+            ? "dgc " + std::to_string(t.policy.sparsity * 100.0).substr(0, 6) + "%"
+            : (t.policy.full_precision || !options_.half_on_wire ? "fp32" : "16-bit");
+    std::snprintf(line, sizeof line, "  %-32s %12llu %-12s %s\n", key.c_str(),
+                  static_cast<unsigned long long>(t.numel), codec.c_str(), t.policy.reason.c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,112 @@
+#include "sync/link_probe.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "base/error.h"
+#include "comm/collectives.h"
+#include "sync/byte_io.h"
+
+namespace gradex::sync::cost {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sub-tags of the probe's collective tag: one per (class, size, repeat, direction).
+uint64_t sub_tag(int cls, size_t size_index, int repeat, int direction) {
+  return static_cast<uint64_t>(((cls * 64 + static_cast<int>(size_index)) * 256 + repeat) * 2 +
+                               direction);
+}
+
+std::vector<uint8_t> broadcast_bytes(comm::Communicator& comm, std::vector<uint8_t> bytes) {
+  uint64_t size = bytes.size();
+  comm::broadcast(comm, &size, sizeof size, 0);
+  bytes.resize(size);
+  comm::broadcast(comm, bytes.data(), bytes.size(), 0);
+  return bytes;
+}
+
+}  // namespace
+
+PeerClass collective_class(const std::vector<std::string>& hosts) {
+  for (const std::string& h : hosts)
+    if (h != hosts.front()) return PeerClass::kOtherHost;
+  return PeerClass::kSameHost;
+}
+
+ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
+                        const ProbeOptions& options) {
+  if (options.repeats < 1 || options.repeats > 255 || options.sizes.empty() ||
+      options.sizes.size() > 64)
+    throw InvalidArgument("link probe: 1-255 repeats and 1-64 sizes");
+  ProbeResult result;
+  const int world = comm.size();
+  const int me = comm.rank();
+  for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
+    result.hosts.emplace_back(b.begin(), b.end());
+  // The peer rank 0 measures for each class: the lowest-ranked one of that class (-1: none).
+  std::array<int, kPeerClasses> peer{-1, -1};
+  for (int r = 1; r < world; ++r) {
+    const auto c = static_cast<size_t>(result.hosts[static_cast<size_t>(r)] == result.hosts[0]
+                                           ? PeerClass::kSameHost
+                                           : PeerClass::kOtherHost);
+    if (peer[c] < 0) peer[c] = r;
+  }
+  const uint64_t tag = comm.next_collective_tag();
+  size_t largest = 0;
+  for (size_t s : options.sizes)
+    largest = std::max(largest, s);
+  std::vector<uint8_t> send(largest, 0x5a), recv(largest);
+  std::array<LinkFit, kPeerClasses> fits;
+  for (int c = 0; c < kPeerClasses; ++c) {
+    const int q = peer[static_cast<size_t>(c)];
+    if (q < 0 || (me != 0 && me != q)) continue;
+    const int other = me == 0 ? q : 0;
+    for (size_t si = 0; si < options.sizes.size(); ++si) {
+      const size_t bytes = options.sizes[si];
+      for (int rep = 0; rep <= options.repeats; ++rep) {
+        std::vector<comm::RequestPtr> reqs;
+        const auto t0 = Clock::now();
+        if (me == 0) {
+          reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
+          reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
+        } else {
+          reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 0), recv.data(), bytes));
+          comm.wait_all(reqs, "link probe");
+          reqs.clear();
+          reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 1), send.data(), bytes));
+        }
+        comm.wait_all(reqs, "link probe");
+        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        // Rep 0 warms the path (connection, buffers) and is not counted. A round trip is two
+        // messages of `bytes` each.
+        if (me == 0 && rep > 0) fits[static_cast<size_t>(c)].add(2.0, 2.0 * bytes, seconds);
+      }
+    }
+  }
+  ByteWriter w;
+  for (int c = 0; c < kPeerClasses; ++c) {
+    const LinkParams p = fits[static_cast<size_t>(c)].params(LinkParams{});
+    w.put<double>(p.alpha_s);
+    w.put<double>(p.beta_s_per_byte);
+    w.put<uint8_t>(p.measured ? 1 : 0);
+  }
+  const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
+  ByteReader r(agreed.data(), agreed.size(), "link probe result");
+  for (LinkParams& p : result.link) {
+    p.alpha_s = r.get<double>();
+    p.beta_s_per_byte = r.get<double>();
+    p.measured = r.get<uint8_t>() != 0;
+  }
+  r.expect_end();
+  return result;
+}
+
+Snapshot agree_snapshot(comm::Communicator& comm, const Snapshot& local) {
+  std::vector<uint8_t> bytes;
+  if (comm.rank() == 0) bytes = local.encode();
+  bytes = broadcast_bytes(comm, std::move(bytes));
+  return Snapshot::decode(bytes.data(), bytes.size());
+}
+
+}  // namespace gradex::sync::cost

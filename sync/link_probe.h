@@ -1,0 +1,39 @@
+// The cost model's collective parts (issue #19, step 2), over the public comm::Communicator API:
+// the start-up probe of the link per peer class, and the agreement on rank 0's numbers.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "sync/cost_model.h"
+
+namespace gradex::sync::cost {
+
+struct ProbeOptions {
+  // Message sizes of the ping-pongs (two or more distinct sizes separate alpha from beta).
+  std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
+  int repeats = 3;  // timed round trips per size, after one untimed one
+};
+
+// Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:
+// kOtherHost as soon as two ranks differ (a flat ring then crosses hosts), else kSameHost.
+PeerClass collective_class(const std::vector<std::string>& hosts);
+
+struct ProbeResult {
+  std::vector<std::string> hosts;             // every rank's host identity, by rank
+  std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
+};
+
+// Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with the first
+// peer of each class (same host, other host) at every size and fits alpha and beta per class
+// (LinkFit); the other ranks only answer or wait. Every rank returns rank 0's result.
+ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
+                        const ProbeOptions& options = {});
+
+// Collective: every rank returns rank 0's snapshot (`local` is used on rank 0 only), so that
+// decisions taken from it agree although each rank measures its own times.
+Snapshot agree_snapshot(comm::Communicator& comm, const Snapshot& local);
+
+}  // namespace gradex::sync::cost

@@ -1,0 +1,205 @@
+// The per-tensor codec choice of GRADEX_POLICY=auto (sync/codec_choice.h), as a pure function:
+// least compression that hides, harder as the link slows, the floors, overrides, early training.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "sync/codec_choice.h"
+
+namespace gradex::sync::cost {
+namespace {
+
+// A small model: ready times spread over a 100 ms backward pass, large tensors first (as in a
+// backward pass over an MLP/conv net: the output layer is ready first).
+TensorInput input(const char* key, uint64_t numel, uint64_t rows, double ready_s) {
+  TensorInput t;
+  t.key = key;
+  t.numel = numel;
+  t.rows = rows;
+  t.ready_s = ready_s;
+  return t;
+}
+
+std::vector<TensorInput> model() {
+  return {
+      input("fc.weight", 20480, 10, 0.000), input("fc.bias", 10, 0, 0.000),
+      input("layer3", 4000000, 0, 0.020),   input("layer2", 2000000, 0, 0.050),
+      input("layer1", 1000000, 0, 0.080),   input("layer1.bias", 1000, 0, 0.080),
+      input("stem", 50000, 0, 0.100),
+  };
+}
+
+Snapshot numbers(double gbit) {
+  Snapshot s;
+  for (LinkParams& l : s.link)
+    l = {50e-6, 8.0 / (gbit * 1e9), true};
+  s.backward_s = 0.1;
+  s.forward_s = 0.05;
+  return s;
+}
+
+ChoiceOptions options() {
+  ChoiceOptions o;
+  o.world_size = 4;
+  return o;
+}
+
+const TensorChoice& find(const Plan& p, const std::string& key) {
+  return *std::find_if(p.tensors.begin(), p.tensors.end(),
+                       [&](const TensorChoice& c) { return c.key == key; });
+}
+
+size_t rank_of(const Rung& r, const ChoiceOptions& o) {
+  if (r.codec == Codec::kFp32) return 0;
+  if (r.codec == Codec::kHalf) return 1;
+  return 2 + static_cast<size_t>(std::find(o.ladder.begin(), o.ladder.end(), r.sparsity) -
+                                 o.ladder.begin());
+}
+
+TEST(CodecChoice, FastLinkKeepsEverythingFp32) {
+  const Plan p = choose_codecs(model(), numbers(400), options(), 100);
+  for (const TensorChoice& c : p.tensors)
+    EXPECT_EQ(c.rung.codec, Codec::kFp32) << c.key;
+  EXPECT_EQ(p.exposed_s(), 0);
+}
+
+TEST(CodecChoice, LeastCompressionThatHides) {
+  // At 3 Gbit/s fp32 is exposed; 16-bit of some tensors is enough.
+  const ChoiceOptions o = options();
+  const Plan p = choose_codecs(model(), numbers(3), o, 100);
+  EXPECT_EQ(p.exposed_s(), 0) << p.describe();
+  bool any_compressed = false;
+  for (const TensorChoice& c : p.tensors) {
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key << "\n" << p.describe();
+    any_compressed |= c.rung.codec != Codec::kFp32;
+  }
+  EXPECT_TRUE(any_compressed) << p.describe();
+  // Least: lowering any raised tensor by one rung would expose the step.
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (p.tensors[i].rung.codec == Codec::kFp32) continue;
+    std::vector<TensorInput> in = model();
+    for (size_t j = 0; j < in.size(); ++j)
+      in[j].forced = p.tensors[j].rung;
+    in[i].forced = Rung{Codec::kFp32, 0};
+    const Plan lower = choose_codecs(in, numbers(3), o, 100);
+    EXPECT_GT(lower.exposed_s(), 0) << p.tensors[i].key;
+  }
+}
+
+TEST(CodecChoice, HarderAsBandwidthDrops) {
+  const ChoiceOptions o = options();
+  std::vector<size_t> previous;
+  for (double gbit : {100.0, 10.0, 1.0, 0.1, 0.01}) {
+    const Plan p = choose_codecs(model(), numbers(gbit), o, 100);
+    std::vector<size_t> ranks;
+    for (const TensorChoice& c : p.tensors)
+      ranks.push_back(rank_of(c.rung, o));
+    size_t total = 0, previous_total = 0;
+    for (size_t r : ranks)
+      total += r;
+    for (size_t r : previous)
+      previous_total += r;
+    EXPECT_GE(total, previous_total) << gbit << " Gbit/s\n" << p.describe();
+    previous = ranks;
+  }
+  const Plan slow = choose_codecs(model(), numbers(0.01), o, 100);
+  EXPECT_EQ(find(slow, "layer3").rung, (Rung{Codec::kDgc, 0.999})) << slow.describe();
+}
+
+TEST(CodecChoice, FloorsKeepSmallSelectionsDense) {
+  ChoiceOptions o = options();
+  const Plan p = choose_codecs(model(), numbers(0.01), o, 100);
+  // fc.weight at 99.9% would keep 20 values (< 128): never; 99% keeps 205 (20 per row of 10).
+  EXPECT_NE(find(p, "fc.weight").rung, (Rung{Codec::kDgc, 0.999})) << p.describe();
+  EXPECT_NE(find(p, "fc.bias").rung.codec, Codec::kDgc);
+  // With 2048 rows and one value per row required, no DGC rung up to 90% (2048 values) passes but
+  // 90%.
+  std::vector<TensorInput> in = model();
+  in[0].rows = 2048;
+  std::string why;
+  const std::vector<Rung> rungs = allowed_rungs(in[0], o, 100, &why);
+  ASSERT_EQ(rungs.size(), 3u);
+  EXPECT_EQ(rungs.back(), (Rung{Codec::kDgc, 0.9}));
+  EXPECT_NE(why.find("GRADEX_POLICY_MIN_PER_ROW"), std::string::npos) << why;
+  // Only 99.9% on the ladder: the output layer stays dense whatever the link.
+  o.ladder = {0.999};
+  const Plan dense = choose_codecs(model(), numbers(0.001), o, 100);
+  EXPECT_NE(find(dense, "fc.weight").rung.codec, Codec::kDgc);
+  EXPECT_NE(find(dense, "fc.weight").reason.find("GRADEX_POLICY_MIN_SELECTED"), std::string::npos)
+      << dense.describe();
+}
+
+TEST(CodecChoice, OverridesWin) {
+  std::vector<TensorInput> in = model();
+  in[2].forced = Rung{Codec::kFp32, 0};  // layer3 dense by override, on a slow link
+  in[2].forced_reason = "override 'layer3': dense";
+  in[4].forced = Rung{Codec::kDgc, 0.99};  // layer1 sparse by override, on a fast link
+  const Plan slow = choose_codecs(in, numbers(0.01), options(), 100);
+  EXPECT_EQ(find(slow, "layer3").rung.codec, Codec::kFp32);
+  EXPECT_EQ(find(slow, "layer3").reason, "override 'layer3': dense");
+  const Plan fast = choose_codecs(in, numbers(400), options(), 100);
+  EXPECT_EQ(find(fast, "layer1").rung, (Rung{Codec::kDgc, 0.99}));
+}
+
+TEST(CodecChoice, EarlyTrainingPrefersDense) {
+  ChoiceOptions o = options();
+  o.dense_steps = 50;
+  const Plan early = choose_codecs(model(), numbers(0.01), o, 20);
+  for (const TensorChoice& c : early.tensors)
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key;
+  EXPECT_NE(find(early, "layer3").reason.find("early training"), std::string::npos);
+  const Plan later = choose_codecs(model(), numbers(0.01), o, 50);
+  EXPECT_EQ(find(later, "layer3").rung.codec, Codec::kDgc);
+}
+
+TEST(CodecChoice, DeterministicWhateverTheInputOrder) {
+  std::vector<TensorInput> in = model();
+  const Plan a = choose_codecs(in, numbers(1), options(), 100);
+  std::reverse(in.begin(), in.end());
+  const Plan b = choose_codecs(in, numbers(1), options(), 100);
+  for (const TensorChoice& c : a.tensors)
+    EXPECT_EQ(find(b, c.key).rung, c.rung) << c.key;
+  EXPECT_EQ(a.describe().size() > 0, true);
+}
+
+TEST(CodecChoice, NoHalfRungWithoutFp16) {
+  ChoiceOptions o = options();
+  o.half_available = false;
+  const Plan p = choose_codecs(model(), numbers(3), o, 100);
+  for (const TensorChoice& c : p.tensors)
+    EXPECT_NE(c.rung.codec, Codec::kHalf);
+}
+
+}  // namespace
+}  // namespace gradex::sync::cost
+
+namespace gradex::sync::cost {
+namespace {
+
+TEST(CodecChoice, CalibrationScalesEveryPrediction) {
+  Snapshot s = numbers(1);
+  double e1, c1, d1, l1, e2, c2, d2, l2;
+  const TensorInput t = input("w", 1000000, 0, 0);
+  rung_costs(t, {Codec::kDgc, 0.99}, s, options(), e1, c1, d1, &l1);
+  s.calibration = 2;
+  rung_costs(t, {Codec::kDgc, 0.99}, s, options(), e2, c2, d2, &l2);
+  EXPECT_DOUBLE_EQ(e2, 2 * e1);
+  EXPECT_DOUBLE_EQ(c2, 2 * c1);
+  EXPECT_DOUBLE_EQ(d2, 2 * d1);
+  EXPECT_DOUBLE_EQ(l2, 2 * l1);
+  // A link measured slower than predicted makes the choice compress harder.
+  s.calibration = 1;
+  const Plan fast = choose_codecs(model(), s, options(), 100);
+  s.calibration = 8;
+  const Plan slow = choose_codecs(model(), s, options(), 100);
+  size_t fast_dgc = 0, slow_dgc = 0;
+  for (const TensorChoice& c : fast.tensors)
+    fast_dgc += c.rung.codec == Codec::kDgc;
+  for (const TensorChoice& c : slow.tensors)
+    slow_dgc += c.rung.codec == Codec::kDgc;
+  EXPECT_GE(slow_dgc, fast_dgc);
+  EXPECT_GE(find(slow, "layer3").rung.sparsity, find(fast, "layer3").rung.sparsity);
+}
+
+}  // namespace
+}  // namespace gradex::sync::cost

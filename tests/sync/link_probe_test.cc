@@ -1,0 +1,95 @@
+// The link probe and the agreement on rank 0's numbers (sync/link_probe.h), ranks as threads over
+// real UCX: every rank ends with the same numbers, and so the same codec choices, although each
+// measured its own.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "sync/codec_choice.h"
+#include "sync/link_probe.h"
+#include "tests/comm/rank_harness.h"
+
+namespace gradex::sync::cost {
+namespace {
+
+TEST(LinkProbe, MeasuresEachClassAndAgrees) {
+  const std::vector<std::string> hosts{"hostA", "hostA", "hostB"};
+  std::mutex m;
+  std::vector<ProbeResult> results(3);
+  test::run_ranks(3, [&](comm::Communicator& comm) {
+    ProbeOptions o;
+    o.repeats = 2;
+    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
+    std::lock_guard<std::mutex> lock(m);
+    results[static_cast<size_t>(comm.rank())] = r;
+  });
+  for (const ProbeResult& r : results) {
+    EXPECT_EQ(r.hosts, hosts);
+    EXPECT_EQ(collective_class(r.hosts), PeerClass::kOtherHost);
+    for (int c = 0; c < kPeerClasses; ++c) {
+      EXPECT_TRUE(r.link[c].measured) << c;
+      EXPECT_GE(r.link[c].alpha_s, 0);
+      EXPECT_GT(r.link[c].beta_s_per_byte, 0);
+      // Bit-identical to rank 0's.
+      EXPECT_EQ(r.link[c].alpha_s, results[0].link[c].alpha_s);
+      EXPECT_EQ(r.link[c].beta_s_per_byte, results[0].link[c].beta_s_per_byte);
+    }
+  }
+}
+
+TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
+  std::vector<ProbeResult> results(2);
+  test::run_ranks(2, [&](comm::Communicator& comm) {
+    results[static_cast<size_t>(comm.rank())] = probe_links(comm, "same");
+  });
+  EXPECT_TRUE(results[1].link[0].measured);
+  EXPECT_FALSE(results[1].link[1].measured);
+  EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
+}
+
+TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
+  constexpr int kRanks = 3;
+  std::vector<std::string> local_plans(kRanks), agreed_plans(kRanks);
+  std::vector<std::vector<uint8_t>> agreed(kRanks);
+  test::run_ranks(kRanks, [&](comm::Communicator& comm) {
+    const int r = comm.rank();
+    // Each rank measured its own link, codec and step times.
+    CostModel model;
+    model.set_link(PeerClass::kSameHost, {50e-6 * (r + 1), 1e-8 * (r + 1), true});
+    model.observe_codec(Codec::kDgc, 1000, 3e-6 * (r + 1), 1e-6);
+    const double base = 100.0 * r;
+    for (const char* key : {"a", "b", "c"})
+      model.on_register(key, 3000000, 0);
+    model.on_submit("a", base);
+    model.on_submit("b", base + 0.01 * (r + 1));
+    model.on_submit("c", base + 0.02 * (r + 1));
+    model.on_end_step(base + 0.03 * (r + 1));
+    const Snapshot local = model.snapshot();
+    const Snapshot shared = agree_snapshot(comm, local);
+    ChoiceOptions o;
+    o.world_size = kRanks;
+    auto plan_of = [&](const Snapshot& s) {
+      std::vector<TensorInput> in;
+      for (const TensorTiming& t : s.tensors) {
+        TensorInput i;
+        i.key = t.key;
+        i.numel = t.numel;
+        i.ready_s = t.ready_s;
+        in.push_back(i);
+      }
+      return choose_codecs(in, s, o, 100).describe();
+    };
+    local_plans[static_cast<size_t>(r)] = plan_of(local);
+    agreed_plans[static_cast<size_t>(r)] = plan_of(shared);
+    agreed[static_cast<size_t>(r)] = shared.encode();
+  });
+  EXPECT_NE(local_plans[0], local_plans[2]);  // the ranks' own numbers would disagree
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_EQ(agreed[static_cast<size_t>(r)], agreed[0]);
+    EXPECT_EQ(agreed_plans[static_cast<size_t>(r)], agreed_plans[0]);
+  }
+  EXPECT_EQ(agreed_plans[0], local_plans[0]);  // rank 0's numbers are the ones used
+}
+
+}  // namespace
+}  // namespace gradex::sync::cost
