@@ -105,6 +105,7 @@ def lib():
             "gradex_handle_event": (status, [engine_p, ctypes.c_uint64, ctypes.c_void_p]),
             "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_explain": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)
@@ -306,6 +307,16 @@ class Engine:
 
     def describe_config(self):
         return describe_config(self)
+
+    def explain(self):
+        """Each tensor's codec and why (gradex_explain); with GRADEX_POLICY=auto the newest plan: the agreed
+        link, codec and step numbers and per tensor its choice with predicted and measured times."""
+        c = lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_explain(self._engine(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_explain(self._engine(), buf, length.value, ctypes.byref(length)))
+        return buf.value.decode("utf-8", "replace")
 
 
 def describe_config(engine=None):

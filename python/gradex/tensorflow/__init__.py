@@ -93,6 +93,12 @@ def describe_config(source=None):
     return _engine_of(source).describe_config()
 
 
+def explain(source=None):
+    """Each tensor's codec and why, for `source`'s engine (as for stats()): with GRADEX_POLICY=auto the
+    agreed link, codec and step numbers and per tensor its choice with predicted and measured times."""
+    return _engine_of(source).explain()
+
+
 def allreduce(tensor, average=True, name=None):
     """The average (or, average=False, the sum) of `tensor` over the ranks, computed exactly in fp32 on the
     wire by the collective engine. float32/float16/bfloat16; float64 is averaged in float32. `name`

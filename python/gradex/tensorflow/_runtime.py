@@ -50,6 +50,9 @@ class Engine:
     def describe_config(self):
         return self.engine.describe_config()
 
+    def explain(self):
+        return self.engine.explain()
+
     def save_state(self):
         return self.engine.save_state()
 

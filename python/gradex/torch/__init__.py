@@ -20,6 +20,20 @@ from .collectives import (Average, Sum, allreduce, allreduce_, broadcast, broadc
                           broadcast_optimizer_state, broadcast_parameters, local_rank, local_size, rank, size)
 
 
+def _engine_of(source, what):
+    if source is None:
+        engine = _bootstrap.latest_engine()
+        if engine is None:
+            raise InvalidArgumentError("gradex: no open gradex engine in this process")
+        return engine
+    if hasattr(source, "engine") and not hasattr(source, "address"):
+        return source.engine  # State, DistributedOptimizer, LocalSGD, DiLoCo
+    if hasattr(source, "stats") and hasattr(source, "address"):
+        return source  # an engine itself
+    raise InvalidArgumentError(f"gradex: {what}() takes a State, DistributedOptimizer, LocalSGD, DiLoCo or "
+                               f"engine, not {type(source).__name__}")
+
+
 def stats(source=None, *, last_step=False):
     """Counters as a dict: bytes_sent, bytes_received, dense_bytes (what a dense fp32 ring allreduce would have
     sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
@@ -28,18 +42,14 @@ def stats(source=None, *, last_step=False):
     source: whose counters: a gx.State, gx.DistributedOptimizer, gx.LocalSGD, gx.DiLoCo or an engine
     (gradex._capi.Engine); None: the most recently created engine that is still open.
     last_step: the counters of the last completed step instead of the cumulative ones (not for DiLoCo)."""
-    if source is None:
-        engine = _bootstrap.latest_engine()
-        if engine is None:
-            raise InvalidArgumentError("gradex: no open gradex engine in this process")
-    elif hasattr(source, "engine") and not hasattr(source, "address"):
-        engine = source.engine  # State, DistributedOptimizer, LocalSGD, DiLoCo
-    elif hasattr(source, "stats") and hasattr(source, "address"):
-        engine = source  # an engine itself
-    else:
-        raise InvalidArgumentError(f"gradex: stats() takes a State, DistributedOptimizer, LocalSGD, DiLoCo or "
-                                   f"engine, not {type(source).__name__}")
-    return engine.stats(last_step)
+    return _engine_of(source, "stats").stats(last_step)
+
+
+def explain(source=None):
+    """Each tensor's codec and why, as text (source as for stats(); not for DiLoCo): with GRADEX_POLICY=auto
+    the agreed link, codec and step numbers, and per tensor its choice with predicted and measured times
+    (what `gradex-bench plan` prints)."""
+    return _engine_of(source, "explain").explain()
 
 
 def has_cuda():

@@ -1,0 +1,50 @@
+"""gx.explain() / gxt.explain(): each tensor's codec and why, from the engine (gradex_explain), on real
+processes. Under GRADEX_POLICY=fixed a large tensor is DGC and a small one dense; under auto every rank reports
+the same plan (decisions come from rank 0's agreed numbers), and the first interval keeps tensors dense."""
+import torch_ranks as ranks
+
+
+def _explain(rank, world, steps):
+    import torch
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module("small", torch.nn.Linear(8, 8))
+    model.add_module("big", torch.nn.Linear(200, 100))
+    opt = gx.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                  named_parameters=model.named_parameters())
+    for _ in range(steps):
+        opt.zero_grad()
+        model[1](torch.randn(4, 200)).sum().backward()
+        model[0](torch.randn(4, 8)).sum().backward()
+        opt.step()
+    text = gx.explain(opt)
+    default_text = gx.explain()  # the most recent engine: the same one
+    opt.close()
+    return {"text": text, "default": default_text}
+
+
+def _lines(text):
+    return {line.split()[0]: line for line in text.splitlines() if line.startswith("  ")}
+
+
+def test_fixed_policy_is_explained_per_tensor():
+    results = ranks.run(_explain, 2, env={"GRADEX_POLICY": "fixed", "GRADEX_DENSE_THRESHOLD": "1000"},
+                        args=(2,))
+    text = results[0]["text"]
+    assert text.startswith("GRADEX_POLICY=fixed"), text
+    lines = _lines(text)
+    assert "dgc" in lines["big.weight"], text  # 20,000 elements >= the threshold
+    assert "dgc" not in lines["small.weight"] and "dgc" not in lines["big.bias"], text
+    assert results[0]["default"] == text
+    assert results[1]["text"] == text  # same policy everywhere
+
+
+def test_auto_policy_plan_is_the_same_on_every_rank():
+    results = ranks.run(_explain, 2, env={"GRADEX_POLICY": "auto", "GRADEX_POLICY_INTERVAL": "2",
+                                          "GRADEX_DENSE_THRESHOLD": "1000"}, args=(6,))
+    policies = [{k: " ".join(v.split()[1:3]) for k, v in _lines(r["text"]).items()} for r in results]
+    assert set(policies[0]) >= {"small.weight", "small.bias", "big.weight", "big.bias"}, results[0]["text"]
+    assert policies[0] == policies[1], (results[0]["text"], results[1]["text"])
+    assert "current policies:" in results[0]["text"]
