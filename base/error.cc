@@ -42,4 +42,10 @@ PeerFailure::PeerFailure(ErrorCode code, std::string operation, int peer, const 
       operation_(std::move(operation)),
       peer_(peer) {}
 
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return "[" + s + "]";
+}
+
 }  // namespace gradex

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gradex {
 
@@ -71,5 +72,8 @@ class PeerError : public PeerFailure {
   PeerError(std::string operation, int peer, const std::string& detail)
       : PeerFailure(ErrorCode::kPeer, std::move(operation), peer, detail) {}
 };
+
+// How error messages name a set of ranks: "[0, 2, 3]".
+std::string rank_list(const std::vector<int>& ranks);
 
 }  // namespace gradex

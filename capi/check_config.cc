@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "capi/guarded.h"
+#include "capi/options_config.h"
 #include "comm/communicator.h"
 #include "gradex/gradex.h"
 #include "sync/options.h"
@@ -66,17 +67,10 @@ bool is_declared(std::string_view name) {
 extern "C" gradex_status_t gradex_check_config(size_t count, const char* const* names,
                                                const char* const* values) {
   return gradex::capi::guarded("gradex_check_config", [&] {
-    std::vector<std::string> api_names;
-    for (size_t i = 0; i < count; ++i) {
-      if (!names || !names[i] || !values || !values[i])
-        throw gradex::InvalidArgument("config entry " + std::to_string(i) +
-                                      " has a NULL name or value");
-      if (!is_declared(names[i])) unknown_name(names[i]);
-      api_names.emplace_back(names[i]);
-    }
-    auto config = gradex::config::Config::from_environment(api_names);
+    // An unknown name is named with its closest declared one before the registry parses anything.
     for (size_t i = 0; i < count; ++i)
-      config.set(names[i], values[i], gradex::config::Source::kApi);
+      if (names && names[i] && !is_declared(names[i])) unknown_name(names[i]);
+    auto config = gradex::capi::config_from_pairs(count, names, values);
     // The cross-variable rules engine and DiLoCo creation apply (overrides' syntax, the outer
     // delay below the period, a readable secret file, ...).
     gradex::sync::engine_options_from_config(config);

@@ -11,6 +11,7 @@
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
 #include "capi/guarded.h"
+#include "capi/options_config.h"
 #include "comm/launch.h"
 #include "compress/backend/backend.h"
 #include "sync/engine.h"
@@ -87,23 +88,7 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
   return guarded("gradex_engine_create", [&] {
     require(options, "options");
     require(engine, "engine");
-    if (options->api_version != GRADEX_API_VERSION) {
-      throw gradex::Error(
-          gradex::ErrorCode::kVersion,
-          "the plugin was built for gradex API version " + std::to_string(options->api_version) +
-              ", this library implements version " + std::to_string(GRADEX_API_VERSION));
-    }
-    std::vector<std::string> api_names;
-    for (size_t i = 0; i < options->config_count; ++i) {
-      if (!options->config_names || !options->config_names[i] || !options->config_values ||
-          !options->config_values[i])
-        throw gradex::InvalidArgument("config entry " + std::to_string(i) +
-                                      " has a NULL name or value");
-      api_names.emplace_back(options->config_names[i]);
-    }
-    auto config = gradex::config::Config::from_environment(api_names);
-    for (size_t i = 0; i < options->config_count; ++i)
-      config.set(options->config_names[i], options->config_values[i], gradex::config::Source::kApi);
+    auto config = gradex::capi::config_from_options(*options);
     auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
     int rank = options->rank, world = options->world_size;

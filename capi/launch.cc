@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "capi/guarded.h"
+#include "capi/options_config.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "gradex/gradex.h"
@@ -101,24 +102,9 @@ gradex_status_t gradex_store_connect(const gradex_engine_options_t* options,
   return guarded("gradex_store_connect", [&] {
     require(options, "options");
     require(store, "store");
-    if (options->api_version != GRADEX_API_VERSION)
-      throw gradex::Error(
-          gradex::ErrorCode::kVersion,
-          "the plugin was built for gradex API version " + std::to_string(options->api_version) +
-              ", this library implements version " + std::to_string(GRADEX_API_VERSION));
+    auto config = gradex::capi::config_from_options(*options);
     if (options->store != nullptr)
       throw gradex::InvalidArgument("options->store must be NULL (this call creates the store)");
-    std::vector<std::string> api_names;
-    for (size_t i = 0; i < options->config_count; ++i) {
-      if (!options->config_names || !options->config_names[i] || !options->config_values ||
-          !options->config_values[i])
-        throw gradex::InvalidArgument("config entry " + std::to_string(i) +
-                                      " has a NULL name or value");
-      api_names.emplace_back(options->config_names[i]);
-    }
-    auto config = gradex::config::Config::from_environment(api_names);
-    for (size_t i = 0; i < options->config_count; ++i)
-      config.set(options->config_names[i], options->config_values[i], gradex::config::Source::kApi);
     if ((options->rank < 0) != (options->world_size < 0))
       throw gradex::InvalidArgument("rank and world_size must both be given or both be < 0");
     gradex::comm::LaunchInfo info = gradex::comm::launch_info_from_environment();

@@ -9,6 +9,7 @@
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
 #include "capi/guarded.h"
+#include "capi/options_config.h"
 #include "comm/launch.h"
 #include "gradex/gradex.h"
 #include "sync/outer/outer_optimizer.h"
@@ -31,22 +32,7 @@ OuterOptimizer& outer_of(gradex_outer_t* o) {
 
 // Configuration, rank, world size and bootstrap store exactly as gradex_engine_create finds them.
 std::unique_ptr<OuterOptimizer> create(const gradex_engine_options_t& options) {
-  if (options.api_version != GRADEX_API_VERSION)
-    throw gradex::Error(gradex::ErrorCode::kVersion,
-                        "the plugin was built for gradex API version " +
-                            std::to_string(options.api_version) + ", this library implements " +
-                            std::to_string(GRADEX_API_VERSION));
-  std::vector<std::string> api_names;
-  for (size_t i = 0; i < options.config_count; ++i) {
-    if (!options.config_names || !options.config_names[i] || !options.config_values ||
-        !options.config_values[i])
-      throw gradex::InvalidArgument("config entry " + std::to_string(i) +
-                                    " has a NULL name or value");
-    api_names.emplace_back(options.config_names[i]);
-  }
-  auto config = gradex::config::Config::from_environment(api_names);
-  for (size_t i = 0; i < options.config_count; ++i)
-    config.set(options.config_names[i], options.config_values[i], gradex::config::Source::kApi);
+  auto config = gradex::capi::config_from_options(options);
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
   int rank = options.rank, world = options.world_size;

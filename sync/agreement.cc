@@ -42,13 +42,6 @@ bool parse(const std::string& text, std::vector<std::pair<std::string, std::stri
   return !out.empty() && out.front().first == kFormatKey;
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks)
-    s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return "[" + s + "]";
-}
-
 }  // namespace
 
 std::string digest(const config::Config& config, Scope scope) {

@@ -38,13 +38,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks)
-    s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return "[" + s + "]";
-}
-
 }  // namespace
 
 void Engine::inspect(std::vector<Announcement>& announce) {
