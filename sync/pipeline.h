@@ -49,6 +49,7 @@ struct Job {
   uint64_t step = 0;     // the agreed exchange counter of this exchange (gradients)
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
+  bool absent = false;          // Engine::submit_absent: zeros sent, the tensor's state untouched
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
