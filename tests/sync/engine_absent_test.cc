@@ -81,6 +81,7 @@ std::string run_rank(RankContext& ctx, Mode mode, const std::string& dir) {
   const std::vector<uint8_t> fresh = engine.save_state();
   std::vector<Snapshot> before(3);
   uint64_t absent_sparse = 0, absent_dense_dgc = 0;
+  std::string state_changed;
   for (int step = 0; step < kSteps; ++step) {
     const bool gone = ctx.rank == kAbsentRank && step >= kAbsentFrom;
     if (gone && step == kAbsentFrom) {
@@ -123,11 +124,11 @@ std::string run_rank(RankContext& ctx, Mode mode, const std::string& dir) {
       absent_dense_dgc += s.dense_fallbacks;
     }
     if (gone && mode == Mode::kAbsent) {
-      for (int k = 0; k < 3; ++k) {
-        const Snapshot now = snapshot(ctx.engine, kKeys[k]);
-        RANK_REQUIRE(now == before[k], "step " << step << ": the state of '" << kKeys[k]
-                                               << "' changed on the absent rank");
-      }
+      // Noted, not returned: the other ranks need this one's remaining steps to finish theirs.
+      for (int k = 0; k < 3; ++k)
+        if (state_changed.empty() && !(snapshot(ctx.engine, kKeys[k]) == before[k]))
+          state_changed = "step " + std::to_string(step) + ": the state of '" + kKeys[k] +
+                          "' changed on the absent rank";
     }
     // The present ranks trained: the averages are not all zero.
     float largest = 0;
@@ -139,6 +140,7 @@ std::string run_rank(RankContext& ctx, Mode mode, const std::string& dir) {
     append_file(file, d16.data(), d16.size() * 2);
     append_file(file, dgc.data(), dgc.size() * 4);
   }
+  RANK_REQUIRE(state_changed.empty(), state_changed);
   if (ctx.rank == kAbsentRank)
     RANK_REQUIRE(absent_sparse > 0 && absent_dense_dgc > 0,
                  "absent phase: " << absent_sparse << " sparse and " << absent_dense_dgc
