@@ -168,6 +168,27 @@ gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, v
   });
 }
 
+gradex_status_t gradex_submit_absent(gradex_engine_t* engine, const char* key, void* data,
+                                     gradex_handle_t* handle) {
+  return guarded("gradex_submit_absent", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = e.submit_absent(key, data);
+  });
+}
+
+gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char* key, void* data,
+                                            gradex_device_t device, int device_index, void* stream,
+                                            gradex_handle_t* handle) {
+  return guarded("gradex_submit_device_absent", [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
+  });
+}
+
 gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream) {
   return guarded("gradex_handle_event", [&] { engine_of(engine).handle_event(handle, stream); });
 }

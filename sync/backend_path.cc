@@ -206,6 +206,20 @@ void BackendPath::prepare(TensorState& t, void* data, float step_clip, uint64_t 
   d.ready->record(*l.stream);  // the transfer or finish stage waits for this
 }
 
+void BackendPath::prepare_absent(TensorState& t, void* data, uint64_t step, bool sparse,
+                                 std::vector<uint8_t>& payload_out) {
+  BackendTensor& d = *t.backend;
+  Lane& l = lane(*d.backend, Stage::kPrepare);
+  wait_ready(t, l);
+  float* x = values(t, data);
+  d.backend->fill_zero(x, t.numel * 4, *l.stream);  // receives the average (sparse: the sum)
+  if (d.dgc) {
+    d.dgc->state().set_step(step + 1);  // where a present rank's step leaves DGC's counter
+    if (sparse) d.dgc->encode_empty(payload_out);
+  }
+  d.ready->record(*l.stream);
+}
+
 void BackendPath::skip(TensorState& t, void* data, bool fill_nan) {
   BackendTensor& d = *t.backend;
   Lane& l = lane(*d.backend);

@@ -70,6 +70,11 @@ class BackendPath {
   // selection encoded, appended to `payload_out` (the unit's message).
   void prepare(TensorState& t, void* data, float step_clip, uint64_t step, bool sparse,
                std::vector<uint8_t>& payload_out);
+  // The prepare stage of an absent contribution (Engine::submit_absent): the values become exact
+  // zeros (a sparse step appends an empty selection to `payload_out`); no clipping, and u, v and
+  // DGC's state are left as they are.
+  void prepare_absent(TensorState& t, void* data, uint64_t step, bool sparse,
+                      std::vector<uint8_t>& payload_out);
   // A gradient some rank found non-finite (progress thread): NaN fill (propagate), nothing else
   // changes; records the completion event.
   void skip(TensorState& t, void* data, bool fill_nan);

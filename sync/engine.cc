@@ -96,7 +96,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
 }
 
 uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool device_call,
-                         bool cuda, int device_index, void* stream) {
+                         bool cuda, int device_index, void* stream, bool absent) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fatal_code_ != ErrorCode::kOk) throw Error(fatal_code_, fatal_message_);
   if (leaving_) throw InvalidArgument("the engine is shutting down");
@@ -106,6 +106,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
   if (data == nullptr && t->second.numel > 0)
     throw InvalidArgument("tensor '" + key + "' submitted with a null data pointer");
   WorkId id{kind, key};
+  if (absent && !localsgd_.exchanges_gradients(completed_steps_))
+    throw InvalidArgument("tensor '" + key +
+                          "' submitted absent during LocalSGD's local phase, which exchanges "
+                          "nothing (join is not supported with LocalSGD)");
   if (in_flight_.count(id))
     throw InvalidArgument(work_name(id) +
                           " was submitted again before its previous exchange "
@@ -119,6 +123,7 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
   handle.id = id;
   handle.data = data;
   handle.clip_scale = step_clip_scale_;
+  handle.absent = absent;
   if (kind == WorkKind::kGradient && !localsgd_.exchanges_gradients(completed_steps_)) {
     local_step(t->second, data, handle);  // LocalSGD's local phase: nothing is exchanged
     handle.done = true;
@@ -140,6 +145,14 @@ uint64_t Engine::submit_device(const std::string& key, void* data, bool cuda, in
     throw InvalidArgument("tensor '" + key + "': device index " + std::to_string(device_index) +
                           " is negative");
   return enqueue(WorkKind::kGradient, key, data, true, cuda, device_index, stream);
+}
+
+uint64_t Engine::submit_absent(const std::string& key, void* data, bool device_call, bool cuda,
+                               int device_index, void* stream) {
+  if (device_index < 0)
+    throw InvalidArgument("tensor '" + key + "': device index " + std::to_string(device_index) +
+                          " is negative");
+  return enqueue(WorkKind::kGradient, key, data, device_call, cuda, device_index, stream, true);
 }
 
 void Engine::handle_event(uint64_t handle, void* stream) {

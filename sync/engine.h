@@ -63,6 +63,15 @@ class Engine {
   // Makes `stream` wait (on the device, never the host) for a completed device handle's result.
   // Valid after wait()/test() reported the handle done, until its tensor is submitted again.
   void handle_event(uint64_t handle, void* stream);
+  // An absent contribution (a rank that has run out of data, gx.join): the exchange runs as for
+  // submit()/submit_device() on every rank, in the same units and collectives, but this rank
+  // contributes exact zeros (a DGC tensor an empty selection) and leaves the tensor's momentum
+  // and DGC residual untouched; the exchange counter advances as for any exchange. `data` is
+  // never read; it receives the average over all ranks (of which this one contributed nothing).
+  // Never non-finite, never clipped. InvalidArgument during LocalSGD's local phase (there is no
+  // exchange to be absent from).
+  uint64_t submit_absent(const std::string& key, void* data, bool device_call = false,
+                         bool cuda = false, int device_index = 0, void* stream = nullptr);
   uint64_t average(const std::string& key, void* data);
   // Blocks until done; throws the handle's error. Releases the handle.
   void wait(uint64_t handle);
@@ -110,9 +119,11 @@ class Engine {
     std::string message;
     // The clipping factor of this gradient's step (-1: none given; clip by the tensor's own norm).
     float clip_scale = -1.0f;
+    bool absent = false;  // submit_absent: this rank contributes zeros, its state untouched
   };
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data, bool device_call = false,
-                   bool cuda = false, int device_index = 0, void* stream = nullptr);
+                   bool cuda = false, int device_index = 0, void* stream = nullptr,
+                   bool absent = false);
   // LocalSGD's local phase: the gradient stays on this rank, but gradex's momentum (and clipping)
   // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
   // in every phase. Called from enqueue with mutex_ held; completes `handle`.

@@ -45,6 +45,7 @@ void Engine::inspect(std::vector<Announcement>& announce) {
     Announcement* a;
     void* data;
     TensorState* tensor;
+    bool absent;
   };
   std::vector<Item> items;
   {
@@ -53,7 +54,8 @@ void Engine::inspect(std::vector<Announcement>& announce) {
       if (a.id.kind != WorkKind::kGradient) continue;
       auto f = in_flight_.find(a.id);
       if (f == in_flight_.end()) continue;  // failed meanwhile (the announcement still goes out)
-      items.push_back({&a, handles_[f->second].data, &tensors_.at(a.id.key)});
+      const Handle& h = handles_[f->second];
+      items.push_back({&a, h.data, &tensors_.at(a.id.key), h.absent});
     }
   }
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
@@ -62,6 +64,7 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   for (Item& it : items) {
     // The counter is written only by this thread (execute), so it is read without the lock.
     it.a->step = it.tensor->step;
+    if (it.absent) continue;  // contributes zeros: never non-finite, its data never read
     const uint64_t bad = path_->scan_nonfinite(*it.tensor, it.data, zero);
     total += bad;
     if (bad > 0 && first_bad == nullptr) first_bad = &it.tensor->key;
@@ -105,6 +108,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.tensor = &tensors_.at(w.id.key);
       job.data = handle.data;
       job.clip = handle.clip_scale;
+      job.absent = handle.absent;
       if (w.id.kind == WorkKind::kGradient) {
         if (w.steps_differed) {
           GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "

@@ -48,7 +48,10 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     job.values_dtype = DType::kFloat32;
     return;
   }
-  path_->prepare(t, job.data, job.clip, job.step, job.route == Route::kSparse, payload_out);
+  if (job.absent)
+    path_->prepare_absent(t, job.data, job.step, job.route == Route::kSparse, payload_out);
+  else
+    path_->prepare(t, job.data, job.clip, job.step, job.route == Route::kSparse, payload_out);
   job.values = path_->values(t, job.data);
   job.values_dtype = DType::kFloat32;
 }

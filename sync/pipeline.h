@@ -50,6 +50,7 @@ struct Job {
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
   bool full_precision = false;  // kDense on fp32 although the dense wire is 16-bit (policy)
+  bool absent = false;          // Engine::submit_absent: zeros sent, the tensor's state untouched
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;

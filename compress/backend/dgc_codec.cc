@@ -43,6 +43,13 @@ void DgcCodec::encode_step(float* grad, float grad_scale, Stream& stream,
   wire::encode_append(stager_.stage(*state_, info, stream), key_id_, wire_, out);
 }
 
+void DgcCodec::encode_empty(std::vector<uint8_t>& out) {
+  wire::SparseRef empty;
+  empty.numel = state_->numel();
+  empty.value_dtype = state_->options().value_dtype;
+  wire::encode_append(empty, key_id_, wire_, out);
+}
+
 void DgcCodec::dense_step(float* grad, float grad_scale, Stream& stream) {
   const size_t n = state_->numel();
   if (!dense_out_) dense_out_ = backend_.allocate(std::max<size_t>(n, 1) * 4);

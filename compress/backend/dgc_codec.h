@@ -42,6 +42,9 @@ class DgcCodec {
   // A sparse step over `grad` (backend memory, times grad_scale): the DGC step, its selection
   // staged and encoded, appended to `out`; `grad` is left all zeros (it receives sum_payloads).
   void encode_step(float* grad, float grad_scale, Stream& stream, std::vector<uint8_t>& out);
+  // An empty selection (no element, the state untouched), appended to `out`: the payload of a rank
+  // that contributes nothing to this step's sum (sync's absent submissions).
+  void encode_empty(std::vector<uint8_t>& out);
   // A dense step: `grad` becomes what this rank sends densely (v after the update); v is emptied,
   // u kept. Queued on `stream`.
   void dense_step(float* grad, float grad_scale, Stream& stream);

@@ -134,6 +134,22 @@ gradex_status_t gradex_device_available(gradex_device_t device, int device_index
  * what crossed PCIe for device tensors: DGC selections, received payloads, 16-bit dense buckets. */
 gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, uint64_t* bytes);
 
+/* ---- Absent contributions (uneven inputs; additive to API version 1) --------------------------------
+ * gradex_submit / gradex_submit_device for a rank that has no gradient of `key` this step (it ran out of
+ * data: gx.join). The exchange runs on every rank exactly as for a gradient (same collectives, same
+ * units: the other ranks see an ordinary exchange), but this rank contributes exact zeros: a DGC tensor
+ * sends an empty selection, a dense tensor zeros. Its momentum, DGC residual and DGC momentum are left
+ * untouched (a joined rank carries no stale state into the others' averages); the tensor's exchange
+ * counter advances as for any exchange. The contribution is never non-finite and never clipped. `data`
+ * is not read: when the handle completes it holds the average over all ranks, i.e. the sum of the other
+ * ranks' contributions divided by the world size (rescale by world / ranks present for their mean).
+ * GRADEX_ERR_INVALID_ARGUMENT during LocalSGD's local phase (nothing is exchanged there). */
+gradex_status_t gradex_submit_absent(gradex_engine_t* engine, const char* key, void* data,
+                                     gradex_handle_t* handle);
+gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char* key, void* data,
+                                            gradex_device_t device, int device_index, void* stream,
+                                            gradex_handle_t* handle);
+
 /* Submits parameters to be averaged across ranks (LocalSGD). `key` must be registered. `data` is host
  * memory, also for a key registered as GRADEX_DEVICE_CUDA (parameters are staged by the plugin). */
 gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* data,

@@ -14,8 +14,12 @@ void submit_on_device(Submission& s) {
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(index);
   gradex_handle_t handle = 0;
   const gradex_status_t status =
-      gradex_submit_device(s.engine, s.key.c_str(), s.tensor.data_ptr(), GRADEX_DEVICE_CUDA,
-                           static_cast<int>(index), stream.stream(), &handle);
+      s.absent
+          ? gradex_submit_device_absent(s.engine, s.key.c_str(), s.tensor.data_ptr(),
+                                        GRADEX_DEVICE_CUDA, static_cast<int>(index),
+                                        stream.stream(), &handle)
+          : gradex_submit_device(s.engine, s.key.c_str(), s.tensor.data_ptr(), GRADEX_DEVICE_CUDA,
+                                 static_cast<int>(index), stream.stream(), &handle);
   std::string error = status == GRADEX_OK ? std::string() : std::string(gradex_last_error());
   std::lock_guard<std::mutex> lock(s.mu);
   s.status = status;

@@ -2,6 +2,10 @@
 //
 //   gradex::submit(int engine, str key, Tensor(a!) grad) -> int         exchange a gradient
 //   gradex::submit_device(int engine, str key, Tensor(a!) grad) -> int  the same, on the GPU
+//   gradex::submit_absent(int engine, str key, Tensor(a!) grad, bool on_device) -> int
+//                                      a rank with no gradient (gx.join): zeros contributed, its
+//                                      momentum and DGC state untouched; `grad` receives the
+//                                      average
 //   gradex::average(int engine, str key, Tensor(a!) param) -> int       average parameters
 //   gradex::wait(int ticket) -> ()     block until done; the tensor holds the result (on CUDA:
 //                                      ordered on the waiting thread's current stream)
@@ -39,7 +43,7 @@ std::unordered_map<int64_t, std::shared_ptr<Submission>> registry;
 int64_t next_ticket = 1;
 
 int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind kind,
-              bool on_device = false) {
+              bool on_device = false, bool absent = false) {
   if (engine == 0) throw_status(GRADEX_ERR_INVALID_ARGUMENT, "the engine is closed");
   const auto dtype = t.scalar_type();
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) {
@@ -54,6 +58,7 @@ int64_t start(int64_t engine, const std::string& key, const at::Tensor& t, Kind 
   s->engine = reinterpret_cast<gradex_engine_t*>(static_cast<uintptr_t>(engine));
   s->key = key;
   s->kind = kind;
+  s->absent = absent;
   s->tensor = t;
   if (on_device) {
     if (!t.is_cuda() || dtype != at::kFloat || kind != Kind::kGradient)
@@ -99,6 +104,11 @@ int64_t submit_device_op(int64_t engine, c10::string_view key, const at::Tensor&
   return start(engine, std::string(key), grad, Kind::kGradient, /*on_device=*/true);
 }
 
+int64_t submit_absent_op(int64_t engine, c10::string_view key, const at::Tensor& grad,
+                         bool on_device) {
+  return start(engine, std::string(key), grad, Kind::kGradient, on_device, /*absent=*/true);
+}
+
 int64_t average_op(int64_t engine, c10::string_view key, const at::Tensor& param) {
   return start(engine, std::string(key), param, Kind::kParameters);
 }
@@ -142,9 +152,10 @@ bool has_cuda_op() {
 
 void hand_over(Submission& s, void* data) {
   gradex_handle_t handle = 0;
-  const gradex_status_t status = s.kind == Kind::kGradient
-                                     ? gradex_submit(s.engine, s.key.c_str(), data, &handle)
-                                     : gradex_average(s.engine, s.key.c_str(), data, &handle);
+  const gradex_status_t status =
+      s.kind != Kind::kGradient ? gradex_average(s.engine, s.key.c_str(), data, &handle)
+      : s.absent                ? gradex_submit_absent(s.engine, s.key.c_str(), data, &handle)
+                                : gradex_submit(s.engine, s.key.c_str(), data, &handle);
   std::string error = status == GRADEX_OK ? std::string() : std::string(gradex_last_error());
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -166,6 +177,8 @@ TORCH_LIBRARY(gradex, m) {
   m.def("submit(int engine, str key, Tensor(a!) grad) -> int", &gradex_torch::submit_op);
   m.def("submit_device(int engine, str key, Tensor(a!) grad) -> int",
         &gradex_torch::submit_device_op);
+  m.def("submit_absent(int engine, str key, Tensor(a!) grad, bool on_device) -> int",
+        &gradex_torch::submit_absent_op);
   m.def("average(int engine, str key, Tensor(a!) param) -> int", &gradex_torch::average_op);
   m.def("wait(int ticket) -> ()", &gradex_torch::wait_op);
   m.def("has_cuda() -> bool", &gradex_torch::has_cuda_op);

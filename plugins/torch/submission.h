@@ -19,9 +19,10 @@ struct Submission {
   gradex_engine_t* engine = nullptr;
   std::string key;
   Kind kind = Kind::kGradient;
-  at::Tensor tensor;            // the caller's tensor: holds the result once gradex::wait returns
-  bool on_device = false;       // gradex_submit_device: the engine works on `tensor` itself
-  at::Tensor host;              // staged CUDA tensors only: the pinned host copy the engine works on
+  at::Tensor tensor;       // the caller's tensor: holds the result once gradex::wait returns
+  bool on_device = false;  // gradex_submit_device: the engine works on `tensor` itself
+  bool absent = false;     // gradex_submit_absent / _device_absent: this rank contributes zeros
+  at::Tensor host;         // staged CUDA tensors only: the pinned host copy the engine works on
   std::shared_ptr<void> ready;  // CUDA tensors only: event recorded after the copy into `host`
 
   // The hand-over to the engine: immediate for CPU tensors; done by the staging thread for CUDA
@@ -34,8 +35,9 @@ struct Submission {
   gradex_handle_t handle = 0;
 };
 
-// Calls gradex_submit or gradex_average with `data` from the calling thread and records the outcome
-// in `s` (status, error message, handle), then wakes waiters. Never throws.
+// Calls gradex_submit (gradex_submit_absent when s.absent) or gradex_average with `data` from the
+// calling thread and records the outcome in `s` (status, error message, handle), then wakes
+// waiters. Never throws.
 void hand_over(Submission& s, void* data);
 
 // Throws a c10::Error "gradex[<STATUS>]: <message>" (the format the Python package parses).

@@ -102,6 +102,11 @@ def lib():
                                                 ctypes.POINTER(ctypes.c_size_t)]),
             "gradex_submit_device": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
                                               ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_submit_absent": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_submit_device_absent": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
+                                                     ctypes.c_int, ctypes.c_void_p,
+                                                     ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_handle_event": (status, [engine_p, ctypes.c_uint64, ctypes.c_void_p]),
             "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
@@ -259,6 +264,18 @@ class Engine:
         handle = ctypes.c_uint64()
         check(lib().gradex_submit_device(self._engine(), key.encode(), address, device, device_index, stream,
                                          ctypes.byref(handle)))
+        return handle.value
+
+    def submit_absent(self, key, address, device=None, device_index=0, stream=None):
+        """gradex_submit_absent (device None) or gradex_submit_device_absent: this rank has no gradient of
+        `key` this step (gx.join); it contributes zeros and keeps its momentum and DGC state. `address` is
+        not read; it receives the average over all ranks."""
+        handle = ctypes.c_uint64()
+        if device is None:
+            check(lib().gradex_submit_absent(self._engine(), key.encode(), address, ctypes.byref(handle)))
+        else:
+            check(lib().gradex_submit_device_absent(self._engine(), key.encode(), address, device, device_index,
+                                                    stream, ctypes.byref(handle)))
         return handle.value
 
     def handle_event(self, handle, stream=None):

@@ -147,9 +147,10 @@ def _uneven(rank, world, steps_of):
 
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 2)
-    # SGD with momentum: with uneven_inputs the optimizer keeps it, so a joined rank's zeros carry none.
+    # SGD with momentum kept by the optimizer (GRADEX_MOMENTUM=0): the exchange is the plain average.
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = gx.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), uneven_inputs=True)
+    opt = gx.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), uneven_inputs=True,
+                                  config={"GRADEX_MOMENTUM": "0"})
     assert sgd.param_groups[0]["momentum"] == 0.9
     grads = []
     for step in range(steps_of[rank]):
@@ -186,6 +187,78 @@ def test_join_with_uneven_inputs_averages_over_the_ranks_still_training():
         for k in training:
             for got, want in zip(results[k]["grads"][step][0], expected):
                 torch.testing.assert_close(_tensor(got).double(), want, rtol=1e-6, atol=1e-7)
+
+
+def _uneven_default_policy(rank, world, steps_of):
+    import copy
+
+    import torch
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(200, 100)  # the weight (20,000 elements) is DGC, the bias dense
+    # SGD's momentum moves into gradex (DGC's momentum correction): each rank keeps its own u.
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = gx.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), uneven_inputs=True)
+    assert sgd.param_groups[0]["momentum"] == 0
+    grads = []
+    for step in range(steps_of[rank]):
+        torch.manual_seed(1000 * step + rank)
+        x = torch.randn(8, 200)
+        twin = copy.deepcopy(model)  # this rank's own gradient, computed beside the exchanged one
+        twin(x).pow(2).sum().backward()
+        local = [p.grad.clone() for p in twin.parameters()]
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.synchronize()
+        grads.append(([p.grad.clone() for p in model.parameters()], local))
+        opt.step()
+    mirrored = gx.join()
+    stats = opt._engine.stats()
+    opt.close()
+    return _plain({"grads": grads, "mirrored": mirrored, "sparse": stats["sparse_exchanges"],
+                   "fallbacks": stats["dense_fallbacks"]})
+
+
+def _check_uneven_default_policy(results, steps_of, sparse):
+    """Every training rank gets bit-identical averages. Dense steps (the bias always; the DGC weight during its
+    warm-up, which sends u whole): the mean over the ranks still training of each one's own momentum
+    u_k = 0.9 u_k + g_k, summed over its training steps only (a joined rank adds no momentum). Sparse steps:
+    at most k elements per training rank are non-zero."""
+    import torch
+
+    u = {k: [None, None] for k in range(3)}
+    for step in range(max(steps_of)):
+        training = [k for k in range(3) if steps_of[k] > step]
+        for k in training:
+            local = [_tensor(g).double() for g in results[k]["grads"][step][1]]
+            u[k] = [l if b is None else 0.9 * b + l for b, l in zip(u[k], local)]
+            assert results[k]["grads"][step][0] == results[training[0]]["grads"][step][0], (step, k)
+        got = [_tensor(g).double() for g in results[training[0]]["grads"][step][0]]
+        expected = [sum(u[k][i] for k in training) / len(training) for i in range(2)]
+        # fp32 arithmetic on values of |u| <= ~60: a few ulps of the largest.
+        torch.testing.assert_close(got[1], expected[1], rtol=1e-5, atol=1e-4)
+        if sparse:
+            k_per_rank = max(1, round(20000 * 0.001))
+            assert 0 < int(torch.count_nonzero(got[0])) <= len(training) * int(k_per_rank * 1.3) + 1, step
+        else:
+            torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-4)
+
+
+def test_join_with_dgc_and_gradex_momentum_averages_over_the_ranks_still_training():
+    """Default policy (DGC above GRADEX_DENSE_THRESHOLD) with SGD's momentum in gradex. A long warm-up keeps the
+    DGC weight on dense steps (density 0.25 >= 1/(2P)), whose results are exact; then the same with sparse
+    steps."""
+    steps_of = [6, 3, 4]
+    env = {"GRADEX_DENSE_THRESHOLD": "10000", "GRADEX_FP16": "0", "GRADEX_TIMEOUT_S": "60"}
+    for warmup, sparse in (("400", False), ("0", True)):
+        results = ranks.run(_uneven_default_policy, 3, env=dict(env, GRADEX_WARMUP_STEPS=warmup),
+                            args=(steps_of,))
+        for rank, r in enumerate(results):
+            assert len(r["grads"]) == steps_of[rank]
+            assert r["mirrored"] == max(steps_of) - steps_of[rank]
+            assert (r["sparse"] > 0) == sparse and (r["fallbacks"] > 0) != sparse, (r["sparse"], r["fallbacks"])
+        _check_uneven_default_policy(results, steps_of, sparse)
 
 
 def _stats_sources(rank, world):

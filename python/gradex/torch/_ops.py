@@ -83,6 +83,16 @@ def submit(engine, key, tensor, on_device=False):
         raise _translated(exc) from None
 
 
+def submit_absent(engine, key, tensor, on_device=False):
+    """An absent contribution (a rank that ran out of data, gx.join): the exchange runs as for submit(), but
+    this rank contributes zeros and its momentum and DGC state stay untouched; `tensor` is not read and
+    receives the average over all ranks. Returns a ticket for wait()."""
+    try:
+        return torch.ops.gradex.submit_absent(engine, key, tensor, bool(on_device))
+    except RuntimeError as exc:
+        raise _translated(exc) from None
+
+
 def average(engine, key, tensor):
     """Hands parameters to the engine for averaging across ranks; returns a ticket for wait()."""
     try:

@@ -59,9 +59,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._scale = _amp.ScaleDomain(scaler)
         config = {str(k): str(v) for k, v in (config or {}).items()}
         _capi.check_config(config)
-        if _localsgd_period(config) > 0 or self._uneven:
-            # LocalSGD, and join() (a joined rank's zero contribution must carry no momentum): the optimizer
-            # keeps its own momentum unless GRADEX_MOMENTUM is set explicitly.
+        self._localsgd = _localsgd_period(config) > 0
+        if self._localsgd:
+            # LocalSGD: the optimizer keeps its own momentum unless GRADEX_MOMENTUM is set explicitly.
             from .localsgd import optimizer_owns_momentum
             config = optimizer_owns_momentum(config)
         else:
@@ -177,39 +177,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def join(self):
         """For a rank that has run out of data (uneven_inputs=True): keeps taking part in the other ranks'
-        steps, contributing zero gradients, until every rank has called join(); the ranks still training get
-        the average over themselves. With uneven_inputs=True the optimizer keeps its own momentum (SGD's
-        included), so a joined rank's zeros carry none; join() requires an engine that keeps no gradient state of
-        its own besides (no explicit GRADEX_MOMENTUM > 0, a dense policy, e.g. GRADEX_SPARSITY=0): a DGC
-        residual would otherwise keep flowing into the others' averages. Returns the number of steps this rank
-        mirrored. Collective with the other ranks' steps."""
+        steps until every rank has called join(), submitting an absent contribution for every parameter
+        (gradex_submit_absent): it adds exact zeros to every exchange, and its gradex momentum and DGC residual
+        stay as they were (they would otherwise keep flowing into the others' averages). The ranks still
+        training get the average over themselves (their results are rescaled by world size / ranks training).
+        Works with every policy (DGC tensors included) and with gradex-owned momentum; not with LocalSGD
+        (InvalidArgumentError). Returns the number of steps this rank mirrored. Collective with the other
+        ranks' steps."""
         if not self._uneven:
             raise _errors.InvalidArgumentError(
                 "gradex: join() needs gx.DistributedOptimizer(..., uneven_inputs=True) on every rank")
-        self._check_open()
-        if _momentum.gradex_momentum(self._engine, None) > 0 or any(
-                self._engine_policy_sparse(name) for name, _ in self._params):
+        if self._localsgd:
             raise _errors.InvalidArgumentError(
-                "gradex: join() needs GRADEX_MOMENTUM=0 and dense tensors only (GRADEX_SPARSITY=0): this "
-                "engine keeps momentum or DGC residuals per rank, which a joined rank would keep sending")
+                "gradex: join() is not supported with LocalSGD (GRADEX_LOCALSGD_PERIOD > 0): its local steps "
+                "exchange nothing a joined rank could be absent from")
+        self._check_open()
         self._wait_pending(write=False)
+        # Receive the averages (never read by the engine): one buffer per parameter for every step.
+        outputs = {name: torch.zeros_like(p, memory_format=torch.contiguous_format) for name, p in self._params}
         mirrored = 0
         while self._active_ranks(training=False) > 0:
-            zeros = {name: torch.zeros_like(p, memory_format=torch.contiguous_format) for name, p in self._params}
-            tickets = [_ops.submit(self._engine.address, name, zeros[name], on_device=name in self._on_device)
+            tickets = [_ops.submit_absent(self._engine.address, name, outputs[name].detach(),
+                                          on_device=name in self._on_device)
                        for name, _ in self._params]
             _ops.wait_all(tickets)
             if self._engine.end_step():
                 self.average_parameters()
             mirrored += 1
         return mirrored
-
-    def _engine_policy_sparse(self, name):
-        """Whether the engine exchanges this tensor sparse (DGC), from its configuration."""
-        threshold = _momentum.engine_setting(self._engine, None, "GRADEX_DENSE_THRESHOLD", 16384)
-        sparsity = _momentum.engine_setting(self._engine, None, "GRADEX_SPARSITY", 0.999)
-        numel = dict(self._params)[name].numel()
-        return sparsity > 0 and numel >= threshold
 
     def _wait_pending(self, write):
         """Waits for every submitted gradient (every ticket is consumed, even after a failure); with `write`
