@@ -144,11 +144,19 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
       if (options.nonfinite == NonFinitePolicy::kZero) b.zero_nonfinite(f32, n, *l.stream);
       if (wire != DType::kFloat32) {
         uint16_t* h = direct ? reinterpret_cast<uint16_t*>(dst) : l.half_buffer(n);
-        be::CastCounts c = b.to_half(f32, h, n, wire, scale, *l.stream);
-        // One cast for the whole run: a tensor can be named only when the run holds one.
-        if (run_end - run_begin == 1) note_saturated(c, run_begin);
-        counters.saturated += c.saturated;
-        counters.nonfinite += c.nonfinite;
+        // The cast is elementwise, so casting entry by entry gives the same bits; on host memory
+        // it names the tensor that saturated. A device backend casts the run at once (one launch)
+        // and names a tensor only when the run holds one.
+        const bool per_entry = direct && run_end - run_begin > 1;
+        for (size_t k = 0; k < (per_entry ? entries.size() : 1); ++k) {
+          const size_t offset = per_entry ? entries[k].offset : 0;
+          const size_t count = per_entry ? entries[k].numel : n;
+          if (count == 0) continue;
+          be::CastCounts c = b.to_half(f32 + offset, h + offset, count, wire, scale, *l.stream);
+          if (per_entry || run_end - run_begin == 1) note_saturated(c, run_begin + k);
+          counters.saturated += c.saturated;
+          counters.nonfinite += c.nonfinite;
+        }
         if (!direct) b.copy(dst, h, n * 2, *l.stream);
       } else if (!direct) {
         b.copy(dst, f32, n * 4, *l.stream);
