@@ -39,11 +39,13 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     return;
   }
   if (job.id.kind == WorkKind::kAverage) {
-    // Later averages send (parameters - anchor): small deltas lose far less in 16 bits.
+    // Later averages send (parameters - anchor): small deltas lose far less in 16 bits. A value
+    // equal to its anchor sends 0 even when it is infinite (an attention mask's -inf buffer), where
+    // the subtraction would give NaN; for finite values x - x is +0 anyway.
     job.delta.resize(t.numel);
     to_float(job.data, t.dtype, t.numel, job.delta.data());
     for (uint64_t i = 0; i < t.numel; ++i)
-      job.delta[i] -= t.anchor[i];
+      job.delta[i] = job.delta[i] == t.anchor[i] ? 0.0f : job.delta[i] - t.anchor[i];
     job.values = job.delta.data();
     job.values_dtype = DType::kFloat32;
     return;

@@ -2,6 +2,8 @@
 // that leaves identical parameters on every rank.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "process_ranks.h"
 #include "rank_checks.h"
 
@@ -59,6 +61,38 @@ TEST(EngineLocalSgd, WarmupThenPeriodicAveragingGivesIdenticalParameters) {
           gradex_stats_t s;
           RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
           RANK_REQUIRE(s.parameter_averages == 3, "parameter averages " << s.parameter_averages);
+          return "";
+        });
+    EXPECT_EQ(failures(results), "") << "GRADEX_FP16=" << fp16;
+  }
+}
+
+// A buffer holding -inf (a causal attention mask kept as a float buffer) is averaged with the
+// parameters: an element equal to its anchor must stay as it is, not become inf - inf = NaN.
+TEST(EngineLocalSgd, InfiniteValuesEqualToTheAnchorSurviveAveraging) {
+  for (const char* fp16 : {"0", "1"}) {
+    const uint64_t n = 64;
+    auto results = run_ranks(
+        2,
+        {"GRADEX_LOCALSGD_PERIOD=1", "GRADEX_LOCALSGD_WARMUP_STEPS=0",
+         std::string("GRADEX_FP16=") + fp16, "GRADEX_SPARSITY=0", "GRADEX_MOMENTUM=0"},
+        [&](RankContext& ctx) -> std::string {
+          RANK_OK(gradex_register_tensor(ctx.engine, "mask", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+          std::vector<float> mask(n);
+          for (uint64_t i = 0; i < n; ++i)
+            mask[i] = i % 2 ? -std::numeric_limits<float>::infinity() : 0.25f;
+          for (int round = 0; round < 3; ++round) {  // the first establishes the anchor
+            int average_now = 0;
+            RANK_OK(gradex_end_step(ctx.engine, &average_now));
+            RANK_REQUIRE(average_now == 1, "round " << round << ": no average asked for");
+            std::vector<float> copy = mask;
+            gradex_handle_t h;
+            RANK_OK(gradex_average(ctx.engine, "mask", copy.data(), &h));
+            RANK_OK(gradex_wait(ctx.engine, h));
+            for (uint64_t i = 0; i < n; ++i)
+              RANK_REQUIRE(copy[i] == mask[i], "round " << round << ", element " << i << ": "
+                                                        << mask[i] << " averaged to " << copy[i]);
+          }
           return "";
         });
     EXPECT_EQ(failures(results), "") << "GRADEX_FP16=" << fp16;
