@@ -36,6 +36,18 @@ class _Options(ctypes.Structure):
                 ("config_values", ctypes.POINTER(ctypes.c_char_p))]
 
 
+def _set_config(options, config):
+    """Points `options`' config_* fields at `config`'s name/value pairs (values as strings). Returns the
+    two C arrays, which the caller keeps referenced until the C call that reads `options` has returned."""
+    config = {str(k): str(v) for k, v in (config or {}).items()}
+    names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
+    values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
+    options.config_count = len(config)
+    options.config_names = names
+    options.config_values = values
+    return names, values
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "steps", "tensors", "bytes_sent", "bytes_received", "dense_bytes", "sparse_exchanges",
@@ -213,12 +225,7 @@ class Engine:
                 options.store = ctypes.pointer(self._store.struct)
         self._prefix = store_prefix.encode() if store_prefix else None
         options.store_prefix = self._prefix
-        config = {str(k): str(v) for k, v in (config or {}).items()}
-        names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
-        values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
-        options.config_count = len(config)
-        options.config_names = names
-        options.config_values = values
+        config_arrays = _set_config(options, config)  # alive until the call returns
         out = ctypes.c_void_p()
         status = c.gradex_engine_create(ctypes.byref(options), ctypes.byref(out))
         if status != 0:
@@ -399,12 +406,7 @@ class Outer:
             options.store = ctypes.pointer(self._store.struct)
         self._prefix = store_prefix.encode() if store_prefix else None
         options.store_prefix = self._prefix
-        config = {str(k): str(v) for k, v in (config or {}).items()}
-        names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
-        values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
-        options.config_count = len(config)
-        options.config_names = names
-        options.config_values = values
+        config_arrays = _set_config(options, config)  # alive until the call returns
         out = ctypes.c_void_p()
         status = c.gradex_outer_create(ctypes.byref(options), ctypes.byref(out))
         if status != 0:
@@ -559,12 +561,7 @@ class JobStore:
         c.gradex_engine_options_init(ctypes.byref(options))
         options.rank = rank
         options.world_size = world_size
-        config = {str(k): str(v) for k, v in (config or {}).items()}
-        names = (ctypes.c_char_p * max(len(config), 1))(*[k.encode() for k in config])
-        values = (ctypes.c_char_p * max(len(config), 1))(*[v.encode() for v in config.values()])
-        options.config_count = len(config)
-        options.config_names = names
-        options.config_values = values
+        config_arrays = _set_config(options, config)  # alive until the call returns
         out = ctypes.POINTER(_Store)()
         check(c.gradex_store_connect(ctypes.byref(options), ctypes.byref(out)))
         self._ptr = out
