@@ -33,6 +33,17 @@ const std::vector<VarSpec>& registry() {
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
      "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+    {"GRADEX_HOST_ID", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
+     "Names this rank's host: ranks with equal values count as one host (shared memory between "
+     "them, one host of the hierarchical exchange). Empty: derived from the hostname, boot id and "
+     "network namespace. For tests that emulate several hosts with the processes of one machine."},
+    {"GRADEX_HIERARCHICAL", VarType::kChoice, "auto", 0, 0, false, false, "auto|0|1", kEngine,
+     "Hierarchical exchange: dense buckets are reduced inside each host (shared memory), summed "
+     "across hosts by one ring per local rank over its shard, and copied back inside the host; "
+     "sparse payloads cross each host's link once per remote host, not once per remote rank. "
+     "Same-host peers then use shared memory (unless GRADEX_SHM=0 is set), watched by a process "
+     "check. auto: on when the job spans at least two hosts and some host holds at least two "
+     "ranks; 1: always (one host: reduce inside it only); 0: the flat ring over all ranks."},
     {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr, kPerRank,
      "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
      "logs which ranks are late and which keys they miss (then at most once per this interval), "

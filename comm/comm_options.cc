@@ -15,6 +15,14 @@ CommOptions comm_options_from_config(const config::Config& config) {
   o.iface = config.get_string("GRADEX_IFACE");
   o.ring_chunk_bytes = static_cast<size_t>(config.get_int("GRADEX_RING_CHUNK_KB")) << 10;
   o.shared_memory = config.get_bool("GRADEX_SHM");
+  o.host_id = config.get_string("GRADEX_HOST_ID");
+  // An explicit GRADEX_SHM=0 keeps every peer on tcp, hierarchical or not.
+  const bool shm_refused =
+      config.source_of("GRADEX_SHM") != config::Source::kDefault && !o.shared_memory;
+  const std::string& hierarchical = config.get_string("GRADEX_HIERARCHICAL");
+  if (!shm_refused && hierarchical != "0")
+    o.hierarchical_shm = hierarchical == "1" ? CommOptions::HierarchicalShm::kOn
+                                             : CommOptions::HierarchicalShm::kAuto;
   o.job_secret =
       auth::resolve_job_secret(config.get_string("GRADEX_JOB_SECRET"),
                                config.source_of("GRADEX_JOB_SECRET") != config::Source::kDefault,

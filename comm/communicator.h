@@ -28,6 +28,13 @@ struct CommOptions {
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
   bool shared_memory = false;
+  // GRADEX_HOST_ID: replaces the derived host identity (comm/host_identity.h); "" = derived.
+  std::string host_id;
+  // GRADEX_HIERARCHICAL (auto / 1) with GRADEX_SHM not set to 0: when the job spans at least two
+  // hosts and some host holds at least two ranks (auto; 1: whenever a peer shares the host), peers
+  // on this rank's host use shared memory; their death is then detected by a process check
+  // (comm/host_identity.h, process_alive) within about 100 ms, as a PeerError.
+  enum class HierarchicalShm { kOff, kAuto, kOn } hierarchical_shm = HierarchicalShm::kOff;
   // GRADEX_JOB_SECRET / GRADEX_JOB_SECRET_FILE, resolved ("" = none): when set, every peer proves
   // knowledge of it before any message is accepted (comm/auth.h, docs/security.md).
   std::string job_secret;
@@ -37,7 +44,8 @@ struct CommOptions {
 };
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
-// GRADEX_SHM, GRADEX_JOB_SECRET[_FILE]). ConfigError for an unusable secret (comm/auth.h).
+// GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL, GRADEX_JOB_SECRET[_FILE]). ConfigError for an
+// unusable secret (comm/auth.h).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
@@ -116,6 +124,11 @@ class Communicator {
     (void)code;
     (void)message;
   }
+
+  // The host identity (comm/host_identity.h) of every rank, indexed by rank, as the ranks
+  // published them at connection: equal on every rank. Empty when the communicator cannot tell
+  // (every rank is then taken to be a host of its own).
+  virtual std::vector<std::string> rank_hosts() const { return {}; }
 
   // Bytes this communicator has sent / received since creation (for statistics): the payloads of
   // isend / irecv, excluding connection setup and internal control messages.

@@ -228,14 +228,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
-        cost::ProbeResult r =
-            cost::probe_links(comm, comm::host_identity(), planner_.probe_options);
+        cost::ProbeResult r = cost::probe_links(comm, comm::host_identity(comm.options().host_id),
+                                                planner_.probe_options);
         for (int c = 0; c < cost::kPeerClasses; ++c)
           if (r.link[static_cast<size_t>(c)].measured)
             model_.set_link(static_cast<cost::PeerClass>(c), r.link[static_cast<size_t>(c)]);
         hosts = std::move(r.hosts);
       } else {
-        const std::string me = comm::host_identity();
+        const std::string me = comm::host_identity(comm.options().host_id);
         for (const comm::Bytes& b : comm::allgatherv(comm, me.data(), me.size()))
           hosts.emplace_back(b.begin(), b.end());
       }

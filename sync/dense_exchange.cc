@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "comm/collectives.h"
+#include "comm/hierarchical.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
@@ -171,7 +172,10 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     auto t1 = Clock::now();
     const uint64_t sent_before = comm.bytes_sent();
     try {
-      comm::allreduce_sum(comm, stage, bytes / elem, wire);
+      if (options.hierarchy != nullptr)
+        comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire);
+      else
+        comm::allreduce_sum(comm, stage, bytes / elem, wire);
     } catch (const Error& e) {
       throw Error(e.code(), "dense bucket of " + std::to_string(end - begin) + " tensor(s) [" +
                                 key_list(items, begin, end) + "], " + std::to_string(bytes / elem) +

@@ -18,6 +18,7 @@
 
 #include "base/dtype.h"
 #include "comm/communicator.h"
+#include "comm/host_topology.h"
 #include "sync/options.h"
 
 namespace gradex::sync {
@@ -35,6 +36,8 @@ struct DenseExchangeOptions {
   bool half_on_wire = true;
   DType half_type = DType::kFloat16;
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
+  // Non-null: buckets are summed by comm::hierarchical_allreduce_sum over this layout.
+  const comm::HostTopology* hierarchy = nullptr;
 };
 
 struct DenseCounters {

@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
+#include "comm/host_topology.h"
 #include "sync/codec_planner.h"
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"
@@ -172,6 +173,11 @@ class Engine {
   int rank_;
   int world_size_;
   std::unique_ptr<comm::Communicator> comm_;
+  // The host layout of comm_ when the hierarchical exchange is on for it (GRADEX_HIERARCHICAL),
+  // else null; computed by hierarchy() for the communicator it was computed for.
+  std::unique_ptr<comm::HostTopology> hierarchy_;
+  const comm::Communicator* hierarchy_comm_ = nullptr;
+  const comm::HostTopology* hierarchy();
   std::unique_ptr<Negotiator> negotiator_;
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;

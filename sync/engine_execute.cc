@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "comm/collectives.h"
+#include "comm/hierarchical.h"
 #include "sync/backend_path.h"
 #include "sync/dense_exchange.h"
 #include "sync/engine.h"
@@ -195,8 +196,13 @@ void Engine::transfer(Unit& unit) {
     auto t0 = Clock::now();
     const bool ring = options_.sparse_ring_for(world_size_);
     try {
-      unit.received = ring ? comm::ring_allgatherv(*comm_, unit.message.data(), unit.message.size())
-                           : comm::allgatherv(*comm_, unit.message.data(), unit.message.size());
+      if (const comm::HostTopology* hosts = hierarchy())
+        comm::hierarchical_allgatherv(*comm_, *hosts, unit.message.data(), unit.message.size(),
+                                      unit.received);
+      else
+        unit.received =
+            ring ? comm::ring_allgatherv(*comm_, unit.message.data(), unit.message.size())
+                 : comm::allgatherv(*comm_, unit.message.data(), unit.message.size());
     } catch (const Error& e) {
       throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
     }
@@ -208,7 +214,7 @@ void Engine::transfer(Unit& unit) {
       items.push_back(
           {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
     DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
-                                 options_.nonfinite};
+                                 options_.nonfinite, hierarchy()};
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32
@@ -227,6 +233,22 @@ void Engine::transfer(Unit& unit) {
   }
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
+}
+
+const comm::HostTopology* Engine::hierarchy() {
+  if (hierarchy_comm_ != comm_.get()) {
+    hierarchy_comm_ = comm_.get();
+    hierarchy_.reset();
+    if (options_.hierarchical != EngineOptions::Hierarchical::kOff && comm_ != nullptr) {
+      // Every rank sees the hosts every rank published (Communicator::rank_hosts), so the choice
+      // and the layout are the same everywhere.
+      auto t = std::make_unique<comm::HostTopology>(
+          comm::host_topology(comm_->rank_hosts(), comm_->size()));
+      if (options_.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(*t))
+        hierarchy_ = std::move(t);
+    }
+  }
+  return hierarchy_.get();
 }
 
 void Engine::complete_unit(Unit& unit) {

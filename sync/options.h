@@ -39,6 +39,9 @@ struct EngineOptions {
   // the ring from kSparseRingMinRanks ranks up (below, the direct exchange measured as fast and
   // needs one scheduling of each rank instead of P-1 hops: docs/benchmarks.md).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
+  // GRADEX_HIERARCHICAL: dense buckets and sparse payloads through comm/hierarchical.h. auto: when
+  // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
+  enum class Hierarchical { kAuto, kOff, kOn } hierarchical = Hierarchical::kAuto;
   static constexpr int kSparseRingMinRanks = 8;
   bool sparse_ring_for(int world_size) const {
     return sparse_collective == SparseCollective::kRing ||

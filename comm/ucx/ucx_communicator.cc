@@ -6,6 +6,7 @@
 #include "comm/launch.h"
 #include "comm/ucx/ucx_peer_auth.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -72,35 +73,62 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
 
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
+  const std::string my_host = host_identity(options_.host_id);
   {
-    // Published with this rank's world size and host, bound to it by an HMAC when there is a job
-    // secret (ucx_peer_auth.h).
+    // Published with this rank's world size, host and process, bound to it by an HMAC when there
+    // is a job secret (ucx_peer_auth.h). The host field carries "host\nprocess".
     WorkerAddress address(*worker_);
-    Bytes entry = encode_address_entry(rank_, size_, host_identity(), address.data(),
-                                       address.size(), options_.job_secret);
+    Bytes entry = encode_address_entry(rank_, size_, my_host + "\n" + process_identity(),
+                                       address.data(), address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
+  }
+  std::vector<Bytes> raw(static_cast<size_t>(size_));
+  std::vector<AddressEntry> entries(static_cast<size_t>(size_));
+  rank_hosts_.assign(static_cast<size_t>(size_), std::string());
+  rank_processes_.assign(static_cast<size_t>(size_), std::string());
+  for (int i = 0; i < size_; ++i) {
+    // Start with the next rank so that ranks do not all wait for rank 0's key first.
+    const int p = (rank_ + i) % size_;
+    const auto pi = static_cast<size_t>(p);
+    raw[pi] = store.get(address_key(p), left_until(deadline));
+    entries[pi] = decode_address_entry(raw[pi], rank_, p, options_.job_secret);
+    const uint32_t world = entries[pi].world;
+    if (static_cast<int>(world) != size_)
+      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
+                          std::to_string(world) + ", this rank with " + std::to_string(size_));
+    const std::string& published = entries[pi].host;
+    const size_t cut = published.find('\n');
+    rank_hosts_[pi] = published.substr(0, cut);
+    if (cut != std::string::npos) rank_processes_[pi] = published.substr(cut + 1);
+  }
+  // The hierarchical exchange keeps same-host traffic on shared memory (CommOptions::
+  // hierarchical_shm); every rank sees the same published hosts, so the decision is the same
+  // everywhere.
+  bool hierarchical_shm = options_.hierarchical_shm == CommOptions::HierarchicalShm::kOn;
+  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kAuto) {
+    std::vector<std::string> sorted = rank_hosts_;
+    std::sort(sorted.begin(), sorted.end());
+    const bool shared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+    const bool several = sorted.front() != sorted.back();
+    hierarchical_shm = shared && several;
   }
   endpoints_.resize(static_cast<size_t>(size_));
   shared_memory_peer_.assign(static_cast<size_t>(size_), false);
   for (int i = 0; i < size_; ++i) {
-    // Start with the next rank so that ranks do not all wait for rank 0's key first.
-    int p = (rank_ + i) % size_;
-    Bytes remote = store.get(address_key(p), left_until(deadline));
-    AddressEntry remote_entry = decode_address_entry(remote, rank_, p, options_.job_secret);
-    const uint32_t world = remote_entry.world;
-    const bool same_host = remote_entry.host == host_identity();
-    if (static_cast<int>(world) != size_)
-      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
-                          std::to_string(world) + ", this rank with " + std::to_string(size_));
+    const int p = (rank_ + i) % size_;
+    const AddressEntry& remote_entry = entries[static_cast<size_t>(p)];
+    const bool same_host = rank_hosts_[static_cast<size_t>(p)] == my_host;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(remote_entry.address);
     // UCX 1.13 offers no shared-memory transport with peer failure handling: a same-host peer gets
-    // shared memory (GRADEX_SHM=1) and its death is caught by the liveness pings and the timeout
-    // instead of at once; other peers get immediate failure detection.
-    params.err_mode = same_host && options_.shared_memory ? UCP_ERR_HANDLING_MODE_NONE
-                                                          : UCP_ERR_HANDLING_MODE_PEER;
+    // shared memory (GRADEX_SHM=1, or the hierarchical exchange) and its death is caught by the
+    // process check (check_shared_memory_peers) instead of by UCX; other peers get immediate
+    // failure detection.
+    params.err_mode = same_host && (options_.shared_memory || hierarchical_shm)
+                          ? UCP_ERR_HANDLING_MODE_NONE
+                          : UCP_ERR_HANDLING_MODE_PEER;
     shared_memory_peer_[static_cast<size_t>(p)] = params.err_mode == UCP_ERR_HANDLING_MODE_NONE;
     GX_LOG(kDebug) << "endpoint to rank " << p << ": "
                    << (params.err_mode == UCP_ERR_HANDLING_MODE_NONE ? "same host, shared memory"

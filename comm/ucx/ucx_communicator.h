@@ -83,6 +83,7 @@ class UcxCommunicator : public Communicator {
   bool wait_for_next_collective(int wake_fd, Millis max_wait) override;
   void abort(ErrorCode code, const std::string& message) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
+  std::vector<std::string> rank_hosts() const override { return rank_hosts_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
  private:
@@ -151,6 +152,9 @@ class UcxCommunicator : public Communicator {
   // On a timeout: pings every peer and returns the ranks that did not answer within a grace
   // period (a stopped or dead process cannot answer; a rank that is itself waiting can).
   std::vector<int> probe_unresponsive();
+  // At most every 100 ms: marks a shared-memory peer whose process no longer exists as failed
+  // (UCX reports nothing for it), so the next check fails with a PeerError naming it.
+  void check_shared_memory_peers();
 
   int rank_;
   int size_;
@@ -169,6 +173,11 @@ class UcxCommunicator : public Communicator {
   // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
   // their requests, so abandon() releases those at once).
   std::vector<bool> shared_memory_peer_;
+  // Every rank's host identity and process identity (comm/host_identity.h), as published.
+  std::vector<std::string> rank_hosts_;
+  std::vector<std::string> rank_processes_;
+  Clock::time_point next_process_check_{};
+  int peer_process_gone_ = -1;  // the shared-memory peer check_shared_memory_peers found gone
 
   uint64_t collective_seq_ = 0;
   uint64_t bytes_sent_ = 0;

@@ -5,6 +5,7 @@
 #include "base/check.h"
 #include "base/log.h"
 
+#include "comm/host_identity.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {
@@ -230,6 +231,7 @@ void UcxCommunicator::throw_if_failed(const char* operation,
     abandon(pending);
     check_usable(operation, rank_);
   }
+  check_shared_memory_peers();
   int failed_peer = -1;
   for (int p = 0; p < size_ && failed_peer < 0; ++p)
     if (peers_[static_cast<size_t>(p)]->error != UCS_OK) failed_peer = p;
@@ -266,9 +268,26 @@ void UcxCommunicator::throw_if_failed(const char* operation,
   }
   if (failed_peer >= 0) {
     fail(ErrorCode::kPeer, operation, failed_peer,
-         std::string("the endpoint to this rank failed (process died or network failed): ") +
-             ucs_status_string(peers_[static_cast<size_t>(failed_peer)]->error),
+         failed_peer == peer_process_gone_
+             ? std::string("this rank's process on the same host (shared memory) has exited")
+             : std::string("the endpoint to this rank failed (process died or network failed): ") +
+                   ucs_status_string(peers_[static_cast<size_t>(failed_peer)]->error),
          pending, true);
+  }
+}
+
+void UcxCommunicator::check_shared_memory_peers() {
+  const auto now = Clock::now();
+  if (now < next_process_check_) return;
+  next_process_check_ = now + Millis(100);
+  for (int p = 0; p < size_; ++p) {
+    const auto pi = static_cast<size_t>(p);
+    if (p == rank_ || !shared_memory_peer_[pi] || peers_[pi]->error != UCS_OK) continue;
+    if (!process_alive(rank_processes_[pi])) {
+      GX_LOG(kWarn) << "rank " << p << " (same host, shared memory) no longer exists";
+      peers_[pi]->error = UCS_ERR_CONNECTION_RESET;
+      peer_process_gone_ = p;
+    }
   }
 }
 
