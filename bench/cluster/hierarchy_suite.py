@@ -49,7 +49,12 @@ POLICIES = {
     "default": {},
     # Dense 16-bit through the engine: no tensor sparsified, fp16 on the wire (the engine's dense format).
     "dense16": {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "1"},
+    # gradex's shipped default policy (GRADEX_POLICY=fixed: DGC 99.9% from 16,384 elements, dense below),
+    # through gradex-bench's "fixed" mode. Opt-in: --policies default,dense16,fixed.
+    "fixed": {},
 }
+# gradex-bench's mode per policy (MODE unless named here).
+POLICY_MODE = {"fixed": "fixed"}
 
 
 def parse_configs(text):
@@ -76,8 +81,8 @@ def intra_host_env(kind):
     return {}
 
 
-def one_run(args, network, world, steps, warmup, env, label):
-    argv = [args.bench, "exchange", "--modes", f"{MODE},{SENTINEL}", "--model", args.model, "--steps", str(steps),
+def one_run(args, network, world, steps, warmup, env, label, mode=MODE):
+    argv = [args.bench, "exchange", "--modes", f"{mode},{SENTINEL}", "--model", args.model, "--steps", str(steps),
             "--warmup", str(warmup), "--idle-s", "0"]
     host_wire = {}
 
@@ -88,8 +93,8 @@ def one_run(args, network, world, steps, warmup, env, label):
                              log_dir=args.log_dir, label=label, extra_env=env, display=display,
                              host_wire=host_wire)
     print_progress_line("")
-    metrics = modes_of(parse_result(stdout)).get(MODE, {})
-    per_host = host_wire.get(MODE)
+    metrics = modes_of(parse_result(stdout)).get(mode, {})
+    per_host = host_wire.get(mode)
     return {"step_ms": metrics.get("step_ms"), "mean_ms": metrics.get("mean_ms"), "cpu_ms": metrics.get("cpu_ms"),
             "steps_per_s": 1e3 / metrics["step_ms"] if metrics.get("step_ms") else None,
             "self_wire_bytes": metrics.get("wire_bytes"),
@@ -102,7 +107,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--configs", default="2x2@100mbit,2x2@1gbit,4x2@1gbit",
                    help="HOSTSxRANKS_PER_HOST@RATE, comma-separated")
-    p.add_argument("--policies", default=",".join(POLICIES), help=f"of {', '.join(POLICIES)}")
+    p.add_argument("--policies", default="default,dense16", help=f"of {', '.join(POLICIES)}")
     p.add_argument("--model", default="resnet50")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
@@ -147,7 +152,8 @@ def main():
                     label = f"hier.{hosts}x{local}.{rate}.{policy}.{exchange}"
                     started = time.monotonic()
                     try:
-                        result = one_run(args, network, hosts * local, steps, warmup, env, label)
+                        result = one_run(args, network, hosts * local, steps, warmup, env, label,
+                                         POLICY_MODE.get(policy, MODE))
                     except (RankFailure, OSError) as e:
                         print(f"  FAILED: {label}: {e}", file=sys.stderr, flush=True)
                         data["failures"].append(f"{label}: {str(e).splitlines()[0]}")
