@@ -82,6 +82,9 @@ void UcxCommunicator::connect_endpoints(Store& store) {
                                        address.data(), address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
   }
+  // Sized first: shutdown() of a half-built communicator (a peer's entry refused below) walks them.
+  endpoints_.resize(static_cast<size_t>(size_));
+  shared_memory_peer_.assign(static_cast<size_t>(size_), false);
   std::vector<Bytes> raw(static_cast<size_t>(size_));
   std::vector<AddressEntry> entries(static_cast<size_t>(size_));
   rank_hosts_.assign(static_cast<size_t>(size_), std::string());
@@ -112,8 +115,6 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     const bool several = sorted.front() != sorted.back();
     hierarchical_shm = shared && several;
   }
-  endpoints_.resize(static_cast<size_t>(size_));
-  shared_memory_peer_.assign(static_cast<size_t>(size_), false);
   for (int i = 0; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     const AddressEntry& remote_entry = entries[static_cast<size_t>(p)];
