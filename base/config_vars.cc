@@ -32,7 +32,10 @@ const std::vector<VarSpec>& registry() {
      "Ranks on the same host (same kernel and network namespace) exchange through shared memory: "
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
      "death of a shared-memory peer, and a stopped (SIGSTOP) peer was seen to hang another rank's "
-     "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection."},
+     "cleanup inside UCX. With 0 every peer uses tcp with immediate failure detection. The "
+     "hierarchical exchange (GRADEX_HIERARCHICAL) uses shared memory inside hosts unless this is "
+     "set to 0 explicitly; a dead shared-memory peer is then found by a process check within about "
+     "100 ms."},
     {"GRADEX_HOST_ID", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
      "Names this rank's host: ranks with equal values count as one host (shared memory between "
      "them, one host of the hierarchical exchange). Empty: derived from the hostname, boot id and "
