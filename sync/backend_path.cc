@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "compress/dgc/compressor.h"
@@ -248,6 +249,16 @@ void BackendPath::finish(TensorState& t, void* data,
   }
   store_values(t, data, l);
   if (d.done) d.done->record(*l.stream);
+}
+
+void BackendPath::return_to_residual(TensorState& t,
+                                     const compress::wire::DecodedPayload& dropped) {
+  BackendTensor& d = *t.backend;
+  GX_CHECK(d.dgc != nullptr);
+  Lane& l = lane(*d.backend);
+  wait_ready(t, l);
+  d.dgc->return_to_residual(dropped, *l.stream);
+  l.synchronize();  // the finish stage reads the state next, on another lane
 }
 
 uint64_t BackendPath::local_step(TensorState& t, void* data, float step_clip, bool zero) {

@@ -31,6 +31,7 @@
 #include "base/config.h"
 #include "comm/communicator.h"
 #include "compress/backend/backend.h"
+#include "compress/wire/codec.h"
 #include "compress/wire/message.h"
 #include "sync/dense_exchange.h"
 #include "sync/options.h"
@@ -89,6 +90,10 @@ class BackendPath {
   // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
   void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,
               bool sparse);
+  // The hierarchical exchange's DGC re-selection (progress thread, between prepare and finish):
+  // `dropped` (host memory) is added into this rank's residual of the DGC tensor; returns once
+  // done.
+  void return_to_residual(TensorState& t, const compress::wire::DecodedPayload& dropped);
   // LocalSGD's local phase (caller's thread): momentum and clipping in place. Returns the NaN/Inf
   // count (momentum untouched when > 0 and not `zero`); records the completion event.
   uint64_t local_step(TensorState& t, void* data, float step_clip, bool zero);

@@ -159,6 +159,10 @@ class Engine {
   void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void prepare_unit(pipeline::Unit& unit);
   void transfer(pipeline::Unit& unit);
+  // A DGC unit's transfer under the hierarchical exchange (sync/hierarchical_sparse.cc): host
+  // sums re-selected by their owners, one payload per host and tensor across hosts; leaves
+  // unit.received holding one message per host (host order).
+  void transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::HostTopology& hosts);
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
   void finish_unit(pipeline::Unit& unit);

@@ -197,8 +197,7 @@ void Engine::transfer(Unit& unit) {
     const bool ring = options_.sparse_ring_for(world_size_);
     try {
       if (const comm::HostTopology* hosts = hierarchy())
-        comm::hierarchical_allgatherv(*comm_, *hosts, unit.message.data(), unit.message.size(),
-                                      unit.received);
+        transfer_sparse_hierarchical(unit, *hosts);
       else
         unit.received =
             ring ? comm::ring_allgatherv(*comm_, unit.message.data(), unit.message.size())

@@ -94,11 +94,16 @@ void Engine::finish_unit(Unit& unit) {
   auto t0 = Clock::now();
   std::vector<std::vector<wire::PayloadSpan>> payloads(unit.jobs.size());
   if (unit.route == Route::kSparse) {
-    GX_CHECK_EQ(unit.received.size(), static_cast<size_t>(world_size_));
+    // One message per rank, or per host under the hierarchical exchange (its host payloads,
+    // sync/hierarchical_sparse.cc); summed in that order either way.
+    const bool per_host = hierarchy_ != nullptr;
+    GX_CHECK_EQ(unit.received.size(), per_host ? static_cast<size_t>(hierarchy_->host_count())
+                                               : static_cast<size_t>(world_size_));
     std::vector<wire::PayloadSpan> spans;
     for (size_t r = 0; r < unit.received.size(); ++r) {
       const comm::Bytes& m = unit.received[r];
-      const std::string what = "sparse message from rank " + std::to_string(r);
+      const std::string what =
+          (per_host ? "sparse message of host " : "sparse message from rank ") + std::to_string(r);
       const uint32_t count = wire::message_count(m.data(), m.size(), what);
       if (count != unit.jobs.size())
         throw CorruptPayload(what + " holds " + std::to_string(count) + " tensor(s) where [" +

@@ -57,6 +57,12 @@ void DgcCodec::dense_step(float* grad, float grad_scale, Stream& stream) {
   backend_.copy(grad, dense_out_->data(), n * 4, stream);
 }
 
+void DgcCodec::return_to_residual(const wire::DecodedPayload& dropped, Stream& stream) {
+  if (dropped.indices.empty()) return;
+  // residual() is the state's own writable memory (backend.h).
+  applier_.apply(dropped, const_cast<float*>(state_->residual()), state_->numel(), 1.0f, stream);
+}
+
 void DgcCodec::sum_payloads(const std::vector<wire::PayloadSpan>& payloads, float scale, float* out,
                             Stream& stream) {
   if (backend_.type() == DeviceType::kCpu) {

@@ -54,6 +54,10 @@ class DgcCodec {
   void sum_payloads(const std::vector<wire::PayloadSpan>& payloads, float scale, float* out,
                     Stream& stream);
 
+  // v[i] += value for every element of `dropped` (host memory), queued on `stream`: the mass a
+  // host-level re-selection (host_reselect.h) did not keep returns to this rank's residual.
+  void return_to_residual(const wire::DecodedPayload& dropped, Stream& stream);
+
   // Bytes copied between the backend and host memory so far (0 on host backends).
   size_t staged_bytes() const { return stager_.bytes_staged() + applier_.bytes_staged(); }
 

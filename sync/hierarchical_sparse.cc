@@ -1,0 +1,204 @@
+// Engine::transfer_sparse_hierarchical: a DGC unit under the hierarchical exchange, with DGC's
+// host-level re-selection (docs/collectives.md, "Hierarchical exchange").
+//   1. Inside each host every rank's message reaches every local rank (allgatherv over the host).
+//   2. Tensor j of the unit belongs to class c = j mod S (S: the most ranks on any host); on host h
+//      the class's owner is local rank c mod L_h. The owner decodes the host's payloads of j, sums
+//      them in local rank order, keeps as many of the largest sums as the largest local selection
+//      (compress/backend/host_reselect.h), returns everything it does not keep to its own
+//      residual of j, and encodes the kept sums: the host payload of j.
+//   3. Per class, the owners on every host gather their host payloads (allgatherv across hosts).
+//   4. Inside each host the owners pass what they gathered to the other local ranks.
+// Every rank then holds, per tensor, the same H host payloads and sums them in host order
+// (finish_unit), so results are bit-identical on every rank. Σ over ranks of (what was sent +
+// residual) is unchanged by the re-selection up to fp32 rounding: kept and dropped partition
+// each host sum.
+#include <cstring>
+#include <string>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "comm/collectives.h"
+#include "comm/group_communicator.h"
+#include "compress/backend/dgc_codec.h"
+#include "compress/backend/host_reselect.h"
+#include "compress/options.h"
+#include "compress/wire/message.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
+#include "sync/engine.h"
+#include "sync/engine_internal.h"
+#include "sync/pipeline.h"
+
+namespace gradex::sync {
+namespace {
+
+namespace wire = compress::wire;
+
+void put(comm::Bytes& out, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  out.insert(out.end(), b, b + n);
+}
+
+// Records [u32 tensor][u32 host][u64 length][payload]: host payloads in transit.
+void add_record(comm::Bytes& out, uint32_t tensor, uint32_t host, const comm::Bytes& payload) {
+  const uint64_t n = payload.size();
+  put(out, &tensor, 4);
+  put(out, &host, 4);
+  put(out, &n, 8);
+  put(out, payload.data(), payload.size());
+}
+
+}  // namespace
+
+void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::HostTopology& hosts) {
+  comm::Communicator& comm = *comm_;
+  const int me = comm.rank();
+  const int h = hosts.host_of[static_cast<size_t>(me)];
+  const std::vector<int>& local = hosts.hosts[static_cast<size_t>(h)];
+  const size_t L = local.size();
+  const size_t my_index = static_cast<size_t>(hosts.local_index[static_cast<size_t>(me)]);
+  const size_t S = static_cast<size_t>(hosts.max_local());
+  const size_t H = static_cast<size_t>(hosts.host_count());
+  const size_t J = unit.jobs.size();
+  // Tags in the same order on every rank.
+  const uint64_t tag_local = comm.next_collective_tag();
+  std::vector<uint64_t> tag_class(S);
+  for (size_t c = 0; c < S; ++c)
+    tag_class[c] = comm.next_collective_tag();
+  const uint64_t tag_spread = comm.next_collective_tag();
+  auto owns_class = [&](size_t c) { return c % L == my_index; };
+  const compress::WireOptions wire_options = compress::wire_options_from_config(config_);
+
+  // 1. The host's messages, by local index.
+  std::vector<comm::Bytes> host_messages;
+  {
+    comm::GroupCommunicator group(comm, local, {tag_local});
+    comm::allgatherv(group, unit.message.data(), unit.message.size(), host_messages);
+  }
+  std::vector<std::vector<wire::PayloadSpan>> spans(L);
+  for (size_t i = 0; i < L; ++i) {
+    const std::string what = "sparse message from rank " + std::to_string(local[i]);
+    const comm::Bytes& m = host_messages[i];
+    if (wire::message_count(m.data(), m.size(), what) != J)
+      throw CorruptPayload(what + " does not hold the " + std::to_string(J) + " tensor(s) [" +
+                           unit.keys() + "] (ranks with different GRADEX_SPARSE_GROUP_MB?)");
+    wire::split_message(m.data(), m.size(), J, what, spans[i]);
+  }
+
+  // 2. Host payloads of the tensors this rank owns: host_payload[j] (empty when not owned).
+  std::vector<comm::Bytes> host_payload(J);
+  std::vector<wire::DecodedPayload> decoded(L);
+  std::vector<const wire::DecodedPayload*> parts(L);
+  compress::backend::HostSelection selection;
+  for (size_t j = 0; j < J; ++j) {
+    if (!owns_class(j % S)) continue;
+    TensorState& t = *unit.jobs[j]->tensor;
+    for (size_t i = 0; i < L; ++i) {
+      wire::decode(spans[i][j].first, spans[i][j].second, decoded[i]);
+      if (decoded[i].header.numel != t.numel)
+        throw CorruptPayload("sparse payload of '" + t.key + "' from rank " +
+                             std::to_string(local[i]) + " has " +
+                             std::to_string(decoded[i].header.numel) + " elements, expected " +
+                             std::to_string(t.numel));
+      parts[i] = &decoded[i];
+    }
+    const DType value_dtype = decoded[0].header.value_dtype;
+    compress::backend::reselect_host_sum(parts, value_dtype, selection);
+    path_->return_to_residual(t, selection.dropped);
+    wire::SparseRef ref;
+    ref.numel = t.numel;
+    ref.indices = selection.kept_indices.data();
+    ref.values = selection.kept_values.data();
+    ref.count = selection.kept_indices.size();
+    ref.value_dtype = value_dtype;
+    std::vector<uint8_t> encoded;
+    wire::encode(ref, decoded[0].header.key, wire_options, encoded);
+    host_payload[j].assign(encoded.begin(), encoded.end());
+  }
+
+  // 3. Per class, the owners' host payloads across hosts: gathered[j][g] = host g's payload of j.
+  std::vector<std::vector<comm::Bytes>> gathered(J, std::vector<comm::Bytes>(H));
+  std::vector<char> have(J, 0);
+  std::vector<comm::Bytes> per_host;
+  for (size_t c = 0; c < S; ++c) {
+    if (!owns_class(c)) continue;
+    comm::Bytes mine;
+    for (size_t j = c; j < J; j += S)
+      add_record(mine, static_cast<uint32_t>(j), static_cast<uint32_t>(h), host_payload[j]);
+    std::vector<int> owners;
+    for (const auto& host : hosts.hosts)
+      owners.push_back(host[c % host.size()]);
+    comm::GroupCommunicator group(comm, std::move(owners), {tag_class[c]});
+    comm::allgatherv(group, mine.data(), mine.size(), per_host);
+    for (size_t g = 0; g < H; ++g) {
+      const comm::Bytes& in = per_host[g];
+      size_t at = 0;
+      for (size_t j = c; j < J; j += S) {
+        uint32_t tj = 0, th = 0;
+        uint64_t n = 0;
+        if (in.size() - at < 16) throw CorruptPayload("hierarchical sparse exchange: truncated");
+        std::memcpy(&tj, in.data() + at, 4);
+        std::memcpy(&th, in.data() + at + 4, 4);
+        std::memcpy(&n, in.data() + at + 8, 8);
+        at += 16;
+        if (tj != j || th != g || n > in.size() - at)
+          throw CorruptPayload("hierarchical sparse exchange: a malformed host payload record");
+        gathered[j][g].assign(in.data() + at, in.data() + at + n);
+        at += n;
+      }
+      if (at != in.size()) throw CorruptPayload("hierarchical sparse exchange: trailing bytes");
+    }
+    for (size_t j = c; j < J; j += S)
+      have[j] = 1;
+  }
+
+  // 4. Inside the host: every owner passes the classes it gathered.
+  if (L > 1) {
+    comm::Bytes mine;
+    for (size_t j = 0; j < J; ++j)
+      if (have[j])
+        for (size_t g = 0; g < H; ++g)
+          add_record(mine, static_cast<uint32_t>(j), static_cast<uint32_t>(g), gathered[j][g]);
+    comm::GroupCommunicator group(comm, local, {tag_spread});
+    comm::allgatherv(group, mine.data(), mine.size(), per_host);
+    for (size_t i = 0; i < L; ++i) {
+      if (i == my_index) continue;
+      const comm::Bytes& in = per_host[i];
+      size_t at = 0;
+      while (at < in.size()) {
+        uint32_t tj = 0, th = 0;
+        uint64_t n = 0;
+        if (in.size() - at < 16) throw CorruptPayload("hierarchical sparse exchange: truncated");
+        std::memcpy(&tj, in.data() + at, 4);
+        std::memcpy(&th, in.data() + at + 4, 4);
+        std::memcpy(&n, in.data() + at + 8, 8);
+        at += 16;
+        if (tj >= J || th >= H || n > in.size() - at)
+          throw CorruptPayload("hierarchical sparse exchange: a malformed record from rank " +
+                               std::to_string(local[i]));
+        gathered[tj][th].assign(in.data() + at, in.data() + at + n);
+        have[tj] = 1;
+        at += n;
+      }
+    }
+  }
+  for (size_t j = 0; j < J; ++j)
+    if (!have[j])
+      throw MismatchError("hierarchical sparse exchange: no host payloads of '" +
+                          unit.jobs[j]->tensor->key + "' reached rank " + std::to_string(me));
+
+  // One message per host, framed as a rank's (compress/wire/message.h), for finish_unit.
+  unit.received.assign(H, comm::Bytes());
+  for (size_t g = 0; g < H; ++g) {
+    std::vector<uint8_t> m;
+    wire::begin_message(m, static_cast<uint32_t>(J));
+    for (size_t j = 0; j < J; ++j) {
+      const size_t at = wire::begin_payload(m);
+      m.insert(m.end(), gathered[j][g].begin(), gathered[j][g].end());
+      wire::end_payload(m, at);
+    }
+    unit.received[g].assign(m.begin(), m.end());
+  }
+}
+
+}  // namespace gradex::sync
