@@ -244,9 +244,11 @@ TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
                                         "GRADEX_SPARSITY_OVERRIDES=check:dense",
                                         "GRADEX_WARMUP_STEPS=0"};
   const std::vector<std::string> k2x3 = {"a", "a", "a", "b", "b", "b"};
-  for (const auto* hosts : {&k2x2, &k3x2, &k2x3}) {
+  const std::vector<std::string> uneven = {"a", "b", "a", "a"};  // 3 + 1, interleaved
+  for (const auto* hosts : {&k2x2, &k3x2, &k2x3, &uneven}) {
     const int world = static_cast<int>(hosts->size());
-    const std::string w = std::to_string(world) + "_" + std::to_string(hosts == &k2x3);
+    const std::string w = std::to_string(world) + "_" + std::to_string(hosts == &k2x3) +
+                          std::to_string(hosts == &uneven);
     const size_t host_count = hosts == &k3x2 ? 3 : 2;
     auto hier = env;
     hier.push_back("GRADEX_HIERARCHICAL=auto");
