@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -29,11 +30,19 @@ const std::vector<std::string> k3x2 = {"a", "b", "c", "a", "b", "c"};
 // death.
 const std::vector<std::string> k1x4 = {"a", "a", "a", "a"};
 
-std::string scratch_dir() {
-  char tmpl[] = "/tmp/gradex_hier_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d == nullptr ? std::string("/tmp") : std::string(d);
-}
+// A fresh directory for the ranks' result files, removed with everything in it at scope exit.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    char tmpl[] = "/tmp/gradex_hier_XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    path = d == nullptr ? std::string() : std::string(d);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path.empty()) std::filesystem::remove_all(path, ignored);
+  }
+};
 
 void write_floats(const std::string& path, const std::vector<float>& v) {
   std::ofstream(path, std::ios::binary)
@@ -139,7 +148,9 @@ const std::vector<std::string> kDenseFp32 = {"GRADEX_FP16=0", "GRADEX_SPARSITY=0
 }  // namespace
 
 TEST(EngineHierarchical, DenseFp32IsIdenticalAcrossRanksAndMatchesFlat) {
-  const std::string dir = scratch_dir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
   for (const auto* hosts : {&k2x2, &k3x2}) {
     const int world = static_cast<int>(hosts->size());
     auto env = kDenseFp32;
@@ -161,7 +172,9 @@ TEST(EngineHierarchical, DenseFp32IsIdenticalAcrossRanksAndMatchesFlat) {
 }
 
 TEST(EngineHierarchical, Dense16BitIsIdenticalAcrossRanksAndNearFlat) {
-  const std::string dir = scratch_dir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
   for (const char* half : {"fp16", "bf16"}) {
     const std::vector<std::string> env = {"GRADEX_FP16=1", std::string("GRADEX_HALF_TYPE=") + half,
                                           "GRADEX_SPARSITY=0", "GRADEX_FUSION_MB=0.2"};
@@ -185,7 +198,9 @@ TEST(EngineHierarchical, Dense16BitIsIdenticalAcrossRanksAndNearFlat) {
 // and what was delivered plus what stays in the residuals is what was submitted (the values the
 // re-selection drops return to the owner's residual).
 TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
-  const std::string dir = scratch_dir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
   const uint64_t n = 50000;
   const int steps = 5;
   auto sparse = [&](RankContext& ctx, std::vector<float>& out) -> std::string {
@@ -269,7 +284,9 @@ TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
 // peer error naming it (the process check, comm/host_identity.h), long before GRADEX_TIMEOUT_S
 // would end a hang; the run_ranks watchdog (180 s) would report a hang as a failure.
 TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
-  const std::string dir = scratch_dir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
   for (const auto* hosts : {&k2x2, &k3x2, &k1x4}) {
     auto results = run_hosts(
         *hosts,
