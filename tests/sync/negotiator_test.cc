@@ -239,9 +239,13 @@ TEST(Negotiator, PeerWithAnotherFormatVersionIsRefusedByName) {
   std::vector<std::string> errors(3);
   run_ranks(3, [&](comm::Communicator& comm) {
     if (comm.rank() == 1) {
-      // A format-2 rank: version 2, no flags, no announcements, no aborts.
+      // A format-2 message (version 2, no flags, no announcements, no aborts), in the one-round
+      // framing so that it reaches the version check.
       const std::vector<uint8_t> v2 = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      comm::allgatherv(comm, v2.data(), v2.size());
+      std::vector<comm::Bytes> all;
+      comm::AllgathervOptions gather;
+      gather.inline_max_bytes = comm.options().allgather_inline_bytes;
+      comm::allgatherv_inline(comm, v2.data(), v2.size(), all, gather, "negotiation");
       return;
     }
     Negotiator n(comm, milliseconds(60000));
