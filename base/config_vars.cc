@@ -28,7 +28,7 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr, kAllRanks,
      "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
      "so that reduction overlaps transfer."},
-    {"GRADEX_ALLGATHER_INLINE_KB", VarType::kInt, "64", 0, 1024, false, false, nullptr, kAllRanks,
+    {"GRADEX_ALLGATHER_INLINE_KB", VarType::kInt, "64", 0, 1024, false, false, nullptr, kEngine,
      "Allgathervs (negotiation rounds, DGC payloads) whose payloads are at most this many KiB take "
      "one round trip: each payload travels in one message with its size, into receives of this "
      "size posted for every peer. A larger payload announces its size in that message and follows "
