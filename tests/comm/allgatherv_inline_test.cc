@@ -48,35 +48,6 @@ size_t size_of(int r, int round) {
   }
 }
 
-// Counts the messages sent through a communicator (forwarding everything else).
-class CountingCommunicator : public Communicator {
- public:
-  explicit CountingCommunicator(Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const comm::CommOptions& options() const override { return inner_.options(); }
-  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
-    ++sends;
-    return inner_.isend(peer, tag, data, bytes);
-  }
-  comm::RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
-    return inner_.irecv(peer, tag, data, bytes);
-  }
-  bool progress() override { return inner_.progress(); }
-  bool test(comm::Request& r, const char* op) override { return inner_.test(r, op); }
-  void wait_all(std::vector<comm::RequestPtr>& r, const char* op) override {
-    inner_.wait_all(r, op);
-  }
-  size_t recv_length(const comm::Request& r) const override { return inner_.recv_length(r); }
-  uint64_t next_collective_tag() override { return inner_.next_collective_tag(); }
-  uint64_t bytes_sent() const override { return inner_.bytes_sent(); }
-  uint64_t bytes_received() const override { return inner_.bytes_received(); }
-  uint64_t sends = 0;
-
- private:
-  Communicator& inner_;
-};
-
 class InlineWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(InlineWorld, BitIdenticalToTheTwoRoundCollectives) {
