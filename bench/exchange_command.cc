@@ -223,14 +223,16 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
   const int total = s.warmup + s.steps;
   if (s.interleave) {
     // Every mode's engine open at once; step k of every mode before step k + 1 of any, so that
-    // load that drifts during the run falls on all modes alike.
+    // load that drifts during the run falls on all modes alike, starting at mode k mod n (the
+    // first mode of a round was seen to pay for the previous round's leftovers).
     std::vector<ModeRun> runs;
     for (const ModeSpec* spec : s.modes)
       runs.push_back(start_mode(ctx, *spec, model));
     for (int step = 0; step < total; ++step) {
       progress.update("interleaved", step, total);
-      for (ModeRun& run : runs)
-        run_step(ctx, run, step, s, gen, checker, grads);
+      for (size_t i = 0; i < runs.size(); ++i)
+        run_step(ctx, runs[(static_cast<size_t>(step) + i) % runs.size()], step, s, gen, checker,
+                 grads);
     }
     progress.done();
     for (ModeRun& run : runs)
