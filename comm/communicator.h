@@ -27,7 +27,7 @@ struct CommOptions {
   size_t ring_chunk_bytes = 256 << 10;
   // GRADEX_ALLGATHER_INLINE_KB: allgathervs of payloads up to this size take one round trip
   // (comm/collectives.h: allgatherv_inline). Equal on every rank.
-  size_t allgather_inline_bytes = 64 << 10;
+  size_t allgather_inline_bytes = 4 << 10;
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
   bool shared_memory = false;
