@@ -306,7 +306,10 @@ std::vector<FlagSpec> exchange_flags() {
 std::string exchange_details() {
   std::string out = "Modes:\n";
   for (const ModeSpec& m : exchange_modes())
-    out += "  " + m.name + ": " + m.description + "\n";
+    if (m.in_all) out += "  " + m.name + ": " + m.description + "\n";
+  out += "Modes run only when named in --modes:\n";
+  for (const ModeSpec& m : exchange_modes())
+    if (!m.in_all) out += "  " + m.name + ": " + m.description + "\n";
   out +=
       "Ends with RESULT model=... params=... ranks=... and, for every mode, <mode>_step_ms=...\n"
       "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...\n"
