@@ -28,6 +28,15 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr, kAllRanks,
      "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
      "so that reduction overlaps transfer."},
+    {"GRADEX_ALLGATHER_INLINE_KB", VarType::kInt, "4", 0, 1024, false, false, nullptr, kEngine,
+     "Allgathervs (negotiation rounds, DGC payloads) whose payloads are at most this many KiB take "
+     "one round trip: each payload travels in one message with its size, into receives of this "
+     "size posted for every peer. A larger payload announces its size in that message and follows "
+     "in a second round (0: every payload does, the two-round exchange). Each rank keeps one "
+     "receive buffer of this size per peer. Above UCX tcp's 8 KiB send segment, a message that "
+     "reaches a rank before it enters the collective takes UCX's slower unexpected-message path: "
+     "4 KiB kept ResNet-50 DGC steps at parity with the two-round exchange where 16-64 KiB made "
+     "them 6-30% slower (docs/benchmarks.md)."},
     {"GRADEX_SHM", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
      "Ranks on the same host (same kernel and network namespace) exchange through shared memory: "
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "
@@ -156,9 +165,18 @@ const std::vector<VarSpec>& registry() {
      "Index coding of sparse payloads; auto picks the smallest for each payload."},
     {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct", kEngine,
      "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
-     "time), direct (every rank sends to every other at once: P-1 payloads on each uplink, which "
-     "overflows switch ports at 8 hosts and more) or auto (ring from 8 ranks, direct below). Same "
-     "results either way."},
+     "time; two rounds), direct (every rank sends to every other at once: P-1 payloads on each "
+     "uplink, which overflows switch ports at 8 hosts and more; payloads up to "
+     "GRADEX_ALLGATHER_INLINE_KB in one round trip) or auto: direct, or for the payloads above "
+     "the inline maximum the ring where the cost model (the link probe's alpha and beta, agreed "
+     "from rank 0, and every rank's payload size) predicts it faster, counting an overflow of "
+     "GRADEX_PORT_QUEUE_MS across hosts as a retransmission timeout. Same results either way."},
+    {"GRADEX_PORT_QUEUE_MS", VarType::kFloat, "1", 0, 1000, false, false, nullptr, kEngine,
+     "How much traffic a switch port between hosts buffers, in milliseconds at the link's measured "
+     "bandwidth. GRADEX_SPARSE_COLLECTIVE=auto sends payloads directly only while what one rank "
+     "receives at once fits it (beyond, TCP incast drops packets and waits for retransmission "
+     "timeouts), and caps the inline maximum across hosts to fit it. Ignored when every rank is on "
+     "one host."},
     {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,
      "Which backend computes on tensors in host memory: cpu (the CPU kernels) or thrust-omp (the "
      "CUDA backend's Thrust code on OpenMP; the same results, slow, for tests). classic is the old "

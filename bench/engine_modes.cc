@@ -94,6 +94,24 @@ std::vector<ModeSpec> engine_modes() {
        "engine, DGC at 99.9% sparsity for tensors >= GRADEX_DENSE_THRESHOLD, momentum 0.9",
        engine_factory(
            {{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.999"}, {"GRADEX_MOMENTUM", "0.9"}})},
+      // dgc999 with every allgatherv in two rounds (sizes, then payloads): what the engine did
+      // before one-round allgathervs, with the direct exchange (auto below 8 ranks then) and with
+      // the ring (auto from 8 ranks then); negotiation in two rounds too.
+      {"dgc999_2round", "dgc999 with two-round allgathervs (GRADEX_ALLGATHER_INLINE_KB=0), direct",
+       engine_factory({{"GRADEX_POLICY", "fixed"},
+                       {"GRADEX_SPARSITY", "0.999"},
+                       {"GRADEX_MOMENTUM", "0.9"},
+                       {"GRADEX_ALLGATHER_INLINE_KB", "0"},
+                       {"GRADEX_SPARSE_COLLECTIVE", "direct"}}),
+       /*in_all=*/false},
+      {"dgc999_2round_ring",
+       "dgc999 with two-round allgathervs (GRADEX_ALLGATHER_INLINE_KB=0), ring",
+       engine_factory({{"GRADEX_POLICY", "fixed"},
+                       {"GRADEX_SPARSITY", "0.999"},
+                       {"GRADEX_MOMENTUM", "0.9"},
+                       {"GRADEX_ALLGATHER_INLINE_KB", "0"},
+                       {"GRADEX_SPARSE_COLLECTIVE", "ring"}}),
+       /*in_all=*/false},
       {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
        engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
       {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",

@@ -31,7 +31,8 @@ struct ExchangeSettings {
   std::vector<const ModeSpec*> modes;
   int steps = 20;
   int warmup = 5;
-  double idle_s = 2;  // 0: no idle measurement
+  double idle_s = 2;        // 0: no idle measurement
+  bool interleave = false;  // the modes take turns step by step instead of one after another
   GradientOptions gradients;
 };
 
@@ -71,46 +72,61 @@ class Progress {
   bool enabled_, tty_;
 };
 
-ModeReport run_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model,
-                    const ExchangeSettings& s, const GradientGenerator& gen,
-                    const AverageChecker& checker, std::vector<float>& grads, Progress& progress) {
-  comm::Communicator& comm = ctx.comm;
-  ModeContext mode_ctx{comm, model, ctx.config, ctx.store, spec.name};
-  std::unique_ptr<ExchangeMode> mode = spec.create(mode_ctx);
-  std::optional<Tolerance> tolerance = mode->tolerance();
+// One mode's engine and what its measured steps gave.
+struct ModeRun {
+  const ModeSpec* spec = nullptr;
+  std::unique_ptr<ExchangeMode> mode;
+  std::optional<Tolerance> tolerance;
   std::vector<double> times, cpus, bytes, control;
   double check_error = 0;
+};
+
+ModeRun start_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model) {
+  ModeContext mode_ctx{ctx.comm, model, ctx.config, ctx.store, spec.name};
+  ModeRun run;
+  run.spec = &spec;
+  run.mode = spec.create(mode_ctx);
+  run.tolerance = run.mode->tolerance();
+  return run;
+}
+
+void run_step(RankContext& ctx, ModeRun& run, int step, const ExchangeSettings& s,
+              const GradientGenerator& gen, const AverageChecker& checker,
+              std::vector<float>& grads) {
+  comm::Communicator& comm = ctx.comm;
+  ExchangeMode& mode = *run.mode;
   const int total = s.warmup + s.steps;
-  for (int step = 0; step < total; ++step) {
-    progress.update(spec.name, step, total);
-    gen.generate(step, grads.data());  // not timed: the gradients come from the backward pass
-    comm::barrier(comm);
-    const uint64_t bytes0 = mode->bytes_sent().value_or(comm.bytes_sent());
-    const uint64_t control0 = mode->control_bytes().value_or(0);
-    const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
-    mode->step(grads.data(), grads.size());
-    const double t1 = wall_seconds(), cpu1 = process_cpu_seconds();
-    const uint64_t bytes1 = mode->bytes_sent().value_or(comm.bytes_sent());
-    const uint64_t control1 = mode->control_bytes().value_or(0);
-    if (tolerance && (step == 0 || step == total - 1)) {
-      check_error = std::max(check_error, checker.check(spec.name, step, grads.data(), *tolerance));
-    }
-    if (step < s.warmup) continue;
-    times.push_back(t1 - t0);
-    cpus.push_back(cpu1 - cpu0);
-    bytes.push_back(static_cast<double>(bytes1 - bytes0));
-    control.push_back(static_cast<double>(control1 - control0));
+  gen.generate(step, grads.data());  // not timed: the gradients come from the backward pass
+  comm::barrier(comm);
+  const uint64_t bytes0 = mode.bytes_sent().value_or(comm.bytes_sent());
+  const uint64_t control0 = mode.control_bytes().value_or(0);
+  const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
+  mode.step(grads.data(), grads.size());
+  const double t1 = wall_seconds(), cpu1 = process_cpu_seconds();
+  const uint64_t bytes1 = mode.bytes_sent().value_or(comm.bytes_sent());
+  const uint64_t control1 = mode.control_bytes().value_or(0);
+  if (run.tolerance && (step == 0 || step == total - 1)) {
+    run.check_error = std::max(run.check_error,
+                               checker.check(run.spec->name, step, grads.data(), *run.tolerance));
   }
-  progress.done();
+  if (step < s.warmup) return;
+  run.times.push_back(t1 - t0);
+  run.cpus.push_back(cpu1 - cpu0);
+  run.bytes.push_back(static_cast<double>(bytes1 - bytes0));
+  run.control.push_back(static_cast<double>(control1 - control0));
+}
+
+ModeReport finish_mode(RankContext& ctx, ModeRun& run) {
+  comm::Communicator& comm = ctx.comm;
   ModeReport report;
-  report.name = spec.name;
-  std::vector<double> step_times = max_over_ranks(comm, times);  // a step ends on its slowest rank
+  report.name = run.spec->name;
+  std::vector<double> step_times = max_over_ranks(comm, run.times);  // a step ends on its slowest
   report.median_ms = median(step_times) * 1e3;
   report.mean_ms = mean(step_times) * 1e3;
-  report.cpu_ms = mean(mean_over_ranks(comm, cpus)) * 1e3;
-  report.wire_bytes = mean(mean_over_ranks(comm, bytes));
-  report.check_error = maximum(max_over_ranks(comm, {check_error}));
-  if (mode->control_bytes()) report.control_bytes = mean(mean_over_ranks(comm, control));
+  report.cpu_ms = mean(mean_over_ranks(comm, run.cpus)) * 1e3;
+  report.wire_bytes = mean(mean_over_ranks(comm, run.bytes));
+  report.check_error = maximum(max_over_ranks(comm, {run.check_error}));
+  if (run.mode->control_bytes()) report.control_bytes = mean(mean_over_ranks(comm, run.control));
   return report;
 }
 
@@ -204,8 +220,34 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
   }
   Progress progress(ctx.reporter());
   std::vector<ModeReport> reports;
-  for (const ModeSpec* spec : s.modes) {
-    reports.push_back(run_mode(ctx, *spec, model, s, gen, checker, grads, progress));
+  const int total = s.warmup + s.steps;
+  if (s.interleave) {
+    // Every mode's engine open at once; step k of every mode before step k + 1 of any, so that
+    // load that drifts during the run falls on all modes alike, starting at mode k mod n (the
+    // first mode of a round was seen to pay for the previous round's leftovers).
+    std::vector<ModeRun> runs;
+    for (const ModeSpec* spec : s.modes)
+      runs.push_back(start_mode(ctx, *spec, model));
+    for (int step = 0; step < total; ++step) {
+      progress.update("interleaved", step, total);
+      for (size_t i = 0; i < runs.size(); ++i)
+        run_step(ctx, runs[(static_cast<size_t>(step) + i) % runs.size()], step, s, gen, checker,
+                 grads);
+    }
+    progress.done();
+    for (ModeRun& run : runs)
+      reports.push_back(finish_mode(ctx, run));
+    runs.clear();
+  } else {
+    for (const ModeSpec* spec : s.modes) {
+      ModeRun run = start_mode(ctx, *spec, model);
+      for (int step = 0; step < total; ++step) {
+        progress.update(spec->name, step, total);
+        run_step(ctx, run, step, s, gen, checker, grads);
+      }
+      progress.done();
+      reports.push_back(finish_mode(ctx, run));
+    }
   }
   std::optional<IdleReport> idle;
   if (s.idle_s > 0) {
@@ -228,6 +270,7 @@ int run_exchange(const Args& args) {
   s.steps = static_cast<int>(args.get_int("steps", 1, 1000000));
   s.warmup = static_cast<int>(args.get_int("warmup", 0, 1000000));
   s.idle_s = args.get_float("idle-s", 0.0, 3600.0);
+  s.interleave = args.get_switch("interleave");
   s.gradients.seed = static_cast<uint64_t>(args.get_int("seed", 0, INT64_MAX));
   s.gradients.shared_fraction = args.get_float("shared-fraction", 0.0, 1.0);
   LaunchOptions launch = launch_options_from_args(args, "gradex-bench exchange");
@@ -249,6 +292,10 @@ std::vector<FlagSpec> exchange_flags() {
       {"seed", "1", "seed of the synthetic gradients"},
       {"idle-s", "2", "seconds of idle engine whose CPU is measured (0: skip)"},
       {"shared-fraction", "0.3", "share of the gradient variance common to all ranks"},
+      {"interleave", "",
+       "open every mode's engine at once and run them step by step in turn (ratios between "
+       "modes on a noisy machine)",
+       true},
       {"print-config", "", "print the effective GRADEX_* configuration and exit", true},
   };
   for (FlagSpec& f : launch_flags(4))
@@ -259,7 +306,10 @@ std::vector<FlagSpec> exchange_flags() {
 std::string exchange_details() {
   std::string out = "Modes:\n";
   for (const ModeSpec& m : exchange_modes())
-    out += "  " + m.name + ": " + m.description + "\n";
+    if (m.in_all) out += "  " + m.name + ": " + m.description + "\n";
+  out += "Modes run only when named in --modes:\n";
+  for (const ModeSpec& m : exchange_modes())
+    if (!m.in_all) out += "  " + m.name + ": " + m.description + "\n";
   out +=
       "Ends with RESULT model=... params=... ranks=... and, for every mode, <mode>_step_ms=...\n"
       "<mode>_mean_ms=... <mode>_wire_bytes=... <mode>_ratio=... <mode>_cpu_ms=...\n"

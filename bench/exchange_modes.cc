@@ -77,7 +77,8 @@ const std::vector<ModeSpec>& exchange_modes() {
   };
   static const std::vector<ModeSpec> all = [] {
     std::vector<ModeSpec> v = modes;
-    for (ModeSpec& m : engine_modes()) v.push_back(std::move(m));
+    for (ModeSpec& m : engine_modes())
+      v.push_back(std::move(m));
     return v;
   }();
   return all;
@@ -90,7 +91,7 @@ std::vector<const ModeSpec*> select_modes(const std::string& list) {
   std::vector<const ModeSpec*> out;
   if (list == "all") {
     for (const ModeSpec& m : exchange_modes())
-      out.push_back(&m);
+      if (m.in_all) out.push_back(&m);
     return out;
   }
   size_t start = 0;

@@ -48,6 +48,9 @@ struct ModeSpec {
   std::string name;         // RESULT keys are "<name>_step_ms" etc.: [a-z0-9_]
   std::string description;  // one line for --help and the report
   std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> create;
+  // False for comparison modes that run only when named in --modes (not in "all", nor in the
+  // suites that run every listed mode).
+  bool in_all = true;
 };
 
 // The modes driven through the sync engine (bench/engine_modes.cc), in report order.

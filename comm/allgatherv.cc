@@ -8,33 +8,44 @@
 
 namespace gradex::comm {
 
-void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result) {
+namespace detail {
+
+void direct_payloads(Communicator& comm, const char* operation, uint64_t tag, const void* data,
+                     const std::vector<uint64_t>& travel, std::vector<Bytes>& result) {
   const int P = comm.size();
+  const int r = comm.rank();
+  const uint64_t mine = travel[static_cast<size_t>(r)];
+  // Requests at 2q (receive from q) and 2q + 1 (send to q).
+  std::vector<RequestPtr> requests(2 * static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    if (q == r) continue;
+    const size_t i = 2 * static_cast<size_t>(q);
+    const uint64_t want = travel[static_cast<size_t>(q)];
+    if (want > 0) requests[i] = comm.irecv(q, tag, result[static_cast<size_t>(q)].data(), want);
+    if (mine > 0) requests[i + 1] = comm.isend(q, tag, data, mine);
+  }
+  comm.wait_all(requests, operation);
+  for (int q = 0; q < P; ++q) {
+    const size_t i = 2 * static_cast<size_t>(q);
+    if (q == r || !requests[i]) continue;
+    const size_t got = comm.recv_length(*requests[i]);
+    if (got != travel[static_cast<size_t>(q)])
+      throw_length_mismatch(operation, comm, "payload", q, got, travel[static_cast<size_t>(q)]);
+  }
+}
+
+}  // namespace detail
+
+void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result) {
   const int r = comm.rank();
   thread_local std::vector<uint64_t> sizes;
   uint64_t tag = 0;
   if (!detail::allgatherv_prologue(comm, "allgatherv", "allgatherv sizes", data, bytes, result,
                                    sizes, &tag))
     return;
-
-  std::vector<RequestPtr> requests(2 * static_cast<size_t>(P));
-  for (int q = 0; q < P; ++q) {
-    if (q == r) continue;
-    const size_t i = 2 * static_cast<size_t>(q);
-    Bytes& slot = result[static_cast<size_t>(q)];
-    slot.resize(sizes[static_cast<size_t>(q)]);
-    if (!slot.empty()) requests[i] = comm.irecv(q, tag + 1, slot.data(), slot.size());
-    if (bytes > 0) requests[i + 1] = comm.isend(q, tag + 1, data, bytes);
-  }
-  comm.wait_all(requests, "allgatherv");
-  for (int q = 0; q < P; ++q) {
-    const size_t i = 2 * static_cast<size_t>(q);
-    if (q == r || !requests[i]) continue;
-    const size_t got = comm.recv_length(*requests[i]);
-    if (got != sizes[static_cast<size_t>(q)])
-      detail::throw_length_mismatch("allgatherv", comm, "payload", q, got,
-                                    sizes[static_cast<size_t>(q)]);
-  }
+  for (size_t q = 0; q < sizes.size(); ++q)
+    if (q != static_cast<size_t>(r)) result[q].resize(sizes[q]);
+  detail::direct_payloads(comm, "allgatherv", tag + 1, data, sizes, result);
 }
 
 std::vector<Bytes> allgatherv(Communicator& comm, const void* data, size_t bytes) {

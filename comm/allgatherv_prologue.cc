@@ -30,6 +30,22 @@ uint64_t physical_memory_bytes() {
   return bytes;
 }
 
+void check_announced_sizes(const char* operation, const std::vector<uint64_t>& sizes) {
+  // Sizes come from peers: bounded before the caller allocates anything for them. No payload set
+  // larger than this host's memory can be legitimate.
+  const uint64_t limit = physical_memory_bytes();
+  uint64_t total = 0;
+  for (size_t q = 0; q < sizes.size(); ++q) {
+    const uint64_t s = sizes[q];
+    if (s > limit - std::min(limit, total))
+      throw CorruptPayload(std::string(operation) + ": rank " + std::to_string(q) +
+                           " announced a payload of " + std::to_string(s) + " bytes; with the " +
+                           std::to_string(total) + " bytes of the ranks before it that exceeds " +
+                           "this host's memory (" + std::to_string(limit) + " bytes)");
+    total += s;
+  }
+}
+
 bool allgatherv_prologue(Communicator& comm, const char* operation, const char* sizes_operation,
                          const void* data, size_t bytes, std::vector<Bytes>& result,
                          std::vector<uint64_t>& sizes, uint64_t* tag) {
@@ -61,19 +77,7 @@ bool allgatherv_prologue(Communicator& comm, const char* operation, const char* 
     if (got != sizeof(uint64_t))
       throw_length_mismatch(operation, comm, "size", q, got, sizeof(uint64_t));
   }
-  // Sizes come from peers: bounded before the caller allocates anything for them. No payload set
-  // larger than this host's memory can be legitimate.
-  const uint64_t limit = physical_memory_bytes();
-  uint64_t total = 0;
-  for (int q = 0; q < P; ++q) {
-    const uint64_t s = sizes[static_cast<size_t>(q)];
-    if (s > limit - std::min(limit, total))
-      throw CorruptPayload(std::string(operation) + ": rank " + std::to_string(q) +
-                           " announced a payload of " + std::to_string(s) + " bytes; with the " +
-                           std::to_string(total) + " bytes of the ranks before it that exceeds " +
-                           "this host's memory (" + std::to_string(limit) + " bytes)");
-    total += s;
-  }
+  check_announced_sizes(operation, sizes);
   return true;
 }
 

@@ -1,6 +1,8 @@
-// What both allgatherv algorithms (allgatherv.cc: direct, ring_allgatherv.cc: ring) do first: this
-// rank's own payload goes into its slot of the result, and every rank's payload size is exchanged
-// directly (8 bytes per peer), each received length checked.
+// The parts the allgatherv algorithms share. The two-round ones (allgatherv.cc: direct,
+// ring_allgatherv.cc: ring) first exchange every rank's payload size directly (8 bytes per peer,
+// each received length checked), then move the payloads; the one-round one (allgatherv_inline.cc)
+// sends small payloads with their size and moves only the larger ones in a second round, by the
+// same payload phases.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +30,21 @@ uint64_t physical_memory_bytes();
 [[noreturn]] void throw_length_mismatch(const char* operation, const Communicator& comm,
                                         const char* what, int peer, size_t received,
                                         size_t expected);
+
+// CorruptPayload when announced sizes add up to more than this host's memory (checked before
+// anything is allocated for them).
+void check_announced_sizes(const char* operation, const std::vector<uint64_t>& sizes);
+
+// The payload phases. travel[q] is how many bytes of rank q's payload this phase moves (0: none;
+// result[q] is then left as it is); result[q] must already hold travel[q] bytes of room for every
+// q != rank with travel[q] > 0, and `data` this rank's travel[rank] bytes. Every rank passes the
+// same `travel`. Each received length is checked against travel (MismatchError naming the rank).
+//   direct: every rank sends its payload to every other at once (tag `tag`);
+//   ring:   at step s rank r forwards to r+1 the payload of rank r-1-s, chunk by chunk (tags
+//           tag + s), so every link carries one payload at a time.
+void direct_payloads(Communicator& comm, const char* operation, uint64_t tag, const void* data,
+                     const std::vector<uint64_t>& travel, std::vector<Bytes>& result);
+void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, const void* data,
+                   const std::vector<uint64_t>& travel, std::vector<Bytes>& result);
 
 }  // namespace gradex::comm::detail

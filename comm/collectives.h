@@ -35,6 +35,42 @@ void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<
 void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
                      std::vector<Bytes>& result);
 
+// --- allgatherv in one round trip for small payloads (comm/allgatherv_inline.cc) ---
+
+// Which way an allgatherv_inline call moved the payloads.
+enum class AllgathervPath : uint8_t {
+  kLocal = 0,     // one rank: nothing moved
+  kOneRound = 1,  // every payload travelled inline with its size: one round trip
+  kDirect = 2,    // payloads above the maximum followed directly, in a second round
+  kRing = 3,      // payloads above the maximum followed around the ring
+};
+const char* allgatherv_path_name(AllgathervPath path);
+
+struct AllgathervOptions {
+  // Payloads of at most this many bytes travel in one message with their size: every rank posts
+  // a receive of inline_max_bytes + 8 bytes for every peer and reads the received length, so the
+  // call takes one round trip. A larger payload announces its size in that message and follows in
+  // a second round. 0: every payload follows (the size round of the two-round collectives). Must
+  // be equal on every rank (a larger inline payload than a receiver's maximum is a MismatchError
+  // there, never a truncation).
+  size_t inline_max_bytes = 0;
+  // Called with what the second round must move (every rank's payload size above the maximum, 0
+  // for the ranks that sent theirs inline; identical on every rank after the first round): true
+  // sends those payloads around the ring, false directly. It must depend only on its argument and
+  // on numbers equal on every rank, or ranks would run different collectives. Null: direct.
+  std::function<bool(const std::vector<uint64_t>& following)> ring_for;
+};
+
+// The allgatherv contract (every rank's payload, indexed by rank, bit-identical to allgatherv's and
+// ring_allgatherv's), taking one round trip when no payload exceeds options.inline_max_bytes. Every
+// received message is checked: a length that disagrees with the size it carries, a message shorter
+// than its size header or longer than the posted maximum is a MismatchError naming both ranks;
+// sizes beyond this host's memory are a CorruptPayload; peers that fail or stall are PeerError /
+// TimeoutError as everywhere. `operation` names the call in errors ("negotiation", ...).
+AllgathervPath allgatherv_inline(Communicator& comm, const void* data, size_t bytes,
+                                 std::vector<Bytes>& result, const AllgathervOptions& options,
+                                 const char* operation = "allgatherv");
+
 // Copies `bytes` bytes from `root`'s buffer into every other rank's buffer.
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);
 

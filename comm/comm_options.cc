@@ -14,6 +14,8 @@ CommOptions comm_options_from_config(const config::Config& config) {
   if (o.timeout.count() < 1) o.timeout = Millis(1);
   o.iface = config.get_string("GRADEX_IFACE");
   o.ring_chunk_bytes = static_cast<size_t>(config.get_int("GRADEX_RING_CHUNK_KB")) << 10;
+  o.allgather_inline_bytes = static_cast<size_t>(config.get_int("GRADEX_ALLGATHER_INLINE_KB"))
+                             << 10;
   o.shared_memory = config.get_bool("GRADEX_SHM");
   o.host_id = config.get_string("GRADEX_HOST_ID");
   // An explicit GRADEX_SHM=0 keeps every peer on tcp, hierarchical or not.

@@ -25,6 +25,9 @@ struct CommOptions {
   std::string iface;       // GRADEX_IFACE: UCX net devices ("" = UCX decides)
   // GRADEX_RING_CHUNK_KB; tests shrink it to reach multi-chunk paths.
   size_t ring_chunk_bytes = 256 << 10;
+  // GRADEX_ALLGATHER_INLINE_KB: allgathervs of payloads up to this size take one round trip
+  // (comm/collectives.h: allgatherv_inline). Equal on every rank.
+  size_t allgather_inline_bytes = 4 << 10;
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
   bool shared_memory = false;
@@ -44,8 +47,8 @@ struct CommOptions {
 };
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
-// GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL, GRADEX_JOB_SECRET[_FILE]). ConfigError for an
-// unusable secret (comm/auth.h).
+// GRADEX_ALLGATHER_INLINE_KB, GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL, GRADEX_JOB_SECRET[_FILE]).
+// ConfigError for an unusable secret (comm/auth.h).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that

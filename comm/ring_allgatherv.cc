@@ -17,36 +17,34 @@
 
 namespace gradex::comm {
 
-void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
-                     std::vector<Bytes>& result) {
+namespace detail {
+
+void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, const void* data,
+                   const std::vector<uint64_t>& travel, std::vector<Bytes>& result) {
   const int P = comm.size();
   const int r = comm.rank();
   GX_CHECK_LT(static_cast<uint64_t>(P), uint64_t{1} << 16);
-  thread_local std::vector<uint64_t> sizes;
-  uint64_t tag = 0;
-  if (!detail::allgatherv_prologue(comm, "ring_allgatherv", "ring_allgatherv sizes", data, bytes,
-                                   result, sizes, &tag))
-    return;
-
   const int left = (r + P - 1) % P;
   const int right = (r + 1) % P;
   const size_t chunk = std::max<size_t>(1, comm.options().ring_chunk_bytes);
   auto origin_of_step = [&](int s) { return (r - 1 - s + 2 * P) % P; };  // received at step s
+  auto length_of = [&](int origin) { return travel[static_cast<size_t>(origin)]; };
 
-  // Every receive is posted up front (buffers are sized from the announced sizes), in (step,
-  // chunk) order; step s's chunks start at first[s].
+  // Every receive is posted up front (the caller sized the buffers), in (step, chunk) order; step
+  // s's chunks start at first[s]. An origin with nothing to travel has no chunks.
   std::vector<RequestPtr> recvs;
   std::vector<size_t> first(static_cast<size_t>(P), 0);
+  const size_t bytes = length_of(r);
   size_t sends_needed = (bytes + chunk - 1) / chunk;
   for (int s = 0; s < P - 1; ++s) {
     const int o = origin_of_step(s);
-    Bytes& slot = result[static_cast<size_t>(o)];
-    slot.resize(sizes[static_cast<size_t>(o)]);
+    uint8_t* slot = result[static_cast<size_t>(o)].data();
+    const size_t length = length_of(o);
     first[static_cast<size_t>(s)] = recvs.size();
-    for (size_t off = 0; off < slot.size(); off += chunk)
-      recvs.push_back(comm.irecv(left, tag + 1 + static_cast<uint64_t>(s), slot.data() + off,
-                                 std::min(chunk, slot.size() - off)));
-    if (s + 1 < P - 1) sends_needed += (slot.size() + chunk - 1) / chunk;
+    for (size_t off = 0; off < length; off += chunk)
+      recvs.push_back(comm.irecv(left, tag + static_cast<uint64_t>(s), slot + off,
+                                 std::min(chunk, length - off)));
+    if (s + 1 < P - 1) sends_needed += (length + chunk - 1) / chunk;
   }
   first[static_cast<size_t>(P - 1)] = recvs.size();
 
@@ -54,33 +52,48 @@ void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
   sends.reserve(sends_needed);
   const auto* mine = static_cast<const uint8_t*>(data);
   for (size_t off = 0; off < bytes; off += chunk)
-    sends.push_back(comm.isend(right, tag + 1, mine + off, std::min(chunk, bytes - off)));
+    sends.push_back(comm.isend(right, tag, mine + off, std::min(chunk, bytes - off)));
 
   std::vector<RequestPtr> one(1);
   for (int s = 0; s < P - 1; ++s) {
     const int o = origin_of_step(s);
-    Bytes& slot = result[static_cast<size_t>(o)];
+    uint8_t* slot = result[static_cast<size_t>(o)].data();
+    const size_t length = length_of(o);
     const size_t begin = first[static_cast<size_t>(s)], end = first[static_cast<size_t>(s + 1)];
     for (size_t k = 0; k < end - begin; ++k) {
       one[0] = std::move(recvs[begin + k]);
-      comm.wait_all(one, "ring_allgatherv");
+      comm.wait_all(one, operation);
       const size_t off = k * chunk;
-      const size_t want = std::min(chunk, slot.size() - off);
+      const size_t want = std::min(chunk, length - off);
       const size_t got = comm.recv_length(*one[0]);
       if (got != want)
-        throw MismatchError("ring_allgatherv: chunk " + std::to_string(k) + " of rank " +
+        throw MismatchError(std::string(operation) + ": chunk " + std::to_string(k) + " of rank " +
                             std::to_string(o) + "'s payload (from rank " + std::to_string(left) +
                             ") has " + std::to_string(got) + " bytes, expected " +
-                            std::to_string(want) + " of the " + std::to_string(slot.size()) +
+                            std::to_string(want) + " of the " + std::to_string(length) +
                             " announced");
       one[0].reset();
       // The payload of step s is forwarded at step s + 1, except to its own origin.
       if (s + 1 < P - 1)
-        sends.push_back(
-            comm.isend(right, tag + 2 + static_cast<uint64_t>(s), slot.data() + off, want));
+        sends.push_back(comm.isend(right, tag + 1 + static_cast<uint64_t>(s), slot + off, want));
     }
   }
-  comm.wait_all(sends, "ring_allgatherv");
+  comm.wait_all(sends, operation);
+}
+
+}  // namespace detail
+
+void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
+                     std::vector<Bytes>& result) {
+  const int r = comm.rank();
+  thread_local std::vector<uint64_t> sizes;
+  uint64_t tag = 0;
+  if (!detail::allgatherv_prologue(comm, "ring_allgatherv", "ring_allgatherv sizes", data, bytes,
+                                   result, sizes, &tag))
+    return;
+  for (size_t q = 0; q < sizes.size(); ++q)
+    if (q != static_cast<size_t>(r)) result[q].resize(sizes[q]);
+  detail::ring_payloads(comm, "ring_allgatherv", tag + 1, data, sizes, result);
 }
 
 std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes) {

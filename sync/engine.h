@@ -24,6 +24,7 @@
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"
 #include "sync/options.h"
+#include "sync/sparse_gather.h"
 #include "sync/stats.h"
 #include "sync/stats_report.h"
 #include "sync/tensor_state.h"
@@ -183,6 +184,8 @@ class Engine {
   const comm::Communicator* hierarchy_comm_ = nullptr;
   const comm::HostTopology* hierarchy();
   std::unique_ptr<Negotiator> negotiator_;
+  // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
+  SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s};
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;
   // GRADEX_POLICY=auto (null: fixed). Initialized here, after config_, options_ and world_size_.

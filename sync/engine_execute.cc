@@ -190,18 +190,16 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
+  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);  // its probe is not the unit's
   const uint64_t sent_before = comm_->bytes_sent();
   const uint64_t received_before = comm_->bytes_received();
   if (unit.route == Route::kSparse) {
     auto t0 = Clock::now();
-    const bool ring = options_.sparse_ring_for(world_size_);
     try {
       if (const comm::HostTopology* hosts = hierarchy())
         transfer_sparse_hierarchical(unit, *hosts);
       else
-        unit.received =
-            ring ? comm::ring_allgatherv(*comm_, unit.message.data(), unit.message.size())
-                 : comm::allgatherv(*comm_, unit.message.data(), unit.message.size());
+        sparse_gather_.gather(*comm_, unit.message, unit.received);
     } catch (const Error& e) {
       throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
     }

@@ -1,5 +1,6 @@
 // Cross-rank matching of submitted tensors by key. Ranks may submit in any order; each round every
-// rank announces what became pending locally since the last round (one allgatherv), and every rank
+// rank announces what became pending locally since the last round (one allgatherv, one round trip
+// while the messages fit GRADEX_ALLGATHER_INLINE_KB), and every rank
 // applies all announcements in rank order to an identical table, so all ranks reach the same
 // verdicts in the same round without a coordinator's extra messages:
 //   - a key announced by every rank with equal size and dtype is ready (ready keys of a round are
@@ -29,8 +30,10 @@
 // timeout are exactly those of the full form. An announcement whose size or dtype differs from
 // the cached one goes in full form, and fails as a mismatch as it always did.
 //
-// Message format (version 3, little-endian, one message per rank per round; varint = unsigned
-// LEB128, at most 10 bytes):
+// Message format (version 3, little-endian, one message per rank per round, gathered in one round
+// trip by comm::allgatherv_inline; a build whose rounds take two round trips lacks
+// GRADEX_ALLGATHER_INLINE_KB, which the start-up agreement then names; varint = unsigned LEB128,
+// at most 10 bytes):
 //   u8 version (3), u8 flags (bit 0: this rank is leaving; bit 1: a non-finite bit vector follows
 //   the announced bits);
 //   full announcements: varint count, then per announcement: u8 work kind, u8 dtype, u8 flags

@@ -35,13 +35,17 @@ struct EngineOptions {
   bool nesterov = false;
   // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
   double clip_norm = 0;
-  // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto picks
-  // the ring from kSparseRingMinRanks ranks up (below, the direct exchange measured as fast and
-  // needs one scheduling of each rank instead of P-1 hops: docs/benchmarks.md).
+  // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
+  // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
   // GRADEX_HIERARCHICAL: dense buckets and sparse payloads through comm/hierarchical.h. auto: when
   // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
   enum class Hierarchical { kAuto, kOff, kOn } hierarchical = Hierarchical::kAuto;
+  // GRADEX_PORT_QUEUE_MS, in seconds: what a switch port between hosts buffers (auto's incast
+  // term).
+  double port_queue_s = 1e-3;
+  // The planner's rank-count guess of the transfer's latency terms (sync/codec_planner.cc); the
+  // engine itself chooses per unit (sync/sparse_gather.h).
   static constexpr int kSparseRingMinRanks = 8;
   bool sparse_ring_for(int world_size) const {
     return sparse_collective == SparseCollective::kRing ||

@@ -121,6 +121,8 @@ def mode_descriptions(bench):
                               timeout=30).stdout
         in_modes = False
         for line in text.splitlines():
+            if line.strip().startswith("Modes run only when named"):
+                break  # comparison modes: not part of the suite
             in_modes = in_modes or line.strip() == "Modes:"
             match = re.match(r"^\s+([a-z0-9_]+): (.+)$", line) if in_modes else None
             if match:

@@ -80,6 +80,31 @@ TEST(BenchSmoke, AllgatherReportsRingAndDirect) {
   EXPECT_EQ(result["ranks"], "3");
 }
 
+TEST(BenchSmoke, AllgatherOnlyAllAddsTheOneRoundCollective) {
+  Outcome r = run("GRADEX_ALLGATHER_INLINE_KB=2 " + kBench +
+                  " allgather --ranks 3 --min-bytes 1K --max-bytes 4K --iters 2 --only all");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  EXPECT_GT(number(result, "inline_1KiB_ms"), 0);  // one round trip
+  EXPECT_GT(number(result, "inline_4KiB_ms"), 0);  // above the 2 KiB maximum: two rounds
+  EXPECT_GT(number(result, "direct_over_inline_1KiB"), 0);
+  EXPECT_GT(number(result, "ring_4KiB_ms"), 0);
+}
+
+TEST(BenchSmoke, ExchangeInterleavesNamedComparisonModes) {
+  Outcome r = run(kBench +
+                  " exchange --steps 2 --warmup 1 --ranks 2 --idle-s 0 --interleave --modes "
+                  "dgc999,dgc999_2round,dgc999_2round_ring --deadline-s 300");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto result = result_of(r);
+  for (const char* mode : {"dgc999", "dgc999_2round", "dgc999_2round_ring"})
+    EXPECT_GT(number(result, std::string(mode) + "_step_ms"), 0) << mode;
+  // The same payloads whichever way they travel (sizes and headers aside).
+  const double one_round = number(result, "dgc999_wire_bytes");
+  EXPECT_NEAR(number(result, "dgc999_2round_wire_bytes"), one_round, one_round * 0.05);
+  EXPECT_NEAR(number(result, "dgc999_2round_ring_wire_bytes"), one_round, one_round * 0.05);
+}
+
 TEST(BenchSmoke, AllreduceReportsTheBusBandwidthRatio) {
   Outcome r = run(kBench + " allreduce --ranks 2 --min-bytes 16M --max-bytes 64M --iters 2");
   ASSERT_EQ(r.status, 0) << r.out;

@@ -23,6 +23,36 @@ comm::CommOptions test_options();
 void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& fn,
                const comm::CommOptions& options = test_options());
 
+// Forwards everything to `inner` and counts the messages sent (isend calls): how tests see how many
+// messages, hence round trips, a collective takes.
+class CountingCommunicator : public comm::Communicator {
+ public:
+  explicit CountingCommunicator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const comm::CommOptions& options() const override { return inner_.options(); }
+  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    ++sends;
+    return inner_.isend(peer, tag, data, bytes);
+  }
+  comm::RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    return inner_.irecv(peer, tag, data, bytes);
+  }
+  bool progress() override { return inner_.progress(); }
+  bool test(comm::Request& r, const char* op) override { return inner_.test(r, op); }
+  void wait_all(std::vector<comm::RequestPtr>& r, const char* op) override {
+    inner_.wait_all(r, op);
+  }
+  size_t recv_length(const comm::Request& r) const override { return inner_.recv_length(r); }
+  uint64_t next_collective_tag() override { return inner_.next_collective_tag(); }
+  uint64_t bytes_sent() const override { return inner_.bytes_sent(); }
+  uint64_t bytes_received() const override { return inner_.bytes_received(); }
+  uint64_t sends = 0;
+
+ private:
+  comm::Communicator& inner_;
+};
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t free_port();
 

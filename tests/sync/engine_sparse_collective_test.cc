@@ -1,5 +1,6 @@
-// GRADEX_SPARSE_COLLECTIVE: the ring and the direct allgatherv deliver bit-identical averages
-// (every rank decodes the same payloads in rank order either way), on every rank.
+// GRADEX_SPARSE_COLLECTIVE: the ring, the direct allgatherv (two rounds, or one round trip with
+// GRADEX_ALLGATHER_INLINE_KB) and auto's choice deliver bit-identical averages (every rank decodes
+// the same payloads in rank order either way), on every rank.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,13 +13,15 @@ using namespace gradex::test;
 namespace {
 
 // FNV-1a over the bytes of every average a rank received, as "digest:<hex>".
-std::vector<std::string> run_digests(const std::string& collective) {
+std::vector<std::string> run_digests(const std::string& collective,
+                                     const std::string& inline_kb = "64") {
   const int world = 4;
   const uint64_t n = 60000, small = 3000;
   return run_ranks(
       world,
       {"GRADEX_SPARSE_COLLECTIVE=" + collective, "GRADEX_SPARSITY=0.99", "GRADEX_FP16=1",
-       "GRADEX_DENSE_THRESHOLD=10000", "GRADEX_RING_CHUNK_KB=4"},
+       "GRADEX_DENSE_THRESHOLD=10000", "GRADEX_RING_CHUNK_KB=4",
+       "GRADEX_ALLGATHER_INLINE_KB=" + inline_kb},
       [&](RankContext& ctx) -> std::string {
         RANK_OK(gradex_register_tensor(ctx.engine, "a", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
         RANK_OK(gradex_register_tensor(ctx.engine, "b", n / 3, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
@@ -69,5 +72,22 @@ TEST(EngineSparseCollective, RingAndDirectAreBitIdentical) {
     ASSERT_NE(digest_of(direct[r]), "") << "direct: " << direct[r];
     EXPECT_EQ(digest_of(ring[r]), digest_of(ring[0])) << "ranks disagree (ring)";
     EXPECT_EQ(digest_of(direct[r]), digest_of(ring[r])) << "rank " << r;
+  }
+}
+
+// The one-round path (payloads of a few KB under the 64 KiB default), the two-round direct path
+// (GRADEX_ALLGATHER_INLINE_KB=0: the exchange before issue #19's step 5), auto with every payload
+// above a 1 KiB maximum (the model's direct-or-ring choice) and the ring: the same bits.
+TEST(EngineSparseCollective, OneRoundTwoRoundAndAutoAreBitIdentical) {
+  const std::vector<std::string> ring = run_digests("ring");
+  for (const auto& [collective, inline_kb] : std::vector<std::pair<std::string, std::string>>{
+           {"direct", "0"}, {"auto", "64"}, {"auto", "1"}, {"auto", "0"}}) {
+    std::vector<std::string> got = run_digests(collective, inline_kb);
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t r = 0; r < got.size(); ++r) {
+      ASSERT_NE(digest_of(got[r]), "") << collective << "/" << inline_kb << ": " << got[r];
+      EXPECT_EQ(digest_of(got[r]), digest_of(ring[r]))
+          << collective << " with GRADEX_ALLGATHER_INLINE_KB=" << inline_kb << ", rank " << r;
+    }
   }
 }

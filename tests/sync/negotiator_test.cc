@@ -106,6 +106,39 @@ TEST(Negotiator, SteadyStateSendsBitsNotNames) {
   });
 }
 
+// A round is one message to each peer (one round trip) while the messages fit the inline maximum;
+// a first round larger than the maximum announces its size and follows in a second message, with
+// the same verdicts.
+TEST(Negotiator, RoundTakesOneMessagePerPeer) {
+  const int P = 4, N = 96;
+  for (size_t inline_max : {size_t{64} << 10, size_t{256}}) {
+    comm::CommOptions o = test_options();
+    o.allgather_inline_bytes = inline_max;
+    std::vector<std::string> logs(P);
+    run_ranks(
+        P,
+        [&](comm::Communicator& inner) {
+          CountingCommunicator comm(inner);
+          Negotiator n(comm, milliseconds(60000));
+          uint64_t before = comm.sends;
+          RoundResult r = n.round(all_keys(N, 0), false);  // full form: ~5 KB per rank
+          const uint64_t first = comm.sends - before;
+          EXPECT_EQ(first, uint64_t(inline_max > 256 ? P - 1 : 2 * (P - 1))) << inline_max;
+          logs[inner.rank()] += summary(r);
+          for (uint64_t step = 1; step <= 3; ++step) {
+            before = comm.sends;
+            r = n.round(all_keys(N, step), false);  // cached: ~20 bytes
+            EXPECT_EQ(comm.sends - before, uint64_t(P - 1)) << inline_max << " step " << step;
+            ASSERT_EQ(r.ready.size(), size_t{N});
+            logs[inner.rank()] += summary(r);
+          }
+        },
+        o);
+    for (int r = 1; r < P; ++r)
+      EXPECT_EQ(logs[r], logs[0]) << "rank " << r;
+  }
+}
+
 TEST(Negotiator, ChangedSizeOfACachedKeyFailsAsAMismatchEverywhere) {
   expect_agreement(3, [&](comm::Communicator& comm, std::string& log) {
     Negotiator n(comm, milliseconds(60000));
@@ -239,9 +272,13 @@ TEST(Negotiator, PeerWithAnotherFormatVersionIsRefusedByName) {
   std::vector<std::string> errors(3);
   run_ranks(3, [&](comm::Communicator& comm) {
     if (comm.rank() == 1) {
-      // A format-2 rank: version 2, no flags, no announcements, no aborts.
+      // A format-2 message (version 2, no flags, no announcements, no aborts), in the one-round
+      // framing so that it reaches the version check.
       const std::vector<uint8_t> v2 = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      comm::allgatherv(comm, v2.data(), v2.size());
+      std::vector<comm::Bytes> all;
+      comm::AllgathervOptions gather;
+      gather.inline_max_bytes = comm.options().allgather_inline_bytes;
+      comm::allgatherv_inline(comm, v2.data(), v2.size(), all, gather, "negotiation");
       return;
     }
     Negotiator n(comm, milliseconds(60000));

@@ -1,0 +1,88 @@
+#include "sync/sparse_gather.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/log.h"
+#include "comm/host_identity.h"
+#include "sync/link_probe.h"
+
+namespace gradex::sync {
+
+double GatherModel::direct_seconds(const std::vector<uint64_t>& following) const {
+  const int P = static_cast<int>(following.size());
+  if (P < 2) return 0;
+  uint64_t total = 0, largest = 0, smallest = UINT64_MAX;
+  for (uint64_t s : following) {
+    total += s;
+    largest = std::max(largest, s);
+    smallest = std::min(smallest, s);
+  }
+  const double uplink = static_cast<double>(P - 1) * static_cast<double>(largest);
+  const double downlink = static_cast<double>(total - smallest);  // the busiest receiver's
+  double t = link.seconds(1.0, std::max(uplink, downlink));
+  if (crosses_hosts && downlink * link.beta_s_per_byte > port_queue_s) t += kIncastPenalty;
+  return t;
+}
+
+double GatherModel::ring_seconds(const std::vector<uint64_t>& following) const {
+  const int P = static_cast<int>(following.size());
+  if (P < 2) return 0;
+  uint64_t total = 0, smallest = UINT64_MAX;
+  for (uint64_t s : following) {
+    total += s;
+    smallest = std::min(smallest, s);
+  }
+  return link.seconds(static_cast<double>(P - 1), static_cast<double>(total - smallest));
+}
+
+bool GatherModel::ring_for(const std::vector<uint64_t>& following) const {
+  return ring_seconds(following) < direct_seconds(following);
+}
+
+size_t GatherModel::inline_max(size_t configured) const {
+  if (!crosses_hosts || world_size < 2) return configured;
+  const double fits = port_queue_s / link.beta_s_per_byte / static_cast<double>(world_size - 1);
+  if (!(fits < static_cast<double>(configured))) return configured;
+  return static_cast<size_t>(std::max(0.0, std::floor(fits)));
+}
+
+void SparseGather::agree(comm::Communicator& comm) {
+  if (mode_ != EngineOptions::SparseCollective::kAuto || comm.size() < 2 || model_) return;
+  const cost::ProbeResult probe = cost::probe_links(comm, comm::host_identity());
+  auto model = std::make_unique<GatherModel>();
+  const cost::PeerClass cls = cost::collective_class(probe.hosts);
+  model->link = probe.link[static_cast<size_t>(cls)];
+  model->crosses_hosts = cls == cost::PeerClass::kOtherHost;
+  model->port_queue_s = port_queue_s_;
+  model->world_size = comm.size();
+  GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " alpha "
+                 << model->link.alpha_s * 1e6 << " us, beta " << model->link.beta_s_per_byte * 1e9
+                 << " ns/B, inline maximum "
+                 << model->inline_max(comm.options().allgather_inline_bytes) << " B";
+  model_ = std::move(model);
+}
+
+comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
+                                          const std::vector<uint8_t>& message,
+                                          std::vector<comm::Bytes>& received) {
+  using Mode = EngineOptions::SparseCollective;
+  if (mode_ == Mode::kRing) {
+    comm::ring_allgatherv(comm, message.data(), message.size(), received);
+    return comm.size() > 1 ? comm::AllgathervPath::kRing : comm::AllgathervPath::kLocal;
+  }
+  comm::AllgathervOptions options;
+  options.inline_max_bytes = comm.options().allgather_inline_bytes;
+  if (mode_ == Mode::kAuto && comm.size() > 1) {
+    agree(comm);
+    const GatherModel* model = model_.get();
+    options.inline_max_bytes = model->inline_max(options.inline_max_bytes);
+    options.ring_for = [model](const std::vector<uint64_t>& following) {
+      return model->ring_for(following);
+    };
+  }
+  return comm::allgatherv_inline(comm, message.data(), message.size(), received, options,
+                                 "sparse allgatherv");
+}
+
+}  // namespace gradex::sync

@@ -1,0 +1,73 @@
+// How the engine gathers a DGC unit's messages (issue #19, step 5): one round trip while every
+// payload is small, and above the inline maximum the direct exchange or the ring, whichever the
+// cost model predicts faster for the sizes at hand.
+//
+// Agreement. The choice must be the same on every rank, or ranks would run different collectives.
+// It depends only on numbers every rank holds identically: the link model (rank 0's probe,
+// sync/link_probe.h, run once at the engine's first sparse unit; every rank receives rank 0's
+// alpha and beta and every rank's host identity), the shared options (GRADEX_PORT_QUEUE_MS,
+// GRADEX_ALLGATHER_INLINE_KB), the world size, and every rank's payload size, which every rank
+// knows after the allgatherv's first round (comm/collectives.h: allgatherv_inline's ring_for).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "sync/cost_model.h"
+#include "sync/options.h"
+
+namespace gradex::sync {
+
+// The alpha-beta model of an allgatherv's payload round, on the link class the collective crosses.
+// `following[q]` is the bytes of rank q's payload still to move (0: none).
+//   direct: one message latency; the busiest link is the largest sender's uplink (P-1 copies of
+//           its payload) or the busiest receiver's downlink (everything the others send). Across
+//           hosts, when what one rank receives at once outlasts port_queue_s at the link's rate,
+//           the switch port drops the tail and TCP waits a retransmission timeout (kIncastPenalty).
+//   ring:   P-1 hops of latency; the busiest link carries every payload but its receiver's.
+struct GatherModel {
+  static constexpr double kIncastPenalty = 0.2;  // s: Linux's minimum TCP retransmission timeout
+  cost::LinkParams link;
+  bool crosses_hosts = false;
+  double port_queue_s = 1e-3;
+  int world_size = 1;
+
+  double direct_seconds(const std::vector<uint64_t>& following) const;
+  double ring_seconds(const std::vector<uint64_t>& following) const;
+  // True when the ring is predicted strictly faster (a tie goes direct: fewer hops).
+  bool ring_for(const std::vector<uint64_t>& following) const;
+  // The inline maximum for this link: `configured`, capped across hosts so that the one-round
+  // exchange's burst ((P-1) inline payloads into one rank) fits the port's queue.
+  size_t inline_max(size_t configured) const;
+};
+
+class SparseGather {
+ public:
+  SparseGather(EngineOptions::SparseCollective mode, double port_queue_s)
+      : mode_(mode), port_queue_s_(port_queue_s) {}
+
+  // Collective (the progress thread, every rank in the same unit order): every rank's `message`
+  // into `received`, by rank. GRADEX_SPARSE_COLLECTIVE=ring: the two-round ring_allgatherv;
+  // direct: allgatherv_inline, the payloads above the inline maximum directly; auto:
+  // allgatherv_inline with the model's inline maximum and ring_for (the first call agrees the
+  // model first: the link probe).
+  comm::AllgathervPath gather(comm::Communicator& comm, const std::vector<uint8_t>& message,
+                              std::vector<comm::Bytes>& received);
+
+  // Collective, auto only, once (later calls return at once): the link probe whose rank-0 numbers
+  // make the model. gather() calls it; the engine calls it first so that the probe's bytes are
+  // not counted as the unit's.
+  void agree(comm::Communicator& comm);
+
+  // The agreed model (auto, after the first gather); null before.
+  const GatherModel* model() const { return model_.get(); }
+
+ private:
+  EngineOptions::SparseCollective mode_;
+  double port_queue_s_;
+  std::unique_ptr<GatherModel> model_;
+};
+
+}  // namespace gradex::sync

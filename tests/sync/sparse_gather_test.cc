@@ -1,0 +1,232 @@
+// How the engine gathers DGC units (sync/sparse_gather.h): the alpha-beta model's choice as a pure
+// function; over forked processes and real UCX, every rank takes the same path for every unit (the
+// choice is made from rank 0's link numbers and sizes every rank knows), the path is the model's,
+// the payloads are exact; a rank killed in the middle fails the others within the timeout.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "base/error.h"
+#include "comm/launch.h"
+#include "sync/sparse_gather.h"
+#include "tests/comm/rank_harness.h"
+
+namespace gradex::test {
+namespace {
+
+using comm::AllgathervPath;
+using comm::Millis;
+using sync::GatherModel;
+using sync::SparseGather;
+using Mode = sync::EngineOptions::SparseCollective;
+
+GatherModel model(double alpha, double beta, bool crosses, int P, double queue = 1e-3) {
+  GatherModel m;
+  m.link.alpha_s = alpha;
+  m.link.beta_s_per_byte = beta;
+  m.crosses_hosts = crosses;
+  m.world_size = P;
+  m.port_queue_s = queue;
+  return m;
+}
+
+TEST(GatherModel, EqualPayloadsGoDirectOnOneHostWhateverTheirSize) {
+  // The same bytes on the busiest link either way; the ring adds P-2 hops of latency.
+  for (int P : {2, 4, 8, 16})
+    for (uint64_t s : {uint64_t{100}, uint64_t{1} << 20, uint64_t{1} << 28}) {
+      const GatherModel m = model(50e-6, 1e-9, false, P);
+      EXPECT_FALSE(m.ring_for(std::vector<uint64_t>(static_cast<size_t>(P), s))) << P << " " << s;
+    }
+}
+
+TEST(GatherModel, OneLargePayloadGoesAroundTheRingOnceItOutweighsTheHops) {
+  // Direct: the large payload leaves its rank P-1 times; the ring: once per link, P-1 hops.
+  // With P = 8, alpha = 50 us, beta = 1 ns/B the ring wins once S > alpha/beta = 50 KB (plus the
+  // small payloads' share).
+  const GatherModel m = model(50e-6, 1e-9, false, 8);
+  std::vector<uint64_t> sizes(8, 2000);
+  sizes[3] = 40000;
+  EXPECT_FALSE(m.ring_for(sizes));
+  sizes[3] = 80000;
+  EXPECT_TRUE(m.ring_for(sizes));
+  // A slower hop (alpha 1 ms) keeps the same payload direct.
+  EXPECT_FALSE(model(1e-3, 1e-9, false, 8).ring_for(sizes));
+}
+
+TEST(GatherModel, IncastAcrossHostsBeyondThePortQueueGoesAroundTheRing) {
+  // 1 Gbit/s (8 ns/B), a 1 ms queue holds 125 kB: 7 x 16 KiB fits, 7 x 32 KiB does not.
+  const GatherModel m = model(50e-6, 8e-9, true, 8);
+  EXPECT_FALSE(m.ring_for(std::vector<uint64_t>(8, 16 << 10)));
+  EXPECT_TRUE(m.ring_for(std::vector<uint64_t>(8, 32 << 10)));
+  EXPECT_GT(m.direct_seconds(std::vector<uint64_t>(8, 32 << 10)), GatherModel::kIncastPenalty);
+  // The same burst on one host (no switch port) stays direct; a deeper queue (5 ms) keeps it too.
+  EXPECT_FALSE(model(50e-6, 8e-9, false, 8).ring_for(std::vector<uint64_t>(8, 32 << 10)));
+  EXPECT_FALSE(model(50e-6, 8e-9, true, 8, 5e-3).ring_for(std::vector<uint64_t>(8, 32 << 10)));
+}
+
+TEST(GatherModel, InlineMaximumIsCappedAcrossHostsToFitThePortQueue) {
+  EXPECT_EQ(model(50e-6, 8e-9, false, 8).inline_max(64 << 10), size_t{64} << 10);
+  // 1 ms at 8 ns/B = 125000 B over 7 senders.
+  EXPECT_EQ(model(50e-6, 8e-9, true, 8).inline_max(64 << 10), size_t{125000 / 7});
+  EXPECT_EQ(model(50e-6, 8e-10, true, 8).inline_max(64 << 10), size_t{64} << 10);
+  EXPECT_EQ(model(50e-6, 8e-9, true, 8, 0).inline_max(64 << 10), 0u);
+}
+
+// --- forked ranks ---
+
+constexpr int kOk = 0;
+constexpr int kExpectedFailure = 10;
+constexpr int kWrong = 20;
+
+std::unique_ptr<comm::Communicator> bootstrap(int rank, int world, uint16_t port, Millis timeout) {
+  comm::LaunchInfo info;
+  info.rank = rank;
+  info.world_size = world;
+  info.master_port = port;
+  auto store = comm::connect_tcp_store(info, Millis(20000));
+  comm::CommOptions o;
+  o.timeout = timeout;
+  o.ring_chunk_bytes = 16 << 10;
+  o.allgather_inline_bytes = 4 << 10;
+  return comm::create_ucx_communicator(store, rank, world, o);
+}
+
+std::vector<uint8_t> payload(int rank, size_t n, int round) {
+  std::vector<uint8_t> p(n);
+  for (size_t i = 0; i < n; ++i)
+    p[i] = static_cast<uint8_t>(rank * 17 + round * 3 + i * 5 + (i >> 10));
+  return p;
+}
+
+std::string describe(const std::vector<ChildResult>& results) {
+  std::string s;
+  for (const auto& r : results)
+    s += "rank " + std::to_string(r.rank) + ": exit " + std::to_string(r.exit_code) + " signal " +
+         std::to_string(r.signal) + (r.watchdog_killed ? " (watchdog)" : "") +
+         ", report: " + r.report + "\n";
+  return s;
+}
+
+// What follows "paths:" in a child's report.
+std::string paths_of(const std::string& report) {
+  const size_t at = report.find("paths:");
+  return at == std::string::npos ? "" : report.substr(at, report.find('\n', at) - at);
+}
+
+TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
+  const int P = 4;
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    auto comm = bootstrap(rank, P, port, Millis(20000));
+    SparseGather gather(Mode::kAuto, 1e-3);
+    gather.agree(*comm);  // the probe: rank 0's numbers for every rank
+    const GatherModel& m = *gather.model();
+    // The sizes of every rank in every round are known to every rank (a function of both), so
+    // each rank can check the path against the model itself. Round kinds: all inline; all above
+    // the 4 KiB maximum and equal; above and uneven; one payload large enough that the ring
+    // carries it more cheaply than P-1 direct copies (beyond alpha/beta), the rest above.
+    const double bdp = m.link.alpha_s / m.link.beta_s_per_byte;
+    const uint64_t large =
+        static_cast<uint64_t>(std::min(64.0 * (1 << 20), 2 * bdp + double(1 << 20)));
+    auto size_of = [&](int r, int round) -> uint64_t {
+      switch (round % 4) {
+        case 0:
+          return 100 + static_cast<uint64_t>(r) * 300;
+        case 1:
+          return 20000;
+        case 2:
+          return 5000 + static_cast<uint64_t>(r) * 7000;
+        default:
+          return r == 2 ? large : 6000;
+      }
+    };
+    std::string paths = "paths:";
+    char numbers[96];
+    std::snprintf(numbers, sizeof numbers, "alpha=%a beta=%a ", m.link.alpha_s,
+                  m.link.beta_s_per_byte);
+    report(numbers);
+    for (int round = 0; round < 8; ++round) {
+      std::vector<uint8_t> mine = payload(rank, size_of(rank, round), round);
+      std::vector<comm::Bytes> all;
+      const AllgathervPath path = gather.gather(*comm, mine, all);
+      std::vector<uint64_t> following(static_cast<size_t>(P));
+      bool any = false;
+      for (int r = 0; r < P; ++r) {
+        const uint64_t s = size_of(r, round);
+        following[static_cast<size_t>(r)] = s > comm->options().allgather_inline_bytes ? s : 0;
+        any = any || following[static_cast<size_t>(r)] > 0;
+        if (all[static_cast<size_t>(r)] != payload(r, s, round)) {
+          report("payload of rank " + std::to_string(r) + " differs in round " +
+                 std::to_string(round));
+          return kWrong;
+        }
+      }
+      const AllgathervPath want = !any                    ? AllgathervPath::kOneRound
+                                  : m.ring_for(following) ? AllgathervPath::kRing
+                                                          : AllgathervPath::kDirect;
+      if (path != want) {
+        report(std::string("round ") + std::to_string(round) + ": path " +
+               comm::allgatherv_path_name(path) + ", the model says " +
+               comm::allgatherv_path_name(want));
+        return kWrong;
+      }
+      paths += std::string(comm::allgatherv_path_name(path)) + ",";
+    }
+    report(paths);
+    return kOk;
+  });
+  auto results = group.wait(std::chrono::seconds(120));
+  ASSERT_EQ(results.size(), static_cast<size_t>(P));
+  for (const auto& c : results)
+    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
+  const std::string first = paths_of(results[0].report);
+  EXPECT_NE(first.find("one-round"), std::string::npos) << describe(results);
+  EXPECT_NE(first.find("direct"), std::string::npos) << describe(results);
+  for (const auto& c : results) {
+    EXPECT_EQ(paths_of(c.report), first) << describe(results);
+    // Every rank decided from rank 0's numbers.
+    EXPECT_EQ(c.report.substr(0, c.report.find("paths:")),
+              results[0].report.substr(0, results[0].report.find("paths:")))
+        << describe(results);
+  }
+}
+
+// Ranks loop over one-round and two-round gathers; rank 2 is SIGKILLed in the middle: every other
+// rank fails with an error naming it, within the timeout (never a hang).
+TEST(SparseGatherProcesses, KilledRankFailsTheOthersWithinTheTimeout) {
+  const int P = 4, victim = 2;
+  const Millis timeout(3000);
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    auto comm = bootstrap(rank, P, port, timeout);
+    SparseGather gather(Mode::kAuto, 1e-3);
+    for (int round = 0;; ++round) {
+      try {
+        std::vector<uint8_t> mine =
+            payload(rank, round % 2 == 0 ? 1000 : 300000 + static_cast<size_t>(rank), round);
+        std::vector<comm::Bytes> all;
+        gather.gather(*comm, mine, all);
+        if (round == 4) report("looping");
+      } catch (const PeerFailure& e) {
+        report(std::string("failed: ") + e.what());
+        return kExpectedFailure;
+      }
+    }
+  });
+  for (int r = 0; r < P; ++r)
+    ASSERT_TRUE(group.wait_for_report(r, "looping", std::chrono::seconds(60))) << "rank " << r;
+  group.signal(victim, SIGKILL);
+  auto results = group.wait(timeout * 3 + std::chrono::seconds(10), victim);
+  for (int r = 0; r < P; ++r) {
+    if (r == victim) continue;
+    const auto& c = results[static_cast<size_t>(r)];
+    EXPECT_FALSE(c.watchdog_killed) << describe(results);
+    EXPECT_TRUE(c.exited && c.exit_code == kExpectedFailure) << describe(results);
+    EXPECT_NE(c.report.find("rank 2"), std::string::npos) << describe(results);
+  }
+}
+
+}  // namespace
+}  // namespace gradex::test
