@@ -30,11 +30,13 @@ using gradex::sync::cost::Rung;
 
 namespace {
 
-// A forced schedule of rungs per key and epoch (epoch 1 = the first plan).
+// A forced schedule of rungs per key and epoch: fp32 in epoch 0 (the first plan, at step 0), then
+// the listed rungs from epoch 1 on.
 gradex::sync::CodecPlanner::ChoiceHook schedule(std::map<std::string, std::vector<Rung>> rungs) {
   return [rungs](const std::string& key, uint64_t epoch) -> std::optional<Rung> {
     auto it = rungs.find(key);
-    if (it == rungs.end() || epoch == 0 || epoch > it->second.size()) return std::nullopt;
+    if (it == rungs.end() || epoch > it->second.size()) return std::nullopt;
+    if (epoch == 0) return Rung{Codec::kFp32, 0};
     return it->second[epoch - 1];
   };
 }
@@ -344,7 +346,7 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
         std::string text(length, '\0');
         RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
         RANK_REQUIRE(text.find("test hook") != std::string::npos &&
-                         text.find("4 plan(s) made") != std::string::npos,
+                         text.find("5 plan(s) made") != std::string::npos,
                      "explain:\n"
                          << text);
         return hex(h);
@@ -386,7 +388,7 @@ TEST(EnginePolicy, ModelPlansAgreeOnLoopback) {
                     RANK_OK(gradex_end_step(ctx.engine, nullptr));
                   }
                   std::string text = gradex::capi::engine_of(ctx.engine).explain();
-                  RANK_REQUIRE(text.find("3 plan(s) made") != std::string::npos &&
+                  RANK_REQUIRE(text.find("4 plan(s) made") != std::string::npos &&
                                    text.find("meas_ms") != std::string::npos &&
                                    text.find("fc.weight") != std::string::npos,
                                "explain:\n"
