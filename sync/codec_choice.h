@@ -57,8 +57,9 @@ struct ChoiceOptions {
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
   uint64_t min_selected = 128;                   // GRADEX_POLICY_MIN_SELECTED
   double min_per_row = 1;                        // GRADEX_POLICY_MIN_PER_ROW
-  // The host's cores are fewer than the ranks on it (or as many): encodes, transfers (whose copies
-  // and sockets use the same cores) and decodes then queue on one lane instead of overlapping.
+  // The machine's cores are no more than the ranks on it (network namespaces and containers
+  // included): encodes, transfers (whose copies, sockets and shaping use the same cores) and
+  // decodes then queue on one lane instead of overlapping.
   bool one_lane = false;
 };
 

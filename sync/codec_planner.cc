@@ -290,8 +290,12 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
           hosts.emplace_back(b.begin(), b.end());
       }
       link_class_ = cost::collective_class(hosts);
-      const std::string me = comm::host_identity();
-      const auto here = static_cast<unsigned>(std::count(hosts.begin(), hosts.end(), me));
+      // Ranks on this machine: host identities without their network namespace (emulated hosts
+      // in namespaces, and containers, share the machine's cores).
+      auto machine = [](const std::string& id) { return id.substr(0, id.rfind('|')); };
+      const std::string me = machine(comm::host_identity());
+      const auto here = static_cast<unsigned>(std::count_if(
+          hosts.begin(), hosts.end(), [&](const std::string& h) { return machine(h) == me; }));
       one_lane_ = here >= std::max(1u, std::thread::hardware_concurrency());
     }
   }
