@@ -58,6 +58,17 @@ Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order
   return tl;
 }
 
+// A rung's place on the ladder (fp32, 16-bit, DGC sparsities ascending); a DGC sparsity not on
+// the ladder sits by its sparsity among them.
+size_t ladder_rank(const Rung& r, const ChoiceOptions& o) {
+  if (r.codec == Codec::kFp32) return 0;
+  if (r.codec == Codec::kHalf) return 1;
+  size_t l = 2;
+  for (double s : o.ladder)
+    if (s < r.sparsity) ++l;
+  return l;
+}
+
 std::string format_number(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", v);
@@ -172,6 +183,13 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       c.reason = t.forced_reason;
     } else {
       rungs[i] = allowed_rungs(t, o, step, &excluded[i]);
+    }
+    if (t.at_least && !t.forced) {
+      const size_t floor = ladder_rank(*t.at_least, o);
+      std::vector<Rung> kept;
+      for (const Rung& r : rungs[i])
+        if (ladder_rank(r, o) >= floor) kept.push_back(r);
+      if (!kept.empty()) rungs[i] = std::move(kept);
     }
     set_rung(i, rungs[i][0]);
   }

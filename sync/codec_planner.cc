@@ -176,10 +176,21 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
     if (tails > 0 && measured > 1e-3 && predicted > 1e-3)
       local.calibration = std::clamp(measured / predicted, 0.25, 16.0);
   }
+  if (plans_made_ > 0) local.tail_s = model_.tail_s();
   model_.restart_tail();
   const cost::Snapshot numbers = cost::agree_snapshot(comm, local);
   std::vector<cost::TensorInput> inputs = inputs_of(numbers, nullptr);
   cost::ChoiceOptions o = choice_options(numbers);
+  // Measured, not predicted: when the steps under the plan in force ended more than the slack
+  // after their backward pass, the link needed at least that plan's compression, whatever the
+  // model now predicts; only a step measured hidden may take compression back (fidelity first).
+  const double compute = numbers.backward_s + numbers.forward_s;
+  if (plans_made_ > 0 && numbers.tail_s > o.slack * compute + 1e-3) {
+    for (cost::TensorInput& in : inputs) {
+      auto it = choice_.find(in.key);
+      if (it != choice_.end()) in.at_least = it->second;
+    }
+  }
   cost::Plan plan = cost::choose_codecs(inputs, numbers, o, epoch_start(epoch));
   choice_.clear();
   for (cost::TensorChoice& c : plan.tensors) {

@@ -103,6 +103,7 @@ std::vector<uint8_t> Snapshot::encode() const {
   w.put<uint64_t>(steps_seen);
   w.put<double>(calibration);
   w.put<uint8_t>(one_lane ? 1 : 0);
+  w.put<double>(tail_s);
   w.put<uint32_t>(static_cast<uint32_t>(tensors.size()));
   for (const TensorTiming& t : tensors) {
     w.put_string(t.key);
@@ -136,6 +137,7 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
   s.steps_seen = r.get<uint64_t>();
   s.calibration = r.get<double>();
   s.one_lane = r.get<uint8_t>() != 0;
+  s.tail_s = r.get<double>();
   const uint32_t n = r.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     TensorTiming t;

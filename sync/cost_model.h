@@ -110,6 +110,8 @@ struct Snapshot {
   double calibration = 1.0;
   // Rank 0's host has no more cores than ranks (ChoiceOptions::one_lane).
   bool one_lane = false;
+  // Rank 0's measured step tail under the plan in force (CostModel::tail_s; 0: none measured).
+  double tail_s = 0;
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;

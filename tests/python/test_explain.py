@@ -1,6 +1,6 @@
 """gx.explain() / gxt.explain(): each tensor's codec and why, from the engine (gradex_explain), on real
 processes. Under GRADEX_POLICY=fixed a large tensor is DGC and a small one dense; under auto every rank reports
-the same plan (decisions come from rank 0's agreed numbers), and the first interval keeps tensors dense."""
+the same plan (decisions come from rank 0's agreed numbers); the PyTorch plugin registers output rows."""
 import torch_ranks as ranks
 
 

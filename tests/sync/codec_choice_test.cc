@@ -289,5 +289,22 @@ TEST(CodecChoice, OneLaneSerialisesEncodeTransferAndDecode) {
   EXPECT_GT(serial.finish_s, overlapped.finish_s);
 }
 
+TEST(CodecChoice, AtLeastKeepsTheMeasuredCompression) {
+  // On a fast link the model would keep everything dense; a floor from a step measured exposed
+  // keeps each tensor at least at its rung there.
+  const ChoiceOptions o = options();
+  std::vector<TensorInput> in = model();
+  for (TensorInput& t : in)
+    if (t.numel >= 1000000) t.at_least = Rung{Codec::kDgc, 0.99};
+  const Plan p = choose_codecs(in, numbers(400), o, 100);
+  for (const TensorInput& t : in) {
+    const Rung r = find(p, t.key).rung;
+    if (t.at_least)
+      EXPECT_GE(rank_of(r, o), rank_of(*t.at_least, o)) << t.key << "\n" << p.describe();
+    else
+      EXPECT_EQ(r.codec, Codec::kFp32) << t.key << "\n" << p.describe();
+  }
+}
+
 }  // namespace
 }  // namespace gradex::sync::cost
