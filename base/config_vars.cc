@@ -77,8 +77,11 @@ const std::vector<VarSpec>& registry() {
      "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
      "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
-    {"GRADEX_POLICY", VarType::kChoice, "auto", 0, 0, false, false, "auto|fixed", kEngine,
-     "How each tensor's codec is chosen. auto (the default; CUDA tensors keep the fixed policy): "
+    {"GRADEX_POLICY", VarType::kChoice, "fixed", 0, 0, false, false, "auto|fixed", kEngine,
+     "How each tensor's codec is chosen. fixed (the default): GRADEX_SPARSITY_OVERRIDES, then "
+     "dense below GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (opt-in until "
+     "bench/run measures it within 1.05x of the best fixed mode at every rate; CUDA tensors keep "
+     "the fixed policy): "
      "from a measured cost model (link latency and bandwidth probed at start-up and refined from "
      "every collective, codec costs measured at start-up and from large units, when each tensor "
      "becomes ready, the measured step tail), all ranks using rank 0's numbers: the least "
@@ -86,8 +89,7 @@ const std::vector<VarSpec>& registry() {
      "hidden behind the backward pass, harder only as far as the link requires. The first plan is "
      "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
      "as hard as the link requires), refined at step 4 and every GRADEX_POLICY_INTERVAL steps. "
-     "fixed: GRADEX_SPARSITY_OVERRIDES, then dense below GRADEX_DENSE_THRESHOLD, then DGC at "
-     "GRADEX_SPARSITY. Overrides win in both."},
+     "Overrides win in both."},
     {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: steps between re-evaluations after the first two plans (steps 0 and "
      "min(4, this)); a tensor's codec changes only when its exchange counter reaches such a step "
