@@ -230,7 +230,7 @@ def main():
 
 def baseline_modes(args, network, networks):
     """The PyTorch baselines to run on one network (see --baselines-at)."""
-    if args.no_baselines:
+    if getattr(args, "no_baselines", False):
         return ""
     if network.label == (args.baselines_at or networks[0].label):
         return args.baseline_modes
