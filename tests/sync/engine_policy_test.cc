@@ -226,8 +226,9 @@ TEST(EnginePolicy, MomentumMovesWithEverySwitchOnThrust) {
 }
 
 // A checkpoint with DGC state (GRADEX_POLICY=fixed) restores into an auto engine, whose tensors
-// start dense: the state is adopted (residual and u as saved) and the first dense step flushes it,
-// sending v + m*u + g and keeping u. Both ranks submit the same gradients (average = own).
+// start dense and whose plan (forced here: the model's own choice depends on measured times) keeps
+// this one dense: the state is adopted (residual and u as saved) and the first dense step flushes
+// it, sending v + m*u + g and keeping u. Both ranks submit the same gradients (average = own).
 TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
   const int world = 2;
   const uint64_t n = 50000;
@@ -256,6 +257,8 @@ TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
       world, {"GRADEX_POLICY=auto", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
       [&](RankContext& ctx) -> std::string {
         auto& engine = gradex::capi::engine_of(ctx.engine);
+        gradex::sync::EngineTestAccess::choice_hook(
+            engine, [](const std::string&, uint64_t) { return std::optional<Rung>(Rung{}); });
         RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
         std::vector<uint8_t> blob;
         FILE* f = std::fopen(path_of(ctx.rank).c_str(), "rb");
