@@ -104,16 +104,20 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_POLICY", VarType::kChoice, "fixed", 0, 0, false, false, "auto|fixed", kEngine,
      "How each tensor's codec is chosen. fixed (the default): GRADEX_SPARSITY_OVERRIDES, then "
      "dense below GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (opt-in until "
-     "bench/run measures it within 1.05x of the best fixed mode; CUDA tensors keep the fixed "
-     "policy): from a measured cost model (link latency and "
-     "bandwidth probed at start-up and refined from every collective, codec costs, when each "
-     "tensor becomes ready), re-evaluated every GRADEX_POLICY_INTERVAL steps, all ranks using rank "
-     "0's numbers: the least compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) "
-     "whose communication stays hidden behind the backward pass, harder only as far as the link "
-     "requires; every tensor is dense during the first interval. Overrides win in both."},
+     "bench/run measures it within 1.05x of the best fixed mode at every rate; CUDA tensors keep "
+     "the fixed policy): "
+     "from a measured cost model (link latency and bandwidth probed at start-up and refined from "
+     "every collective, codec costs measured at start-up and from large units, when each tensor "
+     "becomes ready, the measured step tail), all ranks using rank 0's numbers: the least "
+     "compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) whose communication stays "
+     "hidden behind the backward pass, harder only as far as the link requires. The first plan is "
+     "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
+     "as hard as the link requires), refined at step 4 and every GRADEX_POLICY_INTERVAL steps. "
+     "Overrides win in both."},
     {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
-     "GRADEX_POLICY=auto: steps between re-evaluations; a tensor's codec changes only when its "
-     "exchange counter reaches a multiple of this (an agreed step)."},
+     "GRADEX_POLICY=auto: steps between re-evaluations after the first two plans (steps 0 and "
+     "min(4, this)); a tensor's codec changes only when its exchange counter reaches such a step "
+     "(an agreed step)."},
     {"GRADEX_POLICY_LADDER", VarType::kString, "0.9,0.99,0.999", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: the DGC sparsities it may choose, ascending, comma-separated, each in "
      "(0, 1)."},
@@ -122,8 +126,8 @@ const std::vector<VarSpec>& registry() {
      "backward pass and still count as hidden (the plugins wait for every average before the "
      "optimizer step, so that much is the step's delay)."},
     {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
-     "GRADEX_POLICY=auto: no DGC before this exchange step (early training, while the gradient "
-     "changes fast); the first GRADEX_POLICY_INTERVAL steps are dense in any case."},
+     "GRADEX_POLICY=auto: no DGC before this exchange step (a hard dense warm-up, whatever it "
+     "costs; 0: none, the plans alone decide, dense wherever the link or compute allows)."},
     {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "

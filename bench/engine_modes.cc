@@ -81,7 +81,8 @@ std::vector<ModeSpec> engine_modes() {
       // DGC as the paper runs it: momentum correction at 0.9 (GRADEX_MOMENTUM's default is 0, which
       // the plugins change only for an SGD optimizer with momentum); the same for auto, so that
       // auto and the fixed modes compare like with like.
-      {"auto", "GRADEX_POLICY=auto (opt-in): per-tensor codec from the cost model, momentum 0.9",
+      {"auto",
+       "GRADEX_POLICY=auto (the default): per-tensor codec from the cost model, momentum 0.9",
        engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"fixed",
        "GRADEX_POLICY=fixed (the default): DGC 99.9% for large tensors, fused fp16 for small, "

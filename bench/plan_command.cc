@@ -4,6 +4,7 @@
 // the last plan. Tensors are submitted in backward order (the profile's last tensor first), spread
 // over --backward-ms, with --forward-ms of idle time between steps, so that the model has compute
 // to hide communication behind (0 and 0: everything ready at once, nothing to hide behind).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -55,7 +56,11 @@ int plan_rank(RankContext& ctx, const PlanSettings& s) {
   }
   const double gap_ms =
       model.tensors.empty() ? 0 : s.backward_ms / static_cast<double>(model.tensors.size());
-  const int last_plan = (s.steps - 1) / interval * interval;
+  // Plans are made at steps 0, min(4, interval), then every multiple of the interval
+  // (sync/codec_planner.h): the step time is measured after the last of them.
+  const int refine = std::min(4, interval);
+  int last_plan = (s.steps - 1) / interval * interval;
+  if (last_plan == 0 && s.steps - 1 >= refine) last_plan = refine;
   std::vector<double> times;
   std::vector<uint64_t> handles;
   for (int step = 0; step < s.steps; ++step) {

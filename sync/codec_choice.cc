@@ -17,8 +17,8 @@ uint64_t selected_count(uint64_t numel, double sparsity) {
 }
 
 constexpr double kMinSaving = 0.01;
-// Raises tried on the timeline per step of the choice (the largest transfer savings first).
-constexpr size_t kCandidates = 8;
+// Raises tried on the timeline per step of the choice (the largest savings first).
+constexpr size_t kCandidates = 12;
 
 struct Timeline {
   double finish = 0;
@@ -26,7 +26,7 @@ struct Timeline {
 };
 
 // Walks the tensors in `order` and fills start/done; returns the finish and the last busy period.
-Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order) {
+Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order, bool one_lane) {
   Timeline tl;
   double link_free = 0;
   // Codecs already on the link in the current busy period: the engine packs the dense tensors of
@@ -37,6 +37,7 @@ Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order
   double encoder_free = 0;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     TensorChoice& t = c[order[pos]];
+    if (one_lane) encoder_free = std::max(encoder_free, link_free);
     encoder_free = std::max(encoder_free, t.ready_s) + t.encode_s;
     const double can_start = encoder_free;
     if (pos == 0 || can_start > link_free) {  // the link was idle before it
@@ -51,9 +52,21 @@ Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order
     t.start_s = std::max(link_free, can_start);
     link_free = t.start_s + t.comm_s - (fused ? t.latency_s : 0.0);
     t.done_s = link_free + t.decode_s;
+    if (one_lane) link_free = t.done_s;
     tl.finish = std::max(tl.finish, t.done_s);
   }
   return tl;
+}
+
+// A rung's place on the ladder (fp32, 16-bit, DGC sparsities ascending); a DGC sparsity not on
+// the ladder sits by its sparsity among them.
+size_t ladder_rank(const Rung& r, const ChoiceOptions& o) {
+  if (r.codec == Codec::kFp32) return 0;
+  if (r.codec == Codec::kHalf) return 1;
+  size_t l = 2;
+  for (double s : o.ladder)
+    if (s < r.sparsity) ++l;
+  return l;
 }
 
 std::string format_number(double v) {
@@ -122,6 +135,9 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
   // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc).
   encode_s = numbers.codecs.encode_s[c] * n;
   decode_s = numbers.codecs.decode_s[c] * n;
+  if (rung.codec == Codec::kDgc)  // per received value: k from each of the P ranks
+    decode_s = numbers.codecs.decode_s[c] *
+               static_cast<double>(selected_count(t.numel, rung.sparsity)) * o.world_size;
   Terms terms;
   switch (rung.codec) {
     case Codec::kFp32:
@@ -168,6 +184,13 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
     } else {
       rungs[i] = allowed_rungs(t, o, step, &excluded[i]);
     }
+    if (t.at_least && !t.forced) {
+      const size_t floor = ladder_rank(*t.at_least, o);
+      std::vector<Rung> kept;
+      for (const Rung& r : rungs[i])
+        if (ladder_rank(r, o) >= floor) kept.push_back(r);
+      if (!kept.empty()) rungs[i] = std::move(kept);
+    }
     set_rung(i, rungs[i][0]);
   }
   std::vector<size_t> order(n);
@@ -192,51 +215,98 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
     return ladder.size();
   };
 
-  Timeline tl = simulate(plan.tensors, order);
-  for (size_t target = 1; target < ladder.size() && tl.finish > plan.deadline_s; ++target) {
-    for (;;) {
-      if (tl.finish <= plan.deadline_s) break;
-      // Candidates: the tensors below `target` that may take it, the kCandidates whose encode
-      // and transfer it shortens most; each is tried on the timeline (encodes overlap earlier
-      // transfers, so only the timeline tells what a raise saves).
-      std::vector<std::pair<double, size_t>> candidates;  // (transfer saving, tensor)
-      for (size_t i = 0; i < n; ++i) {
-        if (inputs[i].forced) continue;
-        const TensorChoice& c = plan.tensors[i];
-        if (rank_of(c.rung) >= target) continue;
-        if (std::find(rungs[i].begin(), rungs[i].end(), ladder[target]) == rungs[i].end()) continue;
+  // Raise: while the step is exposed, the one raise (a tensor to any higher rung it may take)
+  // that ends the step earliest. Candidates are the kCandidates raises that take most off the
+  // tensor's own encode + transfer + decode; each is tried on the timeline (encodes overlap
+  // earlier transfers, so only the timeline tells what a raise saves). A step that compute cannot
+  // hide (none measured, or less than the exchange) is thus compressed as hard as the link
+  // requires: raises continue while any still shortens the step.
+  Timeline tl = simulate(plan.tensors, order, o.one_lane);
+  while (tl.finish > plan.deadline_s) {
+    struct Candidate {
+      double saving;
+      size_t tensor;
+      size_t rung;  // index into `ladder`
+    };
+    std::vector<Candidate> candidates;
+    for (size_t i = 0; i < n; ++i) {
+      if (inputs[i].forced) continue;
+      const TensorChoice& c = plan.tensors[i];
+      const size_t now = rank_of(c.rung);
+      for (const Rung& r : rungs[i]) {
+        const size_t l = rank_of(r);
+        if (l <= now) continue;
         double e, m, d;
-        rung_costs(inputs[i], ladder[target], numbers, o, e, m, d, nullptr);
-        // Ranked by what the raise takes off the two lanes (the pool's encode, the link).
-        const double saving = std::max(c.comm_s - m, 0.0) + std::max(c.encode_s - e, 0.0);
-        if (saving > 0) candidates.push_back({saving, i});
+        rung_costs(inputs[i], r, numbers, o, e, m, d, nullptr);
+        const double saving = (c.encode_s + c.comm_s + c.decode_s) - (e + m + d);
+        if (saving > 0) candidates.push_back({saving, i, l});
       }
-      std::sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
-        if (a.first != b.first) return a.first > b.first;
-        return inputs[a.second].key < inputs[b.second].key;
-      });
-      if (candidates.size() > kCandidates) candidates.resize(kCandidates);
-      // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is not
-      // worth its loss (many small tensors, each saving microseconds).
-      const double needed = kMinSaving * (tl.finish - plan.deadline_s);
-      size_t best = n;
-      double best_finish = tl.finish - needed;
-      for (const auto& [saving, i] : candidates) {
-        const TensorChoice keep = plan.tensors[i];
-        set_rung(i, ladder[target]);
-        const double finish = simulate(plan.tensors, order).finish;
-        plan.tensors[i] = keep;
-        if (finish < best_finish) {
-          best = i;
-          best_finish = finish;
+    }
+    std::sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+      if (a.saving != b.saving) return a.saving > b.saving;
+      if (inputs[a.tensor].key != inputs[b.tensor].key)
+        return inputs[a.tensor].key < inputs[b.tensor].key;
+      return a.rung < b.rung;
+    });
+    {  // the kCandidates best raises to a DGC rung and the kCandidates best to a dense one
+      std::vector<Candidate> kept;
+      size_t lossy = 0, dense = 0;
+      for (const Candidate& cand : candidates) {
+        size_t& count = ladder[cand.rung].codec == Codec::kDgc ? lossy : dense;
+        if (count < kCandidates) {
+          ++count;
+          kept.push_back(cand);
         }
       }
-      if (best == n) break;
-      set_rung(best, ladder[target]);
-      tl = simulate(plan.tensors, order);
+      candidates = std::move(kept);
     }
+    // Fidelity first: a raise that removes less than kMinSaving of what is still exposed is not
+    // worth its loss (many small tensors, each saving microseconds).
+    const double needed = kMinSaving * (tl.finish - plan.deadline_s);
+    // A dense rung (16-bit) only rounds: any raise to it that ends the step earlier is taken.
+    const Candidate* best = nullptr;
+    double best_finish = tl.finish;
+    for (const Candidate& cand : candidates) {
+      const TensorChoice keep = plan.tensors[cand.tensor];
+      set_rung(cand.tensor, ladder[cand.rung]);
+      const double finish = simulate(plan.tensors, order, o.one_lane).finish;
+      plan.tensors[cand.tensor] = keep;
+      const bool lossy = ladder[cand.rung].codec == Codec::kDgc;
+      if (finish < (lossy ? tl.finish - needed : tl.finish) && finish < best_finish) {
+        best = &cand;
+        best_finish = finish;
+      }
+    }
+    if (best == nullptr) break;
+    set_rung(best->tensor, ladder[best->rung]);
+    tl = simulate(plan.tensors, order, o.one_lane);
   }
-  tl = simulate(plan.tensors, order);  // the times of the final choice
+  // Relax (fidelity first): the raises above take the largest savings, which may compress a
+  // tensor harder than the step needs; each raised tensor, smallest first, goes back to the least
+  // rung that does not end the step later than the deadline or than the raised plan does.
+  const double limit = std::max(plan.deadline_s, tl.finish);
+  std::vector<size_t> by_size(n);
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+    if (inputs[a].numel != inputs[b].numel) return inputs[a].numel < inputs[b].numel;
+    return inputs[a].key < inputs[b].key;
+  });
+  for (size_t i : by_size) {
+    if (inputs[i].forced || plan.tensors[i].rung == rungs[i][0]) continue;
+    const TensorChoice keep = plan.tensors[i];
+    const size_t now = rank_of(keep.rung);
+    bool relaxed = false;
+    for (const Rung& r : rungs[i]) {
+      if (rank_of(r) >= now) break;
+      set_rung(i, r);
+      if (simulate(plan.tensors, order, o.one_lane).finish <= limit) {
+        relaxed = true;
+        break;
+      }
+    }
+    if (!relaxed) plan.tensors[i] = keep;
+  }
+  tl = simulate(plan.tensors, order, o.one_lane);  // the times of the final choice
   plan.finish_s = tl.finish;
 
   for (size_t i = 0; i < n; ++i) {

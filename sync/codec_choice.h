@@ -6,7 +6,8 @@
 // compute, compressing harder only as far as the link requires. The step is modelled as a timeline
 // (as Espresso, EuroSys'23): tensors in the order they become ready; tensor i encodes on the worker
 // pool (one lane: encodes queue) from max(ready_i, pool free), its transfer starts at max(link
-// free, encoded_i), holds the link for its collective's time, then decodes. Its
+// free, encoded_i), holds the link for its collective's time, then decodes; with one_lane (a
+// machine with no more cores than ranks) encode, transfer and decode all queue on one lane. Its
 // communication is hidden when the last tensor is done by the end of the backward pass plus
 // `slack` x the step's compute (backward + the time to the next step's first submission). The
 // next forward pass itself is not counted as cover: today's plugins wait for every average before
@@ -14,18 +15,19 @@
 // bounds that delay (5%: auto's step within 1.05x of the fastest fixed mode's).
 //
 // The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), then DGC at
-// each sparsity of the ladder (ascending). Every tensor starts at fp32. While the step is exposed,
-// the choice raises one tensor at a time, rung by rung: at rung L, among the tensors below L that
-// may take it, the eight whose encode plus transfer L shortens most are tried on the timeline and
-// the one that ends the step earliest is raised; when none helps, the next rung. It stops once the
-// step is hidden, or when nothing cheaper is left (the link requires the most the ladder gives),
-// skipping raises that save less than 1% of what is still exposed (fidelity first: many small
-// tensors each saving microseconds are left alone). A tensor that becomes ready while the link is
-// busy with its kind joins the fused unit (dense bucket, DGC group) and pays no latency of its own.
-// A DGC rung is allowed only when its selected count k = (1 - s) * numel is at least min_selected
-// and, for tensors registered with their output rows, min_per_row values per row; and not before
-// dense_steps (early training: the gradient changes fast, prefer dense). A tensor with a forced
-// rung (an override) keeps it and still occupies the link in the timeline.
+// each sparsity of the ladder (ascending). Every tensor starts at fp32. Raise: while the step is
+// exposed, among the kCandidates raises (of any tensor to any higher rung it may take) to a DGC
+// rung and the kCandidates to a dense rung that take most off the tensor's own encode + transfer +
+// decode, the one that ends the step earliest on the timeline is taken; a raise to DGC must save
+// 1% of what is still exposed (fidelity first: many small tensors each saving microseconds are
+// left alone). It stops once the step is hidden or nothing helps: with no compute to hide behind,
+// as hard as the link requires. Relax: each raised tensor, smallest first, goes back to the least
+// rung that ends the step no later than the deadline or the raised plan does. A tensor that becomes
+// ready while the link is busy with its kind joins the fused unit (dense bucket, DGC group) and
+// pays no latency of its own. A DGC rung is allowed only when its selected count
+// k = (1 - s) * numel is at least min_selected and, for tensors registered with their output rows,
+// min_per_row values per row; and not before dense_steps (a hard dense warm-up, opt-in). A tensor
+// with a forced rung (an override) keeps it and still occupies the link in the timeline.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,10 @@ struct ChoiceOptions {
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
   uint64_t min_selected = 128;                   // GRADEX_POLICY_MIN_SELECTED
   double min_per_row = 1;                        // GRADEX_POLICY_MIN_PER_ROW
+  // The machine's cores are no more than the ranks on it (network namespaces and containers
+  // included): encodes, transfers (whose copies, sockets and shaping use the same cores) and
+  // decodes then queue on one lane instead of overlapping.
+  bool one_lane = false;
 };
 
 struct TensorInput {
@@ -66,6 +72,9 @@ struct TensorInput {
   double ready_s = 0;          // relative to the step's first submission
   std::optional<Rung> forced;  // an override: kept as it is
   std::string forced_reason;
+  // No rung below this one (the plan in force's, when the measured step was exposed: a refinement
+  // then compresses no less than what the link was measured to need).
+  std::optional<Rung> at_least;
 };
 
 struct TensorChoice {

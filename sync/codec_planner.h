@@ -3,10 +3,19 @@
 //
 // Agreement. Decisions depend only on data every rank has identically: rank 0's numbers (the
 // Snapshot, broadcast at each re-plan), the shared options, and the agreed exchange counters of
-// the round's ready gradients (the round's ready list is identical on every rank). A re-plan
-// happens in Engine::execute when a ready gradient's agreed counter enters a new epoch of
-// GRADEX_POLICY_INTERVAL steps; every rank is then in the same round and runs the same broadcast.
-// A tensor takes the newest plan's choice when its own counter enters a new epoch, i.e. at an
+// the round's ready gradients (the round's ready list is identical on every rank). Plans are made
+// in Engine::execute:
+//   - the first with the first ready gradients (step 0), from the start-up probe's link, the
+//     codecs measured at start-up and the registered sizes and rows; no compute has been measured
+//     yet, so it assumes none: every tensor compressed as far as the link requires, which is what
+//     a slow link needs from step 1 (a blanket dense start costs up to 60x there, measured);
+//   - a refinement at step min(4, GRADEX_POLICY_INTERVAL), once whole steps have been measured
+//     (backward span, ready times, the gap to the next step): on a link that the compute hides,
+//     it takes the compression back (fidelity first) after a few steps rather than after an
+//     interval;
+//   - then one at every multiple of GRADEX_POLICY_INTERVAL.
+// Every rank is then in the same round and runs the same broadcast. A tensor takes the newest
+// plan's choice at its first exchange and when its own counter enters a new epoch, i.e. at an
 // agreed step of its own, before its units are planned, so every rank plans the same units.
 //
 // Switching keeps error feedback exact:
@@ -61,8 +70,8 @@ class CodecPlanner {
   CodecPlanner(const config::Config& config, const EngineOptions& options, int world_size,
                PlannerOptions planner);
 
-  // The policy a tensor starts with: an override's, else dense on the configured wire (the first
-  // epoch has no measurements to decide from).
+  // The policy a tensor has until its first exchange: an override's, else dense on the configured
+  // wire; the first plan replaces it before anything is sent.
   TensorPolicy initial_policy(const std::string& key, uint64_t numel) const;
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   void on_submit(const std::string& key);
@@ -87,7 +96,18 @@ class CodecPlanner {
   void set_choice_hook(ChoiceHook hook) { choice_hook_ = std::move(hook); }
 
  private:
+  // The first refinement's step (see above).
+  static constexpr uint64_t kFirstRefineStep = 4;
+  uint64_t first_refine() const;
+  // Plan epochs: [0, first_refine), [first_refine, interval), then one per interval.
+  uint64_t epoch_of(uint64_t step) const;
+  uint64_t epoch_start(uint64_t epoch) const;
   void replan(comm::Communicator& comm, uint64_t epoch);
+  // The choice's inputs from `numbers`; with `rungs`, every tensor forced to its rung there (the
+  // plan in force, re-predicted).
+  std::vector<cost::TensorInput> inputs_of(const cost::Snapshot& numbers,
+                                           const std::map<std::string, cost::Rung>* rungs) const;
+  cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
   void measure_codecs();
   TensorPolicy policy_of(const cost::Rung& rung) const;
@@ -100,7 +120,9 @@ class CodecPlanner {
   cost::CostModel model_;
   // Progress thread only:
   bool probed_ = false;
+  bool planned_ = false;
   cost::PeerClass link_class_ = cost::PeerClass::kSameHost;
+  bool one_lane_ = false;  // this host: no more cores than ranks
   uint64_t plan_epoch_ = 0;
   std::map<std::string, uint64_t> applied_epoch_;
   std::map<std::string, cost::Rung> choice_;

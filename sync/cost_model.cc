@@ -10,7 +10,7 @@ namespace gradex::sync::cost {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
-constexpr uint32_t kSnapshotVersion = 1;
+constexpr uint32_t kSnapshotVersion = 2;
 // The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
 constexpr double kMinBeta = 1e-13;
 
@@ -102,6 +102,8 @@ std::vector<uint8_t> Snapshot::encode() const {
   w.put<double>(forward_s);
   w.put<uint64_t>(steps_seen);
   w.put<double>(calibration);
+  w.put<uint8_t>(one_lane ? 1 : 0);
+  w.put<double>(tail_s);
   w.put<uint32_t>(static_cast<uint32_t>(tensors.size()));
   for (const TensorTiming& t : tensors) {
     w.put_string(t.key);
@@ -134,6 +136,8 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
   s.forward_s = r.get<double>();
   s.steps_seen = r.get<uint64_t>();
   s.calibration = r.get<double>();
+  s.one_lane = r.get<uint8_t>() != 0;
+  s.tail_s = r.get<double>();
   const uint32_t n = r.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     TensorTiming t;
@@ -166,13 +170,21 @@ void CostModel::observe_transfer(PeerClass c, const Terms& terms, double seconds
   fit_[static_cast<size_t>(c)].add(terms.latency, terms.bytes, seconds);
 }
 
-void CostModel::observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s) {
+void CostModel::observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s,
+                              uint64_t decoded) {
   if (elements == 0) return;
+  if (decoded == 0) decoded = elements;
   std::lock_guard<std::mutex> lock(mutex_);
   const auto c = static_cast<size_t>(codec);
-  const double n = static_cast<double>(elements);
-  codecs_.encode_s[c] = average(codecs_.encode_s[c], encode_s / n, !codec_seen_[c]);
-  codecs_.decode_s[c] = average(codecs_.decode_s[c], decode_s / n, !codec_seen_[c]);
+  // The least seconds per element over the samples large enough to amortise a unit's fixed cost
+  // (the start-up measurement is one): a stage's wall time also holds waiting for the worker pool
+  // and for cores that other units and other ranks use, which is contention, not the codec's cost;
+  // the link's fit and the step-tail calibration (Snapshot::calibration) see that contention.
+  const auto n = static_cast<double>(elements);
+  const auto d = static_cast<double>(decoded);
+  if (codec_seen_[c] && elements < kMinCodecSample) return;
+  if (!codec_seen_[c] || encode_s / n < codecs_.encode_s[c]) codecs_.encode_s[c] = encode_s / n;
+  if (!codec_seen_[c] || decode_s / d < codecs_.decode_s[c]) codecs_.decode_s[c] = decode_s / d;
   codec_seen_[c] = true;
 }
 
@@ -218,10 +230,28 @@ void CostModel::on_end_step(double t) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!in_step_) return;  // a step without submissions (LocalSGD's local phase) says nothing
   backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
+  if (!skip_tail_) {
+    tail_s_ = average(tail_s_, std::max(t - step_last_, 0.0), tails_ == 0);
+    ++tails_;
+  }
+  skip_tail_ = false;
   ++steps_;
   in_step_ = false;
   step_last_ = 0;
   last_end_ = t;
+}
+
+void CostModel::restart_tail() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tail_s_ = 0;
+  tails_ = 0;
+  skip_tail_ = in_step_;
+}
+
+double CostModel::tail_s(uint64_t* steps) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (steps) *steps = tails_;
+  return tail_s_;
 }
 
 Snapshot CostModel::snapshot() const {

@@ -7,7 +7,8 @@
 //             collective's algorithm (ring_allreduce_terms, allgatherv_terms); older samples fade
 //             (forgetting factor), so the fit follows a link that changes;
 //   codecs    seconds per element of each codec's encode (prepare stage) and decode (finish
-//             stage), and the DGC payload's bytes per selected element, as moving averages;
+//             stage), the least measured (alone at start-up, then large units), and the DGC
+//             payload's bytes per selected element, as a moving average;
 //   training  per tensor, when it became ready (its submission, relative to the step's first);
 //             per step, the backward span (first to last submission) and the time from the end of
 //             one step to the next step's first submission (forward pass, optimizer, data).
@@ -77,9 +78,12 @@ constexpr int kCodecs = 3;
 const char* codec_name(Codec c);
 
 struct CodecCosts {
-  // Seconds per element; defaults before any measurement (this machine's order of magnitude).
+  // Seconds per element of the tensor, except DGC's decode: seconds per received selected value
+  // (its finish stage sums every rank's payload, k values each, whatever the tensor's size, so a
+  // sparser rung decodes proportionally less). Defaults before any measurement (this machine's
+  // order of magnitude).
   std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9};
-  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 1e-9};
+  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9};
   double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
 };
 
@@ -98,10 +102,16 @@ struct Snapshot {
   double backward_s = 0;  // first to last submission of a step (moving average)
   double forward_s = 0;   // end of a step to the next step's first submission (moving average)
   uint64_t steps_seen = 0;
-  // Measured over predicted time of the tensors under the previous plan (cumulative, clamped to
-  // [1/4, 8]): every predicted time is multiplied by it, which closes the loop on what the terms
-  // above leave out (the engine's own copies, a host whose cores the transfers share).
+  // The measured step tail under the plan in force (CostModel::tail_s: last submission to the end
+  // of the step) over that plan's tail predicted from the numbers above, clamped to [1/4, 16]:
+  // every predicted time is multiplied by it, which closes the loop on what the terms leave out
+  // (the engine's own copies, waiting for threads). It decides how much compute hides, not
+  // which codec is cheaper (it scales every cost alike).
   double calibration = 1.0;
+  // Rank 0's host has no more cores than ranks (ChoiceOptions::one_lane).
+  bool one_lane = false;
+  // Rank 0's measured step tail under the plan in force (CostModel::tail_s; 0: none measured).
+  double tail_s = 0;
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;
@@ -124,7 +134,10 @@ class CostModel {
   // A probe's result: replaces the prior of that class and restarts its fit.
   void set_link(PeerClass c, const LinkParams& params);
   void observe_transfer(PeerClass c, const Terms& terms, double seconds);
-  void observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s);
+  // `decoded`: what the decode rate is per (0: `elements`); DGC's decode is per received value
+  // (CodecCosts).
+  void observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s,
+                     uint64_t decoded = 0);
   void observe_dgc_payload(uint64_t selected, uint64_t bytes);
 
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
@@ -134,6 +147,14 @@ class CostModel {
   void on_end_step(double t);
 
   Snapshot snapshot() const;
+  // From the last submission of a step to its end (moving average): the part of the exchange
+  // that compute did not hide. `steps`: how many steps it averages (0: none ended yet).
+  double tail_s(uint64_t* steps = nullptr) const;
+  // Starts the tail's average afresh with the next step that begins (a new plan's steps).
+  void restart_tail();
+
+  // Units smaller than this do not refine a codec's cost per element (their fixed cost would).
+  static constexpr uint64_t kMinCodecSample = 1u << 16;
 
  private:
   struct TensorSeen {
@@ -156,7 +177,9 @@ class CostModel {
   // The step in progress: its first and last submission; the last end of a step.
   bool in_step_ = false;
   double step_first_ = 0, step_last_ = 0, last_end_ = -1;
-  double backward_s_ = 0, forward_s_ = 0;
+  double backward_s_ = 0, forward_s_ = 0, tail_s_ = 0;
+  uint64_t tails_ = 0;
+  bool skip_tail_ = false;  // the step in progress began under the previous plan
   uint64_t steps_ = 0;
 };
 

@@ -157,8 +157,10 @@ def main():
     p.add_argument("--rate-steps", default="",
                    help="measured steps and warm-up per network instead of --steps/--warmup, "
                         "e.g. 100mbit=3/1 (slow links: a dense step takes seconds)")
-    p.add_argument("--auto-extra-warmup", type=int, default=2,
-                   help="extra warm-up steps of the auto mode (its policy measures, then decides)")
+    p.add_argument("--auto-extra-warmup", type=int, default=4,
+                   help="extra warm-up steps of the auto mode, so that its measured steps follow the "
+                        "plan it refines at step 4 from measured steps (its first plan is at step 0)")
+    p.add_argument("--no-baselines", action="store_true", help="gradex's modes only, no PyTorch baseline")
     p.add_argument("--gradex-modes", default="all",
                    help="gradex-bench modes ('all': every mode it lists); auto runs in its own program")
     p.add_argument("--baseline-modes", default="gloo_fp32,torch_fp16,powersgd_r1,powersgd_r4,ddp_nocomm")
@@ -230,6 +232,8 @@ def main():
 
 def baseline_modes(args, network, networks):
     """The PyTorch baselines to run on one network (see --baselines-at)."""
+    if getattr(args, "no_baselines", False):
+        return ""
     if network.label == (args.baselines_at or networks[0].label):
         return args.baseline_modes
     slow = getattr(network, "rate", None) and (rate_bits(network.rate) or 1e9) < 1e9

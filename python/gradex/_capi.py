@@ -97,6 +97,8 @@ def lib():
                                             ctypes.POINTER(ctypes.c_int32)]),
             "gradex_register_tensor": (status, [engine_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
                                                 ctypes.c_int]),
+            "gradex_register_tensor_rows": (status, [engine_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
+                                                     ctypes.c_int, ctypes.c_uint64]),
             "gradex_submit": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p,
                                        ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_average": (status, [engine_p, ctypes.c_char_p, ctypes.c_void_p,
@@ -254,8 +256,13 @@ class Engine:
         if ptr:
             check(lib().gradex_engine_destroy(ptr))
 
-    def register(self, key, numel, dtype, device=DEVICE_CPU):
-        check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
+    def register(self, key, numel, dtype, device=DEVICE_CPU, rows=0):
+        """rows: the tensor's output rows (a weight's shape[0]; 0: unknown), so that GRADEX_POLICY=auto
+        keeps at least GRADEX_POLICY_MIN_PER_ROW values per row when it sparsifies it."""
+        if rows:
+            check(lib().gradex_register_tensor_rows(self._engine(), key.encode(), numel, dtype, device, rows))
+        else:
+            check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
 
     def submit(self, key, address):
         handle = ctypes.c_uint64()

@@ -1,5 +1,11 @@
 """The plugin tests need the installed package (scripts/setup.sh runs `pip install .` into .venv)."""
+import os
+
 import pytest
+
+# The plugin tests compare against DDP at stated thresholds (DGC above GRADEX_DENSE_THRESHOLD at
+# GRADEX_SPARSITY): they run the fixed policy unless a test names one in its ranks' environment.
+os.environ.setdefault("GRADEX_POLICY", "fixed")
 
 try:
     import gradex.torch  # noqa: F401

@@ -1,6 +1,6 @@
 """gx.explain() / gxt.explain(): each tensor's codec and why, from the engine (gradex_explain), on real
 processes. Under GRADEX_POLICY=fixed a large tensor is DGC and a small one dense; under auto every rank reports
-the same plan (decisions come from rank 0's agreed numbers), and the first interval keeps tensors dense."""
+the same plan (decisions come from rank 0's agreed numbers); the PyTorch plugin registers output rows."""
 import torch_ranks as ranks
 
 
@@ -48,3 +48,16 @@ def test_auto_policy_plan_is_the_same_on_every_rank():
     assert set(policies[0]) >= {"small.weight", "small.bias", "big.weight", "big.bias"}, results[0]["text"]
     assert policies[0] == policies[1], (results[0]["text"], results[1]["text"])
     assert "current policies:" in results[0]["text"]
+
+
+def test_torch_registers_output_rows_for_the_per_row_floor():
+    # big.weight is 100 x 200: DGC 99% keeps 200 values, 2 per row. With a floor of 5 per row the
+    # plan may not sparsify it, which it can only know from the rows the plugin registered.
+    results = ranks.run(_explain, 2, env={"GRADEX_POLICY": "auto", "GRADEX_POLICY_INTERVAL": "2",
+                                          "GRADEX_POLICY_LADDER": "0.99", "GRADEX_POLICY_MIN_PER_ROW": "5"},
+                        args=(4,))
+    text = results[0]["text"]
+    plan = {line.split()[0]: line for line in text.splitlines() if line.startswith(("big.", "small."))}
+    assert "GRADEX_POLICY_MIN_PER_ROW" in plan["big.weight"], text
+    assert plan["big.weight"].split()[2] in ("fp32", "16-bit"), text
+    assert "GRADEX_POLICY_MIN_PER_ROW" not in plan["big.bias"], text

@@ -201,5 +201,110 @@ TEST(CodecChoice, CalibrationScalesEveryPrediction) {
   EXPECT_GE(find(slow, "layer3").rung.sparsity, find(fast, "layer3").rung.sparsity);
 }
 
+// The first plan (step 0): no compute measured yet, every tensor ready at once; the numbers are
+// the start-up probe's link and the codecs measured at start-up.
+Snapshot first_plan_numbers(double gbit) {
+  Snapshot s = numbers(gbit);
+  s.backward_s = 0;
+  s.forward_s = 0;
+  s.codecs.encode_s = {0.0, 0.2e-9, 1.5e-9};
+  s.codecs.decode_s = {0.0, 0.2e-9, 5e-9};
+  return s;
+}
+
+std::vector<TensorInput> registered() {
+  std::vector<TensorInput> in = model();
+  for (TensorInput& t : in)
+    t.ready_s = 0;
+  return in;
+}
+
+TEST(CodecChoice, FirstPlanOnASlowLinkCompressesTheLargeTensorsHard) {
+  const ChoiceOptions o = options();
+  const Plan p = choose_codecs(registered(), first_plan_numbers(0.1), o, 0);
+  for (const char* key : {"layer3", "layer2", "layer1"}) {
+    const TensorChoice& c = find(p, key);
+    EXPECT_EQ(c.rung.codec, Codec::kDgc) << key << "\n" << p.describe();
+    EXPECT_EQ(c.rung.sparsity, 0.999) << key << "\n" << p.describe();
+  }
+  // The output layer keeps at least GRADEX_POLICY_MIN_SELECTED values: never 99.9% (20 values).
+  EXPECT_NE(find(p, "fc.weight").rung, (Rung{Codec::kDgc, 0.999})) << p.describe();
+  // Against keeping everything dense (fixed's 16-bit), the plan ends far sooner.
+  std::vector<TensorInput> dense = registered();
+  for (TensorInput& t : dense)
+    t.forced = Rung{Codec::kHalf, 0};
+  const Plan d = choose_codecs(dense, first_plan_numbers(0.1), o, 0);
+  EXPECT_LT(p.finish_s * 20, d.finish_s) << p.describe() << d.describe();
+}
+
+TEST(CodecChoice, FirstPlanOnAFastLinkStaysDense) {
+  // At 400 Gbit/s even with nothing to hide behind, DGC's encode costs more than its bytes save.
+  const Plan p = choose_codecs(registered(), first_plan_numbers(400), options(), 0);
+  for (const TensorChoice& c : p.tensors)
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key << "\n" << p.describe();
+}
+
+TEST(CodecChoice, NoComputeMeansAsHardAsTheLinkRequires) {
+  // Compute hides a 1 Gbit/s exchange of this model only in part; with no compute the plan
+  // compresses at least as hard, tensor by tensor, and ends no later than one that hides it.
+  const ChoiceOptions o = options();
+  const Plan with_compute = choose_codecs(model(), numbers(1), o, 100);
+  const Plan none = choose_codecs(registered(), first_plan_numbers(1), o, 100);
+  size_t harder = 0;
+  for (const TensorChoice& c : none.tensors)
+    harder += rank_of(c.rung, o) > rank_of(find(with_compute, c.key).rung, o);
+  EXPECT_GT(harder, 0u) << with_compute.describe() << none.describe();
+  EXPECT_GT(none.exposed_s(), 0);
+  // No single tensor raised further would end it sooner by 1% of what is exposed.
+  for (size_t i = 0; i < none.tensors.size(); ++i) {
+    const TensorInput t = registered()[i];
+    for (const Rung& r : allowed_rungs(t, o, 100)) {
+      if (rank_of(r, o) <= rank_of(none.tensors[i].rung, o)) continue;
+      std::vector<TensorInput> in = registered();
+      for (size_t j = 0; j < in.size(); ++j)
+        in[j].forced = none.tensors[j].rung;
+      in[i].forced = r;
+      const Plan raised = choose_codecs(in, first_plan_numbers(1), o, 100);
+      EXPECT_GE(raised.finish_s, none.finish_s - 0.01 * none.exposed_s())
+          << t.key << " at " << rung_name(r) << "\n"
+          << none.describe();
+    }
+  }
+}
+
+TEST(CodecChoice, OneLaneSerialisesEncodeTransferAndDecode) {
+  ChoiceOptions o = options();
+  std::vector<TensorInput> in = registered();
+  for (TensorInput& t : in)
+    t.forced = Rung{Codec::kDgc, 0.99};
+  in[0].forced = in[1].forced = in[5].forced = in[6].forced = Rung{Codec::kHalf, 0};
+  const Plan overlapped = choose_codecs(in, first_plan_numbers(1), o, 100);
+  o.one_lane = true;
+  const Plan serial = choose_codecs(in, first_plan_numbers(1), o, 100);
+  double sum = 0;
+  for (const TensorChoice& c : serial.tensors)
+    sum += c.encode_s + c.comm_s + c.decode_s;
+  // One lane: the step is the sum of every cost less the latencies that fused units share.
+  EXPECT_LE(serial.finish_s, sum + 1e-12);
+  EXPECT_GT(serial.finish_s, overlapped.finish_s);
+}
+
+TEST(CodecChoice, AtLeastKeepsTheMeasuredCompression) {
+  // On a fast link the model would keep everything dense; a floor from a step measured exposed
+  // keeps each tensor at least at its rung there.
+  const ChoiceOptions o = options();
+  std::vector<TensorInput> in = model();
+  for (TensorInput& t : in)
+    if (t.numel >= 1000000) t.at_least = Rung{Codec::kDgc, 0.99};
+  const Plan p = choose_codecs(in, numbers(400), o, 100);
+  for (const TensorInput& t : in) {
+    const Rung r = find(p, t.key).rung;
+    if (t.at_least)
+      EXPECT_GE(rank_of(r, o), rank_of(*t.at_least, o)) << t.key << "\n" << p.describe();
+    else
+      EXPECT_EQ(r.codec, Codec::kFp32) << t.key << "\n" << p.describe();
+  }
+}
+
 }  // namespace
 }  // namespace gradex::sync::cost

@@ -109,12 +109,21 @@ TEST(CostModel, AResubmittedKeyStartsANewStepWithoutEndStep) {
   EXPECT_NEAR(s.tensors[1].ready_s, 0.25, 1e-12);  // not growing with every step
 }
 
-TEST(CostModel, CodecCostsAndPayloadBytesAreMovingAverages) {
+TEST(CostModel, CodecCostsAreTheLeastOfLargeSamples) {
   CostModel m(CostModelOptions{0.98, 0.5});
-  m.observe_codec(Codec::kDgc, 1000, 4e-6, 1e-6);
+  m.observe_codec(Codec::kDgc, 100000, 0.4e-3, 0.1e-3);
   EXPECT_DOUBLE_EQ(m.snapshot().codecs.encode_s[2], 4e-9);  // the first replaces the default
-  m.observe_codec(Codec::kDgc, 1000, 2e-6, 1e-6);
-  EXPECT_DOUBLE_EQ(m.snapshot().codecs.encode_s[2], 3e-9);
+  m.observe_codec(Codec::kDgc, 100000, 0.8e-3, 0.1e-3);     // contended: not the codec's cost
+  EXPECT_DOUBLE_EQ(m.snapshot().codecs.encode_s[2], 4e-9);
+  m.observe_codec(Codec::kDgc, 100000, 0.2e-3, 0.1e-3);
+  EXPECT_DOUBLE_EQ(m.snapshot().codecs.encode_s[2], 2e-9);
+  // A small unit (its fixed cost would read as a cost per element) does not count, either way.
+  m.observe_codec(Codec::kDgc, 10, 1e-9, 1e-9);
+  EXPECT_DOUBLE_EQ(m.snapshot().codecs.encode_s[2], 2e-9);
+  // DGC's decode is per received value when given.
+  CostModel w;
+  w.observe_codec(Codec::kDgc, 1u << 20, 1e-3, 4e-6, 4000);
+  EXPECT_DOUBLE_EQ(w.snapshot().codecs.decode_s[2], 1e-9);
   m.observe_dgc_payload(100, 500);
   EXPECT_DOUBLE_EQ(m.snapshot().codecs.dgc_bytes_per_selected, 5.0);
 }

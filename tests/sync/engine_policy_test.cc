@@ -30,11 +30,13 @@ using gradex::sync::cost::Rung;
 
 namespace {
 
-// A forced schedule of rungs per key and epoch (epoch 1 = the first plan).
+// A forced schedule of rungs per key and epoch: fp32 in epoch 0 (the first plan, at step 0), then
+// the listed rungs from epoch 1 on.
 gradex::sync::CodecPlanner::ChoiceHook schedule(std::map<std::string, std::vector<Rung>> rungs) {
   return [rungs](const std::string& key, uint64_t epoch) -> std::optional<Rung> {
     auto it = rungs.find(key);
-    if (it == rungs.end() || epoch == 0 || epoch > it->second.size()) return std::nullopt;
+    if (it == rungs.end() || epoch > it->second.size()) return std::nullopt;
+    if (epoch == 0) return Rung{Codec::kFp32, 0};
     return it->second[epoch - 1];
   };
 }
@@ -224,8 +226,9 @@ TEST(EnginePolicy, MomentumMovesWithEverySwitchOnThrust) {
 }
 
 // A checkpoint with DGC state (GRADEX_POLICY=fixed) restores into an auto engine, whose tensors
-// start dense: the state is adopted (residual and u as saved) and the first dense step flushes it,
-// sending v + m*u + g and keeping u. Both ranks submit the same gradients (average = own).
+// start dense and whose plan (forced here: the model's own choice depends on measured times) keeps
+// this one dense: the state is adopted (residual and u as saved) and the first dense step flushes
+// it, sending v + m*u + g and keeping u. Both ranks submit the same gradients (average = own).
 TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
   const int world = 2;
   const uint64_t n = 50000;
@@ -254,6 +257,8 @@ TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
       world, {"GRADEX_POLICY=auto", "GRADEX_MOMENTUM=0.9", "GRADEX_FP16=0"},
       [&](RankContext& ctx) -> std::string {
         auto& engine = gradex::capi::engine_of(ctx.engine);
+        gradex::sync::EngineTestAccess::choice_hook(
+            engine, [](const std::string&, uint64_t) { return std::optional<Rung>(Rung{}); });
         RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
         std::vector<uint8_t> blob;
         FILE* f = std::fopen(path_of(ctx.rank).c_str(), "rb");
@@ -344,7 +349,7 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
         std::string text(length, '\0');
         RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
         RANK_REQUIRE(text.find("test hook") != std::string::npos &&
-                         text.find("4 plan(s) made") != std::string::npos,
+                         text.find("5 plan(s) made") != std::string::npos,
                      "explain:\n"
                          << text);
         return hex(h);
@@ -386,7 +391,7 @@ TEST(EnginePolicy, ModelPlansAgreeOnLoopback) {
                     RANK_OK(gradex_end_step(ctx.engine, nullptr));
                   }
                   std::string text = gradex::capi::engine_of(ctx.engine).explain();
-                  RANK_REQUIRE(text.find("3 plan(s) made") != std::string::npos &&
+                  RANK_REQUIRE(text.find("4 plan(s) made") != std::string::npos &&
                                    text.find("meas_ms") != std::string::npos &&
                                    text.find("fc.weight") != std::string::npos,
                                "explain:\n"

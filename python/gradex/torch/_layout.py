@@ -17,6 +17,13 @@ from .. import _capi, _errors
 from . import _bootstrap, _ops
 
 
+def output_rows(tensor):
+    """A 2-D+ parameter's output rows in PyTorch's [out, in, ...] layout (a Linear's out_features, a
+    conv's out_channels), 0 for vectors and scalars: GRADEX_POLICY=auto's per-row floor then keeps an
+    output layer's every row represented when it sparsifies (GRADEX_POLICY_MIN_PER_ROW)."""
+    return int(tensor.shape[0]) if tensor.dim() >= 2 and tensor.numel() > 0 else 0
+
+
 def module_parameter_names(module):
     """{id(parameter): name} of a module (or of a DDP wrapper's inner module), and the parameters (kept
     alive with the mapping so that ids cannot be reused)."""
@@ -92,7 +99,7 @@ class BucketKeys:
         """Registers keys not yet known to the engine."""
         for key, g in zip(keys, gradients):
             if key not in self.registered:
-                self._register(engine, key, g.numel(), g.dtype, _ops.memory_of(g))
+                self._register(engine, key, g.numel(), g.dtype, _ops.memory_of(g), output_rows(g))
 
     def register_saved(self, engine, saved):
         """Registers {key: (numel, dtype name)} from a state dict (before the first iteration)."""
@@ -104,10 +111,11 @@ class BucketKeys:
                 # of such keys are then staged, which is always correct).
                 param = self._by_name.get(key)
                 memory = _ops.memory_of(param) if param is not None else _capi.DEVICE_CPU
-                self._register(engine, key, int(numel), dtype, memory)
+                rows = output_rows(param) if param is not None and param.numel() == int(numel) else 0
+                self._register(engine, key, int(numel), dtype, memory, rows)
 
-    def _register(self, engine, key, numel, dtype, memory):
-        engine.register(key, numel, _bootstrap.dtype_code(dtype), memory)
+    def _register(self, engine, key, numel, dtype, memory, rows=0):
+        engine.register(key, numel, _bootstrap.dtype_code(dtype), memory, rows)
         self.registered[key] = (numel, dtype)
         if memory == _capi.DEVICE_CUDA:
             self.on_device.add(key)

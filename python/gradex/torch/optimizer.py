@@ -28,7 +28,7 @@ import weakref
 import torch
 
 from .. import _capi, _errors
-from . import _amp, _bootstrap, _momentum, _ops
+from . import _amp, _bootstrap, _layout, _momentum, _ops
 
 _live_optimizers = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
 
@@ -77,7 +77,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._on_device = set()
         for name, p in self._params:
             memory = _ops.memory_of(p)
-            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), memory)
+            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), memory, _layout.output_rows(p))
             if memory == _capi.DEVICE_CUDA:
                 self._on_device.add(name)
         self._lock = threading.Lock()
