@@ -49,6 +49,8 @@ class BackendPath {
   // `cuda` tensors (float32 only: InvalidArgument otherwise) on the CUDA backend, bound at their
   // first submission.
   void attach(TensorState& t, bool cuda);
+  // A new membership (Engine::reconfigure; no stage running): the averages divide by it.
+  void set_world_size(int world_size) { world_size_ = world_size; }
   // Submission of `t` (caller's thread, engine lock held): checks that the call matches the
   // tensor's memory (cuda: gradex_submit_device), binds a CUDA tensor's backend, records the ready
   // event on `stream` (the caller's cudaStream_t; null: the default stream) and gives the handle

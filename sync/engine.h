@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,29 @@ class Engine {
   // thread.
   void shutdown();
 
+  // A new membership (issue #22: torchft reconfigures its process group on every quorum change),
+  // without destroying the engine. Collective over the NEW members: each calls it (a newcomer
+  // creates its engine instead) with the same store namespace, which must not hold the keys of
+  // an earlier membership (a new store or a new prefix). Every handle of the old membership still
+  // in flight fails at once with kAborted; the old communicator is torn down (its peers get the
+  // abort notice); a new one bootstraps through `store`; the start-up agreement (sync/agreement.h)
+  // runs again, and under GRADEX_POLICY=auto the link probe reruns at the first exchange. What is
+  // kept, by tensor key: registrations and policies, DGC residuals and momenta, dense momenta,
+  // exchange counters, LocalSGD anchors and the step count, the cost model's measurements.
+  // What restarts: negotiation and its cache, the plan epochs of GRADEX_POLICY=auto. A fatal
+  // error of the old membership (a dead peer, abort()) is cleared by a successful reconfiguration
+  // unless abort() was called during it. On failure (bootstrap, agreement) the engine stays failed
+  // with that error and may be reconfigured again. InvalidArgument for a rank outside
+  // [0, world_size) or after shutdown(). Not concurrently with itself or shutdown().
+  void reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // Any thread, at any time: every handle in flight and every later submission fails with
+  // kAborted carrying `reason`, within milliseconds (the progress thread leaves its current
+  // collective within about 10 ms), and the peers learn it through the abort notice
+  // (Communicator::abort): theirs fail the same way, naming this rank. When no reconfigure() or
+  // shutdown() is running, returns after the progress thread has stopped (no buffer of a failed
+  // handle is written afterwards). The engine stays usable for a later reconfigure().
+  void abort(const std::string& reason);
+
  private:
   struct Handle {
     WorkId id;
@@ -150,6 +174,11 @@ class Engine {
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
+  // Bootstraps the communicator of a membership (collective), proves the agreement, and installs
+  // it with a fresh negotiator (engine creation and reconfigure()).
+  void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // With mutex_ held: every handle in flight completes with `code` and `message`.
+  void fail_in_flight(ErrorCode code, const std::string& message);
 
   // execute()'s pipeline stages (sync/pipeline.h). prepare and finish run on any thread (the
   // worker pool or the progress thread) and touch only their unit's tensors; transfer runs on the
@@ -195,6 +224,14 @@ class Engine {
   Stats last_step_stats_;
   StatsReporter stats_reporter_;  // GRADEX_STATS_EVERY and the one-time warnings (end_step)
   bool leaving_ = false;
+  // Held by reconfigure() and shutdown() for their whole work (they join thread_); abort() joins
+  // thread_ only when it can take it at once.
+  std::mutex membership_mutex_;
+  uint64_t aborts_ = 0;  // abort() calls so far (mutex_)
+  // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the
+  // current one (progress thread).
+  uint64_t connects_ = 0;
+  std::set<std::string> exchanged_in_membership_;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;
   std::thread thread_;
