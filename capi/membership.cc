@@ -1,6 +1,6 @@
-// The C API of membership changes (issue #22): gradex_engine_reconfigure and gradex_engine_abort
-// around sync::Engine::reconfigure / abort, and the store and configuration checks that
-// gradex_outer_reconfigure shares.
+// The C API of membership changes and step transactions (issue #22): gradex_engine_reconfigure,
+// gradex_engine_abort, gradex_state_snapshot and gradex_state_rollback around sync::Engine, and the
+// store and configuration checks that gradex_outer_reconfigure shares.
 #include <memory>
 #include <string>
 
@@ -79,6 +79,16 @@ gradex_status_t gradex_engine_abort(gradex_engine_t* engine, const char* reason)
   return gradex::capi::guarded("gradex_engine_abort", [&] {
     gradex::capi::engine_of(engine).abort(reason ? reason : "(no reason given)");
   });
+}
+
+gradex_status_t gradex_state_snapshot(gradex_engine_t* engine) {
+  return gradex::capi::guarded("gradex_state_snapshot",
+                               [&] { gradex::capi::engine_of(engine).snapshot_state(); });
+}
+
+gradex_status_t gradex_state_rollback(gradex_engine_t* engine) {
+  return gradex::capi::guarded("gradex_state_rollback",
+                               [&] { gradex::capi::engine_of(engine).rollback_state(); });
 }
 
 }  // extern "C"

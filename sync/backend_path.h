@@ -119,6 +119,16 @@ class BackendPath {
   std::vector<float> momentum(TensorState& t);
   void load_momentum(TensorState& t, const float* values, size_t n);
 
+  // Step transactions (Engine::snapshot_state / rollback_state; engine idle). A bound DGC state
+  // keeps its own snapshot (DgcState::snapshot): snapshot_dgc returns false, taking none, when the
+  // tensor's backend is not bound yet (the engine then keeps its save_dgc blob). Momentum is
+  // copied into `out` (a host tensor's by memcpy: `out` keeps its capacity; empty: none yet).
+  bool snapshot_dgc(TensorState& t);
+  bool dgc_snapshot_taken(const TensorState& t) const;
+  void rollback_dgc(TensorState& t);
+  void copy_momentum(TensorState& t, std::vector<float>& out);
+  void restore_momentum(TensorState& t, const std::vector<float>& values);
+
   // Bytes copied between a device and host memory so far (0 on host backends).
   uint64_t staged_bytes() const { return staged_bytes_.load(); }
 

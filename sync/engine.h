@@ -107,6 +107,19 @@ class Engine {
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);
 
+  // Step transactions (torchft's commit protocol, issue #22; sync/engine_snapshot.cc). Both wait
+  // for the exchanges in flight (bounded by the timeout). snapshot_state() records every
+  // per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
+  // LocalSGD anchor) and the step count, into buffers kept from one snapshot to the next;
+  // StateError after a fatal error (reconfigure first). rollback_state() restores the last
+  // snapshot bit for bit (also after an abort or a peer failure: a failed step rolls back), so a
+  // step that does not commit leaves the state as if it never ran; tensors registered since are
+  // reset to their registration state. StateError without a snapshot, or when GRADEX_POLICY=auto
+  // switched a tensor's policy since (nothing is changed then). Every rank must roll back the same
+  // steps (their counters must agree). Statistics are not rolled back.
+  void snapshot_state();
+  void rollback_state();
+
   // Leaves the job: waits (bounded by the timeout) until every rank has left, then stops the
   // thread.
   void shutdown();
@@ -235,6 +248,26 @@ class Engine {
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;
   std::thread thread_;
+
+  // snapshot_state()'s buffers (mutex_).
+  struct TensorSnapshot {
+    bool taken = false;
+    ExchangeKind policy = ExchangeKind::kDense;
+    bool has_dgc = false;
+    bool in_state = false;     // the DGC state keeps its own snapshot (BackendPath::snapshot_dgc)
+    std::vector<uint8_t> dgc;  // else DGC's state blob (BackendPath::save_dgc)
+    std::vector<float> momentum;  // a dense tensor's u (empty: none yet)
+    std::vector<float> anchor;
+    uint64_t step = 0;
+    uint64_t exchanges = 0;
+  };
+  struct Snapshot {
+    bool valid = false;
+    std::map<std::string, TensorSnapshot> tensors;
+    uint64_t completed_steps = 0;
+    float step_clip_scale = -1.0f;
+  };
+  Snapshot snapshot_;
 };
 
 }  // namespace gradex::sync

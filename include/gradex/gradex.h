@@ -124,6 +124,18 @@ gradex_status_t gradex_engine_reconfigure(gradex_engine_t* engine, const gradex_
  * gradex_engine_reconfigure. */
 gradex_status_t gradex_engine_abort(gradex_engine_t* engine, const char* reason);
 
+/* Step transactions for a commit protocol (torchft's should_commit): call gradex_state_snapshot at the start
+ * of a step and gradex_state_rollback when the step does not commit; the engine's state is then as if the
+ * step never ran, bit for bit (DGC residuals, momenta and adaptive thresholds, dense momenta, exchange
+ * counters, LocalSGD anchors, the step count; statistics are not rolled back). Both wait for exchanges in
+ * flight (bounded by the timeout). The snapshot's buffers are kept and reused by the next snapshot.
+ * Snapshot after a fatal error is GRADEX_ERR_STATE (reconfigure first); rollback works after one (a failed
+ * step rolls back) and resets tensors registered since the snapshot. Rollback without a snapshot, or after
+ * GRADEX_POLICY=auto switched a tensor's policy, is GRADEX_ERR_STATE and changes nothing. Every rank must
+ * roll back the same steps. */
+gradex_status_t gradex_state_snapshot(gradex_engine_t* engine);
+gradex_status_t gradex_state_rollback(gradex_engine_t* engine);
+
 /* Registers a gradient tensor (idempotent when called again with identical arguments; an error when the
  * same key is registered with different ones). Registration is local; cross-rank agreement is checked
  * when the tensor is first exchanged. */

@@ -125,6 +125,8 @@ def lib():
             "gradex_explain": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
             "gradex_engine_reconfigure": (status, [engine_p, ctypes.POINTER(_Options)]),
             "gradex_engine_abort": (status, [engine_p, ctypes.c_char_p]),
+            "gradex_state_snapshot": (status, [engine_p]),
+            "gradex_state_rollback": (status, [engine_p]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)
@@ -305,6 +307,16 @@ class Engine:
         """From any thread: every handle in flight and every later submission fails with AbortedError carrying
         `reason`, within milliseconds; peers learn it at once. The engine stays usable for reconfigure()."""
         check(lib().gradex_engine_abort(self._engine(), str(reason).encode()))
+
+    def snapshot_state(self):
+        """Records the engine's per-tensor state at the start of a step (gradex_state_snapshot), into buffers
+        reused by the next snapshot. StateError after a failure (reconfigure first)."""
+        check(lib().gradex_state_snapshot(self._engine()))
+
+    def rollback_state(self):
+        """Restores the last snapshot bit for bit (gradex_state_rollback): a step that did not commit leaves the
+        state as if it never ran. Every rank must roll back the same steps."""
+        check(lib().gradex_state_rollback(self._engine()))
 
     def register(self, key, numel, dtype, device=DEVICE_CPU):
         check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
