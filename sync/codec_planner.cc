@@ -281,6 +281,13 @@ void CodecPlanner::measure_codecs() {
                        compress::dgc::target_count(kN, sparsity));
 }
 
+void CodecPlanner::on_reconfigure(int world_size) {
+  world_size_ = world_size;
+  probed_ = false;
+  plan_epoch_ = 0;
+  applied_epoch_.clear();
+}
+
 void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
                                  BackendPath& path, std::mutex& state_mutex) {
   if (!probed_) {

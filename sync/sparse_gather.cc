@@ -49,7 +49,8 @@ size_t GatherModel::inline_max(size_t configured) const {
 
 void SparseGather::agree(comm::Communicator& comm) {
   if (mode_ != EngineOptions::SparseCollective::kAuto || comm.size() < 2 || model_) return;
-  const cost::ProbeResult probe = cost::probe_links(comm, comm::host_identity());
+  const cost::ProbeResult probe =
+      cost::probe_links(comm, comm::host_identity(comm.options().host_id));
   auto model = std::make_unique<GatherModel>();
   const cost::PeerClass cls = cost::collective_class(probe.hosts);
   model->link = probe.link[static_cast<size_t>(cls)];

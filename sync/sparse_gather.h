@@ -61,6 +61,9 @@ class SparseGather {
   // not counted as the unit's.
   void agree(comm::Communicator& comm);
 
+  // Forgets the agreed model: a new membership (Engine::connect) probes its own links again.
+  void reset() { model_.reset(); }
+
   // The agreed model (auto, after the first gather); null before.
   const GatherModel* model() const { return model_.get(); }
 
