@@ -16,7 +16,9 @@ Methods (density d: the fraction of a large tensor's elements each rank sends pe
                    m = B*m + g; send topk(m); m -= sent
   track:D          the average gradient tracked by a reference every rank holds: e += g - ref; send topk(e);
                    e -= sent; ref += average(sent); AdamW receives ref (dense, identical on every rank)
-  Suffix @W: the first W steps dense (a warm-up of AdamW's moments).
+  Suffix ~C: the receiver spreads what arrives over the next steps: R += average(sent); AdamW receives C*R;
+             R -= C*R (R identical on every rank; nothing is lost, bursts are smoothed for AdamW's second
+             moment). Suffix @W: the first W steps dense (a warm-up of AdamW's moments).
 
 Bytes per step are estimated as the selection's count x (4 value + 2 index) bytes; bench/lm/adam_codec_run.py
 measures the real wire bytes of the implemented codec through gradex's statistics.
@@ -49,6 +51,8 @@ def topk_mask_values(x, k):
 
 class Method:
     def __init__(self, spec, params, ranks):
+        spec, _, smooth = spec.partition("~")
+        self.smooth = float(smooth) if smooth else 0.0
         parts = spec.split("@")
         self.warmup = int(parts[1]) if len(parts) > 1 else 0
         fields = parts[0].split(":")
@@ -58,6 +62,7 @@ class Method:
         self.ranks = ranks
         self.buf = [[torch.zeros_like(p) for p in params] for _ in range(ranks)]
         self.ref = [torch.zeros_like(p) for p in params]
+        self.pending = [torch.zeros_like(p) for p in params]
         self.sent_values = 0
         self.dense_values = 0
 
@@ -93,6 +98,11 @@ class Method:
             if self.kind == "track":
                 self.ref[i].add_(avg)
                 avg = self.ref[i].clone()
+            if self.smooth > 0:
+                r = self.pending[i]
+                r.add_(avg)
+                avg = r * self.smooth
+                r.sub_(avg)
             out.append(avg)
         return out
 
