@@ -20,7 +20,7 @@ Methods (density d: the fraction of a large tensor's elements each rank sends pe
              R -= C*R (R identical on every rank; nothing is lost, bursts are smoothed for AdamW's second
              moment). Suffix @W: the first W steps dense (a warm-up of AdamW's moments).
 
-Bytes per step are estimated as the selection's count x (4 value + 2 index) bytes; bench/lm/adam_codec_run.py
+Bytes per step are estimated as the selection's count x (4 value + 2 index) bytes; bench/lm/adam_codec_bytes.py
 measures the real wire bytes of the implemented codec through gradex's statistics.
 
   python bench/lm/adam_codec_study.py --steps 300 --methods ddp ef:0.01 mom:0.01:0.9 track:0.01
