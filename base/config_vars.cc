@@ -137,7 +137,8 @@ const std::vector<VarSpec>& registry() {
      "DGC at GRADEX_SPARSITY. unknown, sgd, other: DGC as before."},
     {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.99", 0, 1, false, true, nullptr, kEngine,
      "Sparsity of the Adam codec (GRADEX_OPTIMIZER=adam): the fraction of a compressed tensor's "
-     "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense)."},
+     "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "
+     "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies."},
     {"GRADEX_ADAM_DECAY", VarType::kFloat, "0.9", 0, 1, false, false, nullptr, kEngine,
      "Decay b of the Adam codec's local buffer m <- b*m + g, of which the top-k is sent and "
      "subtracted: what is not sent fades by b per step. 1: DGC's error-feedback top-k without "

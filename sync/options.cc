@@ -79,7 +79,11 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.nesterov = c.get_bool("GRADEX_NESTEROV");
   o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
   o.adam_codec = c.get_string("GRADEX_OPTIMIZER") == "adam";
-  o.adam_sparsity = c.get_float("GRADEX_ADAM_SPARSITY");
+  // A GRADEX_SPARSITY the user set (and no GRADEX_ADAM_SPARSITY) is their choice for every codec.
+  o.adam_sparsity = c.source_of("GRADEX_SPARSITY") != config::Source::kDefault &&
+                            c.source_of("GRADEX_ADAM_SPARSITY") == config::Source::kDefault
+                        ? o.sparsity
+                        : c.get_float("GRADEX_ADAM_SPARSITY");
   o.adam_decay = static_cast<float>(c.get_float("GRADEX_ADAM_DECAY"));
   if (o.adam_codec && o.momentum > 0)
     throw ConfigError(

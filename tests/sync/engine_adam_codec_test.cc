@@ -205,3 +205,18 @@ TEST(EngineAdamCodec, PolicyGivesCompressedTensorsTheAdamSparsity) {
   o.adam_codec = false;
   EXPECT_EQ(choose_policy(o, "fc.weight", 100000).sparsity, 0.999);  // no optimizer known: DGC
 }
+
+// GRADEX_SPARSITY set explicitly (and GRADEX_ADAM_SPARSITY not) is the user's choice for the Adam
+// codec too: GRADEX_SPARSITY=0 keeps an AdamW run dense.
+TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
+  using gradex::config::Config;
+  using gradex::config::Source;
+  Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.99);
+  c.set("GRADEX_SPARSITY", "0");
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.0);
+  EXPECT_EQ(choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).kind,
+            gradex::sync::ExchangeKind::kDense);
+  c.set("GRADEX_ADAM_SPARSITY", "0.98");
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
+}
