@@ -135,7 +135,7 @@ const std::vector<VarSpec>& registry() {
      "beta_1 optimizers): tensors the policy compresses use the Adam codec (top-k of a decaying "
      "first-moment buffer with error feedback, GRADEX_ADAM_DECAY) at GRADEX_ADAM_SPARSITY instead of "
      "DGC at GRADEX_SPARSITY. unknown, sgd, other: DGC as before."},
-    {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.99", 0, 1, false, true, nullptr, kEngine,
+    {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.98", 0, 1, false, true, nullptr, kEngine,
      "Sparsity of the Adam codec (GRADEX_OPTIMIZER=adam): the fraction of a compressed tensor's "
      "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "
      "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies."},

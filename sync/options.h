@@ -38,7 +38,7 @@ struct EngineOptions {
   // GRADEX_OPTIMIZER=adam: compressed tensors use the Adam codec (compress/backend/adam_codec.h)
   // at GRADEX_ADAM_SPARSITY with decay GRADEX_ADAM_DECAY instead of DGC at GRADEX_SPARSITY.
   bool adam_codec = false;
-  double adam_sparsity = 0.99;
+  double adam_sparsity = 0.98;
   float adam_decay = 0.9f;
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto picks
   // the ring from kSparseRingMinRanks ranks up (below, the direct exchange measured as fast and

@@ -212,11 +212,11 @@ TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
   using gradex::config::Config;
   using gradex::config::Source;
   Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
-  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.99);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
   c.set("GRADEX_SPARSITY", "0");
   EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.0);
   EXPECT_EQ(choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).kind,
             gradex::sync::ExchangeKind::kDense);
-  c.set("GRADEX_ADAM_SPARSITY", "0.98");
-  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
+  c.set("GRADEX_ADAM_SPARSITY", "0.995");
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.995);
 }
