@@ -156,6 +156,21 @@ const std::vector<VarSpec>& registry() {
      "plugin sets it from the optimizer it is given (SGD's momentum, which it then takes over)."},
     {"GRADEX_NESTEROV", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
      "Nesterov momentum on every path: send g + m*u instead of u (DGC: v += g + m*u)."},
+    {"GRADEX_OPTIMIZER", VarType::kChoice, "unknown", 0, 0, false, false, "unknown|sgd|adam|other", kEngine,
+     "The optimizer family that consumes the averaged gradients, as the plugins learn it (gx.State("
+     "optimizer=), gx.DistributedOptimizer, the Keras optimizer). adam: an optimizer that keeps its "
+     "own moments (Adam, AdamW, NAdam, RAdam, LAMB, Lion, Adafactor, RMSprop with momentum, Keras "
+     "beta_1 optimizers): tensors the policy compresses use the Adam codec (top-k of a decaying "
+     "first-moment buffer with error feedback, GRADEX_ADAM_DECAY) at GRADEX_ADAM_SPARSITY instead of "
+     "DGC at GRADEX_SPARSITY. unknown, sgd, other: DGC as before."},
+    {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.98", 0, 1, false, true, nullptr, kEngine,
+     "Sparsity of the Adam codec (GRADEX_OPTIMIZER=adam): the fraction of a compressed tensor's "
+     "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "
+     "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies."},
+    {"GRADEX_ADAM_DECAY", VarType::kFloat, "0.9", 0, 1, false, false, nullptr, kEngine,
+     "Decay b of the Adam codec's local buffer m <- b*m + g, of which the top-k is sent and "
+     "subtracted: what is not sent fades by b per step. 1: DGC's error-feedback top-k without "
+     "momentum."},
     {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr, kEngine,
      "Gradient clipping on each rank before momentum and accumulation, at clip_norm * "
      "world_size^-1/2 of the norm of the whole step's gradient, which the plugin passes through "

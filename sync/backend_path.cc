@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "compress/backend/adam_codec.h"
 #include "compress/dgc/compressor.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_tensor.h"
@@ -54,8 +55,18 @@ void BackendPath::attach(TensorState& t, bool cuda) {
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   compress::DgcOptions o = compress::dgc_options_from_config(config_, world_size_);
   o.sparsity = sparsity;
-  o.clip_norm = 0;  // the engine clips (whole-step norm)
+  o.clip_norm = 0;                          // the engine clips (whole-step norm)
+  if (options_.adam_codec) o.momentum = 0;  // the optimizer keeps its moments
   return o;
+}
+
+std::unique_ptr<be::DgcCodec> BackendPath::make_codec(const TensorState& t,
+                                                      const compress::DgcOptions& options) const {
+  const compress::WireOptions wire = compress::wire_options_from_config(config_);
+  if (options_.adam_codec)
+    return std::make_unique<be::AdamCodec>(*t.backend->backend, t.key, t.numel, options, wire,
+                                           options_.adam_decay);
+  return std::make_unique<be::DgcCodec>(*t.backend->backend, t.key, t.numel, options, wire);
 }
 
 void BackendPath::bind(TensorState& t, be::BackendPtr backend) {
@@ -63,8 +74,7 @@ void BackendPath::bind(TensorState& t, be::BackendPtr backend) {
   d.backend = std::move(backend);
   if (t.dtype != DType::kFloat32) d.f32 = d.backend->allocate(std::max<size_t>(t.numel, 1) * 4);
   if (t.policy.kind == ExchangeKind::kSparse) {
-    d.dgc = std::make_unique<be::DgcCodec>(*d.backend, t.key, t.numel, d.dgc_options,
-                                           compress::wire_options_from_config(config_));
+    d.dgc = make_codec(t, d.dgc_options);
     if (!d.pending_state.empty()) {
       std::vector<uint8_t> blob = std::move(d.pending_state);
       d.pending_state.clear();
@@ -287,8 +297,7 @@ void BackendPath::switch_policy(TensorState& t, const TensorPolicy& to) {
       throw InvalidArgument("tensor '" + t.key +
                             "': its policy cannot change before its first submission");
     const compress::DgcOptions options = dgc_options(to.sparsity);
-    auto codec = std::make_unique<be::DgcCodec>(*d.backend, t.key, t.numel, options,
-                                                compress::wire_options_from_config(config_));
+    std::unique_ptr<be::DgcCodec> codec = make_codec(t, options);
     Lane& l = lane(*d.backend);
     wait_ready(t, l);  // the previous exchange's stages are done with u and v
     if (d.dgc) {
@@ -361,8 +370,7 @@ void BackendPath::load_dgc(TensorState& t, const uint8_t* blob, size_t size) {
   }
   if (!d.dgc) {  // adopted by a dense-policy tensor (GRADEX_POLICY=auto)
     d.dgc_options = dgc_options(options_.sparsity);
-    d.dgc = std::make_unique<be::DgcCodec>(*d.backend, t.key, t.numel, d.dgc_options,
-                                           compress::wire_options_from_config(config_));
+    d.dgc = make_codec(t, d.dgc_options);
     d.momentum.reset();
   }
   d.dgc->state().load_state(blob, size, *d.backend, *lane(*d.backend).stream);

@@ -32,6 +32,7 @@
 #include "comm/communicator.h"
 #include "compress/backend/backend.h"
 #include "compress/wire/codec.h"
+#include "compress/backend/dgc_codec.h"
 #include "compress/wire/message.h"
 #include "sync/dense_exchange.h"
 #include "sync/options.h"
@@ -147,6 +148,10 @@ class BackendPath {
   void bind(TensorState& t, compress::backend::BackendPtr backend);
   // The DGC options of a tensor at `sparsity` (the engine clips, so no clipping inside DGC).
   compress::DgcOptions dgc_options(double sparsity) const;
+  // A tensor's sparse codec on its bound backend: DGC, or with GRADEX_OPTIMIZER=adam the Adam
+  // codec (compress/backend/adam_codec.h: top-k of a decaying first-moment buffer).
+  std::unique_ptr<compress::backend::DgcCodec> make_codec(
+      const TensorState& t, const compress::DgcOptions& options) const;
   void wait_ready(TensorState& t, Lane& lane);
   float clip_factor(float step_clip, TensorState& t, const float* values, Lane& lane);
   void apply_momentum(TensorState& t, float* values, float scale, Lane& lane);

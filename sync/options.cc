@@ -78,6 +78,18 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.momentum = static_cast<float>(c.get_float("GRADEX_MOMENTUM"));
   o.nesterov = c.get_bool("GRADEX_NESTEROV");
   o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
+  o.adam_codec = c.get_string("GRADEX_OPTIMIZER") == "adam";
+  // A GRADEX_SPARSITY the user set (and no GRADEX_ADAM_SPARSITY) is their choice for every codec.
+  o.adam_sparsity = c.source_of("GRADEX_SPARSITY") != config::Source::kDefault &&
+                            c.source_of("GRADEX_ADAM_SPARSITY") == config::Source::kDefault
+                        ? o.sparsity
+                        : c.get_float("GRADEX_ADAM_SPARSITY");
+  o.adam_decay = static_cast<float>(c.get_float("GRADEX_ADAM_DECAY"));
+  if (o.adam_codec && o.momentum > 0)
+    throw ConfigError(
+        "GRADEX_MOMENTUM=" + c.canonical_text("GRADEX_MOMENTUM") +
+        " with GRADEX_OPTIMIZER=adam: an optimizer that keeps its own moments gets no "
+        "gradex momentum (set GRADEX_MOMENTUM=0, or GRADEX_OPTIMIZER to its family)");
   const std::string& collective = c.get_string("GRADEX_SPARSE_COLLECTIVE");
   o.sparse_collective = collective == "ring"     ? EngineOptions::SparseCollective::kRing
                         : collective == "direct" ? EngineOptions::SparseCollective::kDirect

@@ -35,6 +35,11 @@ struct EngineOptions {
   bool nesterov = false;
   // GRADEX_CLIP_NORM: clipping at clip_norm / sqrt(world size) of this rank's gradient norm.
   double clip_norm = 0;
+  // GRADEX_OPTIMIZER=adam: compressed tensors use the Adam codec (compress/backend/adam_codec.h)
+  // at GRADEX_ADAM_SPARSITY with decay GRADEX_ADAM_DECAY instead of DGC at GRADEX_SPARSITY.
+  bool adam_codec = false;
+  double adam_sparsity = 0.98;
+  float adam_decay = 0.9f;
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
   // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;

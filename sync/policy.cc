@@ -19,6 +19,16 @@ TensorPolicy choose_policy(const EngineOptions& options, const std::string& key,
     p.reason = "below GRADEX_DENSE_THRESHOLD";
     return p;
   }
+  if (options.adam_codec) {  // GRADEX_OPTIMIZER=adam: the Adam codec's own sparsity
+    if (options.adam_sparsity == 0) {
+      p.reason = "GRADEX_ADAM_SPARSITY=0";
+      return p;
+    }
+    p.kind = ExchangeKind::kSparse;
+    p.sparsity = options.adam_sparsity;
+    p.reason = "GRADEX_OPTIMIZER=adam: Adam codec at GRADEX_ADAM_SPARSITY";
+    return p;
+  }
   if (options.sparsity == 0) {
     p.reason = "GRADEX_SPARSITY=0";
     return p;

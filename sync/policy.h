@@ -1,7 +1,8 @@
 // Per-tensor exchange policy: an ordered chain of candidates, the first that applies wins.
 //   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense' or a sparsity);
 //   2. fewer elements than GRADEX_DENSE_THRESHOLD -> dense (fused, 16-bit or fp32 on the wire);
-//   3. otherwise DGC at GRADEX_SPARSITY.
+//   3. otherwise DGC at GRADEX_SPARSITY (GRADEX_OPTIMIZER=adam: the Adam codec at
+//      GRADEX_ADAM_SPARSITY; a sparse tensor's codec is then the Adam codec whatever decided it).
 // A sparsity of exactly 0 from an override or the global setting means dense as well: there is
 // nothing to compress, and the fused ring is cheaper than an allgather of everything.
 #pragma once

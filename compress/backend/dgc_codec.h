@@ -32,6 +32,7 @@ class DgcCodec {
   // `options.sparsity` is the tensor's own (its policy's); `backend` outlives the codec.
   DgcCodec(Backend& backend, std::string key, size_t numel, const DgcOptions& options,
            const WireOptions& wire);
+  virtual ~DgcCodec() = default;
   DgcCodec(const DgcCodec&) = delete;
   DgcCodec& operator=(const DgcCodec&) = delete;
 
@@ -41,13 +42,15 @@ class DgcCodec {
 
   // A sparse step over `grad` (backend memory, times grad_scale): the DGC step, its selection
   // staged and encoded, appended to `out`; `grad` is left all zeros (it receives sum_payloads).
-  void encode_step(float* grad, float grad_scale, Stream& stream, std::vector<uint8_t>& out);
+  // (AdamCodec, compress/backend/adam_codec.h, adds a decay of v before both steps.)
+  virtual void encode_step(float* grad, float grad_scale, Stream& stream,
+                           std::vector<uint8_t>& out);
   // An empty selection (no element, the state untouched), appended to `out`: the payload of a rank
   // that contributes nothing to this step's sum (sync's absent submissions).
   void encode_empty(std::vector<uint8_t>& out);
   // A dense step: `grad` becomes what this rank sends densely (v after the update); v is emptied,
   // u kept. Queued on `stream`.
-  void dense_step(float* grad, float grad_scale, Stream& stream);
+  virtual void dense_step(float* grad, float grad_scale, Stream& stream);
   // out (numel floats, all zeros) += scale * payloads[r] for r in rank order. Every payload is
   // validated (wire::decode's checks, this tensor's key and size); CorruptPayload names the key and
   // the lowest rank whose payload is bad.
@@ -60,6 +63,9 @@ class DgcCodec {
 
   // Bytes copied between the backend and host memory so far (0 on host backends).
   size_t staged_bytes() const { return stager_.bytes_staged() + applier_.bytes_staged(); }
+
+ protected:
+  Backend& backend() { return backend_; }
 
  private:
   void sum_on_host(const std::vector<wire::PayloadSpan>& payloads, float scale, float* out);

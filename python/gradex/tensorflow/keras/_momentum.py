@@ -10,6 +10,9 @@
   the environment), else 0.
 - LocalSGD: the optimizer owns momentum (in both phases); GRADEX_MOMENTUM as set explicitly, else 0.
 The decided value is always passed to the engine explicitly, so the core's default never matters.
+The optimizer's family goes to the engine too (GRADEX_OPTIMIZER, unless set explicitly): `adam` for the
+optimizers that keep their own first moment (their compressed tensors use the Adam codec, docs/adam_codec.md),
+`sgd` or `other` otherwise (DGC).
 """
 import logging
 
@@ -38,6 +41,14 @@ def keeps_first_moment(optimizer):
 
 def decide(optimizer, config, local_sgd):
     """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
+    settings, m = _decide_momentum(optimizer, config, local_sgd)
+    if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None:
+        settings["GRADEX_OPTIMIZER"] = ("adam" if keeps_first_moment(optimizer)
+                                        else "sgd" if is_sgd(optimizer) else "other")
+    return settings, m
+
+
+def _decide_momentum(optimizer, config, local_sgd):
     explicit = _runtime.explicit_setting("GRADEX_MOMENTUM", config)
     explicit_value = float(explicit) if explicit is not None else None
     name = type(optimizer).__name__

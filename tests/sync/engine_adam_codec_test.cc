@@ -1,0 +1,222 @@
+// The Adam codec through the engine (GRADEX_OPTIMIZER=adam): real ranks, real UCX. Every rank's
+// average is bit-identical, on the CPU and the thrust-omp backends; each step's average is the
+// average of what every rank's codec sent (sent = fl(b * m_old) + g - m_new, read from the engine's
+// buffer); a checkpoint saved mid-run restores into fresh engines that continue bit for bit; the
+// policy chain gives compressed tensors the Adam codec's sparsity; gradex momentum with
+// GRADEX_OPTIMIZER=adam is refused naming both variables.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "capi/engine_access.h"
+#include "compress/backend/backend.h"
+#include "process_ranks.h"
+#include "rank_checks.h"
+#include "sync/policy.h"
+
+using namespace gradex::test;
+
+namespace {
+
+const uint64_t kNumel = 60000;
+const float kDecay = 0.9f;
+const std::vector<std::string> kEnv = {
+    "GRADEX_OPTIMIZER=adam",       "GRADEX_ADAM_SPARSITY=0.99",
+    "GRADEX_ADAM_DECAY=0.9",       "GRADEX_FP16=0",
+    "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_SPARSITY_OVERRIDES=check:dense"};
+
+void write_file(const std::string& path, const void* data, size_t size) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+}
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string temp_dir() {
+  char dir_template[] = "/tmp/gradex-adam-XXXXXX";
+  return mkdtemp(dir_template);
+}
+
+std::string step(gradex_engine_t* engine, int rank, int s, std::vector<float>& out) {
+  out = test_vector(21, rank, s, kNumel);
+  gradex_handle_t h;
+  RANK_OK(gradex_submit(engine, "w", out.data(), &h));
+  RANK_OK(gradex_wait(engine, h));
+  RANK_OK(gradex_end_step(engine, nullptr));
+  return "";
+}
+
+void averages_are_what_ranks_sent_and_identical(const std::string& backend) {
+  const int world = 3, steps = 5;
+  const std::string dir = temp_dir();
+  std::vector<std::string> env = kEnv;
+  env.push_back("GRADEX_BACKEND=" + backend);
+  auto results = run_ranks(world, env, [&](RankContext& ctx) -> std::string {
+    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    RANK_OK(gradex_register_tensor(ctx.engine, "check", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    gradex::sync::Engine& engine = gradex::capi::engine_of(ctx.engine);
+    std::vector<float> all;
+    for (int s = 0; s < steps; ++s) {
+      const std::vector<float> m_old = engine.residual_of("w");
+      RANK_REQUIRE(m_old.size() == kNumel, "buffer size " << m_old.size());
+      const std::vector<float> g = test_vector(5, ctx.rank, s, kNumel);
+      std::vector<float> avg = g;
+      gradex_handle_t h;
+      RANK_OK(gradex_submit(ctx.engine, "w", avg.data(), &h));
+      RANK_OK(gradex_wait(ctx.engine, h));
+      const std::vector<float> m_new = engine.residual_of("w");
+      std::vector<float> sent(kNumel);
+      uint64_t count = 0;
+      for (uint64_t i = 0; i < kNumel; ++i) {
+        sent[i] = (kDecay * m_old[i] + g[i]) - m_new[i];
+        count += sent[i] != 0.0f;
+      }
+      RANK_REQUIRE(count >= kNumel / 200 && count <= kNumel * 13 / 1000,
+                   "step " << s << ": this rank sent " << count << " of " << kNumel);
+      // The dense fp32 average of what each rank sent equals the codec's average (to rounding:
+      // the ring adds in another order than the sparse sum).
+      RANK_OK(gradex_submit(ctx.engine, "check", sent.data(), &h));
+      RANK_OK(gradex_wait(ctx.engine, h));
+      double worst = 0;
+      for (uint64_t i = 0; i < kNumel; ++i)
+        worst = std::max(worst, static_cast<double>(std::fabs(sent[i] - avg[i])));
+      RANK_REQUIRE(worst < 1e-5,
+                   "step " << s << ": average != mean of what ranks sent, worst " << worst);
+      all.insert(all.end(), avg.begin(), avg.end());
+      RANK_OK(gradex_end_step(ctx.engine, nullptr));
+    }
+    gradex_stats_t stats;
+    RANK_OK(gradex_get_stats(ctx.engine, 0, &stats));
+    RANK_REQUIRE(stats.sparse_exchanges == steps, "sparse exchanges " << stats.sparse_exchanges);
+    write_file(dir + "/avg" + std::to_string(ctx.rank), all.data(), all.size() * 4);
+    return "";
+  });
+  ASSERT_EQ(failures(results), "");
+  const std::vector<char> first = read_file(dir + "/avg0");
+  ASSERT_EQ(first.size(), kNumel * steps * 4);
+  for (int r = 1; r < world; ++r)
+    EXPECT_TRUE(read_file(dir + "/avg" + std::to_string(r)) == first)
+        << "rank " << r << "'s averages differ from rank 0's (" << backend << ")";
+  for (int r = 0; r < world; ++r)
+    ::unlink((dir + "/avg" + std::to_string(r)).c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+TEST(EngineAdamCodec, AveragesAreWhatRanksSentAndBitIdenticalOnCpu) {
+  averages_are_what_ranks_sent_and_identical("cpu");
+}
+
+TEST(EngineAdamCodec, AveragesAreWhatRanksSentAndBitIdenticalOnThrustOmp) {
+  if (!gradex::compress::backend::backend_available(
+          gradex::compress::backend::DeviceType::kThrustOmp))
+    GTEST_SKIP() << "this build has no thrust-omp backend";
+  averages_are_what_ranks_sent_and_identical("thrust-omp");
+}
+
+TEST(EngineAdamCodec, CheckpointMidRunContinuesBitForBit) {
+  const std::string dir = temp_dir();
+  auto first = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
+    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    std::vector<float> out;
+    for (int s = 0; s < 3; ++s)
+      if (auto e = step(ctx.engine, ctx.rank, s, out); !e.empty()) return e;
+    size_t length = 0;
+    RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
+    std::vector<char> state(length);
+    RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
+    write_file(dir + "/state" + std::to_string(ctx.rank), state.data(), length);
+    std::vector<float> all;
+    for (int s = 3; s < 6; ++s) {
+      if (auto e = step(ctx.engine, ctx.rank, s, out); !e.empty()) return e;
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    write_file(dir + "/expected" + std::to_string(ctx.rank), all.data(), all.size() * 4);
+    return "";
+  });
+  ASSERT_EQ(failures(first), "");
+  auto second = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
+    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    std::vector<char> state = read_file(dir + "/state" + std::to_string(ctx.rank));
+    std::vector<char> damaged = state;
+    damaged[damaged.size() / 2] ^= 0x10;  // inside the buffer's values: the CRC refuses it
+    RANK_REQUIRE(gradex_load_state(ctx.engine, damaged.data(), damaged.size()) != GRADEX_OK,
+                 "damaged state accepted");
+    damaged = state;
+    damaged.resize(damaged.size() / 2);
+    RANK_REQUIRE(gradex_load_state(ctx.engine, damaged.data(), damaged.size()) != GRADEX_OK,
+                 "truncated state accepted");
+    RANK_OK(gradex_load_state(ctx.engine, state.data(), state.size()));
+    std::vector<char> expected = read_file(dir + "/expected" + std::to_string(ctx.rank));
+    std::vector<float> out;
+    for (int s = 3; s < 6; ++s) {
+      if (auto e = step(ctx.engine, ctx.rank, s, out); !e.empty()) return e;
+      RANK_REQUIRE(std::memcmp(out.data(), expected.data() + (s - 3) * kNumel * 4, kNumel * 4) == 0,
+                   "step " << s << " differs from the uninterrupted run");
+    }
+    return "";
+  });
+  EXPECT_EQ(failures(second), "");
+  for (const char* f : {"state0", "state1", "expected0", "expected1"})
+    ::unlink((dir + "/" + f).c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(EngineAdamCodec, GradexMomentumWithAnAdamOptimizerIsRefused) {
+  auto results = run_ranks(
+      1, {"GRADEX_OPTIMIZER=adam", "GRADEX_MOMENTUM=0.9"},
+      [&](RankContext& ctx) -> std::string {
+        gradex_engine_t* engine = nullptr;
+        std::string error;
+        RANK_REQUIRE(create_engine(ctx.rank, ctx.world, &engine, &error) == GRADEX_ERR_CONFIG,
+                     "engine created: " << error);
+        RANK_REQUIRE(
+            error.find("GRADEX_MOMENTUM=0.9 with GRADEX_OPTIMIZER=adam") != std::string::npos,
+            error);
+        return "";
+      },
+      std::chrono::seconds(60), false);
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST(EngineAdamCodec, PolicyGivesCompressedTensorsTheAdamSparsity) {
+  gradex::sync::EngineOptions o;
+  o.sparsity = 0.999;
+  o.adam_codec = true;
+  o.adam_sparsity = 0.98;
+  o.overrides = gradex::sync::parse_policy_overrides("embed:0.9,norm:dense");
+  using gradex::sync::ExchangeKind;
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).kind, ExchangeKind::kSparse);
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).sparsity, 0.98);
+  EXPECT_EQ(choose_policy(o, "fc.bias", 100).kind, ExchangeKind::kDense);
+  EXPECT_EQ(choose_policy(o, "embed.weight", 100000).sparsity, 0.9);  // overrides still win
+  EXPECT_EQ(choose_policy(o, "norm.weight", 100000).kind, ExchangeKind::kDense);
+  o.adam_sparsity = 0;
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).kind, ExchangeKind::kDense);
+  o.adam_codec = false;
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).sparsity, 0.999);  // no optimizer known: DGC
+}
+
+// GRADEX_SPARSITY set explicitly (and GRADEX_ADAM_SPARSITY not) is the user's choice for the Adam
+// codec too: GRADEX_SPARSITY=0 keeps an AdamW run dense.
+TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
+  using gradex::config::Config;
+  using gradex::config::Source;
+  Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
+  c.set("GRADEX_SPARSITY", "0");
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.0);
+  EXPECT_EQ(choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).kind,
+            gradex::sync::ExchangeKind::kDense);
+  c.set("GRADEX_ADAM_SPARSITY", "0.995");
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.995);
+}
