@@ -133,7 +133,8 @@ def parse_args(argv=None):
     p.add_argument("--fragments", type=int, default=4, help="DiLoCo's streaming fragments")
     p.add_argument("--delay", type=int, default=2, help="DiLoCo: inner steps a fragment's exchange overlaps")
     p.add_argument("--outer-lr", type=float, default=0.7)
-    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--outer-momentum", type=float, default=0.5,
+                   help="0.5: the best at the race's H=32 (bench/lm/diloco_grid.py, docs/benchmarks.md)")
     p.add_argument("--density", type=float, default=0.01, help="gradex_diloco_topk: fraction sent per sync")
     p.add_argument("--steps", type=int, default=0,
                    help="stop after this many steps instead of the budget (equal-step comparisons); "

@@ -3,7 +3,7 @@
 from . import _capi, _errors
 
 # The keyword defaults of both front ends (docs/pytorch.md, "Which method for which optimizer and link").
-DEFAULTS = dict(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=8, nesterov=True,
+DEFAULTS = dict(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=4, nesterov=True,
                 mixing=0.0, compression="quant", density=None)
 
 

