@@ -24,7 +24,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "cluster"))
 import corpus  # noqa: E402
-import model as lm  # noqa: E402
 import network  # noqa: E402
 import race  # noqa: E402
 

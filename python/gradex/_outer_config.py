@@ -22,8 +22,8 @@ def _float_arg(name, value):
 def outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, nesterov, mixing, compression,
                  density, config):
     """{GRADEX_* name: value} for _capi.Outer: the arguments, then `config` (which wins). Raises
-    gradex.ConfigError naming the argument or variable for a bad value (checked by the core's registry too),
-    and for a delay not below the period."""
+    gradex.ConfigError naming the argument or variable for a bad value (the core's registry checks the
+    variables, and that the delay is below the period)."""
     if bits not in (4, 8, 32) or isinstance(bits, bool):
         raise _errors.ConfigError(f"gradex: DiLoCo bits must be 4, 8 or 32, got {bits!r}")
     if compression not in ("quant", "topk"):
@@ -47,11 +47,9 @@ def outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, neste
     if density is not None:
         merged["GRADEX_OUTER_DENSITY"] = repr(float(density))
     merged.update({str(k): str(v) for k, v in (config or {}).items()})
-    _capi.check_config(merged)  # a bad value is a ConfigError now, also when the outer optimizer comes later
-    delay, period = int(merged["GRADEX_OUTER_DELAY"]), int(merged["GRADEX_OUTER_PERIOD"])
-    if delay >= period:
-        raise _errors.ConfigError(f"gradex: GRADEX_OUTER_DELAY={delay} must be below GRADEX_OUTER_PERIOD={period} "
-                                  f"(a fragment's exchange must merge before its next one starts)")
+    # A bad value, or a delay not below the period, is a ConfigError now, also when the outer optimizer is
+    # created later (lazily).
+    _capi.check_config(merged)
     return merged
 
 

@@ -19,7 +19,7 @@ try:
     import diloco_grid  # noqa: E402
 finally:
     del sys.path[:2]
-    for name in ("corpus", "model", "race", "lm_rank", "network", "diloco_grid"):  # plain names: out of other tests' way
+    for name in ("corpus", "model", "race", "lm_rank", "network", "diloco_grid"):  # out of other tests' way
         sys.modules.pop(name, None)
 
 SMALL = 256 << 10  # bytes of training text for the tests

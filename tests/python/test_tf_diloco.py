@@ -49,6 +49,7 @@ def _keras_diloco(rank, world, settings, batch_norm, epochs):
     import gradex.tensorflow as gxt
     import gradex.tensorflow.keras as gxk
 
+    diloco = gxk.callbacks.DiLoCoCallback(**settings)  # before gxt.init(): nothing is created until fit()
     gxt.init({"GRADEX_TIMEOUT_S": "60"})
     keras.utils.set_random_seed(1)
     layers = [keras.Input((8,)), keras.layers.Dense(_HIDDEN, activation="tanh")]
@@ -61,7 +62,6 @@ def _keras_diloco(rank, world, settings, batch_norm, epochs):
     dense[0].set_weights(w[:2])
     dense[1].set_weights(w[2:])
     model.compile(optimizer=keras.optimizers.Adam(3e-3, epsilon=1e-8), loss="mse", jit_compile=False)
-    diloco = gxk.callbacks.DiLoCoCallback(**settings)
     merges = []
 
     class Record(keras.callbacks.Callback):
