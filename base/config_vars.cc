@@ -237,11 +237,12 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_OUTER_MIXING", VarType::kFloat, "0", 0, 1, false, true, nullptr, kOuter,
      "DiLoCo: at a merge the local copy becomes (1 - a) * theta_global + a * theta_local (a = "
      "this value; 0 replaces the local copy by the global one)."},
-    {"GRADEX_OUTER_BITS", VarType::kChoice, "8", 0, 0, false, false, "4|8|32|topk", kOuter,
-     "DiLoCo: pseudo-gradients travel as 8- or 4-bit block-quantized codes with error feedback "
+    {"GRADEX_OUTER_BITS", VarType::kChoice, "4", 0, 0, false, false, "4|8|32|topk", kOuter,
+     "DiLoCo: pseudo-gradients travel as 4- or 8-bit block-quantized codes with error feedback "
      "(summed in fp32), as exact fp32 (32), or as the top-k entries of each fragment's "
      "pseudo-gradient by magnitude with error feedback (topk: fp32 values and indices, "
-     "allgathered and summed in rank order; see GRADEX_OUTER_DENSITY)."},
+     "allgathered and summed in rank order; see GRADEX_OUTER_DENSITY). 4 bits lost nothing "
+     "against 8 on the LM race's transformer at half the bytes (docs/benchmarks.md)."},
     {"GRADEX_OUTER_DENSITY", VarType::kFloat, "0.01", 0, 1, true, false, nullptr, kOuter,
      "DiLoCo with GRADEX_OUTER_BITS=topk: fraction of each fragment's elements sent per "
      "synchronization (k = ceil(density * elements)); 1 sends every non-zero entry."},

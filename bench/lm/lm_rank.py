@@ -2,13 +2,15 @@
 """One rank of the LM race (bench/lm/race.py): the race's transformer (model.py) trained with AdamW on the
 standard library's .py files (corpus.py) with one synchronisation method, for a wall-clock budget.
 
-Clock: rank 0's elapsed wall time of training (steps, exchanges, waits, the per-step stop signal), with
-the held-out evaluations paused out of it. After every step rank 0 broadcasts (stop, evaluate) to the other
-ranks, so every rank runs the same number of steps; the broadcast is a few bytes and counts towards the
-clock and the bytes of every method alike. Every --eval-every seconds of clock, and at the end, rank 0
-measures the held-out loss (DiLoCo: of the global model; LocalSGD and no-communication: of its own model)
-and reads the bytes all hosts have put on the wire (the switch ports' kernel counters, --switch; null
-without one). Rank 0 writes the curve, [(clock_s, step, held_out_loss, bytes)], to --curve-out as JSON.
+Clock: rank 0's elapsed wall time of training (steps, exchanges, waits, the per-step stop signal), with the
+held-out evaluations paused out of it. After every step rank 0 broadcasts (stop, evaluate) to the other ranks,
+so every rank runs the same number of steps; the broadcast is a few bytes and counts towards the clock and the
+bytes of every method alike. Every --eval-every seconds of clock, and at the end, rank 0 measures the held-out
+loss (DiLoCo: of the global model; LocalSGD and no-communication: of its own model) and reads the bytes all
+hosts have put on the wire (the switch ports' kernel counters, --switch; null without one). With --steps N the
+run ends after N steps instead (evaluations every --eval-steps steps): equal-step comparisons of methods or
+settings (bench/lm/diloco_grid.py). Rank 0 writes the curve, [(clock_s, step, held_out_loss, bytes)], to
+--curve-out as JSON.
 """
 import argparse
 import datetime
@@ -71,10 +73,14 @@ def _gradex_localsgd(model, args, opt):
 def _diloco(bits):
     def make(model, args, opt):
         import gradex.torch as gx
-        d = gx.DiLoCo(model, opt, period=args.period, fragments=args.fragments, delay=args.delay, bits=bits,
-                      outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
-        return model, (f"gx.DiLoCo({bits}-bit, H={args.period}, {args.fragments} fragments, "
-                       f"delay {args.delay})"), d
+        if bits == "topk":
+            codec, what = dict(compression="topk", density=args.density), f"top-k {args.density:g}"
+        else:
+            codec, what = dict(bits=bits), f"{bits}-bit"
+        d = gx.DiLoCo(model, opt, period=args.period, fragments=args.fragments, delay=args.delay,
+                      outer_lr=args.outer_lr, outer_momentum=args.outer_momentum, **codec)
+        return model, (f"gx.DiLoCo({what}, H={args.period}, {args.fragments} fragments, delay {args.delay}, "
+                       f"outer lr {args.outer_lr:g} momentum {args.outer_momentum:g})"), d
     return make
 
 
@@ -92,6 +98,8 @@ METHODS = {
     "gradex_localsgd": _gradex_localsgd,
     "gradex_diloco8": _diloco(8),
     "gradex_diloco4": _diloco(4),
+    "gradex_diloco32": _diloco(32),
+    "gradex_diloco_topk": _diloco("topk"),
     "nocomm": _nocomm,
 }
 
@@ -110,7 +118,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--method", choices=sorted(METHODS), required=True)
     p.add_argument("--data", required=True, help="the corpus file race.py wrote (corpus.save)")
-    p.add_argument("--budget", type=float, required=True, help="seconds of training clock")
+    p.add_argument("--budget", type=float, default=0, help="seconds of training clock (or --steps)")
     p.add_argument("--eval-every", type=float, default=0, help="seconds of clock (default budget / 12)")
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--batch", type=int, default=8, help="per rank")
@@ -125,12 +133,24 @@ def parse_args(argv=None):
     p.add_argument("--fragments", type=int, default=4, help="DiLoCo's streaming fragments")
     p.add_argument("--delay", type=int, default=2, help="DiLoCo: inner steps a fragment's exchange overlaps")
     p.add_argument("--outer-lr", type=float, default=0.7)
-    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--outer-momentum", type=float, default=0.5,
+                   help="0.5: the best at the race's H=32 (bench/lm/diloco_grid.py, docs/benchmarks.md)")
+    p.add_argument("--density", type=float, default=0.01, help="gradex_diloco_topk: fraction sent per sync")
+    p.add_argument("--steps", type=int, default=0,
+                   help="stop after this many steps instead of the budget (equal-step comparisons); "
+                        "evaluations every --eval-steps steps")
+    p.add_argument("--eval-steps", type=int, default=0, help="with --steps: steps between evaluations "
+                                                             "(default steps / 4)")
     p.add_argument("--switch", default="", help="the emulated cluster's switch namespace (byte counters)")
     p.add_argument("--curve-out", required=True)
     args = p.parse_args(argv)
-    if args.budget <= 0:
-        p.error(f"--budget must be positive seconds, got {args.budget}")
+    if args.steps < 0 or args.eval_steps < 0:
+        p.error(f"--steps and --eval-steps must be >= 0, got {args.steps} and {args.eval_steps}")
+    if args.steps == 0 and args.budget <= 0:
+        p.error(f"--budget must be positive seconds (or give --steps), got {args.budget}")
+    if args.steps:
+        args.budget = float("inf")
+        args.eval_steps = args.eval_steps or max(1, args.steps // 4)
     args.eval_every = args.eval_every or args.budget / 12
     return args
 
@@ -181,7 +201,10 @@ def main():
         step += 1
         if rank == 0:
             now = clock + time.perf_counter() - started
-            signal[0], signal[1] = int(now >= args.budget), int(now >= next_eval)
+            if args.steps:
+                signal[0], signal[1] = int(step >= args.steps), int(step % args.eval_steps == 0)
+            else:
+                signal[0], signal[1] = int(now >= args.budget), int(now >= next_eval)
         dist.broadcast(signal, 0)
         stop, due = bool(signal[0]), bool(signal[1])
         if stop or due:
@@ -199,11 +222,14 @@ def main():
             if stop:
                 break
             started = time.perf_counter()
+    sent = None
     if diloco is not None:
+        sent = diloco.stats()["bytes_sent"]  # this rank's, counted by gradex (also without a switch)
         diloco.close()
     if rank == 0:
         with open(args.curve_out, "w") as f:
             json.dump({"method": args.method, "label": label, "curve": curve, "world": world,
+                       "gradex_bytes_sent_rank0": sent,
                        "parameters": lm.parameter_count(model), "args": vars(args)}, f)
         print(f"RESULT method={args.method} steps={step} train_s={clock:.6g} final_loss={curve[-1][2]:.6g} "
               f"bytes={curve[-1][3]}")

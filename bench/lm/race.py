@@ -5,6 +5,7 @@ on the standard library's .py files (corpus.py) for the same wall-clock budget, 
 bytes on the wire.
 
     sudo .venv/bin/python bench/lm/race.py --rates 100mbit,1gbit --budget 300
+    sudo .venv/bin/python bench/lm/race.py --short      # 100 Mbit/s, 4 methods, 240 s each: ~25 min
 
 Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
 this gradex configures it for AdamW), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
@@ -43,6 +44,9 @@ import network  # noqa: E402
 GRADEX = ("gradex_default", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
 HOOKS = ("fp16", "powersgd")
 DEFAULT_METHODS = ("ddp", "fp16", "powersgd", *GRADEX, "nocomm")
+# --short: one rate, DDP (the target), the PyTorch hook that sends least, gradex's two local methods; about
+# 4 x (240 s + start-up and evaluations) on 4 hosts.
+SHORT = {"rates": "100mbit", "methods": "ddp,powersgd,gradex_diloco4,gradex_localsgd", "budget": 240.0}
 
 
 def rate_tag(rate):
@@ -178,10 +182,15 @@ def parse_args(argv=None):
     p.add_argument("--method-slack", type=float, default=600, help="seconds a method may run past its budget")
     p.add_argument("--loopback", action="store_true", help="ranks on 127.0.0.1 here: no shaping, no counters")
     p.add_argument("--use-running-cluster", action="store_true", help="the cluster is up already (bench/run)")
+    p.add_argument("--short", action="store_true",
+                   help=f"the reduced race (~25 min): {SHORT['rates']}, methods {SHORT['methods']}, "
+                        f"{SHORT['budget']:g} s each (overrides --rates, --methods, --budget)")
     p.add_argument("--out", default="docs/benchmarks/lm_race.json")
     p.add_argument("--plot", default="docs/benchmarks/lm_race.png")
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-lm"))
     args = p.parse_args(argv)
+    if args.short:
+        args.rates, args.methods, args.budget = SHORT["rates"], SHORT["methods"], SHORT["budget"]
     args.methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in args.methods if m not in lm_rank.METHODS]
     if unknown:

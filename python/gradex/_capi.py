@@ -473,9 +473,13 @@ class Outer:
         c.gradex_engine_options_init(ctypes.byref(options))
         options.rank = rank
         options.world_size = world_size
-        self._store = StoreAdapter(store) if store is not None else None
-        if self._store is not None:
-            options.store = ctypes.pointer(self._store.struct)
+        if isinstance(store, JobStore):  # the core's own store (the TensorFlow plugin's): no Python in the loop
+            self._store = store
+            options.store = store.pointer()
+        else:
+            self._store = StoreAdapter(store) if store is not None else None
+            if self._store is not None:
+                options.store = ctypes.pointer(self._store.struct)
         self._prefix = store_prefix.encode() if store_prefix else None
         options.store_prefix = self._prefix
         config_arrays = _set_config(options, config)  # alive until the call returns

@@ -17,7 +17,7 @@ struct OuterOptions {
   int64_t fragments = 1;  // F
   int64_t delay = 0;      // steps between an exchange's start and its merge, < period
   double mixing = 0.0;    // a: theta_local = (1 - a) * theta_global + a * theta_local at a merge
-  int bits = 8;           // 4, 8 or 32 (exact fp32); 0 with topk
+  int bits = 4;           // 4, 8 or 32 (exact fp32); 0 with topk
   bool topk = false;      // GRADEX_OUTER_BITS=topk: DGC top-k of delta, allgathered
   double density = 0.01;  // topk: fraction of a fragment's elements sent per sync
   compress::WireOptions wire;           // topk: index coding, zstd (GRADEX_INDEX_CODING, ...)

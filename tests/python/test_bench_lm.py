@@ -16,9 +16,10 @@ try:
     import corpus  # noqa: E402
     import model as lm  # noqa: E402
     import race  # noqa: E402
+    import diloco_grid  # noqa: E402
 finally:
     del sys.path[:2]
-    for name in ("corpus", "model", "race", "lm_rank", "network"):  # plain names: out of other tests' way
+    for name in ("corpus", "model", "race", "lm_rank", "network", "diloco_grid"):  # out of other tests' way
         sys.modules.pop(name, None)
 
 SMALL = 256 << 10  # bytes of training text for the tests
@@ -133,3 +134,40 @@ def test_tiny_race_on_loopback(tmp_path):
     assert float(fields["ttt_ddp_loopback"]) == pytest.approx(ddp_ttt, rel=1e-3)
     assert "ddp_over_best_gradex_ttt_loopback" not in fields  # no gradex method ran
     assert (tmp_path / "lm.png").stat().st_size > 0
+
+
+def test_short_race_is_one_rate_and_four_methods():
+    args = race.parse_args(["--short"])
+    assert args.rates == ["100mbit"] and args.budget == 240
+    assert args.methods == ["ddp", "powersgd", "gradex_diloco4", "gradex_localsgd"]
+    assert len(args.methods) * (args.budget + 120) <= 30 * 60  # fits the half hour with start-up and evaluations
+
+
+def test_diloco_grid_settings_parse_and_reject_by_name():
+    assert diloco_grid.parse_setting("diloco4 lr=0.7 m=0.5 F=2") == (
+        "gradex_diloco4", ["--outer-lr", "0.7", "--outer-momentum", "0.5", "--fragments", "2"])
+    assert diloco_grid.parse_setting("topk density=0.03")[1] == ["--density", "0.03"]
+    with pytest.raises(ValueError, match="first word"):
+        diloco_grid.parse_setting("diloco5")
+    with pytest.raises(ValueError, match="'speed=2'"):
+        diloco_grid.parse_setting("diloco8 speed=2")
+    with pytest.raises(ValueError):
+        diloco_grid.parse_setting("diloco8 lr=fast")
+
+
+def test_equal_step_runs_stop_at_their_step_count(tmp_path):
+    """lm_rank.py --steps: the run ends after exactly N steps (not a budget), evaluating every --eval-steps,
+    for every method; a DiLoCo run also reports the bytes gradex counted."""
+    for method in ("ddp", "gradex_diloco4"):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "lm" / "diloco_grid.py"), "--only",
+             {"ddp": "ddp", "gradex_diloco4": "diloco4 H=4 F=2 d=1"}[method], "--steps", "8", "--eval-steps", "4",
+             "--vocab", "512", "--corpus-bytes", str(SMALL), "--log-dir", str(tmp_path), "--out",
+             str(tmp_path / f"{method}.json"), "--rank-args",
+             "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2"],
+            capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stdout + out.stderr
+        result = json.loads((tmp_path / f"{method}.json").read_text())["results"][0]
+        assert [c[1] for c in result["curve"]] == [0, 4, 8]
+        if method == "gradex_diloco4":
+            assert result["gradex_bytes_sent_rank0"] > 0

@@ -160,7 +160,8 @@ def test_bench_run_options():
     """bench/run's new options are documented and bad values are refused before anything is built."""
     run = ROOT / "bench" / "run"
     text = subprocess.run([str(run), "--help"], capture_output=True, text=True, timeout=30).stdout
-    for option in ("--train-rates", "--train-tasks", "--hierarchy", "--cluster-name", "--subnet", "--steps"):
+    for option in ("--train-rates", "--train-tasks", "--hierarchy", "--cluster-name", "--subnet", "--steps",
+                   "--lm-race-short"):
         assert option in text
     for argv in (["--steps", "two"], ["--quick", "--hierarchy", "--hosts", "2"], ["--bogus"]):
         done = subprocess.run([str(run), *argv], capture_output=True, text=True, timeout=60)

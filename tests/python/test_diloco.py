@@ -209,3 +209,70 @@ def test_bad_values_rejected_by_name():
         assert out[case] is not None, f"{case} accepted"
         assert word in out[case][1], out[case]
     assert out["period"][0] == "ConfigError" and out["fragments"][0] == "InvalidArgumentError"
+
+
+def _lazy(rank, world):
+    """gx.DiLoCo and gx.DistributedOptimizer built before init_process_group: nothing is created until the
+    first use; a lazy DiLoCo then trains exactly as an eager one built after init_process_group."""
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+
+    def shifted():
+        model = _model()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * rank)  # ranks start different: both must start from rank 0's parameters
+        return model
+
+    lazy_model, eager_model, dopt_model = shifted(), shifted(), _model()  # DistributedOptimizer copies nothing
+    lazy_opt = torch.optim.AdamW(lazy_model.parameters(), lr=3e-3)
+    settings = dict(period=4, fragments=2, delay=1, bits=4)
+    lazy = gx.DiLoCo(lazy_model, lazy_opt, **settings)
+    dopt = gx.DistributedOptimizer(torch.optim.SGD(dopt_model.parameters(), lr=0.1),
+                                   named_parameters=dopt_model.named_parameters(), config={"GRADEX_SPARSITY": "0"})
+    out = {"created_before": (lazy.started, dopt._engine is not None)}
+    dist.init_process_group("gloo")
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=3e-3)
+    eager = gx.DiLoCo(eager_model, eager_opt, **settings)
+    out["eager_started"] = eager.started
+    out["lazy_after_init"] = lazy.started  # still waiting for its first use
+    gen = torch.Generator().manual_seed(50 + rank)
+    digests = []
+    for step in range(12):
+        x, y = _batch(gen)
+        for model, opt, d in ((lazy_model, lazy_opt, lazy), (eager_model, eager_opt, eager)):
+            opt.zero_grad()
+            prediction = model(x)
+            if step == 0:
+                out.setdefault("started_by_first_forward", []).append(d.started)
+            torch.nn.functional.mse_loss(prediction, y).backward()
+            opt.step()
+            d.step()
+        digests.append((_digest(lazy_model.parameters()), _digest(eager_model.parameters())))
+        dopt.zero_grad()
+        torch.nn.functional.mse_loss(dopt_model(x), y).backward()
+        dopt.step()
+    lazy.synchronize()
+    eager.synchronize()
+    out["digests"] = digests
+    out["final"] = (_digest(lazy_model.parameters()), _digest(eager_model.parameters()),
+                    _digest(dopt_model.parameters()))
+    out["dopt_bytes"] = gx.stats(dopt)["bytes_sent"]
+    lazy.close()
+    eager.close()
+    dopt.close()
+    return out
+
+
+def test_lazy_diloco_and_distributed_optimizer_before_the_process_group():
+    results = ranks.run(_lazy, 2, process_group=False)
+    for r in results:
+        assert r["created_before"] == (False, False)
+        assert r["eager_started"] and not r["lazy_after_init"]
+        assert r["started_by_first_forward"] == [True, True]
+        for lazy_digest, eager_digest in r["digests"]:
+            assert lazy_digest == eager_digest, "a lazy DiLoCo must train exactly as an eager one"
+        assert r["final"][0] == r["final"][1]
+        assert r["dopt_bytes"] > 0  # the lazy optimizer exchanged the gradients
+    assert results[0]["final"] == results[1]["final"], "ranks differ after synchronize()"

@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import threading
+import weakref
 
 from .. import _capi, _errors
 from . import _ops
@@ -85,6 +86,7 @@ class _State:
         self.order = []  # gradient engines in creation order (state_dict)
         self.engines_created = 0
         self.next_slot = 1
+        self.outers = []  # weak references to DiLoCo outer optimizers (closed before the store)
 
 
 _state = _State()
@@ -221,6 +223,19 @@ def _new_engine(config):
     return Engine(engine, slot, config)
 
 
+def new_outer(config):
+    """A DiLoCo outer optimizer (_capi.Outer) through the job's store (collective; numbered with the engines),
+    closed by shutdown() before the store."""
+    with _state.lock:
+        s = state()
+        prefix = f"gradex/tf/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{s.engines_created}/"
+        store = s.store.store if isinstance(s.store, _TorchStore) else s.store
+        outer = _capi.Outer(s.rank, s.size, store, prefix, dict(s.init_config, **normalized(config)))
+        s.engines_created += 1
+        s.outers.append(weakref.ref(outer))
+        return outer
+
+
 def raw_gradient_config(config=None):
     """The configuration of an engine whose optimizer gradex does not know: GRADEX_MOMENTUM as set
     explicitly, else 0."""
@@ -321,6 +336,14 @@ def engine_for(config=None, engine=None, what="the wrapper"):
 def _shutdown_locked():
     s = _state
     first_error = None
+    for ref in reversed(s.outers):
+        outer = ref()
+        if outer is not None:
+            try:
+                outer.close()
+            except _errors.GradexError as exc:
+                first_error = first_error or exc
+    s.outers = []
     for ref in reversed(s.order + [s.collective]):
         if ref is None:
             continue

@@ -1,9 +1,9 @@
 """DiLoCo: local training with an outer optimizer over averaged pseudo-gradients (Douillard et al. 2023),
-streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 8 or 4 bits (or
+streamed in fragments with delayed merges (Streaming DiLoCo, 2025), pseudo-gradients in 4 (default) or 8 bits (or
 as DGC-style top-k entries with error feedback: compression="topk", density=0.01).
 
     diloco = gx.DiLoCo(model, inner_optimizer, period=100, outer_lr=0.7, outer_momentum=0.9,
-                       fragments=1, delay=0, bits=8)
+                       fragments=1, delay=0, bits=4)
     loss.backward(); inner_optimizer.step(); diloco.step()     # no DDP, no per-step gradient traffic
     diloco.synchronize()   # every rank then holds the global model (evaluation, checkpoint)
 
@@ -12,8 +12,11 @@ across ranks and an outer SGD/Nesterov step updates theta_global, identical on e
 continues from it. With fragments=F the parameters (in model order) are split into F groups that sync at
 staggered steps; with delay=d >= 1 a fragment's exchange runs in the background and is merged d steps
 later, so the loop does not wait on the network. Floating-point buffers (BatchNorm statistics) are
-averaged at fragment 0's syncs and at synchronize(). Construction is collective (like gx.State) and copies
-rank 0's parameters and buffers to every rank.
+averaged at fragment 0's syncs and at synchronize(). Creating the outer optimizer is collective and copies
+rank 0's parameters and buffers to every rank. It happens at construction when torch.distributed is
+initialized (or a store is given); a DiLoCo constructed before init_process_group (like gx.State) creates it
+at its first use: the model's first forward pass (a forward pre-hook), the inner optimizer's first step, or
+step(), synchronize(), stats(), ..., whichever comes first, on every rank.
 
 Parameters and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
 `p.data = ...`): gradex reads and writes them in place. The keyword arguments map to the GRADEX_OUTER_*
@@ -23,27 +26,17 @@ sends the `density` fraction (default 0.01) of each fragment's pseudo-gradient e
 magnitude, keeping the rest as a residual for the next sync (GRADEX_OUTER_BITS=topk,
 GRADEX_OUTER_DENSITY).
 """
+import threading
 import weakref
 
 import torch
 import torch.distributed as dist
 
-from .. import _capi, _errors
+from .. import _capi, _errors, _outer_config
 from . import _bootstrap
 
+_D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.torch.DiLoCo/1"
-
-
-def _int_arg(name, value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _errors.ConfigError(f"gradex: DiLoCo {name} must be an integer, got {value!r}")
-    return value
-
-
-def _float_arg(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _errors.ConfigError(f"gradex: DiLoCo {name} must be a number, got {value!r}")
-    return repr(float(value))
 
 
 def _close_quietly(outer):
@@ -77,58 +70,89 @@ def _tensor_address(name, t):
 
 
 class DiLoCo:
-    def __init__(self, model, inner_optimizer=None, period=100, outer_lr=0.7, outer_momentum=0.9,
-                 fragments=1, delay=0, bits=8, nesterov=True, mixing=0.0, config=None, store=None,
-                 compression="quant", density=None):
+    def __init__(self, model, inner_optimizer=None, period=_D["period"], outer_lr=_D["outer_lr"],
+                 outer_momentum=_D["outer_momentum"], fragments=_D["fragments"], delay=_D["delay"], bits=_D["bits"],
+                 nesterov=_D["nesterov"], mixing=_D["mixing"], config=None, store=None,
+                 compression=_D["compression"], density=_D["density"]):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(
                 "gradex: DiLoCo replaces DistributedDataParallel; pass the plain module (model.module)")
-        if bits not in (4, 8, 32) or isinstance(bits, bool):
-            raise _errors.ConfigError(f"gradex: DiLoCo bits must be 4, 8 or 32, got {bits!r}")
-        if compression not in ("quant", "topk"):
-            raise _errors.ConfigError(f"gradex: DiLoCo compression must be 'quant' or 'topk', got {compression!r}")
-        if density is not None:
-            if compression != "topk":
-                raise _errors.ConfigError(
-                    f"gradex: DiLoCo density={density!r} applies only to compression='topk', got {compression!r}")
-            if (isinstance(density, bool) or not isinstance(density, (int, float))
-                    or not 0.0 < float(density) <= 1.0):
-                raise _errors.ConfigError(f"gradex: DiLoCo density must be a number in (0, 1], got {density!r}")
-        merged = {
-            "GRADEX_OUTER_PERIOD": _int_arg("period", period),
-            "GRADEX_OUTER_LR": _float_arg("outer_lr", outer_lr),
-            "GRADEX_OUTER_MOMENTUM": _float_arg("outer_momentum", outer_momentum),
-            "GRADEX_OUTER_FRAGMENTS": _int_arg("fragments", fragments),
-            "GRADEX_OUTER_DELAY": _int_arg("delay", delay),
-            "GRADEX_OUTER_BITS": "topk" if compression == "topk" else bits,
-            "GRADEX_OUTER_NESTEROV": int(bool(nesterov)),
-            "GRADEX_OUTER_MIXING": _float_arg("mixing", mixing),
-        }
-        if density is not None:
-            merged["GRADEX_OUTER_DENSITY"] = repr(float(density))
-        merged.update(config or {})
+        merged = _outer_config.outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, nesterov,
+                                            mixing, compression, density, config)
         self.model = model
         self.inner_optimizer = inner_optimizer
+        self._config = merged
+        self._store = store
         self._params = [(name, p) for name, p in model.named_parameters()]
         self._buffers = [(name, b) for name, b in model.named_buffers() if b.dtype == torch.float32]
-        addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
-        addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
-        self._outer = _create_outer(merged, store)
-        self._finalizer = weakref.finalize(self, _close_quietly, self._outer)
-        try:
-            for key, address, numel, is_buffer in addresses:
-                self._outer.add_tensor(key, address, numel, is_buffer)
-            self._outer.start()
-        except BaseException:
-            self._outer.close()
-            raise
+        for name, t in self._params + self._buffers:
+            _tensor_address(name, t.detach())  # rejected now, not at the first step
+        self._lock = threading.RLock()
+        self._outer = None  # None: not created yet; False: closed
+        self._finalizer = None
+        self._first_use_hooks = []
+        self._pending_load = None  # a state dict loaded before the engine exists
         self.steps = 0
+        if store is not None or (dist.is_available() and dist.is_initialized()):
+            self._bootstrap()
+        else:
+            # Lazy: the outer optimizer comes at the first use, at the latest just before the model's first
+            # forward pass (or the inner optimizer's first step), so that every rank trains from rank 0's
+            # initial parameters exactly as it would with an eager construction.
+            owner = weakref.ref(self)
+
+            def before_first_use(*_):
+                d = owner()
+                if d is not None:
+                    d._bootstrap()
+            self._first_use_hooks.append(model.register_forward_pre_hook(before_first_use))
+            if inner_optimizer is not None:
+                self._first_use_hooks.append(inner_optimizer.register_step_pre_hook(before_first_use))
+
+    def _bootstrap(self):
+        """The outer optimizer, created (collectively over the default group, or from RANK/WORLD_SIZE/
+        MASTER_ADDR/MASTER_PORT without one) at the first use: it copies rank 0's parameters and buffers to
+        every rank."""
+        with self._lock:
+            if self._outer is False:
+                raise _errors.InvalidArgumentError("gradex: this DiLoCo was closed")
+            if self._outer is not None:
+                return self._outer
+            self._remove_first_use_hooks()
+            addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
+            addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
+            outer = _create_outer(self._config, self._store)
+            try:
+                for key, address, numel, is_buffer in addresses:
+                    outer.add_tensor(key, address, numel, is_buffer)
+                with torch.no_grad():
+                    outer.start()
+                if self._pending_load is not None:
+                    outer.load_state(self._pending_load)
+            except BaseException:
+                outer.close()
+                raise
+            self._pending_load = None
+            self._finalizer = weakref.finalize(self, _close_quietly, outer)
+            self._outer = outer
+            return outer
+
+    def _remove_first_use_hooks(self):
+        for handle in self._first_use_hooks:
+            handle.remove()
+        self._first_use_hooks = []
+
+    @property
+    def started(self):
+        """Whether the outer optimizer exists (it is created at the first use when DiLoCo was constructed
+        before torch.distributed was initialized)."""
+        return bool(self._outer)
 
     @torch.no_grad()
     def step(self):
         """Ends an inner step (call after inner_optimizer.step()). Returns the number of fragments merged into
         the model by this call. Raises the failure of a background exchange (a dead or stalled peer)."""
-        merged = self._outer.step()
+        merged = self._bootstrap().step()
         self.steps += 1
         return merged
 
@@ -137,37 +161,37 @@ class DiLoCo:
         """Collective: finishes pending exchanges, averages the buffers and loads the global model into the
         module on every rank (identical everywhere). Local progress since each fragment's last sync is
         dropped; call it right after a sync step (step % period == 0 with one fragment) to lose nothing."""
-        self._outer.synchronize()
+        self._bootstrap().synchronize()
 
     def global_parameters(self):
         """{name: tensor} of the global copy (identical on every rank)."""
         out = {}
         for name, p in self._params:
             t = torch.empty(p.shape, dtype=torch.float32)
-            self._outer.global_copy(f"param.{name}", t.data_ptr(), t.numel())
+            self._bootstrap().global_copy(f"param.{name}", t.data_ptr(), t.numel())
             out[name] = t
         return out
 
     def last_merges(self):
         """Per fragment, the step at which it was last merged (0: never)."""
-        return self._outer.last_merges()
+        return self._bootstrap().last_merges()
 
     def fragment_of(self, name):
-        return self._outer.fragment_of(f"param.{name}")
+        return self._bootstrap().fragment_of(f"param.{name}")
 
     @property
     def engine(self):
         """The gx.stats() source: bytes_sent/received, dense_bytes, compression_ratio, parameter_averages
         (fragment syncs), steps, communicate_seconds (background) and decode_seconds (time spent waiting)."""
-        return self._outer
+        return self._bootstrap()
 
     def stats(self, last_step=False):
-        return self._outer.stats(last_step)
+        return self._bootstrap().stats(last_step)
 
     def state_dict(self):
         """The outer state (global copies, outer momenta, quantization residuals, step count) and the inner
         optimizer's state. Merges pending exchanges first."""
-        state = {"format": _STATE_FORMAT, "steps": self.steps, "outer": self._outer.save_state()}
+        state = {"format": _STATE_FORMAT, "steps": self.steps, "outer": self._bootstrap().save_state()}
         if self.inner_optimizer is not None:
             state["inner"] = self.inner_optimizer.state_dict()
         return state
@@ -176,7 +200,13 @@ class DiLoCo:
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {got!r})")
-        self._outer.load_state(state["outer"])
+        with self._lock:
+            if self._outer:
+                self._outer.load_state(state["outer"])
+            elif self._outer is None:  # applied when the engine is created, after rank 0's copy
+                self._pending_load = bytes(state["outer"])
+            else:
+                raise _errors.InvalidArgumentError("gradex: this DiLoCo was closed")
         if self.inner_optimizer is not None and "inner" in state:
             self.inner_optimizer.load_state_dict(state["inner"])
         self.steps = int(state["steps"])
@@ -184,8 +214,12 @@ class DiLoCo:
     def close(self):
         """Finishes the exchanges in flight and releases the connections. Idempotent; also done at the end of a
         `with` block and by the garbage collector."""
-        self._finalizer.detach()
-        self._outer.close()
+        with self._lock:
+            outer, self._outer = self._outer, False
+            self._remove_first_use_hooks()
+        if outer:
+            self._finalizer.detach()
+            outer.close()
 
     def __enter__(self):
         return self

@@ -26,6 +26,7 @@ import threading
 import weakref
 
 import torch
+import torch.distributed as dist
 
 from .. import _capi, _errors
 from . import _amp, _bootstrap, _layout, _momentum, _ops
@@ -66,30 +67,62 @@ class DistributedOptimizer(torch.optim.Optimizer):
             config = optimizer_owns_momentum(config)
         else:
             config, self._takeover = _momentum.decide(optimizer, config, "gx.DistributedOptimizer")
-        try:
-            self._engine = _bootstrap.create_engine(config, store, process_group)
-        except BaseException:
-            self._release_momentum()
-            raise
-        self._finalizer = weakref.finalize(self, _close_engine, self._engine, self._takeover)
-        # float32 CUDA parameters: their gradients are exchanged on the GPU (_ops.memory_of); parameter
-        # averages (LocalSGD) are staged through host memory either way.
-        self._on_device = set()
-        for name, p in self._params:
-            memory = _ops.memory_of(p)
-            self._engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), memory, _layout.output_rows(p))
-            if memory == _capi.DEVICE_CUDA:
-                self._on_device.add(name)
-        self._lock = threading.Lock()
+        self._config, self._store, self._group = config, store, process_group
+        self._lock = threading.RLock()
         self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
         self._synchronized = False  # synchronize() ran and no gradient was submitted since
         self._deferred = set()  # gradients produced but not submitted yet (clipping waits for all)
+        self._on_device = set()
+        self._clip = False
+        self._closed = False
+        self._pending_load = None  # gradex state loaded before the engine exists
+        self._box = {"engine": None}  # what the finalizer closes (it must not hold this object)
+        self._finalizer = weakref.finalize(self, _close_engine, self._box, self._takeover)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name)) for name, p in self._params]
-        self._clip = _momentum.gradex_clip_norm(self._engine, config) > 0
-        _momentum.MomentumWarner("gx.DistributedOptimizer",
-                                 _momentum.gradex_momentum(self._engine, config)).check(optimizer)
         _live_optimizers.add(self)
         self._gradex_ready = True
+        if store is not None or process_group is not None or (dist.is_available() and dist.is_initialized()):
+            try:
+                self._bootstrap()
+            except BaseException:
+                self._closed = True
+                for handle in self._hooks:
+                    handle.remove()
+                self._hooks = []
+                self._release_momentum()
+                _live_optimizers.discard(self)
+                self._finalizer.detach()
+                raise
+
+    def _bootstrap(self):
+        """The engine, created at the first use when this optimizer was constructed before torch.distributed
+        was initialized (collective: every rank's first gradient, step() or state call creates it; without a
+        process group it bootstraps from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)."""
+        with self._lock:
+            if self._engine is not None:
+                return self._engine
+            if self._closed:
+                raise _errors.InvalidArgumentError("gradex: this gx.DistributedOptimizer was closed")
+            engine = _bootstrap.create_engine(self._config, self._store, self._group)
+            try:
+                # float32 CUDA parameters: their gradients are exchanged on the GPU (_ops.memory_of); parameter
+                # averages (LocalSGD) are staged through host memory either way.
+                for name, p in self._params:
+                    memory = _ops.memory_of(p)
+                    engine.register(name, p.numel(), _bootstrap.dtype_code(p.dtype), memory, _layout.output_rows(p))
+                    if memory == _capi.DEVICE_CUDA:
+                        self._on_device.add(name)
+                self._clip = _momentum.gradex_clip_norm(engine, self._config) > 0
+                _momentum.MomentumWarner("gx.DistributedOptimizer",
+                                         _momentum.gradex_momentum(engine, self._config)).check(self._gradex_wrapped)
+                if self._pending_load is not None:
+                    engine.load_state(self._pending_load)
+                    self._pending_load = None
+            except BaseException:
+                engine.close()
+                raise
+            self._engine = self._box["engine"] = engine
+            return engine
 
     @staticmethod
     def _name_parameters(optimizer, named_parameters):
@@ -120,6 +153,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Hands a gradient to the engine; with clipping (GRADEX_CLIP_NORM > 0) only notes it, unless `now`:
         synchronize() submits every gradient once the whole model's norm is known. A parameter without a
         gradient submits a zero buffer of its own (its .grad is set later only if the average is non-zero)."""
+        engine = self._bootstrap()  # lazy: a rank's first gradient creates the engine (collective)
         grad = p.grad
         if grad is not None and grad.is_sparse:
             raise _errors.InvalidArgumentError(f"gradex: parameter '{name}' has a sparse gradient")
@@ -139,7 +173,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 buffer = grad if grad.is_contiguous() else grad.contiguous()
             scale = self._scale.current()
             _amp.ScaleDomain.unscale(buffer, scale)
-            ticket = _ops.submit(self._engine.address, name, buffer.detach(), on_device=name in self._on_device)
+            ticket = _ops.submit(engine.address, name, buffer.detach(), on_device=name in self._on_device)
             self._pending[name] = (ticket, buffer, grad, scale)
 
     def synchronize(self):
@@ -150,6 +184,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._synchronized:
             return
         self._check_open()
+        self._bootstrap()
         if self._clip:  # this rank's norm over the whole model's gradient, before any submission
             norms = [torch.linalg.vector_norm(p.grad, dtype=torch.float32) for _, p in self._params
                      if p.grad is not None]
@@ -192,6 +227,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "gradex: join() is not supported with LocalSGD (GRADEX_LOCALSGD_PERIOD > 0): its local steps "
                 "exchange nothing a joined rank could be absent from")
         self._check_open()
+        self._bootstrap()
         self._wait_pending(write=False)
         # Receive the averages (never read by the engine): one buffer per parameter for every step.
         outputs = {name: torch.zeros_like(p, memory_format=torch.contiguous_format) for name, p in self._params}
@@ -237,7 +273,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def average_parameters(self):
         """Averages every parameter across ranks (LocalSGD's averaging round)."""
-        _ops.wait_all([_ops.average(self._engine.address, name, p.detach()) for name, p in self._params])
+        engine = self._bootstrap()
+        _ops.wait_all([_ops.average(engine.address, name, p.detach()) for name, p in self._params])
 
     def step(self, closure=None):
         loss = None
@@ -247,7 +284,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.synchronize()
         self._gradex_wrapped.step()
         self._synchronized = False
-        if self._engine.end_step():
+        if self._bootstrap().end_step():
             self.average_parameters()
         return loss
 
@@ -263,20 +300,28 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def engine(self):
-        return self._engine
+        """The engine (created now, collectively, if this optimizer was constructed before
+        torch.distributed was initialized and has not been used yet)."""
+        return self._bootstrap()
 
     def stats(self, last_step=False):
-        return self._engine.stats(last_step)
+        return self._bootstrap().stats(last_step)
 
     def state_dict(self):
         """The wrapped optimizer's state_dict plus gradex's compressor state."""
         return {"format": _STATE_FORMAT, "optimizer": self._gradex_wrapped.state_dict(),
-                "gradex": self._engine.save_state()}
+                "gradex": self._bootstrap().save_state()}
 
     def load_state_dict(self, state_dict):
         """Accepts state_dict()'s output, or a plain state dict of the wrapped optimizer."""
         if state_dict.get("format") == _STATE_FORMAT:
-            self._engine.load_state(state_dict["gradex"])
+            with self._lock:
+                if self._engine is not None:
+                    self._engine.load_state(state_dict["gradex"])
+                elif not self._closed:  # loaded into the engine when it is created
+                    self._pending_load = bytes(state_dict["gradex"])
+                else:
+                    raise _errors.InvalidArgumentError("gradex: this gx.DistributedOptimizer was closed")
             self._gradex_wrapped.load_state_dict(state_dict["optimizer"])
         else:
             self._gradex_wrapped.load_state_dict(state_dict)
@@ -285,10 +330,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Finishes the exchanges in flight, removes the gradient hooks, gives an SGD optimizer its momentum
         back and releases the engine. Idempotent; also run when a `with` block ends and (without the draining,
         which needs this object) by the garbage collector."""
-        if self._engine is None or not self._engine.address:
-            return
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
-            self._wait_pending(write=False)
+            if self._engine is not None:
+                self._wait_pending(write=False)
         finally:
             for handle in self._hooks:
                 handle.remove()
@@ -296,7 +344,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._release_momentum()
             _live_optimizers.discard(self)
             self._finalizer.detach()
-            self._engine.close()
+            if self._engine is not None:
+                self._engine.close()
 
     def _release_momentum(self):
         if self._takeover is not None:
@@ -304,7 +353,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._takeover = None
 
     def _check_open(self):
-        if self._engine is None or not self._engine.address:
+        if self._closed or (self._engine is not None and not self._engine.address):
             raise _errors.InvalidArgumentError("gradex: this gx.DistributedOptimizer was closed")
 
     def __enter__(self):
@@ -331,11 +380,13 @@ def join(optimizer=None):
     return optimizer.join()
 
 
-def _close_engine(engine, takeover):
+def _close_engine(box, takeover):
     if takeover is not None:
         takeover.release()
+    if box["engine"] is None:
+        return
     try:
-        engine.close()
+        box["engine"].close()
     except _errors.GradexError:
         pass  # garbage collection: nobody is left to tell
 

@@ -2,6 +2,9 @@
 
     callbacks=[gxk.callbacks.BroadcastGlobalVariablesCallback(0), gxk.callbacks.MetricAverageCallback(),
                gxk.callbacks.LearningRateWarmupCallback(initial_lr=0.1 * gxt.size(), warmup_epochs=5)]
+
+DiLoCo (no gradient exchange; an outer optimizer every `period` batches): callbacks=[gxk.callbacks.DiLoCoCallback(
+period=32, fragments=4, delay=2)] with the model compiled with its plain optimizer (_diloco.py).
 """
 import keras
 import tensorflow as tf
@@ -9,6 +12,7 @@ import tensorflow as tf
 from ... import _errors
 from ... import tensorflow as gxt
 from .. import _exchange, _runtime
+from ._diloco import DiLoCoCallback  # noqa: F401  (gxk.callbacks.DiLoCoCallback)
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
