@@ -10,6 +10,8 @@ import io
 import unittest
 from datetime import timedelta
 
+import torch.distributed as dist
+
 from gradex.torchft import ProcessGroupGradex
 
 
@@ -43,6 +45,10 @@ def run(module_name, test_id, also=()):
         for name in (module_name, *also):
             stack.enter_context(substituted(importlib.import_module(name), {"ProcessGroupGloo": gradex_group}))
         result = unittest.TextTestRunner(stream=out, verbosity=2).run(suite)
+    # Some of torchft's tests leave a default process group behind (torchft's CI runs each file in a process
+    # of its own); the next test may create one again.
+    if dist.is_initialized():
+        dist.destroy_process_group()
     if result.testsRun and len(result.skipped) == result.testsRun:
         import pytest
         pytest.skip(f"{test_id}: skipped by torchft: {result.skipped[0][1]}")
