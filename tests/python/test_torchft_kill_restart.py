@@ -25,8 +25,7 @@ _DEADLINE_S = 240  # per phase: the machine may be busy; a hang still fails the 
 def _progress(out, replica):
     try:
         with open(os.path.join(out, f"replica{replica}.step")) as f:
-            step, commits, discarded = (int(v) for v in f.read().split())
-        return step, commits, discarded
+            return tuple(int(v) for v in f.read().split())
     except (OSError, ValueError):
         return None
 
@@ -65,15 +64,27 @@ def test_kill_restart_rejoins_bit_identical(tmp_path, mode):
         _wait_for("3 committed steps everywhere", lambda: all(step_of(r) >= 3 for r in range(3)), procs)
         procs[2].send_signal(signal.SIGKILL)
         procs[2].wait()
+        procs[2] = None
         killed_at = max(step_of(0), step_of(1))
+        killed_time = time.monotonic()
+        _wait_for("a survivor's commit", lambda: max(step_of(0), step_of(1)) > killed_at, procs)
+        survivor_s = time.monotonic() - killed_time
         # The survivors commit steps without the killed replica.
         _wait_for("survivors to commit 5 steps", lambda: min(step_of(0), step_of(1)) >= killed_at + 5, procs)
         os.remove(os.path.join(out, "replica2.step"))
+        os.remove(os.path.join(out, "replica2.started"))
         procs[2] = _start(2, lighthouse.address(), out, mode)
+        started_time = time.monotonic()
         # It rejoins: heals to the survivors' step and commits steps with them.
         rejoin_at = max(step_of(0), step_of(1))
-        _wait_for("the restarted replica to commit steps", lambda: (_progress(out, 2) or (0, 0, 0))[1] >= 3, procs)
+        _wait_for("the restarted replica to commit steps", lambda: (_progress(out, 2) or (0, 0, 0, 0))[1] >= 3, procs)
         assert step_of(2) > rejoin_at  # it healed from a peer (it did not start over from step 0)
+        # Indicative only (no timed assertion): issue #22's targets are 5 s and 15 s.
+        with open(os.path.join(out, "replica2.started")) as f:
+            since_manager = time.time() - float(f.read())
+        print(f"\n[{mode}] survivors committed {survivor_s:.1f} s after the kill; the restarted replica had "
+              f"committed 3 steps {time.monotonic() - started_time:.1f} s after its start "
+              f"({since_manager:.1f} s after its Manager was up)")
         stop_at = max(step_of(r) for r in range(3)) + 3
         with open(os.path.join(out, "stop.tmp"), "w") as f:
             f.write(str(stop_at))
@@ -86,13 +97,14 @@ def test_kill_restart_rejoins_bit_identical(tmp_path, mode):
             for r in (1, 2):
                 assert torch.equal(params[r][name].view(torch.int32), value.view(torch.int32)), \
                     f"{name} differs between replica 0 and replica {r}"
-        # Steps were committed or discarded, never lost: every survivor's count adds up to its step.
-        for r in (0, 1):
-            step, commits, discarded = _progress(out, r)
-            assert commits == step and discarded >= 0
+        # No step was lost: every replica's step is what it committed plus what it took over when healing.
+        for r in range(3):
+            step, commits, discarded, healed = _progress(out, r)
+            assert step == commits + healed, (r, step, commits, healed)
+        assert _progress(out, 2)[3] > 0  # the restarted replica healed from a peer
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
         lighthouse.shutdown()

@@ -3,7 +3,9 @@ the failure benchmark: trains a small MLP with torchft's Manager over ProcessGro
 fault-tolerant DDP (--mode pg: gradients through ProcessGroupGradex's exact average) or with gradex's hook
 (--mode hook: gradex.torchft.DistributedDataParallel, DGC/16-bit as configured).
 
-Progress: after every step it writes <out>/<replica>.step ("<committed step> <commits> <discarded>"). Stop:
+Progress: after every step it writes <out>/<replica>.step ("<step> <commits> <discarded> <healed>": the
+Manager's step, steps this replica committed, steps it discarded, steps it took over from a peer while healing,
+so that step == commits + healed when no step was lost). Stop:
 once <out>/stop holds a step S and this replica has committed S steps, it writes its parameters to
 <out>/<replica>.pt and exits 0 (all replicas stop at the same step, so their parameters must be identical).
 """
@@ -60,6 +62,7 @@ def main():
                       state_dict=state_dict, replica_id=f"replica{args.replica}", store_addr="127.0.0.1",
                       store_port=store.port, rank=0, world_size=1, lighthouse_addr=args.lighthouse, port=0,
                       timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=60))
+    write(os.path.join(args.out, f"replica{args.replica}.started"), repr(time.time()))  # after imports
     if args.mode == "hook":
         state = gxft.State(manager, pg, net, optimizer=inner,
                            config={"GRADEX_DENSE_THRESHOLD": "1000", "GRADEX_SPARSITY": "0.9"})
@@ -68,7 +71,7 @@ def main():
         ddp = TorchftDDP(manager, net)
     optimizer = OptimizerWrapper(manager, inner)
     loss_fn = nn.CrossEntropyLoss()
-    commits = discarded = 0
+    commits = discarded = healed = 0
     stop_path = os.path.join(args.out, "stop")
     progress = os.path.join(args.out, f"replica{args.replica}.step")
     while True:
@@ -79,11 +82,13 @@ def main():
         optimizer.zero_grad()
         loss_fn(ddp(x), y).backward()
         optimizer.step()  # steps the inner optimizer only if the quorum commits
-        if manager.current_step() == step:
+        now = manager.current_step()
+        if now == step:
             discarded += 1
         else:
             commits += 1
-        write(progress, f"{manager.current_step()} {commits} {discarded}")
+            healed += now - step - 1  # steps taken over from a peer's checkpoint while healing
+        write(progress, f"{now} {commits} {discarded} {healed}")
         if os.path.exists(stop_path):
             with open(stop_path) as f:
                 stop_at = int(f.read().strip() or "0")

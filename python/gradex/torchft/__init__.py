@@ -16,6 +16,7 @@ except ImportError as exc:  # an optional extra: say how to get it
     raise ImportError("gradex.torchft needs torchft: pip install 'gradex[torchft]' (installs torchft-nightly)") \
         from exc
 
+from .hook import DistributedDataParallel, State, hook
 from .process_group import ProcessGroupGradex
 
-__all__ = ["ProcessGroupGradex"]
+__all__ = ["ProcessGroupGradex", "State", "hook", "DistributedDataParallel"]
