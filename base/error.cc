@@ -26,6 +26,8 @@ const char* error_code_name(ErrorCode code) {
       return "state error";
     case ErrorCode::kVersion:
       return "API version mismatch";
+    case ErrorCode::kAborted:
+      return "aborted";
   }
   return "unknown error";
 }
@@ -44,7 +46,8 @@ PeerFailure::PeerFailure(ErrorCode code, std::string operation, int peer, const 
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  for (int r : ranks)
+    s += (s.empty() ? "" : ", ") + std::to_string(r);
   return "[" + s + "]";
 }
 

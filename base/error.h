@@ -21,6 +21,7 @@ enum class ErrorCode : int {
   kInternal = 8,         // a broken invariant inside gradex: a bug
   kState = 9,     // checkpointed state cannot be restored here (version, world size, tensor set)
   kVersion = 10,  // a plugin built for another C API version
+  kAborted = 11,  // gradex_engine_abort (here or on a peer) or a reconfiguration ended the work
 };
 
 const char* error_code_name(ErrorCode code);

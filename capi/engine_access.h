@@ -2,12 +2,33 @@
 // Not part of the public API (libgradex.so does not export it).
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "base/config.h"
+#include "comm/store.h"
 #include "gradex/gradex.h"
 #include "sync/engine.h"
 
+struct gradex_engine {
+  std::unique_ptr<gradex::sync::Engine> engine;
+  // The store a reconfiguration with options.store == NULL reuses (null when the engine was
+  // bootstrapped through the environment's TCP store), and the prefix of the current membership.
+  std::shared_ptr<gradex::comm::Store> store;
+  std::string prefix;
+};
+
 namespace gradex::capi {
+
+// gradex_engine_reconfigure / gradex_outer_reconfigure: the membership's store (options.store, else
+// `current`: InvalidArgument when there is none) and prefix (NULL: `default_prefix`);
+// InvalidArgument when both would be the current membership's (its keys are still in the store).
+// ConfigError naming the variable when a config entry of `options` differs from `config` (a
+// reconfiguration keeps the configuration). Sets *store and *prefix.
+void membership_of(const gradex_engine_options_t& options, const config::Config& config,
+                   const std::shared_ptr<comm::Store>& current, const std::string& current_prefix,
+                   const char* default_prefix, std::shared_ptr<comm::Store>* store,
+                   std::string* prefix);
 
 sync::Engine& engine_of(gradex_engine_t* engine);
 

@@ -16,10 +16,6 @@
 #include "compress/backend/backend.h"
 #include "sync/engine.h"
 
-struct gradex_engine {
-  std::unique_ptr<gradex::sync::Engine> engine;
-};
-
 namespace {
 
 using gradex::capi::copy_state_out;
@@ -104,14 +100,16 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
       info.world_size = world;
     }
     std::shared_ptr<gradex::comm::Store> store;
-    if (options->store != nullptr)
+    auto created = std::make_unique<gradex_engine>();
+    if (options->store != nullptr) {
       store = std::make_shared<gradex::capi::CallbackStore>(*options->store);
-    else
+      created->store = store;  // a later reconfiguration may reuse it
+    } else {
       store = gradex::comm::connect_tcp_store(
           info, timeout, gradex::comm::comm_options_from_config(config).job_secret);
-    std::string prefix = options->store_prefix ? options->store_prefix : "gradex/";
-    store = gradex::comm::make_prefix_store(store, prefix);
-    auto created = std::make_unique<gradex_engine>();
+    }
+    created->prefix = options->store_prefix ? options->store_prefix : "gradex/";
+    store = gradex::comm::make_prefix_store(store, created->prefix);
     created->engine =
         std::make_unique<gradex::sync::Engine>(std::move(config), std::move(store), rank, world);
     *engine = created.release();

@@ -16,6 +16,9 @@
 
 struct gradex_outer {
   std::unique_ptr<gradex::sync::outer::OuterOptimizer> outer;
+  // As gradex_engine's: the store a reconfiguration may reuse, the current membership's prefix.
+  std::shared_ptr<gradex::comm::Store> store;
+  std::string prefix;
 };
 
 namespace {
@@ -30,8 +33,10 @@ OuterOptimizer& outer_of(gradex_outer_t* o) {
   return *o->outer;
 }
 
+constexpr const char* kDefaultPrefix = "gradex/outer/";
+
 // Configuration, rank, world size and bootstrap store exactly as gradex_engine_create finds them.
-std::unique_ptr<OuterOptimizer> create(const gradex_engine_options_t& options) {
+void create(const gradex_engine_options_t& options, gradex_outer& created) {
   auto config = gradex::capi::config_from_options(options);
   auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
@@ -48,13 +53,16 @@ std::unique_ptr<OuterOptimizer> create(const gradex_engine_options_t& options) {
     info.world_size = world;
   }
   std::shared_ptr<gradex::comm::Store> store;
-  if (options.store != nullptr)
+  if (options.store != nullptr) {
     store = std::make_shared<gradex::capi::CallbackStore>(*options.store);
-  else
+    created.store = store;  // a later reconfiguration may reuse it
+  } else {
     store = gradex::comm::connect_tcp_store(info, timeout);
-  store = gradex::comm::make_prefix_store(
-      store, options.store_prefix ? options.store_prefix : "gradex/outer/");
-  return std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world);
+  }
+  created.prefix = options.store_prefix ? options.store_prefix : kDefaultPrefix;
+  store = gradex::comm::make_prefix_store(store, created.prefix);
+  created.outer =
+      std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world);
 }
 
 }  // namespace
@@ -67,8 +75,24 @@ gradex_status_t gradex_outer_create(const gradex_engine_options_t* options,
     require(options, "options");
     require(outer, "outer");
     auto created = std::make_unique<gradex_outer>();
-    created->outer = create(*options);
+    create(*options, *created);
     *outer = created.release();
+  });
+}
+
+gradex_status_t gradex_outer_reconfigure(gradex_outer_t* outer,
+                                         const gradex_engine_options_t* options) {
+  return guarded("gradex_outer_reconfigure", [&] {
+    auto& o = outer_of(outer);
+    require(options, "options");
+    std::shared_ptr<gradex::comm::Store> store;
+    std::string prefix;
+    gradex::capi::membership_of(*options, o.config(), outer->store, outer->prefix, kDefaultPrefix,
+                                &store, &prefix);
+    outer->store = store;
+    outer->prefix = prefix;
+    o.reconfigure(gradex::comm::make_prefix_store(store, prefix), options->rank,
+                  options->world_size);
   });
 }
 

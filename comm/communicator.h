@@ -117,6 +117,16 @@ class Communicator {
     (void)message;
   }
 
+  // The one call another thread may make while this communicator is in use (Engine::abort, a
+  // reconfiguration): the owning thread's current blocking call (wait_all, test,
+  // wait_for_next_collective) or its next call fails as after abort(code, message) on that thread
+  // (the peers get the notice) and throws Error(code, ...) carrying `message`, within about 10 ms
+  // (the longest sleep between checks). Never throws. The default does nothing.
+  virtual void interrupt(ErrorCode code, const std::string& message) {
+    (void)code;
+    (void)message;
+  }
+
   // Bytes this communicator has sent / received since creation (for statistics): the payloads of
   // isend / irecv, excluding connection setup and internal control messages.
   virtual uint64_t bytes_sent() const = 0;

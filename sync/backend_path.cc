@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "compress/dgc/compressor.h"
@@ -388,6 +389,44 @@ void BackendPath::load_momentum(TensorState& t, const float* values, size_t n) {
   }
   if (!d.momentum) d.momentum = d.backend->allocate(t.numel * 4);
   upload(t, d.momentum->as<float>(), values, n);
+}
+
+bool BackendPath::snapshot_dgc(TensorState& t) {
+  BackendTensor& d = *t.backend;
+  if (!d.backend || !d.dgc) return false;
+  d.dgc->state().snapshot(*d.backend, *lane(*d.backend).stream);
+  return true;
+}
+
+bool BackendPath::dgc_snapshot_taken(const TensorState& t) const {
+  const BackendTensor& d = *t.backend;
+  return d.backend && d.dgc && d.dgc->state().has_snapshot();
+}
+
+void BackendPath::rollback_dgc(TensorState& t) {
+  BackendTensor& d = *t.backend;
+  GX_CHECK(d.backend && d.dgc);
+  GX_CHECK(d.dgc->state().rollback(*d.backend, *lane(*d.backend).stream));
+}
+
+void BackendPath::copy_momentum(TensorState& t, std::vector<float>& out) {
+  BackendTensor& d = *t.backend;
+  if (d.backend && !d.cuda && d.momentum) {  // host memory: no staging
+    const float* u = d.momentum->as<float>();
+    out.assign(u, u + t.numel);
+    return;
+  }
+  const std::vector<float> u = momentum(t);
+  out.assign(u.begin(), u.end());
+}
+
+void BackendPath::restore_momentum(TensorState& t, const std::vector<float>& values) {
+  BackendTensor& d = *t.backend;
+  if (d.backend && !d.cuda && d.momentum && values.size() == t.numel) {
+    std::memcpy(d.momentum->as<float>(), values.data(), values.size() * 4);
+    return;
+  }
+  load_momentum(t, values.data(), values.size());
 }
 
 }  // namespace gradex::sync

@@ -49,6 +49,8 @@ class BackendPath {
   // `cuda` tensors (float32 only: InvalidArgument otherwise) on the CUDA backend, bound at their
   // first submission.
   void attach(TensorState& t, bool cuda);
+  // A new membership (Engine::reconfigure; no stage running): the averages divide by it.
+  void set_world_size(int world_size) { world_size_ = world_size; }
   // Submission of `t` (caller's thread, engine lock held): checks that the call matches the
   // tensor's memory (cuda: gradex_submit_device), binds a CUDA tensor's backend, records the ready
   // event on `stream` (the caller's cudaStream_t; null: the default stream) and gives the handle
@@ -116,6 +118,16 @@ class BackendPath {
   std::vector<float> residual(TensorState& t);
   std::vector<float> momentum(TensorState& t);
   void load_momentum(TensorState& t, const float* values, size_t n);
+
+  // Step transactions (Engine::snapshot_state / rollback_state; engine idle). A bound DGC state
+  // keeps its own snapshot (DgcState::snapshot): snapshot_dgc returns false, taking none, when the
+  // tensor's backend is not bound yet (the engine then keeps its save_dgc blob). Momentum is
+  // copied into `out` (a host tensor's by memcpy: `out` keeps its capacity; empty: none yet).
+  bool snapshot_dgc(TensorState& t);
+  bool dgc_snapshot_taken(const TensorState& t) const;
+  void rollback_dgc(TensorState& t);
+  void copy_momentum(TensorState& t, std::vector<float>& out);
+  void restore_momentum(TensorState& t, const std::vector<float>& values);
 
   // Bytes copied between a device and host memory so far (0 on host backends).
   uint64_t staged_bytes() const { return staged_bytes_.load(); }

@@ -220,6 +220,13 @@ void CodecPlanner::measure_codecs() {
   model_.observe_codec(cost::Codec::kDgc, kN, seconds(t3, t4), seconds(t4, t5));
 }
 
+void CodecPlanner::on_reconfigure(int world_size) {
+  world_size_ = world_size;
+  probed_ = false;
+  plan_epoch_ = 0;
+  applied_epoch_.clear();
+}
+
 void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
                                  BackendPath& path, std::mutex& state_mutex) {
   if (!probed_) {

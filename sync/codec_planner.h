@@ -67,6 +67,10 @@ class CodecPlanner {
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   void on_submit(const std::string& key);
   void on_end_step();
+  // A new membership (Engine::reconfigure; progress thread stopped): the link probe runs again
+  // at the next before_routes, and the plan epochs restart so that every member, survivor or
+  // newcomer, re-plans and applies the same plan at the same agreed step. Measurements are kept.
+  void on_reconfigure(int world_size);
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.

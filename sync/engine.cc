@@ -36,12 +36,7 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
     throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
                           std::to_string(world_size) + ")");
   path_ = std::make_unique<BackendPath>(config_, options_, world_size_);
-  comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
-                                        comm_options(config_, options_));
-  // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
-  agreement::require_agreement(comm_, config_, agreement::Scope::kEngine);
-  negotiator_ = std::make_unique<Negotiator>(*comm_, options_.timeout);
-  negotiator_->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
+  connect(std::move(store), rank, world_size);
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
   if (!configure_shared_pool(threads)) {
@@ -49,6 +44,107 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
                   << "already runs " << shared_pool().threads() << " threads";
   }
   thread_ = std::thread([this] { run(); });
+}
+
+void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_size) {
+  std::unique_ptr<comm::Communicator> comm = comm::create_ucx_communicator(
+      std::move(store), rank, world_size, comm_options(config_, options_));
+  // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
+  agreement::require_agreement(comm, config_, agreement::Scope::kEngine);
+  auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
+  negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++connects_;
+  exchanged_in_membership_.clear();
+  comm_ = std::move(comm);
+  negotiator_ = std::move(negotiator);
+  rank_ = rank;
+  world_size_ = world_size;
+  path_->set_world_size(world_size);
+  if (planner_) planner_->on_reconfigure(world_size);
+}
+
+void Engine::reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size) {
+  if (store == nullptr) throw InvalidArgument("reconfigure: the store is NULL");
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument("reconfigure: rank " + std::to_string(rank) +
+                          " is not in [0, world size " + std::to_string(world_size) + ")");
+  std::lock_guard<std::mutex> membership(membership_mutex_);
+  const std::string message =
+      "the membership changed (reconfiguration from rank " + std::to_string(rank_) + " of " +
+      std::to_string(world_size_) + " to rank " + std::to_string(rank) + " of " +
+      std::to_string(world_size) + "): work of the earlier membership was aborted";
+  uint64_t aborts_before = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (leaving_) throw InvalidArgument("reconfigure: the engine is shut down");
+    aborts_before = aborts_;
+    // Submissions fail from here until the new membership is up.
+    if (fatal_code_ == ErrorCode::kOk) {
+      fatal_code_ = ErrorCode::kAborted;
+      fatal_message_ = message + " (a reconfiguration is in progress)";
+    }
+    fail_in_flight(ErrorCode::kAborted, message);
+    if (comm_) comm_->interrupt(ErrorCode::kAborted, message);
+    wake_.signal();
+  }
+  if (thread_.joinable()) thread_.join();
+  std::unique_ptr<comm::Communicator> old;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    negotiator_.reset();  // refers to the old communicator
+    old = std::move(comm_);
+  }
+  // The old peers learn it at once (nothing is sent when the old membership had failed already);
+  // a failed communicator closes without the goodbye barrier, so teardown is bounded.
+  if (old) old->abort(ErrorCode::kAborted, message);
+  old.reset();
+  try {
+    connect(std::move(store), rank, world_size);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fatal_code_ = e.code();
+    fatal_message_ = std::string("reconfiguration failed: ") + e.what();
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborts_ == aborts_before) {
+      fatal_code_ = ErrorCode::kOk;
+      fatal_message_.clear();
+    }
+  }
+  GX_LOG(kInfo) << "reconfigured: rank " << rank << " of " << world_size;
+  thread_ = std::thread([this] { run(); });
+}
+
+void Engine::abort(const std::string& reason) {
+  const std::string message = "aborted (gradex_engine_abort): " + reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++aborts_;
+    fatal_code_ = ErrorCode::kAborted;  // the caller's decision wins over an earlier failure
+    fatal_message_ = message;
+    fail_in_flight(ErrorCode::kAborted, message);
+    if (comm_) comm_->interrupt(ErrorCode::kAborted, message);
+    wake_.signal();
+    cv_.notify_all();
+  }
+  GX_LOG(kWarn) << message;
+  std::unique_lock<std::mutex> membership(membership_mutex_, std::try_to_lock);
+  if (membership.owns_lock() && thread_.joinable()) thread_.join();
+}
+
+void Engine::fail_in_flight(ErrorCode code, const std::string& message) {
+  for (auto& [id, h] : in_flight_) {
+    Handle& handle = handles_[h];
+    handle.done = true;
+    handle.code = code;
+    handle.message = work_name(id) + ": " + message;
+  }
+  in_flight_.clear();
+  to_announce_.clear();
+  cv_.notify_all();
 }
 
 Engine::~Engine() {
@@ -415,10 +511,11 @@ std::unique_lock<std::mutex> Engine::wait_until_idle() {
 }
 
 void Engine::shutdown() {
+  std::lock_guard<std::mutex> membership(membership_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!thread_.joinable()) return;
     leaving_ = true;
+    if (!thread_.joinable()) return;
     wake_.signal();
   }
   thread_.join();

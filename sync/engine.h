@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,9 +107,45 @@ class Engine {
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);
 
+  // Step transactions (torchft's commit protocol, issue #22; sync/engine_snapshot.cc). Both wait
+  // for the exchanges in flight (bounded by the timeout). snapshot_state() records every
+  // per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
+  // LocalSGD anchor) and the step count, into buffers kept from one snapshot to the next;
+  // StateError after a fatal error (reconfigure first). rollback_state() restores the last
+  // snapshot bit for bit (also after an abort or a peer failure: a failed step rolls back), so a
+  // step that does not commit leaves the state as if it never ran; tensors registered since are
+  // reset to their registration state. StateError without a snapshot, or when GRADEX_POLICY=auto
+  // switched a tensor's policy since (nothing is changed then). Every rank must roll back the same
+  // steps (their counters must agree). Statistics are not rolled back.
+  void snapshot_state();
+  void rollback_state();
+
   // Leaves the job: waits (bounded by the timeout) until every rank has left, then stops the
   // thread.
   void shutdown();
+
+  // A new membership (issue #22: torchft reconfigures its process group on every quorum change),
+  // without destroying the engine. Collective over the NEW members: each calls it (a newcomer
+  // creates its engine instead) with the same store namespace, which must not hold the keys of
+  // an earlier membership (a new store or a new prefix). Every handle of the old membership still
+  // in flight fails at once with kAborted; the old communicator is torn down (its peers get the
+  // abort notice); a new one bootstraps through `store`; the start-up agreement (sync/agreement.h)
+  // runs again, and under GRADEX_POLICY=auto the link probe reruns at the first exchange. What is
+  // kept, by tensor key: registrations and policies, DGC residuals and momenta, dense momenta,
+  // exchange counters, LocalSGD anchors and the step count, the cost model's measurements.
+  // What restarts: negotiation and its cache, the plan epochs of GRADEX_POLICY=auto. A fatal
+  // error of the old membership (a dead peer, abort()) is cleared by a successful reconfiguration
+  // unless abort() was called during it. On failure (bootstrap, agreement) the engine stays failed
+  // with that error and may be reconfigured again. InvalidArgument for a rank outside
+  // [0, world_size) or after shutdown(). Not concurrently with itself or shutdown().
+  void reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // Any thread, at any time: every handle in flight and every later submission fails with
+  // kAborted carrying `reason`, within milliseconds (the progress thread leaves its current
+  // collective within about 10 ms), and the peers learn it through the abort notice
+  // (Communicator::abort): theirs fail the same way, naming this rank. When no reconfigure() or
+  // shutdown() is running, returns after the progress thread has stopped (no buffer of a failed
+  // handle is written afterwards). The engine stays usable for a later reconfigure().
+  void abort(const std::string& reason);
 
  private:
   struct Handle {
@@ -150,6 +187,11 @@ class Engine {
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
+  // Bootstraps the communicator of a membership (collective), proves the agreement, and installs
+  // it with a fresh negotiator (engine creation and reconfigure()).
+  void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // With mutex_ held: every handle in flight completes with `code` and `message`.
+  void fail_in_flight(ErrorCode code, const std::string& message);
 
   // execute()'s pipeline stages (sync/pipeline.h). prepare and finish run on any thread (the
   // worker pool or the progress thread) and touch only their unit's tensors; transfer runs on the
@@ -195,9 +237,37 @@ class Engine {
   Stats last_step_stats_;
   StatsReporter stats_reporter_;  // GRADEX_STATS_EVERY and the one-time warnings (end_step)
   bool leaving_ = false;
+  // Held by reconfigure() and shutdown() for their whole work (they join thread_); abort() joins
+  // thread_ only when it can take it at once.
+  std::mutex membership_mutex_;
+  uint64_t aborts_ = 0;  // abort() calls so far (mutex_)
+  // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the
+  // current one (progress thread).
+  uint64_t connects_ = 0;
+  std::set<std::string> exchanged_in_membership_;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;
   std::thread thread_;
+
+  // snapshot_state()'s buffers (mutex_).
+  struct TensorSnapshot {
+    bool taken = false;
+    ExchangeKind policy = ExchangeKind::kDense;
+    bool has_dgc = false;
+    bool in_state = false;     // the DGC state keeps its own snapshot (BackendPath::snapshot_dgc)
+    std::vector<uint8_t> dgc;  // else DGC's state blob (BackendPath::save_dgc)
+    std::vector<float> momentum;  // a dense tensor's u (empty: none yet)
+    std::vector<float> anchor;
+    uint64_t step = 0;
+    uint64_t exchanges = 0;
+  };
+  struct Snapshot {
+    bool valid = false;
+    std::map<std::string, TensorSnapshot> tensors;
+    uint64_t completed_steps = 0;
+    float step_clip_scale = -1.0f;
+  };
+  Snapshot snapshot_;
 };
 
 }  // namespace gradex::sync

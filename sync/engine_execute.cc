@@ -110,7 +110,13 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.clip = handle.clip_scale;
       job.absent = handle.absent;
       if (w.id.kind == WorkKind::kGradient) {
-        if (w.steps_differed) {
+        // A membership's first exchange of a tensor meets a newcomer's counters as a matter of
+        // course (reconfigure(): it starts at 0); later differences point at a checkpoint mix-up.
+        const bool first_of_membership = exchanged_in_membership_.insert(w.id.key).second;
+        if (w.steps_differed && first_of_membership && connects_ > 1) {
+          GX_LOG(kInfo) << "tensor '" << w.id.key << "': a member of the new membership has "
+                        << "another exchange counter (a newcomer); all continue at " << w.step;
+        } else if (w.steps_differed) {
           GX_LOG(kWarn) << "tensor '" << w.id.key << "': ranks announced different exchange "
                         << "counters (restored from different checkpoints?); all continue at "
                         << w.step;

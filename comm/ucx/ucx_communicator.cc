@@ -183,7 +183,8 @@ UcxCommunicator::~UcxCommunicator() {
     failure_what_ = "rank " + std::to_string(rank_) + " left after an error";
     notify_abort(rank_, ErrorCode::kPeer, "");
   }
-  if (failure_code_ == ErrorCode::kOk && size_ > 1) goodbye_barrier();
+  // An interrupted communicator's owner is leaving without its peers (Communicator::interrupt).
+  if (failure_code_ == ErrorCode::kOk && !interrupted_.load() && size_ > 1) goodbye_barrier();
   shutdown();
 }
 

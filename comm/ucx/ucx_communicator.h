@@ -5,10 +5,12 @@
 // in the control half of the tag space and are handled inside progress().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,7 @@ class UcxCommunicator : public Communicator {
   uint64_t next_collective_tag() override;
   bool wait_for_next_collective(int wake_fd, Millis max_wait) override;
   void abort(ErrorCode code, const std::string& message) override;
+  void interrupt(ErrorCode code, const std::string& message) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
@@ -189,6 +192,15 @@ class UcxCommunicator : public Communicator {
   std::string abort_text_;       // the notice's message ("" from an older notice without one)
   bool notified_peers_ = false;  // this rank's abort notice went out (at most once)
   bool closing_ = false;
+
+  // interrupt() from another thread: set once, acted on by the owning thread (take_interrupt).
+  std::atomic<bool> interrupted_{false};
+  std::mutex interrupt_mutex_;  // interrupt_code_ and interrupt_text_
+  ErrorCode interrupt_code_ = ErrorCode::kOk;
+  std::string interrupt_text_;
+  // Owning thread: turns a pending interrupt() into this communicator's failure (abort notice
+  // sent), abandons `pending` and throws Error(code, ...) naming `operation`.
+  void take_interrupt(const char* operation, const std::vector<UcxRequest*>& pending);
 };
 
 }  // namespace gradex::comm::ucx

@@ -127,6 +127,29 @@ void UcxCommunicator::abort(ErrorCode code, const std::string& message) {
   reap_control_sends(true, Clock::now() + Millis(200));
 }
 
+void UcxCommunicator::interrupt(ErrorCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(interrupt_mutex_);
+  if (interrupted_.load()) return;  // the first reason is the one reported
+  interrupt_code_ = code == ErrorCode::kOk ? ErrorCode::kAborted : code;
+  interrupt_text_ = message;
+  interrupted_.store(true, std::memory_order_release);
+}
+
+void UcxCommunicator::take_interrupt(const char* operation,
+                                     const std::vector<UcxRequest*>& pending) {
+  if (!interrupted_.load(std::memory_order_acquire)) return;
+  ErrorCode code;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(interrupt_mutex_);
+    code = interrupt_code_;
+    text = interrupt_text_;
+  }
+  abort(code, text);  // the peers learn it now (once); later calls find the communicator failed
+  abandon(pending);
+  throw Error(code, std::string(operation) + ": " + text);
+}
+
 std::vector<int> UcxCommunicator::probe_unresponsive() {
   int32_t seq = ++probe_seq_;
   for (int p = 0; p < size_; ++p)

@@ -42,6 +42,7 @@ void UcxCommunicator::check_usable(const char* operation, int peer) const {
 }
 
 RequestPtr UcxCommunicator::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
+  take_interrupt("send", {});
   check_usable("send", peer);
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, false));
@@ -60,6 +61,7 @@ RequestPtr UcxCommunicator::isend(int peer, uint64_t tag, const void* data, size
 }
 
 RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
+  take_interrupt("receive", {});
   check_usable("receive", peer);
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, true));
@@ -141,6 +143,7 @@ void UcxCommunicator::throw_truncated(const UcxRequest& r, const char* operation
 bool UcxCommunicator::test(Request& request, const char* operation) {
   auto& r = static_cast<UcxRequest&>(request);
   GX_CHECK(r.owner_ == this);
+  take_interrupt(operation, {&r});
   if (!poll_request(r)) return false;
   if (r.is_recv_ && r.status_ == UCS_ERR_MESSAGE_TRUNCATED) throw_truncated(r, operation);
   if (r.status_ != UCS_OK) {
@@ -226,6 +229,7 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
 
 void UcxCommunicator::throw_if_failed(const char* operation,
                                       const std::vector<UcxRequest*>& pending) {
+  take_interrupt(operation, pending);
   if (failure_code_ != ErrorCode::kOk) {
     abandon(pending);
     check_usable(operation, rank_);

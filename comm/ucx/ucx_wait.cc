@@ -58,6 +58,7 @@ bool UcxCommunicator::sleep_on_events(int extra_fd, Millis timeout) {
 
 bool UcxCommunicator::wait_for_next_collective(int wake_fd, Millis max_wait) {
   static const char* const kOperation = "wait for the next collective";
+  take_interrupt(kOperation, {});
   check_usable(kOperation, rank_);
   if (size_ == 1) {  // nobody else can start a collective: wait for the caller's fd only
     pollfd p{wake_fd, POLLIN, 0};

@@ -138,6 +138,23 @@ class DgcState {
   // that created this state.
   virtual std::vector<uint8_t> save_state(Backend& backend, Stream& stream);
   virtual void load_state(const uint8_t* data, size_t size, Backend& backend, Stream& stream);
+
+  // Step transactions (sync/engine_snapshot.cc): snapshot() records this state's complete value
+  // inside the state, rollback() restores the last one exactly (false, nothing changed, when none
+  // was taken). The defaults go through save_state/load_state; the CPU backend copies
+  // DgcCompressor's values into buffers it keeps (no allocation after the first snapshot).
+  virtual void snapshot(Backend& backend, Stream& stream) {
+    snapshot_blob_ = save_state(backend, stream);
+  }
+  virtual bool has_snapshot() const { return !snapshot_blob_.empty(); }
+  virtual bool rollback(Backend& backend, Stream& stream) {
+    if (snapshot_blob_.empty()) return false;
+    load_state(snapshot_blob_.data(), snapshot_blob_.size(), backend, stream);
+    return true;
+  }
+
+ private:
+  std::vector<uint8_t> snapshot_blob_;
 };
 using DgcStatePtr = std::unique_ptr<DgcState>;
 

@@ -47,6 +47,17 @@ class CpuDgc final : public DgcState {
     sel_ = nullptr;
     dgc_.load_state(data, size);
   }
+  void snapshot(Backend&, Stream&) override {
+    dgc_.checkpoint_to(checkpoint_);
+    has_checkpoint_ = true;
+  }
+  bool has_snapshot() const override { return has_checkpoint_; }
+  bool rollback(Backend&, Stream&) override {
+    if (!has_checkpoint_) return false;
+    sel_ = nullptr;
+    dgc_.restore_from(checkpoint_);
+    return true;
+  }
 
  private:
   DgcStepInfo report(const Selection& s) {
@@ -65,6 +76,8 @@ class CpuDgc final : public DgcState {
   DgcCompressor dgc_;
   size_t capacity_;
   const Selection* sel_ = nullptr;
+  DgcCompressor::Checkpoint checkpoint_;  // snapshot(): kept, reused by the next one
+  bool has_checkpoint_ = false;
 };
 
 class CpuBackend final : public Backend {

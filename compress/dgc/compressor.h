@@ -84,6 +84,29 @@ class DgcCompressor {
   // Zeroes u and v and restarts the schedule.
   void reset();
 
+  // Step transactions (sync's snapshot/rollback): the complete mutable state (u, v, the step and
+  // the threshold history), copied into buffers that keep their capacity, so that copying again
+  // allocates nothing. restore_from a checkpoint of this compressor continues exactly.
+  struct Checkpoint {
+    std::vector<float> u, v;
+    uint64_t step = 0;
+    float last_threshold = 0, prev_threshold = 0;
+  };
+  void checkpoint_to(Checkpoint& c) const {
+    c.u.assign(u_.begin(), u_.end());
+    c.v.assign(v_.begin(), v_.end());
+    c.step = step_;
+    c.last_threshold = last_threshold_;
+    c.prev_threshold = prev_threshold_;
+  }
+  void restore_from(const Checkpoint& c) {
+    u_.assign(c.u.begin(), c.u.end());
+    v_.assign(c.v.begin(), c.v.end());
+    step_ = c.step;
+    last_threshold_ = c.last_threshold;
+    prev_threshold_ = c.prev_threshold;
+  }
+
  private:
   float clip_scale(const float* grad) const;
   const Selection& step_impl(const float* grad, float* clear, float grad_scale);

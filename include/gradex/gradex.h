@@ -44,7 +44,8 @@ typedef enum gradex_status {
   GRADEX_ERR_TRANSPORT = 7,
   GRADEX_ERR_INTERNAL = 8,
   GRADEX_ERR_STATE = 9,    /* saved state cannot be restored here */
-  GRADEX_ERR_VERSION = 10  /* API version mismatch between plugin and library */
+  GRADEX_ERR_VERSION = 10, /* API version mismatch between plugin and library */
+  GRADEX_ERR_ABORTED = 11  /* gradex_engine_abort (this rank's or a peer's) or a reconfiguration ended it */
 } gradex_status_t;
 
 typedef enum gradex_dtype { GRADEX_FLOAT32 = 0, GRADEX_FLOAT16 = 1, GRADEX_BFLOAT16 = 2 } gradex_dtype_t;
@@ -92,6 +93,48 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options, gra
 gradex_status_t gradex_engine_destroy(gradex_engine_t* engine);
 
 gradex_status_t gradex_engine_rank(const gradex_engine_t* engine, int32_t* rank, int32_t* world_size);
+
+/* ---- Membership changes (additive to API version 1; torchft's quorum changes, docs/pytorch.md
+ * "Reconfiguration") ----------------------------------------------------------------------------------
+ * gradex_engine_reconfigure gives the engine a new membership without destroying it. Collective over
+ * the NEW members: survivors call it, a newcomer calls gradex_engine_create with the same options. Reads
+ * options->rank and ->world_size (both required), ->store (NULL: the store given at creation or at the
+ * last reconfiguration; an engine bootstrapped through the environment's TCP store must be given one) and
+ * ->store_prefix (NULL: "gradex/"). The store must not hold an earlier membership's keys under that
+ * prefix (a new store, or a new prefix per membership: reusing the current store and prefix is
+ * GRADEX_ERR_INVALID_ARGUMENT). Config entries must be absent or equal to the engine's configuration,
+ * else GRADEX_ERR_CONFIG naming the variable. Every handle of the old membership still in flight fails at
+ * once with GRADEX_ERR_ABORTED; the old connections close (old peers get an abort notice); the new ones
+ * bootstrap; the start-up agreement runs again (GRADEX_ERR_CONFIG on every member when options that must
+ * agree differ), and with GRADEX_POLICY=auto the link probe reruns at the first exchange.
+ * Kept, by tensor key: registrations, DGC residuals and momenta, dense momenta, exchange counters, LocalSGD
+ * anchors, the step count, cost-model measurements. Reset: negotiation (and its cache), auto's plan epochs.
+ * A newcomer starts with empty residuals and momenta and takes the agreed exchange counters from the
+ * others at its first exchange; it may instead gradex_load_state a state a member saved AFTER the
+ * reconfiguration (same world size; note that a copied DGC residual is then sent by both ranks). With
+ * LocalSGD a newcomer must load such a state (its step count decides the phase). A failed engine (a dead
+ * peer, gradex_engine_abort) is usable again after a successful reconfiguration: that is how survivors
+ * continue after a peer dies. A failed reconfiguration leaves the engine failed with its error; it may be
+ * reconfigured again. Not concurrently with another reconfiguration or gradex_engine_destroy. */
+gradex_status_t gradex_engine_reconfigure(gradex_engine_t* engine, const gradex_engine_options_t* options);
+/* Callable from any thread at any time: every handle in flight and every later submission fails with
+ * GRADEX_ERR_ABORTED carrying `reason`, within milliseconds, and the peers learn it at once (their handles
+ * fail with GRADEX_ERR_ABORTED naming this rank and the reason). Returns once the engine's thread has
+ * stopped (unless a reconfiguration or destroy runs meanwhile; they stop it). The engine stays usable for
+ * gradex_engine_reconfigure. */
+gradex_status_t gradex_engine_abort(gradex_engine_t* engine, const char* reason);
+
+/* Step transactions for a commit protocol (torchft's should_commit): call gradex_state_snapshot at the start
+ * of a step and gradex_state_rollback when the step does not commit; the engine's state is then as if the
+ * step never ran, bit for bit (DGC residuals, momenta and adaptive thresholds, dense momenta, exchange
+ * counters, LocalSGD anchors, the step count; statistics are not rolled back). Both wait for exchanges in
+ * flight (bounded by the timeout). The snapshot's buffers are kept and reused by the next snapshot.
+ * Snapshot after a fatal error is GRADEX_ERR_STATE (reconfigure first); rollback works after one (a failed
+ * step rolls back) and resets tensors registered since the snapshot. Rollback without a snapshot, or after
+ * GRADEX_POLICY=auto switched a tensor's policy, is GRADEX_ERR_STATE and changes nothing. Every rank must
+ * roll back the same steps. */
+gradex_status_t gradex_state_snapshot(gradex_engine_t* engine);
+gradex_status_t gradex_state_rollback(gradex_engine_t* engine);
 
 /* Registers a gradient tensor (idempotent when called again with identical arguments; an error when the
  * same key is registered with different ones). Registration is local; cross-rank agreement is checked
@@ -237,6 +280,13 @@ typedef struct gradex_outer gradex_outer_t;
 gradex_status_t gradex_outer_create(const gradex_engine_options_t* options, gradex_outer_t** outer);
 /* Finishes exchanges in flight (bounded by the timeout), leaves and releases. NULL is ignored. */
 gradex_status_t gradex_outer_destroy(gradex_outer_t* outer);
+/* A new membership, as gradex_engine_reconfigure (same options rules; store_prefix NULL means
+ * "gradex/outer/"), collective over the new members, every one of which must already hold a started
+ * gradex_outer_t (a newcomer cannot join one yet: recreate the objects everywhere to grow). Exchanges not
+ * yet merged are dropped; kept: fragments and their schedule, step count, global copies, outer momenta,
+ * contribution residuals (4/8-bit owners' requantization residuals restart at zero). A failed object is
+ * usable again after a successful reconfiguration. */
+gradex_status_t gradex_outer_reconfigure(gradex_outer_t* outer, const gradex_engine_options_t* options);
 /* Registers a float32 tensor, in model (layer) order, before gradex_outer_start. is_buffer = 1: a buffer
  * (e.g. BatchNorm statistics) that is averaged, not optimized. */
 gradex_status_t gradex_outer_add_tensor(gradex_outer_t* outer, const char* key, float* data, uint64_t numel,

@@ -31,6 +31,8 @@ static inline const char* gradex_status_name(gradex_status_t status) {
       return "STATE";
     case GRADEX_ERR_VERSION:
       return "VERSION";
+    case GRADEX_ERR_ABORTED:
+      return "ABORTED";
   }
   return "INTERNAL";
 }

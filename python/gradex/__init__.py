@@ -3,7 +3,7 @@
 The framework-neutral pieces live here: the exceptions (one per C API status) and the ctypes binding of
 the C API (gradex._capi). The PyTorch plugin is gradex.torch.
 """
-from ._errors import (ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
+from ._errors import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
                       MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 
 __version__ = "0.1.0"
@@ -15,6 +15,6 @@ def describe_config():
     return _capi.describe_config()
 
 
-__all__ = ["ConfigError", "CorruptError", "GradexError", "InternalError", "InvalidArgumentError",
+__all__ = ["AbortedError", "ConfigError", "CorruptError", "GradexError", "InternalError", "InvalidArgumentError",
            "MismatchError", "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError",
            "describe_config", "__version__"]

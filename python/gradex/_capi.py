@@ -123,6 +123,10 @@ def lib():
             "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_explain": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+            "gradex_engine_reconfigure": (status, [engine_p, ctypes.POINTER(_Options)]),
+            "gradex_engine_abort": (status, [engine_p, ctypes.c_char_p]),
+            "gradex_state_snapshot": (status, [engine_p]),
+            "gradex_state_rollback": (status, [engine_p]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)
@@ -206,6 +210,35 @@ class StoreAdapter:
             return self._fail("add", key, exc)
 
 
+def _membership_options(rank, world_size, store, store_prefix, keep):
+    """gradex_engine_options_t for a reconfiguration: rank, world size, the store (None: the object's current
+    one) and prefix (None: the C default). Appends what the C call needs alive to `keep`; returns (options,
+    adapter or None)."""
+    options = _Options()
+    lib().gradex_engine_options_init(ctypes.byref(options))
+    options.rank = int(rank)
+    options.world_size = int(world_size)
+    adapter = None
+    if isinstance(store, JobStore):
+        adapter = store
+        options.store = store.pointer()
+    elif store is not None:
+        adapter = StoreAdapter(store)
+        options.store = ctypes.pointer(adapter.struct)
+    prefix = store_prefix.encode() if store_prefix else None
+    options.store_prefix = prefix
+    keep.extend([adapter, prefix])
+    return options, adapter
+
+
+def _check_with_store(status, adapter):
+    if status != 0:
+        message = last_error()
+        if adapter is not None and getattr(adapter, "last_failure", None):
+            message += f" ({adapter.last_failure})"
+        raise _errors.error_for_status(status, message)
+
+
 class Engine:
     """One gradex engine (gradex_engine_create). Creation is collective: every rank creates its engine at
     the same point, with the same store prefix."""
@@ -253,6 +286,37 @@ class Engine:
         ptr, self._ptr = self._ptr, None
         if ptr:
             check(lib().gradex_engine_destroy(ptr))
+
+    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+        """A new membership without destroying the engine (gradex_engine_reconfigure; collective over the new
+        members, a newcomer creates its Engine with the same arguments instead). `store`: a torch-like store or
+        a JobStore (None: the one given at creation or at the last reconfiguration); `store_prefix` must be new
+        for that store (None: "gradex/"). Work of the old membership in flight fails with AbortedError; state is
+        kept per tensor key; a failed engine (dead peer, abort) is usable again afterwards."""
+        keep = getattr(self, "_kept_stores", [])
+        self._kept_stores = keep  # every store the C side may still call back into
+        options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
+        _check_with_store(lib().gradex_engine_reconfigure(self._engine(), ctypes.byref(options)), adapter)
+        if adapter is not None:
+            self._store = adapter
+        r, w = ctypes.c_int32(), ctypes.c_int32()
+        check(lib().gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
+        self.rank, self.world_size = r.value, w.value
+
+    def abort(self, reason):
+        """From any thread: every handle in flight and every later submission fails with AbortedError carrying
+        `reason`, within milliseconds; peers learn it at once. The engine stays usable for reconfigure()."""
+        check(lib().gradex_engine_abort(self._engine(), str(reason).encode()))
+
+    def snapshot_state(self):
+        """Records the engine's per-tensor state at the start of a step (gradex_state_snapshot), into buffers
+        reused by the next snapshot. StateError after a failure (reconfigure first)."""
+        check(lib().gradex_state_snapshot(self._engine()))
+
+    def rollback_state(self):
+        """Restores the last snapshot bit for bit (gradex_state_rollback): a step that did not commit leaves the
+        state as if it never ran. Every rank must roll back the same steps."""
+        check(lib().gradex_state_rollback(self._engine()))
 
     def register(self, key, numel, dtype, device=DEVICE_CPU):
         check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
@@ -382,6 +446,7 @@ def _outer_lib():
                 "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
                                                      ctypes.POINTER(ctypes.c_size_t)]),
                 "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+                "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
             }
             for name, (restype, argtypes) in sigs.items():
                 fn = getattr(c, name)
@@ -429,6 +494,17 @@ class Outer:
         ptr, self._ptr = self._ptr, None
         if ptr:
             check(_outer_lib().gradex_outer_destroy(ptr))
+
+    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+        """A new membership (gradex_outer_reconfigure), as Engine.reconfigure (store_prefix None: "gradex/outer/");
+        every new member must be a survivor holding a started Outer. Unmerged exchanges are dropped; global
+        copies, outer momenta, residuals and the fragment schedule are kept."""
+        keep = getattr(self, "_kept_stores", [])
+        self._kept_stores = keep
+        options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
+        _check_with_store(_outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options)), adapter)
+        if adapter is not None:
+            self._store = adapter
 
     def add_tensor(self, key, address, numel, is_buffer):
         check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))

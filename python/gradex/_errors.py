@@ -82,8 +82,15 @@ class VersionError(GradexError):
     name = "VERSION"
 
 
+class AbortedError(GradexError):
+    """The work was aborted (Engine.abort on this rank or a peer, or a reconfiguration ended it)."""
+
+    status = 11
+    name = "ABORTED"
+
+
 _CLASSES = (InvalidArgumentError, ConfigError, TimeoutError, PeerError, CorruptError, MismatchError,
-            TransportError, InternalError, StateError, VersionError)
+            TransportError, InternalError, StateError, VersionError, AbortedError)
 _BY_STATUS = {cls.status: cls for cls in _CLASSES}
 _BY_NAME = {cls.name: cls for cls in _CLASSES}
 

@@ -53,12 +53,25 @@ FragmentExchange::FragmentExchange(const OuterOptions& options, int64_t index, u
     result_codec_ = std::make_unique<Fp32Codec>();
     return;
   }
+  make_quant_codecs(rank, world_size, nullptr);
+}
+
+void FragmentExchange::make_quant_codecs(int rank, int world_size, std::vector<float>* residual) {
+  const uint64_t numel = global_.size();
   compress::quant::QuantOptions q = options_.quant;
-  q.seed = mix_seed(options_.quant.seed, rank, index, 0);
+  q.seed = mix_seed(options_.quant.seed, rank, index_, 0);
   contribution_codec_ = std::make_unique<QuantCodec>(q, true, 0, numel, numel);
+  if (residual) static_cast<QuantCodec&>(*contribution_codec_).residual().swap(*residual);
   auto seg = comm::encoded_segment(numel, q.block, world_size, rank);
-  q.seed = mix_seed(options_.quant.seed, rank, index, 1);
+  q.seed = mix_seed(options_.quant.seed, rank, index_, 1);
   result_codec_ = std::make_unique<QuantCodec>(q, true, seg.begin, seg.count, numel);
+}
+
+void FragmentExchange::set_membership(int rank, int world_size) {
+  world_ = world_size;
+  if (topk_ || options_.bits == 32) return;
+  std::vector<float> kept = static_cast<QuantCodec&>(*contribution_codec_).residual();
+  make_quant_codecs(rank, world_size, &kept);
 }
 
 FragmentExchange::~FragmentExchange() = default;

@@ -47,12 +47,18 @@ class FragmentExchange {
   // writing the next global copy for commit(). Returns the non-finite values met while encoding.
   uint64_t exchange(comm::Communicator& comm, std::vector<float>& contribution);
   uint64_t rounds() const { return round_; }
+  // A new membership (OuterOptimizer::reconfigure): the global copy, the outer momentum and this
+  // rank's contribution residuals (quantization, top-k) are kept; 4/8-bit owners' requantization
+  // residuals restart at zero (the segment a rank owns depends on rank and world size).
+  void set_membership(int rank, int world_size);
 
   void save(ByteWriter& w) const;
   void load(ByteReader& r);
 
  private:
   void outer_step(const float* average_or_delta);
+  // The 4/8-bit codecs of (rank, world size); the contribution residual is `residual` when given.
+  void make_quant_codecs(int rank, int world_size, std::vector<float>* residual);
   uint64_t exchange_topk(comm::Communicator& comm, const std::vector<float>& delta);
 
   OuterOptions options_;

@@ -327,6 +327,60 @@ OuterStats OuterOptimizer::stats() const {
   return s;
 }
 
+void OuterOptimizer::reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument("DiLoCo reconfigure: rank " + std::to_string(rank) + " of world size " +
+                          std::to_string(world_size) + " is out of range");
+  if (stopped_) throw InvalidArgument("DiLoCo: reconfigure() after shutdown()");
+  const std::string message = "DiLoCo: the membership changed (reconfiguration to rank " +
+                              std::to_string(rank) + " of " + std::to_string(world_size) +
+                              "): exchanges of the earlier membership were dropped";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_code_ == ErrorCode::kOk) {
+      failed_code_ = ErrorCode::kAborted;  // queued jobs fail without touching the network
+      failed_message_ = message;
+    }
+    quit_ = true;
+  }
+  if (comm_) comm_->interrupt(ErrorCode::kAborted, message);  // the running job leaves now
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  pending_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.clear();
+  }
+  if (comm_) comm_->abort(ErrorCode::kAborted, message);
+  comm_.reset();
+  try {
+    comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
+                                          comm::comm_options_from_config(config_));
+    agreement::require_agreement(comm_, config_, agreement::Scope::kOuter);
+  } catch (const Error& e) {
+    comm_.reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_code_ = e.code();
+    failed_message_ = std::string("DiLoCo reconfiguration failed: ") + e.what();
+    throw;
+  }
+  rank_ = rank;
+  world_ = world_size;
+  for (auto& f : fragments_)
+    f->set_membership(rank, world_size);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The new communicator counts from 0; the statistics continue (modular arithmetic).
+    bytes_at_start_[0] = comm_->bytes_sent() - stats_.bytes_sent;
+    bytes_at_start_[1] = comm_->bytes_received() - stats_.bytes_received;
+    failed_code_ = ErrorCode::kOk;
+    failed_message_.clear();
+    quit_ = false;
+  }
+  GX_LOG(kInfo) << "DiLoCo reconfigured: rank " << rank << " of " << world_size;
+  if (started_) worker_ = std::thread([this] { run_worker(); });
+}
+
 void OuterOptimizer::shutdown() {
   if (stopped_) return;
   stopped_ = true;

@@ -89,6 +89,16 @@ class OuterOptimizer {
   // Finishes pending exchanges (bounded by the timeout) and leaves; idempotent.
   void shutdown();
 
+  // A new membership (issue #22), collective over the new members, every one of which must be a
+  // member of the old one (this object's state is kept; a newcomer cannot join a started DiLoCo
+  // object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if still
+  // running: within about 10 ms); the old communicator is torn down (old peers get the abort
+  // notice); a new one bootstraps through `store` (a namespace without an earlier membership's
+  // keys) and the start-up agreement runs again. Kept: the tensors, their fragments and schedule,
+  // the step count and last merges, global copies, outer momenta, contribution residuals
+  // (FragmentExchange::set_membership). A failure of the old membership is cleared on success.
+  void reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size);
+
  private:
   struct Tensor {
     std::string key;

@@ -165,3 +165,53 @@ TEST(CommunicatorAbort, AbsurdAnnouncedPayloadSizeIsRefusedBeforeAllocation) {
 
 }  // namespace
 }  // namespace gradex::test
+
+namespace gradex::test {
+namespace {
+
+// Communicator::interrupt from another thread (Engine::abort, a reconfiguration): rank 0's owner is
+// blocked waiting for a message rank 1 never sends (rank 1 sleeps in wait_for_next_collective);
+// rank 0's wait throws kAborted with the reason, and rank 1 wakes with the same code naming rank 0
+// and carrying the reason, both long before the 60 s timeout (no timed assertion: a hang would
+// fail the test's own ctest timeout). Both communicators are failed afterwards.
+TEST(CommunicatorInterrupt, AnotherThreadEndsABlockedWaitAndThePeersLearnIt) {
+  comm::CommOptions o = test_options();
+  o.timeout = std::chrono::milliseconds(60000);
+  run_ranks(
+      2,
+      [&](Communicator& c) {
+        comm::barrier(c);
+        uint64_t never = 0;
+        try {
+          if (c.rank() == 0) {
+            std::thread interrupter([&c] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              c.interrupt(ErrorCode::kAborted, "quorum changed");
+            });
+            std::vector<comm::RequestPtr> requests;
+            requests.push_back(c.irecv(1, c.next_collective_tag(), &never, sizeof never));
+            try {
+              c.wait_all(requests, "test receive");
+            } catch (...) {
+              interrupter.join();
+              throw;
+            }
+            interrupter.join();
+            ADD_FAILURE() << "the interrupted wait completed";
+          } else {
+            c.wait_for_next_collective(-1, std::chrono::milliseconds(50000));
+            ADD_FAILURE() << "rank 1 did not learn of the interrupt";
+          }
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          EXPECT_EQ(e.code(), ErrorCode::kAborted) << what;
+          EXPECT_NE(what.find("quorum changed"), std::string::npos) << what;
+          if (c.rank() == 1) EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+        }
+        EXPECT_THROW(c.isend(1 - c.rank(), c.next_collective_tag(), &never, sizeof never), Error);
+      },
+      o);
+}
+
+}  // namespace
+}  // namespace gradex::test

@@ -11,8 +11,8 @@ graphs.
 """
 import tensorflow as tf
 
-from .. import (ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError, MismatchError,
-                PeerError, StateError, TimeoutError, TransportError, VersionError)
+from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
+                MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _exchange, _ops, _runtime
 from .tape import DistributedGradientTape
 
@@ -169,4 +169,4 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "
            "allreduce", "broadcast", "broadcast_variables", "DistributedGradientTape", "state_dict",
            "load_state_dict", "built_for", "ConfigError", "CorruptError", "GradexError", "InternalError",
            "InvalidArgumentError", "MismatchError", "PeerError", "StateError", "TimeoutError",
-           "TransportError", "VersionError"]
+           "TransportError", "VersionError", "AbortedError"]

@@ -9,8 +9,8 @@
 gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
 gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
 """
-from .. import (ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError, MismatchError,
-                PeerError, StateError, TimeoutError, TransportError, VersionError)
+from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
+                MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _bootstrap, _ops
 from .hook import State, hook
 from .localsgd import LocalSGD
@@ -62,4 +62,4 @@ __all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats
            "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",
-           "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError"]
+           "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError", "AbortedError"]

@@ -45,12 +45,20 @@ def is_default_group(group):
         (dist.is_initialized() and group_ranks(group) == list(range(dist.get_world_size())))
 
 
-def create_engine(config=None, store=None, group=None):
+def create_engine(config=None, store=None, group=None, membership=None):
     """A new engine over the ranks of `group` (default: the default process group). `config`: GRADEX_*
     overrides (name -> value) that win over the environment. `store`: a torch.distributed.Store to bootstrap
-    through (default: the default process group's, if any)."""
+    through (default: the default process group's, if any). `membership`: (rank, world_size, store,
+    store_prefix) given explicitly (State.reconfigure before bootstrap, torchft): used as is, without
+    torch.distributed."""
     _ops.load()
     config = {str(k): str(v) for k, v in (config or {}).items()}
+    if membership is not None:
+        rank, world, member_store, prefix = membership
+        engine = _capi.Engine(rank, world, member_store, prefix, config)
+        with _live_lock:
+            _live.append(weakref.ref(engine))
+        return engine
     if group is not None and not (dist.is_available() and dist.is_initialized()):
         raise _errors.InvalidArgumentError("gradex: a process group was given but torch.distributed is not initialized")
     if store is None and dist.is_available() and dist.is_initialized():

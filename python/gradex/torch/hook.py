@@ -58,6 +58,9 @@ class State:
         self._step_hook = None
         self._finalizer = None
         self._pending_load = getattr(self, "_pending_load", None)  # a state dict loaded before bootstrap
+        # (rank, world_size, store, store_prefix) given to reconfigure() before bootstrap: the engine's
+        # first membership.
+        self._membership = getattr(self, "_membership", None)
         self._closed_iteration = 0
 
     def _bootstrap(self, bucket=None):
@@ -76,7 +79,7 @@ class State:
                 group = ddp.process_group
             if model is None:
                 model = ddp
-            engine = _bootstrap.create_engine(self._config, self._store, group)
+            engine = _bootstrap.create_engine(self._config, self._store, group, membership=self._membership)
             try:
                 exchanger = _buckets.BucketExchanger(engine, model, self._dense_iterations, end_steps=True,
                                                      scaler=self._scaler, group=group)
@@ -100,6 +103,21 @@ class State:
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
+
+    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+        """A new membership for this State's engine (torchft's quorum changes; Engine.reconfigure): collective
+        over the new members. Creates nothing: the engine keeps its per-tensor state (residuals, momenta,
+        counters). Before the engine exists (no bucket yet), the membership is kept and the engine is created
+        with it at the first bucket (rank, world_size, store and store_prefix as given, not the process
+        group's)."""
+        with self._lock:
+            if self._engine is False:
+                raise _errors.InvalidArgumentError("gradex: this State was closed")
+            if self._exchanger is None:
+                self._membership = (int(rank), int(world_size), store, store_prefix)
+                return
+            engine = self._engine
+        engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
     def bootstrapped(self):
@@ -185,7 +203,8 @@ class State:
         # The momentum takeover stays with the optimizer of this process (a copy has none).
         return {"_config": self._config, "_model": None, "_dense_iterations": self._dense_iterations,
                 "_store": self._store, "_scaler": self._scaler, "_group": self._group,
-                "_pending_load": self._pending_load, "_takeover": None}
+                "_pending_load": self._pending_load, "_takeover": None,
+                "_membership": getattr(self, "_membership", None)}
 
     def __setstate__(self, values):
         self.__dict__.update(values)

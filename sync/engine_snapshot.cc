@@ -1,0 +1,96 @@
+// Engine::snapshot_state / rollback_state: step transactions for torchft's commit protocol (issue
+// #22): a step that does not commit leaves gradex's state as if it never ran. The snapshot holds
+// every per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
+// LocalSGD anchor) and the engine's step count, in buffers kept from one snapshot to the next: on
+// host memory a snapshot is a few memcpys and allocates nothing after the first.
+#include <cstring>
+
+#include "compress/dgc/compressor.h"
+#include "sync/backend_path.h"
+#include "sync/backend_tensor.h"
+#include "sync/engine.h"
+
+namespace gradex::sync {
+
+void Engine::snapshot_state() {
+  auto lock = wait_until_idle();
+  if (fatal_code_ != ErrorCode::kOk)
+    throw StateError("snapshot refused: the engine failed (" + fatal_message_ +
+                     "); its state may be partly updated (roll back to the last snapshot, or "
+                     "reconfigure first)");
+  for (auto& [key, t] : tensors_) {
+    TensorSnapshot& s = snapshot_.tensors[key];  // kept between snapshots: no new buffers
+    s.policy = t.policy.kind;
+    s.has_dgc = path_->has_dgc(t);
+    if (s.has_dgc) {
+      // Kept inside the DGC state itself (CPU: a copy of u, v and the threshold history into
+      // buffers it keeps); a CUDA tensor not bound yet keeps its blob here.
+      s.in_state = path_->snapshot_dgc(t);
+      if (!s.in_state) {
+        const std::vector<uint8_t> blob = path_->save_dgc(t);
+        s.dgc.assign(blob.begin(), blob.end());
+      }
+      s.momentum.clear();
+    } else {
+      path_->copy_momentum(t, s.momentum);
+      s.dgc.clear();
+    }
+    s.anchor.assign(t.anchor.begin(), t.anchor.end());
+    s.step = t.step;
+    s.exchanges = t.exchanges;
+    s.taken = true;
+  }
+  // A tensor registered after the last snapshot and gone since cannot be: tensors are never
+  // unregistered. Entries of earlier snapshots all belong to registered tensors.
+  snapshot_.completed_steps = completed_steps_;
+  snapshot_.step_clip_scale = step_clip_scale_;
+  snapshot_.valid = true;
+}
+
+void Engine::rollback_state() {
+  auto lock = wait_until_idle();
+  if (!snapshot_.valid) throw StateError("rollback without a snapshot (gradex_state_snapshot)");
+  // Validate everything first: a rollback that cannot restore every tensor changes nothing.
+  for (auto& [key, t] : tensors_) {
+    auto it = snapshot_.tensors.find(key);
+    if (it == snapshot_.tensors.end() || !it->second.taken) continue;  // registered since
+    const TensorSnapshot& s = it->second;
+    if (s.policy != t.policy.kind || s.has_dgc != path_->has_dgc(t) ||
+        (s.in_state && !path_->dgc_snapshot_taken(t)))
+      throw StateError("rollback: tensor '" + key +
+                       "' changed its policy since the snapshot (GRADEX_POLICY=auto switched it); "
+                       "its state cannot be restored");
+  }
+  for (auto& [key, t] : tensors_) {
+    auto it = snapshot_.tensors.find(key);
+    if (it == snapshot_.tensors.end() || !it->second.taken) {
+      // Registered after the snapshot: back to the state of a fresh registration.
+      if (path_->has_dgc(t)) {
+        const std::vector<uint8_t> fresh =
+            compress::DgcCompressor(t.numel, t.backend->dgc_options).save_state();
+        path_->load_dgc(t, fresh.data(), fresh.size());
+      } else {
+        path_->load_momentum(t, nullptr, 0);
+      }
+      t.anchor.clear();
+      t.step = 0;
+      t.exchanges = 0;
+      continue;
+    }
+    const TensorSnapshot& s = it->second;
+    if (s.has_dgc && s.in_state)
+      path_->rollback_dgc(t);
+    else if (s.has_dgc)
+      path_->load_dgc(t, s.dgc.data(), s.dgc.size());
+    else
+      path_->restore_momentum(t, s.momentum);
+    t.anchor.assign(s.anchor.begin(), s.anchor.end());
+    t.step = s.step;
+    t.exchanges = s.exchanges;
+  }
+  completed_steps_ = snapshot_.completed_steps;
+  stats_.steps = completed_steps_;
+  step_clip_scale_ = snapshot_.step_clip_scale;
+}
+
+}  // namespace gradex::sync
