@@ -21,12 +21,15 @@ _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging me
 
 def average_(engine, values):
     """Replaces a flat float32 CPU tensor by its average over the engine's ranks (chunks of _CHUNK_WORDS, one
-    engine key per chunk size, reused from call to call)."""
+    engine key per chunk size, reused from call to call). The chunks go as dense gradients (the engine runs
+    with fp32 on the wire, no momentum, nothing compressed: a ring allreduce whose result has the same bits on
+    every rank), not as LocalSGD parameter averages: those keep an anchor per key, which a survivor of a
+    reconfiguration would hold and a newcomer would not."""
     for start in range(0, values.numel(), _CHUNK_WORDS):
         chunk = values[start:start + _CHUNK_WORDS]
         key = f"gx.torchft/{chunk.numel()}"
         engine.register(key, chunk.numel(), _capi.FLOAT32)
-        _ops.wait(_ops.average(engine.address, key, chunk))
+        _ops.wait(_ops.submit(engine.address, key, chunk))
 
 
 def _word_bits(world):

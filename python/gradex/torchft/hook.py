@@ -8,15 +8,17 @@ gradex's policy (DGC, 16-bit, dense; GRADEX_* as for gx.State) moves the gradien
     optimizer = torchft.optim.OptimizerWrapper(manager, inner_optimizer)
 
 Membership. The State's engine spans the same members as the Manager's ProcessGroupGradex: every
-reconfiguration of that group (a new quorum) re-forms the State's engine through the same store, under a
-prefix of its own. With the reconfigurable engine (Engine.reconfigure) a survivor keeps its per-tensor state
-(DGC residuals and momenta, keyed by parameter name); without it the engine is created anew and starts empty.
-A newcomer always starts with empty residuals: they are this replica's own error feedback, which no peer has.
+reconfiguration of that group (a new quorum) reconfigures the State's engine through the same store, under a
+prefix of its own (Engine.reconfigure): a survivor keeps its per-tensor state (DGC residuals and momenta,
+exchange counters, keyed by parameter name), work of the old membership is aborted. A newcomer creates its
+engine and starts with empty residuals and momenta: they are this replica's own error feedback, which no peer
+has; it takes the agreed exchange counters from the others at its first exchange.
 
 Steps that do not commit. At the first bucket of every step the State waits for the quorum, then looks at
 the Manager's step counter: if the previous step did not commit (should_commit() returned False, so the
-counter did not move), the engine's state is rolled back to the snapshot taken when that step began, so a
-discarded step leaves gradex's state as if it never ran. Then it snapshots the state for this step.
+counter did not move), the engine's state is rolled back to the snapshot taken when that step began
+(Engine.rollback_state, bit for bit, also across an abort and a reconfiguration), so a discarded step leaves
+gradex's state as if it never ran. Then it snapshots the state for this step (Engine.snapshot_state).
 
 Replicas that do not take part (a replica healing from a peer's checkpoint) contribute exact zeros through
 gradex's absent submissions (their own state untouched); every average is rescaled from the members of the
@@ -84,7 +86,7 @@ class State:
         self._lock = threading.Lock()
         self._generation = None
         self._in_step = False
-        self._snapshot = None  # (manager step when taken, engine, state)
+        self._snapshot = None  # (manager step when taken, engine) of the engine's last snapshot
         self._scale = 1.0
         self._absent = False
         self.rollbacks = 0  # steps whose gradex state was rolled back (they did not commit)
@@ -94,25 +96,20 @@ class State:
 
     def _on_membership(self, store_addr, rank, world_size, timeout):
         """Called by the ProcessGroupGradex after each reconfiguration, on the thread that reconfigures it
-        (every member does so for the same quorum, so engine creation is collective)."""
+        (every member does so for the same quorum): a survivor reconfigures its engine (per-tensor state kept,
+        work of the old membership aborted), a newcomer creates one; both are collective over the quorum."""
         store = _pg.create_store_client(store_addr, timeout)
+        with self._lock:
+            generation = self._generation
+        if generation is not None:
+            generation.engine.reconfigure(rank, world_size, store, _PREFIX)
+            return
         config = dict(self._config)
         config["GRADEX_TIMEOUT_S"] = f"{max(timeout.total_seconds(), 0.01):g}"
-        with self._lock:
-            old = self._generation
-            if old is not None and hasattr(old.engine, "reconfigure"):
-                old.engine.reconfigure(rank, world_size, store, _PREFIX)
-                old.store = store
-                return
-            self._generation = None
-        if old is not None:
-            threading.Thread(target=old.release, name="gradex_hook_release", daemon=True).start()
         _ops.load()
         engine = _capi.Engine(rank, world_size, store, _PREFIX, config)
-        generation = _Generation(engine, self._model)
-        generation.store = store
         with self._lock:
-            self._generation = generation
+            self._generation = _Generation(engine, self._model)
 
     @property
     def engine(self):
@@ -130,11 +127,16 @@ class State:
         snapshot, self._snapshot = self._snapshot, None
         if snapshot is not None and snapshot[0] == step and generation is not None \
                 and snapshot[1] is generation.engine:
-            _restore(generation.engine, snapshot[2])
+            generation.engine.rollback_state()  # the previous step did not commit
             self.rollbacks += 1
         if generation is None or manager.errored() is not None:
             return None
-        self._snapshot = (step, generation.engine, _snapshot(generation.engine))
+        try:
+            generation.engine.snapshot_state()
+        except _errors.GradexError as exc:  # a failed engine, not reconfigured since: the step cannot run
+            manager.report_error(exc)
+            return None
+        self._snapshot = (step, generation.engine)
         participants = manager.num_participants()
         self._absent = not manager.is_participating()
         self._scale = generation.engine.world_size / participants if participants else 0.0
@@ -222,21 +224,6 @@ class DistributedDataParallel(parallel.DistributedDataParallel):
 
 def _named_parameters(model):
     return list(model.named_parameters())
-
-
-def _snapshot(engine):
-    """The engine's per-tensor state now: Engine.snapshot_state() where the engine has it, else its saved
-    state (the same content, serialized)."""
-    take = getattr(engine, "snapshot_state", None)
-    return take() if take is not None else engine.save_state()
-
-
-def _restore(engine, snapshot):
-    rollback = getattr(engine, "rollback_state", None)
-    if rollback is not None and not isinstance(snapshot, (bytes, bytearray)):
-        rollback()
-    else:
-        engine.load_state(snapshot)
 
 
 def _completed(buffer):

@@ -7,9 +7,11 @@
 Constructed like torchft's ProcessGroupGloo and reconfigured the same way: torchft's Manager hands every
 quorum's ordered reconfigure handles to `reconfigure(opts)`; this group's rank is the index of its own handle,
 and every member bootstraps its engine through the first handle's store under the quorum's id (torchft's
-`_rendezvous`). Between two quorums the group holds one engine (one *generation*); a reconfiguration or an
-abort retires it: its pending operations fail at once with the reason, and the engine is released on a thread
-of its own (with the reconfigurable engine: aborted and reused instead).
+`_rendezvous`). The group keeps one engine for its life: a survivor of a quorum change reconfigures it
+(Engine.reconfigure), a newcomer creates it; both are collective over the new quorum. Between two quorums the
+group runs one *generation* (the engine's current membership and the threads that drive it); a reconfiguration,
+an abort or a failed operation ends it: its pending operations fail at once with the reason and the engine is
+aborted (Engine.abort: its work in flight fails within milliseconds, the peers learn it at once).
 
 Operations run in issue order on one worker thread per generation, so every rank drives its engine with the
 same sequence of keys. Results:
@@ -38,6 +40,7 @@ from ..torch import _ops
 from . import _exact, _work
 
 _BACKEND_NAME = "torchft-gradex"
+_PREFIX = "gradex/pg/"  # under the quorum's store prefix (torchft/<quorum id>/)
 _releasing = []  # threads releasing retired engines; joined at interpreter exit
 
 
@@ -83,27 +86,41 @@ class _Generation:
         self.pending = set()
         self.lock = threading.Lock()
         self.error = None
+        self.engine_aborted = False
 
-    def retire(self, error):
-        """Fails every pending operation with `error`, stops accepting new ones and releases the engine:
-        aborted at once where the engine can abort, else closed after the running operation ends (bounded by
-        the engine's timeout) on a thread of its own, so that the caller never waits for a dead peer."""
+    def abort(self, error):
+        """Fails every pending operation with `error`, makes later ones fail at once, and aborts the engine (its
+        work in flight fails within milliseconds; the peers learn it at once). The engine and the workers stay
+        for the next reconfiguration. Idempotent."""
         with self.lock:
             if self.error is None:
                 self.error = error
             pending, self.pending = list(self.pending), set()
+            first, self.engine_aborted = not self.engine_aborted, True
         for operation in pending:
-            operation.fail(error)
-        abort = getattr(self.engine, "abort", None)
-        if abort is not None and self.engine.address:
+            operation.fail(self.error)
+        if first and self.engine.address:
             try:
-                abort(str(error))
+                self.engine.abort(str(error))
             except _errors.GradexError:
-                pass  # already failed: the close below releases it
+                pass  # already failed: the close or reconfigure that follows deals with it
 
-        def release():
+    def retire(self, error, keep_engine=False):
+        """Ends the generation: abort(error), then waits for the workers to stop. keep_engine: returns the
+        engine, for Engine.reconfigure; else the engine is closed on a thread of its own (joined at interpreter
+        exit)."""
+        self.abort(error)
+
+        def stop_workers():
             self.collectives.shutdown(wait=True)
             self.p2p.shutdown(wait=True)
+
+        if keep_engine:
+            stop_workers()
+            return self.engine
+
+        def release():
+            stop_workers()
             try:
                 self.engine.close()
             except _errors.GradexError:
@@ -112,6 +129,7 @@ class _Generation:
         thread = threading.Thread(target=release, name="gradex_pg_release", daemon=True)
         thread.start()
         _releasing[:] = [t for t in _releasing if t.is_alive()] + [thread]
+        return None
 
 
 class ProcessGroupGradex(ProcessGroup):
@@ -130,6 +148,7 @@ class ProcessGroupGradex(ProcessGroup):
         # Garbage collection and interpreter exit retire the engine too: torchft drops a failed replica's
         # group without shutting it down, and an engine left running would keep its peers waiting.
         self._holder = [None]
+        self._spare_engine = None  # an engine whose reconfiguration failed, kept for the next one
         self._finalizer = weakref.finalize(self, _retire_held, self._holder)
         self._listeners = []  # callables(store_addr, rank, world_size, timeout) told of every membership
 
@@ -140,12 +159,25 @@ class ProcessGroupGradex(ProcessGroup):
         failure, e.g. a missing peer after the timeout)."""
         rendezvous = _rendezvous(opts, self._handle_id())
         timeout = opts.timeout if getattr(opts, "timeout", None) else self._timeout
-        self._retire(RuntimeError(f"gradex: process group aborted: reconfigured for quorum {rendezvous.uuid}"))
+        with self._issue_lock:
+            old, self._generation = self._generation, None
+            self._holder[0] = None
+        engine, self._spare_engine = self._spare_engine, None
+        if old is not None:
+            engine = old.retire(RuntimeError(f"gradex: process group aborted: reconfigured for quorum "
+                                             f"{rendezvous.uuid}"), keep_engine=True)
         _ops.load()
         store = create_store_client(rendezvous.store_addr, timeout)
-        config = dict(self._extra_config)
-        config.update(engine_config(timeout))
-        engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, "gradex/pg/", config)
+        if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
+            try:
+                engine.reconfigure(rendezvous.rank, rendezvous.world_size, store, _PREFIX)
+            except _errors.GradexError:
+                self._spare_engine = engine  # failed, and reconfigurable again at the next quorum
+                raise
+        else:
+            config = dict(self._extra_config)
+            config.update(engine_config(timeout))
+            engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, _PREFIX, config)
         generation = _Generation(engine, rendezvous.store_addr, timeout)
         generation.store = store  # the engine's adapter holds it too; kept for p2p after bootstrap
         with self._issue_lock:
@@ -172,13 +204,16 @@ class ProcessGroupGradex(ProcessGroup):
         with self._issue_lock:
             generation = self._generation
         if generation is not None:
-            generation.retire(RuntimeError(f"gradex: process group aborted: {reason}"))
+            generation.abort(RuntimeError(f"gradex: process group aborted: {reason}"))
 
     def abort(self, errored=True):
         self._abort_generation("abort() called")
 
     def shutdown(self):
         self._retire(RuntimeError("gradex: process group shut down"))
+        spare, self._spare_engine = self._spare_engine, None
+        if spare is not None:
+            spare.close()
 
     def errored(self):
         generation = self._generation
@@ -227,9 +262,12 @@ class ProcessGroupGradex(ProcessGroup):
                     body(generation)
                 except Exception as exc:  # every failure goes to the operation's future, none is lost
                     error = exc if isinstance(exc, RuntimeError) else RuntimeError(f"gradex: {name}: {exc}")
-                    if operation.fail(error):
-                        generation.retire(RuntimeError(f"gradex: process group aborted after {name} "
-                                                       f"failed: {exc}"))
+                    aborted = RuntimeError(f"gradex: process group aborted after {name} failed: {exc}")
+                    with generation.lock:  # errored() says so before anyone sees the operation fail
+                        if generation.error is None:
+                            generation.error = aborted
+                    operation.fail(error)
+                    generation.abort(aborted)
                 else:
                     operation.succeed()
                 finally:
