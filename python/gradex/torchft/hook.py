@@ -54,7 +54,12 @@ class _Generation:
                                               for name, p in _named_parameters(model) if p.requires_grad})
 
     def release(self):
-        """Completes what is queued (bounded by the engine's timeout), then closes the engine."""
+        """Aborts the engine (exchanges in flight fail at once; the peers learn it at once and go on after
+        torchft's next quorum, as when a replica dies), then closes it."""
+        try:
+            self.engine.abort("gradex.torchft.State closed")
+        except _errors.GradexError:
+            pass  # already failed
         self.completer.close()
         try:
             self.engine.close()
@@ -197,7 +202,7 @@ class State:
         return future.then(settle)
 
     def close(self):
-        """Releases the engine (idempotent)."""
+        """Releases the engine (idempotent); the other replicas see this replica leave, as if it had died."""
         with self._lock:
             generation, self._generation = self._generation, None
             if self._takeover is not None:
