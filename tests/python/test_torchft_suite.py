@@ -26,6 +26,9 @@ CASES = [
     ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_local_sgd_recovery_0", ()),
     ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_diloco_healthy_0", _DILOCO_HELPERS),
     ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_diloco_recovery_0", _DILOCO_HELPERS),
+    ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_streaming_diloco_recovery_0", _DILOCO_HELPERS),
+    ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_streaming_diloco_upscale_00", _DILOCO_HELPERS),
+    ("torchft.local_sgd_integ_test", "LocalSGDIntegTest.test_streaming_diloco_commit_failure_00", _DILOCO_HELPERS),
     ("torchft.checkpointing.pg_transport_test", "PGTransportTest.test_pg_transport_gloo", ()),
 ]
 
