@@ -47,6 +47,14 @@ if [ "$want_venv" -eq 1 ]; then
     echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"
     .venv/bin/pip install -q pytorch-lightning accelerate
   fi
+  # torchft (gradex.torchft, tests/python/test_torchft_*.py): the nightly, whose fault-tolerant DDP skips a step
+  # after a failed allreduce (the 0.2.0 release asserts). It requires a torch >= 2.7 and would otherwise upgrade
+  # the installed one: installed without dependencies, plus its pure-Python ones and `parameterized` (its tests).
+  if ! .venv/bin/python -c "import torchft, parameterized" >/dev/null 2>&1; then
+    echo "setup: installing torchft-nightly into .venv (gradex.torchft)"
+    .venv/bin/pip install -q --no-deps torchft-nightly
+    .venv/bin/pip install -q "opentelemetry-sdk>=1.39" "opentelemetry-exporter-otlp-proto-http>=1.39" parameterized
+  fi
   # TensorFlow (CPU wheel) beside torch, for gradex.tensorflow; reused when it imports (with Keras 3).
   if ! .venv/bin/python -c "import tensorflow, keras" >/dev/null 2>&1; then
     echo "setup: installing tensorflow-cpu 2.21 into .venv (large, once)"

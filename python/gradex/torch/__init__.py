@@ -63,3 +63,12 @@ __all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",
            "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError", "AbortedError"]
+
+
+def __getattr__(name):
+    """gx.torchft: gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on
+    first use because torchft is an optional extra."""
+    if name == "torchft":
+        import importlib
+        return importlib.import_module("gradex.torchft")
+    raise AttributeError(f"module 'gradex.torch' has no attribute {name!r}")

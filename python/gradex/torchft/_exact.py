@@ -1,0 +1,127 @@
+"""Exact collectives over one gradex engine: what a torchft ProcessGroup needs besides the fp32 average.
+
+The engine's only collective is the fp32 average (a ring sum divided by the world size P, the same bits on
+every rank). Everything else travels as integers through it, the way gradex.torch.collectives does for the
+Horovod-style calls: the bytes of the tensors, cut into 16-bit words (8-bit from 257 ranks up), each
+multiplied by P on the rank that owns it and 0 elsewhere. Every partial sum is then an integer below 2^24, the
+division by P is exact, and every rank gets the owner's bytes bit for bit, whatever the dtype. A gather moves
+2P times the tensor's bytes (4P from 257 ranks), so it is meant for the Manager's small collectives, metrics,
+quorum-time broadcasts and integer reductions, not for gradients (those go through average()).
+
+Every function here is collective over the engine's ranks and must be called by one thread per engine at a
+time, in the same order on every rank (ProcessGroupGradex runs them on one worker thread per engine).
+"""
+import torch
+
+from .. import _capi, _errors
+from ..torch import _ops
+
+_CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large transfers
+
+
+def average_(engine, values):
+    """Replaces a flat float32 CPU tensor by its average over the engine's ranks (chunks of _CHUNK_WORDS, one
+    engine key per chunk size, reused from call to call). The chunks go as dense gradients (the engine runs
+    with fp32 on the wire, no momentum, nothing compressed: a ring allreduce whose result has the same bits on
+    every rank), not as LocalSGD parameter averages: those keep an anchor per key, which a survivor of a
+    reconfiguration would hold and a newcomer would not."""
+    for start in range(0, values.numel(), _CHUNK_WORDS):
+        chunk = values[start:start + _CHUNK_WORDS]
+        key = f"gx.torchft/{chunk.numel()}"
+        engine.register(key, chunk.numel(), _capi.FLOAT32)
+        _ops.wait(_ops.submit(engine.address, key, chunk))
+
+
+def _word_bits(world):
+    return 16 if world <= 256 else 8
+
+
+def _to_words(data, bits):
+    """uint8 tensor -> float32 tensor of its little-endian 16-bit (or 8-bit) words, as integers."""
+    data = data.reshape(-1)
+    if bits == 8:
+        return data.to(torch.float32)
+    if data.numel() % 2:
+        data = torch.cat([data, data.new_zeros(1)])
+    words = data[0::2].to(torch.int32) | (data[1::2].to(torch.int32) << 8)
+    return words.to(torch.float32)
+
+
+def _from_words(words, bits, nbytes):
+    w = words.to(torch.int32)
+    if bits == 8:
+        return w.to(torch.uint8)[:nbytes]
+    out = torch.empty(2 * w.numel(), dtype=torch.uint8)
+    out[0::2] = (w & 0xFF).to(torch.uint8)
+    out[1::2] = (w >> 8).to(torch.uint8)
+    return out[:nbytes]
+
+
+def _slots(engine, words, slot, slots):
+    """Every rank's `words` placed in its slot (None: this rank owns none); returns the slots' words."""
+    world = engine.world_size
+    m = words.numel()
+    buffer = torch.zeros(slots * m, dtype=torch.float32)
+    if slot is not None and m:
+        buffer[slot * m:(slot + 1) * m] = words * world
+    if buffer.numel():
+        average_(engine, buffer)
+    return buffer.view(slots, m)
+
+
+def as_bytes(tensor):
+    """A contiguous CPU uint8 view of a tensor's bytes (a copy when it lives elsewhere)."""
+    flat = tensor.detach().reshape(-1).contiguous().cpu()
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    return flat.view(torch.uint8) if flat.numel() else torch.zeros(0, dtype=torch.uint8)
+
+
+def allgather_bytes(engine, data):
+    """Every rank's uint8 tensor (the same length on every rank), in rank order."""
+    if engine.world_size == 1:
+        return [data.clone()]
+    bits = _word_bits(engine.world_size)
+    slots = _slots(engine, _to_words(data, bits), engine.rank, engine.world_size)
+    return [_from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
+
+
+def broadcast_bytes(engine, data, root):
+    """root's uint8 tensor (the same length on every rank), bit for bit."""
+    if engine.world_size == 1:
+        return data.clone()
+    bits = _word_bits(engine.world_size)
+    slots = _slots(engine, _to_words(data, bits), 0 if engine.rank == root else None, 1)
+    return _from_words(slots[0], bits, data.numel())
+
+
+def from_bytes(data, like):
+    """A tensor of `like`'s dtype and shape holding `data`'s bytes."""
+    if like.numel() == 0:
+        return torch.empty_like(like, device="cpu")
+    raw = data.clone()  # aligned storage of its own
+    if like.dtype == torch.bool:
+        return raw.view(torch.uint8).to(torch.bool).view(like.shape)
+    return raw.view(like.dtype).view(like.shape)
+
+
+def allgather(engine, tensor):
+    """Every rank's tensor (same shape and dtype everywhere), in rank order, as CPU tensors."""
+    return [from_bytes(d, tensor) for d in allgather_bytes(engine, as_bytes(tensor))]
+
+
+def check_same_layout(engine, tensors, operation):
+    """MismatchError on every rank when ranks pass tensors of different shapes or dtypes: a collective over
+    differently shaped tensors would otherwise mix bytes silently."""
+    if engine.world_size == 1:
+        return
+    layout = repr([(tuple(t.shape), str(t.dtype)) for t in tensors]).encode()
+    import hashlib
+    digest = torch.frombuffer(bytearray(hashlib.sha256(layout).digest()[:16]), dtype=torch.uint8)
+    digests = allgather_bytes(engine, digest)
+    groups = {}
+    for r, d in enumerate(digests):
+        groups.setdefault(bytes(d.tolist()), []).append(r)
+    if len(groups) > 1:
+        raise _errors.MismatchError(f"gradex: {operation}: ranks passed tensors of different shapes or dtypes; "
+                                    f"groups of ranks that agree: {sorted(groups.values())}")

@@ -1,0 +1,237 @@
+"""gradex's compressed DDP comm hook under torchft: torchft decides who takes part and whether a step commits,
+gradex's policy (DGC, 16-bit, dense; GRADEX_* as for gx.State) moves the gradients between replica groups.
+
+    pg = ProcessGroupGradex(timeout=timedelta(seconds=10))
+    manager = torchft.Manager(pg=pg, ...)
+    state = gradex.torchft.State(manager, pg, model, optimizer=inner_optimizer, config={...})
+    model = gradex.torchft.DistributedDataParallel(manager, model, state)
+    optimizer = torchft.optim.OptimizerWrapper(manager, inner_optimizer)
+
+Membership. The State's engine spans the same members as the Manager's ProcessGroupGradex: every
+reconfiguration of that group (a new quorum) reconfigures the State's engine through the same store, under a
+prefix of its own (Engine.reconfigure): a survivor keeps its per-tensor state (DGC residuals and momenta,
+exchange counters, keyed by parameter name), work of the old membership is aborted. A newcomer creates its
+engine and starts with empty residuals and momenta: they are this replica's own error feedback, which no peer
+has; it takes the agreed exchange counters from the others at its first exchange.
+
+Steps that do not commit. At the first bucket of every step the State waits for the quorum, then looks at
+the Manager's step counter: if the previous step did not commit (should_commit() returned False, so the
+counter did not move), the engine's state is rolled back to the snapshot taken when that step began
+(Engine.rollback_state, bit for bit, also across an abort and a reconfiguration), so a discarded step leaves
+gradex's state as if it never ran. Then it snapshots the state for this step (Engine.snapshot_state).
+
+Replicas that do not take part (a replica healing from a peer's checkpoint) contribute exact zeros through
+gradex's absent submissions (their own state untouched); every average is rescaled from the members of the
+quorum to the participants, as torchft's Manager.allreduce divides its sum by the participants.
+
+A failed exchange (a lost replica) is reported to the Manager and the bucket is returned as it is: backward
+completes, should_commit() says no, and the step is discarded everywhere.
+"""
+import threading
+
+import torch
+from torch.nn import parallel
+from torchft.process_group import ProcessGroupDummy
+
+from .. import _capi, _errors, _log
+from ..torch import _completion, _config_check, _layout, _momentum, _ops
+from . import process_group as _pg
+
+_PREFIX = "gradex/hook/"
+
+
+class _Generation:
+    """The engine of one membership and the thread that completes its exchanges."""
+
+    def __init__(self, engine, model):
+        self.engine = engine
+        self.keys = _layout.BucketKeys(model)
+        self.completer = _completion.Completer("gradex-torchft")
+        # Every parameter is registered up front, so that a snapshot taken at any step start covers every
+        # tensor a rollback may have to restore.
+        if model is not None:
+            self.keys.register_saved(engine, {name: (p.numel(), str(p.dtype))
+                                              for name, p in _named_parameters(model) if p.requires_grad})
+
+    def release(self):
+        """Aborts the engine (exchanges in flight fail at once; the peers learn it at once and go on after
+        torchft's next quorum, as when a replica dies), then closes it."""
+        try:
+            self.engine.abort("gradex.torchft.State closed")
+        except _errors.GradexError:
+            pass  # already failed
+        self.completer.close()
+        try:
+            self.engine.close()
+        except _errors.GradexError:
+            pass
+
+
+class State:
+    """The comm hook's state: the Manager, gradex's engine over the Manager's quorum, step snapshots.
+
+    manager: the torchft Manager. process_group: the ProcessGroupGradex given to the Manager (its
+    reconfigurations re-form this State's engine). model: the module whose parameter names key the gradients.
+    config: GRADEX_* overrides for the engine (checked here). optimizer: the optimizer that trains the model,
+    for gradex's momentum rule (as for gx.State)."""
+
+    def __init__(self, manager, process_group, model, *, config=None, optimizer=None):
+        if not isinstance(process_group, _pg.ProcessGroupGradex):
+            raise _errors.InvalidArgumentError(
+                "gradex: gradex.torchft.State needs the Manager's ProcessGroupGradex (its quorum is the State's "
+                f"membership), not {type(process_group).__name__}")
+        config = {str(k): str(v) for k, v in (config or {}).items()}
+        _config_check.check(config)
+        if float(config.get("GRADEX_CLIP_NORM", "0") or 0) > 0:
+            raise _errors.InvalidArgumentError("gradex: GRADEX_CLIP_NORM is not supported by the torchft hook "
+                                               "(clip before backward ends, or use torch's clip_grad_norm_)")
+        self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex torchft hook")
+        self._manager = manager
+        self._model = model.module if isinstance(model, parallel.DistributedDataParallel) else model
+        self._lock = threading.Lock()
+        self._generation = None
+        self._in_step = False
+        self._snapshot = None  # (manager step when taken, engine) of the engine's last snapshot
+        self._scale = 1.0
+        self._absent = False
+        self.rollbacks = 0  # steps whose gradex state was rolled back (they did not commit)
+        process_group.add_membership_listener(self._on_membership)
+
+    # --- membership -------------------------------------------------------------------------------
+
+    def _on_membership(self, store_addr, rank, world_size, timeout):
+        """Called by the ProcessGroupGradex after each reconfiguration, on the thread that reconfigures it
+        (every member does so for the same quorum): a survivor reconfigures its engine (per-tensor state kept,
+        work of the old membership aborted), a newcomer creates one; both are collective over the quorum."""
+        store = _pg.create_store_client(store_addr, timeout)
+        with self._lock:
+            generation = self._generation
+        if generation is not None:
+            generation.engine.reconfigure(rank, world_size, store, _PREFIX)
+            return
+        config = dict(self._config)
+        config["GRADEX_TIMEOUT_S"] = f"{max(timeout.total_seconds(), 0.01):g}"
+        _ops.load()
+        engine = _capi.Engine(rank, world_size, store, _PREFIX, config)
+        with self._lock:
+            self._generation = _Generation(engine, self._model)
+
+    @property
+    def engine(self):
+        """The engine of the current quorum (None before the first one)."""
+        generation = self._generation
+        return generation.engine if generation is not None else None
+
+    # --- steps ------------------------------------------------------------------------------------
+
+    def _begin_step(self):
+        manager = self._manager
+        manager.wait_quorum()
+        step = manager.current_step()
+        generation = self._generation
+        snapshot, self._snapshot = self._snapshot, None
+        if snapshot is not None and snapshot[0] == step and generation is not None \
+                and snapshot[1] is generation.engine:
+            generation.engine.rollback_state()  # the previous step did not commit
+            self.rollbacks += 1
+        if generation is None or manager.errored() is not None:
+            return None
+        try:
+            generation.engine.snapshot_state()
+        except _errors.GradexError as exc:  # a failed engine, not reconfigured since: the step cannot run
+            manager.report_error(exc)
+            return None
+        self._snapshot = (step, generation.engine)
+        participants = manager.num_participants()
+        self._absent = not manager.is_participating()
+        self._scale = generation.engine.world_size / participants if participants else 0.0
+        return generation
+
+    def exchange(self, bucket):
+        buffer = bucket.buffer()
+        if not self._in_step:
+            self._in_step = True
+            self._step_generation = self._begin_step()
+        generation = self._step_generation
+        last = bucket.is_last()
+        if last:
+            self._in_step = False
+        if generation is None or self._manager.errored() is not None:
+            return _completed(buffer)
+        try:
+            gradients = bucket.gradients()
+            keys = generation.keys.keys(bucket.index(), bucket.parameters(), gradients)
+            generation.keys.register_all(generation.engine, keys, gradients)
+            tickets = []
+            try:
+                for key, view in zip(keys, gradients):
+                    on_device = key in generation.keys.on_device
+                    if self._absent:
+                        tickets.append(_ops.submit_absent(generation.engine.address, key, view, on_device))
+                    else:
+                        tickets.append(_ops.submit(generation.engine.address, key, view, on_device))
+            except BaseException:
+                try:
+                    _ops.wait_all(tickets)
+                except _errors.GradexError:
+                    pass  # the submission's own error is the one to report
+                raise
+        except _errors.GradexError as exc:
+            self._manager.report_error(exc)
+            return _completed(buffer)
+        future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+        scale = self._scale
+        engine = generation.engine
+
+        def after():
+            if scale != 1.0:
+                buffer.mul_(scale)
+            if last:
+                engine.end_step()
+        generation.completer.add(tickets, future, buffer, after)
+        manager = self._manager
+
+        def settle(fut):
+            try:
+                return fut.value()
+            except Exception as exc:  # a lost replica: torchft discards the step
+                _log.warn_once(("torchft-hook-failed", id(self)), "gradex: torchft hook: exchange failed, the "
+                               "step is discarded: %s", exc)
+                manager.report_error(exc)
+                return buffer
+        return future.then(settle)
+
+    def close(self):
+        """Releases the engine (idempotent); the other replicas see this replica leave, as if it had died."""
+        with self._lock:
+            generation, self._generation = self._generation, None
+            if self._takeover is not None:
+                self._takeover.release()
+                self._takeover = None
+        if generation is not None:
+            generation.release()
+
+
+def hook(state, bucket):
+    """DDP comm hook: gradex's exchange of the bucket between the replica groups of torchft's quorum."""
+    return state.exchange(bucket)
+
+
+class DistributedDataParallel(parallel.DistributedDataParallel):
+    """torchft's fault-tolerant DDP with gradex's hook: as torchft.ddp.DistributedDataParallel (a dummy group
+    takes DDP's initial broadcast, the Manager syncs weights; buckets are never rebuilt), with gradients
+    exchanged by `state` (a gradex.torchft.State)."""
+
+    def __init__(self, manager, module, state, **kwargs):
+        super().__init__(module, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True, **kwargs)
+        self.register_comm_hook(state, hook)
+
+
+def _named_parameters(model):
+    return list(model.named_parameters())
+
+
+def _completed(buffer):
+    future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+    future.set_result(buffer)
+    return future

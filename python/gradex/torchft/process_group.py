@@ -1,0 +1,478 @@
+"""ProcessGroupGradex: a torchft ProcessGroup whose collectives run on a gradex engine.
+
+    from gradex.torchft import ProcessGroupGradex
+    pg = ProcessGroupGradex(timeout=timedelta(seconds=10))
+    manager = torchft.Manager(pg=pg, ...)
+
+Constructed like torchft's ProcessGroupGloo and reconfigured the same way: torchft's Manager hands every
+quorum's ordered reconfigure handles to `reconfigure(opts)`; this group's rank is the index of its own handle,
+and every member bootstraps its engine through the first handle's store under the quorum's id (torchft's
+`_rendezvous`). The group keeps one engine for its life: a survivor of a quorum change reconfigures it
+(Engine.reconfigure), a newcomer creates it; both are collective over the new quorum. Between two quorums the
+group runs one *generation* (the engine's current membership and the threads that drive it); a reconfiguration,
+an abort or a failed operation ends it: its pending operations fail at once with the reason and the engine is
+aborted (Engine.abort: its work in flight fails within milliseconds, the peers learn it at once).
+
+Operations run in issue order on one worker thread per generation, so every rank drives its engine with the
+same sequence of keys. Results:
+- allreduce of float32/float16/bfloat16 with AVG or SUM: the engine's fp32 ring average (SUM: times the world
+  size; one rounding more than a ring sum, the same bits on every rank);
+- every other reduction (integer and bool tensors, float64, MIN/MAX/PRODUCT, bitwise ops), allgather,
+  broadcast, alltoall and reduce_scatter: exact, through _exact.py's integer transport, reduced in rank order;
+- send/recv: through the quorum's store (point to point, no collective), for the Manager's checkpoint
+  transport over a process group and small tensors; the store server lives in the first member's process.
+A failed operation (a lost peer, a timeout) fails its Work and future, makes errored() report the group as
+aborted, and fails every later operation until the next reconfigure, as torchft expects.
+"""
+import atexit
+import collections
+import concurrent.futures
+import threading
+import weakref
+from datetime import timedelta
+
+import torch
+from torch.distributed.distributed_c10d import ReduceOp
+from torchft.process_group import ProcessGroup, _rendezvous, create_store_client
+
+from .. import _capi, _errors
+from ..torch import _ops
+from . import _exact, _work
+
+_BACKEND_NAME = "torchft-gradex"
+_PREFIX = "gradex/pg/"  # under the quorum's store prefix (torchft/<quorum id>/)
+_releasing = []  # threads releasing retired engines; joined at interpreter exit
+
+
+def _join_releases():
+    """Lets retired engines finish closing before the C++ runtime tears down under their threads."""
+    for thread in list(_releasing):
+        thread.join()
+
+
+atexit.register(_join_releases)
+_FLOAT_AVERAGED = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def engine_config(timeout):
+    """The collectives' engine configuration: exact fp32 on the wire, nothing compressed, no momentum, the
+    group's timeout for every wait (a dead peer fails an operation within it)."""
+    seconds = max(timeout.total_seconds(), 0.01)
+    return {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0",
+            "GRADEX_SPARSITY_OVERRIDES": "", "GRADEX_LOCALSGD_PERIOD": "0", "GRADEX_CLIP_NORM": "0",
+            "GRADEX_NONFINITE": "propagate", "GRADEX_STATS_EVERY": "0", "GRADEX_POLICY": "fixed",
+            "GRADEX_TIMEOUT_S": f"{seconds:g}"}
+
+
+def _reduce_op(opts):
+    """The RedOpType of a ReduceOp, a RedOpType or an options object (ReduceOp objects compare equal to a
+    RedOpType only from their own side, so everything below compares RedOpTypes)."""
+    op = opts if isinstance(opts, (ReduceOp, ReduceOp.RedOpType)) else opts.reduceOp
+    return op if isinstance(op, ReduceOp.RedOpType) else op.op
+
+
+class _Generation:
+    """One engine and the threads that drive it, for one membership."""
+
+    def __init__(self, engine, store_addr, timeout):
+        self.engine = engine
+        self.rank, self.world_size = engine.rank, engine.world_size
+        self.store_addr = store_addr
+        self.timeout = timeout
+        self.collectives = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gradex_pg")
+        self.p2p = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gradex_pg_p2p")
+        self.p2p_store = None
+        self.sequence = collections.Counter()  # (direction, peer, tag) -> messages so far
+        self.pending = set()
+        self.lock = threading.Lock()
+        self.error = None
+        self.engine_aborted = False
+
+    def abort(self, error):
+        """Fails every pending operation with `error`, makes later ones fail at once, and aborts the engine (its
+        work in flight fails within milliseconds; the peers learn it at once). The engine and the workers stay
+        for the next reconfiguration. Idempotent."""
+        with self.lock:
+            if self.error is None:
+                self.error = error
+            pending, self.pending = list(self.pending), set()
+            first, self.engine_aborted = not self.engine_aborted, True
+        for operation in pending:
+            operation.fail(self.error)
+        if first and self.engine.address:
+            try:
+                self.engine.abort(str(error))
+            except _errors.GradexError:
+                pass  # already failed: the close or reconfigure that follows deals with it
+
+    def retire(self, error, keep_engine=False):
+        """Ends the generation: abort(error), then waits for the workers to stop. keep_engine: returns the
+        engine, for Engine.reconfigure; else the engine is closed on a thread of its own (joined at interpreter
+        exit)."""
+        self.abort(error)
+
+        def stop_workers():
+            self.collectives.shutdown(wait=True)
+            self.p2p.shutdown(wait=True)
+
+        if keep_engine:
+            stop_workers()
+            return self.engine
+
+        def release():
+            stop_workers()
+            try:
+                self.engine.close()
+            except _errors.GradexError:
+                pass  # the peers are gone; nothing is left to tell them
+
+        thread = threading.Thread(target=release, name="gradex_pg_release", daemon=True)
+        thread.start()
+        _releasing[:] = [t for t in _releasing if t.is_alive()] + [thread]
+        return None
+
+
+class ProcessGroupGradex(ProcessGroup):
+    """A reconfigurable torchft process group over a gradex engine (see the module docstring).
+
+    timeout: how long any operation, the engine's bootstrap and a reconfiguration may wait for a peer.
+    config: further GRADEX_* settings for the group's engine (transport choices, GRADEX_SHM...); the exactness
+    settings of engine_config() always win."""
+
+    def __init__(self, timeout=timedelta(seconds=60), config=None):
+        super().__init__(0, 1)
+        self._timeout = timeout
+        self._extra_config = {str(k): str(v) for k, v in (config or {}).items()}
+        self._generation = None
+        self._issue_lock = threading.Lock()
+        # Garbage collection and interpreter exit retire the engine too: torchft drops a failed replica's
+        # group without shutting it down, and an engine left running would keep its peers waiting.
+        self._holder = [None]
+        self._spare_engine = None  # an engine whose reconfiguration failed, kept for the next one
+        self._finalizer = weakref.finalize(self, _retire_held, self._holder)
+        self._listeners = []  # callables(store_addr, rank, world_size, timeout) told of every membership
+
+    # --- membership ---------------------------------------------------------------------------------
+
+    def reconfigure(self, opts):
+        """Joins the membership of torchft's ordered handles (blocks until the engine is up; raises on
+        failure, e.g. a missing peer after the timeout)."""
+        rendezvous = _rendezvous(opts, self._handle_id())
+        timeout = opts.timeout if getattr(opts, "timeout", None) else self._timeout
+        with self._issue_lock:
+            old, self._generation = self._generation, None
+            self._holder[0] = None
+        engine, self._spare_engine = self._spare_engine, None
+        if old is not None:
+            engine = old.retire(RuntimeError(f"gradex: process group aborted: reconfigured for quorum "
+                                             f"{rendezvous.uuid}"), keep_engine=True)
+        _ops.load()
+        store = create_store_client(rendezvous.store_addr, timeout)
+        if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
+            try:
+                engine.reconfigure(rendezvous.rank, rendezvous.world_size, store, _PREFIX)
+            except _errors.GradexError:
+                self._spare_engine = engine  # failed, and reconfigurable again at the next quorum
+                raise
+        else:
+            config = dict(self._extra_config)
+            config.update(engine_config(timeout))
+            engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, _PREFIX, config)
+        generation = _Generation(engine, rendezvous.store_addr, timeout)
+        generation.store = store  # the engine's adapter holds it too; kept for p2p after bootstrap
+        with self._issue_lock:
+            self._generation = generation
+            self._holder[0] = generation
+        for listener in list(self._listeners):
+            listener(rendezvous.store_addr, rendezvous.rank, rendezvous.world_size, timeout)
+        return _work.completed_work(None)
+
+    def add_membership_listener(self, listener):
+        """Calls listener(store_addr, rank, world_size, timeout) after every reconfiguration (gradex's torchft
+        comm hook re-forms its own engine over the same quorum this way)."""
+        self._listeners.append(listener)
+
+    def _retire(self, error):
+        with self._issue_lock:
+            generation, self._generation = self._generation, None
+            self._holder[0] = None
+        if generation is not None:
+            generation.retire(error)
+
+    def _abort_generation(self, reason):
+        """Aborts the current generation after a failure (errored() then reports it until reconfigure)."""
+        with self._issue_lock:
+            generation = self._generation
+        if generation is not None:
+            generation.abort(RuntimeError(f"gradex: process group aborted: {reason}"))
+
+    def abort(self, errored=True):
+        self._abort_generation("abort() called")
+
+    def shutdown(self):
+        self._retire(RuntimeError("gradex: process group shut down"))
+        spare, self._spare_engine = self._spare_engine, None
+        if spare is not None:
+            spare.close()
+
+    def errored(self):
+        generation = self._generation
+        return generation.error if generation is not None else None
+
+    def set_timeout(self, timeout):
+        """The limit for waits on operations issued from now on (the engine's own limit is set at the next
+        reconfigure)."""
+        self._timeout = timeout
+
+    def size(self):
+        generation = self._generation
+        if generation is None:
+            raise RuntimeError("gradex: process group not initialized (torchft has not reconfigured it yet)")
+        return generation.world_size
+
+    def getBackendName(self):
+        return _BACKEND_NAME
+
+    def __repr__(self):
+        generation = self._generation
+        where = f"rank={generation.rank}, world_size={generation.world_size}" if generation else "unconfigured"
+        return f"ProcessGroupGradex({where})"
+
+    # --- issuing ------------------------------------------------------------------------------------
+
+    def _issue(self, name, result, body, p2p=False):
+        """Queues body(generation) on the generation's worker; returns its Work."""
+        operation = _work.Operation(name, result)
+        with self._issue_lock:
+            generation = self._generation
+            if generation is None:
+                operation.fail(RuntimeError(f"gradex: {name}: process group not initialized"))
+                return _work.GradexWork(self, operation)
+            with generation.lock:
+                if generation.error is not None:
+                    operation.fail(generation.error)
+                    return _work.GradexWork(self, operation)
+                generation.pending.add(operation)
+            executor = generation.p2p if p2p else generation.collectives
+
+            def run():
+                if operation.wait_done(0):
+                    return  # failed by an abort before it started
+                try:
+                    body(generation)
+                except Exception as exc:  # every failure goes to the operation's future, none is lost
+                    error = exc if isinstance(exc, RuntimeError) else RuntimeError(f"gradex: {name}: {exc}")
+                    aborted = RuntimeError(f"gradex: process group aborted after {name} failed: {exc}")
+                    with generation.lock:  # errored() says so before anyone sees the operation fail
+                        if generation.error is None:
+                            generation.error = aborted
+                    operation.fail(error)
+                    generation.abort(aborted)
+                else:
+                    operation.succeed()
+                finally:
+                    with generation.lock:
+                        generation.pending.discard(operation)
+
+            try:
+                executor.submit(run)
+            except RuntimeError as exc:  # the generation was retired meanwhile
+                operation.fail(generation.error or exc)
+        return _work.GradexWork(self, operation)
+
+    # --- reductions ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _reduce_into(generation, tensor, op):
+        """Reduces `tensor` over the generation's ranks in place (see the module docstring)."""
+        engine = generation.engine
+        if op in (ReduceOp.SUM, ReduceOp.AVG) and tensor.dtype in _FLOAT_AVERAGED:
+            values = tensor.detach().to("cpu", torch.float32).reshape(-1).clone()
+            _exact.average_(engine, values)
+            if op == ReduceOp.SUM:
+                values *= generation.world_size
+            with torch.no_grad():
+                tensor.copy_(values.view(tensor.shape))
+            return
+        gathered = _exact.allgather(engine, tensor)
+        with torch.no_grad():
+            tensor.copy_(_combine(gathered, op, tensor.dtype).view(tensor.shape))
+
+    def allreduce(self, tensors, opts):
+        op = _reduce_op(opts)
+        _check_op(op, tensors)
+
+        def body(generation):
+            for t in tensors:
+                self._reduce_into(generation, t, op)
+        return self._issue("allreduce", tensors, body)
+
+    def allreduce_coalesced(self, tensors, opts):
+        return self.allreduce(tensors, opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts):
+        op = _reduce_op(opts)
+
+        def body(generation):
+            for out, inputs in zip(output_tensors, input_tensors):
+                stacked = torch.stack([t.detach().cpu() for t in inputs])
+                self._reduce_into(generation, stacked, op)
+                with torch.no_grad():
+                    out.copy_(stacked[generation.rank].view(out.shape))
+        return self._issue("reduce_scatter", output_tensors, body)
+
+    def reduce_scatter_tensor_coalesced(self, output_tensors, input_tensors, opts):
+        op = _reduce_op(opts)
+
+        def body(generation):
+            for out, inp in zip(output_tensors, input_tensors):
+                whole = inp.detach().cpu().clone().reshape(generation.world_size, -1)
+                self._reduce_into(generation, whole, op)
+                with torch.no_grad():
+                    out.copy_(whole[generation.rank].view(out.shape))
+        return self._issue("reduce_scatter_tensor_coalesced", output_tensors, body)
+
+    # --- gathers and broadcasts ---------------------------------------------------------------------
+
+    def allgather(self, output_tensors, input_tensor, opts):
+        def body(generation):
+            for outs, inp in zip(output_tensors, input_tensor):
+                if len(outs) != generation.world_size:
+                    raise _errors.InvalidArgumentError(
+                        f"gradex: allgather needs {generation.world_size} output tensors, got {len(outs)}")
+                _exact.check_same_layout(generation.engine, [inp], "allgather")
+                for out, got in zip(outs, _exact.allgather(generation.engine, inp)):
+                    with torch.no_grad():
+                        out.copy_(got)
+        return self._issue("allgather", output_tensors, body)
+
+    def allgather_into_tensor_coalesced(self, output_tensors, input_tensors, opts):
+        def body(generation):
+            for out, inp in zip(output_tensors, input_tensors):
+                gathered = _exact.allgather(generation.engine, inp)
+                with torch.no_grad():
+                    out.copy_(torch.cat([g.reshape(-1) for g in gathered]).view(out.shape))
+        return self._issue("allgather_into_tensor_coalesced", output_tensors, body)
+
+    def broadcast(self, tensor_list, opts):
+        root = opts.rootRank
+
+        def body(generation):
+            if not 0 <= root < generation.world_size:
+                raise _errors.InvalidArgumentError(
+                    f"gradex: broadcast root {root} is not a rank of [0, {generation.world_size})")
+            _exact.check_same_layout(generation.engine, tensor_list, "broadcast")
+            for t in tensor_list:
+                data = _exact.broadcast_bytes(generation.engine, _exact.as_bytes(t), root)
+                if generation.rank != root:
+                    with torch.no_grad():
+                        t.copy_(_exact.from_bytes(data, t))
+        return self._issue("broadcast", tensor_list, body)
+
+    def barrier(self, opts=None):
+        def body(generation):
+            _exact.average_(generation.engine, torch.zeros(1, dtype=torch.float32))
+        return self._issue("barrier", None, body)
+
+    def alltoall_base(self, output_buffer, input_buffer, output_split_sizes, input_split_sizes, opts):
+        def body(generation):
+            world, me = generation.world_size, generation.rank
+            rows = input_buffer.shape[0] if input_buffer.dim() else 1
+            row_elems = input_buffer.numel() // max(rows, 1)
+            splits = list(input_split_sizes) or [rows // world] * world
+            meta = torch.tensor([rows] + splits, dtype=torch.int64)
+            metas = _exact.allgather(generation.engine, meta)
+            longest = max(int(m[0]) for m in metas)
+            padded = torch.zeros((longest, row_elems), dtype=input_buffer.dtype)
+            padded[:rows] = input_buffer.detach().cpu().reshape(rows, row_elems)
+            inputs = _exact.allgather(generation.engine, padded)
+            parts = []
+            for k in range(world):
+                ks = [int(x) for x in metas[k][1:]]
+                start = sum(ks[:me])
+                parts.append(inputs[k][start:start + ks[me]])
+            with torch.no_grad():
+                output_buffer.copy_(torch.cat(parts).view(output_buffer.shape))
+        return self._issue("alltoall_base", [output_buffer], body)
+
+    # --- point to point (through the quorum's store) ------------------------------------------------
+
+    def _p2p_store(self, generation):
+        if generation.p2p_store is None:
+            generation.p2p_store = create_store_client(generation.store_addr, generation.timeout)
+        return generation.p2p_store
+
+    def send(self, tensors, dst_rank, tag):
+        with self._issue_lock:
+            generation = self._generation
+            if generation is not None:
+                seq = generation.sequence[("send", dst_rank, tag)]
+                generation.sequence[("send", dst_rank, tag)] += 1
+        payload = b"".join(_exact.as_bytes(t).numpy().tobytes() for t in tensors)
+
+        def body(generation):
+            key = f"gradex/p2p/{generation.rank}-{dst_rank}/{tag}/{seq}"
+            self._p2p_store(generation).set(key, payload)
+        return self._issue("send", tensors, body, p2p=True)
+
+    def recv(self, tensors, src_rank, tag):
+        with self._issue_lock:
+            generation = self._generation
+            if generation is not None:
+                seq = generation.sequence[("recv", src_rank, tag)]
+                generation.sequence[("recv", src_rank, tag)] += 1
+
+        def body(generation):
+            key = f"gradex/p2p/{src_rank}-{generation.rank}/{tag}/{seq}"
+            store = self._p2p_store(generation)
+            store.wait([key], generation.timeout)
+            data = store.get(key)
+            store.delete_key(key)
+            expected = sum(t.numel() * t.element_size() for t in tensors)
+            if len(data) != expected:
+                raise _errors.MismatchError(f"gradex: recv from rank {src_rank} (tag {tag}) got {len(data)} "
+                                            f"bytes, the receiving tensors hold {expected}")
+            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, torch.uint8)
+            offset = 0
+            for t in tensors:
+                n = t.numel() * t.element_size()
+                with torch.no_grad():
+                    t.copy_(_exact.from_bytes(raw[offset:offset + n], t))
+                offset += n
+        return self._issue("recv", tensors, body, p2p=True)
+
+
+def _retire_held(holder):
+    generation, holder[0] = holder[0], None
+    if generation is not None:
+        generation.retire(RuntimeError("gradex: process group released"))
+
+
+def _check_op(op, tensors):
+    supported = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.BAND,
+                 ReduceOp.BOR, ReduceOp.BXOR)
+    if op not in supported:
+        raise _errors.InvalidArgumentError(f"gradex: ProcessGroupGradex does not support reduce op {op}")
+    if op == ReduceOp.AVG and any(not t.is_floating_point() for t in tensors):
+        raise _errors.InvalidArgumentError("gradex: ReduceOp.AVG needs floating-point tensors")
+
+
+def _combine(gathered, op, dtype):
+    """The reduction of every rank's tensor, in rank order (the same bits on every rank)."""
+    if op in (ReduceOp.MIN, ReduceOp.MAX):
+        stacked = torch.stack(gathered)
+        return (stacked.amin(0) if op == ReduceOp.MIN else stacked.amax(0)).to(dtype)
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
+        result = gathered[0].clone()
+        for g in gathered[1:]:
+            result = result & g if op == ReduceOp.BAND else result | g if op == ReduceOp.BOR else result ^ g
+        return result
+    accumulate = torch.float64 if dtype.is_floating_point else torch.int64
+    if dtype.is_complex:
+        accumulate = torch.complex128
+    result = gathered[0].to(accumulate).clone()
+    for g in gathered[1:]:
+        result = result * g.to(accumulate) if op == ReduceOp.PRODUCT else result + g.to(accumulate)
+    if op == ReduceOp.AVG:
+        result = result / len(gathered)
+    return result.to(dtype)
