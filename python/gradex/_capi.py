@@ -233,6 +233,17 @@ def _membership_options(rank, world_size, store, store_prefix, keep):
     return options, adapter
 
 
+def _keep_store(owner, adapter, succeeded):
+    """After a reconfiguration: the C side keeps one store, the membership's (the new adapter, or the current one
+    when none was given). A success releases the earlier adapters (each may hold a connection: keeping them all
+    leaked one descriptor per quorum change); a failure keeps both, as either may still be called."""
+    if adapter is None:
+        return
+    earlier = [] if succeeded else [owner._store] + getattr(owner, "_failed_stores", [])
+    owner._failed_stores = [a for a in earlier if a is not None]
+    owner._store = adapter
+
+
 def _check_with_store(status, adapter):
     if status != 0:
         message = last_error()
@@ -295,12 +306,11 @@ class Engine:
         a JobStore (None: the one given at creation or at the last reconfiguration); `store_prefix` must be new
         for that store (None: "gradex/"). Work of the old membership in flight fails with AbortedError; state is
         kept per tensor key; a failed engine (dead peer, abort) is usable again afterwards."""
-        keep = getattr(self, "_kept_stores", [])
-        self._kept_stores = keep  # every store the C side may still call back into
+        keep = []  # alive for the call
         options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
-        _check_with_store(lib().gradex_engine_reconfigure(self._engine(), ctypes.byref(options)), adapter)
-        if adapter is not None:
-            self._store = adapter
+        status = lib().gradex_engine_reconfigure(self._engine(), ctypes.byref(options))
+        _keep_store(self, adapter, status == 0)
+        _check_with_store(status, adapter)
         r, w = ctypes.c_int32(), ctypes.c_int32()
         check(lib().gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
         self.rank, self.world_size = r.value, w.value
@@ -510,12 +520,11 @@ class Outer:
         """A new membership (gradex_outer_reconfigure), as Engine.reconfigure (store_prefix None: "gradex/outer/");
         every new member must be a survivor holding a started Outer. Unmerged exchanges are dropped; global
         copies, outer momenta, residuals and the fragment schedule are kept."""
-        keep = getattr(self, "_kept_stores", [])
-        self._kept_stores = keep
+        keep = []  # alive for the call
         options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
-        _check_with_store(_outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options)), adapter)
-        if adapter is not None:
-            self._store = adapter
+        status = _outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options))
+        _keep_store(self, adapter, status == 0)
+        _check_with_store(status, adapter)
 
     def add_tensor(self, key, address, numel, is_buffer):
         check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))
