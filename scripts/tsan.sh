@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run of the threaded parts: the worker pool and the kernels on it, the comm tests
 # (ranks as threads over real UCX, collectives incl. the ring allgatherv) and the sync engine tests
-# (each rank's engine has a progress thread beside the caller's). Builds build-tsan/
+# (each rank's engine has a progress thread beside the caller's), the one-round allgatherv, the
+# hierarchical collectives and reconfiguration/abort from another thread. Builds build-tsan/
 # (-DGRADEX_TSAN=ON, no bench, no CUDA) with only those targets and runs each binary. Fails on any TSan report (halt_on_error) or test
 # failure. UCX itself is not instrumented: races inside it are out of sight, races on our memory
 # are not. TSAN_FILTER (a gtest filter) replaces the per-binary subsets below.
@@ -17,7 +18,8 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADEX_TSA
   { cat build-tsan/configure.log; exit 1; }
 tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
        gradex_comm_communicator_test gradex_comm_wait_collective_test gradex_sync_test
-       gradex_sync_pipeline_test gradex_sync_golden_test gradex_sync_abort_test)
+       gradex_sync_pipeline_test gradex_sync_golden_test gradex_sync_abort_test
+       gradex_comm_allgatherv_inline_test gradex_comm_hierarchical_test gradex_sync_reconfigure_test)
 ninja -C build-tsan -j "${GRADEX_TSAN_JOBS:-2}" "${tests[@]}"
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test
