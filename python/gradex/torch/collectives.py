@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from .. import _capi, _errors
 from . import _bootstrap, _ops
+from . import _words
 
 Average = "average"
 Sum = "sum"
@@ -96,29 +97,6 @@ def _local_ranks():
 
 # --- exact transport of bytes -------------------------------------------------------------------------
 
-def _word_bits(world):
-    return 16 if world <= 256 else 8
-
-
-def _to_words(data, bits):
-    """uint8 tensor -> float32 tensor of its 16-bit (or 8-bit) little-endian words, as integers."""
-    data = data.reshape(-1)
-    if bits == 8:
-        return data.to(torch.float32)
-    if data.numel() % 2:
-        data = torch.cat([data, data.new_zeros(1)])
-    words = data[0::2].to(torch.int32) | (data[1::2].to(torch.int32) << 8)
-    return words.to(torch.float32)
-
-
-def _from_words(words, bits, nbytes):
-    w = words.to(torch.int32)
-    if bits == 8:
-        return w.to(torch.uint8)[:nbytes]
-    out = torch.empty(2 * w.numel(), dtype=torch.uint8)
-    out[0::2] = (w & 0xFF).to(torch.uint8)
-    out[1::2] = (w >> 8).to(torch.uint8)
-    return out[:nbytes]
 
 
 def _average_in_place(values):
@@ -145,18 +123,18 @@ def _exact_slots(words, slot, slots):
 
 def _allgather_bytes(data):
     """Every rank's uint8 tensor (the same length on every rank), in rank order."""
-    bits = _word_bits(size())
-    words = _to_words(data, bits)
+    bits = _words.word_bits(size())
+    words = _words.to_words(data, bits)
     slots = _exact_slots(words, rank(), size())
-    return [_from_words(slots[r], bits, data.numel()) for r in range(size())]
+    return [_words.from_words(slots[r], bits, data.numel()) for r in range(size())]
 
 
 def _broadcast_bytes(data, root_rank):
     """root_rank's uint8 tensor (the same length on every rank), bit for bit."""
-    bits = _word_bits(size())
-    words = _to_words(data, bits)
+    bits = _words.word_bits(size())
+    words = _words.to_words(data, bits)
     slots = _exact_slots(words, 0 if rank() == root_rank else None, 1)
-    return _from_words(slots[0], bits, data.numel())
+    return _words.from_words(slots[0], bits, data.numel())
 
 
 def _check_root(root_rank):

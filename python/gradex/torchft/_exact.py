@@ -15,6 +15,7 @@ import torch
 
 from .. import _capi, _errors
 from ..torch import _ops
+from ..torch import _words
 
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large transfers
 
@@ -32,29 +33,6 @@ def average_(engine, values):
         _ops.wait(_ops.submit(engine.address, key, chunk))
 
 
-def _word_bits(world):
-    return 16 if world <= 256 else 8
-
-
-def _to_words(data, bits):
-    """uint8 tensor -> float32 tensor of its little-endian 16-bit (or 8-bit) words, as integers."""
-    data = data.reshape(-1)
-    if bits == 8:
-        return data.to(torch.float32)
-    if data.numel() % 2:
-        data = torch.cat([data, data.new_zeros(1)])
-    words = data[0::2].to(torch.int32) | (data[1::2].to(torch.int32) << 8)
-    return words.to(torch.float32)
-
-
-def _from_words(words, bits, nbytes):
-    w = words.to(torch.int32)
-    if bits == 8:
-        return w.to(torch.uint8)[:nbytes]
-    out = torch.empty(2 * w.numel(), dtype=torch.uint8)
-    out[0::2] = (w & 0xFF).to(torch.uint8)
-    out[1::2] = (w >> 8).to(torch.uint8)
-    return out[:nbytes]
 
 
 def _slots(engine, words, slot, slots):
@@ -81,18 +59,18 @@ def allgather_bytes(engine, data):
     """Every rank's uint8 tensor (the same length on every rank), in rank order."""
     if engine.world_size == 1:
         return [data.clone()]
-    bits = _word_bits(engine.world_size)
-    slots = _slots(engine, _to_words(data, bits), engine.rank, engine.world_size)
-    return [_from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
+    bits = _words.word_bits(engine.world_size)
+    slots = _slots(engine, _words.to_words(data, bits), engine.rank, engine.world_size)
+    return [_words.from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
 
 
 def broadcast_bytes(engine, data, root):
     """root's uint8 tensor (the same length on every rank), bit for bit."""
     if engine.world_size == 1:
         return data.clone()
-    bits = _word_bits(engine.world_size)
-    slots = _slots(engine, _to_words(data, bits), 0 if engine.rank == root else None, 1)
-    return _from_words(slots[0], bits, data.numel())
+    bits = _words.word_bits(engine.world_size)
+    slots = _slots(engine, _words.to_words(data, bits), 0 if engine.rank == root else None, 1)
+    return _words.from_words(slots[0], bits, data.numel())
 
 
 def from_bytes(data, like):
