@@ -151,8 +151,11 @@ Bytes negotiate_rounds(int rounds, const Rank0& rank0, int timeout_ms, int sleep
         tap.sent.clear();
         if (r == 0) {
           script.verdicts(n.round(rank0(i, script), leave_last && i + 1 == rounds));
-          // allgatherv to the one peer: the 8-byte size, then the message itself.
-          const Bytes& msg = tap.sent.at(1);
+          // allgatherv_inline to the one peer: the 8-byte size and the message in one send when it
+          // fits the inline maximum, else the size alone and then the message.
+          const Bytes msg = tap.sent.size() == 1
+                                ? Bytes(tap.sent.at(0).begin() + 8, tap.sent.at(0).end())
+                                : tap.sent.at(1);
           out.push_back(static_cast<uint8_t>(msg.size()));
           out.push_back(static_cast<uint8_t>(msg.size() >> 8));
           out.insert(out.end(), msg.begin(), msg.end());

@@ -19,14 +19,22 @@ class ScriptedComm : public comm::Communicator {
   ScriptedComm(int rank, int size) : rank_(rank), size_(size), inbox_(static_cast<size_t>(size)) {
     options_.timeout = comm::Millis(1000);
   }
-  // Queues the messages an allgatherv contribution of `payload` from `peer` consists of: its size,
-  // then (when not empty) the payload itself.
+  // Queues the messages an allgatherv contribution of `payload` from `peer` consists of, framed as
+  // the one-round allgatherv_inline expects (comm/collectives.h): its 8-byte size followed by the
+  // payload in one message when it fits options().allgather_inline_bytes, else the size alone and
+  // the payload as a second message. The fuzzer's bytes thus reach the parser behind the framing.
   void script_allgatherv(int peer, const std::vector<uint8_t>& payload) {
     uint64_t n = payload.size();
-    std::vector<uint8_t> size(8);
-    std::memcpy(size.data(), &n, 8);
-    inbox_[static_cast<size_t>(peer)].push_back(size);
-    if (!payload.empty()) inbox_[static_cast<size_t>(peer)].push_back(payload);
+    std::vector<uint8_t> first(8);
+    std::memcpy(first.data(), &n, 8);
+    auto& q = inbox_[static_cast<size_t>(peer)];
+    if (payload.size() <= options_.allgather_inline_bytes) {
+      first.insert(first.end(), payload.begin(), payload.end());
+      q.push_back(first);
+      return;
+    }
+    q.push_back(first);
+    q.push_back(payload);
   }
 
   int rank() const override { return rank_; }
