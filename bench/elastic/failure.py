@@ -100,7 +100,6 @@ def worker(args):
     while not os.path.exists(go):
         time.sleep(0.02)
     evaluating = args.replica == 0
-    eval_s = 0.0
 
     def accuracy():
         return task.correct(net, x_test, y_test) / len(x_test)
@@ -166,6 +165,8 @@ def wait_for(condition, what, limit):
 
 def run(args):
     env = cluster_env(args)
+    if not os.path.exists(pathlib.Path(sys.executable).parent / "torchft_lighthouse"):
+        raise SystemExit("failure: torchft_lighthouse not found beside the interpreter")
     out = tempfile.mkdtemp(prefix="gradex-failure-")
     subprocess.run([str(CLUSTER_SH), "up", "--hosts", str(HOSTS), "--rate", args.rate, "--owner", str(os.getpid()),
                     "--max-s", "900"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=120)
@@ -176,8 +177,6 @@ def run(args):
          "--bind", f"[::]:{LIGHTHOUSE_PORT}", "--min_replicas", str(HOSTS - 1), "--quorum_tick_ms", "100",
          "--join_timeout_ms", "10000", "--heartbeat_timeout_ms", "2000"],
         stdout=open(os.path.join(out, "lighthouse.log"), "w"), stderr=subprocess.STDOUT)
-    if not os.path.exists(pathlib.Path(sys.executable).parent / "torchft_lighthouse"):
-        raise SystemExit("failure: torchft_lighthouse not found beside the interpreter")
 
     def start(h):
         worker_env = dict(env, UCX_TLS="tcp,self", GRADEX_SHM="0", GRADEX_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0",
