@@ -128,6 +128,11 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: no DGC before this exchange step (a hard dense warm-up, whatever it "
      "costs; 0: none, the plans alone decide, dense wherever the link or compute allows)."},
+    {"GRADEX_POLICY_RAMP_STEPS", VarType::kInt, "100", 0, 1e15, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the fidelity ramp of early training. Over the first this many exchange "
+     "steps the most DGC sparsity a plan may choose follows DGC's warm-up (75%, 93.75%, 98.4%, "
+     "99.6% in quarters, capped by GRADEX_POLICY_LADDER's top); the choice stays cost-aware below "
+     "the cap (dense where the link hides it), and a plan is made at each quarter. 0: no ramp."},
     {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "
