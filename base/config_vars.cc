@@ -112,7 +112,8 @@ const std::vector<VarSpec>& registry() {
      "compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) whose communication stays "
      "hidden behind the backward pass, harder only as far as the link requires. The first plan is "
      "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
-     "as hard as the link requires), refined at step 4 and every GRADEX_POLICY_INTERVAL steps. "
+     "as hard as the link requires, no harder than GRADEX_POLICY_RAMP_STEPS' early-training cap), "
+     "refined at step 4, at each quarter of that ramp and every GRADEX_POLICY_INTERVAL steps. "
      "Overrides win in both."},
     {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: steps between re-evaluations after the first two plans (steps 0 and "
