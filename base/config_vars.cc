@@ -112,7 +112,8 @@ const std::vector<VarSpec>& registry() {
      "compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) whose communication stays "
      "hidden behind the backward pass, harder only as far as the link requires. The first plan is "
      "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
-     "as hard as the link requires), refined at step 4 and every GRADEX_POLICY_INTERVAL steps. "
+     "as hard as the link requires, no harder than GRADEX_POLICY_RAMP_STEPS' early-training cap), "
+     "refined at step 4, at each quarter of that ramp and every GRADEX_POLICY_INTERVAL steps. "
      "Overrides win in both."},
     {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: steps between re-evaluations after the first two plans (steps 0 and "
@@ -128,6 +129,11 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_POLICY_DENSE_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: no DGC before this exchange step (a hard dense warm-up, whatever it "
      "costs; 0: none, the plans alone decide, dense wherever the link or compute allows)."},
+    {"GRADEX_POLICY_RAMP_STEPS", VarType::kInt, "100", 0, 1e15, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the fidelity ramp of early training. Over the first this many exchange "
+     "steps the most DGC sparsity a plan may choose follows DGC's warm-up (75%, 93.75%, 98.4%, "
+     "99.6% in quarters, capped by GRADEX_POLICY_LADDER's top); the choice stays cost-aware below "
+     "the cap (dense where the link hides it), and a plan is made at each quarter. 0: no ramp."},
     {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "

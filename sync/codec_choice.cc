@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "compress/dgc/schedule.h"
+
 namespace gradex::sync::cost {
 namespace {
 
@@ -90,15 +92,49 @@ std::string rung_name(const Rung& r) {
   return b;
 }
 
+double ramp_cap(const ChoiceOptions& o, uint64_t step) {
+  if (o.ramp_steps == 0 || step >= o.ramp_steps || o.ladder.empty()) return 1.0;
+  compress::DgcOptions ramp;
+  ramp.sparsity = o.ladder.back();
+  ramp.warmup_steps = static_cast<int64_t>(o.ramp_steps);
+  return compress::dgc::sparsity_at(ramp, step);
+}
+
+std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& o) {
+  std::vector<uint64_t> starts;
+  if (o.ramp_steps == 0) return starts;
+  // sparsity_at's stage is step * 4 / ramp_steps: quarter q starts at ceil(q * ramp_steps / 4).
+  for (uint64_t q = 1; q <= 4; ++q) {
+    const uint64_t s = (q * o.ramp_steps + 3) / 4;
+    if (s > 0 && (starts.empty() || s > starts.back())) starts.push_back(s);
+  }
+  return starts;
+}
+
+std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
+  const double cap = ramp_cap(o, step);
+  std::vector<double> ladder;
+  for (double s : o.ladder) {
+    const double r = std::min(s, cap);
+    if (ladder.empty() || r > ladder.back()) ladder.push_back(r);
+  }
+  return ladder;
+}
+
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
                                 std::string* excluded_reason) {
   std::vector<Rung> rungs{{Codec::kFp32, 0}};
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
   std::string why;
+  const double cap = ramp_cap(o, step);
   if (step < o.dense_steps) {
     why = "early training (step " + std::to_string(step) + " < GRADEX_POLICY_DENSE_STEPS)";
   } else {
-    for (double s : o.ladder) {
+    if (!o.ladder.empty() && cap < o.ladder.back())
+      why = "early training: the fidelity ramp caps DGC at " +
+            rung_name({Codec::kDgc, cap}).substr(4) + " until step " +
+            std::to_string(o.ramp_steps) + " (GRADEX_POLICY_RAMP_STEPS)";
+    for (double s : ramped_ladder(o, step)) {
       const uint64_t k = selected_count(t.numel, s);
       const double per_row = t.rows > 0 ? static_cast<double>(k) / static_cast<double>(t.rows) : 0;
       if ((1.0 - s) * 2.0 * o.world_size >= 1.0) {
@@ -161,7 +197,11 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
 }
 
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
-                   const ChoiceOptions& o, uint64_t step) {
+                   const ChoiceOptions& options, uint64_t step) {
+  // The ladder in force at this step (the fidelity ramp's cap applied): raises, ranks and the
+  // floors below all work on it.
+  ChoiceOptions o = options;
+  o.ladder = ramped_ladder(options, step);
   Plan plan;
   const size_t n = inputs.size();
   std::vector<std::vector<Rung>> rungs(n);
@@ -182,14 +222,16 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       rungs[i] = {*t.forced};
       c.reason = t.forced_reason;
     } else {
-      rungs[i] = allowed_rungs(t, o, step, &excluded[i]);
+      rungs[i] = allowed_rungs(t, options, step, &excluded[i]);  // it applies the ramp itself
     }
     if (t.at_least && !t.forced) {
       const size_t floor = ladder_rank(*t.at_least, o);
       std::vector<Rung> kept;
       for (const Rung& r : rungs[i])
         if (ladder_rank(r, o) >= floor) kept.push_back(r);
-      if (!kept.empty()) rungs[i] = std::move(kept);
+      // A floor above every allowed rung (the ramp's cap, a fidelity floor): the most allowed.
+      if (kept.empty()) kept.push_back(rungs[i].back());
+      rungs[i] = std::move(kept);
     }
     set_rung(i, rungs[i][0]);
   }

@@ -28,6 +28,15 @@
 // k = (1 - s) * numel is at least min_selected and, for tensors registered with their output rows,
 // min_per_row values per row; and not before dense_steps (a hard dense warm-up, opt-in). A tensor
 // with a forced rung (an override) keeps it and still occupies the link in the timeline.
+//
+// Early training (the fidelity ramp, ramp_steps > 0): while the gradient changes fast, top-k with
+// error feedback loses most (stale residuals, momentum built from few coordinates), so over the
+// first ramp_steps agreed steps the most compression a plan may choose follows DGC's own warm-up
+// (compress/dgc/schedule.h: density divided by 4 per quarter, 75% -> 93.75% -> 98.4% -> 99.6%,
+// then the ladder's top). Every ladder sparsity above the step's cap is replaced by the cap; the
+// choice stays cost-aware inside it: a link that hides a rung below the cap keeps it, and where
+// even the cap is exposed the step pays that (fidelity first). The cap is a function of the
+// agreed step alone, so every rank applies the same one; the planner re-plans at each quarter.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +66,7 @@ struct ChoiceOptions {
   std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
   double slack = 0.05;                           // GRADEX_POLICY_SLACK
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
+  uint64_t ramp_steps = 0;                       // GRADEX_POLICY_RAMP_STEPS
   uint64_t min_selected = 128;                   // GRADEX_POLICY_MIN_SELECTED
   double min_per_row = 1;                        // GRADEX_POLICY_MIN_PER_ROW
   // The machine's cores are no more than the ranks on it (network namespaces and containers
@@ -99,6 +109,16 @@ struct Plan {
   // of its unit's), shown beside the prediction.
   std::string describe(const std::map<std::string, double>* measured = nullptr) const;
 };
+
+// The most sparsity the fidelity ramp allows at agreed step `step` (1: no cap, past the ramp or
+// with ramp_steps 0). Non-decreasing in `step`.
+double ramp_cap(const ChoiceOptions& options, uint64_t step);
+// The steps where the ramp's cap changes (the starts of its quarters and its end), ascending,
+// none when ramp_steps is 0: the planner re-plans there.
+std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& options);
+// The ladder in force at `step`: every sparsity above ramp_cap replaced by it, ascending, without
+// repeats. Idempotent.
+std::vector<double> ramped_ladder(const ChoiceOptions& options, uint64_t step);
 
 // The rungs a tensor may take under `options` at agreed step `step`, least compression first,
 // with the reason any DGC rung was left out ("" when none was).

@@ -55,6 +55,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.ladder = parse_ladder(config.get_string("GRADEX_POLICY_LADDER"));
   p.choice.slack = config.get_float("GRADEX_POLICY_SLACK");
   p.choice.dense_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_DENSE_STEPS"));
+  p.choice.ramp_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_RAMP_STEPS"));
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
@@ -89,18 +90,35 @@ uint64_t CodecPlanner::first_refine() const {
   return std::min<uint64_t>(kFirstRefineStep, planner_.interval);
 }
 
+std::vector<uint64_t> CodecPlanner::extra_starts() const {
+  std::vector<uint64_t> starts = cost::ramp_stage_starts(planner_.choice);
+  starts.push_back(first_refine());
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  starts.erase(std::remove_if(starts.begin(), starts.end(),
+                              [&](uint64_t s) { return s == 0 || s % planner_.interval == 0; }),
+               starts.end());
+  return starts;
+}
+
 uint64_t CodecPlanner::epoch_of(uint64_t step) const {
-  const uint64_t r = first_refine();
-  if (r == planner_.interval) return step / planner_.interval;
-  if (step < r) return 0;
-  return 1 + step / planner_.interval;
+  const std::vector<uint64_t> extra = extra_starts();
+  return step / planner_.interval +
+         static_cast<uint64_t>(std::upper_bound(extra.begin(), extra.end(), step) - extra.begin());
 }
 
 uint64_t CodecPlanner::epoch_start(uint64_t epoch) const {
-  const uint64_t r = first_refine();
-  if (r == planner_.interval) return epoch * planner_.interval;
-  if (epoch == 0) return 0;
-  return epoch == 1 ? r : (epoch - 1) * planner_.interval;
+  // The least step of the epoch: epoch_of is non-decreasing and epoch_of(epoch * interval) is at
+  // least `epoch`.
+  uint64_t low = 0, high = epoch * planner_.interval;
+  while (low < high) {
+    const uint64_t mid = low + (high - low) / 2;
+    if (epoch_of(mid) >= epoch)
+      high = mid;
+    else
+      low = mid + 1;
+  }
+  return low;
 }
 
 TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {

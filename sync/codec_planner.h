@@ -13,7 +13,9 @@
 //     (backward span, ready times, the gap to the next step): on a link that the compute hides,
 //     it takes the compression back (fidelity first) after a few steps rather than after an
 //     interval;
-//   - then one at every multiple of GRADEX_POLICY_INTERVAL.
+//   - then one at every multiple of GRADEX_POLICY_INTERVAL;
+//   - and, over the first GRADEX_POLICY_RAMP_STEPS steps, one at each quarter of the fidelity
+//     ramp (sync/codec_choice.h), whose cap on DGC's sparsity rises there.
 // Every rank is then in the same round and runs the same broadcast. A tensor takes the newest
 // plan's choice at its first exchange and when its own counter enters a new epoch, i.e. at an
 // agreed step of its own, before its units are planned, so every rank plans the same units.
@@ -103,7 +105,10 @@ class CodecPlanner {
   // The first refinement's step (see above).
   static constexpr uint64_t kFirstRefineStep = 4;
   uint64_t first_refine() const;
-  // Plan epochs: [0, first_refine), [first_refine, interval), then one per interval.
+  // Plan starts besides the multiples of the interval: first_refine and the fidelity ramp's
+  // stage starts (cost::ramp_stage_starts), ascending.
+  std::vector<uint64_t> extra_starts() const;
+  // Plan epochs: a new one at every multiple of the interval and at every extra start.
   uint64_t epoch_of(uint64_t step) const;
   uint64_t epoch_start(uint64_t epoch) const;
   void replan(comm::Communicator& comm, uint64_t epoch);

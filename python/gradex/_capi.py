@@ -152,6 +152,58 @@ def check(status):
         raise _errors.error_for_status(status, last_error())
 
 
+class _StoreCallbacks:
+    """What the engine's store callbacks run on: the store, the buffers handed to the engine and the last failure.
+    It references no callback object, so an adapter and its callbacks form no reference cycle: the store (and the
+    connection it holds) is released as soon as its adapter is dropped, not at the next full garbage collection
+    (one connection per quorum change stayed open until then)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.buffers = {}  # address -> ctypes buffer handed to the engine, until it calls release
+        self.lock = threading.Lock()
+        self.last_failure = None
+
+    def _fail(self, what, key, exc):
+        self.last_failure = f"store {what} '{key}': {type(exc).__name__}: {exc}"
+        return 1
+
+    def on_set(self, _ctx, key, value, length):
+        try:
+            self.store.set(key.decode(), ctypes.string_at(value, length) if length else b"")
+            return 0
+        except BaseException as exc:  # noqa: BLE001 - nothing may propagate into C
+            return self._fail("set", key, exc)
+
+    def on_get(self, _ctx, key, timeout_ms, value_out, length_out):
+        try:
+            import datetime
+            k = key.decode()
+            if timeout_ms >= 0:
+                self.store.wait([k], datetime.timedelta(milliseconds=timeout_ms))
+            data = bytes(self.store.get(k))
+            buf = ctypes.create_string_buffer(data, max(len(data), 1))
+            address = ctypes.addressof(buf)
+            with self.lock:
+                self.buffers[address] = buf
+            value_out[0] = address
+            length_out[0] = len(data)
+            return 0
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail("get", key, exc)
+
+    def on_release(self, _ctx, value):
+        with self.lock:
+            self.buffers.pop(value, None)
+
+    def on_add(self, _ctx, key, delta, new_value):
+        try:
+            new_value[0] = int(self.store.add(key.decode(), int(delta)))
+            return 0
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail("add", key, exc)
+
+
 class StoreAdapter:
     """Presents a key-value store to the engine as a gradex_store_t.
 
@@ -161,55 +213,17 @@ class StoreAdapter:
     """
 
     def __init__(self, store):
-        self._store = store
-        self._buffers = {}  # address -> ctypes buffer handed to the engine, until it calls release
-        self._lock = threading.Lock()
-        self.last_failure = None
-        # The CFUNCTYPE objects must live as long as the engine may call them.
-        self._set = _SetFn(self._on_set)
-        self._get = _GetFn(self._on_get)
-        self._release = _ReleaseFn(self._on_release)
-        self._add = _AddFn(self._on_add)
+        self._callbacks = _StoreCallbacks(store)
+        # The CFUNCTYPE objects must live as long as the engine may call them (as long as this adapter).
+        self._set = _SetFn(self._callbacks.on_set)
+        self._get = _GetFn(self._callbacks.on_get)
+        self._release = _ReleaseFn(self._callbacks.on_release)
+        self._add = _AddFn(self._callbacks.on_add)
         self.struct = _Store(None, self._set, self._get, self._release, self._add)
 
-    def _fail(self, what, key, exc):
-        self.last_failure = f"store {what} '{key}': {type(exc).__name__}: {exc}"
-        return 1
-
-    def _on_set(self, _ctx, key, value, length):
-        try:
-            self._store.set(key.decode(), ctypes.string_at(value, length) if length else b"")
-            return 0
-        except BaseException as exc:  # noqa: BLE001 - nothing may propagate into C
-            return self._fail("set", key, exc)
-
-    def _on_get(self, _ctx, key, timeout_ms, value_out, length_out):
-        try:
-            import datetime
-            k = key.decode()
-            if timeout_ms >= 0:
-                self._store.wait([k], datetime.timedelta(milliseconds=timeout_ms))
-            data = bytes(self._store.get(k))
-            buf = ctypes.create_string_buffer(data, max(len(data), 1))
-            address = ctypes.addressof(buf)
-            with self._lock:
-                self._buffers[address] = buf
-            value_out[0] = address
-            length_out[0] = len(data)
-            return 0
-        except BaseException as exc:  # noqa: BLE001
-            return self._fail("get", key, exc)
-
-    def _on_release(self, _ctx, value):
-        with self._lock:
-            self._buffers.pop(value, None)
-
-    def _on_add(self, _ctx, key, delta, new_value):
-        try:
-            new_value[0] = int(self._store.add(key.decode(), int(delta)))
-            return 0
-        except BaseException as exc:  # noqa: BLE001
-            return self._fail("add", key, exc)
+    @property
+    def last_failure(self):
+        return self._callbacks.last_failure
 
 
 def _membership_options(rank, world_size, store, store_prefix, keep):

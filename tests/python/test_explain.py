@@ -54,7 +54,8 @@ def test_torch_registers_output_rows_for_the_per_row_floor():
     # big.weight is 100 x 200: DGC 99% keeps 200 values, 2 per row. With a floor of 5 per row the
     # plan may not sparsify it, which it can only know from the rows the plugin registered.
     results = ranks.run(_explain, 2, env={"GRADEX_POLICY": "auto", "GRADEX_POLICY_INTERVAL": "2",
-                                          "GRADEX_POLICY_LADDER": "0.99", "GRADEX_POLICY_MIN_PER_ROW": "5"},
+                                          "GRADEX_POLICY_LADDER": "0.99", "GRADEX_POLICY_MIN_PER_ROW": "5",
+                                          "GRADEX_POLICY_RAMP_STEPS": "0"},
                         args=(4,))
     text = results[0]["text"]
     plan = {line.split()[0]: line for line in text.splitlines() if line.startswith(("big.", "small."))}

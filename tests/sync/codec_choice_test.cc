@@ -152,6 +152,93 @@ TEST(CodecChoice, EarlyTrainingPrefersDense) {
   EXPECT_EQ(find(later, "layer3").rung.codec, Codec::kDgc);
 }
 
+// The fidelity ramp follows DGC's own warm-up (compress/dgc/schedule.h) in quarters of
+// ramp_steps, capped by the ladder's top, and ends at ramp_steps.
+TEST(CodecChoice, RampFollowsDgcWarmUp) {
+  ChoiceOptions o = options();
+  o.ramp_steps = 100;
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 0), 0.75);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 24), 0.75);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 25), 0.9375);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 50), 0.984375);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 75), 0.996);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 99), 0.996);
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 100), 1.0);
+  EXPECT_EQ(ramp_stage_starts(o), (std::vector<uint64_t>{25, 50, 75, 100}));
+  EXPECT_EQ(ramped_ladder(o, 0), (std::vector<double>{0.75}));
+  EXPECT_EQ(ramped_ladder(o, 30), (std::vector<double>{0.9, 0.9375}));
+  EXPECT_EQ(ramped_ladder(o, 80), (std::vector<double>{0.9, 0.99, 0.996}));
+  EXPECT_EQ(ramped_ladder(o, 100), o.ladder);
+  // Uneven quarters: the starts are where the cap changes, step by step.
+  o.ramp_steps = 10;
+  EXPECT_EQ(ramp_stage_starts(o), (std::vector<uint64_t>{3, 5, 8, 10}));
+  for (uint64_t s = 1; s < 30; ++s) {
+    const std::vector<uint64_t> starts = ramp_stage_starts(o);
+    const bool changes = ramp_cap(o, s) != ramp_cap(o, s - 1);
+    EXPECT_EQ(changes, std::count(starts.begin(), starts.end(), s) == 1) << s;
+    EXPECT_GE(ramp_cap(o, s), ramp_cap(o, s - 1)) << s;
+    ChoiceOptions ramped = o;
+    ramped.ladder = ramped_ladder(o, s);
+    EXPECT_EQ(ramped_ladder(ramped, s), ramped.ladder) << s;  // idempotent
+  }
+  // A ladder topping out under the ramp ends it early; no ramp without ramp_steps.
+  o.ladder = {0.9};
+  EXPECT_EQ(ramped_ladder(o, 4), (std::vector<double>{0.9}));
+  o.ramp_steps = 0;
+  EXPECT_TRUE(ramp_stage_starts(o).empty());
+  EXPECT_DOUBLE_EQ(ramp_cap(o, 0), 1.0);
+}
+
+// On a slow link the ramp bounds the compression (dense while DGC at the cap would be sent dense
+// anyway, then DGC no harder than the cap) and lets the link's choice through once it is over.
+TEST(CodecChoice, RampCapsCompressionEarlyOnASlowLink) {
+  ChoiceOptions o = options();
+  o.ramp_steps = 100;
+  const Plan first = choose_codecs(model(), numbers(0.01), o, 0);
+  for (const TensorChoice& c : first.tensors)
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key;  // 75% keeps 1/4 > 1/(2P) of 4 ranks
+  EXPECT_NE(find(first, "layer3").reason.find("fidelity ramp"), std::string::npos)
+      << find(first, "layer3").reason;
+  for (uint64_t step : {25u, 50u, 75u}) {
+    const Plan p = choose_codecs(model(), numbers(0.01), o, step);
+    EXPECT_EQ(find(p, "layer3").rung, (Rung{Codec::kDgc, ramp_cap(o, step)})) << step;
+    for (const TensorChoice& c : p.tensors)
+      EXPECT_LE(c.rung.sparsity, ramp_cap(o, step)) << c.key << " at " << step;
+  }
+  const Plan after = choose_codecs(model(), numbers(0.01), o, 100);
+  EXPECT_EQ(find(after, "layer3").rung, (Rung{Codec::kDgc, 0.999}));
+}
+
+// Cost-aware: where the link hides less compression than the cap, the ramp changes nothing.
+TEST(CodecChoice, RampChangesNothingTheLinkHides) {
+  ChoiceOptions ramped = options();
+  ramped.ramp_steps = 100;
+  size_t checked = 0;
+  for (double gbit : {400.0, 10.0, 3.0, 1.0}) {
+    const Plan without = choose_codecs(model(), numbers(gbit), options(), 60);
+    if (std::any_of(without.tensors.begin(), without.tensors.end(),
+                    [&](const TensorChoice& c) { return c.rung.sparsity > ramp_cap(ramped, 60); }))
+      continue;  // a plan the cap does change
+    const Plan with = choose_codecs(model(), numbers(gbit), ramped, 60);
+    for (const TensorChoice& c : without.tensors)
+      EXPECT_EQ(find(with, c.key).rung, c.rung) << c.key << " at " << gbit << " Gbit/s";
+    ++checked;
+  }
+  EXPECT_GE(checked, 2u);
+}
+
+// A measured floor above the ramp's cap (the plan in force was exposed) takes the most the cap
+// allows, not the least compression.
+TEST(CodecChoice, AtLeastAboveTheRampsCapTakesTheCap) {
+  ChoiceOptions o = options();
+  o.ramp_steps = 100;
+  std::vector<TensorInput> in = model();
+  for (TensorInput& t : in)
+    if (t.key == "layer3") t.at_least = Rung{Codec::kDgc, 0.999};
+  const Plan p = choose_codecs(in, numbers(400), o, 30);
+  EXPECT_EQ(find(p, "layer3").rung, (Rung{Codec::kDgc, 0.9375}));
+}
+
 TEST(CodecChoice, DeterministicWhateverTheInputOrder) {
   std::vector<TensorInput> in = model();
   const Plan a = choose_codecs(in, numbers(1), options(), 100);

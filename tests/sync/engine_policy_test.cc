@@ -401,6 +401,40 @@ TEST(EnginePolicy, ModelPlansAgreeOnLoopback) {
   EXPECT_EQ(same_hash(results), "");
 }
 
+// The fidelity ramp's quarters are agreed re-plans: with GRADEX_POLICY_RAMP_STEPS=16 and an
+// interval beyond the run, plans come at steps 0, 4 (the refinement and the first quarter), 8
+// and 12, and the ranks stay bit-identical through them.
+TEST(EnginePolicy, RampQuartersAreAgreedPlans) {
+  const int world = 2;
+  auto results = run_ranks(
+      world, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=50", "GRADEX_POLICY_RAMP_STEPS=16"},
+      [&](RankContext& ctx) -> std::string {
+        const uint64_t sizes[] = {300000, 100};
+        const char* keys[] = {"big", "bias"};
+        for (int k = 0; k < 2; ++k)
+          RANK_OK(gradex_register_tensor(ctx.engine, keys[k], sizes[k], GRADEX_FLOAT32,
+                                         GRADEX_DEVICE_CPU));
+        uint64_t h = 1469598103934665603ull;
+        for (int step = 0; step < 14; ++step) {
+          std::vector<std::vector<float>> g;
+          std::vector<gradex_handle_t> handles(2);
+          for (int k = 0; k < 2; ++k) {
+            g.push_back(test_vector(40 + k, ctx.rank, step, sizes[k]));
+            RANK_OK(gradex_submit(ctx.engine, keys[k], g.back().data(), &handles[k]));
+          }
+          for (int k = 0; k < 2; ++k) {
+            RANK_OK(gradex_wait(ctx.engine, handles[k]));
+            h = fnv(h, g[k].data(), g[k].size() * sizeof(float));
+          }
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        const std::string text = gradex::capi::engine_of(ctx.engine).explain();
+        RANK_REQUIRE(text.find("4 plan(s) made") != std::string::npos, "explain:\n" << text);
+        return hex(h);
+      });
+  EXPECT_EQ(same_hash(results), "");
+}
+
 // GRADEX_POLICY=fixed is today's chain: overrides, then the dense threshold, then GRADEX_SPARSITY.
 TEST(EnginePolicy, FixedIsTodaysPolicy) {
   auto results = run_ranks(

@@ -12,10 +12,9 @@
 - Other optimizers, and no optimizer given: no gradex momentum unless GRADEX_MOMENTUM is set explicitly
   (environment or config=); without an optimizer gradex says so once through the "gradex" logger.
 
-The engine also learns the optimizer's family (GRADEX_OPTIMIZER, unless set explicitly): `adam` for the
-optimizers that keep their own first moment, whose compressed tensors then use the Adam codec (top-k of a
-decaying first-moment buffer, docs/adam_codec.md) instead of DGC; `sgd` or `other` otherwise (DGC, as
-without an optimizer).
+An optimizer that keeps its own first moment makes the engine's GRADEX_OPTIMIZER `adam` (unless set
+explicitly): its compressed tensors then use the Adam codec (top-k of a decaying first-moment buffer,
+docs/adam_codec.md) instead of DGC; any other optimizer keeps DGC, as without one.
 """
 import logging
 import os
@@ -130,10 +129,10 @@ def decide(optimizer, config, owner):
     `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum (else None)."""
     config = dict(config or {})
     explicit = _explicit_momentum(config)
-    if optimizer is not None and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ:
-        inner = unwrap(optimizer)
-        config["GRADEX_OPTIMIZER"] = ("adam" if keeps_first_moment(inner)
-                                      else "sgd" if isinstance(inner, torch.optim.SGD) else "other")
+    # Only `adam` changes what the engine does; other families keep the default configuration.
+    if (optimizer is not None and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ
+            and keeps_first_moment(unwrap(optimizer))):
+        config["GRADEX_OPTIMIZER"] = "adam"
     if optimizer is None:
         if explicit is None:
             _log.info_once("momentum-none", "gradex: %s adds no momentum (GRADEX_MOMENTUM is not set and no "

@@ -17,6 +17,6 @@ except ImportError as exc:  # an optional extra: say how to get it
         from exc
 
 from .hook import DistributedDataParallel, State, hook
-from .process_group import ProcessGroupGradex
+from .process_group import ProcessGroupGradex, advertised_reconfigure_handle
 
-__all__ = ["ProcessGroupGradex", "State", "hook", "DistributedDataParallel"]
+__all__ = ["ProcessGroupGradex", "State", "hook", "DistributedDataParallel", "advertised_reconfigure_handle"]

@@ -27,11 +27,13 @@ aborted, and fails every later operation until the next reconfigure, as torchft 
 import atexit
 import collections
 import concurrent.futures
+import json
 import threading
 import weakref
 from datetime import timedelta
 
 import torch
+from torch.distributed import TCPStore
 from torch.distributed.distributed_c10d import ReduceOp
 from torchft.process_group import ProcessGroup, _rendezvous, create_store_client
 
@@ -132,15 +134,34 @@ class _Generation:
         return None
 
 
+def advertised_reconfigure_handle(pg, host):
+    """torchft's reconfigure handle of `pg` (any torchft ProcessGroup: its id, the rendezvous store it serves,
+    its global rank) with the store advertised at `host` instead of socket.gethostname(). The store server is
+    created on first use, as torchft does, and listens on every interface."""
+    host = host.strip("[]")
+    if pg._rendezvous_store is None:
+        pg._rendezvous_store = TCPStore(host_name=host, port=0, is_master=True, wait_for_workers=False)
+    if ":" in host:
+        host = f"[{host}]"  # IPv6: create_store_client takes the port after the last colon
+    return json.dumps({"id": pg._handle_id(), "store": f"{host}:{pg._rendezvous_store.port}",
+                       "global_rank": pg._global_rank})
+
+
 class ProcessGroupGradex(ProcessGroup):
     """A reconfigurable torchft process group over a gradex engine (see the module docstring).
 
     timeout: how long any operation, the engine's bootstrap and a reconfiguration may wait for a peer.
     config: further GRADEX_* settings for the group's engine (transport choices, GRADEX_SHM...); the exactness
-    settings of engine_config() always win."""
+    settings of engine_config() always win.
+    host: the address the peers reach this process at, advertised in its reconfigure handle for the rendezvous
+    store it serves (torchft advertises socket.gethostname(), which need not resolve to a reachable address
+    from another host or network namespace). None: socket.gethostname(), as torchft does."""
 
-    def __init__(self, timeout=timedelta(seconds=60), config=None):
+    def __init__(self, timeout=timedelta(seconds=60), config=None, host=None):
         super().__init__(0, 1)
+        if host is not None and (not isinstance(host, str) or not host.strip("[]") or "/" in host):
+            raise ValueError(f"gradex: ProcessGroupGradex host must be a host name or address, got {host!r}")
+        self._advertised_host = host.strip("[]") if host is not None else None
         self._timeout = timeout
         self._extra_config = {str(k): str(v) for k, v in (config or {}).items()}
         self._generation = None
@@ -153,6 +174,12 @@ class ProcessGroupGradex(ProcessGroup):
         self._listeners = []  # callables(store_addr, rank, world_size, timeout) told of every membership
 
     # --- membership ---------------------------------------------------------------------------------
+
+    def get_reconfigure_handle(self):
+        """torchft's handle, with the rendezvous store advertised at `host` when one was given."""
+        if self._advertised_host is None:
+            return super().get_reconfigure_handle()
+        return advertised_reconfigure_handle(self, self._advertised_host)
 
     def reconfigure(self, opts):
         """Joins the membership of torchft's ordered handles (blocks until the engine is up; raises on

@@ -10,9 +10,8 @@
   the environment), else 0.
 - LocalSGD: the optimizer owns momentum (in both phases); GRADEX_MOMENTUM as set explicitly, else 0.
 The decided value is always passed to the engine explicitly, so the core's default never matters.
-The optimizer's family goes to the engine too (GRADEX_OPTIMIZER, unless set explicitly): `adam` for the
-optimizers that keep their own first moment (their compressed tensors use the Adam codec, docs/adam_codec.md),
-`sgd` or `other` otherwise (DGC).
+An optimizer that keeps its own first moment makes the engine's GRADEX_OPTIMIZER `adam` (unless set
+explicitly): its compressed tensors use the Adam codec (docs/adam_codec.md); any other keeps DGC.
 """
 import logging
 
@@ -42,9 +41,10 @@ def keeps_first_moment(optimizer):
 def decide(optimizer, config, local_sgd):
     """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
     settings, m = _decide_momentum(optimizer, config, local_sgd)
-    if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None:
-        settings["GRADEX_OPTIMIZER"] = ("adam" if keeps_first_moment(optimizer)
-                                        else "sgd" if is_sgd(optimizer) else "other")
+    # Only `adam` changes what the engine does; the other families are left at the default so that their
+    # engines keep the configuration of gxt.init()'s and are shared with it.
+    if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None and keeps_first_moment(optimizer):
+        settings["GRADEX_OPTIMIZER"] = "adam"
     return settings, m
 
 
