@@ -16,18 +16,10 @@
 #include "compress/backend/backend.h"
 #include "compress/backend/cpu_backend.h"
 #include "compress/wire/codec.h"
+#include "tests/compress/test_util.h"
 
 namespace gradex::compress {
 namespace {
-
-std::vector<float> gradient(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (float& x : g)
-    x = dist(rng);
-  return g;
-}
 
 DgcOptions options() {
   DgcOptions o;
@@ -50,7 +42,7 @@ TEST(AdamCodec, EveryStepKeepsTheDecayedBufferInvariant) {
     backend::AdamCodec codec(*be, "w", n, options(), WireOptions(), decay);
     for (int step = 0; step < 6; ++step) {
       const std::vector<float> m_old = residual(codec);
-      std::vector<float> g = gradient(n, 10 + step), g_in = g;
+      std::vector<float> g = test::random_grad(n, 10 + step), g_in = g;
       std::vector<uint8_t> payload;
       codec.encode_step(g.data(), scale, *stream, payload);
       const std::vector<float> m_new = residual(codec);
@@ -78,7 +70,7 @@ TEST(AdamCodec, DecayOneIsDgcErrorFeedbackPayloadForPayload) {
   backend::AdamCodec adam(*cpu, "w", n, options(), WireOptions(), 1.0f);
   backend::DgcCodec dgc(*cpu, "w", n, options(), WireOptions());
   for (int step = 0; step < 4; ++step) {
-    std::vector<float> a = gradient(n, step), b = a;
+    std::vector<float> a = test::random_grad(n, step), b = a;
     std::vector<uint8_t> pa, pb;
     adam.encode_step(a.data(), 1.0f, *stream, pa);
     dgc.encode_step(b.data(), 1.0f, *stream, pb);
@@ -92,11 +84,11 @@ TEST(AdamCodec, DenseStepSendsTheDecayedBufferPlusGradientAndEmptiesIt) {
   backend::BackendPtr cpu = backend::make_cpu_backend();
   backend::StreamPtr stream = cpu->create_stream();
   backend::AdamCodec codec(*cpu, "w", n, options(), WireOptions(), decay);
-  std::vector<float> g = gradient(n, 1);
+  std::vector<float> g = test::random_grad(n, 1);
   std::vector<uint8_t> payload;
   codec.encode_step(g.data(), 1.0f, *stream, payload);
   const std::vector<float> m = residual(codec);
-  std::vector<float> g2 = gradient(n, 2), want(n);
+  std::vector<float> g2 = test::random_grad(n, 2), want(n);
   for (size_t i = 0; i < n; ++i)
     want[i] = decay * m[i] + g2[i];
   codec.dense_step(g2.data(), 1.0f, *stream);
@@ -112,7 +104,7 @@ TEST(AdamCodec, CheckpointMidRunContinuesBitForBit) {
   backend::AdamCodec running(*cpu, "w", n, options(), WireOptions(), 0.9f);
   std::vector<uint8_t> blob;
   for (int step = 0; step < 3; ++step) {
-    std::vector<float> g = gradient(n, step);
+    std::vector<float> g = test::random_grad(n, step);
     std::vector<uint8_t> p;
     running.encode_step(g.data(), 1.0f, *stream, p);
   }
@@ -121,7 +113,7 @@ TEST(AdamCodec, CheckpointMidRunContinuesBitForBit) {
   restored.state().load_state(blob.data(), blob.size(), *cpu, *stream);
   EXPECT_EQ(restored.state().steps_done(), 3u);
   for (int step = 3; step < 6; ++step) {
-    std::vector<float> a = gradient(n, step), b = a;
+    std::vector<float> a = test::random_grad(n, step), b = a;
     std::vector<uint8_t> pa, pb;
     running.encode_step(a.data(), 1.0f, *stream, pa);
     restored.encode_step(b.data(), 1.0f, *stream, pb);
@@ -150,7 +142,7 @@ TEST(AdamCodec, DamagedOrTruncatedPayloadIsRefusedNamingTensorAndRank) {
   backend::AdamCodec r0(*cpu, "embed", n, options(), WireOptions(), 0.9f);
   backend::AdamCodec r1(*cpu, "embed", n, options(), WireOptions(), 0.9f);
   std::vector<uint8_t> a, b;
-  std::vector<float> g0 = gradient(n, 1), g1 = gradient(n, 2);
+  std::vector<float> g0 = test::random_grad(n, 1), g1 = test::random_grad(n, 2);
   r0.encode_step(g0.data(), 1.0f, *stream, a);
   r1.encode_step(g1.data(), 1.0f, *stream, b);
   auto refused = [&](const std::vector<uint8_t>& bad) {

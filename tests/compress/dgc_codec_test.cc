@@ -17,18 +17,10 @@
 #include "compress/dgc/compressor.h"
 #include "compress/wire/codec.h"
 #include "compress/wire/message.h"
+#include "tests/compress/test_util.h"
 
 namespace gradex::compress {
 namespace {
-
-std::vector<float> gradient(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (float& x : g)
-    x = dist(rng);
-  return g;
-}
 
 DgcOptions options() {
   DgcOptions o;
@@ -52,7 +44,7 @@ TEST(DgcCodec, CpuStepAndSumAreTheCompressorsAndDecodeAccumulate) {
     std::vector<std::vector<uint8_t>> payloads(ranks), want_payloads(ranks);
     std::vector<float> out;
     for (size_t r = 0; r < ranks; ++r) {
-      std::vector<float> g = gradient(n, 100 * step + r);
+      std::vector<float> g = test::random_grad(n, 100 * step + r);
       want_payloads[r] =
           wire::encode(reference[r]->step(g.data(), 0.5f), backend::tensor_key_id("w"), wire);
       codecs[r]->encode_step(g.data(), 0.5f, *stream, payloads[r]);
@@ -79,7 +71,7 @@ TEST(DgcCodec, DenseStepIsTheCompressors) {
   backend::StreamPtr stream = cpu->create_stream();
   backend::DgcCodec codec(*cpu, "w", n, options(), WireOptions());
   DgcCompressor reference(n, options());
-  std::vector<float> g = gradient(n, 7), want(n);
+  std::vector<float> g = test::random_grad(n, 7), want(n);
   reference.step_dense(g.data(), want.data(), 1.0f);
   codec.dense_step(g.data(), 1.0f, *stream);
   EXPECT_EQ(std::memcmp(g.data(), want.data(), n * 4), 0);
@@ -92,7 +84,7 @@ TEST(DgcCodec, PayloadOfAnotherTensorNamesTensorAndRank) {
   backend::DgcCodec mine(*cpu, "weights", n, options(), WireOptions());
   backend::DgcCodec other(*cpu, "other", n, options(), WireOptions());
   std::vector<uint8_t> a, b;
-  std::vector<float> g0 = gradient(n, 1), g1 = gradient(n, 2);
+  std::vector<float> g0 = test::random_grad(n, 1), g1 = test::random_grad(n, 2);
   mine.encode_step(g0.data(), 1.0f, *stream, a);
   other.encode_step(g1.data(), 1.0f, *stream, b);
   try {
