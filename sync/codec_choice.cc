@@ -162,6 +162,29 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
   return rungs;
 }
 
+double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& numbers,
+                        const ChoiceOptions& o) {
+  if (o.world_size < 2 || numel == 0) return 0;
+  const double n = static_cast<double>(numel);
+  const double p = o.world_size;
+  const CodecCosts& c = numbers.codecs;
+  switch (rung.codec) {
+    case Codec::kFp32:
+    case Codec::kHalf: {
+      const double elem = rung.codec == Codec::kFp32 ? 4.0 : 2.0;
+      const double reduced = (p - 1) / p * n;
+      return reduced * c.reduce_s[static_cast<size_t>(rung.codec)] +
+             ring_allreduce_terms(elem * n, o.world_size).bytes * c.transport_s_per_byte;
+    }
+    case Codec::kDgc: {
+      const double k = static_cast<double>(selected_count(numel, rung.sparsity));
+      return allgatherv_terms(k * c.dgc_bytes_per_selected, o.world_size, o.sparse_ring).bytes *
+             c.transport_s_per_byte;
+    }
+  }
+  return 0;
+}
+
 void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
                 const ChoiceOptions& o, double& encode_s, double& comm_s, double& decode_s,
                 double* latency_s) {
@@ -189,10 +212,14 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
       break;
     }
   }
+  // CPU work measured alone takes cpu_share longer while every rank of the machine works.
+  const double share = std::max(1.0, numbers.cpu_share);
   const double k = numbers.calibration;
-  encode_s *= k;
-  decode_s *= k;
-  comm_s = terms.seconds(link) * k;
+  encode_s *= share * k;
+  decode_s *= share * k;
+  const double wire_s = terms.seconds(link);
+  const double cpu_s = collective_cpu_s(t.numel, rung, numbers, o) * share;
+  comm_s = std::max(wire_s, cpu_s) * k;
   if (latency_s) *latency_s = terms.latency * link.alpha_s * k;
 }
 

@@ -125,7 +125,18 @@ std::vector<double> ramped_ladder(const ChoiceOptions& options, uint64_t step);
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& options, uint64_t step,
                                 std::string* excluded_reason = nullptr);
 
-// Predicted encode / transfer / decode seconds of one tensor at `rung`.
+// CPU seconds that one rank spends in the collective of a tensor of `numel` elements at `rung`,
+// measured alone (before Snapshot::cpu_share): a dense ring sums (P-1)/P of the elements
+// (CodecCosts::reduce_s of its wire codec) and sends and receives 2(P-1)/P of its bytes; a DGC
+// allgatherv sends and receives P-1 payloads; every byte costs CodecCosts::transport_s_per_byte.
+double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& numbers,
+                        const ChoiceOptions& options);
+
+// Predicted encode / transfer / decode seconds of one tensor at `rung`. Every CPU cost is
+// multiplied by Snapshot::cpu_share; the transfer takes the longer of its wire time and its CPU
+// time (collective_cpu_s: the ring reduces and copies one chunk while the next is on the wire, so
+// the slower of the two bounds it; on a CPU-bound host a dense ring runs at the CPU's pace
+// whatever the link), and with one_lane it queues on the lane with every encode and decode.
 // `latency_s` (optional): the part of comm_s that is the collective's latency.
 void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
                 const ChoiceOptions& options, double& encode_s, double& comm_s, double& decode_s,

@@ -7,16 +7,20 @@
 #include <sstream>
 #include <thread>
 
+#include <time.h>
+
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/collectives.h"
 #include "comm/host_identity.h"
+#include "comm/reduce.h"
 #include "compress/backend/backend.h"
 #include "compress/backend/dgc_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/pipeline.h"
+#include "sync/transport_cpu.h"
 
 namespace gradex::sync {
 namespace {
@@ -181,6 +185,7 @@ cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) 
 void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   cost::Snapshot local = model_.snapshot();
   local.one_lane = one_lane_;
+  local.cpu_share = cpu_share_;
   local.calibration = 1.0;
   if (plans_made_ > 0) {
     // The measured step tail under the plan in force over that plan's tail predicted from
@@ -229,14 +234,25 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
 }
 
 void CodecPlanner::measure_codecs() {
-  // Measured alone, at start-up, on 2^20 elements on the host backend: gradex's momentum (dense
-  // units), the 16-bit cast there and back, and DGC's step (at the ladder's highest sparsity) with
-  // the decode of its payload. The units' own stage times refine these (observe_unit).
+  // Measured alone, at start-up, on 2^17 elements on the host backend: gradex's momentum, the
+  // fp32 bucket's copies, the 16-bit cast there and back, the rings' sums and the transport's
+  // copies (the dense paths' CPU), and DGC's step (at the ladder's highest sparsity) with the
+  // decode of its payload. The units' own stage times refine the codecs (observe_unit).
+  //
+  // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the least of kRepeats runs, on a
+  // tensor small enough to stay on this thread (the kernels split work over the pool only from
+  // 2^18 elements): the cost of the work itself, whatever else the machine runs. Wall time read
+  // up to 10x too high on this shared 2-core host while other programs built (a DGC encode of
+  // 19.5 ns per element where the exchange's own CPU accounts for ~2), and which codec looked
+  // cheap then depended on which measurement the load fell on. Contention among the job's own
+  // ranks is the model's to price (Snapshot::cpu_share), and the units' wall times refine the
+  // rest.
   namespace be = compress::backend;
-  constexpr size_t kN = 1u << 20;
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
+  constexpr size_t kN = 1u << 17;
+  auto thread_cpu_s = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
   };
   const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
   const be::StreamPtr stream = backend->create_stream();
@@ -246,15 +262,13 @@ void CodecPlanner::measure_codecs() {
     x = x * 1664525u + 1013904223u;
     v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
   }
-  // Each the least of kRepeats runs: ranks start together and contend for the host's cores, and
-  // the least contended run is the codec's own cost (the units' measured times add the rest).
-  constexpr int kRepeats = 3;
+  constexpr int kRepeats = 5;
   auto least = [&](auto&& body) {
     double best = 0;
     for (int r = 0; r < kRepeats; ++r) {
-      const auto a = Clock::now();
+      const double a = thread_cpu_s();
       body();
-      const double s = seconds(a, Clock::now());
+      const double s = thread_cpu_s() - a;
       if (r == 0 || s < best) best = s;
     }
     return best;
@@ -269,7 +283,16 @@ void CodecPlanner::measure_codecs() {
                               1.0f, *stream);
     });
   }
-  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s, 0.0);
+  // An fp32 bucket: gathered into the ring's buffer (prepare), divided back into the tensor
+  // (after the ring; sync/dense_exchange.cc).
+  std::vector<float> bucket(kN);
+  const double gather_s = least([&] { std::copy(g.begin(), g.end(), bucket.begin()); });
+  const float divisor = static_cast<float>(std::max(world_size_, 1));
+  const double divide_s = least([&] {
+    for (size_t j = 0; j < kN; ++j)
+      values[j] = bucket[j] / divisor;
+  });
+  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s + gather_s, divide_s);
   std::vector<uint16_t> half(kN);
   const DType half_type = options_.half_on_wire ? options_.half_type : DType::kFloat16;
   const double to_half_s =
@@ -277,6 +300,17 @@ void CodecPlanner::measure_codecs() {
   const double from_half_s = least(
       [&] { backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream); });
   model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + to_half_s, from_half_s);
+  // The rings' own CPU: the reduce-scatter's sums on each wire type (comm/reduce.h); the
+  // transport's per byte comes from the link probe (measure_transport_cpu).
+  std::vector<uint16_t> half_acc(kN);
+  backend->to_half(g.data(), half_acc.data(), kN, half_type, 0.25f, *stream);
+  bucket = g;
+  model_.observe_reduce(cost::Codec::kFp32, kN, least([&] {
+                          comm::sum_into(bucket.data(), values.data(), kN, DType::kFloat32);
+                        }));
+  model_.observe_reduce(cost::Codec::kHalf, kN, least([&] {
+                          comm::sum_into(half_acc.data(), half.data(), kN, half_type);
+                        }));
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
   compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
@@ -299,6 +333,27 @@ void CodecPlanner::measure_codecs() {
                        compress::dgc::target_count(kN, sparsity));
 }
 
+void CodecPlanner::measure_transport_cpu(const cost::ProbeResult* probe) {
+  // The transport's CPU per byte sent and received: rank 0's thread over the probe's largest
+  // round trips through this communicator (its copies, protocol and progress work: what a ring
+  // pays per byte besides the wire), else a TCP loopback connection driven by this thread alone
+  // (the kernel's share only: reads low where the transport copies again in user space).
+  if (probe != nullptr && probe->transport_bytes > 0) {
+    model_.observe_transport(probe->transport_bytes, probe->transport_cpu_s);
+    GX_LOG(kDebug) << "GRADEX_POLICY=auto: transport CPU "
+                   << probe->transport_cpu_s / static_cast<double>(probe->transport_bytes) * 1e9
+                   << " ns per byte (link probe)";
+    return;
+  }
+  const cost::TransportSample t = cost::measure_transport();
+  model_.observe_transport(t.bytes, t.seconds);
+  GX_LOG(kDebug) << "GRADEX_POLICY=auto: transport CPU over " << t.via << ": "
+                 << (t.bytes ? t.seconds / static_cast<double>(t.bytes) * 1e9 : 0.0)
+                 << " ns per byte ("
+                 << (t.bytes ? t.wall_seconds / static_cast<double>(t.bytes) * 1e9 : 0.0)
+                 << " ns wall)";
+}
+
 void CodecPlanner::on_reconfigure(int world_size) {
   world_size_ = world_size;
   probed_ = false;
@@ -319,8 +374,10 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
         for (int c = 0; c < cost::kPeerClasses; ++c)
           if (r.link[static_cast<size_t>(c)].measured)
             model_.set_link(static_cast<cost::PeerClass>(c), r.link[static_cast<size_t>(c)]);
+        measure_transport_cpu(&r);
         hosts = std::move(r.hosts);
       } else {
+        measure_transport_cpu(nullptr);
         const std::string me = comm::host_identity(comm.options().host_id);
         for (const comm::Bytes& b : comm::allgatherv(comm, me.data(), me.size()))
           hosts.emplace_back(b.begin(), b.end());
@@ -332,7 +389,9 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
       const std::string me = machine(comm::host_identity());
       const auto here = static_cast<unsigned>(std::count_if(
           hosts.begin(), hosts.end(), [&](const std::string& h) { return machine(h) == me; }));
-      one_lane_ = here >= std::max(1u, std::thread::hardware_concurrency());
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      one_lane_ = here >= cores;
+      cpu_share_ = std::max(1.0, static_cast<double>(here) / cores);
     }
   }
   uint64_t epoch = 0;
@@ -422,9 +481,12 @@ std::string CodecPlanner::explain() const {
          "; per element: 16-bit cast " + fmt("%.2f", agreed_.codecs.encode_s[1] * 1e9) +
          " ns, dgc encode " + fmt("%.2f", agreed_.codecs.encode_s[2] * 1e9) + " ns, dgc decode " +
          fmt("%.2f", agreed_.codecs.decode_s[2] * 1e9) + " ns per received value; dgc " +
-         fmt("%.2f", agreed_.codecs.dgc_bytes_per_selected) + " bytes per value; backward " +
-         fmt("%.3f", agreed_.backward_s * 1e3) + " ms, forward " +
-         fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
+         fmt("%.2f", agreed_.codecs.dgc_bytes_per_selected) + " bytes per value; ring sum " +
+         fmt("%.2f", agreed_.codecs.reduce_s[0] * 1e9) + " ns (fp32), " +
+         fmt("%.2f", agreed_.codecs.reduce_s[1] * 1e9) + " ns (16-bit) per element; transport " +
+         fmt("%.2f", agreed_.codecs.transport_s_per_byte * 1e9) + " ns per byte; cpu share " +
+         fmt("%.2f", agreed_.cpu_share) + "; backward " + fmt("%.3f", agreed_.backward_s * 1e3) +
+         " ms, forward " + fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
          fmt("%.2f", agreed_.calibration) + "\n";
   out += plan_.describe(&measured_s_);
   out +=

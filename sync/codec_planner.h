@@ -119,6 +119,9 @@ class CodecPlanner {
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
   void measure_codecs();
+  // The transport's CPU per byte (cost::CodecCosts::transport_s_per_byte): from the link probe's
+  // round trips when it ran (`probe`), else from a loopback connection (sync/transport_cpu.h).
+  void measure_transport_cpu(const cost::ProbeResult* probe);
   TensorPolicy policy_of(const cost::Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 
@@ -131,7 +134,8 @@ class CodecPlanner {
   bool probed_ = false;
   bool planned_ = false;
   cost::PeerClass link_class_ = cost::PeerClass::kSameHost;
-  bool one_lane_ = false;  // this host: no more cores than ranks
+  bool one_lane_ = false;   // this host: no more cores than ranks
+  double cpu_share_ = 1.0;  // this host: max(1, ranks / cores) (cost::Snapshot::cpu_share)
   uint64_t plan_epoch_ = 0;
   std::map<std::string, uint64_t> applied_epoch_;
   std::map<std::string, cost::Rung> choice_;

@@ -10,7 +10,7 @@ namespace gradex::sync::cost {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
-constexpr uint32_t kSnapshotVersion = 2;
+constexpr uint32_t kSnapshotVersion = 3;
 // The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
 constexpr double kMinBeta = 1e-13;
 
@@ -98,6 +98,10 @@ std::vector<uint8_t> Snapshot::encode() const {
     w.put<double>(codecs.decode_s[c]);
   }
   w.put<double>(codecs.dgc_bytes_per_selected);
+  for (int c = 0; c < kCodecs; ++c)
+    w.put<double>(codecs.reduce_s[c]);
+  w.put<double>(codecs.transport_s_per_byte);
+  w.put<double>(cpu_share);
   w.put<double>(backward_s);
   w.put<double>(forward_s);
   w.put<uint64_t>(steps_seen);
@@ -132,6 +136,10 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
     s.codecs.decode_s[c] = r.get<double>();
   }
   s.codecs.dgc_bytes_per_selected = r.get<double>();
+  for (int c = 0; c < kCodecs; ++c)
+    s.codecs.reduce_s[c] = r.get<double>();
+  s.codecs.transport_s_per_byte = r.get<double>();
+  s.cpu_share = r.get<double>();
   s.backward_s = r.get<double>();
   s.forward_s = r.get<double>();
   s.steps_seen = r.get<uint64_t>();
@@ -194,6 +202,23 @@ void CostModel::observe_dgc_payload(uint64_t selected, uint64_t bytes) {
   const double per = static_cast<double>(bytes) / static_cast<double>(selected);
   codecs_.dgc_bytes_per_selected = average(codecs_.dgc_bytes_per_selected, per, !payload_seen_);
   payload_seen_ = true;
+}
+
+void CostModel::observe_reduce(Codec codec, uint64_t elements, double seconds) {
+  if (elements == 0 || !(seconds >= 0)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto c = static_cast<size_t>(codec);
+  const double per = seconds / static_cast<double>(elements);
+  if (!reduce_seen_[c] || per < codecs_.reduce_s[c]) codecs_.reduce_s[c] = per;
+  reduce_seen_[c] = true;
+}
+
+void CostModel::observe_transport(uint64_t bytes, double seconds) {
+  if (bytes == 0 || !(seconds >= 0)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double per = seconds / static_cast<double>(bytes);
+  if (!transport_seen_ || per < codecs_.transport_s_per_byte) codecs_.transport_s_per_byte = per;
+  transport_seen_ = true;
 }
 
 void CostModel::on_register(const std::string& key, uint64_t numel, uint64_t rows) {

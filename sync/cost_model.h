@@ -9,6 +9,10 @@
 //   codecs    seconds per element of each codec's encode (prepare stage) and decode (finish
 //             stage), the least measured (alone at start-up, then large units), and the DGC
 //             payload's bytes per selected element, as a moving average;
+//   collective CPU  what a collective costs the host besides the wire, measured alone at
+//             start-up: the dense ring's reduction per element summed (fp32, 16-bit) and the
+//             transport's CPU per byte sent and received (socket copies and protocol work), with
+//             the machine's CPU share (ranks per core when ranks outnumber cores);
 //   training  per tensor, when it became ready (its submission, relative to the step's first);
 //             per step, the backward span (first to last submission) and the time from the end of
 //             one step to the next step's first submission (forward pass, optimizer, data).
@@ -85,6 +89,14 @@ struct CodecCosts {
   std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9};
   std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9};
   double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
+  // The collectives' own CPU work (comm/ring_allreduce.cc, comm/allgatherv.cc), measured alone at
+  // start-up from large samples (CodecPlanner::measure_codecs): seconds per element that the
+  // ring's reduce-scatter sums, per dense wire codec (fp32, 16-bit; unused for DGC), and seconds
+  // of the transport per byte that a rank sends and receives (one of each: the ring and the
+  // allgatherv receive what they send). A dense ring is CPU-bound where this exceeds the wire
+  // time (cost::collective_cpu_s). 0: not priced (nothing measured).
+  std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0};
+  double transport_s_per_byte = 0.0;
 };
 
 // Per tensor: rank 0's view of it.
@@ -110,6 +122,11 @@ struct Snapshot {
   double calibration = 1.0;
   // Rank 0's host has no more cores than ranks (ChoiceOptions::one_lane).
   bool one_lane = false;
+  // Wall seconds per CPU second of a rank's work while every rank on rank 0's machine works at
+  // once: max(1, ranks there / cores). The CPU costs above are measured alone; in a synchronous
+  // step every rank computes at the same time, so on a machine with more ranks than cores each
+  // one's CPU work takes this much longer.
+  double cpu_share = 1.0;
   // Rank 0's measured step tail under the plan in force (CostModel::tail_s; 0: none measured).
   double tail_s = 0;
   std::vector<TensorTiming> tensors;  // sorted by key
@@ -139,6 +156,10 @@ class CostModel {
   void observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s,
                      uint64_t decoded = 0);
   void observe_dgc_payload(uint64_t selected, uint64_t bytes);
+  // The collectives' CPU (CodecCosts::reduce_s, transport_s_per_byte), measured alone: the least
+  // per element (per byte) of the samples is kept.
+  void observe_reduce(Codec codec, uint64_t elements, double seconds);
+  void observe_transport(uint64_t bytes, double seconds);
 
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   // `t` in seconds on any monotonic clock (the same for every call). A key submitted again before
@@ -171,6 +192,8 @@ class CostModel {
   std::array<LinkFit, kPeerClasses> fit_;
   CodecCosts codecs_;
   std::array<bool, kCodecs> codec_seen_{};
+  std::array<bool, kCodecs> reduce_seen_{};
+  bool transport_seen_ = false;
   bool payload_seen_ = false;
   std::map<std::string, TensorSeen> tensors_;
   std::set<std::string> submitted_;  // keys submitted in the step in progress

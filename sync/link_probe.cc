@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <time.h>
+
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "sync/byte_io.h"
@@ -11,6 +13,12 @@ namespace gradex::sync::cost {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double thread_cpu_s() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // Sub-tags of the probe's collective tag: one per (class, size, repeat, direction).
 uint64_t sub_tag(int cls, size_t size_index, int repeat, int direction) {
@@ -58,6 +66,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     largest = std::max(largest, s);
   std::vector<uint8_t> send(largest, 0x5a), recv(largest);
   std::array<LinkFit, kPeerClasses> fits;
+  uint64_t transport_bytes = 0;
+  double transport_cpu_s = 0;
   for (int c = 0; c < kPeerClasses; ++c) {
     const int q = peer[static_cast<size_t>(c)];
     if (q < 0 || (me != 0 && me != q)) continue;
@@ -67,6 +77,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       for (int rep = 0; rep <= options.repeats; ++rep) {
         std::vector<comm::RequestPtr> reqs;
         const auto t0 = Clock::now();
+        const double cpu0 = thread_cpu_s();
         if (me == 0) {
           reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
           reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
@@ -81,6 +92,14 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
         // Rep 0 warms the path (connection, buffers) and is not counted. A round trip is two
         // messages of `bytes` each.
         if (me == 0 && rep > 0) fits[static_cast<size_t>(c)].add(2.0, 2.0 * bytes, seconds);
+        // The transport's CPU, over the largest messages of the class that flat collectives
+        // cross (the last one probed): a byte sent and one received per byte of the message.
+        if (me == 0 && rep > 0 && bytes == largest) {
+          if (c == kPeerClasses - 1 || peer[static_cast<size_t>(kPeerClasses - 1)] < 0) {
+            transport_bytes += 2 * bytes;
+            transport_cpu_s += thread_cpu_s() - cpu0;
+          }
+        }
       }
     }
   }
@@ -91,6 +110,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     w.put<double>(p.beta_s_per_byte);
     w.put<uint8_t>(p.measured ? 1 : 0);
   }
+  w.put<uint64_t>(transport_bytes);
+  w.put<double>(transport_cpu_s);
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
   for (LinkParams& p : result.link) {
@@ -98,6 +119,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     p.beta_s_per_byte = r.get<double>();
     p.measured = r.get<uint8_t>() != 0;
   }
+  result.transport_bytes = r.get<uint64_t>();
+  result.transport_cpu_s = r.get<double>();
   r.expect_end();
   return result;
 }

@@ -24,11 +24,18 @@ PeerClass collective_class(const std::vector<std::string>& hosts);
 struct ProbeResult {
   std::vector<std::string> hosts;             // every rank's host identity, by rank
   std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
+  // Rank 0's CPU over the largest size's timed round trips (its thread's CPU clock: the
+  // transport's copies, protocol and progress work, not the time spent asleep waiting for the
+  // link): `transport_bytes` sent and received (each byte counted once) in `transport_cpu_s`.
+  // 0 bytes: nothing measured (one rank).
+  uint64_t transport_bytes = 0;
+  double transport_cpu_s = 0;
 };
 
 // Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with the first
 // peer of each class (same host, other host) at every size and fits alpha and beta per class
-// (LinkFit); the other ranks only answer or wait. Every rank returns rank 0's result.
+// (LinkFit) and times its own CPU over the largest messages; the other ranks only answer or wait.
+// Every rank returns rank 0's result.
 ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
                         const ProbeOptions& options = {});
 

@@ -393,5 +393,105 @@ TEST(CodecChoice, AtLeastKeepsTheMeasuredCompression) {
   }
 }
 
+// The collectives' own CPU (issue #19): a dense ring sums (P-1)/P of its elements and sends and
+// receives 2(P-1)/P of its bytes; a DGC allgatherv sends and receives P-1 payloads.
+TEST(CodecChoice, CollectiveCpuPricesReductionsAndCopies) {
+  Snapshot s = numbers(10);
+  s.codecs.reduce_s = {0.3e-9, 1.0e-9, 0.0};
+  s.codecs.transport_s_per_byte = 0.5e-9;
+  s.codecs.dgc_bytes_per_selected = 6.0;
+  const ChoiceOptions o = options();  // 4 ranks
+  EXPECT_NEAR(collective_cpu_s(1000000, {Codec::kFp32, 0}, s, o),
+              0.75e6 * 0.3e-9 + 1.5 * 4e6 * 0.5e-9, 1e-12);
+  EXPECT_NEAR(collective_cpu_s(1000000, {Codec::kHalf, 0}, s, o),
+              0.75e6 * 1.0e-9 + 1.5 * 2e6 * 0.5e-9, 1e-12);
+  EXPECT_NEAR(collective_cpu_s(1000000, {Codec::kDgc, 0.999}, s, o), 3 * 1000 * 6.0 * 0.5e-9,
+              1e-15);
+  ChoiceOptions alone = o;
+  alone.world_size = 1;
+  EXPECT_EQ(collective_cpu_s(1000000, {Codec::kHalf, 0}, s, alone), 0.0);
+  // Unmeasured (zero) costs price nothing: the wire alone, as before they were measured.
+  EXPECT_EQ(collective_cpu_s(1000000, {Codec::kHalf, 0}, numbers(10), o), 0.0);
+}
+
+TEST(CodecChoice, DenseTransferTakesTheLongerOfWireAndCpuTimesTheShare) {
+  Snapshot s = numbers(10);
+  s.codecs.reduce_s = {0.3e-9, 1.2e-9, 0.0};
+  s.codecs.transport_s_per_byte = 0.6e-9;
+  const ChoiceOptions o = options();
+  const TensorInput t = input("layer3", 4000000, 0, 0);
+  const Rung half{Codec::kHalf, 0};
+  const double cpu = collective_cpu_s(t.numel, half, s, o);
+  const double wire_10g = ring_allreduce_terms(2.0 * t.numel, 4).seconds(s.link[0]);
+  double e, m, d, latency;
+  rung_costs(t, half, s, o, e, m, d, &latency);
+  ASSERT_GT(cpu, wire_10g);  // this host's ring is CPU-bound at 10 Gbit/s
+  EXPECT_NEAR(m, cpu, 1e-12);
+  // Four ranks on two cores: every CPU cost takes twice as long, the wire does not.
+  s.cpu_share = 2.0;
+  double e2, m2, d2;
+  rung_costs(t, half, s, o, e2, m2, d2, nullptr);
+  EXPECT_NEAR(m2, 2 * cpu, 1e-12);
+  EXPECT_NEAR(e2, 2 * e, 1e-15);
+  EXPECT_NEAR(d2, 2 * d, 1e-15);
+  // On a slow link the wire bounds the ring; its latency part is the wire's.
+  const Snapshot slow = numbers(0.1);
+  Snapshot slow_cpu = slow;
+  slow_cpu.codecs = s.codecs;
+  double e3, m3, d3, latency3;
+  rung_costs(t, half, slow_cpu, o, e3, m3, d3, &latency3);
+  EXPECT_NEAR(m3, ring_allreduce_terms(2.0 * t.numel, 4).seconds(slow.link[0]), 1e-12);
+  EXPECT_NEAR(latency3, latency, 1e-15);
+}
+
+// A host like this one: the rings' reductions and socket copies cost more per element than DGC's
+// encode, so a fast link does not make the dense 16-bit ring cheap.
+Snapshot cpu_bound_host(double gbit, bool ring_cpu_priced) {
+  Snapshot s = first_plan_numbers(gbit);
+  s.codecs.encode_s = {0.3e-9, 0.4e-9, 1.5e-9};
+  s.codecs.decode_s = {0.3e-9, 0.3e-9, 5e-9};
+  if (ring_cpu_priced) {
+    s.codecs.reduce_s = {0.3e-9, 1.2e-9, 0.0};
+    s.codecs.transport_s_per_byte = 0.6e-9;
+  }
+  s.one_lane = true;
+  return s;
+}
+
+TEST(CodecChoice, CpuBoundRingsMakeDgcTheChoiceOnAFastLink) {
+  ChoiceOptions o = options();
+  o.one_lane = true;
+  // Priced by the wire alone, a 40 Gbit/s link makes the 16-bit ring the cheapest rung of the
+  // large tensors (what auto chose on this host before the rings' CPU was measured).
+  const Plan wire_only = choose_codecs(registered(), cpu_bound_host(40, false), o, 100);
+  const Plan priced = choose_codecs(registered(), cpu_bound_host(40, true), o, 100);
+  for (const char* key : {"layer3", "layer2", "layer1"}) {
+    EXPECT_EQ(find(wire_only, key).rung.codec, Codec::kHalf) << key << "\n" << wire_only.describe();
+    EXPECT_EQ(find(priced, key).rung.codec, Codec::kDgc) << key << "\n" << priced.describe();
+  }
+  // The priced plan is also what the priced model predicts fastest against keeping them 16-bit.
+  std::vector<TensorInput> half = registered();
+  for (size_t i = 0; i < half.size(); ++i)
+    half[i].forced = find(wire_only, half[i].key).rung;
+  const Plan half_priced = choose_codecs(half, cpu_bound_host(40, true), o, 100);
+  EXPECT_LT(priced.finish_s, half_priced.finish_s) << priced.describe() << half_priced.describe();
+  // A slow link still needs the hardest rung whatever the CPU: 99.9% on the large tensors.
+  const Plan slow = choose_codecs(registered(), cpu_bound_host(0.1, true), o, 100);
+  EXPECT_EQ(find(slow, "layer3").rung, (Rung{Codec::kDgc, 0.999})) << slow.describe();
+}
+
+TEST(CodecChoice, CheapRingsKeepAFastLinkDense) {
+  // Where the transport costs the CPU little (e.g. RDMA: no socket copies), the 16-bit ring stays
+  // the cheapest rung at 40 Gbit/s: the pricing follows the measurement, not a preference.
+  ChoiceOptions o = options();
+  o.one_lane = true;
+  Snapshot s = cpu_bound_host(40, true);
+  s.codecs.reduce_s = {0.05e-9, 0.1e-9, 0.0};
+  s.codecs.transport_s_per_byte = 0.01e-9;
+  const Plan p = choose_codecs(registered(), s, o, 100);
+  for (const char* key : {"layer3", "layer2", "layer1"})
+    EXPECT_NE(find(p, key).rung.codec, Codec::kDgc) << key << "\n" << p.describe();
+}
+
 }  // namespace
 }  // namespace gradex::sync::cost

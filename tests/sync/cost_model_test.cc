@@ -128,6 +128,22 @@ TEST(CostModel, CodecCostsAreTheLeastOfLargeSamples) {
   EXPECT_DOUBLE_EQ(m.snapshot().codecs.dgc_bytes_per_selected, 5.0);
 }
 
+TEST(CostModel, CollectiveCpuIsTheLeastPerElementAndPerByte) {
+  CostModel m;
+  EXPECT_EQ(m.snapshot().codecs.reduce_s[0], 0.0);  // not priced until measured
+  EXPECT_EQ(m.snapshot().codecs.transport_s_per_byte, 0.0);
+  m.observe_reduce(Codec::kHalf, 1u << 20, 1.0e-3);
+  m.observe_reduce(Codec::kHalf, 1u << 20, 2.0e-3);  // a contended run
+  m.observe_reduce(Codec::kFp32, 1u << 20, 0.25e-3);
+  m.observe_transport(8u << 20, 4e-3);
+  m.observe_transport(8u << 20, 2e-3);
+  m.observe_transport(0, 1.0);  // nothing measured (no socket could be made): ignored
+  const CodecCosts c = m.snapshot().codecs;
+  EXPECT_DOUBLE_EQ(c.reduce_s[1], 1.0e-3 / (1u << 20));
+  EXPECT_DOUBLE_EQ(c.reduce_s[0], 0.25e-3 / (1u << 20));
+  EXPECT_DOUBLE_EQ(c.transport_s_per_byte, 2e-3 / (8u << 20));
+}
+
 TEST(CostModel, TransfersRefineTheProbe) {
   CostModel m;
   LinkParams probed{30e-6, 1e-9, true};
@@ -150,10 +166,16 @@ TEST(Snapshot, RoundTripsAndRejectsGarbage) {
   s.forward_s = 0.125;
   s.steps_seen = 9;
   s.calibration = 1.5;
+  s.codecs.reduce_s = {0.3e-9, 1.1e-9, 0.0};
+  s.codecs.transport_s_per_byte = 0.45e-9;
+  s.cpu_share = 2.0;
   s.tensors = {{"fc.weight", 20480, 10, 0.01}, {"conv1", 9408, 64, 0.2}};
   const std::vector<uint8_t> bytes = s.encode();
   const Snapshot back = Snapshot::decode(bytes.data(), bytes.size());
   EXPECT_TRUE(back == s);
+  EXPECT_EQ(back.codecs.reduce_s[1], 1.1e-9);
+  EXPECT_EQ(back.codecs.transport_s_per_byte, 0.45e-9);
+  EXPECT_EQ(back.cpu_share, 2.0);
   EXPECT_EQ(back.tensors[0].rows, 10u);
   std::vector<uint8_t> bad = bytes;
   bad[0] ^= 1;

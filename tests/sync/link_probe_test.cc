@@ -7,6 +7,7 @@
 
 #include "sync/codec_choice.h"
 #include "sync/link_probe.h"
+#include "sync/transport_cpu.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::sync::cost {
@@ -26,6 +27,11 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
   for (const ProbeResult& r : results) {
     EXPECT_EQ(r.hosts, hosts);
     EXPECT_EQ(collective_class(r.hosts), PeerClass::kOtherHost);
+    // Rank 0's CPU over the largest round trips with the other-host peer (2 timed x 256 KiB each
+    // way), the same on every rank.
+    EXPECT_EQ(r.transport_bytes, 2u * 2u * (256u << 10));
+    EXPECT_GT(r.transport_cpu_s, 0.0);
+    EXPECT_EQ(r.transport_cpu_s, results[0].transport_cpu_s);
     for (int c = 0; c < kPeerClasses; ++c) {
       EXPECT_TRUE(r.link[c].measured) << c;
       EXPECT_GE(r.link[c].alpha_s, 0);
@@ -57,6 +63,9 @@ TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
     CostModel model;
     model.set_link(PeerClass::kSameHost, {50e-6 * (r + 1), 1e-8 * (r + 1), true});
     model.observe_codec(Codec::kDgc, 1000, 3e-6 * (r + 1), 1e-6);
+    // ... and its own rings' CPU (reductions, socket copies).
+    model.observe_reduce(Codec::kHalf, 1u << 20, 1e-3 * (r + 1));
+    model.observe_transport(8u << 20, 4e-3 * (r + 1));
     const double base = 100.0 * r;
     for (const char* key : {"a", "b", "c"})
       model.on_register(key, 3000000, 0);
@@ -82,6 +91,8 @@ TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
     local_plans[static_cast<size_t>(r)] = plan_of(local);
     agreed_plans[static_cast<size_t>(r)] = plan_of(shared);
     agreed[static_cast<size_t>(r)] = shared.encode();
+    EXPECT_EQ(shared.codecs.transport_s_per_byte, 4e-3 / (8u << 20));  // rank 0's
+    EXPECT_EQ(shared.codecs.reduce_s[1], 1e-3 / (1u << 20));
   });
   EXPECT_NE(local_plans[0], local_plans[2]);  // the ranks' own numbers would disagree
   for (int r = 1; r < kRanks; ++r) {
@@ -89,6 +100,14 @@ TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
     EXPECT_EQ(agreed_plans[static_cast<size_t>(r)], agreed_plans[0]);
   }
   EXPECT_EQ(agreed_plans[0], local_plans[0]);  // rank 0's numbers are the ones used
+}
+
+TEST(TransportCpu, MeasuresThisHostsSocketCost) {
+  const TransportSample t = measure_transport(1u << 20, 64u << 10, 2);
+  EXPECT_EQ(t.bytes, 1u << 20) << t.via;
+  EXPECT_GT(t.seconds, 0.0);
+  EXPECT_NE(std::string(t.via), "none");
+  EXPECT_EQ(measure_transport(0).bytes, 0u);
 }
 
 }  // namespace
