@@ -134,6 +134,12 @@ const std::vector<VarSpec>& registry() {
      "steps the most DGC sparsity a plan may choose follows DGC's warm-up (75%, 93.75%, 98.4%, "
      "99.6% in quarters, capped by GRADEX_POLICY_LADDER's top); the choice stays cost-aware below "
      "the cap (dense where the link hides it), and a plan is made at each quarter. 0: no ramp."},
+    {"GRADEX_POLICY_HORIZON_STEPS", VarType::kInt, "0", 0, 1e15, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: how many exchange steps the training will run (0: unknown). Error "
+     "feedback delays a coordinate's update by about 1/density steps and what is left in the "
+     "residuals at the end is never applied, so with a horizon the most DGC sparsity at step t is "
+     "1 - 10/(horizon - t): a short training is compressed little or not at all, a long one "
+     "hardly until its last steps, which are dense. No cap past the horizon."},
     {"GRADEX_POLICY_MIN_SELECTED", VarType::kInt, "128", 1, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "

@@ -111,11 +111,48 @@ std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& o) {
   return starts;
 }
 
+double horizon_cap(const ChoiceOptions& o, uint64_t step) {
+  if (o.horizon_steps == 0 || step >= o.horizon_steps) return 1.0;
+  const double left = static_cast<double>(o.horizon_steps - step);
+  return std::max(0.0, 1.0 - kHorizonDrains / left);
+}
+
+std::vector<uint64_t> horizon_stage_starts(const ChoiceOptions& o) {
+  std::vector<uint64_t> starts;
+  if (o.horizon_steps == 0) return starts;
+  // Sparsity s is allowed while horizon - step >= kHorizonDrains / (1 - s): the first step past
+  // that is where a plan must drop below s. The densities: every ladder rung's and 1/(2P).
+  std::vector<double> densities;
+  for (double s : o.ladder)
+    densities.push_back(1.0 - s);
+  for (double d : densities) {
+    // Allowed while horizon - step >= ceil(kHorizonDrains / d).
+    // (less a rounding margin: 1 - 0.9 is a hair under 0.1 in binary)
+    const double need = std::ceil(kHorizonDrains / d - 1e-9);
+    if (need <= static_cast<double>(o.horizon_steps))
+      starts.push_back(o.horizon_steps - static_cast<uint64_t>(need) + 1);
+  }
+  // Every DGC rung is denser than 1/(2P) once horizon - step <= kHorizonDrains * 2P: dense.
+  const double dense_left = std::floor(kHorizonDrains * 2.0 * std::max(o.world_size, 1));
+  if (dense_left < static_cast<double>(o.horizon_steps))
+    starts.push_back(o.horizon_steps - static_cast<uint64_t>(dense_left));
+  starts.push_back(o.horizon_steps);  // past the horizon: no cap
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  starts.erase(std::remove(starts.begin(), starts.end(), uint64_t{0}), starts.end());
+  return starts;
+}
+
+double sparsity_cap(const ChoiceOptions& o, uint64_t step) {
+  return std::min(ramp_cap(o, step), horizon_cap(o, step));
+}
+
 std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
-  const double cap = ramp_cap(o, step);
+  const double cap = sparsity_cap(o, step);
   std::vector<double> ladder;
   for (double s : o.ladder) {
     const double r = std::min(s, cap);
+    if (r <= 0) continue;
     if (ladder.empty() || r > ladder.back()) ladder.push_back(r);
   }
   return ladder;
@@ -127,10 +164,15 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
   std::string why;
   const double cap = ramp_cap(o, step);
+  const double end_cap = horizon_cap(o, step);
   if (step < o.dense_steps) {
     why = "early training (step " + std::to_string(step) + " < GRADEX_POLICY_DENSE_STEPS)";
   } else {
-    if (!o.ladder.empty() && cap < o.ladder.back())
+    if (!o.ladder.empty() && end_cap < o.ladder.back() && end_cap <= cap)
+      why = "end of training: the horizon rule caps DGC at " +
+            rung_name({Codec::kDgc, end_cap}).substr(4) + " with " +
+            std::to_string(o.horizon_steps - step) + " steps left (GRADEX_POLICY_HORIZON_STEPS)";
+    else if (!o.ladder.empty() && cap < o.ladder.back())
       why = "early training: the fidelity ramp caps DGC at " +
             rung_name({Codec::kDgc, cap}).substr(4) + " until step " +
             std::to_string(o.ramp_steps) + " (GRADEX_POLICY_RAMP_STEPS)";

@@ -60,6 +60,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.slack = config.get_float("GRADEX_POLICY_SLACK");
   p.choice.dense_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_DENSE_STEPS"));
   p.choice.ramp_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_RAMP_STEPS"));
+  p.choice.horizon_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_HORIZON_STEPS"));
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
@@ -96,6 +97,8 @@ uint64_t CodecPlanner::first_refine() const {
 
 std::vector<uint64_t> CodecPlanner::extra_starts() const {
   std::vector<uint64_t> starts = cost::ramp_stage_starts(planner_.choice);
+  for (uint64_t s : cost::horizon_stage_starts(planner_.choice))
+    starts.push_back(s);
   starts.push_back(first_refine());
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
@@ -356,6 +359,7 @@ void CodecPlanner::measure_transport_cpu(const cost::ProbeResult* probe) {
 
 void CodecPlanner::on_reconfigure(int world_size) {
   world_size_ = world_size;
+  planner_.choice.world_size = world_size;
   probed_ = false;
   plan_epoch_ = 0;
   applied_epoch_.clear();

@@ -106,7 +106,8 @@ class CodecPlanner {
   static constexpr uint64_t kFirstRefineStep = 4;
   uint64_t first_refine() const;
   // Plan starts besides the multiples of the interval: first_refine and the fidelity ramp's
-  // stage starts (cost::ramp_stage_starts), ascending.
+  // stage starts (cost::ramp_stage_starts), the horizon rule's (cost::horizon_stage_starts),
+  // ascending.
   std::vector<uint64_t> extra_starts() const;
   // Plan epochs: a new one at every multiple of the interval and at every extra start.
   uint64_t epoch_of(uint64_t step) const;

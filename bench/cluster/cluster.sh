@@ -31,7 +31,7 @@ set -euo pipefail
 # same two variables.
 readonly CLUSTER_NAME=${GX_CLUSTER_NAME:-gx}
 readonly SUBNET=${GX_CLUSTER_SUBNET:-198.18.0}
-[[ $CLUSTER_NAME =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "cluster: bad GX_CLUSTER_NAME '$CLUSTER_NAME' (1-8 of a-z0-9, a letter first)" >&2; exit 2; }
+[[ $CLUSTER_NAME =~ ^[a-z][a-z0-9]{0,15}$ ]] || { echo "cluster: bad GX_CLUSTER_NAME '$CLUSTER_NAME' (1-16 of a-z0-9, a letter first)" >&2; exit 2; }
 [[ $SUBNET =~ ^198\.1[89]\.[0-9]{1,3}$ ]] || { echo "cluster: bad GX_CLUSTER_SUBNET '$SUBNET' (198.18.x or 198.19.x)" >&2; exit 2; }
 readonly SWITCH=$CLUSTER_NAME-sw
 readonly HOST_PREFIX=$CLUSTER_NAME-h

@@ -39,6 +39,7 @@ NOT_MODES = {"model", "params", "tensors", "ranks", "steps", "dense_bytes"}
 AUTO = "auto"
 # The fixed modes the auto policy is judged against (bench/report.py's auto_over_best_fixed_<rate>).
 BEST_FIXED = ("dense_fp32", "dense_fp16", "dgc99", "dgc999")
+RAMP = "GRADEX_POLICY_RAMP_STEPS"
 
 
 def modes_of(result):
@@ -107,9 +108,17 @@ def gradex_runs(args, modes, names, steps, warmup):
     if AUTO in modes:
         auto_warmup = warmup + args.auto_extra_warmup
         sentinel = "dgc999"
+        env = dict(gradex_vars.policy_env(names, "auto"))
+        # The cost model's choice is what this stage judges: the fidelity ramp of early training
+        # (dense for its first quarter at 4 ranks) would cover every measured step here, and the fixed
+        # modes run without DGC's warm-up (GRADEX_WARMUP_STEPS=0) too. The ramp's price is measured
+        # where it buys something, in the time-to-accuracy race.
+        ramp = getattr(args, "auto_ramp_steps", None)
+        if RAMP in names and ramp is not None:
+            env[RAMP] = str(ramp)
         runs.append(("gradex_auto", [args.bench, "exchange", "--modes", f"{AUTO},{sentinel}", *common,
                                      "--warmup", str(auto_warmup)],
-                     gradex_vars.policy_env(names, "auto"), steps, auto_warmup, sentinel))
+                     env, steps, auto_warmup, sentinel))
     return runs
 
 
@@ -160,6 +169,10 @@ def main():
     p.add_argument("--auto-extra-warmup", type=int, default=4,
                    help="extra warm-up steps of the auto mode, so that its measured steps follow the "
                         "plan it refines at step 4 from measured steps (its first plan is at step 0)")
+    p.add_argument("--auto-ramp-steps", type=int, default=0,
+                   help="GRADEX_POLICY_RAMP_STEPS of the auto program (default 0: the cost model's "
+                        "steady-state choice, as the fixed modes run without DGC's warm-up; -1: the "
+                        "library's default ramp)")
     p.add_argument("--no-baselines", action="store_true", help="gradex's modes only, no PyTorch baseline")
     p.add_argument("--gradex-modes", default="all",
                    help="gradex-bench modes ('all': every mode it lists); auto runs in its own program")
@@ -176,6 +189,8 @@ def main():
     p.add_argument("--run-timeout-s", type=float, default=300)
     p.add_argument("--log-dir", default=str(ROOT / "build" / "bench-run" / "logs"))
     args = p.parse_args()
+    if args.auto_ramp_steps is not None and args.auto_ramp_steps < 0:
+        args.auto_ramp_steps = None
     per_network_steps = rate_steps(args.rate_steps)
     # bench/run stops a stage with SIGTERM: unwind (killing every rank) instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -196,6 +211,7 @@ def main():
                                  for n in networks},
             "policy": {"variable": gradex_vars.POLICY in names, "best_fixed": list(BEST_FIXED),
                        "auto_extra_warmup": args.auto_extra_warmup,
+                       "auto_ramp_steps": args.auto_ramp_steps if RAMP in names else None,
                        "note": ("auto ran under GRADEX_POLICY=auto, the fixed modes under GRADEX_POLICY=fixed"
                                 if gradex_vars.POLICY in names else
                                 "this build has no GRADEX_POLICY: auto is today's default (fixed) policy")}}

@@ -53,7 +53,7 @@ class Method:
             self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
         elif name in ("gradex_auto", "gradex_default", "gradex_dgc"):
             import gradex.torch as gx
-            config = {"gradex_auto": auto_policy_config(), "gradex_default": {},
+            config = {"gradex_auto": auto_policy_config(args.steps), "gradex_default": {},
                       "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0}}[name]
             self.policy = config.get("GRADEX_POLICY", "default")
             # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
@@ -96,11 +96,18 @@ class Method:
             self.gradex.close()
 
 
-def auto_policy_config():
-    """{"GRADEX_POLICY": "auto"} when this gradex build declares GRADEX_POLICY, else {} (its default)."""
+def auto_policy_config(steps=None):
+    """{"GRADEX_POLICY": "auto"} when this gradex build declares GRADEX_POLICY, else {} (its default);
+    with the training's length in `steps` (the schedule every method runs: its horizon) as
+    GRADEX_POLICY_HORIZON_STEPS when the build declares it, as a user who knows epochs x steps would."""
     import gradex
-    declared = "\nGRADEX_POLICY=" in "\n" + gradex.describe_config()
-    return {"GRADEX_POLICY": "auto"} if declared else {}
+    described = "\n" + gradex.describe_config()
+    if "\nGRADEX_POLICY=" not in described:
+        return {}
+    config = {"GRADEX_POLICY": "auto"}
+    if steps and "\nGRADEX_POLICY_HORIZON_STEPS=" in described:
+        config["GRADEX_POLICY_HORIZON_STEPS"] = int(steps)
+    return config
 
 
 def _gx_state(gx, ddp, config):

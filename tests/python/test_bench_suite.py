@@ -151,6 +151,10 @@ def test_gradex_vars_and_exchange_runs():
     assert fixed[1][fixed[1].index("--modes") + 1] == "dense_fp32,dense_fp16,dgc99,dgc999,auto"
     assert auto[0] == "gradex_auto" and auto[2] == {"GRADEX_POLICY": "auto"} and auto[3:] == (3, 3, "dgc999")
     assert auto[1][auto[1].index("--modes") + 1] == "auto,dgc999" and auto[1][auto[1].index("--warmup") + 1] == "3"
+    # The auto program runs the cost model's steady-state choice (no fidelity ramp) when the build has it.
+    Args.auto_ramp_steps = 0
+    _, ramped = exchange_suite.gradex_runs(Args, modes, {"GRADEX_POLICY", exchange_suite.RAMP}, steps=3, warmup=1)
+    assert ramped[2] == {"GRADEX_POLICY": "auto", exchange_suite.RAMP: "0"}
     old_build = exchange_suite.gradex_runs(Args, modes, set(), steps=3, warmup=1)
     assert [run[2] for run in old_build] == [{}, {}]  # no GRADEX_POLICY: today's default, nothing set
     assert exchange_suite.rate_bits("100mbit") == 1e8 and exchange_suite.rate_bits("loopback") is None

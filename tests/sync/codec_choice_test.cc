@@ -493,5 +493,59 @@ TEST(CodecChoice, CheapRingsKeepAFastLinkDense) {
     EXPECT_NE(find(p, key).rung.codec, Codec::kDgc) << key << "\n" << p.describe();
 }
 
+// The horizon rule: a residual must be able to drain kHorizonDrains (10) times over the steps
+// that remain, so the most sparsity at step t is 1 - 10 / (horizon - t).
+TEST(CodecChoice, HorizonCapsTheEndOfTraining) {
+  ChoiceOptions o = options();        // 4 ranks: DGC needs a density under 1/8
+  EXPECT_EQ(horizon_cap(o, 0), 1.0);  // no horizon given
+  o.horizon_steps = 100;
+  EXPECT_DOUBLE_EQ(horizon_cap(o, 0), 0.9);
+  EXPECT_DOUBLE_EQ(horizon_cap(o, 50), 0.8);
+  EXPECT_EQ(horizon_cap(o, 95), 0.0);
+  EXPECT_EQ(horizon_cap(o, 100), 1.0);  // past the horizon: not capped
+  EXPECT_EQ(horizon_cap(o, 500), 1.0);
+  const TensorInput big = input("layer3", 4000000, 0, 0);
+  // A 100-step training: 90% at most at its start, dense from where 1 - cap reaches 1/8.
+  EXPECT_EQ(allowed_rungs(big, o, 0).back(), (Rung{Codec::kDgc, 0.9}));
+  std::string why;
+  const std::vector<Rung> late = allowed_rungs(big, o, 30, &why);
+  EXPECT_NE(late.back().codec, Codec::kDgc) << why;
+  EXPECT_NE(why.find("GRADEX_POLICY_HORIZON_STEPS"), std::string::npos) << why;
+  // A long one is hardly touched until its end.
+  o.horizon_steps = 1600;
+  EXPECT_EQ(ramped_ladder(o, 100), (std::vector<double>{0.9, 0.99, 1.0 - 10.0 / 1500}));
+  EXPECT_EQ(ramped_ladder(o, 0).back(), 1.0 - 10.0 / 1600);
+  // The ramp's cap and the horizon's: the lower wins.
+  o.ramp_steps = 100;
+  EXPECT_DOUBLE_EQ(sparsity_cap(o, 30), 0.9375);
+  EXPECT_DOUBLE_EQ(sparsity_cap(o, 1590), 0.0);
+}
+
+TEST(CodecChoice, HorizonStagesAreWhereARungMustDrop) {
+  ChoiceOptions o = options();
+  EXPECT_TRUE(horizon_stage_starts(o).empty());
+  o.horizon_steps = 1000;
+  // 99% lasts while 1000 - t >= 1000 (step 0 only); 90% while 1000 - t >= 100 (to step 900);
+  // every rung is denser than 1/8 once 1000 - t <= 80 (from step 920); 99.9% never fits.
+  EXPECT_EQ(horizon_stage_starts(o), (std::vector<uint64_t>{1, 901, 920, 1000}));
+  for (uint64_t t : {900u, 901u, 919u, 920u}) {
+    const std::vector<Rung> r = allowed_rungs(input("w", 4000000, 0, 0), o, t);
+    const bool dgc = r.back().codec == Codec::kDgc;
+    EXPECT_EQ(dgc, t < 920) << t;
+    if (dgc) EXPECT_EQ(r.back().sparsity == 0.9, t < 901) << t << " " << rung_name(r.back());
+  }
+}
+
+TEST(CodecChoice, HorizonKeepsTheLastStepsDenseOnASlowLink) {
+  // Whatever the link requires, the last steps of a known horizon are dense (fidelity first).
+  ChoiceOptions o = options();
+  o.horizon_steps = 250;
+  const Plan early = choose_codecs(registered(), first_plan_numbers(0.1), o, 0);
+  const Plan late = choose_codecs(registered(), first_plan_numbers(0.1), o, 240);
+  EXPECT_EQ(find(early, "layer3").rung, (Rung{Codec::kDgc, 0.96})) << early.describe();
+  for (const TensorChoice& c : late.tensors)
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key << "\n" << late.describe();
+}
+
 }  // namespace
 }  // namespace gradex::sync::cost
