@@ -237,21 +237,22 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
 }
 
 void CodecPlanner::measure_codecs() {
-  // Measured alone, at start-up, on 2^17 elements on the host backend: gradex's momentum, the
+  // Measured alone, at start-up, on ~2^18 elements on the host backend: gradex's momentum, the
   // fp32 bucket's copies, the 16-bit cast there and back, the rings' sums and the transport's
   // copies (the dense paths' CPU), and DGC's step (at the ladder's highest sparsity) with the
   // decode of its payload. The units' own stage times refine the codecs (observe_unit).
   //
   // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the least of kRepeats runs, on a
-  // tensor small enough to stay on this thread (the kernels split work over the pool only from
-  // 2^18 elements): the cost of the work itself, whatever else the machine runs. Wall time read
+  // tensor small enough to stay on this thread (the kernels split work over the pool from 2^18
+  // elements): the cost of the work itself, whatever else the machine runs. Wall time read
   // up to 10x too high on this shared 2-core host while other programs built (a DGC encode of
   // 19.5 ns per element where the exchange's own CPU accounts for ~2), and which codec looked
   // cheap then depended on which measurement the load fell on. Contention among the job's own
   // ranks is the model's to price (Snapshot::cpu_share), and the units' wall times refine the
   // rest.
   namespace be = compress::backend;
-  constexpr size_t kN = 1u << 17;
+  // Just under the codec's parallel threshold (2^18): one thread, fixed costs amortised.
+  constexpr size_t kN = (1u << 18) - 1024;
   auto thread_cpu_s = [] {
     timespec t{};
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);

@@ -26,8 +26,9 @@ struct ProbeResult {
   std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
   // Rank 0's CPU over the largest size's timed round trips (its thread's CPU clock: the
   // transport's copies, protocol and progress work, not the time spent asleep waiting for the
-  // link): `transport_bytes` sent and received (each byte counted once) in `transport_cpu_s`.
-  // 0 bytes: nothing measured (one rank).
+  // link), the round trip dearest per byte (the kernel defers network work it is not charged
+  // for on a loaded host): `transport_bytes` sent and received (each byte counted once) in
+  // `transport_cpu_s`. 0 bytes: nothing measured (one rank).
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
 };
