@@ -74,9 +74,6 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     const int other = me == 0 ? q : 0;
     for (size_t si = 0; si < options.sizes.size(); ++si) {
       const size_t bytes = options.sizes[si];
-      // The least of the timed round trips per size is fitted: on a loaded host one scheduling
-      // delay (tens of ms, measured here) would otherwise read as the link's latency.
-      double least = -1;
       for (int rep = 0; rep <= options.repeats; ++rep) {
         std::vector<comm::RequestPtr> reqs;
         const auto t0 = Clock::now();
@@ -94,7 +91,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         // Rep 0 warms the path (connection, buffers) and is not counted. A round trip is two
         // messages of `bytes` each.
-        if (me == 0 && rep > 0 && (least < 0 || seconds < least)) least = seconds;
+        if (me == 0 && rep > 0) fits[static_cast<size_t>(c)].add(2.0, 2.0 * bytes, seconds);
         // The transport's CPU over the largest messages of the class that flat collectives cross
         // (the last one probed): a byte sent and one received per byte of the message. The round
         // trip that cost this thread the most per byte is kept: a loaded host defers part of its
@@ -110,7 +107,6 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
           }
         }
       }
-      if (least >= 0) fits[static_cast<size_t>(c)].add(2.0, 2.0 * bytes, least);
     }
   }
   ByteWriter w;
