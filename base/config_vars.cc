@@ -91,7 +91,9 @@ const std::vector<VarSpec>& registry() {
      "The 16-bit type used when GRADEX_FP16=1: fp16 (more precision) or bf16 (fp32's range)."},
     {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr, kEngine,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
-     "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
+     "value is a sparsity in [0, 1), 'dense', or 'int8' (dense with 8-bit codes and error "
+     "feedback on both hops of a reduce-scatter + allgather), e.g. "
+     "'embed:0.99,fc:0.999,bn:dense,head:int8'. A pattern "
      "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
      "'[...]' matches the whole name as a shell glob (fnmatch)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error", kEngine,
