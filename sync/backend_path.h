@@ -98,6 +98,9 @@ class BackendPath {
   // A tensor leaving the 8-bit route: its residuals added into `values` (backend memory, the
   // values about to be sent on another route) and dropped (progress thread).
   void int8_fold(TensorState& t, float* values, int world);
+  // A tensor switched from the 8-bit route to DGC (engine lock held, before routing): its
+  // residuals are added into DGC's residual and dropped.
+  void int8_to_dgc_residual(TensorState& t, int world);
   // The finish stage (any thread): a sparse step's average of every rank's payload (rank order)
   // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
   void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,

@@ -13,6 +13,7 @@
 #include "comm/host_identity.h"
 #include "compress/backend/backend.h"
 #include "compress/backend/dgc_codec.h"
+#include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
@@ -72,6 +73,7 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
   for (const PolicyOverride& o : options_.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
+    if (o.int8) return cost::Rung{cost::Codec::kInt8, 0};
     if (o.dense || o.sparsity == 0)
       return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
     return cost::Rung{cost::Codec::kDgc, o.sparsity};
@@ -130,6 +132,7 @@ TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {
   } else {
     // fp32 on a 16-bit default wire travels in fp32 buckets of its own.
     p.full_precision = rung.codec == cost::Codec::kFp32 && options_.half_on_wire;
+    p.int8 = rung.codec == cost::Codec::kInt8;
   }
   return p;
 }
@@ -277,6 +280,18 @@ void CodecPlanner::measure_codecs() {
   const double from_half_s = least(
       [&] { backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream); });
   model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + to_half_s, from_half_s);
+  {  // the 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of
+     // 1/P, then the decode of every segment
+    namespace q8 = be::int8;
+    std::vector<uint8_t> bytes(q8::encoded_size(kN));
+    std::vector<float> residual(kN, 0.0f);
+    const double enc_s = least([&] { q8::encode(g.data(), residual.data(), kN, bytes.data()); });
+    const double sum_s = least([&] { q8::decode_add(bytes.data(), kN, values.data()); });
+    const double dec_s = least([&] { q8::decode(bytes.data(), kN, values.data()); });
+    const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
+    model_.observe_codec(cost::Codec::kInt8, kN, momentum_s + enc_s * (1.0 + owner) + sum_s,
+                         dec_s);
+  }
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
   compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
@@ -362,9 +377,12 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     const TensorPolicy to = policy_of(it->second);
     TensorState& t = *job.tensor;
     if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
-        to.full_precision != t.policy.full_precision) {
+        to.full_precision != t.policy.full_precision || to.int8 != t.policy.int8) {
       GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
       path.switch_policy(t, to);
+      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
+      // along in its transfer, Engine::transfer).
+      if (to.kind == ExchangeKind::kSparse) path.int8_to_dgc_residual(t, world_size_);
     }
   }
 }
@@ -387,6 +405,9 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     const size_t framing = 4 + 8 * unit.jobs.size();
     if (unit.message.size() > framing)
       model_.observe_dgc_payload(selected, unit.message.size() - framing);
+  } else if (unit.jobs.front()->int8) {
+    codec = cost::Codec::kInt8;
+    terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
   } else {
     const bool half =
         unit.route == pipeline::Route::kDense && half_on_wire && !unit.jobs.front()->full_precision;

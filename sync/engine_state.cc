@@ -13,8 +13,9 @@ namespace {
 
 constexpr uint32_t kStateMagic = 0x54535847;  // "GXST"
 // Version 2 added per tensor: the exchange counter and gradex's momentum of dense-policy tensors.
-// Version 3 added per tensor the 8-bit route's two residuals (sync/int8_exchange.h; empty: none).
-// Versions 1 and 2 still load (counter from DGC's own step count, momentum and residuals empty).
+// Version 3 added per tensor the 8-bit route's two residuals (sync/int8_exchange.h; empty: none);
+// a state without any is still written as version 2, so that builds before it read it. Versions 1
+// and 2 load (counter from DGC's own step count, momentum and residuals empty).
 constexpr uint32_t kStateVersion = 3;
 
 void put_floats(ByteWriter& w, const std::vector<float>& v) {
@@ -45,9 +46,13 @@ std::vector<uint8_t> Engine::save_state() {
   if (fatal_code_ != ErrorCode::kOk)
     throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
                      "), so its state may be partly updated");
+  bool int8 = false;
+  for (const auto& [key, t] : tensors_)
+    int8 |= !t.int8_residual.empty();
+  const uint32_t version = int8 ? kStateVersion : 2;
   ByteWriter w;
   w.put<uint32_t>(kStateMagic);
-  w.put<uint32_t>(kStateVersion);
+  w.put<uint32_t>(version);
   w.put<uint32_t>(static_cast<uint32_t>(world_size_));
   w.put<uint32_t>(static_cast<uint32_t>(rank_));
   w.put<uint64_t>(completed_steps_);
@@ -75,8 +80,10 @@ std::vector<uint8_t> Engine::save_state() {
     const std::vector<float> u = has_dgc ? std::vector<float>() : path_->momentum(t);
     w.put<uint64_t>(u.size());
     w.put_bytes(u.data(), u.size() * sizeof(float));
-    put_floats(w, t.int8_residual);
-    put_floats(w, t.int8_owner_residual);
+    if (version >= 3) {
+      put_floats(w, t.int8_residual);
+      put_floats(w, t.int8_owner_residual);
+    }
   }
   return std::move(w.bytes());
 }
@@ -89,7 +96,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   if (version < 1 || version > kStateVersion)
     throw StateError("gradex state version " + std::to_string(version) +
                      " is not supported (this "
-                     "build reads version " +
+                     "build reads versions 1 to " +
                      std::to_string(kStateVersion) + ")");
   uint32_t world = r.get<uint32_t>();
   if (world != static_cast<uint32_t>(world_size_))

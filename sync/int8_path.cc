@@ -85,6 +85,24 @@ void BackendPath::int8_fold(TensorState& t, float* values, int world) {
   t.backend->ready->record(*l.stream);
 }
 
+void BackendPath::int8_to_dgc_residual(TensorState& t, int world) {
+  if (t.int8_residual.size() != t.numel) return;
+  compress::wire::DecodedPayload all;
+  all.header.numel = t.numel;
+  const float P = static_cast<float>(world);
+  for (size_t i = 0; i < t.numel; ++i) {
+    const float v = t.int8_residual[i] + P * t.int8_owner_residual[i];
+    if (v == 0.0f) continue;
+    all.indices.push_back(static_cast<uint32_t>(i));
+    all.values.push_back(v);
+  }
+  all.header.selected = static_cast<uint32_t>(all.indices.size());
+  return_to_residual(t, all);
+  t.int8_residual.clear();
+  t.int8_owner_residual.clear();
+  t.int8_world = 0;
+}
+
 void Engine::transfer_int8(pipeline::Unit& unit) {
   if (hierarchy() != nullptr) {
     static std::atomic<bool> logged{false};
@@ -106,7 +124,8 @@ void Engine::transfer_int8(pipeline::Unit& unit) {
     throw Error(e.code(), "8-bit dense bucket of " + std::to_string(unit.jobs.size()) +
                               " tensor(s) [" + unit.keys() + "]: " + e.what());
   }
-  unit.counters.prepare_seconds += c.encode_seconds + c.decode_seconds;
+  unit.counters.prepare_seconds += c.encode_seconds;
+  unit.counters.finish_seconds += c.decode_seconds;
   unit.counters.transfer_seconds += c.communicate_seconds;
   if (c.nonfinite > 0)
     for (pipeline::Job* job : unit.jobs)

@@ -37,8 +37,8 @@ std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
     size_t colon = entry.rfind(':');
     auto fail = [&](const std::string& why) {
       throw ConfigError("GRADEX_SPARSITY_OVERRIDES entry '" + entry + "' is invalid: " + why +
-                        " (expected 'pattern:sparsity' with sparsity in [0, 1), or "
-                        "'pattern:dense')");
+                        " (expected 'pattern:sparsity' with sparsity in [0, 1), "
+                        "'pattern:dense', or 'pattern:int8')");
     };
     if (colon == std::string::npos) fail("no ':'");
     PolicyOverride o;
