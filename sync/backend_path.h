@@ -92,9 +92,11 @@ class BackendPath {
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);
   // The transfer of one 8-bit unit (progress thread, collective; sync/int8_path.cc):
-  // values[i] is tensors[i]'s fp32 values in backend memory; the residuals are the tensors'.
+  // values[i] is tensors[i]'s fp32 values in backend memory; the residuals are the tensors'
+  // (absent[i]: an absent contribution's zeros, sent without the tensor's own residual).
   void int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
-                    const std::vector<float*>& values, Int8Counters& counters);
+                    const std::vector<float*>& values, const std::vector<bool>& absent,
+                    Int8Counters& counters);
   // A tensor leaving the 8-bit route: its residuals added into `values` (backend memory, the
   // values about to be sent on another route) and dropped (progress thread).
   void int8_fold(TensorState& t, float* values, int world);

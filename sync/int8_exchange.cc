@@ -38,6 +38,14 @@ void check_length(comm::Communicator& comm, const comm::Request& request, size_t
                          std::to_string(expected) + " expected (truncated or a different unit)");
 }
 
+// Message buffers kept between calls (each thread its own: the engine calls from its progress
+// thread), so that steady-state steps allocate and fault in nothing: they only grow.
+struct Buffers {
+  std::vector<std::vector<uint8_t>> out, in, seg;
+  std::vector<uint8_t> own;
+  std::vector<float> sum;
+};
+
 std::string piece_name(const char* phase, int peer, const Int8Item& it) {
   return std::string("8-bit ") + phase + " from rank " + std::to_string(peer) + ", tensor '" +
          (it.key ? *it.key : "?") + "'";
@@ -67,7 +75,9 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
 
   // 1. Every segment of every tensor encoded with this rank's residual, one message per owner.
   auto t0 = Clock::now();
-  std::vector<std::vector<uint8_t>> out(static_cast<size_t>(P));
+  thread_local Buffers buffers;
+  auto& out = buffers.out;
+  out.resize(static_cast<size_t>(P));
   for (int k = 0; k < P; ++k) {
     auto& m = out[static_cast<size_t>(k)];
     m.resize(message_bytes(items, P, k));
@@ -75,7 +85,8 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
     for (Int8Item& it : items) {
       const comm::Segment s = int8_segment(it.numel, P, k);
       counters.nonfinite +=
-          q8::encode(it.values + s.begin, it.residual + s.begin, s.count, m.data() + at);
+          q8::encode(it.values + s.begin, it.residual ? it.residual + s.begin : nullptr, s.count,
+                     m.data() + at);
       at += q8::encoded_size(s.count);
     }
   }
@@ -84,7 +95,8 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
   // 2. Reduce-scatter: every rank's encoding of this rank's segments.
   auto t1 = Clock::now();
   const size_t mine_bytes = message_bytes(items, P, r);
-  std::vector<std::vector<uint8_t>> in(static_cast<size_t>(P));
+  auto& in = buffers.in;
+  in.resize(static_cast<size_t>(P));
   {
     std::vector<comm::RequestPtr> recvs, sends;
     std::vector<int> peers;
@@ -101,14 +113,15 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
       check_length(comm, *recvs[i], mine_bytes, peers[i], "reduce-scatter", items);
     comm.wait_all(sends, "8-bit reduce-scatter");
   }
-  in[static_cast<size_t>(r)] = std::move(out[static_cast<size_t>(r)]);
+  in[static_cast<size_t>(r)].swap(out[static_cast<size_t>(r)]);
   counters.communicate_seconds += seconds_since(t1);
 
   // 3. The owner's fp32 sum in rank order, the average, its 8-bit encoding with the owner residual.
   auto t2 = Clock::now();
-  std::vector<uint8_t> own(mine_bytes);
+  auto& own = buffers.own;
+  own.resize(mine_bytes);
   {
-    std::vector<float> sum;
+    auto& sum = buffers.sum;
     const float divisor = static_cast<float>(P);
     size_t at = 0;
     for (Int8Item& it : items) {
@@ -131,7 +144,8 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
 
   // 4. Allgather of the owners' encodings; everyone decodes every segment from the same bytes.
   auto t3 = Clock::now();
-  std::vector<std::vector<uint8_t>> seg(static_cast<size_t>(P));
+  auto& seg = buffers.seg;
+  seg.resize(static_cast<size_t>(P));
   {
     std::vector<comm::RequestPtr> recvs, sends;
     std::vector<int> peers;
@@ -149,7 +163,7 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
       check_length(comm, *recvs[i], expected[i], peers[i], "allgather", items);
     comm.wait_all(sends, "8-bit allgather");
   }
-  seg[static_cast<size_t>(r)] = std::move(own);
+  seg[static_cast<size_t>(r)].swap(own);
   counters.communicate_seconds += seconds_since(t3);
 
   auto t4 = Clock::now();

@@ -35,7 +35,9 @@ namespace gradex::sync {
 struct Int8Item {
   float* values = nullptr;  // host fp32: in, this rank's contribution; out, the average
   size_t numel = 0;
-  float* residual = nullptr;        // numel floats: this rank's contribution residual
+  // numel floats: this rank's contribution residual; null: none is added or kept (an absent
+  // contribution, Engine::submit_absent, sends its zeros exactly and leaves the residual alone)
+  float* residual = nullptr;
   float* owner_residual = nullptr;  // numel floats: the owner's residual (its segments only)
   const std::string* key = nullptr;
 };

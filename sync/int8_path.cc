@@ -36,7 +36,8 @@ void ready_residuals(TensorState& t, int world) {
 }  // namespace
 
 void BackendPath::int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
-                               const std::vector<float*>& values, Int8Counters& counters) {
+                               const std::vector<float*>& values, const std::vector<bool>& absent,
+                               Int8Counters& counters) {
   const int world = comm.size();
   std::vector<Int8Item> items(tensors.size());
   std::vector<std::vector<float>> host(tensors.size());  // device tensors' values
@@ -51,7 +52,8 @@ void BackendPath::int8_average(comm::Communicator& comm, const std::vector<Tenso
       staged_bytes_ += t.numel * 4;
       v = host[i].data();
     }
-    items[i] = {v, t.numel, t.int8_residual.data(), t.int8_owner_residual.data(), &t.key};
+    items[i] = {v, t.numel, absent[i] ? nullptr : t.int8_residual.data(),
+                t.int8_owner_residual.data(), &t.key};
   }
   int8_allreduce(comm, items, counters);
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -113,13 +115,15 @@ void Engine::transfer_int8(pipeline::Unit& unit) {
   }
   std::vector<TensorState*> tensors;
   std::vector<float*> values;
+  std::vector<bool> absent;
   for (pipeline::Job* job : unit.jobs) {
     tensors.push_back(job->tensor);
     values.push_back(static_cast<float*>(job->values));
+    absent.push_back(job->absent);
   }
   Int8Counters c;
   try {
-    path_->int8_average(*comm_, tensors, values, c);
+    path_->int8_average(*comm_, tensors, values, absent, c);
   } catch (const Error& e) {
     throw Error(e.code(), "8-bit dense bucket of " + std::to_string(unit.jobs.size()) +
                               " tensor(s) [" + unit.keys() + "]: " + e.what());

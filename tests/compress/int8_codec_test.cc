@@ -62,6 +62,33 @@ TEST(Int8Codec, ErrorFeedbackIsExact) {
   }
 }
 
+// The fast loops write compress/quant's format: the same bytes and residuals as quant::quantize at
+// 8 bits, 128-element blocks, fp32 scales, nearest rounding; and decode as quant::dequantize does.
+TEST(Int8Codec, SameBytesAsQuant) {
+  quant::QuantOptions o;
+  o.bits = 8;
+  o.block = q8::kInt8Block;
+  for (size_t n : {1u, 128u, 1000u, 70001u}) {
+    std::vector<float> g = gaussian(n, 21);
+    for (size_t i = 0; i < n; i += 5)
+      g[i] *= 1e-6f;  // sent as 0 or with an inexact difference
+    for (size_t i = 0; i < n; i += 997)
+      g[i] = 0.0f;
+    for (size_t i = 200; i < std::min<size_t>(n, 328); ++i)
+      g[i] = 0.0f;  // a whole zero block
+    std::vector<float> ra = gaussian(n, 22, 0.01f), rb = ra;
+    std::vector<uint8_t> a(q8::encoded_size(n)), b(a.size());
+    q8::encode(g.data(), ra.data(), n, a.data());
+    quant::quantize(o, g.data(), rb.data(), n, 0, b.data());
+    ASSERT_EQ(a, b) << n;
+    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), 4 * n), 0) << n;
+    std::vector<float> da(n), db(n);
+    q8::decode(a.data(), n, da.data());
+    quant::dequantize(o, b.data(), n, db.data());
+    ASSERT_EQ(std::memcmp(da.data(), db.data(), 4 * n), 0) << n;
+  }
+}
+
 TEST(Int8Codec, NonFiniteIsDroppedAndCounted) {
   std::vector<float> g = gaussian(300, 3), residual(300, 0.5f), out(300);
   g[5] = NAN;
