@@ -73,12 +73,16 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
   const int P = comm.size(), r = comm.rank();
   const uint64_t tag = P > 1 ? comm.next_collective_tag() : 0;
 
-  // 1. Every segment of every tensor encoded with this rank's residual, one message per owner.
-  auto t0 = Clock::now();
+  // 1-2. Reduce-scatter. Segments are encoded owner by owner in the order this rank sends them: at
+  // step j every rank sends to r + j and receives from r - j, so no link carries two messages at
+  // once (no incast on a shaped port), and each encode overlaps the previous message on the wire.
   thread_local Buffers buffers;
   auto& out = buffers.out;
+  auto& in = buffers.in;
   out.resize(static_cast<size_t>(P));
-  for (int k = 0; k < P; ++k) {
+  in.resize(static_cast<size_t>(P));
+  auto encode_for = [&](int k) {
+    auto t0 = Clock::now();
     auto& m = out[static_cast<size_t>(k)];
     m.resize(message_bytes(items, P, k));
     size_t at = 0;
@@ -89,32 +93,37 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
                      m.data() + at);
       at += q8::encoded_size(s.count);
     }
-  }
-  counters.encode_seconds += seconds_since(t0);
-
-  // 2. Reduce-scatter: every rank's encoding of this rank's segments.
-  auto t1 = Clock::now();
+    counters.encode_seconds += seconds_since(t0);
+  };
   const size_t mine_bytes = message_bytes(items, P, r);
-  auto& in = buffers.in;
-  in.resize(static_cast<size_t>(P));
   {
-    std::vector<comm::RequestPtr> recvs, sends;
+    std::vector<comm::RequestPtr> recvs, last_send;
     std::vector<int> peers;
-    for (int q = 0; q < P; ++q) {
-      if (q == r) continue;
+    for (int j = 1; j < P; ++j) {
+      const int q = (r - j + P) % P;
       in[static_cast<size_t>(q)].resize(mine_bytes);
       recvs.push_back(comm.irecv(q, tag, in[static_cast<size_t>(q)].data(), mine_bytes));
       peers.push_back(q);
-      const auto& m = out[static_cast<size_t>(q)];
-      sends.push_back(comm.isend(q, tag, m.data(), m.size()));
     }
+    for (int j = 1; j < P; ++j) {
+      const int k = (r + j) % P;
+      encode_for(k);
+      auto t1 = Clock::now();
+      if (!last_send.empty()) comm.wait_all(last_send, "8-bit reduce-scatter");
+      last_send.clear();
+      const auto& m = out[static_cast<size_t>(k)];
+      last_send.push_back(comm.isend(k, tag, m.data(), m.size()));
+      counters.communicate_seconds += seconds_since(t1);
+    }
+    encode_for(r);
+    auto t1 = Clock::now();
     comm.wait_all(recvs, "8-bit reduce-scatter");
     for (size_t i = 0; i < recvs.size(); ++i)
       check_length(comm, *recvs[i], mine_bytes, peers[i], "reduce-scatter", items);
-    comm.wait_all(sends, "8-bit reduce-scatter");
+    comm.wait_all(last_send, "8-bit reduce-scatter");
+    counters.communicate_seconds += seconds_since(t1);
   }
   in[static_cast<size_t>(r)].swap(out[static_cast<size_t>(r)]);
-  counters.communicate_seconds += seconds_since(t1);
 
   // 3. The owner's fp32 sum in rank order, the average, its 8-bit encoding with the owner residual.
   auto t2 = Clock::now();
@@ -142,32 +151,12 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
   }
   counters.encode_seconds += seconds_since(t2);
 
-  // 4. Allgather of the owners' encodings; everyone decodes every segment from the same bytes.
-  auto t3 = Clock::now();
+  // 4. Allgather of the owners' encodings, in the same shifted order; every rank decodes every
+  // segment from the same bytes, each as soon as it has arrived.
   auto& seg = buffers.seg;
   seg.resize(static_cast<size_t>(P));
-  {
-    std::vector<comm::RequestPtr> recvs, sends;
-    std::vector<int> peers;
-    std::vector<size_t> expected;
-    for (int q = 0; q < P; ++q) {
-      if (q == r) continue;
-      expected.push_back(message_bytes(items, P, q));
-      seg[static_cast<size_t>(q)].resize(expected.back());
-      recvs.push_back(comm.irecv(q, tag + 1, seg[static_cast<size_t>(q)].data(), expected.back()));
-      peers.push_back(q);
-      sends.push_back(comm.isend(q, tag + 1, own.data(), own.size()));
-    }
-    comm.wait_all(recvs, "8-bit allgather");
-    for (size_t i = 0; i < recvs.size(); ++i)
-      check_length(comm, *recvs[i], expected[i], peers[i], "allgather", items);
-    comm.wait_all(sends, "8-bit allgather");
-  }
-  seg[static_cast<size_t>(r)].swap(own);
-  counters.communicate_seconds += seconds_since(t3);
-
-  auto t4 = Clock::now();
-  for (int q = 0; q < P; ++q) {
+  auto decode_from = [&](int q) {
+    auto t4 = Clock::now();
     size_t at = 0;
     for (Int8Item& it : items) {
       const comm::Segment s = int8_segment(it.numel, P, q);
@@ -177,8 +166,42 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
       q8::decode(piece, s.count, it.values + s.begin);
       at += bytes;
     }
+    counters.decode_seconds += seconds_since(t4);
+  };
+  {
+    auto t3 = Clock::now();
+    std::vector<comm::RequestPtr> recvs, last_send;
+    std::vector<size_t> expected;
+    for (int j = 1; j < P; ++j) {
+      const int q = (r - j + P) % P;
+      expected.push_back(message_bytes(items, P, q));
+      seg[static_cast<size_t>(q)].resize(expected.back());
+      recvs.push_back(comm.irecv(q, tag + 1, seg[static_cast<size_t>(q)].data(), expected.back()));
+    }
+    for (int j = 1; j < P; ++j) {
+      if (!last_send.empty()) comm.wait_all(last_send, "8-bit allgather");
+      last_send.clear();
+      last_send.push_back(comm.isend((r + j) % P, tag + 1, own.data(), own.size()));
+    }
+    counters.communicate_seconds += seconds_since(t3);
+    for (int j = 1; j < P; ++j) {
+      const int q = (r - j + P) % P;
+      auto t5 = Clock::now();
+      std::vector<comm::RequestPtr> one;
+      one.push_back(std::move(recvs[static_cast<size_t>(j - 1)]));
+      comm.wait_all(one, "8-bit allgather");
+      check_length(comm, *one[0], expected[static_cast<size_t>(j - 1)], q, "allgather", items);
+      counters.communicate_seconds += seconds_since(t5);
+      decode_from(q);
+    }
+    auto t6 = Clock::now();
+    comm.wait_all(last_send, "8-bit allgather");
+    counters.communicate_seconds += seconds_since(t6);
   }
-  counters.decode_seconds += seconds_since(t4);
+  // The owner decodes its own segments from its own bytes, like everyone else (after the sends
+  // that read them).
+  seg[static_cast<size_t>(r)].swap(own);
+  decode_from(r);
 }
 
 }  // namespace gradex::sync
