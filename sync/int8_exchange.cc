@@ -46,6 +46,23 @@ struct Buffers {
   std::vector<float> sum;
 };
 
+// Codec work is cut into pieces of this many elements (whole blocks) with a call to the transport's
+// progress between them: messages already posted keep moving while this thread computes (UCX moves
+// a large message only while its owner drives progress).
+constexpr size_t kProgressElements = 1u << 16;
+
+size_t encode_pieces(comm::Communicator& comm, const float* values, float* residual, size_t count,
+                     uint8_t* out) {
+  size_t nonfinite = 0;
+  for (size_t a = 0; a < count; a += kProgressElements) {
+    const size_t n = std::min(kProgressElements, count - a);
+    nonfinite +=
+        q8::encode(values + a, residual ? residual + a : nullptr, n, out + q8::encoded_size(a));
+    comm.progress();
+  }
+  return nonfinite;
+}
+
 std::string piece_name(const char* phase, int peer, const Int8Item& it) {
   return std::string("8-bit ") + phase + " from rank " + std::to_string(peer) + ", tensor '" +
          (it.key ? *it.key : "?") + "'";
@@ -89,8 +106,8 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
     for (Int8Item& it : items) {
       const comm::Segment s = int8_segment(it.numel, P, k);
       counters.nonfinite +=
-          q8::encode(it.values + s.begin, it.residual ? it.residual + s.begin : nullptr, s.count,
-                     m.data() + at);
+          encode_pieces(comm, it.values + s.begin, it.residual ? it.residual + s.begin : nullptr,
+                        s.count, m.data() + at);
       at += q8::encoded_size(s.count);
     }
     counters.encode_seconds += seconds_since(t0);
@@ -145,7 +162,7 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
       for (float& x : sum)
         x = x / divisor;
       counters.nonfinite +=
-          q8::encode(sum.data(), it.owner_residual + s.begin, s.count, own.data() + at);
+          encode_pieces(comm, sum.data(), it.owner_residual + s.begin, s.count, own.data() + at);
       at += bytes;
     }
   }
