@@ -141,6 +141,12 @@ const std::vector<VarSpec>& registry() {
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "
      "99.9%, was seen to cost accuracy)."},
+    {"GRADEX_POLICY_INT8", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the 8-bit rung (dense, 8-bit codes with error feedback, half of 16-bit's "
+     "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: on this project's 2-core "
+     "benchmark machine (4 ranks, 1 Gbit/s) the 8-bit exchange measured slower than the 16-bit ring "
+     "although it sends half the bytes, and the cost model does not see why yet. The 'int8' "
+     "override of GRADEX_SPARSITY_OVERRIDES works either way."},
     {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: for tensors registered with their row count "
      "(gradex_register_tensor_rows), a DGC sparsity must keep at least this many values per row."},

@@ -64,7 +64,7 @@ struct ChoiceOptions {
   PeerClass link_class = PeerClass::kSameHost;   // the class whose link bounds the collectives
   bool sparse_ring = false;                      // how DGC payloads travel (allgatherv_terms)
   bool half_available = true;                    // GRADEX_FP16=1
-  bool int8_available = true;                    // the dense 8-bit rung (sync/int8_exchange.h)
+  bool int8_available = true;                    // GRADEX_POLICY_INT8: the 8-bit rung
   std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
   double slack = 0.05;                           // GRADEX_POLICY_SLACK
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
