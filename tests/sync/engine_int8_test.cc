@@ -101,6 +101,14 @@ TEST(EngineInt8, BitIdenticalAcrossRanksAndCloseToTheMean) {
           gradex_stats_t st;
           RANK_OK(gradex_get_stats(ctx.engine, 0, &st));
           RANK_REQUIRE(st.sparse_exchanges == 0, "nothing goes sparse");
+          // gradex_explain names the route per tensor.
+          size_t length = 0;
+          RANK_OK(gradex_explain(ctx.engine, nullptr, 0, &length));
+          std::string text(length, '\0');
+          RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
+          RANK_REQUIRE(text.find("8-bit") != std::string::npos &&
+                           text.find("override 'q.*': int8") != std::string::npos,
+                       "explain: " << text);
           return "";
         },
         std::chrono::seconds(240));
@@ -309,4 +317,70 @@ TEST(EngineInt8, SoftmaxAccuracyMatchesDense) {
       world, kSteps, acc("fp32"), acc("16-bit"), acc("8-bit"));
   EXPECT_GT(acc("fp32"), 40.0);  // it learned something (chance: 10%)
   EXPECT_GE(acc("8-bit"), acc("fp32") - 1.0);
+}
+
+// A tensor that leaves the 8-bit route takes its residuals along: a state saved on the route and
+// restored where the tensor is plain dense fp32 flushes both residuals into the next exchange, so
+// what the 8-bit steps delivered plus that flush is the exact average of everything submitted (to
+// fp32 rounding), and the exchange after it sends nothing more.
+TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
+  const std::string dir = temp_dir();
+  const uint64_t n = 30000;
+  const int world = 3, steps = 3;
+  auto first = run_ranks(
+      world, {"GRADEX_SPARSITY_OVERRIDES=w:int8", "GRADEX_MOMENTUM=0"},
+      [&](RankContext& ctx) -> std::string {
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<float> delivered(n, 0.0f);
+        for (int s = 0; s < steps; ++s) {
+          std::vector<float> g = test_vector(31, ctx.rank, s, n);
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          for (uint64_t i = 0; i < n; ++i)
+            delivered[i] += g[i];
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        size_t length = 0;
+        RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
+        std::vector<char> state(length);
+        RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
+        write_file(dir + "/state" + std::to_string(ctx.rank), state.data(), length);
+        if (ctx.rank == 0) write_file(dir + "/delivered", delivered.data(), 4 * n);
+        return "";
+      });
+  ASSERT_EQ(failures(first), "");
+  auto second = run_ranks(
+      world, {"GRADEX_SPARSITY=0", "GRADEX_FP16=0", "GRADEX_MOMENTUM=0"},
+      [&](RankContext& ctx) -> std::string {
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<char> state = read_file(dir + "/state" + std::to_string(ctx.rank));
+        RANK_OK(gradex_load_state(ctx.engine, state.data(), state.size()));
+        std::vector<float> flush(n, 0.0f), after(n, 0.0f);
+        for (std::vector<float>* v : {&flush, &after}) {
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", v->data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+        }
+        for (uint64_t i = 0; i < n; ++i)
+          RANK_REQUIRE(after[i] == 0.0f, "residual sent twice at " << i << ": " << after[i]);
+        std::vector<char> raw = read_file(dir + "/delivered");
+        RANK_REQUIRE(raw.size() == 4 * n, "no delivered sums");
+        const float* delivered = reinterpret_cast<const float*>(raw.data());
+        double worst = 0, flushed = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+          double exact = 0;
+          for (int r = 0; r < world; ++r)
+            for (int s = 0; s < steps; ++s)
+              exact += test_value(31, r, s, i);
+          exact /= world;
+          worst = std::max(worst, std::fabs(delivered[i] + flush[i] - exact));
+          flushed = std::max(flushed, static_cast<double>(std::fabs(flush[i])));
+        }
+        RANK_REQUIRE(flushed > 1e-4, "nothing was flushed (largest " << flushed << ")");
+        RANK_REQUIRE(worst < 2e-6, "delivered + flushed is off the exact average by " << worst);
+        return "";
+      });
+  ASSERT_EQ(failures(second), "");
 }
