@@ -384,3 +384,45 @@ TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
       });
   ASSERT_EQ(failures(second), "");
 }
+
+// Under GRADEX_HIERARCHICAL (2 emulated hosts x 2 ranks) the 8-bit route stays flat while a 16-bit
+// tensor beside it goes hierarchical: the 8-bit averages are bit-identical to a flat job's and on
+// every rank.
+TEST(EngineInt8, HierarchicalJobKeepsTheRouteFlat) {
+  const std::string dir = temp_dir();
+  const std::vector<std::string> hosts = {"hostA", "hostA", "hostB", "hostB"};
+  for (const char* mode : {"1", "0"}) {
+    auto results = run_ranks(
+        4,
+        {"GRADEX_SPARSITY=0", "GRADEX_SPARSITY_OVERRIDES=q:int8", "GRADEX_MOMENTUM=0.9",
+         std::string("GRADEX_HIERARCHICAL=") + mode, "GRADEX_TIMEOUT_S=120"},
+        [&](RankContext& ctx) -> std::string {
+          ::setenv("GRADEX_HOST_ID", hosts[static_cast<size_t>(ctx.rank)].c_str(), 1);
+          std::string error;
+          if (create_engine(ctx.rank, ctx.world, &ctx.engine, &error) != GRADEX_OK) return error;
+          const std::vector<std::string> keys = {"q", "h"};
+          const std::vector<uint64_t> sizes = {50000, 20000};
+          for (size_t t = 0; t < keys.size(); ++t)
+            RANK_OK(gradex_register_tensor(ctx.engine, keys[t].c_str(), sizes[t], GRADEX_FLOAT32,
+                                           GRADEX_DEVICE_CPU));
+          std::vector<float> record;
+          if (auto e = run_steps(ctx, keys, sizes, 0, 3, record); !e.empty()) return e;
+          record.resize(3 * (sizes[0] + sizes[1]));
+          std::vector<float> q;  // the 8-bit tensor's averages of every step
+          for (int s = 0; s < 3; ++s) {
+            const float* at = record.data() + s * (sizes[0] + sizes[1]);
+            q.insert(q.end(), at, at + sizes[0]);
+          }
+          write_file(dir + "/" + mode + "." + std::to_string(ctx.rank), q.data(), q.size() * 4);
+          return "";
+        },
+        std::chrono::seconds(240), /*create_engine=*/false);
+    ASSERT_EQ(failures(results), "") << "GRADEX_HIERARCHICAL=" << mode;
+  }
+  const std::vector<char> flat = read_file(dir + "/0.0");
+  ASSERT_FALSE(flat.empty());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(read_file(dir + "/1." + std::to_string(r)) == flat) << "hierarchical rank " << r;
+    EXPECT_TRUE(read_file(dir + "/0." + std::to_string(r)) == flat) << "flat rank " << r;
+  }
+}
