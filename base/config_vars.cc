@@ -91,7 +91,9 @@ const std::vector<VarSpec>& registry() {
      "The 16-bit type used when GRADEX_FP16=1: fp16 (more precision) or bf16 (fp32's range)."},
     {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr, kEngine,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
-     "value is a sparsity in [0, 1) or 'dense', e.g. 'embed:0.99,fc:0.999,bn:dense'. A pattern "
+     "value is a sparsity in [0, 1), 'dense', or 'int8' (dense with 8-bit codes and error "
+     "feedback on both hops of a reduce-scatter + allgather), e.g. "
+     "'embed:0.99,fc:0.999,bn:dense,head:int8'. A pattern "
      "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
      "'[...]' matches the whole name as a shell glob (fnmatch)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error", kEngine,
@@ -109,7 +111,8 @@ const std::vector<VarSpec>& registry() {
      "from a measured cost model (link latency and bandwidth probed at start-up and refined from "
      "every collective, codec costs measured at start-up and from large units, when each tensor "
      "becomes ready, the measured step tail), all ranks using rank 0's numbers: the least "
-     "compression (fp32, 16-bit, DGC at a GRADEX_POLICY_LADDER sparsity) whose communication stays "
+     "compression (fp32, 16-bit, 8-bit with error feedback, DGC at a GRADEX_POLICY_LADDER "
+     "sparsity) whose communication stays "
      "hidden behind the backward pass, harder only as far as the link requires. The first plan is "
      "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
      "as hard as the link requires, no harder than GRADEX_POLICY_RAMP_STEPS' early-training cap), "
@@ -144,6 +147,12 @@ const std::vector<VarSpec>& registry() {
      "GRADEX_POLICY=auto: a DGC sparsity is allowed for a tensor only when it keeps at least this "
      "many values a step (per-layer top-k of a few values, e.g. 20 of a 2048x10 output layer at "
      "99.9%, was seen to cost accuracy)."},
+    {"GRADEX_POLICY_INT8", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the 8-bit rung (dense, 8-bit codes with error feedback, half of 16-bit's "
+     "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: on this project's 2-core "
+     "benchmark machine (4 ranks, 1 Gbit/s) the 8-bit exchange measured slower than the 16-bit ring "
+     "although it sends half the bytes, and the cost model does not see why yet. The 'int8' "
+     "override of GRADEX_SPARSITY_OVERRIDES works either way."},
     {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: for tensors registered with their row count "
      "(gradex_register_tensor_rows), a DGC sparsity must keep at least this many values per row."},

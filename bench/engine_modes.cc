@@ -113,6 +113,12 @@ std::vector<ModeSpec> engine_modes() {
                        {"GRADEX_ALLGATHER_INLINE_KB", "0"},
                        {"GRADEX_SPARSE_COLLECTIVE", "ring"}}),
        /*in_all=*/false},
+      {"int8",
+       "engine, every tensor on the dense 8-bit route (GRADEX_SPARSITY_OVERRIDES=*:int8), "
+       "momentum 0.9",
+       engine_factory({{"GRADEX_POLICY", "fixed"},
+                       {"GRADEX_SPARSITY_OVERRIDES", "*:int8"},
+                       {"GRADEX_MOMENTUM", "0.9"}})},
       {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
        engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
       {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "compress/half/cast.h"
+#include "sync/int8_exchange.h"
 
 namespace gradex::bench {
 
@@ -61,6 +62,45 @@ class DenseFp16 : public ExchangeMode {
   std::vector<uint16_t> half_;
 };
 
+// Dense 8-bit (the engine's 'int8' route, sync/int8_exchange.h, without the engine): every
+// profile tensor encoded to 8-bit blocks with error feedback, a direct reduce-scatter whose owners
+// sum in fp32 and re-encode the average with error feedback of their own, a direct allgather. The
+// output is the average up to two 8-bit roundings whose errors are carried into the next step, so
+// no per-element tolerance against the exact average applies: step() checks that what every rank
+// received is finite instead (the engine tests check bit identity and the error-feedback sums).
+class Dense8 : public ExchangeMode {
+ public:
+  explicit Dense8(ModeContext& ctx)
+      : comm_(ctx.comm),
+        model_(ctx.model),
+        residual_(ctx.model.total_numel, 0.0f),
+        owner_(ctx.model.total_numel, 0.0f) {}
+
+  void step(float* grads, size_t count) override {
+    GX_CHECK_EQ(count, residual_.size());
+    items_.clear();
+    size_t offset = 0;
+    for (const TensorSpec& t : model_.tensors) {
+      const size_t n = static_cast<size_t>(t.numel);
+      items_.push_back(
+          {grads + offset, n, residual_.data() + offset, owner_.data() + offset, &t.name});
+      offset += n;
+    }
+    sync::Int8Counters counters;
+    sync::int8_allreduce(comm_, items_, counters);
+    if (counters.nonfinite != 0)
+      throw InternalError("dense8: " + std::to_string(counters.nonfinite) + " non-finite values");
+  }
+
+  std::optional<Tolerance> tolerance() const override { return std::nullopt; }
+
+ private:
+  comm::Communicator& comm_;
+  const ModelProfile& model_;
+  std::vector<float> residual_, owner_;
+  std::vector<sync::Int8Item> items_;
+};
+
 template <typename Mode>
 std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> factory() {
   return [](ModeContext& ctx) { return std::make_unique<Mode>(ctx); };
@@ -74,6 +114,10 @@ const std::vector<ModeSpec>& exchange_modes() {
        factory<DenseFp32>()},
       {"dense_fp16", "pre-divide, cast to fp16, fp16 ring allreduce, cast back",
        factory<DenseFp16>()},
+      {"dense8",
+       "8-bit blocks with error feedback: direct reduce-scatter (fp32 sums), owners re-encode, "
+       "direct allgather (the engine's int8 route without the engine)",
+       factory<Dense8>()},
   };
   static const std::vector<ModeSpec> all = [] {
     std::vector<ModeSpec> v = modes;

@@ -40,6 +40,8 @@
 
 namespace gradex::sync {
 
+struct Int8Counters;  // sync/int8_exchange.h
+
 class BackendPath {
  public:
   BackendPath(const config::Config& config, const EngineOptions& options, int world_size);
@@ -89,6 +91,18 @@ class BackendPath {
   void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);
+  // The transfer of one 8-bit unit (progress thread, collective; sync/int8_path.cc):
+  // values[i] is tensors[i]'s fp32 values in backend memory; the residuals are the tensors'
+  // (absent[i]: an absent contribution's zeros, sent without the tensor's own residual).
+  void int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
+                    const std::vector<float*>& values, const std::vector<bool>& absent,
+                    Int8Counters& counters);
+  // A tensor leaving the 8-bit route: its residuals added into `values` (backend memory, the
+  // values about to be sent on another route) and dropped (progress thread).
+  void int8_fold(TensorState& t, float* values, int world);
+  // A tensor switched from the 8-bit route to DGC (engine lock held, before routing): its
+  // residuals are added into DGC's residual and dropped.
+  void int8_to_dgc_residual(TensorState& t, int world);
   // The finish stage (any thread): a sparse step's average of every rank's payload (rank order)
   // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
   void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,

@@ -65,7 +65,8 @@ Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order
 size_t ladder_rank(const Rung& r, const ChoiceOptions& o) {
   if (r.codec == Codec::kFp32) return 0;
   if (r.codec == Codec::kHalf) return 1;
-  size_t l = 2;
+  if (r.codec == Codec::kInt8) return 2;
+  size_t l = 3;
   for (double s : o.ladder)
     if (s < r.sparsity) ++l;
   return l;
@@ -162,6 +163,7 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
                                 std::string* excluded_reason) {
   std::vector<Rung> rungs{{Codec::kFp32, 0}};
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
+  if (o.int8_available) rungs.push_back({Codec::kInt8, 0});
   std::string why;
   const double cap = ramp_cap(o, step);
   const double end_cap = horizon_cap(o, step);
@@ -223,6 +225,8 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
       return allgatherv_terms(k * c.dgc_bytes_per_selected, o.world_size, o.sparse_ring).bytes *
              c.transport_s_per_byte;
     }
+    case Codec::kInt8:  // the owner's sums are in its encode cost; here only the transport
+      return int8_allreduce_terms(n, o.world_size).bytes * c.transport_s_per_byte;
   }
   return 0;
 }
@@ -246,6 +250,9 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
       break;
     case Codec::kHalf:
       terms = ring_allreduce_terms(2.0 * n, o.world_size);
+      break;
+    case Codec::kInt8:
+      terms = int8_allreduce_terms(n, o.world_size);
       break;
     case Codec::kDgc: {
       const double k = static_cast<double>(selected_count(t.numel, rung.sparsity));
@@ -318,6 +325,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   // The ladder's rungs in order (the union over tensors, which share one order).
   std::vector<Rung> ladder{{Codec::kFp32, 0}};
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
+  if (o.int8_available) ladder.push_back({Codec::kInt8, 0});
   for (double s : o.ladder)
     ladder.push_back({Codec::kDgc, s});
   auto rank_of = [&](const Rung& r) {

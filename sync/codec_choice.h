@@ -14,8 +14,9 @@
 // the optimizer step, so communication past the backward pass delays the step, and the slack
 // bounds that delay (5%: auto's step within 1.05x of the fastest fixed mode's).
 //
-// The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), then DGC at
-// each sparsity of the ladder (ascending). Every tensor starts at fp32. Raise: while the step is
+// The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), 8-bit (dense
+// with error feedback, ~1.03 bytes per element), then DGC at each sparsity of the ladder
+// (ascending). 8-bit counts as a dense rung below (it only rounds, and its error is fed back). Every tensor starts at fp32. Raise: while the step is
 // exposed, among the kCandidates raises (of any tensor to any higher rung it may take) to a DGC
 // rung and the kCandidates to a dense rung that take most off the tensor's own encode + transfer +
 // decode, the one that ends the step earliest on the timeline is taken; a raise to DGC must save
@@ -74,6 +75,7 @@ struct ChoiceOptions {
   PeerClass link_class = PeerClass::kSameHost;   // the class whose link bounds the collectives
   bool sparse_ring = false;                      // how DGC payloads travel (allgatherv_terms)
   bool half_available = true;                    // GRADEX_FP16=1
+  bool int8_available = true;                    // GRADEX_POLICY_INT8: the 8-bit rung
   std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
   double slack = 0.05;                           // GRADEX_POLICY_SLACK
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS

@@ -16,6 +16,7 @@
 #include "comm/reduce.h"
 #include "compress/backend/backend.h"
 #include "compress/backend/dgc_codec.h"
+#include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
@@ -63,6 +64,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.horizon_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_HORIZON_STEPS"));
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
+  p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
 }
 
@@ -77,6 +79,7 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
   for (const PolicyOverride& o : options_.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
+    if (o.int8) return cost::Rung{cost::Codec::kInt8, 0};
     if (o.dense || o.sparsity == 0)
       return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
     return cost::Rung{cost::Codec::kDgc, o.sparsity};
@@ -137,6 +140,7 @@ TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {
   } else {
     // fp32 on a 16-bit default wire travels in fp32 buckets of its own.
     p.full_precision = rung.codec == cost::Codec::kFp32 && options_.half_on_wire;
+    p.int8 = rung.codec == cost::Codec::kInt8;
   }
   return p;
 }
@@ -315,6 +319,18 @@ void CodecPlanner::measure_codecs() {
   model_.observe_reduce(cost::Codec::kHalf, kN, least([&] {
                           comm::sum_into(half_acc.data(), half.data(), kN, half_type);
                         }));
+  {  // the 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of
+     // 1/P, then the decode of every segment
+    namespace q8 = be::int8;
+    std::vector<uint8_t> bytes(q8::encoded_size(kN));
+    std::vector<float> residual(kN, 0.0f);
+    const double enc_s = least([&] { q8::encode(g.data(), residual.data(), kN, bytes.data()); });
+    const double sum_s = least([&] { q8::decode_add(bytes.data(), kN, values.data()); });
+    const double dec_s = least([&] { q8::decode(bytes.data(), kN, values.data()); });
+    const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
+    model_.observe_codec(cost::Codec::kInt8, kN, momentum_s + enc_s * (1.0 + owner) + sum_s,
+                         dec_s);
+  }
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
   compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
@@ -426,9 +442,12 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     const TensorPolicy to = policy_of(it->second);
     TensorState& t = *job.tensor;
     if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
-        to.full_precision != t.policy.full_precision) {
+        to.full_precision != t.policy.full_precision || to.int8 != t.policy.int8) {
       GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
       path.switch_policy(t, to);
+      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
+      // along in its transfer, Engine::transfer).
+      if (to.kind == ExchangeKind::kSparse) path.int8_to_dgc_residual(t, world_size_);
     }
   }
 }
@@ -451,6 +470,9 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     const size_t framing = 4 + 8 * unit.jobs.size();
     if (unit.message.size() > framing)
       model_.observe_dgc_payload(selected, unit.message.size() - framing);
+  } else if (unit.jobs.front()->int8) {
+    codec = cost::Codec::kInt8;
+    terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
   } else {
     const bool half =
         unit.route == pipeline::Route::kDense && half_on_wire && !unit.jobs.front()->full_precision;

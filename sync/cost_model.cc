@@ -4,13 +4,14 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "compress/backend/int8_codec.h"
 #include "sync/byte_io.h"
 
 namespace gradex::sync::cost {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
-constexpr uint32_t kSnapshotVersion = 3;
+constexpr uint32_t kSnapshotVersion = 4;  // 3: the dense rings' CPU; 4: the 8-bit codec's costs
 // The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
 constexpr double kMinBeta = 1e-13;
 
@@ -28,8 +29,16 @@ const char* codec_name(Codec c) {
       return "16-bit";
     case Codec::kDgc:
       return "dgc";
+    case Codec::kInt8:
+      return "8-bit";
   }
   return "?";
+}
+
+Terms int8_allreduce_terms(double elements, int world_size) {
+  if (world_size < 2) return {};
+  const double p = world_size;
+  return {2.0, 2.0 * (p - 1) / p * elements * compress::backend::int8::bytes_per_element()};
 }
 
 Terms ring_allreduce_terms(double bytes, int world_size) {

@@ -58,6 +58,9 @@ Terms ring_allreduce_terms(double bytes, int world_size);
 // payloads of the others; the ring takes P-1 steps, the direct exchange a size round and a data
 // round.
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring);
+// The 8-bit route's direct reduce-scatter + allgather of `elements` (sync/int8_exchange.h): two
+// rounds of P-1 concurrent messages, each rank's link carrying 2(P-1)/P of the encoding.
+Terms int8_allreduce_terms(double elements, int world_size);
 
 // Weighted least squares of t = a*alpha + b*beta with exponential forgetting: each new sample
 // multiplies the weight of the older ones by `forget` (1: plain least squares).
@@ -77,8 +80,9 @@ class LinkFit {
   uint64_t samples_ = 0;
 };
 
-enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2 };
-constexpr int kCodecs = 3;
+// kInt8: the dense 8-bit route (sync/int8_exchange.h), on the ladder between 16-bit and DGC.
+enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3 };
+constexpr int kCodecs = 4;
 const char* codec_name(Codec c);
 
 struct CodecCosts {
@@ -86,8 +90,10 @@ struct CodecCosts {
   // (its finish stage sums every rank's payload, k values each, whatever the tensor's size, so a
   // sparser rung decodes proportionally less). Defaults before any measurement (this machine's
   // order of magnitude).
-  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9};
-  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9};
+  // kInt8's encode: the contribution's encode and the owner's sum and re-encode (the route does
+  // both in its transfer); its decode: the allgather's decode.
+  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9, 3e-9};
+  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9, 1e-9};
   double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
   // The collectives' own CPU work (comm/ring_allreduce.cc, comm/allgatherv.cc), measured alone at
   // start-up from large samples (CodecPlanner::measure_codecs): seconds per element that the
@@ -95,7 +101,7 @@ struct CodecCosts {
   // of the transport per byte that a rank sends and receives (one of each: the ring and the
   // allgatherv receive what they send). A dense ring is CPU-bound where this exceeds the wire
   // time (cost::collective_cpu_s). 0: not priced (nothing measured).
-  std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0};
+  std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0, 0.0};
   double transport_s_per_byte = 0.0;
 };
 

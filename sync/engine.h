@@ -202,6 +202,7 @@ class Engine {
   void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void prepare_unit(pipeline::Unit& unit);
   void transfer(pipeline::Unit& unit);
+  void transfer_int8(pipeline::Unit& unit);  // sync/int8_path.cc
   // A DGC unit's transfer under the hierarchical exchange (sync/hierarchical_sparse.cc): host
   // sums re-selected by their owners, one payload per host and tensor across hosts; leaves
   // unit.received holding one message per host (host order).
@@ -271,6 +272,8 @@ class Engine {
     std::vector<uint8_t> dgc;  // else DGC's state blob (BackendPath::save_dgc)
     std::vector<float> momentum;  // a dense tensor's u (empty: none yet)
     std::vector<float> anchor;
+    std::vector<float> int8_residual, int8_owner_residual;  // the 8-bit route's (empty: none)
+    int int8_world = 0;
     uint64_t step = 0;
     uint64_t exchanges = 0;
   };

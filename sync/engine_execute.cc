@@ -152,6 +152,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       job.route = Route::kDense;
       job.dgc_dense_step = t.policy.kind == ExchangeKind::kSparse;
       job.full_precision = t.policy.kind == ExchangeKind::kDense && t.policy.full_precision;
+      job.int8 = t.policy.kind == ExchangeKind::kDense && t.policy.int8 &&
+                 job.id.kind == WorkKind::kGradient;
     }
     ++t.step;
   }
@@ -210,6 +212,8 @@ void Engine::transfer(Unit& unit) {
       throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
     }
     unit.counters.transfer_seconds += seconds_since(t0);
+  } else if (unit.jobs.front()->int8) {
+    transfer_int8(unit);
   } else {
     std::vector<DenseItem> items;
     items.reserve(unit.jobs.size());
@@ -222,6 +226,10 @@ void Engine::transfer(Unit& unit) {
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32
     DenseCounters dc;
+    // A tensor leaving the 8-bit route takes its residuals along (error feedback stays exact).
+    for (Job* job : unit.jobs)
+      if (job->id.kind == WorkKind::kGradient && !job->tensor->int8_residual.empty())
+        path_->int8_fold(*job->tensor, static_cast<float*>(job->values), world_size_);
     // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
     std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
     for (size_t i = 0; i < unit.jobs.size(); ++i)

@@ -1,7 +1,7 @@
 // Engine::snapshot_state / rollback_state: step transactions for torchft's commit protocol (issue
 // #22): a step that does not commit leaves gradex's state as if it never ran. The snapshot holds
-// every per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
-// LocalSGD anchor) and the engine's step count, in buffers kept from one snapshot to the next: on
+// every per-tensor value a step changes (DGC's complete state, dense momentum, the 8-bit route's
+// residuals, exchange counter, LocalSGD anchor) and the engine's step count, in buffers kept from one snapshot to the next: on
 // host memory a snapshot is a few memcpys and allocates nothing after the first.
 #include <cstring>
 
@@ -36,6 +36,9 @@ void Engine::snapshot_state() {
       s.dgc.clear();
     }
     s.anchor.assign(t.anchor.begin(), t.anchor.end());
+    s.int8_residual.assign(t.int8_residual.begin(), t.int8_residual.end());
+    s.int8_owner_residual.assign(t.int8_owner_residual.begin(), t.int8_owner_residual.end());
+    s.int8_world = t.int8_world;
     s.step = t.step;
     s.exchanges = t.exchanges;
     s.taken = true;
@@ -73,6 +76,9 @@ void Engine::rollback_state() {
         path_->load_momentum(t, nullptr, 0);
       }
       t.anchor.clear();
+      t.int8_residual.clear();
+      t.int8_owner_residual.clear();
+      t.int8_world = 0;
       t.step = 0;
       t.exchanges = 0;
       continue;
@@ -85,6 +91,9 @@ void Engine::rollback_state() {
     else
       path_->restore_momentum(t, s.momentum);
     t.anchor.assign(s.anchor.begin(), s.anchor.end());
+    t.int8_residual.assign(s.int8_residual.begin(), s.int8_residual.end());
+    t.int8_owner_residual.assign(s.int8_owner_residual.begin(), s.int8_owner_residual.end());
+    t.int8_world = s.int8_world;
     t.step = s.step;
     t.exchanges = s.exchanges;
   }

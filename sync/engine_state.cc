@@ -13,8 +13,15 @@ namespace {
 
 constexpr uint32_t kStateMagic = 0x54535847;  // "GXST"
 // Version 2 added per tensor: the exchange counter and gradex's momentum of dense-policy tensors.
-// Version 1 states still load (counter from DGC's own step count, momentum empty).
-constexpr uint32_t kStateVersion = 2;
+// Version 3 added per tensor the 8-bit route's two residuals (sync/int8_exchange.h; empty: none);
+// a state without any is still written as version 2, so that builds before it read it. Versions 1
+// and 2 load (counter from DGC's own step count, momentum and residuals empty).
+constexpr uint32_t kStateVersion = 3;
+
+void put_floats(ByteWriter& w, const std::vector<float>& v) {
+  w.put<uint64_t>(v.size());
+  w.put_bytes(v.data(), v.size() * sizeof(float));
+}
 
 }  // namespace
 
@@ -39,9 +46,13 @@ std::vector<uint8_t> Engine::save_state() {
   if (fatal_code_ != ErrorCode::kOk)
     throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
                      "), so its state may be partly updated");
+  bool int8 = false;
+  for (const auto& [key, t] : tensors_)
+    int8 |= !t.int8_residual.empty();
+  const uint32_t version = int8 ? kStateVersion : 2;
   ByteWriter w;
   w.put<uint32_t>(kStateMagic);
-  w.put<uint32_t>(kStateVersion);
+  w.put<uint32_t>(version);
   w.put<uint32_t>(static_cast<uint32_t>(world_size_));
   w.put<uint32_t>(static_cast<uint32_t>(rank_));
   w.put<uint64_t>(completed_steps_);
@@ -69,6 +80,10 @@ std::vector<uint8_t> Engine::save_state() {
     const std::vector<float> u = has_dgc ? std::vector<float>() : path_->momentum(t);
     w.put<uint64_t>(u.size());
     w.put_bytes(u.data(), u.size() * sizeof(float));
+    if (version >= 3) {
+      put_floats(w, t.int8_residual);
+      put_floats(w, t.int8_owner_residual);
+    }
   }
   return std::move(w.bytes());
 }
@@ -78,10 +93,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   ByteReader r(data, size, "saved gradex state");
   if (r.get<uint32_t>() != kStateMagic) throw StateError("not a gradex state (bad magic)");
   uint32_t version = r.get<uint32_t>();
-  if (version != kStateVersion && version != 1)
+  if (version < 1 || version > kStateVersion)
     throw StateError("gradex state version " + std::to_string(version) +
                      " is not supported (this "
-                     "build reads version " +
+                     "build reads versions 1 to " +
                      std::to_string(kStateVersion) + ")");
   uint32_t world = r.get<uint32_t>();
   if (world != static_cast<uint32_t>(world_size_))
@@ -107,6 +122,8 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     const uint8_t* momentum = nullptr;
     uint64_t momentum_size = 0;
     bool adopt = false;
+    const uint8_t* int8[2] = {nullptr, nullptr};  // residual, owner residual
+    uint64_t int8_size = 0;
   };
   std::vector<Parsed> parsed;
   for (uint32_t i = 0; i < count; ++i) {
@@ -144,6 +161,18 @@ void Engine::load_state(const uint8_t* data, size_t size) {
         throw StateError("tensor '" + key + "' has a momentum buffer of the wrong size");
       p.momentum = r.get_bytes(p.momentum_size * sizeof(float));
     }
+    if (version >= 3) {
+      for (int k = 0; k < 2; ++k) {
+        const uint64_t n = r.get<uint64_t>();
+        if (n != 0 && n != numel)
+          throw StateError("tensor '" + key + "' has an 8-bit residual of " + std::to_string(n) +
+                           " elements (" + std::to_string(numel) + " or none expected)");
+        if (k == 1 && n != p.int8_size)
+          throw StateError("tensor '" + key + "' has only one of its two 8-bit residuals");
+        p.int8_size = n;
+        p.int8[k] = r.get_bytes(n * sizeof(float));
+      }
+    }
     parsed.push_back(p);
   }
   r.expect_end();
@@ -177,6 +206,15 @@ void Engine::load_state(const uint8_t* data, size_t size) {
       path_->load_momentum(t, u.data(), u.size());
     }
     t.step = parsed[i].has_step ? parsed[i].step : dgc_steps;
+    // The 8-bit residuals: saved at this world size (checked above), so the owned segments match.
+    const uint64_t n8 = parsed[i].int8_size;
+    t.int8_residual.resize(n8);
+    t.int8_owner_residual.resize(n8);
+    if (n8) {
+      std::memcpy(t.int8_residual.data(), parsed[i].int8[0], n8 * sizeof(float));
+      std::memcpy(t.int8_owner_residual.data(), parsed[i].int8[1], n8 * sizeof(float));
+    }
+    t.int8_world = n8 ? world_size_ : 0;
   }
   completed_steps_ = steps;
   stats_.steps = steps;

@@ -37,8 +37,8 @@ std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
     size_t colon = entry.rfind(':');
     auto fail = [&](const std::string& why) {
       throw ConfigError("GRADEX_SPARSITY_OVERRIDES entry '" + entry + "' is invalid: " + why +
-                        " (expected 'pattern:sparsity' with sparsity in [0, 1), or "
-                        "'pattern:dense')");
+                        " (expected 'pattern:sparsity' with sparsity in [0, 1), "
+                        "'pattern:dense', or 'pattern:int8')");
     };
     if (colon == std::string::npos) fail("no ':'");
     PolicyOverride o;
@@ -47,11 +47,14 @@ std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
     if (o.pattern.empty()) fail("empty pattern");
     if (value == "dense") {
       o.dense = true;
+    } else if (value == "int8") {
+      o.dense = true;
+      o.int8 = true;
     } else {
       try {
         o.sparsity = config::parse_float_strict(value, "sparsity");
       } catch (const ConfigError&) {
-        fail("'" + value + "' is neither a number nor 'dense'");
+        fail("'" + value + "' is neither a number nor 'dense' or 'int8'");
       }
       if (!(o.sparsity >= 0 && o.sparsity < 1)) fail("sparsity out of range");
     }

@@ -14,10 +14,11 @@ namespace gradex::sync {
 enum class NonFinitePolicy { kPropagate, kZero, kError };
 
 // One entry of GRADEX_SPARSITY_OVERRIDES: tensors whose name matches `pattern` get `sparsity`, or
-// go dense when `dense` is set.
+// go dense when `dense` is set, or dense on the 8-bit route (sync/int8_exchange.h) with `int8`.
 struct PolicyOverride {
   std::string pattern;
   bool dense = false;
+  bool int8 = false;
   double sparsity = 0;
 };
 

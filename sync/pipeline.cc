@@ -30,12 +30,12 @@ namespace {
 // (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
 // a job larger than the limit travels alone.
 void add_buckets(std::vector<Job>& jobs, Route route, bool full_precision, size_t elem,
-                 size_t fusion_bytes, std::deque<Unit>& units) {
+                 size_t fusion_bytes, std::deque<Unit>& units, bool int8 = false) {
   const size_t limit = fusion_limit(fusion_bytes, elem);
   Unit* open = nullptr;
   size_t bytes = 0;
   for (Job& j : jobs) {
-    if (j.route != route || j.full_precision != full_precision) continue;
+    if (j.route != route || j.full_precision != full_precision || j.int8 != int8) continue;
     const size_t b = j.tensor->numel * elem;
     if (open == nullptr || bytes + b > limit) {
       open = &units.emplace_back();
@@ -55,6 +55,8 @@ std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
               units);
   // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
   add_buckets(jobs, Route::kDense, true, 4, options.fusion_bytes, units);
+  // The 8-bit route (sync/int8_exchange.h): buckets of their own, one byte per element.
+  add_buckets(jobs, Route::kDense, false, 1, options.fusion_bytes, units, true);
   add_buckets(jobs, Route::kFirstAverage, false, 4, options.fusion_bytes, units);
   const uint64_t group = options.sparse_group_elements;
   Unit* open = nullptr;

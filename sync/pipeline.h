@@ -50,6 +50,7 @@ struct Job {
   Route route = Route::kDense;
   bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
   bool full_precision = false;  // kDense on fp32 although the dense wire is 16-bit (policy)
+  bool int8 = false;            // kDense on the 8-bit route (policy; sync/int8_exchange.h)
   bool absent = false;          // Engine::submit_absent: zeros sent, the tensor's state untouched
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
@@ -99,7 +100,8 @@ struct PlanOptions {
 //   1. kDense jobs in round order, packed greedily into buckets of at most fusion_bytes wire bytes
 //      (a larger tensor travels alone) — the fusion rule of sync/dense_exchange.h, so each unit
 //      is exactly one bucket of the dense exchange; jobs with full_precision (fp32 on a 16-bit
-//      wire) after them, packed the same way in buckets of their own;
+//      wire) after them, packed the same way in buckets of their own; then jobs with int8 (the
+//      8-bit route), packed the same way at one byte per element;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).

@@ -6,6 +6,11 @@ TensorPolicy choose_policy(const EngineOptions& options, const std::string& key,
   TensorPolicy p;
   for (const auto& o : options.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
+    if (o.int8) {
+      p.int8 = true;
+      p.reason = "override '" + o.pattern + "': int8";
+      return p;
+    }
     if (o.dense || o.sparsity == 0) {
       p.reason = "override '" + o.pattern + "': dense";
       return p;

@@ -1,5 +1,6 @@
 // Per-tensor exchange policy: an ordered chain of candidates, the first that applies wins.
-//   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense' or a sparsity);
+//   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense', 'int8' or a
+//      sparsity);
 //   2. fewer elements than GRADEX_DENSE_THRESHOLD -> dense (fused, 16-bit or fp32 on the wire);
 //   3. otherwise DGC at GRADEX_SPARSITY (GRADEX_OPTIMIZER=adam: the Adam codec at
 //      GRADEX_ADAM_SPARSITY; a sparse tensor's codec is then the Adam codec whatever decided it).
@@ -22,6 +23,9 @@ struct TensorPolicy {
   std::string reason;   // which candidate decided, for logs and gradex-bench
   // kDense on fp32 although the dense wire is 16-bit (GRADEX_POLICY=auto's fp32 rung).
   bool full_precision = false;
+  // kDense on the 8-bit route with error feedback (sync/int8_exchange.h): an 'int8' override or
+  // GRADEX_POLICY=auto's 8-bit rung.
+  bool int8 = false;
 };
 
 TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel);

@@ -25,6 +25,12 @@ struct TensorState {
   // The tensor's exchange counter: how many gradient exchanges of it every rank has negotiated.
   // Carried in negotiation (ranks agree on the maximum) and drives DGC's schedule.
   uint64_t step = 0;
+  // The 8-bit route's error feedback (sync/int8_exchange.h), host memory, sized at the first 8-bit
+  // exchange: this rank's contribution residual and its owner residual (non-zero only on the
+  // segments it owns at world size int8_world). Empty: none (never on the route, or folded back).
+  std::vector<float> int8_residual;
+  std::vector<float> int8_owner_residual;
+  int int8_world = 0;
   std::vector<float> anchor;  // LocalSGD: the last averaged parameters (empty before the first)
   uint64_t exchanges = 0;
 

@@ -52,7 +52,8 @@ const TensorChoice& find(const Plan& p, const std::string& key) {
 size_t rank_of(const Rung& r, const ChoiceOptions& o) {
   if (r.codec == Codec::kFp32) return 0;
   if (r.codec == Codec::kHalf) return 1;
-  return 2 + static_cast<size_t>(std::find(o.ladder.begin(), o.ladder.end(), r.sparsity) -
+  if (r.codec == Codec::kInt8) return 2;
+  return 3 + static_cast<size_t>(std::find(o.ladder.begin(), o.ladder.end(), r.sparsity) -
                                  o.ladder.begin());
 }
 
@@ -118,7 +119,7 @@ TEST(CodecChoice, FloorsKeepSmallSelectionsDense) {
   in[0].rows = 2048;
   std::string why;
   const std::vector<Rung> rungs = allowed_rungs(in[0], o, 100, &why);
-  ASSERT_EQ(rungs.size(), 3u);
+  ASSERT_EQ(rungs.size(), 4u);  // fp32, 16-bit, 8-bit, dgc 90%
   EXPECT_EQ(rungs.back(), (Rung{Codec::kDgc, 0.9}));
   EXPECT_NE(why.find("GRADEX_POLICY_MIN_PER_ROW"), std::string::npos) << why;
   // Only 99.9% on the ladder: the output layer stays dense whatever the link.
@@ -127,6 +128,31 @@ TEST(CodecChoice, FloorsKeepSmallSelectionsDense) {
   EXPECT_NE(find(dense, "fc.weight").rung.codec, Codec::kDgc);
   EXPECT_NE(find(dense, "fc.weight").reason.find("GRADEX_POLICY_MIN_SELECTED"), std::string::npos)
       << dense.describe();
+}
+
+// The 8-bit rung fills the gap between 16-bit and DGC: a link on which 16-bit is exposed and 8-bit
+// (half its bytes) is hidden gets 8-bit, not DGC; without the rung the same link needs DGC.
+TEST(CodecChoice, EightBitWhenSixteenIsExposedAndEightHidden) {
+  const std::vector<TensorInput> in = {input("big", 4000000, 0, 0.0), input("small", 1000, 0, 0.1)};
+  ChoiceOptions o = options();
+  // 0.64 Gbit/s, 4 ranks: 16-bit moves 12 MB on the critical link (150 ms, past the 107.5 ms
+  // deadline), 8-bit 6.2 MB (77 ms plus its codec: hidden).
+  const Snapshot link = numbers(0.64);
+  double e, m, d;
+  rung_costs(in[0], {Codec::kHalf, 0}, link, o, e, m, d);
+  ASSERT_GT(e + m + d, 0.1075);
+  rung_costs(in[0], {Codec::kInt8, 0}, link, o, e, m, d);
+  ASSERT_LT(e + m + d, 0.1);
+  const Plan p = choose_codecs(in, link, o, 100);
+  EXPECT_EQ(find(p, "big").rung, (Rung{Codec::kInt8, 0})) << p.describe();
+  EXPECT_EQ(p.exposed_s(), 0.0) << p.describe();
+  EXPECT_NE(p.describe().find("8-bit"), std::string::npos);
+  o.int8_available = false;
+  const Plan without = choose_codecs(in, link, o, 100);
+  EXPECT_EQ(find(without, "big").rung.codec, Codec::kDgc) << without.describe();
+  // A fast link keeps it fp32; a far slower one needs DGC even with the 8-bit rung.
+  EXPECT_EQ(find(choose_codecs(in, numbers(400), options(), 100), "big").rung.codec, Codec::kFp32);
+  EXPECT_EQ(find(choose_codecs(in, numbers(0.05), options(), 100), "big").rung.codec, Codec::kDgc);
 }
 
 TEST(CodecChoice, OverridesWin) {

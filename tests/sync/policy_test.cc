@@ -25,6 +25,23 @@ TEST(Policy, ChainOrderOverridesThresholdSparsity) {
   EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).kind, ExchangeKind::kDense);
 }
 
+TEST(Policy, Int8OverrideIsDenseOnTheEightBitRoute) {
+  EngineOptions o;
+  o.overrides = parse_policy_overrides("fc*:int8, fc.bias:dense");
+  const TensorPolicy p = choose_policy(o, "fc.weight", 1 << 20);
+  EXPECT_EQ(p.kind, ExchangeKind::kDense);
+  EXPECT_TRUE(p.int8);
+  EXPECT_EQ(p.reason, "override 'fc*': int8");
+  EXPECT_TRUE(choose_policy(o, "fc.bias", 10).int8);  // first match wins
+  EXPECT_FALSE(choose_policy(o, "conv.weight", 10).int8);
+  try {
+    parse_policy_overrides("x:int4");
+    ADD_FAILURE() << "int4 accepted";
+  } catch (const gradex::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'pattern:int8'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Policy, OverrideParsingRejectsBadEntries) {
   EXPECT_THROW(parse_policy_overrides("x"), gradex::ConfigError);
   EXPECT_THROW(parse_policy_overrides(":0.9"), gradex::ConfigError);

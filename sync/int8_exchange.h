@@ -1,0 +1,65 @@
+// The dense 8-bit route (policy 'int8': GRADEX_SPARSITY_OVERRIDES 'pattern:int8', the auto
+// policy's '8-bit' rung): an allreduce whose every hop moves compress/backend/int8_codec.h's
+// 8-bit block encoding, with error feedback on both quantizations, so that nothing a rank submits
+// is ever lost, only delayed.
+//
+//   1. every rank encodes residual + values (its gradient, or its momentum-corrected gradient when
+//      gradex owns momentum) to 8 bits and keeps residual' = input - dequant(sent), exactly;
+//   2. reduce-scatter: each tensor is cut into P segments of whole 128-element blocks
+//      (comm::encoded_segment of the tensor alone, so a rank owns the same elements of a tensor
+//      whatever else shares its unit); rank k receives every rank's encoding of its segments,
+//      validates it, and sums the dequantized values in fp32 in rank order 0..P-1;
+//   3. the owner divides by P and re-encodes average + owner residual to 8 bits, keeping that
+//      second error as its owner residual for those elements (exact as in 1);
+//   4. allgather: every rank, the owner included, decodes every segment from the same bytes, so
+//      the averages are bit-identical on every rank.
+// Invariant (per element, over any number of steps): P * (sum of delivered averages + the owner
+// residual) + sum of every rank's residual == sum of everything submitted, up to the rounding of
+// the owner's fp32 sum and division (tests/sync/int8_exchange_test.cc).
+// One unit's tensors travel in one message per peer and phase (a fused bucket). Bytes on the wire:
+// 2 (P-1)/P x 1.03 bytes per element per rank (a ring allreduce's pattern at a quarter of fp32).
+// A received piece of the wrong length or with an invalid scale or code is a CorruptPayload naming
+// the tensor and the rank, before anything is summed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/communicator.h"
+
+namespace gradex::sync {
+
+struct Int8Item {
+  float* values = nullptr;  // host fp32: in, this rank's contribution; out, the average
+  size_t numel = 0;
+  // numel floats: this rank's contribution residual; null: none is added or kept (an absent
+  // contribution, Engine::submit_absent, sends its zeros exactly and leaves the residual alone)
+  float* residual = nullptr;
+  float* owner_residual = nullptr;  // numel floats: the owner's residual (its segments only)
+  const std::string* key = nullptr;
+};
+
+struct Int8Counters {
+  uint64_t nonfinite = 0;  // non-finite inputs (sent as 0, their residual reset)
+  double encode_seconds = 0;
+  double communicate_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Elements of `numel` that rank k of `world` owns in the reduce-scatter.
+comm::Segment int8_segment(size_t numel, int world, int k);
+
+// The exchange above (collective: every rank the same items, sizes and order).
+void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, Int8Counters& counters);
+
+// A residual pair folded into the values that are about to leave the 8-bit route (a tensor whose
+// policy changed, or a new membership): values[i] += residual[i] + world * owner_residual[i]; the
+// owner residual is in units of the average, which `world` contributions of it make up. Both
+// residuals are then zero.
+void int8_fold_residuals(float* values, float* residual, float* owner_residual, size_t numel,
+                         int world);
+
+}  // namespace gradex::sync

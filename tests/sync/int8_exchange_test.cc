@@ -1,0 +1,148 @@
+// The dense 8-bit route's allreduce (sync/int8_exchange.h) over real UCX, ranks as threads, 1-4
+// ranks: bit-identical averages on every rank, exact error feedback (what was delivered plus
+// every residual is what was submitted), closeness to the exact mean, and refusal of a unit whose
+// pieces do not match.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/error.h"
+#include "comm/collectives.h"
+#include "sync/int8_exchange.h"
+#include "tests/comm/rank_harness.h"
+
+namespace gradex::test {
+namespace {
+
+using sync::Int8Counters;
+using sync::Int8Item;
+
+const std::vector<size_t> kSizes = {0, 1, 127, 128, 129, 1000, 4097};
+
+float input(int rank, int round, size_t tensor, size_t i) {
+  std::mt19937 rng(static_cast<uint32_t>(rank * 7919 + round * 104729 + tensor * 31 + i));
+  std::normal_distribution<float> d(0.0f, 1.0f + static_cast<float>(tensor));
+  return d(rng);
+}
+
+void check_world(int P) {
+  const int rounds = 6;
+  run_ranks(P, [&](comm::Communicator& c) {
+    std::vector<std::vector<float>> residual, owner, delivered;  // delivered: sum of averages
+    for (size_t n : kSizes) {
+      residual.emplace_back(n, 0.0f);
+      owner.emplace_back(n, 0.0f);
+      delivered.emplace_back(n, 0.0f);
+    }
+    std::vector<std::vector<float>> values(kSizes.size());
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<Int8Item> items;
+      for (size_t t = 0; t < kSizes.size(); ++t) {
+        values[t].resize(kSizes[t]);
+        for (size_t i = 0; i < kSizes[t]; ++i)
+          values[t][i] = input(c.rank(), round, t, i);
+        static const std::string key = "t";
+        items.push_back({values[t].data(), kSizes[t], residual[t].data(), owner[t].data(), &key});
+      }
+      Int8Counters counters;
+      sync::int8_allreduce(c, items, counters);
+      if (counters.nonfinite != 0) throw std::runtime_error("non-finite counted");
+      for (size_t t = 0; t < kSizes.size(); ++t) {
+        const size_t n = kSizes[t];
+        // Bit-identical on every rank.
+        auto all = comm::allgatherv(c, values[t].data(), 4 * n);
+        for (const auto& other : all)
+          if (other.size() != 4 * n || (n && std::memcmp(other.data(), values[t].data(), 4 * n)))
+            throw std::runtime_error("ranks hold different averages");
+        for (size_t i = 0; i < n; ++i) {
+          float mean = 0.0f;
+          for (int q = 0; q < P; ++q)
+            mean += input(q, round, t, i);
+          mean /= static_cast<float>(P);
+          // Two quantizations plus carried residuals: a few steps of (block max) / 127.
+          const float step = 6.0f * (1.0f + static_cast<float>(t)) / 127.0f;
+          if (std::fabs(values[t][i] - mean) > 4.0f * step)
+            throw std::runtime_error("far from the mean: tensor " + std::to_string(t) + "[" +
+                                     std::to_string(i) + "] " + std::to_string(values[t][i]) +
+                                     " vs " + std::to_string(mean));
+          delivered[t][i] += values[t][i];
+        }
+      }
+    }
+    // Error feedback: P * (delivered + owner residual) + sum of every rank's residual equals
+    // everything submitted, up to the rounding of the owners' sums and divisions.
+    for (size_t t = 0; t < kSizes.size(); ++t) {
+      const size_t n = kSizes[t];
+      auto res = comm::allgatherv(c, residual[t].data(), 4 * n);
+      auto own = comm::allgatherv(c, owner[t].data(), 4 * n);
+      for (size_t i = 0; i < n; ++i) {
+        double submitted = 0, kept = 0, owner_kept = 0;
+        for (int q = 0; q < P; ++q) {
+          for (int round = 0; round < rounds; ++round)
+            submitted += input(q, round, t, i);
+          float r, o;
+          std::memcpy(&r, res[static_cast<size_t>(q)].data() + 4 * i, 4);
+          std::memcpy(&o, own[static_cast<size_t>(q)].data() + 4 * i, 4);
+          kept += r;
+          owner_kept += o;
+          // Only the owner of element i keeps an owner residual for it.
+          const comm::Segment s = sync::int8_segment(n, P, q);
+          if (o != 0.0f && (i < s.begin || i >= s.begin + s.count))
+            throw std::runtime_error("an owner residual outside the owner's segment");
+        }
+        const double got = P * (static_cast<double>(delivered[t][i]) + owner_kept) + kept;
+        const double tol = 1e-5 * (1.0 + std::fabs(submitted)) * rounds * P * (1.0 + t);
+        if (std::fabs(got - submitted) > tol)
+          throw std::runtime_error("error feedback lost mass: tensor " + std::to_string(t) + "[" +
+                                   std::to_string(i) + "] " + std::to_string(got) + " vs " +
+                                   std::to_string(submitted));
+      }
+    }
+  });
+}
+
+TEST(Int8Exchange, OneRank) {
+  check_world(1);
+}
+TEST(Int8Exchange, TwoRanks) {
+  check_world(2);
+}
+TEST(Int8Exchange, ThreeRanks) {
+  check_world(3);
+}
+TEST(Int8Exchange, FourRanks) {
+  check_world(4);
+}
+
+// A rank whose unit holds a different tensor size sends pieces of another length: every rank
+// fails (CorruptPayload where the message is short, MismatchError where it is longer than the
+// posted receive), before anything is summed.
+TEST(Int8Exchange, MismatchedUnitIsRefused) {
+  const int P = 3;
+  std::vector<std::string> errors(P);
+  try {
+    run_ranks(P, [&](comm::Communicator& c) {
+      const size_t n = c.rank() == 1 ? 1000 : 1200;
+      std::vector<float> v(n, 1.0f), r(n, 0.0f), o(n, 0.0f);
+      const std::string key = "w";
+      std::vector<Int8Item> items{{v.data(), n, r.data(), o.data(), &key}};
+      Int8Counters counters;
+      try {
+        sync::int8_allreduce(c, items, counters);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(c.rank())] = e.what();
+        throw;
+      }
+    });
+    FAIL() << "a mismatched unit was summed";
+  } catch (const std::exception&) {
+  }
+  for (int q = 0; q < P; ++q)
+    EXPECT_FALSE(errors[static_cast<size_t>(q)].empty()) << "rank " << q << " did not fail";
+  EXPECT_NE(errors[0].find("8-bit reduce-scatter"), std::string::npos) << errors[0];
+}
+
+}  // namespace
+}  // namespace gradex::test
