@@ -487,6 +487,7 @@ Snapshot cpu_bound_host(double gbit, bool ring_cpu_priced) {
 TEST(CodecChoice, CpuBoundRingsMakeDgcTheChoiceOnAFastLink) {
   ChoiceOptions o = options();
   o.one_lane = true;
+  o.int8_available = false;  // as by default (GRADEX_POLICY_INT8=0): 16-bit ring against DGC
   // Priced by the wire alone, a 40 Gbit/s link makes the 16-bit ring the cheapest rung of the
   // large tensors (what auto chose on this host before the rings' CPU was measured).
   const Plan wire_only = choose_codecs(registered(), cpu_bound_host(40, false), o, 100);
