@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
 #include "compress/wire/message.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
@@ -19,6 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::from_float;
 using detail::to_float;
+using detail::work_name;
 using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
@@ -58,17 +61,89 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   job.values_dtype = DType::kFloat32;
 }
 
+void Engine::prepare_named(Job& job, std::vector<uint8_t>& payload_out) {
+  try {
+    if (before_prepare_) before_prepare_(job);
+    prepare(job, payload_out);
+  } catch (const Error& e) {
+    throw Error(e.code(), "prepare of " + work_name(job.id) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InternalError("prepare of " + work_name(job.id) + ": " + e.what());
+  }
+}
+
+namespace {
+
+// Elements a job's prepare stage computes on (0: it only points at the caller's buffer): the
+// weights by which a unit's jobs are spread over the pool.
+uint64_t prepare_work(const Job& job, const EngineOptions& options) {
+  if (job.route == Route::kFirstAverage) return 0;
+  const bool dense_gradient = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
+                              !job.dgc_dense_step && !job.absent;
+  if (dense_gradient && options.momentum <= 0 && options.clip_norm <= 0) return 0;
+  return job.tensor->numel;
+}
+
+// Below this many elements of work a unit is prepared on one thread: waking workers would cost
+// about what they save.
+constexpr uint64_t kSpreadMinElements = uint64_t{1} << 16;
+
+}  // namespace
+
 void Engine::prepare_unit(Unit& unit) {
   auto t0 = Clock::now();
-  // A DGC unit's message frames one payload per tensor, each encoded in place.
+  // A DGC unit's message frames one payload per tensor, in job order.
   std::vector<uint8_t>& m = unit.message;
   m.clear();
   const bool sparse = unit.route == Route::kSparse;
-  if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
-  for (Job* job : unit.jobs) {
-    const size_t at = sparse ? wire::begin_payload(m) : 0;
-    prepare(*job, m);
-    if (sparse) wire::end_payload(m, at);
+  const size_t n = unit.jobs.size();
+  ThreadPool& pool = shared_pool();
+  // Jobs whose backend allows it are spread over the pool, largest first (each tensor's work is
+  // independent: its own momentum, residual and selection; a large tensor is also split inside its
+  // DGC step, compress/dgc/parallel.h). Every payload is encoded into the job's own buffer and
+  // framed in job order, so the message does not depend on the pool or on timing.
+  std::vector<size_t> host_jobs;  // indices into unit.jobs
+  std::vector<uint64_t> weight;   // their work, in elements
+  uint64_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const Job& job = *unit.jobs[j];
+    // Parameter averages (LocalSGD) are host code whatever holds the tensor.
+    if (job.id.kind == WorkKind::kGradient && !path_->concurrent_stages(*job.tensor)) continue;
+    host_jobs.push_back(j);
+    weight.push_back(prepare_work(job, options_));
+    total += weight.back();
+  }
+  if (pool.threads() > 1 && host_jobs.size() > 1 && total >= kSpreadMinElements) {
+    // Device jobs first, here and in order (their stage's stream is fed by one thread).
+    size_t next_host = 0;
+    for (size_t j = 0; j < n; ++j) {
+      if (next_host < host_jobs.size() && host_jobs[next_host] == j) {
+        ++next_host;
+        continue;
+      }
+      unit.jobs[j]->payload.clear();
+      prepare_named(*unit.jobs[j], unit.jobs[j]->payload);
+    }
+    pool.parallel_for_heaviest_first(weight, [&](int i) {
+      Job& job = *unit.jobs[host_jobs[static_cast<size_t>(i)]];
+      job.payload.clear();
+      prepare_named(job, job.payload);
+    });
+    if (sparse) {
+      wire::begin_message(m, static_cast<uint32_t>(n));
+      for (Job* job : unit.jobs) {
+        const size_t at = wire::begin_payload(m);
+        m.insert(m.end(), job->payload.begin(), job->payload.end());
+        wire::end_payload(m, at);
+      }
+    }
+  } else {
+    if (sparse) wire::begin_message(m, static_cast<uint32_t>(n));
+    for (Job* job : unit.jobs) {
+      const size_t at = sparse ? wire::begin_payload(m) : 0;
+      prepare_named(*job, m);
+      if (sparse) wire::end_payload(m, at);
+    }
   }
   unit.counters.prepare_seconds += seconds_since(t0);
 }
