@@ -84,10 +84,6 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
   return job.tensor->numel;
 }
 
-// Below this many elements of work a unit is prepared on one thread: waking workers would cost
-// about what they save.
-constexpr uint64_t kSpreadMinElements = uint64_t{1} << 16;
-
 }  // namespace
 
 void Engine::prepare_unit(Unit& unit) {
@@ -113,7 +109,7 @@ void Engine::prepare_unit(Unit& unit) {
     weight.push_back(prepare_work(job, options_));
     total += weight.back();
   }
-  if (pool.threads() > 1 && host_jobs.size() > 1 && total >= kSpreadMinElements) {
+  if (pipeline::spread_prepare(pool.threads(), host_jobs.size(), total)) {
     // Device jobs first, here and in order (their stage's stream is fed by one thread).
     size_t next_host = 0;
     for (size_t j = 0; j < n; ++j) {

@@ -130,6 +130,15 @@ struct Stages {
 // consequences); units already finished stay finished.
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead);
 
+// Whether a unit's prepare stage is spread over a pool of `threads` (Engine::prepare_unit): its
+// `jobs` (those whose backend allows it) run at once, largest first, when there are two or more
+// and they compute on at least kSpreadMinElements elements together; below that, waking workers
+// costs about what it saves.
+constexpr uint64_t kSpreadMinElements = uint64_t{1} << 16;
+inline bool spread_prepare(int threads, size_t jobs, uint64_t work_elements) {
+  return threads > 1 && jobs > 1 && work_elements >= kSpreadMinElements;
+}
+
 // The engine's lookahead for a pool of `threads`: 1, and one more unit per 8 threads. A unit's
 // prepare stage is itself spread over the pool (Engine::prepare_unit); on a wide pool the tail of
 // one unit's prepare (its largest tensor's last chunks) leaves threads idle that the next unit's
