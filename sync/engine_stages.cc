@@ -3,6 +3,7 @@
 // (every rank's payload summed, casts back into the caller's buffer, LocalSGD anchors), and the
 // framing of a DGC unit's message (compress/wire/message.h). These run on the worker pool or on
 // the progress thread and touch only their own job's tensor.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -84,6 +85,40 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
   return job.tensor->numel;
 }
 
+// The jobs of a unit whose stages may run beside other tensors' (host backends; LocalSGD's
+// parameter averages are host code whatever holds the tensor), in unit order, with their work.
+struct HostJobs {
+  std::vector<size_t> index;     // into unit.jobs
+  std::vector<uint64_t> weight;  // elements
+  uint64_t total = 0;
+  bool contains(size_t j) const { return std::binary_search(index.begin(), index.end(), j); }
+};
+
+template <typename Work>
+HostJobs host_jobs(const Unit& unit, const BackendPath& path, Work&& work) {
+  HostJobs h;
+  for (size_t j = 0; j < unit.jobs.size(); ++j) {
+    const Job& job = *unit.jobs[j];
+    if (job.id.kind == WorkKind::kGradient && !path.concurrent_stages(*job.tensor)) continue;
+    h.index.push_back(j);
+    h.weight.push_back(work(job));
+    h.total += h.weight.back();
+  }
+  return h;
+}
+
+// fn(j) for every job j of `unit`: device jobs here, in order (their stage's stream is fed by one
+// thread), then the host jobs over the pool, heaviest first. Each tensor's stage touches only its
+// own state, so the order changes no result; the error of the lowest failing host job is rethrown
+// after every one has run.
+template <typename Fn>
+void spread_jobs(ThreadPool& pool, Unit& unit, const HostJobs& host, Fn&& fn) {
+  for (size_t j = 0; j < unit.jobs.size(); ++j)
+    if (!host.contains(j)) fn(j);
+  pool.parallel_for_heaviest_first(host.weight,
+                                   [&](int i) { fn(host.index[static_cast<size_t>(i)]); });
+}
+
 }  // namespace
 
 void Engine::prepare_unit(Unit& unit) {
@@ -92,41 +127,21 @@ void Engine::prepare_unit(Unit& unit) {
   std::vector<uint8_t>& m = unit.message;
   m.clear();
   const bool sparse = unit.route == Route::kSparse;
-  const size_t n = unit.jobs.size();
   ThreadPool& pool = shared_pool();
-  // Jobs whose backend allows it are spread over the pool, largest first (each tensor's work is
-  // independent: its own momentum, residual and selection; a large tensor is also split inside its
-  // DGC step, compress/dgc/parallel.h). Every payload is encoded into the job's own buffer and
-  // framed in job order, so the message does not depend on the pool or on timing.
-  std::vector<size_t> host_jobs;  // indices into unit.jobs
-  std::vector<uint64_t> weight;   // their work, in elements
-  uint64_t total = 0;
-  for (size_t j = 0; j < n; ++j) {
-    const Job& job = *unit.jobs[j];
-    // Parameter averages (LocalSGD) are host code whatever holds the tensor.
-    if (job.id.kind == WorkKind::kGradient && !path_->concurrent_stages(*job.tensor)) continue;
-    host_jobs.push_back(j);
-    weight.push_back(prepare_work(job, options_));
-    total += weight.back();
-  }
-  if (pipeline::spread_prepare(pool.threads(), host_jobs.size(), total)) {
-    // Device jobs first, here and in order (their stage's stream is fed by one thread).
-    size_t next_host = 0;
-    for (size_t j = 0; j < n; ++j) {
-      if (next_host < host_jobs.size() && host_jobs[next_host] == j) {
-        ++next_host;
-        continue;
-      }
-      unit.jobs[j]->payload.clear();
-      prepare_named(*unit.jobs[j], unit.jobs[j]->payload);
-    }
-    pool.parallel_for_heaviest_first(weight, [&](int i) {
-      Job& job = *unit.jobs[host_jobs[static_cast<size_t>(i)]];
+  // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
+  // also split inside its DGC step, compress/dgc/parallel.h). Spread, every payload is encoded into
+  // its job's own buffer and framed in job order: the message does not depend on the pool or on
+  // timing.
+  const HostJobs host =
+      host_jobs(unit, *path_, [this](const Job& job) { return prepare_work(job, options_); });
+  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total)) {
+    spread_jobs(pool, unit, host, [&](size_t j) {
+      Job& job = *unit.jobs[j];
       job.payload.clear();
       prepare_named(job, job.payload);
     });
     if (sparse) {
-      wire::begin_message(m, static_cast<uint32_t>(n));
+      wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
       for (Job* job : unit.jobs) {
         const size_t at = wire::begin_payload(m);
         m.insert(m.end(), job->payload.begin(), job->payload.end());
@@ -134,7 +149,7 @@ void Engine::prepare_unit(Unit& unit) {
       }
     }
   } else {
-    if (sparse) wire::begin_message(m, static_cast<uint32_t>(n));
+    if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
     for (Job* job : unit.jobs) {
       const size_t at = sparse ? wire::begin_payload(m) : 0;
       prepare_named(*job, m);
@@ -185,8 +200,15 @@ void Engine::finish_unit(Unit& unit) {
         payloads[j].push_back(spans[j]);
     }
   }
-  for (size_t j = 0; j < unit.jobs.size(); ++j)
-    finish(*unit.jobs[j], payloads[j]);
+  // Every tensor's finish is its own (its sum, its cast back): spread like the prepare stage.
+  ThreadPool& pool = shared_pool();
+  const HostJobs host = host_jobs(unit, *path_, [](const Job& job) { return job.tensor->numel; });
+  auto finish_job = [&](size_t j) { finish(*unit.jobs[j], payloads[j]); };
+  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total))
+    spread_jobs(pool, unit, host, finish_job);
+  else
+    for (size_t j = 0; j < unit.jobs.size(); ++j)
+      finish_job(j);
   unit.counters.finish_seconds += seconds_since(t0);
   complete_unit(unit);
 }

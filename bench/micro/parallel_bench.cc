@@ -93,6 +93,7 @@ Args parse(int argc, char** argv) {
 
 struct Timing {
   double median_ms = 0, min_ms = 0;
+  double cpu_ms = 0;        // process CPU per step (every thread), mean
   double cpu_per_wall = 0;  // process CPU seconds per wall second while timed
 };
 
@@ -208,6 +209,7 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
   Timing t;
   t.median_ms = ms[ms.size() / 2];
   t.min_ms = ms.front();
+  t.cpu_ms = 1e3 * cpu / static_cast<double>(ms.size());
   t.cpu_per_wall = wall > 0 ? cpu / wall : 0;
   return t;
 }
@@ -268,8 +270,8 @@ int main(int argc, char** argv) {
       "%d steps, %u hardware threads\n",
       model.name.c_str(), dgc_tensors, dgc_elements / 1e6, 100.0 * small / dgc_elements, a.sparsity,
       a.steps, cores);
-  std::printf("%8s %12s %12s %12s %12s %10s %10s\n", "threads", "serial_ms", "spread_ms",
-              "spread/t1", "serial/t1", "spread_x", "cpu/wall");
+  std::printf("%8s %10s %10s %10s %10s %9s %14s %9s\n", "threads", "serial_ms", "spread_ms",
+              "spread/t1", "serial/t1", "spread_x", "cpu_ms ser/spr", "cpu/wall");
   std::string result = "RESULT";
   double base_spread = 0, base_serial = 0;
   for (int t : a.threads) {
@@ -283,9 +285,10 @@ int main(int argc, char** argv) {
       base_serial = serial.median_ms;
     }
     const double speedup = base_spread / spread.median_ms;
-    std::printf("%8d %12.2f %12.2f %12.3f %12.3f %10.2f %10.2f%s\n", t, serial.median_ms,
-                spread.median_ms, spread.median_ms / base_spread, serial.median_ms / base_serial,
-                speedup, spread.cpu_per_wall,
+    std::printf("%8d %10.2f %10.2f %10.3f %10.3f %9.2f %6.1f / %5.1f %9.2f%s\n", t,
+                serial.median_ms, spread.median_ms, spread.median_ms / base_spread,
+                serial.median_ms / base_serial, speedup, serial.cpu_ms, spread.cpu_ms,
+                spread.cpu_per_wall,
                 cores > 0 && static_cast<unsigned>(t) > cores ? "  (more threads than cores)" : "");
     char item[160];
     std::snprintf(item, sizeof item, " parallel_%s_t%d_ms=%.3f parallel_%s_t%d_speedup=%.3f",
