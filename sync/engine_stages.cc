@@ -85,6 +85,14 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
   return job.tensor->numel;
 }
 
+// The same for the finish stage: a sparse sum, parameters and anchors, a 16-bit tensor's cast back
+// (a dense fp32 gradient's average is already in place).
+uint64_t finish_work(const Job& job) {
+  const bool in_place = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
+                        job.tensor->dtype == DType::kFloat32;
+  return in_place ? 0 : job.tensor->numel;
+}
+
 // The jobs of a unit whose stages may run beside other tensors' (host backends; LocalSGD's
 // parameter averages are host code whatever holds the tensor), in unit order, with their work.
 struct HostJobs {
@@ -202,7 +210,7 @@ void Engine::finish_unit(Unit& unit) {
   }
   // Every tensor's finish is its own (its sum, its cast back): spread like the prepare stage.
   ThreadPool& pool = shared_pool();
-  const HostJobs host = host_jobs(unit, *path_, [](const Job& job) { return job.tensor->numel; });
+  const HostJobs host = host_jobs(unit, *path_, finish_work);
   auto finish_job = [&](size_t j) { finish(*unit.jobs[j], payloads[j]); };
   if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total))
     spread_jobs(pool, unit, host, finish_job);

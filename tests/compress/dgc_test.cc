@@ -197,8 +197,9 @@ TEST(Dgc, ThreadCountDoesNotChangeAnyBitOfTheState) {
         }
         ASSERT_EQ(dgc[k]->save_state(), dgc[0]->save_state()) << what;
       }
-      if (c.o.reuse_threshold == false && s0 != nullptr && !c.o.exact_selection)
+      if (!c.o.reuse_threshold && s0 != nullptr && !c.o.exact_selection) {
         EXPECT_GE(s0->rounds, 1) << c.name << ": the sampled threshold was not used";
+      }
     }
   }
 }
