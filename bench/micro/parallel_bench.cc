@@ -18,6 +18,7 @@
 // Ends with a RESULT line (parallel_<model>_t<N>_ms and _speedup for each thread count).
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -103,10 +105,36 @@ double cpu_seconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+constexpr uint64_t kGroupElements = (uint64_t{16} << 20) / 4;  // GRADEX_SPARSE_GROUP_MB's default
+
+// The engine's DGC groups (pipeline::plan): consecutive tensors until a group holds
+// kGroupElements; a larger tensor alone.
+std::vector<std::vector<size_t>> make_units(const std::vector<uint64_t>& sizes) {
+  std::vector<std::vector<size_t>> units;
+  uint64_t in_unit = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (units.empty() || in_unit >= kGroupElements || sizes[i] >= kGroupElements) {
+      units.emplace_back();
+      in_unit = 0;
+    }
+    units.back().push_back(i);
+    in_unit += sizes[i];
+  }
+  return units;
+}
+
 // One schedule at the current pool size (this process's shared pool).
-Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, bool spread) {
+double thread_cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e3 * t.tv_sec + 1e-6 * t.tv_nsec;
+}
+
+// `cost_ms` (serial schedule on one thread only): each tensor's median CPU per step.
+Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, bool spread,
+                    std::vector<double>* cost_ms = nullptr) {
   const int threads = gradex::shared_pool().threads();
-  const uint64_t group = (uint64_t{16} << 20) / 4;  // GRADEX_SPARSE_GROUP_MB's default, elements
+  const uint64_t group = kGroupElements;
   gradex::config::Config config;
   gradex::compress::DgcOptions o = gradex::compress::dgc_options_from_config(config, 1);
   o.sparsity = a.sparsity;
@@ -132,18 +160,10 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
     x.grad.resize(static_cast<size_t>(t.numel));
     tensors.push_back(std::move(x));
   }
-  // Units: the engine's DGC groups (pipeline::plan).
-  std::vector<std::vector<size_t>> units;
-  uint64_t in_unit = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t n = tensors[i].grad.size();
-    if (units.empty() || in_unit >= group || n >= group) {
-      units.emplace_back();
-      in_unit = 0;
-    }
-    units.back().push_back(i);
-    in_unit += n;
-  }
+  std::vector<uint64_t> sizes;
+  for (const Tensor& t : tensors)
+    sizes.push_back(t.grad.size());
+  const std::vector<std::vector<size_t>> units = make_units(sizes);
   // Gradients: windows of one normal(0, 1) pool, a different window every step.
   std::vector<float> pool(size_t{1} << 22);
   std::mt19937 rng(1);
@@ -161,6 +181,7 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
       }
   };
   std::vector<uint8_t> message;
+  std::vector<std::vector<double>> per_tensor(tensors.size());
   auto compress_step = [&] {
     for (const std::vector<size_t>& unit : units) {
       message.clear();
@@ -185,7 +206,9 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
       } else {
         for (size_t i : unit) {
           const size_t at = gradex::compress::wire::begin_payload(message);
+          const double c0 = cost_ms ? thread_cpu_ms() : 0;
           tensors[i].codec->encode_step(tensors[i].grad.data(), 1.0f, *stream, message);
+          if (cost_ms) per_tensor[i].push_back(thread_cpu_ms() - c0);
           gradex::compress::wire::end_payload(message, at);
         }
       }
@@ -205,6 +228,14 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
     wall += s;
     cpu += cpu_seconds() - c0;
   }
+  if (cost_ms) {
+    cost_ms->clear();
+    for (std::vector<double>& c : per_tensor) {
+      c.erase(c.begin(), c.begin() + warmup);
+      std::sort(c.begin(), c.end());
+      cost_ms->push_back(c[c.size() / 2]);
+    }
+  }
   std::sort(ms.begin(), ms.end());
   Timing t;
   t.median_ms = ms[ms.size() / 2];
@@ -215,8 +246,9 @@ Timing run_schedule(const gradex::bench::ModelProfile& model, const Args& a, boo
 }
 
 // Runs both schedules with a pool of `threads` in a child process; "serial spread" timings back.
+// With one thread, also each tensor's CPU per step (`cost_ms`).
 bool measure(const gradex::bench::ModelProfile& model, const Args& a, int threads, Timing* serial,
-             Timing* spread) {
+             Timing* spread, std::vector<double>* cost_ms) {
   int fds[2];
   if (pipe(fds) != 0) return false;
   std::fflush(nullptr);
@@ -225,25 +257,77 @@ bool measure(const gradex::bench::ModelProfile& model, const Args& a, int thread
   if (pid == 0) {
     close(fds[0]);
     gradex::configure_shared_pool(threads);
-    Timing t[2] = {run_schedule(model, a, false), run_schedule(model, a, true)};
-    const ssize_t w = write(fds[1], t, sizeof t);
-    _exit(w == static_cast<ssize_t>(sizeof t) ? 0 : 1);
+    std::vector<double> cost;
+    Timing t[2] = {run_schedule(model, a, false, threads == 1 ? &cost : nullptr),
+                   run_schedule(model, a, true)};
+    const uint32_t count = static_cast<uint32_t>(cost.size());
+    bool ok = write(fds[1], t, sizeof t) == static_cast<ssize_t>(sizeof t) &&
+              write(fds[1], &count, 4) == 4;
+    if (ok && count > 0)
+      ok = write(fds[1], cost.data(), count * 8) == static_cast<ssize_t>(count * 8);
+    _exit(ok ? 0 : 1);
   }
   close(fds[1]);
+  auto read_all = [&](void* p, size_t bytes) {
+    size_t got = 0;
+    while (got < bytes) {
+      const ssize_t r = read(fds[0], static_cast<char*>(p) + got, bytes - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  };
   Timing t[2];
-  size_t got = 0;
-  while (got < sizeof t) {
-    const ssize_t r = read(fds[0], reinterpret_cast<char*>(t) + got, sizeof t - got);
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
+  uint32_t count = 0;
+  bool ok = read_all(t, sizeof t) && read_all(&count, 4);
+  if (ok && count > 0) {
+    cost_ms->resize(count);
+    ok = read_all(cost_ms->data(), count * 8);
   }
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (got != sizeof t || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
+  if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
   *serial = t[0];
   *spread = t[1];
   return true;
+}
+
+// A step's makespan on `threads` threads from each tensor's one-thread CPU cost (list scheduling,
+// heaviest first; a split tensor becomes equal chunks): the bound each schedule's own structure
+// sets, leaving out memory bandwidth and hand-offs. serial: a unit's tensors in turn, a tensor
+// split from 2^20 elements; spread: the engine's rule.
+double makespan_ms(const std::vector<uint64_t>& sizes, const std::vector<double>& cost, int threads,
+                   bool spread) {
+  namespace dgc = gradex::compress::dgc;
+  double total = 0;
+  for (const std::vector<size_t>& unit : make_units(sizes)) {
+    uint64_t work = 0;
+    for (size_t i : unit)
+      work += sizes[i];
+    const bool spread_unit =
+        spread && gradex::sync::pipeline::spread_prepare(threads, unit.size(), work);
+    const size_t split =
+        spread ? dgc::split_min_elements(threads, kGroupElements) : size_t{1} << 20;
+    std::vector<double> tasks;
+    double in_turn = 0;
+    for (size_t i : unit) {
+      const int chunks = dgc::pick_threads(sizes[i], threads, split);
+      for (int c = 0; c < chunks; ++c)
+        tasks.push_back(cost[i] / chunks);
+      in_turn += cost[i] / chunks;
+    }
+    if (!spread_unit) {
+      total += in_turn;
+      continue;
+    }
+    std::sort(tasks.begin(), tasks.end(), std::greater<double>());
+    std::vector<double> load(static_cast<size_t>(threads), 0.0);
+    for (double task : tasks)
+      *std::min_element(load.begin(), load.end()) += task;
+    total += *std::max_element(load.begin(), load.end());
+  }
+  return total;
 }
 
 }  // namespace
@@ -274,9 +358,10 @@ int main(int argc, char** argv) {
               "spread/t1", "serial/t1", "spread_x", "cpu_ms ser/spr", "cpu/wall");
   std::string result = "RESULT";
   double base_spread = 0, base_serial = 0;
+  std::vector<double> cost;  // each tensor's CPU per step on one thread
   for (int t : a.threads) {
     Timing serial, spread;
-    if (!measure(model, a, t, &serial, &spread)) {
+    if (!measure(model, a, t, &serial, &spread, &cost)) {
       std::fprintf(stderr, "gradex-parallel-bench: the run with %d threads failed\n", t);
       return 1;
     }
@@ -296,8 +381,27 @@ int main(int argc, char** argv) {
     result += item;
   }
   std::printf(
-      "(spread_x: one thread's spread time over this row's; ratios against the first "
-      "row)\n%s\n",
-      result.c_str());
+      "(spread_x: one thread's spread time over this row's; ratios against the first row)\n");
+  // The bound of each schedule from the one-thread per-tensor costs (needs a 1-thread row).
+  if (!cost.empty()) {
+    std::vector<uint64_t> sizes;
+    for (const auto& t : model.tensors)
+      if (t.numel >= 16384) sizes.push_back(static_cast<uint64_t>(t.numel));
+    const double one = makespan_ms(sizes, cost, 1, false);
+    std::printf(
+        "\nschedule bound from one thread's per-tensor CPU (%.1f ms a step; no memory "
+        "bandwidth limit):\n%8s %14s %14s\n",
+        one, "threads", "serial_bound_x", "spread_bound_x");
+    for (int t : {1, 2, 4, 8, 16}) {
+      const double ser = one / makespan_ms(sizes, cost, t, false);
+      const double spr = one / makespan_ms(sizes, cost, t, true);
+      std::printf("%8d %14.2f %14.2f\n", t, ser, spr);
+      char item[160];
+      std::snprintf(item, sizeof item, " bound_serial_t%d=%.2f bound_spread_t%d=%.2f", t, ser, t,
+                    spr);
+      result += item;
+    }
+  }
+  std::printf("RESULT%s\n", result.c_str() + 6);
   return 0;
 }
