@@ -231,7 +231,8 @@ const std::vector<VarSpec>& registry() {
      "zstd level applied to payloads where it shrinks them (0: off)."},
     {"GRADEX_THREADS", VarType::kInt, "0", 0, 256, false, false, nullptr, kPerRank,
      "Threads of gradex's worker pool (one per process, created at first use, never per call): "
-     "compression kernels and 16-bit casts of large tensors (0: the hardware's, at most 8)."},
+     "compression (a unit's tensors spread over it, large tensors split), 16-bit casts and sums of "
+     "large tensors (0: the hardware's, at most 8). Results do not depend on it."},
     // --- LocalSGD ---
     {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr, kEngine,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},

@@ -5,7 +5,11 @@
 //     called from inside a pool task cannot deadlock: in the worst case the caller runs every
 //     index itself. The first exception (lowest index) is rethrown on the caller after all
 //     indices have finished.
+//   - parallel_for_heaviest_first(weights, fn): the same over tasks of unequal size, the heaviest
+//     claimed first (a unit's tensors: the large ones start at once, the small ones fill in).
 //   - submit(task): runs task on a worker; the future carries its exception, if any.
+// Either kind may run inside the other's tasks (a tensor's own data-parallel split inside a
+// unit's spread): a nested parallel_for gets helpers as workers run out of outer work.
 // The destructor runs every task already submitted, then joins the workers.
 //
 // shared_pool() is the process-wide pool the compression kernels and casts use. It is sized once,
@@ -13,14 +17,17 @@
 // fresh pool of its own (the parent's workers do not exist in the child).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -46,6 +53,29 @@ class ThreadPool {
     run_batch(
         n, [](void* f, int i) { (*static_cast<F*>(f))(i); },
         const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+  // fn(i) for i in [0, weight.size()), claimed in order of decreasing weight (ties: lower index
+  // first). Every task runs even when another throws; then the exception of the lowest index i
+  // (not the first one claimed) is rethrown, so the error reported does not depend on the pool's
+  // size or on timing.
+  template <typename Fn>
+  void parallel_for_heaviest_first(const std::vector<uint64_t>& weight, Fn&& fn) {
+    const int n = static_cast<int>(weight.size());
+    std::vector<int> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return weight[a] > weight[b]; });
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+    parallel_for(n, [&](int position) {
+      const int i = order[static_cast<size_t>(position)];
+      try {
+        fn(i);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+    for (std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
   }
   std::future<void> submit(std::function<void()> task);
 

@@ -8,8 +8,10 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/thread_pool.h"
 #include "compress/backend/adam_codec.h"
 #include "compress/dgc/compressor.h"
+#include "compress/dgc/parallel.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_tensor.h"
 #include "sync/policy.h"
@@ -55,7 +57,12 @@ void BackendPath::attach(TensorState& t, bool cuda) {
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   compress::DgcOptions o = compress::dgc_options_from_config(config_, world_size_);
   o.sparsity = sparsity;
-  o.clip_norm = 0;                          // the engine clips (whole-step norm)
+  o.clip_norm = 0;  // the engine clips (whole-step norm)
+  // The prepare stage spreads a unit's tensors over the pool (Engine::prepare_unit); a unit holds
+  // about GRADEX_SPARSE_GROUP_MB of gradient (a larger tensor travels alone), so a tensor larger
+  // than a 1/(2T) share of that is split across threads too. Splitting never changes a result.
+  o.parallel_min_elements = compress::dgc::split_min_elements(
+      shared_pool().threads(), std::max<uint64_t>(options_.sparse_group_bytes / 4, 1));
   if (options_.adam_codec) o.momentum = 0;  // the optimizer keeps its moments
   return o;
 }
@@ -130,6 +137,11 @@ bool BackendPath::handle_event(uint64_t handle, void* stream) {
 
 void BackendPath::wait_ready(TensorState& t, Lane& l) {
   if (t.backend->ready) l.stream->wait(*t.backend->ready);
+}
+
+bool BackendPath::concurrent_stages(const TensorState& t) const {
+  const BackendTensor* d = t.backend.get();
+  return d != nullptr && d->backend != nullptr && d->backend->type() == be::DeviceType::kCpu;
 }
 
 float* BackendPath::values(TensorState& t, void* data) {

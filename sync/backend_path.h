@@ -31,8 +31,8 @@
 #include "base/config.h"
 #include "comm/communicator.h"
 #include "compress/backend/backend.h"
-#include "compress/wire/codec.h"
 #include "compress/backend/dgc_codec.h"
+#include "compress/wire/codec.h"
 #include "compress/wire/message.h"
 #include "sync/dense_exchange.h"
 #include "sync/options.h"
@@ -69,6 +69,11 @@ class BackendPath {
   // Routing (progress thread, before the pipeline runs): whether a DGC tensor's exchange number
   // `step` is a sparse one.
   bool sparse_step(TensorState& t, uint64_t step);
+  // Whether this tensor's prepare and finish stages may run at the same time as other tensors'
+  // of the same stage (a unit's tensors spread over the pool): true on the CPU backend, whose
+  // streams are ordering tokens and whose operations finish inside their call. A device backend's
+  // stage lane is one stream, fed in order by one thread.
+  bool concurrent_stages(const TensorState& t) const;
   // The fp32 values the stages compute on: `data` itself, or a 16-bit tensor's fp32 copy.
   float* values(TensorState& t, void* data);
   // The pipeline's prepare stage (any thread; sync/pipeline.h), after the tensor's ready event:

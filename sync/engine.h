@@ -201,6 +201,8 @@ class Engine {
   // A sparse job appends its encoded payload to payload_out (the unit's message).
   void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void prepare_unit(pipeline::Unit& unit);
+  // prepare(), with any error naming the job's tensor.
+  void prepare_named(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void transfer(pipeline::Unit& unit);
   void transfer_int8(pipeline::Unit& unit);  // sync/int8_path.cc
   // A DGC unit's transfer under the hierarchical exchange (sync/hierarchical_sparse.cc): host
@@ -214,6 +216,9 @@ class Engine {
   // Test hook (tests/sync/engine_pipeline_test.cc, through EngineTestAccess): called on the
   // progress thread before each unit's transfer. Set it before the first submit.
   std::function<void(const pipeline::Unit&)> before_transfer_;
+  // Test hook: called before each job's prepare, on the thread that prepares it (a worker when the
+  // unit is spread over the pool). Set it before the first submit.
+  std::function<void(const pipeline::Job&)> before_prepare_;
   friend struct EngineTestAccess;
 
   config::Config config_;

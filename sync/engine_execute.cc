@@ -30,11 +30,6 @@ using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
 
-// The prepare stage of this many units beyond the one on the wire runs ahead on the pool. The DGC
-// kernel is itself parallel (it spreads over idle workers), so one unit ahead keeps the pool busy;
-// more would only contend for the same cores and delay the finish stages queued behind them.
-constexpr int kLookahead = 1;
-
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -193,7 +188,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   stages.prepare = [this](Unit& u) { prepare_unit(u); };
   stages.transfer = [this](Unit& u) { transfer(u); };
   stages.finish = [this](Unit& u) { finish_unit(u); };
-  pipeline::run(units, stages, shared_pool(), kLookahead);
+  ThreadPool& pool = shared_pool();
+  pipeline::run(units, stages, pool, pipeline::lookahead_for(pool.threads()));
 }
 
 void Engine::transfer(Unit& unit) {

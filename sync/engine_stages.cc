@@ -3,10 +3,13 @@
 // (every rank's payload summed, casts back into the caller's buffer, LocalSGD anchors), and the
 // framing of a DGC unit's message (compress/wire/message.h). These run on the worker pool or on
 // the progress thread and touch only their own job's tensor.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "base/check.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
 #include "compress/wire/message.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
@@ -19,6 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::from_float;
 using detail::to_float;
+using detail::work_name;
 using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
@@ -58,17 +62,107 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   job.values_dtype = DType::kFloat32;
 }
 
+void Engine::prepare_named(Job& job, std::vector<uint8_t>& payload_out) {
+  try {
+    if (before_prepare_) before_prepare_(job);
+    prepare(job, payload_out);
+  } catch (const Error& e) {
+    throw Error(e.code(), "prepare of " + work_name(job.id) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InternalError("prepare of " + work_name(job.id) + ": " + e.what());
+  }
+}
+
+namespace {
+
+// Elements a job's prepare stage computes on (0: it only points at the caller's buffer): the
+// weights by which a unit's jobs are spread over the pool.
+uint64_t prepare_work(const Job& job, const EngineOptions& options) {
+  if (job.route == Route::kFirstAverage) return 0;
+  const bool dense_gradient = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
+                              !job.dgc_dense_step && !job.absent;
+  if (dense_gradient && options.momentum <= 0 && options.clip_norm <= 0) return 0;
+  return job.tensor->numel;
+}
+
+// The same for the finish stage: a sparse sum, parameters and anchors, a 16-bit tensor's cast back
+// (a dense fp32 gradient's average is already in place).
+uint64_t finish_work(const Job& job) {
+  const bool in_place = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
+                        job.tensor->dtype == DType::kFloat32;
+  return in_place ? 0 : job.tensor->numel;
+}
+
+// The jobs of a unit whose stages may run beside other tensors' (host backends; LocalSGD's
+// parameter averages are host code whatever holds the tensor), in unit order, with their work.
+struct HostJobs {
+  std::vector<size_t> index;     // into unit.jobs
+  std::vector<uint64_t> weight;  // elements
+  uint64_t total = 0;
+  bool contains(size_t j) const { return std::binary_search(index.begin(), index.end(), j); }
+};
+
+template <typename Work>
+HostJobs host_jobs(const Unit& unit, const BackendPath& path, Work&& work) {
+  HostJobs h;
+  for (size_t j = 0; j < unit.jobs.size(); ++j) {
+    const Job& job = *unit.jobs[j];
+    if (job.id.kind == WorkKind::kGradient && !path.concurrent_stages(*job.tensor)) continue;
+    h.index.push_back(j);
+    h.weight.push_back(work(job));
+    h.total += h.weight.back();
+  }
+  return h;
+}
+
+// fn(j) for every job j of `unit`: device jobs here, in order (their stage's stream is fed by one
+// thread), then the host jobs over the pool, heaviest first. Each tensor's stage touches only its
+// own state, so the order changes no result; the error of the lowest failing host job is rethrown
+// after every one has run.
+template <typename Fn>
+void spread_jobs(ThreadPool& pool, Unit& unit, const HostJobs& host, Fn&& fn) {
+  for (size_t j = 0; j < unit.jobs.size(); ++j)
+    if (!host.contains(j)) fn(j);
+  pool.parallel_for_heaviest_first(host.weight,
+                                   [&](int i) { fn(host.index[static_cast<size_t>(i)]); });
+}
+
+}  // namespace
+
 void Engine::prepare_unit(Unit& unit) {
   auto t0 = Clock::now();
-  // A DGC unit's message frames one payload per tensor, each encoded in place.
+  // A DGC unit's message frames one payload per tensor, in job order.
   std::vector<uint8_t>& m = unit.message;
   m.clear();
   const bool sparse = unit.route == Route::kSparse;
-  if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
-  for (Job* job : unit.jobs) {
-    const size_t at = sparse ? wire::begin_payload(m) : 0;
-    prepare(*job, m);
-    if (sparse) wire::end_payload(m, at);
+  ThreadPool& pool = shared_pool();
+  // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
+  // also split inside its DGC step, compress/dgc/parallel.h). Spread, every payload is encoded into
+  // its job's own buffer and framed in job order: the message does not depend on the pool or on
+  // timing.
+  const HostJobs host =
+      host_jobs(unit, *path_, [this](const Job& job) { return prepare_work(job, options_); });
+  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total)) {
+    spread_jobs(pool, unit, host, [&](size_t j) {
+      Job& job = *unit.jobs[j];
+      job.payload.clear();
+      prepare_named(job, job.payload);
+    });
+    if (sparse) {
+      wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
+      for (Job* job : unit.jobs) {
+        const size_t at = wire::begin_payload(m);
+        m.insert(m.end(), job->payload.begin(), job->payload.end());
+        wire::end_payload(m, at);
+      }
+    }
+  } else {
+    if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
+    for (Job* job : unit.jobs) {
+      const size_t at = sparse ? wire::begin_payload(m) : 0;
+      prepare_named(*job, m);
+      if (sparse) wire::end_payload(m, at);
+    }
   }
   unit.counters.prepare_seconds += seconds_since(t0);
 }
@@ -114,8 +208,15 @@ void Engine::finish_unit(Unit& unit) {
         payloads[j].push_back(spans[j]);
     }
   }
-  for (size_t j = 0; j < unit.jobs.size(); ++j)
-    finish(*unit.jobs[j], payloads[j]);
+  // Every tensor's finish is its own (its sum, its cast back): spread like the prepare stage.
+  ThreadPool& pool = shared_pool();
+  const HostJobs host = host_jobs(unit, *path_, finish_work);
+  auto finish_job = [&](size_t j) { finish(*unit.jobs[j], payloads[j]); };
+  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total))
+    spread_jobs(pool, unit, host, finish_job);
+  else
+    for (size_t j = 0; j < unit.jobs.size(); ++j)
+      finish_job(j);
   unit.counters.finish_seconds += seconds_since(t0);
   complete_unit(unit);
 }

@@ -76,6 +76,10 @@ std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
   return units;
 }
 
+int lookahead_for(int threads) {
+  return 1 + std::max(threads, 0) / 8;
+}
+
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead) {
   const size_t n = units.size();
   // A pool without workers would run a "background" prepare at once, on this thread: no overlap

@@ -43,10 +43,17 @@ size_t DgcCompressor::target_count() const {
 
 float DgcCompressor::clip_scale(const float* grad) const {
   if (options_.clip_norm <= 0.0f || numel_ == 0) return 1.0f;
-  int threads = pick_threads(numel_, options_.threads, options_.parallel_min_elements);
-  std::vector<double> parts(threads, 0.0);
-  parallel_chunks(numel_, threads,
-                  [&](int c, size_t b, size_t e) { parts[c] = sum_squares(grad, b, e); });
+  // Partial sums over fixed blocks, added in block order: the norm (and so every bit of the step)
+  // does not depend on how many threads split the tensor.
+  constexpr size_t kBlock = size_t{1} << 16;
+  const size_t blocks = (numel_ + kBlock - 1) / kBlock;
+  std::vector<double> parts(blocks, 0.0);
+  const int threads = pick_threads(numel_, options_.threads, options_.parallel_min_elements);
+  parallel_chunks(blocks, std::min<int>(threads, static_cast<int>(blocks)),
+                  [&](int, size_t b, size_t e) {
+                    for (size_t k = b; k < e; ++k)
+                      parts[k] = sum_squares(grad, k * kBlock, std::min(numel_, (k + 1) * kBlock));
+                  });
   double norm = 0;
   for (double p : parts)
     norm += p;
@@ -65,15 +72,15 @@ void DgcCompressor::update(const float* grad, float* clear, float grad_scale, fl
   p.hint = hint;
   float* u = u_.empty() ? nullptr : u_.data();
   parallel_chunks(numel_, threads, [&](int c, size_t b, size_t e) {
-    found_[c] =
-        clear ? update_collect_and_clear(clear, u, v_.data(), b, e, p, cand_[c].data(), cand_cap_)
-              : update_and_collect(grad, u, v_.data(), b, e, p, cand_[c].data(), cand_cap_);
+    const size_t cap = std::min(cand_cap_, e - b);
+    found_[c] = clear ? update_collect_and_clear(clear, u, v_.data(), b, e, p, cand_[c].data(), cap)
+                      : update_and_collect(grad, u, v_.data(), b, e, p, cand_[c].data(), cap);
   });
 }
 
 void DgcCompressor::collect(float t, int threads, size_t* total) {
   parallel_chunks(numel_, threads, [&](int c, size_t b, size_t e) {
-    found_[c] = collect_at_least(v_.data(), b, e, t, cand_[c].data(), cand_cap_);
+    found_[c] = collect_at_least(v_.data(), b, e, t, cand_[c].data(), std::min(cand_cap_, e - b));
   });
   *total = 0;
   for (int c = 0; c < threads; ++c)
@@ -94,12 +101,18 @@ const Selection& DgcCompressor::step_impl(const float* grad, float* clear, float
   const CountBounds b = count_bounds(options_, numel_, sparsity);
   const int threads = pick_threads(numel_, options_.threads, options_.parallel_min_elements);
   // Candidate buffers: generous, so that a threshold that is merely close still lands in them and
-  // the exact top-k among candidates finishes the job without another pass.
+  // the exact top-k among candidates finishes the job without another pass. cand_cap_ bounds the
+  // total; a chunk never holds more candidates than elements, so its buffer needs no more room
+  // than that (every chunk's candidates are kept whenever the total fits, however it is split).
   cand_cap_ = std::min(numel_, std::max(8 * b.k, b.high) + 1024);
   if (static_cast<int>(cand_.size()) < threads) cand_.resize(threads);
   found_.assign(threads, 0);
-  for (int c = 0; c < threads; ++c)
-    if (cand_[c].size() < cand_cap_) cand_[c].resize(cand_cap_);
+  for (int c = 0; c < threads; ++c) {
+    size_t begin, end;
+    chunk_bounds(numel_, threads, c, &begin, &end);
+    const size_t cap = std::min(cand_cap_, end - begin);
+    if (cand_[c].size() < cap) cand_[c].resize(cap);
+  }
 
   // A dense target (sparsity 0) selects every non-zero element in the fused pass: the identity.
   const bool dense_target = b.k >= numel_ && !options_.exact_selection;

@@ -13,6 +13,11 @@ int pick_threads(size_t n, int requested, size_t min_elements) {
   return static_cast<int>(std::min<size_t>(t, max_useful));
 }
 
+size_t split_min_elements(int threads, uint64_t unit_elements) {
+  const uint64_t share = unit_elements / (2 * static_cast<uint64_t>(std::max(threads, 1)));
+  return static_cast<size_t>(std::max<uint64_t>(kMinSplitElements, share));
+}
+
 void chunk_bounds(size_t n, int threads, int c, size_t* begin, size_t* end) {
   size_t per = (n + threads - 1) / threads;
   per = (per + 63) / 64 * 64;

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 // Counts every heap allocation of the process while g_counting is set (any thread).
 namespace {
@@ -105,6 +106,41 @@ TEST(ThreadPool, NestedParallelForFromEveryWorkerCompletes) {
     for (int j = 0; j < 50; ++j)
       want += i * 1000 + j;
   EXPECT_EQ(total.load(), want);
+}
+
+// A unit's tensors spread over the pool: claimed heaviest first (visible on a pool without workers,
+// where the caller claims them one by one), every task once on a wide pool too, and the exception
+// of the lowest index (not of the first one claimed) reported after every task ran, also when the
+// tasks themselves split their work with a nested parallel_for.
+TEST(ThreadPool, HeaviestFirstClaimsByWeightAndReportsTheLowestIndexError) {
+  const std::vector<uint64_t> weight = {5, 100, 0, 100, 7, 1};
+  ThreadPool serial(1);
+  std::vector<int> order;
+  serial.parallel_for_heaviest_first(weight, [&](int i) { order.push_back(i); });
+  EXPECT_EQ(order, (std::vector<int>{1, 3, 4, 0, 5, 2}));
+
+  for (int threads : {1, 2, 4, 7}) {
+    ThreadPool pool(threads);
+    std::vector<uint64_t> w(40);
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = (i * 7919) % 13;
+    std::vector<std::atomic<int>> runs(w.size());
+    std::atomic<long> nested{0};
+    try {
+      pool.parallel_for_heaviest_first(w, [&](int i) {
+        runs[static_cast<size_t>(i)].fetch_add(1);
+        pool.parallel_for(9, [&](int j) { nested.fetch_add(j); });
+        // Index 6 (weight 12) is claimed before index 2 (weight 4); 2 is the one reported.
+        if (i == 2 || i == 6) throw std::runtime_error("task " + std::to_string(i));
+      });
+      FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "task 2") << threads;
+    }
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_EQ(runs[i].load(), 1) << threads << " " << i;
+    EXPECT_EQ(nested.load(), 36L * static_cast<long>(w.size())) << threads;
+  }
 }
 
 TEST(ThreadPool, ParallelForInsideSubmittedTasks) {

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "compress/compress.h"
 #include "compress/dgc/schedule.h"
@@ -121,19 +124,83 @@ TEST(Dgc, InvariantWithExactSelection) {
   check_invariant(o, 20000, 10);
 }
 
-TEST(Dgc, ThreadCountDoesNotChangeTheResult) {
-  DgcOptions a;
-  a.parallel_min_elements = 1024;
-  a.threads = 1;
-  DgcOptions b = a;
-  b.threads = 4;
-  DgcCompressor x(100000, a), y(100000, b);
-  for (int s = 0; s < 10; ++s) {
-    auto g = random_grad(100000, s);
-    const Selection& sx = x.step(g.data());
-    const Selection& sy = y.step(g.data());
-    ASSERT_EQ(sx.indices, sy.indices);
-    ASSERT_EQ(sx.values, sy.values);
+// How many threads split a tensor never changes a bit of a step: the selection and its sampled
+// threshold, the adaptation rounds, the residual, the momentum, the cleared gradient, dense steps,
+// DGC's own clipping (a norm over fixed blocks) and the saved state, with 1 to 16 chunks (the
+// tensor is large enough for 16 chunks of at least 64Ki elements). Each case reaches another
+// selection path: the reused threshold (its candidate buffers overflowing when the gradient's scale
+// jumps), the sampled threshold and its rounds (strided and random samples), the exact top-k.
+TEST(Dgc, ThreadCountDoesNotChangeAnyBitOfTheState) {
+  const size_t n = (size_t{1} << 20) + 4099;
+  struct Case {
+    const char* name;
+    DgcOptions o;
+  };
+  std::vector<Case> cases(4);
+  cases[0].name = "reused threshold, clipping, fp16 values, warm-up";
+  cases[0].o.momentum = 0.9f;
+  cases[0].o.value_dtype = DType::kFloat16;
+  cases[0].o.clip_norm = 40.0f;
+  cases[0].o.world_size = 4;
+  cases[0].o.warmup_steps = 4;
+  cases[1].name = "sampled threshold (strided), Nesterov";
+  cases[1].o.reuse_threshold = false;
+  cases[1].o.momentum = 0.5f;
+  cases[1].o.nesterov = true;
+  cases[2].name = "sampled threshold (random), 99%";
+  cases[2].o.reuse_threshold = false;
+  cases[2].o.sample_mode = SampleMode::kRandom;
+  cases[2].o.sparsity = 0.99;
+  cases[3].name = "exact selection";
+  cases[3].o.exact_selection = true;
+  for (Case& c : cases) {
+    c.o.parallel_min_elements = 1024;
+    c.o.seed = 11;
+    std::vector<std::unique_ptr<DgcCompressor>> dgc;
+    const std::vector<int> threads = {1, 2, 3, 4, 7, 16};
+    for (int t : threads) {
+      DgcOptions o = c.o;
+      o.threads = t;
+      dgc.push_back(std::make_unique<DgcCompressor>(n, o));
+    }
+    for (int step = 0; step < 9; ++step) {
+      // Scale jumps (x1, x8, x1/8) move the threshold far from the last one.
+      const float scale = step % 3 == 1 ? 8.0f : step % 3 == 2 ? 0.125f : 1.0f;
+      const std::vector<float> g = random_grad(n, 500 + step, scale, 13);
+      std::vector<float> cleared0, dense0;
+      const Selection* s0 = nullptr;
+      for (size_t k = 0; k < dgc.size(); ++k) {
+        std::vector<float> cleared = g, dense(n);
+        const Selection* s = nullptr;
+        if (step == 5)
+          dgc[k]->step_dense(g.data(), dense.data(), 0.75f);
+        else
+          s = &dgc[k]->step_and_clear(cleared.data(), 0.75f);
+        const std::string what = std::string(c.name) + ", step " + std::to_string(step) + ", " +
+                                 std::to_string(threads[k]) + " threads";
+        if (k == 0) {
+          s0 = s;
+          cleared0 = cleared;
+          dense0 = dense;
+          continue;
+        }
+        ASSERT_EQ(0, std::memcmp(cleared.data(), cleared0.data(), n * 4)) << what;
+        ASSERT_EQ(0, std::memcmp(dense.data(), dense0.data(), n * 4)) << what;
+        if (s != nullptr) {
+          ASSERT_EQ(s->indices, s0->indices) << what;
+          ASSERT_EQ(0, std::memcmp(s->values.data(), s0->values.data(), s->values.size() * 4))
+              << what;
+          ASSERT_TRUE(same_bits(s->threshold, s0->threshold)) << what;
+          ASSERT_EQ(s->rounds, s0->rounds) << what;
+          ASSERT_EQ(s->exact, s0->exact) << what;
+          ASSERT_EQ(s->saturated, s0->saturated) << what;
+        }
+        ASSERT_EQ(dgc[k]->save_state(), dgc[0]->save_state()) << what;
+      }
+      if (!c.o.reuse_threshold && s0 != nullptr && !c.o.exact_selection) {
+        EXPECT_GE(s0->rounds, 1) << c.name << ": the sampled threshold was not used";
+      }
+    }
   }
 }
 

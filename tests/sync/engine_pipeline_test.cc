@@ -19,83 +19,14 @@
 #include "compress/dgc/compressor.h"
 #include "compress/half/cast.h"
 #include "compress/wire/codec.h"
+#include "engine_gates.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
 #include "sync/pipeline.h"
 
-namespace gradex::sync {
-// The engine's test hook (engine.h): a function the progress thread calls before each transfer.
-struct EngineTestAccess {
-  static void before_transfer(Engine& e, std::function<void(const pipeline::Unit&)> hook) {
-    e.before_transfer_ = std::move(hook);
-  }
-};
-}  // namespace gradex::sync
-
 using namespace gradex::test;
 using gradex::sync::pipeline::Route;
 using gradex::sync::pipeline::Unit;
-
-namespace {
-
-// Holds the progress thread before the transfer of a unit holding a gated key until the test
-// releases it (bounded: after 60 s it goes on and the test's own checks fail). Also records every
-// unit that travelled: its route and keys.
-class Gates {
- public:
-  struct Sent {
-    Route route;
-    std::vector<std::string> keys;
-  };
-  void gate(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    state_[key] = kClosed;
-  }
-  // The hook (progress thread).
-  void on_transfer(const Unit& unit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    Sent s{unit.route, {}};
-    for (const auto* job : unit.jobs)
-      s.keys.push_back(job->id.key);
-    sent_.push_back(s);
-    for (const std::string& key : s.keys) {
-      auto it = state_.find(key);
-      if (it == state_.end() || it->second != kClosed) continue;
-      it->second = kReached;
-      cv_.notify_all();
-      cv_.wait_for(lock, std::chrono::seconds(60), [&] { return it->second == kOpen; });
-    }
-  }
-  bool wait_reached(const std::string& key) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return state_[key] == kReached; });
-  }
-  void release(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    state_[key] = kOpen;
-    cv_.notify_all();
-  }
-  std::vector<Sent> sent() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return sent_;
-  }
-
- private:
-  enum State { kClosed, kReached, kOpen };
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::map<std::string, State> state_;
-  std::vector<Sent> sent_;
-};
-
-std::shared_ptr<Gates> install_gates(gradex_engine_t* engine) {
-  auto gates = std::make_shared<Gates>();
-  gradex::sync::EngineTestAccess::before_transfer(
-      gradex::capi::engine_of(engine), [gates](const Unit& u) { gates->on_transfer(u); });
-  return gates;
-}
-
-}  // namespace
 
 // One round holds a large DGC tensor and a small dense one. The progress thread is held before the
 // DGC tensor's allgather: by then the dense handle has completed with the exact average, and the

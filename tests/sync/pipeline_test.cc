@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "compress/dgc/parallel.h"
 
 namespace gradex::sync::pipeline {
 namespace {
@@ -139,6 +140,28 @@ std::deque<Unit> make_units(int n, bool finish_on_pool) {
   for (Unit& u : units)
     u.finish_on_pool = finish_on_pool;
   return units;
+}
+
+// Parallel compression's knobs scale with the pool: a unit is spread only with threads to spread
+// over, two or more jobs and enough work; the lookahead grows by one unit per 8 threads; a tensor
+// is split inside its DGC step from a 1/(2T) share of a 16 MB group, never below 2^17 elements.
+TEST(PipelineSpread, KnobsScaleWithThePool) {
+  using namespace gradex::sync::pipeline;
+  EXPECT_FALSE(spread_prepare(1, 10, uint64_t{1} << 24));
+  EXPECT_FALSE(spread_prepare(4, 1, uint64_t{1} << 24));
+  EXPECT_FALSE(spread_prepare(4, 10, kSpreadMinElements - 1));
+  EXPECT_TRUE(spread_prepare(2, 2, kSpreadMinElements));
+  EXPECT_EQ(lookahead_for(1), 1);
+  EXPECT_EQ(lookahead_for(7), 1);
+  EXPECT_EQ(lookahead_for(8), 2);
+  EXPECT_EQ(lookahead_for(16), 3);
+  namespace dgc = gradex::compress::dgc;
+  const uint64_t group = (uint64_t{16} << 20) / 4;
+  EXPECT_EQ(dgc::split_min_elements(1, group), group / 2);
+  EXPECT_EQ(dgc::split_min_elements(2, group), group / 4);
+  EXPECT_EQ(dgc::split_min_elements(16, group), size_t{1} << 17);
+  EXPECT_EQ(dgc::split_min_elements(64, group), dgc::kMinSplitElements);
+  EXPECT_EQ(dgc::split_min_elements(4, 0), dgc::kMinSplitElements);
 }
 
 TEST(PipelineRun, StagesInOrderTransfersOnTheCallerAndPrepareOverlapsTransfer) {
