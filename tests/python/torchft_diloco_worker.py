@@ -3,11 +3,12 @@ tests/python/test_torchft_diloco.py: a small MLP, AdamW inner steps on this repl
 over ProcessGroupGradex, gradex.torchft.DiLoCo (4/8-bit pseudo-gradients).
 
 Progress: after every inner step it writes <out>/replica<r>.step ("<manager step> <commits> <rollbacks> <heals>
-<inner steps>"). --die-when-told: once <out>/die exists, the replica kills itself (SIGKILL) as soon as a quorum of every replica
-(--replicas) has formed for a sync: its peers start that sync's exchange with a member that is gone.
-Stop: once <out>/stop holds a step S and a sync of all --replicas replicas has just committed with the
-Manager's step >= S, it writes its parameters, global copies and shared outer state to <out>/replica<r>.pt, its statistics
-to <out>/replica<r>.stats, and exits 0.
+<inner steps>"). --die-when-told: once <out>/die exists, the replica kills itself (SIGKILL) as soon as a quorum
+of all --replicas replicas has formed for a sync: its peers start that sync's exchange with a member that is
+gone. --outer torchft runs torchft's own DiLoCo (fp32 pseudo-gradients through Manager.allreduce) over the same
+ProcessGroupGradex instead, for bench/elastic/diloco.py. Stop: once <out>/stop holds a step S and a sync of all --replicas replicas has just committed with the
+Manager's step >= S, it writes its parameters, global copies and shared outer state to <out>/replica<r>.pt, its
+statistics to <out>/replica<r>.stats, and exits 0.
 """
 import argparse
 import json
@@ -31,6 +32,39 @@ def write(path, text):
     os.replace(tmp, path)
 
 
+class TorchftOuter:
+    """torchft.local_sgd.DiLoCo with the attributes the loop below reads from gradex.torchft.DiLoCo."""
+
+    def __init__(self, manager, pg, net, inner, args):
+        from torchft.local_sgd import DiLoCo
+        outer_optimizer = torch.optim.SGD(net.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+        self._diloco = DiLoCo(manager, [net], inner, outer_optimizer, sync_every=args.sync_every,
+                              fragment_sync_delay=args.delay)
+        self._manager, self._pg = manager, pg
+        self.rollbacks = self.heals = 0
+        self.in_flight = False
+
+    @property
+    def commits(self):
+        return self._manager.current_step()
+
+    def global_parameters(self):
+        return {}
+
+    def shared_state(self):
+        return None
+
+    def stats(self):
+        return self._pg._generation.engine.stats()  # the group's engine carries the fp32 allreduces
+
+    def __enter__(self):
+        self._diloco.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._diloco.__exit__(*exc)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--replica", type=int, required=True)
@@ -45,6 +79,7 @@ def main():
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--step-sleep", type=float, default=0.02)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--outer", choices=["gradex", "torchft"], default="gradex")
     args = parser.parse_args()
 
     store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
@@ -70,8 +105,12 @@ def main():
     progress = os.path.join(args.out, f"replica{args.replica}.step")
     stop_path = os.path.join(args.out, "stop")
     inner_steps = 0
-    with gxft.DiLoCo(manager, net, inner, sync_every=args.sync_every, fragments=args.fragments,
-                     fragment_sync_delay=args.delay, bits=args.bits) as diloco:
+    if args.outer == "torchft":
+        outer = TorchftOuter(manager, pg, net, inner, args)
+    else:
+        outer = gxft.DiLoCo(manager, net, inner, sync_every=args.sync_every, fragments=args.fragments,
+                            fragment_sync_delay=args.delay, bits=args.bits)
+    with outer as diloco:
         if args.die_when_told:
             start_quorum = manager.start_quorum
             told = os.path.join(args.out, "die")

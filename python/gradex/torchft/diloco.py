@@ -27,7 +27,6 @@ torchft's recovery, with the model and inner optimizer state of the Manager's ow
 must hold the model and the inner optimizer, as for torchft's DiLoCo). Its residuals start at zero: they are
 its own error feedback.
 """
-import threading
 import weakref
 
 import torch
@@ -117,7 +116,6 @@ class DiLoCo:
         # first quorum, so the parameters of now are kept until then.
         with torch.no_grad():
             self._initial = [p.detach().clone() for _, p in self._params]
-        self._lock = threading.Lock()
         self._holder = [None]  # the _capi.Outer, once the first quorum formed
         self._finalizer = weakref.finalize(self, _close_quietly, self._holder)
         self._steps = 0  # inner steps ended (the outer optimizer's step count, mirrored before it exists)
