@@ -332,7 +332,8 @@ gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffe
  * Versioned ("GRXS", format 1) and CRC-32C checksummed. Saving is refused with exchanges in flight or after
  * a failure (GRADEX_ERR_STATE). Loading checks version, checksum (GRADEX_ERR_CORRUPT), GRADEX_OUTER_PERIOD,
  * _FRAGMENTS, _DELAY, _BITS and the tensor set (GRADEX_ERR_STATE) before changing anything; it keeps this
- * rank's contribution residuals (a newcomer's are zero) and zeroes 4/8-bit owners' requantization residuals. */
+ * rank's contribution residuals (a newcomer's are zero) and zeroes 4/8-bit owners' requantization
+ * residuals. */
 gradex_status_t gradex_outer_save_shared_state(gradex_outer_t* outer, void* buffer, size_t capacity,
                                                size_t* length);
 gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void* buffer, size_t length);

@@ -121,6 +121,7 @@ class DiLoCo:
         self._steps = 0  # inner steps ended (the outer optimizer's step count, mirrored before it exists)
         self._attempt = None
         self._hooks = []
+        self._closed = False
         self.commits = 0  # outer syncs committed
         self.rollbacks = 0  # outer syncs that did not commit (rolled back)
         self.heals = 0  # outer states received from a peer
@@ -134,6 +135,8 @@ class DiLoCo:
         return self._holder[0]
 
     def _on_membership(self, store_addr, rank, world_size, timeout):
+        if self._closed:
+            return
         store = _pg.create_store_client(store_addr, timeout)
         outer = self._outer
         if outer is not None:  # a survivor: its outer state is kept
@@ -294,5 +297,6 @@ class DiLoCo:
 
     def close(self):
         """Releases the outer optimizer's connections (waits for the peers to leave too, within the timeout)."""
+        self._closed = True
         self.__exit__(None, None, None)
         self._finalizer()
