@@ -1,8 +1,8 @@
 """gradex's DiLoCo as the outer loop of a torchft job (gradex.torchft.DiLoCo).
 
 In this process (a stand-in Manager that decides which syncs commit, a real ProcessGroupGradex and outer
-optimizer over a real store): a sync that does not commit leaves the shared outer state and the parameters
-exactly as they were before it, and the next step runs it again; corrupt, foreign or mismatched outer state is
+optimizer over a real store): a sync that does not commit (merged at once, or streamed: merged a step after it
+started) leaves the shared outer state and the parameters exactly as they were before it, and it runs again; corrupt, foreign or mismatched outer state is
 refused and changes nothing.
 
 With real processes and torchft's Lighthouse (tests/python/torchft_diloco_worker.py): a healthy run ends with
@@ -140,6 +140,29 @@ def test_a_sync_that_does_not_commit_is_rolled_back_exactly(store):
         after = r.diloco.shared_state()
         assert after != before
         assert _bits_equal(r.params(), list(r.diloco.global_parameters().values()))  # merged: the global copy
+    finally:
+        r.close()
+
+
+def test_a_streamed_sync_that_does_not_commit_is_rolled_back_exactly(store):
+    # Two fragments, each sync merged one step after it starts (the exchange runs in the background meanwhile).
+    r = Alone(store, "streamed", sync_every=4, fragments=2, fragment_sync_delay=1, bits=8)
+    try:
+        while r.diloco.commits < 2 or r.diloco.in_flight:
+            r.inner_step()
+        before = r.diloco.shared_state()
+        while not r.diloco.in_flight:  # up to the step that starts the next sync
+            before = r.diloco.shared_state()
+            r.inner_step()
+        r.manager.plan = [False]
+        r.inner_step()  # merged, not committed
+        assert r.diloco.rollbacks == 1 and not r.diloco.in_flight
+        assert r.diloco.shared_state() == before, "the outer state is not what it was before the sync"
+        assert _bits_equal(r.params(), r.after_inner), "the parameters are not the local ones of before the merge"
+        r.inner_step()  # started again
+        assert r.diloco.in_flight
+        r.inner_step()
+        assert r.diloco.commits == 3 and r.diloco.shared_state() != before
     finally:
         r.close()
 
