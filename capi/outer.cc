@@ -117,6 +117,18 @@ gradex_status_t gradex_outer_start(gradex_outer_t* outer) {
   return guarded("gradex_outer_start", [&] { outer_of(outer).start(); });
 }
 
+gradex_status_t gradex_outer_start_local(gradex_outer_t* outer, uint64_t step) {
+  return guarded("gradex_outer_start_local", [&] { outer_of(outer).start_local(step); });
+}
+
+gradex_status_t gradex_outer_step_count(gradex_outer_t* outer, uint64_t* step) {
+  return guarded("gradex_outer_step_count", [&] {
+    auto& o = outer_of(outer);
+    require(step, "step");
+    *step = o.step_count();
+  });
+}
+
 gradex_status_t gradex_outer_step(gradex_outer_t* outer, int* merged) {
   return guarded("gradex_outer_step", [&] {
     int n = outer_of(outer).step();
@@ -206,6 +218,24 @@ gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffe
     auto& o = outer_of(outer);
     require(buffer, "buffer");
     o.load_state(static_cast<const uint8_t*>(buffer), length);
+  });
+}
+
+gradex_status_t gradex_outer_save_shared_state(gradex_outer_t* outer, void* buffer, size_t capacity,
+                                               size_t* length) {
+  return guarded("gradex_outer_save_shared_state", [&] {
+    auto& o = outer_of(outer);
+    require(length, "length");
+    copy_state_out(o.save_shared_state(), buffer, capacity, length);
+  });
+}
+
+gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void* buffer,
+                                               size_t length) {
+  return guarded("gradex_outer_load_shared_state", [&] {
+    auto& o = outer_of(outer);
+    require(buffer, "buffer");
+    o.load_shared_state(static_cast<const uint8_t*>(buffer), length);
   });
 }
 

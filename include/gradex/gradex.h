@@ -281,8 +281,9 @@ gradex_status_t gradex_outer_create(const gradex_engine_options_t* options, grad
 /* Finishes exchanges in flight (bounded by the timeout), leaves and releases. NULL is ignored. */
 gradex_status_t gradex_outer_destroy(gradex_outer_t* outer);
 /* A new membership, as gradex_engine_reconfigure (same options rules; store_prefix NULL means
- * "gradex/outer/"), collective over the new members, every one of which must already hold a started
- * gradex_outer_t (a newcomer cannot join one yet: recreate the objects everywhere to grow). Exchanges not
+ * "gradex/outer/"), collective over the new members: the survivors call this, a newcomer calls
+ * gradex_outer_create with the same store and prefix at the same time, registers the same tensors,
+ * starts with gradex_outer_start_local and loads a member's gradex_outer_save_shared_state. Exchanges not
  * yet merged are dropped; kept: fragments and their schedule, step count, global copies, outer momenta,
  * contribution residuals (4/8-bit owners' requantization residuals restart at zero). A failed object is
  * usable again after a successful reconfiguration. */
@@ -294,6 +295,13 @@ gradex_status_t gradex_outer_add_tensor(gradex_outer_t* outer, const char* key, 
 /* Collective: splits the parameters into GRADEX_OUTER_FRAGMENTS fragments and copies rank 0's values into
  * every rank's tensors and global copy. */
 gradex_status_t gradex_outer_start(gradex_outer_t* outer);
+/* Not collective, in place of gradex_outer_start: splits the parameters into fragments as it does; every
+ * rank's global copies are its own tensors as they are now and its step count is `step` (inner steps
+ * already taken). For a rank joining members that started already (it then loads their
+ * gradex_outer_save_shared_state), or when the caller has made every rank's tensors and step identical. */
+gradex_status_t gradex_outer_start_local(gradex_outer_t* outer, uint64_t step);
+/* Inner steps ended by gradex_outer_step: the clock of the fragment schedule (restored by the loads). */
+gradex_status_t gradex_outer_step_count(gradex_outer_t* outer, uint64_t* step);
 /* Ends an inner step (after the inner optimizer's step): merges exchanges due now and starts those of the
  * fragments due now. *merged (may be NULL) = fragments merged into the tensors by this call. A failed
  * background exchange (dead or stalled peer) is returned here (and by every later call). */
@@ -313,9 +321,22 @@ gradex_status_t gradex_outer_last_merges(gradex_outer_t* outer, uint64_t* steps,
 /* Fragment of a registered tensor (-1 for buffers). */
 gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key, int64_t* fragment);
 /* Global copies, outer momenta, residuals and the step count (buffer NULL: the size). Saving merges the
- * exchanges in flight first; loading checks format, world size and tensor set (GRADEX_ERR_STATE). */
+ * exchanges in flight first; loading checks format, world size and tensor set (GRADEX_ERR_STATE). A
+ * failed object may load (a rollback to a state saved before an exchange that failed): its exchanges in
+ * flight are waited for and dropped, and it stays failed until gradex_outer_reconfigure. */
 gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity, size_t* length);
 gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length);
+/* The outer state that every member holds identically (buffer NULL: the size): step count, last merges and
+ * per fragment its round, global copy and outer momentum; no residuals and nothing that depends on rank or
+ * world size, so any member of any membership can load it (a newcomer takes it from a healthy peer).
+ * Versioned ("GRXS", format 1) and CRC-32C checksummed. Saving is refused with exchanges in flight or after
+ * a failure (GRADEX_ERR_STATE). Loading checks version, checksum (GRADEX_ERR_CORRUPT), GRADEX_OUTER_PERIOD,
+ * _FRAGMENTS, _DELAY, _BITS and the tensor set (GRADEX_ERR_STATE) before changing anything; it keeps this
+ * rank's contribution residuals (a newcomer's are zero) and zeroes 4/8-bit owners' requantization
+ * residuals. */
+gradex_status_t gradex_outer_save_shared_state(gradex_outer_t* outer, void* buffer, size_t capacity,
+                                               size_t* length);
+gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void* buffer, size_t length);
 
 /* ---- Configuration check (additive to API version 1) -------------------------------------------------
  * Validates GRADEX_* settings in this process exactly as gradex_engine_create parses them (the

@@ -478,6 +478,11 @@ def _outer_lib():
                                                      ctypes.POINTER(ctypes.c_size_t)]),
                 "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
                 "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
+                "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
+                "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
+                "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                            ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
             }
             for name, (restype, argtypes) in sigs.items():
                 fn = getattr(c, name)
@@ -546,6 +551,18 @@ class Outer:
     def start(self):
         check(_outer_lib().gradex_outer_start(self._outer()))
 
+    def start_local(self, step=0):
+        """Not collective (gradex_outer_start_local): the global copies are this rank's tensors as they are now,
+        the step count `step`; for a member joining peers that started already, which then loads their
+        shared state."""
+        check(_outer_lib().gradex_outer_start_local(self._outer(), int(step)))
+
+    def step_count(self):
+        """Inner steps ended by step(): the fragment schedule's clock (restored by the state loads)."""
+        value = ctypes.c_uint64()
+        check(_outer_lib().gradex_outer_step_count(self._outer(), ctypes.byref(value)))
+        return value.value
+
     def step(self):
         merged = ctypes.c_int()
         check(_outer_lib().gradex_outer_step(self._outer(), ctypes.byref(merged)))
@@ -587,6 +604,20 @@ class Outer:
         blob = bytes(blob)
         buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
         check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))
+
+    def save_shared_state(self):
+        """The outer state every member holds identically (gradex_outer_save_shared_state): bytes."""
+        c = _outer_lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_outer_save_shared_state(self._outer(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_outer_save_shared_state(self._outer(), buf, length.value, ctypes.byref(length)))
+        return buf.raw[:length.value]
+
+    def load_shared_state(self, blob):
+        blob = bytes(blob)
+        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+        check(_outer_lib().gradex_outer_load_shared_state(self._outer(), buf, len(blob)))
 
 
 # --- Configuration check (gradex_check_config; additive to API version 1) ---------------------------

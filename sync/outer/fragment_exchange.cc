@@ -150,6 +150,15 @@ void FragmentExchange::save(ByteWriter& w) const {
   }
 }
 
+void FragmentExchange::set_shared(uint64_t round, std::vector<float> global,
+                                  std::vector<float> momentum) {
+  round_ = round;
+  global_ = std::move(global);
+  momentum_ = std::move(momentum);
+  if (auto* q = dynamic_cast<QuantCodec*>(result_codec_.get()))
+    std::fill(q->residual().begin(), q->residual().end(), 0.0f);
+}
+
 void FragmentExchange::load(ByteReader& r) {
   round_ = r.get<uint64_t>();
   get_floats(r, global_, "a global copy");

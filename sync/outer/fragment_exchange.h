@@ -55,6 +55,12 @@ class FragmentExchange {
   void save(ByteWriter& w) const;
   void load(ByteReader& r);
 
+  // The part every member holds identically (OuterOptimizer::save_shared_state).
+  const std::vector<float>& momentum() const { return momentum_; }
+  // Installs a member's round, global copy and outer momentum (sizes equal numel()); this rank's
+  // contribution residual is kept, a 4/8-bit owner's requantization residual restarts at zero.
+  void set_shared(uint64_t round, std::vector<float> global, std::vector<float> momentum);
+
  private:
   void outer_step(const float* average_or_delta);
   // The 4/8-bit codecs of (rank, world size); the contribution residual is `residual` when given.

@@ -66,6 +66,17 @@ void OuterOptimizer::add_tensor(const std::string& key, float* data, uint64_t nu
 
 void OuterOptimizer::start() {
   if (started_) throw InvalidArgument("DiLoCo: start() called twice");
+  begin(true);
+}
+
+void OuterOptimizer::start_local(uint64_t step) {
+  if (started_) throw InvalidArgument("DiLoCo: start_local() after a start");
+  begin(false);
+  step_ = step;
+}
+
+void OuterOptimizer::begin(bool from_rank0) {
+  if (!comm_) throw InvalidArgument("DiLoCo: start after a failed reconfiguration");
   std::vector<uint64_t> sizes;
   std::vector<Tensor*> params;
   for (auto& t : tensors_) {
@@ -88,9 +99,9 @@ void OuterOptimizer::start() {
     }
     fragments_.push_back(std::make_unique<FragmentExchange>(options_, f, n, rank_, world_));
   }
-  // Rank 0's values everywhere: the global copies start identical.
+  // start(): rank 0's values everywhere, so the global copies start identical.
   for (auto& t : tensors_) {
-    if (t.numel > 0) comm::broadcast(*comm_, t.data, 4 * t.numel, 0);
+    if (from_rank0 && t.numel > 0) comm::broadcast(*comm_, t.data, 4 * t.numel, 0);
     if (!t.is_buffer) {
       auto& g = fragments_[static_cast<size_t>(t.fragment)]->global();
       std::memcpy(g.data() + t.offset, t.data, 4 * t.numel);
@@ -206,6 +217,15 @@ void OuterOptimizer::merge(const Job& job) {
       std::memcpy(t->data, job.buffers.data() + t->offset, 4 * t->numel);
   std::lock_guard<std::mutex> lock(mutex_);
   if (job.fragment >= 0) ++stats_.syncs;
+}
+
+void OuterOptimizer::drop_pending_after_failure() {
+  // The worker completes every job within the communicator's timeout; after a failure, queued
+  // ones fail at once without touching the network.
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (const auto& job : pending_)
+    cv_.wait(lock, [&] { return job->done; });
+  pending_.clear();
 }
 
 void OuterOptimizer::synchronize() {

@@ -66,6 +66,13 @@ class OuterOptimizer {
   // Collective: freezes the tensor set, splits it into fragments and copies rank 0's values into
   // every rank's tensors and global copy.
   void start();
+  // Not collective (in place of start()): the global copies are this rank's own tensors as they
+  // are now, and the step count is `step`. For a member joining peers that started already (it
+  // then takes their state with load_shared_state()), or when the caller made every rank's
+  // tensors and step identical (torchft: its own recovery does).
+  void start_local(uint64_t step);
+  // Inner steps ended by step(): the fragment schedule's clock (restored by the state loads).
+  uint64_t step_count() const { return step_; }
   // Ends an inner step (after the inner optimizer's step). Merges exchanges due now, starts the
   // exchanges of fragments due now. Returns the number of fragments merged.
   int step();
@@ -84,7 +91,21 @@ class OuterOptimizer {
   // Global copies, momenta, residuals and the step count. Waits for pending exchanges first
   // (synchronize() semantics without touching the caller's tensors).
   std::vector<uint8_t> save_state();
+  // Also on a failed object (to roll back to a state saved before an exchange that failed): the
+  // exchanges in flight are then waited for (they fail within the timeout) and dropped; the
+  // failure stays until a reconfiguration. Without a failure, exchanges in flight are an error.
   void load_state(const uint8_t* data, size_t size);
+
+  // The outer state every member holds identically (outer_shared_state.cc): the step count, last
+  // merges, and per fragment its round, global copy and outer momentum; no residuals (a rank's
+  // own error feedback) and nothing that depends on rank or world size, so that a member of any
+  // membership can load it. Versioned and checksummed. Refused with exchanges in flight or after
+  // a failure (the state may be partly updated).
+  std::vector<uint8_t> save_shared_state();
+  // Replaces the shared state (checked against this job's settings and tensors; a corrupt or
+  // mismatched blob changes nothing). This rank's contribution residuals are kept (a new
+  // member's are zero); 4/8-bit owners' requantization residuals restart at zero.
+  void load_shared_state(const uint8_t* data, size_t size);
 
   // Finishes pending exchanges (bounded by the timeout) and leaves; idempotent.
   void shutdown();
@@ -110,6 +131,8 @@ class OuterOptimizer {
   };
   struct Job;
 
+  void begin(bool from_rank0);
+  void drop_pending_after_failure();
   void require_started(const char* what) const;
   void check_failed();
   void launch(int64_t fragment, bool with_buffers);

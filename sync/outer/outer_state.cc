@@ -42,8 +42,12 @@ std::vector<uint8_t> OuterOptimizer::save_state() {
 
 void OuterOptimizer::load_state(const uint8_t* data, size_t size) {
   require_started("load_state()");
-  check_failed();
-  if (!pending_.empty())
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed = failed_code_ != ErrorCode::kOk;
+  }
+  if (!pending_.empty() && !failed)
     throw StateError("DiLoCo: load_state() with exchanges in flight; call synchronize() first");
   ByteReader r(data, size, "DiLoCo state");
   if (r.get<uint32_t>() != kMagic) throw StateError("DiLoCo state: not a DiLoCo state blob");
@@ -82,6 +86,7 @@ void OuterOptimizer::load_state(const uint8_t* data, size_t size) {
     loaded.back()->load(r);
   }
   r.expect_end();
+  if (failed) drop_pending_after_failure();  // a rollback: what was in flight never happened
   fragments_ = std::move(loaded);
   last_merge_ = merges;
   step_ = step;
