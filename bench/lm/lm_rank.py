@@ -165,6 +165,28 @@ def wire_bytes(switch, hosts):
     return sum(stats[f"p{i}"] for i in range(hosts))
 
 
+def curve_points(count, coarse, target, loss_at):
+    """The snapshots worth evaluating (an evaluation costs seconds; snapshots are taken every few): the first,
+    the last and `coarse` evenly spaced ones for the curve, then a bisection between the last coarse point
+    above `target` and the first at or below it, which finds the first snapshot at or below the target where
+    the loss falls monotonically between those two points (elsewhere it may find a later one: the time to
+    target can only come out later, never sooner). loss_at(i) evaluates snapshot i (memoized by the caller)."""
+    step = max(1, -(-(count - 1) // max(1, coarse)))
+    grid = sorted({*range(0, count, step), count - 1})
+    for i in grid:
+        loss_at(i)
+    below = next((k for k, i in enumerate(grid) if loss_at(i) <= target), None)
+    if below:  # not None and not the first snapshot
+        lo, hi = grid[below - 1], grid[below]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if loss_at(mid) <= target:
+                hi = mid
+            else:
+                lo = mid
+    return grid
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--method", choices=sorted(METHODS), required=True)
@@ -173,6 +195,10 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=float, default=0,
                    help="seconds of clock between snapshots (default min(4, budget / 12))")
     p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--curve-points", type=int, default=6,
+                   help="snapshots evaluated evenly for the curve (plus the bisection to the target)")
+    p.add_argument("--target-loss", type=float, default=0,
+                   help="the race's target (race.py: DDP's final loss); 0: this run's own final loss")
     p.add_argument("--batch", type=int, default=8, help="per rank")
     p.add_argument("--context", type=int, default=lm.DEFAULTS["context"])
     p.add_argument("--d-model", type=int, default=lm.DEFAULTS["d"])
@@ -282,11 +308,20 @@ def main():
         return
     # Training is over on every rank: rank 0 evaluates its snapshots with the machine to itself.
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    curve = []
-    for when, at_step, params, b in snapshots:
-        eval_model.load_state_dict(params, strict=False)
-        curve.append((when, at_step, lm.held_out_loss(eval_model, evals), b))
-        sys.stderr.write(f"[lm] {args.method} step {at_step} t {when:.1f}s loss {curve[-1][2]:.4f}\n")
+    losses = {}
+
+    def loss_at(i):
+        if i not in losses:
+            eval_model.load_state_dict(snapshots[i][2], strict=False)
+            losses[i] = lm.held_out_loss(eval_model, evals)
+            sys.stderr.write(f"[lm] {args.method} step {snapshots[i][1]} t {snapshots[i][0]:.1f}s "
+                             f"loss {losses[i]:.4f}\n")
+        return losses[i]
+
+    target = args.target_loss or loss_at(len(snapshots) - 1)
+    for i in curve_points(len(snapshots), args.curve_points, target, loss_at):
+        loss_at(i)
+    curve = [(snapshots[i][0], snapshots[i][1], losses[i], snapshots[i][3]) for i in sorted(losses)]
     snapshots.clear()
     with open(args.curve_out, "w") as f:
         json.dump({"method": args.method, "label": label, "curve": curve, "world": world,

@@ -53,10 +53,11 @@ def rate_tag(rate):
     return rate.replace("gbit", "g").replace("mbit", "m").replace("kbit", "k")
 
 
-def run_method(net, method, args, data_path, log_dir):
+def run_method(net, method, args, data_path, log_dir, target=None):
     curve_out = os.path.join(log_dir, f"lm.{net.label}.{method}.json")
     argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--data", data_path,
             "--budget", str(args.budget), "--curve-out", curve_out,
+            *([f"--target-loss={target!r}"] if target is not None else []),
             *(["--switch", net.switch] if getattr(net, "switch", None) else []), *args.rank_args.split()]
     port = network.pick_port(net)
     procs, logs = [], []
@@ -192,6 +193,8 @@ def parse_args(argv=None):
     if args.short:
         args.rates, args.methods, args.budget = SHORT["rates"], SHORT["methods"], SHORT["budget"]
     args.methods = [m for m in args.methods.split(",") if m]
+    if "ddp" in args.methods:  # first: every other method's evaluation searches for DDP's final loss
+        args.methods = ["ddp"] + [m for m in args.methods if m != "ddp"]
     unknown = [m for m in args.methods if m not in lm_rank.METHODS]
     if unknown:
         p.error(f"unknown method(s) {','.join(unknown)}; known: {','.join(lm_rank.METHODS)}")
@@ -236,9 +239,11 @@ def main(argv=None):
                 net = network.Cluster(args.hosts, rate)
                 net.shape()
             curves[rate], runs[rate] = {}, {}
-            for method in args.methods:
+            for method in args.methods:  # ddp first: its final loss is the target the others bisect to
+                ddp = curves[rate].get("ddp")
+                target = ddp[-1][2] * (1 + args.tolerance) if ddp else None
                 try:
-                    run = run_method(net, method, args, data_path, args.log_dir)
+                    run = run_method(net, method, args, data_path, args.log_dir, target)
                 except RuntimeError as e:  # one method's failure must not lose the others' results
                     failed.setdefault(rate, {})[method] = str(e)
                     print(f"[lm] {rate} {method}: FAILED: {e}", file=sys.stderr, flush=True)

@@ -190,3 +190,30 @@ def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
     assert [c[1] for c in curves["powersgd"]] == [0, 6, 12]
     assert all(math.isfinite(c[2]) for c in curves["powersgd"])
     assert curves["powersgd"][-1][2] < curves["powersgd"][0][2]  # it trained
+
+
+def test_curve_points_bisect_to_the_first_snapshot_at_the_target():
+    sys.path.insert(0, str(ROOT / "bench" / "lm"))
+    try:
+        import lm_rank
+    finally:
+        del sys.path[0]
+        sys.modules.pop("lm_rank", None)
+    losses = [10 - 0.1 * i for i in range(61)]  # falls monotonically: 10.0 at 0 ... 4.0 at 60
+    seen = []
+
+    def loss_at(i):
+        seen.append(i)
+        return losses[i]
+
+    grid = lm_rank.curve_points(61, 6, 7.05, loss_at)
+    assert grid == [0, 10, 20, 30, 40, 50, 60]
+    first = min(i for i in set(seen) if losses[i] <= 7.05)
+    assert first == 30  # 7.0 <= 7.05 < 7.1
+    assert len(set(seen)) <= len(grid) + 4  # a bisection, not every snapshot
+    seen.clear()
+    lm_rank.curve_points(61, 6, 7.45, loss_at)
+    assert min(i for i in set(seen) if losses[i] <= 7.45) == 26  # inside a coarse interval: found exactly
+    seen.clear()
+    lm_rank.curve_points(61, 6, 3.0, loss_at)  # never reached: the grid only
+    assert sorted(set(seen)) == [0, 10, 20, 30, 40, 50, 60]
