@@ -10,8 +10,10 @@ bytes on the wire.
 Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
 this gradex configures it for AdamW), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
 nocomm (no exchange at all: the compute bound). The target at each rate is DDP's held-out loss at the end
-of its budget (times 1 + --tolerance). RESULT keys, <rate> as 100m / 1g (loopback: loopback):
-  ttt_<method>_<rate>              clock seconds to the first evaluation at or below the target (nan: never)
+of its budget (times 1 + --tolerance): ddp runs first and the others get it as --target-loss. RESULT keys,
+<rate> as 100m / 1g (loopback: loopback):
+  ttt_<method>_<rate>              clock seconds to the first snapshot at or below the target (nan: never;
+                                   lm_rank.py bisects its snapshots to it)
   bytes_to_target_<method>_<rate>  bytes all hosts had sent by then (nan: never, or not counted)
   final_loss_<method>_<rate>       held-out loss at the end of the budget
   ddp_over_best_gradex_ttt_<rate>  DDP's ttt / the smallest gradex ttt (> 1: gradex sooner; nan: no gradex
