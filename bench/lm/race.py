@@ -158,7 +158,7 @@ def plot(curves_by_rate, summary, path):
             counted = [(c[3], c[2]) for c in curve[1:] if c[3]]  # step 0 has sent nothing (log axis)
             if counted:
                 axes[row][1].plot([b / 1e6 for b, _ in counted], [l for _, l in counted], marker=".", label=method)
-        axes[row][0].set(title=f"{rate}: held-out loss vs wall-clock", xlabel="s (rank 0, evaluations excluded)",
+        axes[row][0].set(title=f"{rate}: held-out loss vs wall-clock", xlabel="s of training clock (rank 0)",
                          ylabel="loss (nats/token)")
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
