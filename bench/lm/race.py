@@ -10,8 +10,10 @@ bytes on the wire.
 Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
 this gradex configures it for AdamW), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
 nocomm (no exchange at all: the compute bound). The target at each rate is DDP's held-out loss at the end
-of its budget (times 1 + --tolerance). RESULT keys, <rate> as 100m / 1g (loopback: loopback):
-  ttt_<method>_<rate>              clock seconds to the first evaluation at or below the target (nan: never)
+of its budget (times 1 + --tolerance): ddp runs first and the others get it as --target-loss. RESULT keys,
+<rate> as 100m / 1g (loopback: loopback):
+  ttt_<method>_<rate>              clock seconds to the first snapshot at or below the target (nan: never;
+                                   lm_rank.py bisects its snapshots to it)
   bytes_to_target_<method>_<rate>  bytes all hosts had sent by then (nan: never, or not counted)
   final_loss_<method>_<rate>       held-out loss at the end of the budget
   ddp_over_best_gradex_ttt_<rate>  DDP's ttt / the smallest gradex ttt (> 1: gradex sooner; nan: no gradex
@@ -53,10 +55,11 @@ def rate_tag(rate):
     return rate.replace("gbit", "g").replace("mbit", "m").replace("kbit", "k")
 
 
-def run_method(net, method, args, data_path, log_dir):
+def run_method(net, method, args, data_path, log_dir, target=None):
     curve_out = os.path.join(log_dir, f"lm.{net.label}.{method}.json")
     argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--data", data_path,
             "--budget", str(args.budget), "--curve-out", curve_out,
+            *([f"--target-loss={target!r}"] if target is not None else []),
             *(["--switch", net.switch] if getattr(net, "switch", None) else []), *args.rank_args.split()]
     port = network.pick_port(net)
     procs, logs = [], []
@@ -155,7 +158,7 @@ def plot(curves_by_rate, summary, path):
             counted = [(c[3], c[2]) for c in curve[1:] if c[3]]  # step 0 has sent nothing (log axis)
             if counted:
                 axes[row][1].plot([b / 1e6 for b, _ in counted], [l for _, l in counted], marker=".", label=method)
-        axes[row][0].set(title=f"{rate}: held-out loss vs wall-clock", xlabel="s (rank 0, evaluations excluded)",
+        axes[row][0].set(title=f"{rate}: held-out loss vs wall-clock", xlabel="s of training clock (rank 0)",
                          ylabel="loss (nats/token)")
         axes[row][1].set(title=f"{rate}: held-out loss vs bytes on the wire", xlabel="MB (all hosts)",
                          xscale="log")
@@ -192,6 +195,8 @@ def parse_args(argv=None):
     if args.short:
         args.rates, args.methods, args.budget = SHORT["rates"], SHORT["methods"], SHORT["budget"]
     args.methods = [m for m in args.methods.split(",") if m]
+    if "ddp" in args.methods:  # first: every other method's evaluation searches for DDP's final loss
+        args.methods = ["ddp"] + [m for m in args.methods if m != "ddp"]
     unknown = [m for m in args.methods if m not in lm_rank.METHODS]
     if unknown:
         p.error(f"unknown method(s) {','.join(unknown)}; known: {','.join(lm_rank.METHODS)}")
@@ -236,9 +241,11 @@ def main(argv=None):
                 net = network.Cluster(args.hosts, rate)
                 net.shape()
             curves[rate], runs[rate] = {}, {}
-            for method in args.methods:
+            for method in args.methods:  # ddp first: its final loss is the target the others bisect to
+                ddp = curves[rate].get("ddp")
+                target = ddp[-1][2] * (1 + args.tolerance) if ddp else None
                 try:
-                    run = run_method(net, method, args, data_path, args.log_dir)
+                    run = run_method(net, method, args, data_path, args.log_dir, target)
                 except RuntimeError as e:  # one method's failure must not lose the others' results
                     failed.setdefault(rate, {})[method] = str(e)
                     print(f"[lm] {rate} {method}: FAILED: {e}", file=sys.stderr, flush=True)

@@ -171,3 +171,49 @@ def test_equal_step_runs_stop_at_their_step_count(tmp_path):
         assert [c[1] for c in result["curve"]] == [0, 4, 8]
         if method == "gradex_diloco4":
             assert result["gradex_bytes_sent_rank0"] > 0
+
+
+def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
+    """PyTorch's PowerSGD hook over gloo with many DDP buckets in flight: its second and third allreduces are
+    issued from future callbacks on gloo's threads, which raced the next bucket's first allreduce across ranks
+    ("Received data size doesn't match expected size") until lm_rank.serialized_hook ordered the buckets.
+    Tiny buckets (--bucket-cap-mb) give a small model many of them; PowerSGD runs from step 2."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "lm" / "race.py"), "--loopback", "--hosts", "3",
+         "--methods", "ddp,powersgd", "--budget", "1", "--vocab", "512", "--corpus-bytes", str(SMALL),
+         "--rank-args", "--d-model 32 --layers 2 --heads 2 --context 16 --batch 2 --eval-batches 2 "
+                        "--steps 12 --eval-steps 6 --bucket-cap-mb 0.005",
+         "--out", str(tmp_path / "lm.json"), "--plot", str(tmp_path / "lm.png"), "--log-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    curves = json.loads((tmp_path / "lm.json").read_text())["curves"]["loopback"]
+    assert [c[1] for c in curves["powersgd"]] == [0, 6, 12]
+    assert all(math.isfinite(c[2]) for c in curves["powersgd"])
+    assert curves["powersgd"][-1][2] < curves["powersgd"][0][2]  # it trained
+
+
+def test_curve_points_bisect_to_the_first_snapshot_at_the_target():
+    sys.path.insert(0, str(ROOT / "bench" / "lm"))
+    try:
+        import lm_rank
+    finally:
+        del sys.path[0]
+        sys.modules.pop("lm_rank", None)
+    losses = [10 - 0.1 * i for i in range(61)]  # falls monotonically: 10.0 at 0 ... 4.0 at 60
+    seen = []
+
+    def loss_at(i):
+        seen.append(i)
+        return losses[i]
+
+    grid = lm_rank.curve_points(61, 6, 7.05, loss_at)
+    assert grid == [0, 10, 20, 30, 40, 50, 60]
+    first = min(i for i in set(seen) if losses[i] <= 7.05)
+    assert first == 30  # 7.0 <= 7.05 < 7.1
+    assert len(set(seen)) <= len(grid) + 4  # a bisection, not every snapshot
+    seen.clear()
+    lm_rank.curve_points(61, 6, 7.45, loss_at)
+    assert min(i for i in set(seen) if losses[i] <= 7.45) == 26  # inside a coarse interval: found exactly
+    seen.clear()
+    lm_rank.curve_points(61, 6, 3.0, loss_at)  # never reached: the grid only
+    assert sorted(set(seen)) == [0, 10, 20, 30, 40, 50, 60]
