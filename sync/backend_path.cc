@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "compress/backend/adam_codec.h"
+#include "compress/backend/dct_adam_codec.h"
 #include "compress/dgc/compressor.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_tensor.h"
@@ -55,14 +56,20 @@ void BackendPath::attach(TensorState& t, bool cuda) {
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   compress::DgcOptions o = compress::dgc_options_from_config(config_, world_size_);
   o.sparsity = sparsity;
-  o.clip_norm = 0;                          // the engine clips (whole-step norm)
-  if (options_.adam_codec) o.momentum = 0;  // the optimizer keeps its moments
+  o.clip_norm = 0;  // the engine clips (whole-step norm)
+  if (options_.adam_codec) {
+    o.momentum = 0;  // the optimizer keeps its moments
+    o.residual_dct_chunk = options_.adam_dct_chunk;
+  }
   return o;
 }
 
 std::unique_ptr<be::DgcCodec> BackendPath::make_codec(const TensorState& t,
                                                       const compress::DgcOptions& options) const {
   const compress::WireOptions wire = compress::wire_options_from_config(config_);
+  if (options_.adam_codec && options_.adam_dct_chunk > 0)
+    return std::make_unique<be::DctAdamCodec>(*t.backend->backend, t.key, t.numel, t.rows, options,
+                                              wire, options_.adam_decay);
   if (options_.adam_codec)
     return std::make_unique<be::AdamCodec>(*t.backend->backend, t.key, t.numel, options, wire,
                                            options_.adam_decay);
