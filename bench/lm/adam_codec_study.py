@@ -16,12 +16,22 @@ Methods (density d: the fraction of a large tensor's elements each rank sends pe
                    m = B*m + g; send topk(m); m -= sent
   track:D          the average gradient tracked by a reference every rank holds: e += g - ref; send topk(e);
                    e -= sent; ref += average(sent); AdamW receives ref (dense, identical on every rank)
+  dct:D:B[+chunk=C]  DeMo's transmission: m = B*m + DCT(g) (2-D DCT-II of blocks of at most C x C of the
+                   [rows, cols] view, C = 64), top-k of each block's coefficients (D of each block), m -= sent;
+                   the receiver inverts the average
+  dctg:D:B         the same with one top-k over all of the tensor's coefficients (gradex's DCT Adam codec,
+                   GRADEX_ADAM_TRANSFORM=dct)
+  Modifiers, appended with +: ramp:N (density max(D, 25%) for N/2 steps, then max(D, 6.25%) until N),
+             sign (kept values sent as sign x their mean magnitude, SparseLoCo-style), floor (at least one
+             value per row of a 2-D tensor), dense=NAME (tensors whose name contains NAME averaged dense in
+             16 bits), elem=NAME (dct/dctg: such tensors stay in the element domain).
   Suffix ~C: the receiver spreads what arrives over the next steps: R += average(sent); AdamW receives C*R;
              R -= C*R (R identical on every rank; nothing is lost, bursts are smoothed for AdamW's second
              moment). Suffix @W: the first W steps dense (a warm-up of AdamW's moments).
 
-Bytes per step are estimated as the selection's count x (4 value + 2 index) bytes; bench/lm/adam_codec_bytes.py
-measures the real wire bytes of the implemented codec through gradex's statistics.
+Bytes are estimated from the selection: 16-bit values (1 bit + a scale with sign), indices at their entropy,
+dense tensors in 16 bits (DDP: 32); bench/lm/adam_codec_bytes.py measures the real wire bytes of the
+implemented codec through gradex's statistics.
 
   python bench/lm/adam_codec_study.py --steps 300 --methods ddp ef:0.01 mom:0.01:0.9 track:0.01
 """
