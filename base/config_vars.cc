@@ -192,6 +192,14 @@ const std::vector<VarSpec>& registry() {
      "Decay b of the Adam codec's local buffer m <- b*m + g, of which the top-k is sent and "
      "subtracted: what is not sent fades by b per step. 1: DGC's error-feedback top-k without "
      "momentum."},
+    {"GRADEX_ADAM_TRANSFORM", VarType::kChoice, "dct", 0, 0, false, false, "dct|none", kEngine,
+     "Where the Adam codec keeps its buffer and selects: dct, the coefficients of a chunked 2-D "
+     "DCT of the tensor's [rows, cols] view (DeMo's transform, GRADEX_ADAM_DCT_CHUNK; every element "
+     "receives part of the average each step); none, the elements themselves (the codec before "
+     "the DCT). A checkpoint restores only under the transform and chunk that saved it."},
+    {"GRADEX_ADAM_DCT_CHUNK", VarType::kInt, "64", 1, 256, false, false, nullptr, kEngine,
+     "Largest block side of the Adam codec's chunked DCT (GRADEX_ADAM_TRANSFORM=dct): each "
+     "dimension is cut into blocks of its largest divisor not above this."},
     {"GRADEX_CLIP_NORM", VarType::kFloat, "0", 0, kInf, false, false, nullptr, kEngine,
      "Gradient clipping on each rank before momentum and accumulation, at clip_norm * "
      "world_size^-1/2 of the norm of the whole step's gradient, which the plugin passes through "

@@ -47,6 +47,7 @@ void validate(const DgcOptions& o) {
   require(o.hint_margin > 0.0f && o.hint_margin <= 1.0f, "hint_margin must be in (0, 1]");
   require(o.threads >= 0 && o.threads <= 256, "threads must be in [0, 256]");
   require(dtype_valid(static_cast<uint8_t>(o.value_dtype)), "value_dtype is invalid");
+  require(o.residual_dct_chunk <= 256, "residual_dct_chunk must be in [0, 256]");
 }
 
 DgcOptions dgc_options_from_config(const config::Config& config, int world_size) {

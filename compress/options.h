@@ -52,6 +52,10 @@ struct DgcOptions {
   // Reuse the previous step's threshold (lowered by hint_margin) to collect candidates during the
   // fused update pass, which saves a full pass over v when it works (it falls back otherwise).
   bool reuse_threshold = true;
+  // What the residual v holds: 0, the tensor's elements; c > 0, the coefficients of its chunked
+  // DCT with chunk c (compress/dct/chunked_dct.h, the DCT Adam codec). Checkpoints record it
+  // (state format 2), so that a residual is never restored into another domain.
+  uint32_t residual_dct_chunk = 0;
 
   // --- tuning and test-only knobs ---
   double accept_low = 0.8;    // accept a threshold when its count lies in [accept_low*k,

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "compress/backend/adam_codec.h"
+#include "compress/backend/dct_adam_codec.h"
 #include "compress/dgc/compressor.h"
 #include "compress/dgc/parallel.h"
 #include "sync/backend_lane.h"
@@ -63,13 +64,19 @@ compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   // than a 1/(2T) share of that is split across threads too. Splitting never changes a result.
   o.parallel_min_elements = compress::dgc::split_min_elements(
       shared_pool().threads(), std::max<uint64_t>(options_.sparse_group_bytes / 4, 1));
-  if (options_.adam_codec) o.momentum = 0;  // the optimizer keeps its moments
+  if (options_.adam_codec) {
+    o.momentum = 0;  // the optimizer keeps its moments
+    o.residual_dct_chunk = options_.adam_dct_chunk;
+  }
   return o;
 }
 
 std::unique_ptr<be::DgcCodec> BackendPath::make_codec(const TensorState& t,
                                                       const compress::DgcOptions& options) const {
   const compress::WireOptions wire = compress::wire_options_from_config(config_);
+  if (options_.adam_codec && options_.adam_dct_chunk > 0)
+    return std::make_unique<be::DctAdamCodec>(*t.backend->backend, t.key, t.numel, t.rows, options,
+                                              wire, options_.adam_decay);
   if (options_.adam_codec)
     return std::make_unique<be::AdamCodec>(*t.backend->backend, t.key, t.numel, options, wire,
                                            options_.adam_decay);

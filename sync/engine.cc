@@ -183,6 +183,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.key = key;
   t.numel = numel;
   t.dtype = dtype;
+  t.rows = rows;
   t.policy = choose_policy(options_, key, numel);
   // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; CUDA
   // tensors keep the fixed chain's policy (their switches are not exercised yet).

@@ -88,6 +88,9 @@ EngineOptions engine_options_from_config(const config::Config& c) {
                         ? o.sparsity
                         : c.get_float("GRADEX_ADAM_SPARSITY");
   o.adam_decay = static_cast<float>(c.get_float("GRADEX_ADAM_DECAY"));
+  o.adam_dct_chunk = c.get_string("GRADEX_ADAM_TRANSFORM") == "dct"
+                         ? static_cast<uint32_t>(c.get_int("GRADEX_ADAM_DCT_CHUNK"))
+                         : 0u;
   if (o.adam_codec && o.momentum > 0)
     throw ConfigError(
         "GRADEX_MOMENTUM=" + c.canonical_text("GRADEX_MOMENTUM") +

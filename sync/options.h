@@ -41,6 +41,9 @@ struct EngineOptions {
   bool adam_codec = false;
   double adam_sparsity = 0.98;
   float adam_decay = 0.9f;
+  // GRADEX_ADAM_TRANSFORM=dct: the Adam codec runs on the chunked DCT (dct_adam_codec.h) with
+  // blocks of at most GRADEX_ADAM_DCT_CHUNK; 0: on the elements.
+  uint32_t adam_dct_chunk = 64;
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
   // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;

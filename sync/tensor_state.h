@@ -18,6 +18,7 @@ struct TensorState {
   std::string key;
   uint64_t numel = 0;
   DType dtype = DType::kFloat32;
+  uint64_t rows = 0;  // output rows when the plugin registered them (0: unknown)
   TensorPolicy policy;
   // The tensor's state in its backend (sync/backend_path.h): DGC's u and v, or the dense
   // momentum; set at registration.

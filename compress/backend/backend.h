@@ -248,7 +248,8 @@ bool backend_available(DeviceType type);
 //   extern "C" int gradex_backend_cuda_abi();                              // kCudaBackendAbi
 //   extern "C" Backend* gradex_backend_cuda_create(int device, char* err, size_t err_size);
 // (null plus a message on failure). Bump when Backend's layout changes.
-// 2: DgcState::save_state / load_state. 3: DgcState::step_and_clear.
-constexpr int kCudaBackendAbi = 3;
+// 2: DgcState::save_state / load_state. 3: DgcState::step_and_clear. 4: DgcOptions gained
+// residual_dct_chunk (create_dgc takes DgcOptions).
+constexpr int kCudaBackendAbi = 4;
 
 }  // namespace gradex::compress::backend

@@ -42,7 +42,8 @@ class DgcCodec {
 
   // A sparse step over `grad` (backend memory, times grad_scale): the DGC step, its selection
   // staged and encoded, appended to `out`; `grad` is left all zeros (it receives sum_payloads).
-  // (AdamCodec, compress/backend/adam_codec.h, adds a decay of v before both steps.)
+  // (AdamCodec, compress/backend/adam_codec.h, adds a decay of v before both steps;
+  // DctAdamCodec runs them on the gradient's chunked DCT.)
   virtual void encode_step(float* grad, float grad_scale, Stream& stream,
                            std::vector<uint8_t>& out);
   // An empty selection (no element, the state untouched), appended to `out`: the payload of a rank
@@ -53,9 +54,10 @@ class DgcCodec {
   virtual void dense_step(float* grad, float grad_scale, Stream& stream);
   // out (numel floats, all zeros) += scale * payloads[r] for r in rank order. Every payload is
   // validated (wire::decode's checks, this tensor's key and size); CorruptPayload names the key and
-  // the lowest rank whose payload is bad.
-  void sum_payloads(const std::vector<wire::PayloadSpan>& payloads, float scale, float* out,
-                    Stream& stream);
+  // the lowest rank whose payload is bad. (DctAdamCodec, dct_adam_codec.h, sums coefficients and
+  // writes their inverse transform.)
+  virtual void sum_payloads(const std::vector<wire::PayloadSpan>& payloads, float scale, float* out,
+                            Stream& stream);
 
   // v[i] += value for every element of `dropped` (host memory), queued on `stream`: the mass a
   // host-level re-selection (host_reselect.h) did not keep returns to this rank's residual.

@@ -1,7 +1,10 @@
 // The Adam codec through the engine (GRADEX_OPTIMIZER=adam): real ranks, real UCX. Every rank's
-// average is bit-identical, on the CPU and the thrust-omp backends; each step's average is the
-// average of what every rank's codec sent (sent = fl(b * m_old) + g - m_new, read from the engine's
-// buffer); a checkpoint saved mid-run restores into fresh engines that continue bit for bit; the
+// average is bit-identical, on the CPU and the thrust-omp backends, with the DCT (the default) and
+// without (GRADEX_ADAM_TRANSFORM=none); each step's average is the average of what every rank's
+// codec sent (sent = fl(b * m_old) + C(g) - m_new, read from the engine's buffer, C the tensor's
+// chunked DCT or the identity, and the average C^-1 of the sent coefficients' average); a
+// checkpoint saved mid-run restores into fresh engines that continue bit for bit, and not into
+// engines of the other transform; the
 // policy chain gives compressed tensors the Adam codec's sparsity; gradex momentum with
 // GRADEX_OPTIMIZER=adam is refused naming both variables.
 #include <gtest/gtest.h>
@@ -16,6 +19,7 @@
 
 #include "capi/engine_access.h"
 #include "compress/backend/backend.h"
+#include "compress/dct/chunked_dct.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
 #include "sync/policy.h"
@@ -25,11 +29,18 @@ using namespace gradex::test;
 namespace {
 
 const uint64_t kNumel = 60000;
+const uint64_t kRows = 300;  // a 300 x 200 weight: blocks of 60 x 50 at GRADEX_ADAM_DCT_CHUNK=64
 const float kDecay = 0.9f;
 const std::vector<std::string> kEnv = {
     "GRADEX_OPTIMIZER=adam",       "GRADEX_ADAM_SPARSITY=0.99",
     "GRADEX_ADAM_DECAY=0.9",       "GRADEX_FP16=0",
-    "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_SPARSITY_OVERRIDES=check:dense"};
+    "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_SPARSITY_OVERRIDES=check:dense",
+    "GRADEX_ADAM_DCT_CHUNK=64"};
+
+std::vector<std::string> with(std::vector<std::string> env, const std::string& more) {
+  env.push_back(more);
+  return env;
+}
 
 void write_file(const std::string& path, const void* data, size_t size) {
   std::ofstream f(path, std::ios::binary);
@@ -54,13 +65,16 @@ std::string step(gradex_engine_t* engine, int rank, int s, std::vector<float>& o
   return "";
 }
 
-void averages_are_what_ranks_sent_and_identical(const std::string& backend) {
+void averages_are_what_ranks_sent_and_identical(const std::string& backend, bool dct) {
   const int world = 3, steps = 5;
   const std::string dir = temp_dir();
   std::vector<std::string> env = kEnv;
   env.push_back("GRADEX_BACKEND=" + backend);
+  env.push_back(dct ? "GRADEX_ADAM_TRANSFORM=dct" : "GRADEX_ADAM_TRANSFORM=none");
+  const gradex::compress::dct::ChunkedDct transform(kNumel, kRows, 64);
   auto results = run_ranks(world, env, [&](RankContext& ctx) -> std::string {
-    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU,
+                                        kRows));
     RANK_OK(gradex_register_tensor(ctx.engine, "check", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
     gradex::sync::Engine& engine = gradex::capi::engine_of(ctx.engine);
     std::vector<float> all;
@@ -68,6 +82,8 @@ void averages_are_what_ranks_sent_and_identical(const std::string& backend) {
       const std::vector<float> m_old = engine.residual_of("w");
       RANK_REQUIRE(m_old.size() == kNumel, "buffer size " << m_old.size());
       const std::vector<float> g = test_vector(5, ctx.rank, s, kNumel);
+      std::vector<float> cg = g;
+      if (dct) transform.forward(g.data(), cg.data());
       std::vector<float> avg = g;
       gradex_handle_t h;
       RANK_OK(gradex_submit(ctx.engine, "w", avg.data(), &h));
@@ -76,8 +92,12 @@ void averages_are_what_ranks_sent_and_identical(const std::string& backend) {
       std::vector<float> sent(kNumel);
       uint64_t count = 0;
       for (uint64_t i = 0; i < kNumel; ++i) {
-        sent[i] = (kDecay * m_old[i] + g[i]) - m_new[i];
+        sent[i] = (kDecay * m_old[i] + cg[i]) - m_new[i];
         count += sent[i] != 0.0f;
+      }
+      if (dct) {  // what this rank's coefficients make in the elements: the average is linear
+        std::vector<float> coefficients = sent;
+        transform.inverse(coefficients.data(), sent.data());
       }
       RANK_REQUIRE(count >= kNumel / 200 && count <= kNumel * 13 / 1000,
                    "step " << s << ": this rank sent " << count << " of " << kNumel);
@@ -113,20 +133,25 @@ void averages_are_what_ranks_sent_and_identical(const std::string& backend) {
 }  // namespace
 
 TEST(EngineAdamCodec, AveragesAreWhatRanksSentAndBitIdenticalOnCpu) {
-  averages_are_what_ranks_sent_and_identical("cpu");
+  averages_are_what_ranks_sent_and_identical("cpu", true);
+}
+
+TEST(EngineAdamCodec, WithoutTheDctAveragesAreWhatRanksSentAndBitIdenticalOnCpu) {
+  averages_are_what_ranks_sent_and_identical("cpu", false);
 }
 
 TEST(EngineAdamCodec, AveragesAreWhatRanksSentAndBitIdenticalOnThrustOmp) {
   if (!gradex::compress::backend::backend_available(
           gradex::compress::backend::DeviceType::kThrustOmp))
     GTEST_SKIP() << "this build has no thrust-omp backend";
-  averages_are_what_ranks_sent_and_identical("thrust-omp");
+  averages_are_what_ranks_sent_and_identical("thrust-omp", true);
 }
 
 TEST(EngineAdamCodec, CheckpointMidRunContinuesBitForBit) {
   const std::string dir = temp_dir();
   auto first = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
-    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU,
+                                        kRows));
     std::vector<float> out;
     for (int s = 0; s < 3; ++s)
       if (auto e = step(ctx.engine, ctx.rank, s, out); !e.empty()) return e;
@@ -144,8 +169,21 @@ TEST(EngineAdamCodec, CheckpointMidRunContinuesBitForBit) {
     return "";
   });
   ASSERT_EQ(failures(first), "");
+  // A residual of DCT coefficients is not restored into the element codec (nor another chunk).
+  for (const char* other : {"GRADEX_ADAM_TRANSFORM=none", "GRADEX_ADAM_DCT_CHUNK=32"}) {
+    auto refused = run_ranks(1, with(kEnv, other), [&](RankContext& ctx) -> std::string {
+      RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kNumel, GRADEX_FLOAT32,
+                                          GRADEX_DEVICE_CPU, kRows));
+      std::vector<char> state = read_file(dir + "/state0");
+      RANK_REQUIRE(gradex_load_state(ctx.engine, state.data(), state.size()) != GRADEX_OK,
+                   "state of the DCT codec accepted with " << other);
+      return "";
+    });
+    EXPECT_EQ(failures(refused), "") << other;
+  }
   auto second = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
-    RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU,
+                                        kRows));
     std::vector<char> state = read_file(dir + "/state" + std::to_string(ctx.rank));
     std::vector<char> damaged = state;
     damaged[damaged.size() / 2] ^= 0x10;  // inside the buffer's values: the CRC refuses it
