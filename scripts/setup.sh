@@ -42,6 +42,11 @@ if [ "$want_venv" -eq 1 ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q torch numpy scikit-learn matplotlib pytest
   fi
+  # pytest-xdist: scripts/test.sh runs the Python tests on several workers (most of them wait on sockets and
+  # process start-up, so even 2 cores run 3 at once faster).
+  if ! .venv/bin/python -c "import xdist" >/dev/null 2>&1; then
+    .venv/bin/pip install -q pytest-xdist
+  fi
   # Test dependencies of the PyTorch integrations (tests/python/test_lightning.py, test_accelerate.py).
   if ! .venv/bin/python -c "import pytorch_lightning, accelerate" >/dev/null 2>&1; then
     echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"

@@ -1,9 +1,14 @@
 """Runs a function on N real processes joined by torch.distributed (gloo over 127.0.0.1).
 
-run(fn, world, env=..., timeout=...) starts `world` fresh interpreters (spawn), each setting `env`, one
-thread for torch, and initialising a gloo process group (process_group=False: none; the ranks then have only
-the launcher's variables, as under a launcher without torch.distributed); rank r returns fn(rank, world, *args). Nothing can
+run(fn, world, env=..., timeout=...) starts `world` fresh processes, each setting `env`, one thread for torch,
+and initialising a gloo process group (process_group=False: none; the ranks then have only the launcher's
+variables, as under a launcher without torch.distributed); rank r returns fn(rank, world, *args). Nothing can
 hang the test run: past the deadline every rank is killed and the test fails with what they reported.
+
+The ranks are forked from a multiprocessing forkserver that has imported torch once (importing torch costs
+each fresh interpreter ~2.5 s of CPU, most of a small test's cost on a 2-core CI machine). The forkserver
+itself is a fresh interpreter (never a fork of the test process, which may hold engines and threads), and
+each rank starts from the environment the test process has at run() time, as a spawned rank would.
 """
 import os
 import socket
@@ -22,8 +27,18 @@ def free_port():
 EXIT = "torch_ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
 
 
-def _entry(fn, rank, world, port, env, args, results, leave_together, process_group=True):
+def _context():
+    """The forkserver context, its server importing torch (and torch.distributed) before its first fork."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    return ctx
+
+
+def _entry(fn, rank, world, port, env, args, results, leave_together, process_group=True, parent_env=None):
     try:
+        if parent_env is not None:  # the forkserver's environment is the one it started with: take the test's
+            os.environ.clear()
+            os.environ.update(parent_env)
         os.environ.update({k: str(v) for k, v in env.items()})
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
@@ -47,11 +62,11 @@ def _entry(fn, rank, world, port, env, args, results, leave_together, process_gr
 
 def run(fn, world, env=None, args=(), timeout=180, leave_together=True, process_group=True):
     """Returns [fn's result on rank 0, ..., rank world-1]; raises AssertionError on any failure."""
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(fn, r, world, port, env or {}, args, results, leave_together,
-                                                       process_group),
+                                              process_group, dict(os.environ)),
                          daemon=True) for r in range(world)]
     for p in procs:
         p.start()
