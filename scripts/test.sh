@@ -5,11 +5,11 @@
 # slowest tests, so that a test that got slower shows in CI's log.
 #
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
-#   GRADEX_CTEST_JOBS   ctest -j (default 2: at 4 the 1-second liveness-timeout tests can miss their
-#                       deadline on a loaded 2-core machine)
-#   GRADEX_PYTEST_JOBS  pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
-#                       .venv without pytest-xdist)
-#   GRADEX_FUZZ_SECONDS, GRADEX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#   GX_CTEST_JOBS    ctest -j (default 2: at 4 the 1-second liveness-timeout tests can miss their
+#                    deadline on a loaded 2-core machine)
+#   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
+#                    .venv without pytest-xdist)
+#   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,11 +23,11 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
 }
 
-stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GRADEX_CTEST_JOBS:-2}" --timeout 600
+stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
 
 if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
-  jobs=${GRADEX_PYTEST_JOBS:-3}
+  jobs=${GX_PYTEST_JOBS:-3}
   if [ "$jobs" -gt 0 ] && .venv/bin/python -c "import xdist" >/dev/null 2>&1; then
     # worksteal: an idle worker takes tests queued on a busy one, so one long test does not end the run.
     pytest_args+=(-n "$jobs" --dist worksteal)
@@ -39,7 +39,7 @@ stage "ThreadSanitizer (comm, sync, pool)" bash scripts/tsan.sh
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.
-  stage "fuzzing (${GRADEX_FUZZ_SECONDS:-30} s per target)" bash tests/fuzz/run.sh "${GRADEX_FUZZ_SECONDS:-30}"
+  stage "fuzzing (${GX_FUZZ_SECONDS:-30} s per target)" bash tests/fuzz/run.sh "${GX_FUZZ_SECONDS:-30}"
 fi
 
 echo "== wall time per stage"

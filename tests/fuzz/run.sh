@@ -7,7 +7,7 @@
 #   negotiate  negotiation messages                corpus-negotiate/
 #   state      the saved-state loader (C API)      corpus-state/
 # Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all four)
-#   GRADEX_FUZZ_PARALLEL   targets fuzzed at once (default 2)
+#   GX_FUZZ_PARALLEL   targets fuzzed at once (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-30}
@@ -30,9 +30,9 @@ ninja -C build-fuzz -j "${GRADEX_FUZZ_JOBS:-2}" "${targets[@]/#/gradex-fuzz-}"
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
 export LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # Each target runs in the background with its output in build-fuzz/<target>.log, at most PARALLEL at a
-# time (GRADEX_FUZZ_PARALLEL, default 2: CI has 2 cores, and each libFuzzer run is one process on one core,
+# time (GX_FUZZ_PARALLEL, default 2: CI has 2 cores, and each libFuzzer run is one process on one core,
 # so two at a time fuzz as long per target in half the wall time); the logs' tails are printed in order.
-parallel=${GRADEX_FUZZ_PARALLEL:-2}
+parallel=${GX_FUZZ_PARALLEL:-2}
 fuzz_one() {
   local t=$1 corpus max_len scratch
   corpus=tests/fuzz/corpus-$t
