@@ -9,6 +9,7 @@
 
 #include <time.h>
 
+#include "base/cpu_time.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/collectives.h"
@@ -257,11 +258,6 @@ void CodecPlanner::measure_codecs() {
   namespace be = compress::backend;
   // Just under the codec's parallel threshold (2^18): one thread, fixed costs amortised.
   constexpr size_t kN = (1u << 18) - 1024;
-  auto thread_cpu_s = [] {
-    timespec t{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-  };
   const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
   const be::StreamPtr stream = backend->create_stream();
   std::vector<float> g(kN), values(kN);
@@ -274,9 +270,9 @@ void CodecPlanner::measure_codecs() {
   auto least = [&](auto&& body) {
     double best = 0;
     for (int r = 0; r < kRepeats; ++r) {
-      const double a = thread_cpu_s();
+      const double a = thread_cpu_seconds();
       body();
-      const double s = thread_cpu_s() - a;
+      const double s = thread_cpu_seconds() - a;
       if (r == 0 || s < best) best = s;
     }
     return best;
@@ -328,8 +324,7 @@ void CodecPlanner::measure_codecs() {
     const double sum_s = least([&] { q8::decode_add(bytes.data(), kN, values.data()); });
     const double dec_s = least([&] { q8::decode(bytes.data(), kN, values.data()); });
     const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
-    model_.observe_codec(cost::Codec::kInt8, kN, momentum_s + enc_s * (1.0 + owner) + sum_s,
-                         dec_s);
+    model_.observe_codec(cost::Codec::kInt8, kN, momentum_s + enc_s * (1.0 + owner) + sum_s, dec_s);
   }
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();

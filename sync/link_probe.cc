@@ -3,8 +3,7 @@
 #include <chrono>
 #include <cstring>
 
-#include <time.h>
-
+#include "base/cpu_time.h"
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "sync/byte_io.h"
@@ -13,12 +12,6 @@ namespace gradex::sync::cost {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double thread_cpu_s() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // Sub-tags of the probe's collective tag: one per (class, size, repeat, direction).
 uint64_t sub_tag(int cls, size_t size_index, int repeat, int direction) {
@@ -77,7 +70,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       for (int rep = 0; rep <= options.repeats; ++rep) {
         std::vector<comm::RequestPtr> reqs;
         const auto t0 = Clock::now();
-        const double cpu0 = thread_cpu_s();
+        const double cpu0 = thread_cpu_seconds();
         if (me == 0) {
           reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
           reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
@@ -99,7 +92,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
         // so the least-deferred round trip is the closest to the whole cost.
         if (me == 0 && rep > 0 && bytes == largest &&
             (c == kPeerClasses - 1 || peer[static_cast<size_t>(kPeerClasses - 1)] < 0)) {
-          const double cpu = thread_cpu_s() - cpu0;
+          const double cpu = thread_cpu_seconds() - cpu0;
           if (transport_bytes == 0 ||
               cpu / (2.0 * bytes) > transport_cpu_s / static_cast<double>(transport_bytes)) {
             transport_bytes = 2 * bytes;

@@ -4,7 +4,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <chrono>
 #include <vector>
 
+#include "base/cpu_time.h"
 #include "base/log.h"
 #include "comm/socket.h"
 
@@ -19,12 +19,6 @@ namespace gradex::sync::cost {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double thread_cpu_s() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 struct Pair {
   comm::Fd writer, reader;
@@ -105,12 +99,12 @@ TransportSample measure_transport(size_t bytes, size_t chunk, int repeats) {
   if (!stream(p, chunk, chunk, out, in)) return best;  // warms the connection and its buffers
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
-    const double c0 = thread_cpu_s();
+    const double c0 = thread_cpu_seconds();
     if (!stream(p, bytes, chunk, out, in)) {
       GX_LOG(kDebug) << "transport CPU measurement over " << p.via << " stalled";
       return {};
     }
-    const double cpu = thread_cpu_s() - c0;
+    const double cpu = thread_cpu_seconds() - c0;
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     if (best.bytes == 0 || cpu < best.seconds) best = {bytes, cpu, best.wall_seconds, p.via};
     if (best.wall_seconds == 0 || wall < best.wall_seconds) best.wall_seconds = wall;

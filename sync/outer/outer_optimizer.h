@@ -28,6 +28,11 @@
 #include "comm/communicator.h"
 #include "sync/outer/outer_options.h"
 
+namespace gradex::sync {
+class ByteReader;
+class ByteWriter;
+}  // namespace gradex::sync
+
 namespace gradex::sync::outer {
 
 class FragmentExchange;
@@ -131,6 +136,10 @@ class OuterOptimizer {
   };
   struct Job;
 
+  // The tensor list both state formats carry (count, then key, numel and kind of each), so that a
+  // state is never loaded into a job with other tensors; `what` names the format in errors.
+  void write_tensor_list(ByteWriter& w) const;
+  void check_tensor_list(ByteReader& r, const std::string& what) const;
   void begin(bool from_rank0);
   void drop_pending_after_failure();
   void require_started(const char* what) const;

@@ -55,12 +55,7 @@ std::vector<uint8_t> OuterOptimizer::save_shared_state() {
   p.put<int32_t>(options_.bits);
   p.put<uint8_t>(options_.topk ? 1 : 0);
   p.put<uint64_t>(step_);
-  p.put<uint64_t>(tensors_.size());
-  for (const auto& t : tensors_) {
-    p.put_string(t.key);
-    p.put<uint64_t>(t.numel);
-    p.put<uint8_t>(t.is_buffer ? 1 : 0);
-  }
+  write_tensor_list(p);
   for (size_t f = 0; f < fragments_.size(); ++f) {
     p.put<uint64_t>(last_merge_[f]);
     p.put<uint64_t>(fragments_[f]->rounds());
@@ -113,17 +108,7 @@ void OuterOptimizer::load_shared_state(const uint8_t* data, size_t size) {
   expect(r.get<int32_t>(), options_.bits, "GRADEX_OUTER_BITS");
   expect(r.get<uint8_t>(), options_.topk ? 1 : 0, "top-k (GRADEX_OUTER_BITS=topk)");
   const uint64_t step = r.get<uint64_t>();
-  expect(static_cast<int64_t>(r.get<uint64_t>()), static_cast<int64_t>(tensors_.size()),
-         "a tensor count of");
-  for (const auto& t : tensors_) {
-    std::string key = r.get_string();
-    const uint64_t numel = r.get<uint64_t>();
-    const bool is_buffer = r.get<uint8_t>() != 0;
-    if (key != t.key || numel != t.numel || is_buffer != t.is_buffer)
-      throw StateError("DiLoCo shared state: tensor '" + key + "' (" + std::to_string(numel) +
-                       " elements) where this job has '" + t.key + "' (" + std::to_string(t.numel) +
-                       ")");
-  }
+  check_tensor_list(r, "DiLoCo shared state");
   // Everything is read and checked before anything changes.
   struct Fragment {
     uint64_t last_merge, round;

@@ -12,6 +12,31 @@ constexpr uint32_t kMagic = 0x4f585247;  // "GRXO"
 constexpr uint32_t kVersion = 1;
 }  // namespace
 
+void OuterOptimizer::write_tensor_list(ByteWriter& w) const {
+  w.put<uint64_t>(tensors_.size());
+  for (const auto& t : tensors_) {
+    w.put_string(t.key);
+    w.put<uint64_t>(t.numel);
+    w.put<uint8_t>(t.is_buffer ? 1 : 0);
+  }
+}
+
+void OuterOptimizer::check_tensor_list(ByteReader& r, const std::string& what) const {
+  const uint64_t count = r.get<uint64_t>();
+  if (count != tensors_.size())
+    throw StateError(what + ": saved with a tensor count of " + std::to_string(count) +
+                     ", this job has " + std::to_string(tensors_.size()));
+  for (const auto& t : tensors_) {
+    std::string key = r.get_string();
+    const uint64_t numel = r.get<uint64_t>();
+    const bool is_buffer = r.get<uint8_t>() != 0;
+    if (key != t.key || numel != t.numel || is_buffer != t.is_buffer)
+      throw StateError(what + ": tensor '" + key + "' (" + std::to_string(numel) +
+                       " elements) where this job has '" + t.key + "' (" + std::to_string(t.numel) +
+                       ")");
+  }
+}
+
 std::vector<uint8_t> OuterOptimizer::save_state() {
   require_started("save_state()");
   check_failed();
@@ -27,12 +52,7 @@ std::vector<uint8_t> OuterOptimizer::save_state() {
   w.put<int64_t>(options_.fragments);
   w.put<int32_t>(options_.bits);
   w.put<uint64_t>(step_);
-  w.put<uint64_t>(tensors_.size());
-  for (const auto& t : tensors_) {
-    w.put_string(t.key);
-    w.put<uint64_t>(t.numel);
-    w.put<uint8_t>(t.is_buffer ? 1 : 0);
-  }
+  write_tensor_list(w);
   for (uint64_t s : last_merge_)
     w.put<uint64_t>(s);
   for (const auto& f : fragments_)
@@ -64,17 +84,7 @@ void OuterOptimizer::load_state(const uint8_t* data, size_t size) {
   expect(r.get<int64_t>(), options_.fragments, "GRADEX_OUTER_FRAGMENTS");
   expect(r.get<int32_t>(), options_.bits, "GRADEX_OUTER_BITS");
   const uint64_t step = r.get<uint64_t>();
-  expect(static_cast<int64_t>(r.get<uint64_t>()), static_cast<int64_t>(tensors_.size()),
-         "a tensor count of");
-  for (const auto& t : tensors_) {
-    std::string key = r.get_string();
-    const uint64_t numel = r.get<uint64_t>();
-    const bool is_buffer = r.get<uint8_t>() != 0;
-    if (key != t.key || numel != t.numel || is_buffer != t.is_buffer)
-      throw StateError("DiLoCo state: tensor '" + key + "' (" + std::to_string(numel) +
-                       " elements) where this job has '" + t.key + "' (" + std::to_string(t.numel) +
-                       ")");
-  }
+  check_tensor_list(r, "DiLoCo state");
   std::vector<uint64_t> merges(last_merge_.size());
   for (auto& s : merges)
     s = r.get<uint64_t>();
