@@ -23,47 +23,18 @@
 #include "capi/engine_access.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
+#include "typed_tensors.h"
 
 using namespace gradex::test;
 
 namespace {
-
-struct Spec {
-  const char* key;
-  uint64_t n;
-  gradex_dtype_t dtype;
-};
-
-// FNV-1a over bytes.
-struct Digest {
-  uint64_t h = 1469598103934665603ull;
-  void add(const void* data, size_t bytes) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < bytes; ++i)
-      h = (h ^ p[i]) * 1099511628211ull;
-  }
-};
-
-size_t elem_size(gradex_dtype_t t) {
-  return t == GRADEX_FLOAT32 ? 4 : 2;
-}
 
 // A tensor's gradient for (rank, step) in its own dtype.
 std::vector<uint8_t> gradient(const Spec& s, int index, int rank, int step) {
   std::vector<float> f = test_vector(300 + index, rank, step, s.n);
   for (float& x : f)
     x *= 3.0f;
-  std::vector<uint8_t> out(s.n * elem_size(s.dtype));
-  for (uint64_t i = 0; i < s.n; ++i) {
-    if (s.dtype == GRADEX_FLOAT32) {
-      std::memcpy(out.data() + 4 * i, &f[i], 4);
-    } else {
-      const uint16_t h =
-          s.dtype == GRADEX_FLOAT16 ? gradex::float_to_half(f[i]) : gradex::float_to_bf16(f[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
+  return dtype_bytes(f, s.dtype);
 }
 
 struct Scenario {
