@@ -19,8 +19,9 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADEX_TSA
 tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
        gradex_comm_communicator_test gradex_comm_wait_collective_test gradex_sync_test
        gradex_sync_pipeline_test gradex_sync_golden_test gradex_sync_abort_test
-       gradex_comm_allgatherv_inline_test gradex_comm_hierarchical_test gradex_sync_reconfigure_test)
-ninja -C build-tsan -j "${GRADEX_TSAN_JOBS:-2}" "${tests[@]}"
+       gradex_comm_allgatherv_inline_test gradex_comm_hierarchical_test gradex_sync_reconfigure_test
+       gradex_sync_int8_exchange_test)
+ninja -C build-tsan -j "${GX_TSAN_JOBS:-2}" "${tests[@]}"
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test
 # crashes with them. gradex registers no memory with UCX, so nothing depends on the hooks.
