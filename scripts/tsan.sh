@@ -27,7 +27,7 @@ ninja -C build-tsan -j "${GX_TSAN_JOBS:-2}" "${tests[@]}"
 # crashes with them. gradex registers no memory with UCX, so nothing depends on the hooks.
 export UCX_MEM_EVENTS=no
 # halt_on_error: the first race fails the run; second_deadlock_stack: full lock-order reports.
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 # A CI-sized subset: world sizes 3 and 4 (odd and even rings) of the parametrized suites, every other
 # case once. Left out: the 8 MiB allreduce (minutes under TSan) and the 1-second timeout test, whose
 # liveness probe a live rank misses under TSan's slowdown (a timing artefact, not a race).
