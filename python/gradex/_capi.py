@@ -266,34 +266,38 @@ def _check_with_store(status, adapter):
         raise _errors.error_for_status(status, message)
 
 
+def _create_collectively(owner, c, create, rank, world_size, store, store_prefix, config):
+    """Runs create(options, &handle) (gradex_engine_create or gradex_outer_create) with the options every
+    collective handle takes; returns the handle. `owner` keeps what the core holds pointers to for the
+    handle's life: the store (JobStore: the core's own, no Python in the loop; else a StoreAdapter around a
+    framework store) and the prefix."""
+    options = _Options()
+    c.gradex_engine_options_init(ctypes.byref(options))
+    options.rank = rank
+    options.world_size = world_size
+    if isinstance(store, JobStore):
+        owner._store = store
+        options.store = store.pointer()
+    else:
+        owner._store = StoreAdapter(store) if store is not None else None
+        if owner._store is not None:
+            options.store = ctypes.pointer(owner._store.struct)
+    owner._prefix = store_prefix.encode() if store_prefix else None
+    options.store_prefix = owner._prefix
+    config_arrays = _set_config(options, config)  # noqa: F841 - alive until the call returns
+    out = ctypes.c_void_p()
+    _check_with_store(create(ctypes.byref(options), ctypes.byref(out)), owner._store)
+    return out.value
+
+
 class Engine:
     """One gradex engine (gradex_engine_create). Creation is collective: every rank creates its engine at
     the same point, with the same store prefix."""
 
     def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
         c = lib()
-        options = _Options()
-        c.gradex_engine_options_init(ctypes.byref(options))
-        options.rank = rank
-        options.world_size = world_size
-        if isinstance(store, JobStore):  # the core's own store: no Python in the loop
-            self._store = store
-            options.store = store.pointer()
-        else:
-            self._store = StoreAdapter(store) if store is not None else None
-            if self._store is not None:
-                options.store = ctypes.pointer(self._store.struct)
-        self._prefix = store_prefix.encode() if store_prefix else None
-        options.store_prefix = self._prefix
-        config_arrays = _set_config(options, config)  # alive until the call returns
-        out = ctypes.c_void_p()
-        status = c.gradex_engine_create(ctypes.byref(options), ctypes.byref(out))
-        if status != 0:
-            message = last_error()
-            if self._store is not None and self._store.last_failure:
-                message += f" ({self._store.last_failure})"
-            raise _errors.error_for_status(status, message)
-        self._ptr = out.value
+        self._ptr = _create_collectively(self, c, c.gradex_engine_create, rank, world_size, store, store_prefix,
+                                         config)
         r, w = ctypes.c_int32(), ctypes.c_int32()
         check(c.gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
         self.rank, self.world_size = r.value, w.value
@@ -498,28 +502,8 @@ class Outer:
 
     def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
         c = _outer_lib()
-        options = _Options()
-        c.gradex_engine_options_init(ctypes.byref(options))
-        options.rank = rank
-        options.world_size = world_size
-        if isinstance(store, JobStore):  # the core's own store (the TensorFlow plugin's): no Python in the loop
-            self._store = store
-            options.store = store.pointer()
-        else:
-            self._store = StoreAdapter(store) if store is not None else None
-            if self._store is not None:
-                options.store = ctypes.pointer(self._store.struct)
-        self._prefix = store_prefix.encode() if store_prefix else None
-        options.store_prefix = self._prefix
-        config_arrays = _set_config(options, config)  # alive until the call returns
-        out = ctypes.c_void_p()
-        status = c.gradex_outer_create(ctypes.byref(options), ctypes.byref(out))
-        if status != 0:
-            message = last_error()
-            if self._store is not None and self._store.last_failure:
-                message += f" ({self._store.last_failure})"
-            raise _errors.error_for_status(status, message)
-        self._ptr = out.value
+        self._ptr = _create_collectively(self, c, c.gradex_outer_create, rank, world_size, store, store_prefix,
+                                         config)
 
     @property
     def address(self):
