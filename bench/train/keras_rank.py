@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402  (torch, for the task's data and initial weights only)
+from tx_counter import TxCounter  # noqa: E402
 
 METHODS = ("keras_gradex_default", "keras_gradex_dense")
 TASKS = ("mlp",)
@@ -49,26 +50,6 @@ TASKS = ("mlp",)
 # and warm-up); gradex owns SGD's momentum 0.9 (GRADEX_MOMENTUM's declared default is 0), the optimizer runs at 0.
 CONFIGS = {"keras_gradex_default": ({"GRADEX_MOMENTUM": "0.9"}, 0.0),
            "keras_gradex_dense": ({"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0"}, 0.9)}
-
-
-class TxCounter:
-    """Bytes this host transmitted on `iface` during the spans between start() and stop()."""
-
-    def __init__(self, iface):
-        self.path = f"/sys/class/net/{iface}/statistics/tx_bytes" if iface else None
-        self.total, self._at = 0, None
-
-    def _read(self):
-        with open(self.path) as f:
-            return int(f.read())
-
-    def start(self):
-        if self.path:
-            self._at = self._read()
-
-    def stop(self):
-        if self.path:
-            self.total += self._read() - self._at
 
 
 def keras_student(keras, name, seed, hidden):

@@ -37,27 +37,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402
+from tx_counter import TxCounter  # noqa: E402
 from methods import METHODS, Method  # noqa: E402
-
-
-class TxCounter:
-    """Bytes this host transmitted on `iface` during the spans between start() and stop()."""
-
-    def __init__(self, iface):
-        self.path = f"/sys/class/net/{iface}/statistics/tx_bytes" if iface else None
-        self.total, self._at = 0, None
-
-    def _read(self):
-        with open(self.path) as f:
-            return int(f.read())
-
-    def start(self):
-        if self.path:
-            self._at = self._read()
-
-    def stop(self):
-        if self.path:
-            self.total += self._read() - self._at
 
 
 def evaluate(model, x_test, y_test, rank, world):
