@@ -263,13 +263,55 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
   }
   // CPU work measured alone takes cpu_share longer while every rank of the machine works.
   const double share = std::max(1.0, numbers.cpu_share);
-  const double k = numbers.calibration;
+  const double k = numbers.calibration * numbers.codec_factor[c];
   encode_s *= share * k;
   decode_s *= share * k;
   const double wire_s = terms.seconds(link);
   const double cpu_s = collective_cpu_s(t.numel, rung, numbers, o) * share;
   comm_s = std::max(wire_s, cpu_s) * k;
   if (latency_s) *latency_s = terms.latency * link.alpha_s * k;
+}
+
+std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
+                                                   const Snapshot& numbers,
+                                                   const ChoiceOptions& options) {
+  Snapshot raw = numbers;
+  raw.calibration = 1.0;
+  raw.codec_factor.fill(1.0);
+  std::array<double, kCodecs> measured{}, predicted{};
+  std::array<size_t, kCodecs> count{};
+  for (const UnitRecord& r : records) {
+    double unit = 0;
+    bool first = true;
+    for (const auto& [numel, sparsity] : r.tensors) {
+      TensorInput t;
+      t.numel = numel;
+      double e = 0, m = 0, d = 0, latency = 0;
+      rung_costs(t, Rung{r.codec, r.codec == Codec::kDgc ? sparsity : 0.0}, raw, options, e, m, d,
+                 &latency);
+      unit += e + m + d - (first ? 0.0 : latency);  // one collective: its latency paid once
+      first = false;
+    }
+    if (!(unit > 0) || !(r.measured_s > 0) || !std::isfinite(r.measured_s)) continue;
+    const auto c = static_cast<size_t>(r.codec);
+    measured[c] += r.measured_s;
+    predicted[c] += unit;
+    ++count[c];
+  }
+  std::array<double, kCodecs> factor;
+  factor.fill(1.0);
+  double sum = 0;
+  size_t measured_codecs = 0;
+  for (size_t c = 0; c < factor.size(); ++c) {
+    if (count[c] < kMinFactorRecords) continue;
+    factor[c] = std::clamp(measured[c] / predicted[c], 0.25, 16.0);
+    sum += factor[c];
+    ++measured_codecs;
+  }
+  if (measured_codecs > 0)
+    for (size_t c = 0; c < factor.size(); ++c)
+      if (count[c] < kMinFactorRecords) factor[c] = sum / static_cast<double>(measured_codecs);
+  return factor;
 }
 
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
