@@ -21,15 +21,17 @@
 // any tensor to any higher rung it may take) to a DGC rung and the kCandidates to a dense rung that
 // take most off the tensor's own encode + transfer + decode, the one that ends the step earliest on
 // the timeline is taken; a raise to DGC must save 1% of what is still exposed (fidelity first: many
-// small tensors each saving microseconds are left alone). It stops once the step is hidden or
-// nothing helps: with no compute to hide behind, as hard as the link requires. Relax: each raised
-// tensor, smallest first, goes back to the least rung that ends the step no later than the deadline
-// or the raised plan does. A tensor that becomes ready while the link is busy with its kind joins
-// the fused unit (dense bucket, DGC group) and pays no latency of its own. A DGC rung is allowed
-// only when its selected count k = (1 - s) * numel is at least min_selected and, for tensors
-// registered with their output rows, min_per_row values per row; and not before dense_steps (a hard
-// dense warm-up, opt-in). A tensor with a forced rung (an override) keeps it and still occupies the
-// link in the timeline.
+// small tensors each saving microseconds are left alone); when no single raise is, every tensor's
+// largest-saving raise that alone ends the step earlier is taken at once if together they save 1%
+// (a model's many mid-size layers, each worth little, together worth much). It stops once the step
+// is hidden or nothing helps: with no compute to hide behind, as hard as the link requires. Relax:
+// each raised tensor, smallest first, goes back to the least rung that ends the step no later than
+// the deadline or the raised plan does. A tensor that becomes ready while the link is busy with its
+// kind joins the fused unit (dense bucket, DGC group) and pays no latency of its own. A DGC rung is
+// allowed only when its selected count k = (1 - s) * numel is at least min_selected and, for
+// tensors registered with their output rows, min_per_row values per row; and not before dense_steps
+// (a hard dense warm-up, opt-in). A tensor with a forced rung (an override) keeps it and still
+// occupies the link in the timeline.
 //
 // Early training (the fidelity ramp, ramp_steps > 0): while the gradient changes fast, top-k with
 // error feedback loses most (stale residuals, momentum built from few coordinates), so over the

@@ -447,6 +447,31 @@ TEST(CodecChoice, MeasuredCodecFactorsMoveATensorBackFromSixteenBit) {
   EXPECT_DOUBLE_EQ(d2, 2 * d1);
 }
 
+// Twenty mid-size tensors on an exposed step: each one's raise to DGC saves ~1 ms, under 1% of
+// the ~1.2 s exposed (a single raise is not worth its loss), but together they save ~20 ms.
+TEST(CodecChoice, ManySmallSavingsAreRaisedTogether) {
+  ChoiceOptions o = options();
+  o.one_lane = true;  // as 4 ranks on 2 cores: every tensor's costs add up on the step
+  o.int8_available = false;
+  const Snapshot s = numbers(1);
+  std::vector<TensorInput> in{input("huge", 50000000, 0, 0)};
+  in[0].forced = Rung{Codec::kHalf, 0};
+  for (int i = 0; i < 20; ++i)
+    in.push_back(input(("mid" + std::to_string(i)).c_str(), 40000, 0, 0.001 * i));
+  in.push_back(input("bias", 64, 0, 0.03));
+  const Plan p = choose_codecs(in, s, o, 100);
+  ASSERT_GT(p.exposed_s(), 0.3) << p.describe();
+  double e, m, d;
+  rung_costs(in[1], {Codec::kHalf, 0}, s, o, e, m, d);
+  const double half = e + m + d;
+  rung_costs(in[1], {Codec::kDgc, 0.99}, s, o, e, m, d);
+  ASSERT_LT(half - (e + m + d), 0.01 * p.exposed_s());  // each alone: under 1% of the exposure
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(find(p, "mid" + std::to_string(i)).rung.codec, Codec::kDgc) << p.describe();
+  EXPECT_NE(find(p, "bias").rung.codec, Codec::kDgc) << p.describe();  // the floors still hold
+  EXPECT_EQ(find(p, "huge").rung, (Rung{Codec::kHalf, 0}));
+}
+
 TEST(CodecChoice, CodecFactorsNeedRecordsAndStayBounded) {
   const ChoiceOptions o = options();
   const Snapshot s = numbers(1);
