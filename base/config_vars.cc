@@ -103,13 +103,13 @@ const std::vector<VarSpec>& registry() {
      "everywhere); error fails the tensor's handle on every rank, naming the ranks; zero replaces the "
      "bad values by 0 on the rank that has them, and the step proceeds normally. Always counted."},
     // --- DGC ---
-    {"GRADEX_POLICY", VarType::kChoice, "fixed", 0, 0, false, false, "auto|fixed", kEngine,
-     "How each tensor's codec is chosen. fixed (the default): GRADEX_SPARSITY_OVERRIDES, then "
-     "dense below GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (opt-in until "
-     "bench/run measures it within 1.05x of the best fixed mode at every rate; CUDA tensors keep "
+    {"GRADEX_POLICY", VarType::kChoice, "auto", 0, 0, false, false, "auto|fixed", kEngine,
+     "How each tensor's codec is chosen. fixed: GRADEX_SPARSITY_OVERRIDES, then dense below "
+     "GRADEX_DENSE_THRESHOLD, then DGC at GRADEX_SPARSITY. auto (the default; CUDA tensors keep "
      "the fixed policy): "
      "from a measured cost model (link latency and bandwidth probed at start-up and refined from "
-     "every collective, codec costs measured at start-up and from large units, when each tensor "
+     "every collective, codec costs measured at start-up and corrected by what each codec's units "
+     "measure, when each tensor "
      "becomes ready, the measured step tail), all ranks using rank 0's numbers: the least "
      "compression (fp32, 16-bit, 8-bit with error feedback, DGC at a GRADEX_POLICY_LADDER "
      "sparsity) whose communication stays "

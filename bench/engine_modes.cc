@@ -85,7 +85,7 @@ std::vector<ModeSpec> engine_modes() {
        "GRADEX_POLICY=auto (the default): per-tensor codec from the cost model, momentum 0.9",
        engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"fixed",
-       "GRADEX_POLICY=fixed (the default): DGC 99.9% for large tensors, fused fp16 for small, "
+       "GRADEX_POLICY=fixed: DGC 99.9% for large tensors, fused fp16 for small, "
        "momentum 0.9",
        engine_factory({{"GRADEX_POLICY", "fixed"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"dgc99", "engine, DGC at 99% sparsity for tensors >= GRADEX_DENSE_THRESHOLD, momentum 0.9",

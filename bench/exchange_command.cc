@@ -139,8 +139,9 @@ double idle_cpu_pct(comm::Communicator& comm, double seconds) {
   return mean(mean_over_ranks(comm, {pct}));
 }
 
-// The engine of the default policy ("fixed"), warmed by two steps, then left idle; the floor is
-// measured first in the same process so that the two figures stand side by side.
+// The engine of the fixed policy (its steady state from the first step), warmed by two steps, then
+// left idle; the floor is measured first in the same process so that the two figures stand side by
+// side.
 IdleReport measure_idle(RankContext& ctx, const ModelProfile& model, const ExchangeSettings& s,
                         const GradientGenerator& gen, std::vector<float>& grads) {
   IdleReport report;

@@ -244,6 +244,10 @@ gradex_status_t gradex_set_gradient_norm(gradex_engine_t* engine, double norm) {
   return guarded("gradex_set_gradient_norm", [&] { engine_of(engine).set_gradient_norm(norm); });
 }
 
+gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t steps) {
+  return guarded("gradex_set_policy_horizon", [&] { engine_of(engine).set_policy_horizon(steps); });
+}
+
 gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now) {
   return guarded("gradex_end_step", [&] {
     auto& e = engine_of(engine);

@@ -16,19 +16,22 @@
 //
 // The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), 8-bit (dense
 // with error feedback, ~1.03 bytes per element), then DGC at each sparsity of the ladder
-// (ascending). 8-bit counts as a dense rung below (it only rounds, and its error is fed back). Every tensor starts at fp32. Raise: while the step is
-// exposed, among the kCandidates raises (of any tensor to any higher rung it may take) to a DGC
-// rung and the kCandidates to a dense rung that take most off the tensor's own encode + transfer +
-// decode, the one that ends the step earliest on the timeline is taken; a raise to DGC must save
-// 1% of what is still exposed (fidelity first: many small tensors each saving microseconds are
-// left alone). It stops once the step is hidden or nothing helps: with no compute to hide behind,
-// as hard as the link requires. Relax: each raised tensor, smallest first, goes back to the least
-// rung that ends the step no later than the deadline or the raised plan does. A tensor that becomes
-// ready while the link is busy with its kind joins the fused unit (dense bucket, DGC group) and
-// pays no latency of its own. A DGC rung is allowed only when its selected count
-// k = (1 - s) * numel is at least min_selected and, for tensors registered with their output rows,
-// min_per_row values per row; and not before dense_steps (a hard dense warm-up, opt-in). A tensor
-// with a forced rung (an override) keeps it and still occupies the link in the timeline.
+// (ascending). 8-bit counts as a dense rung below (it only rounds, and its error is fed back).
+// Every tensor starts at fp32. Raise: while the step is exposed, among the kCandidates raises (of
+// any tensor to any higher rung it may take) to a DGC rung and the kCandidates to a dense rung that
+// take most off the tensor's own encode + transfer + decode, the one that ends the step earliest on
+// the timeline is taken; a raise to DGC must save 1% of what is still exposed (fidelity first: many
+// small tensors each saving microseconds are left alone); when no single raise is, every tensor's
+// largest-saving raise that alone ends the step earlier is taken at once if together they save 1%
+// (a model's many mid-size layers, each worth little, together worth much). It stops once the step
+// is hidden or nothing helps: with no compute to hide behind, as hard as the link requires. Relax:
+// each raised tensor, smallest first, goes back to the least rung that ends the step no later than
+// the deadline or the raised plan does. A tensor that becomes ready while the link is busy with its
+// kind joins the fused unit (dense bucket, DGC group) and pays no latency of its own. A DGC rung is
+// allowed only when its selected count k = (1 - s) * numel is at least min_selected and, for
+// tensors registered with their output rows, min_per_row values per row; and not before dense_steps
+// (a hard dense warm-up, opt-in). A tensor with a forced rung (an override) keeps it and still
+// occupies the link in the timeline.
 //
 // Early training (the fidelity ramp, ramp_steps > 0): while the gradient changes fast, top-k with
 // error feedback loses most (stale residuals, momentum built from few coordinates), so over the
@@ -55,6 +58,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sync/cost_model.h"
@@ -158,7 +162,8 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
                         const ChoiceOptions& options);
 
 // Predicted encode / transfer / decode seconds of one tensor at `rung`. Every CPU cost is
-// multiplied by Snapshot::cpu_share; the transfer takes the longer of its wire time and its CPU
+// multiplied by Snapshot::cpu_share, every time by Snapshot::calibration and the codec's
+// Snapshot::codec_factor; the transfer takes the longer of its wire time and its CPU
 // time (collective_cpu_s: the ring reduces and copies one chunk while the next is on the wire, so
 // the slower of the two bounds it; on a CPU-bound host a dense ring runs at the CPU's pace
 // whatever the link), and with one_lane it queues on the lane with every encode and decode.
@@ -166,6 +171,25 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
 void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
                 const ChoiceOptions& options, double& encode_s, double& comm_s, double& decode_s,
                 double* latency_s = nullptr);
+
+// One unit measured under the plan in force (CodecPlanner::observe_unit): its codec, its tensors'
+// sizes and DGC sparsities (0 for dense codecs), and its measured prepare + transfer + finish.
+struct UnitRecord {
+  Codec codec = Codec::kFp32;
+  std::vector<std::pair<uint64_t, double>> tensors;  // (elements, sparsity)
+  double measured_s = 0;
+};
+// The fewest records of a codec that set its factor (fewer: the common factor below).
+constexpr size_t kMinFactorRecords = 2;
+// Snapshot::codec_factor from `records`: per codec with at least kMinFactorRecords records, the
+// sum of their measured seconds over the sum of what rung_costs predicts for them from `numbers`
+// with every factor 1 and no calibration (a unit pays its collective's latency once), clamped to
+// [1/4, 16]. A codec without enough records gets the mean factor of those with enough (the load
+// that inflates what was measured inflates it too: pricing it at 1 would make the unmeasured codec
+// look cheap only because it was not used), or 1 when none has.
+std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
+                                                   const Snapshot& numbers,
+                                                   const ChoiceOptions& options);
 
 // The choice for every tensor of `inputs` (any order; the timeline orders by ready time, then
 // key). Deterministic: equal inputs give equal plans on every rank.

@@ -1,6 +1,7 @@
 #include "sync/codec_planner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -75,6 +76,7 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
   planner_.choice.world_size = world_size;
   planner_.choice.sparse_ring = options.sparse_ring_for(world_size);
   planner_.choice.half_available = options.half_on_wire;
+  horizon_steps_.store(planner_.choice.horizon_steps);
 }
 
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
@@ -195,6 +197,16 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   local.one_lane = one_lane_;
   local.cpu_share = cpu_share_;
   local.calibration = 1.0;
+  {
+    // What each codec's units measured under the plan in force, against what these numbers
+    // predict for them: corrects start-up numbers that the load moved (Snapshot::codec_factor).
+    std::vector<cost::UnitRecord> records;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      records.swap(unit_records_);
+    }
+    local.codec_factor = cost::measured_codec_factors(records, local, choice_options(local));
+  }
   if (plans_made_ > 0) {
     // The measured step tail under the plan in force over that plan's tail predicted from
     // today's numbers (this rank's; rank 0's is the one used). Tails under a millisecond are
@@ -243,89 +255,38 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
 
 void CodecPlanner::measure_codecs() {
   // Measured alone, at start-up, on ~2^18 elements on the host backend: gradex's momentum, the
-  // fp32 bucket's copies, the 16-bit cast there and back, the rings' sums and the transport's
-  // copies (the dense paths' CPU), and DGC's step (at the ladder's highest sparsity) with the
-  // decode of its payload. The units' own stage times refine the codecs (observe_unit).
+  // fp32 bucket's copies, the 16-bit cast there and back, the rings' sums, the 8-bit codec, and
+  // DGC's step (at the ladder's highest sparsity) with the decode of its payload. The units'
+  // measured times correct them later (observe_unit, Snapshot::codec_factor).
   //
-  // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the least of kRepeats runs, on a
-  // tensor small enough to stay on this thread (the kernels split work over the pool from 2^18
-  // elements): the cost of the work itself, whatever else the machine runs. Wall time read
-  // up to 10x too high on this shared 2-core host while other programs built (a DGC encode of
-  // 19.5 ns per element where the exchange's own CPU accounts for ~2), and which codec looked
-  // cheap then depended on which measurement the load fell on. Contention among the job's own
-  // ranks is the model's to price (Snapshot::cpu_share), and the units' wall times refine the
-  // rest.
+  // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), on a tensor small enough to stay on
+  // this thread (the kernels split work over the pool from 2^18 elements): the cost of the work
+  // itself, not the time other programs took the core. Wall time read up to 10x too high on a
+  // shared 2-core host. Even CPU time moves with the load (caches and memory bandwidth shared
+  // with other programs: DGC's encode read 0.66-1.95 ns per element between runs), and which
+  // codec looked cheap then depended on which measurement the load fell on. So every measurement
+  // runs once per round, kRounds interleaved rounds, and each codec's number is the median of its
+  // rounds: the codecs are compared over the same stretch of time, and a round that a burst of
+  // load hit moves no median.
   namespace be = compress::backend;
   // Just under the codec's parallel threshold (2^18): one thread, fixed costs amortised.
   constexpr size_t kN = (1u << 18) - 1024;
+  constexpr int kRounds = 7;
   const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
   const be::StreamPtr stream = backend->create_stream();
-  std::vector<float> g(kN), values(kN);
+  std::vector<float> g(kN), values(kN), u(kN, 0.0f), bucket(kN);
   uint32_t x = 0x12345678u;
   for (float& v : g) {
     x = x * 1664525u + 1013904223u;
     v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
   }
-  constexpr int kRepeats = 5;
-  auto least = [&](auto&& body) {
-    double best = 0;
-    for (int r = 0; r < kRepeats; ++r) {
-      const double a = thread_cpu_seconds();
-      body();
-      const double s = thread_cpu_seconds() - a;
-      if (r == 0 || s < best) best = s;
-    }
-    return best;
-  };
-  // gradex's momentum: part of every dense unit's prepare stage (as observe_unit measures them).
-  double momentum_s = 0;
-  if (options_.momentum > 0) {
-    std::vector<float> u(kN, 0.0f);
-    values = g;
-    momentum_s = least([&] {
-      backend->apply_momentum(values.data(), u.data(), kN, options_.momentum, options_.nesterov,
-                              1.0f, *stream);
-    });
-  }
-  // An fp32 bucket: gathered into the ring's buffer (prepare), divided back into the tensor
-  // (after the ring; sync/dense_exchange.cc).
-  std::vector<float> bucket(kN);
-  const double gather_s = least([&] { std::copy(g.begin(), g.end(), bucket.begin()); });
-  const float divisor = static_cast<float>(std::max(world_size_, 1));
-  const double divide_s = least([&] {
-    for (size_t j = 0; j < kN; ++j)
-      values[j] = bucket[j] / divisor;
-  });
-  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s + gather_s, divide_s);
-  std::vector<uint16_t> half(kN);
   const DType half_type = options_.half_on_wire ? options_.half_type : DType::kFloat16;
-  const double to_half_s =
-      least([&] { backend->to_half(g.data(), half.data(), kN, half_type, 0.5f, *stream); });
-  const double from_half_s = least(
-      [&] { backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream); });
-  model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + to_half_s, from_half_s);
-  // The rings' own CPU: the reduce-scatter's sums on each wire type (comm/reduce.h); the
-  // transport's per byte comes from the link probe (measure_transport_cpu).
-  std::vector<uint16_t> half_acc(kN);
+  const float divisor = static_cast<float>(std::max(world_size_, 1));
+  std::vector<uint16_t> half(kN), half_acc(kN);
   backend->to_half(g.data(), half_acc.data(), kN, half_type, 0.25f, *stream);
-  bucket = g;
-  model_.observe_reduce(cost::Codec::kFp32, kN, least([&] {
-                          comm::sum_into(bucket.data(), values.data(), kN, DType::kFloat32);
-                        }));
-  model_.observe_reduce(cost::Codec::kHalf, kN, least([&] {
-                          comm::sum_into(half_acc.data(), half.data(), kN, half_type);
-                        }));
-  {  // the 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of
-     // 1/P, then the decode of every segment
-    namespace q8 = be::int8;
-    std::vector<uint8_t> bytes(q8::encoded_size(kN));
-    std::vector<float> residual(kN, 0.0f);
-    const double enc_s = least([&] { q8::encode(g.data(), residual.data(), kN, bytes.data()); });
-    const double sum_s = least([&] { q8::decode_add(bytes.data(), kN, values.data()); });
-    const double dec_s = least([&] { q8::decode(bytes.data(), kN, values.data()); });
-    const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
-    model_.observe_codec(cost::Codec::kInt8, kN, momentum_s + enc_s * (1.0 + owner) + sum_s, dec_s);
-  }
+  namespace q8 = be::int8;
+  std::vector<uint8_t> int8_bytes(q8::encoded_size(kN));
+  std::vector<float> int8_residual(kN, 0.0f);
   const double sparsity =
       planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
   compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
@@ -336,15 +297,93 @@ void CodecPlanner::measure_codecs() {
   std::vector<uint8_t> payload;
   values = g;
   codec.encode_step(values.data(), 1.0f, *stream, payload);  // warms buffers and the threshold
-  const double encode_s = least([&] {
-    payload.clear();
-    values = g;
-    codec.encode_step(values.data(), 1.0f, *stream, payload);
-  });
-  const double decode_s = least([&] {
-    codec.sum_payloads({{payload.data(), payload.size()}}, 1.0f, values.data(), *stream);
-  });
-  model_.observe_codec(cost::Codec::kDgc, kN, encode_s, decode_s,
+
+  enum Measure {
+    kMomentum,
+    kGather,
+    kDivide,
+    kToHalf,
+    kFromHalf,
+    kSumFp32,
+    kSumHalf,
+    kInt8Encode,
+    kInt8Sum,
+    kInt8Decode,
+    kDgcEncode,
+    kDgcDecode,
+    kMeasures
+  };
+  auto run = [&](int m) {
+    switch (m) {
+      case kMomentum:  // gradex's momentum: part of every dense unit's prepare stage
+        if (options_.momentum > 0)
+          backend->apply_momentum(values.data(), u.data(), kN, options_.momentum, options_.nesterov,
+                                  1.0f, *stream);
+        break;
+      case kGather:  // an fp32 bucket: gathered into the ring's buffer (prepare) ...
+        std::copy(g.begin(), g.end(), bucket.begin());
+        break;
+      case kDivide:  // ... and divided back into the tensor (sync/dense_exchange.cc)
+        for (size_t j = 0; j < kN; ++j)
+          values[j] = bucket[j] / divisor;
+        break;
+      case kToHalf:
+        backend->to_half(g.data(), half.data(), kN, half_type, 0.5f, *stream);
+        break;
+      case kFromHalf:
+        backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream);
+        break;
+      case kSumFp32:  // the rings' reduce-scatter sums on each wire type (comm/reduce.h)
+        comm::sum_into(bucket.data(), values.data(), kN, DType::kFloat32);
+        break;
+      case kSumHalf:
+        comm::sum_into(half_acc.data(), half.data(), kN, half_type);
+        break;
+      case kInt8Encode:
+        q8::encode(g.data(), int8_residual.data(), kN, int8_bytes.data());
+        break;
+      case kInt8Sum:
+        q8::decode_add(int8_bytes.data(), kN, values.data());
+        break;
+      case kInt8Decode:
+        q8::decode(int8_bytes.data(), kN, values.data());
+        break;
+      case kDgcEncode:
+        payload.clear();
+        values = g;
+        codec.encode_step(values.data(), 1.0f, *stream, payload);
+        break;
+      case kDgcDecode:
+        codec.sum_payloads({{payload.data(), payload.size()}}, 1.0f, values.data(), *stream);
+        break;
+    }
+  };
+  std::array<std::vector<double>, kMeasures> samples;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int m = 0; m < kMeasures; ++m) {
+      if (m == kMomentum) values = g;
+      const double a = thread_cpu_seconds();
+      run(m);
+      samples[static_cast<size_t>(m)].push_back(thread_cpu_seconds() - a);
+    }
+  }
+  auto median = [&](int m) {
+    std::vector<double>& v = samples[static_cast<size_t>(m)];
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double momentum_s = options_.momentum > 0 ? median(kMomentum) : 0.0;
+  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s + median(kGather), median(kDivide));
+  model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + median(kToHalf), median(kFromHalf));
+  model_.observe_reduce(cost::Codec::kFp32, kN, median(kSumFp32));
+  model_.observe_reduce(cost::Codec::kHalf, kN, median(kSumHalf));
+  // The 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of 1/P,
+  // then the decode of every segment.
+  const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
+  model_.observe_codec(cost::Codec::kInt8, kN,
+                       momentum_s + median(kInt8Encode) * (1.0 + owner) + median(kInt8Sum),
+                       median(kInt8Decode));
+  model_.observe_codec(cost::Codec::kDgc, kN, median(kDgcEncode), median(kDgcDecode),
                        compress::dgc::target_count(kN, sparsity));
 }
 
@@ -375,6 +414,16 @@ void CodecPlanner::on_reconfigure(int world_size) {
   probed_ = false;
   plan_epoch_ = 0;
   applied_epoch_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  unit_records_.clear();  // measured with another membership
+}
+
+void CodecPlanner::set_horizon(uint64_t steps) {
+  pending_horizon_.store(static_cast<int64_t>(std::min<uint64_t>(steps, uint64_t{1} << 62)));
+}
+
+uint64_t CodecPlanner::horizon() const {
+  return horizon_steps_.load();
 }
 
 void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
@@ -410,11 +459,31 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
       cpu_share_ = std::max(1.0, static_cast<double>(here) / cores);
     }
   }
-  uint64_t epoch = 0;
   bool gradients = false;
+  uint64_t now = 0;  // the round's agreed step
   for (const pipeline::Job& job : jobs) {
     if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     gradients = true;
+    now = std::max(now, job.step);
+  }
+  // A horizon learnt after creation (set_horizon), from this round's agreed step on: the plan
+  // epochs restart (the horizon rule's stage starts moved) and every tensor takes the new plan at
+  // its next exchange, on every rank in this same round.
+  if (gradients) {
+    const int64_t pending = pending_horizon_.exchange(-1);
+    if (pending >= 0) {
+      planner_.choice.horizon_steps = pending == 0 ? 0 : now + static_cast<uint64_t>(pending);
+      horizon_steps_.store(planner_.choice.horizon_steps);
+      plan_epoch_ = 0;
+      planned_ = false;
+      applied_epoch_.clear();
+      GX_LOG(kInfo) << "GRADEX_POLICY=auto: training horizon " << planner_.choice.horizon_steps
+                    << " exchange steps (set at step " << now << ")";
+    }
+  }
+  uint64_t epoch = 0;
+  for (const pipeline::Job& job : jobs) {
+    if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     epoch = std::max(epoch, epoch_of(job.step));
   }
   // The first plan comes with the first gradients (the registered sizes and rows, the probe's
@@ -480,6 +549,15 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     model_.observe_transfer(link_class_, terms, c.transfer_seconds);
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (world_size_ > 1 && unit.route != pipeline::Route::kFirstAverage &&
+      elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
+    cost::UnitRecord record;
+    record.codec = codec;
+    record.measured_s = total;
+    for (const pipeline::Job* j : unit.jobs)
+      record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.sparsity);
+    unit_records_.push_back(std::move(record));
+  }
   for (const pipeline::Job* j : unit.jobs) {
     if (j->id.kind != WorkKind::kGradient || elements == 0) continue;
     const double share = total * static_cast<double>(j->tensor->numel) / elements;
@@ -490,8 +568,11 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
 
 std::string CodecPlanner::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t horizon = horizon_steps_.load();
   std::string out = "GRADEX_POLICY=auto: re-evaluated every " + std::to_string(planner_.interval) +
-                    " steps; " + std::to_string(plans_made_) + " plan(s) made\n";
+                    " steps; " + std::to_string(plans_made_) + " plan(s) made; training horizon " +
+                    (horizon > 0 ? std::to_string(horizon) + " steps" : std::string("unknown")) +
+                    " (GRADEX_POLICY_HORIZON_STEPS)\n";
   if (plans_made_ == 0) {
     out += "no plan yet: every tensor is dense (or as overridden) until its first exchange\n";
     return out;
@@ -509,7 +590,10 @@ std::string CodecPlanner::explain() const {
          fmt("%.2f", agreed_.codecs.transport_s_per_byte * 1e9) + " ns per byte; cpu share " +
          fmt("%.2f", agreed_.cpu_share) + "; backward " + fmt("%.3f", agreed_.backward_s * 1e3) +
          " ms, forward " + fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
-         fmt("%.2f", agreed_.calibration) + "\n";
+         fmt("%.2f", agreed_.calibration) + "; measured over predicted per codec: fp32 " +
+         fmt("%.2f", agreed_.codec_factor[0]) + ", 16-bit " + fmt("%.2f", agreed_.codec_factor[1]) +
+         ", dgc " + fmt("%.2f", agreed_.codec_factor[2]) + ", 8-bit " +
+         fmt("%.2f", agreed_.codec_factor[3]) + "\n";
   out += plan_.describe(&measured_s_);
   out +=
       "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "

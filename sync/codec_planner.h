@@ -31,6 +31,7 @@
 // CUDA tensors keep their registered (fixed) policy: their switches are not tested on a GPU yet.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -82,6 +83,12 @@ class CodecPlanner {
   // at the next before_routes, and the plan epochs restart so that every member, survivor or
   // newcomer, re-plans and applies the same plan at the same agreed step. Measurements are kept.
   void on_reconfigure(int world_size);
+  // Any thread: the training's horizon learnt after creation (gradex_set_policy_horizon), `steps`
+  // more exchange steps from the next one (0: none). The next before_routes with gradients makes
+  // it absolute from their agreed step and re-plans there; every rank must call it alike before
+  // submitting that step, so every rank re-plans in the same round.
+  void set_horizon(uint64_t steps);
+  uint64_t horizon() const;
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
@@ -141,12 +148,18 @@ class CodecPlanner {
   std::map<std::string, uint64_t> applied_epoch_;
   std::map<std::string, cost::Rung> choice_;
   ChoiceHook choice_hook_;
+  // set_horizon's value until the progress thread applies it (-1: none pending).
+  std::atomic<int64_t> pending_horizon_{-1};
+  std::atomic<uint64_t> horizon_steps_{0};  // planner_.choice.horizon_steps, for explain()
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;
   cost::Snapshot agreed_;
   uint64_t plans_made_ = 0;
   std::map<std::string, double> measured_s_;  // per tensor, moving average
+  // Units measured since the last plan (observe_unit), for Snapshot::codec_factor; bounded.
+  static constexpr size_t kMaxUnitRecords = 4096;
+  std::vector<cost::UnitRecord> unit_records_;
 };
 
 }  // namespace gradex::sync

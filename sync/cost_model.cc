@@ -11,7 +11,8 @@ namespace gradex::sync::cost {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
-constexpr uint32_t kSnapshotVersion = 4;  // 3: the dense rings' CPU; 4: the 8-bit codec's costs
+// 3: the dense rings' CPU; 4: the 8-bit codec's costs; 5: the measured per-codec factors.
+constexpr uint32_t kSnapshotVersion = 5;
 // The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
 constexpr double kMinBeta = 1e-13;
 
@@ -117,6 +118,8 @@ std::vector<uint8_t> Snapshot::encode() const {
   w.put<double>(calibration);
   w.put<uint8_t>(one_lane ? 1 : 0);
   w.put<double>(tail_s);
+  for (int c = 0; c < kCodecs; ++c)
+    w.put<double>(codec_factor[c]);
   w.put<uint32_t>(static_cast<uint32_t>(tensors.size()));
   for (const TensorTiming& t : tensors) {
     w.put_string(t.key);
@@ -155,6 +158,8 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
   s.calibration = r.get<double>();
   s.one_lane = r.get<uint8_t>() != 0;
   s.tail_s = r.get<double>();
+  for (int c = 0; c < kCodecs; ++c)
+    s.codec_factor[c] = r.get<double>();
   const uint32_t n = r.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     TensorTiming t;

@@ -135,6 +135,13 @@ struct Snapshot {
   double cpu_share = 1.0;
   // Rank 0's measured step tail under the plan in force (CostModel::tail_s; 0: none measured).
   double tail_s = 0;
+  // Per codec: the measured seconds of its units (prepare + transfer + finish) under the plan in
+  // force over what the numbers above predict for them (cost::measured_codec_factors), clamped to
+  // [1/4, 16]; 1 until measured. It multiplies every prediction of that codec (rung_costs), so a
+  // codec whose start-up numbers were read on the wrong side of the load is corrected by what its
+  // collectives cost in the steps since: a tensor put on a dense ring by a low first estimate of
+  // the ring's CPU moves back to DGC once the rings are measured dearer.
+  std::array<double, kCodecs> codec_factor{1.0, 1.0, 1.0, 1.0};
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;

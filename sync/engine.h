@@ -99,6 +99,10 @@ class Engine {
   // Each tensor's codec with the reason; under GRADEX_POLICY=auto the newest plan with its
   // predicted and measured times (sync/codec_planner.h). gradex_explain, gradex-bench plan.
   std::string explain() const;
+  // GRADEX_POLICY=auto: `steps` more exchange steps from the next one (0: no horizon rule), set
+  // identically on every rank before its next submissions (CodecPlanner::set_horizon). No effect
+  // under GRADEX_POLICY=fixed.
+  void set_policy_horizon(uint64_t steps);
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);

@@ -5,6 +5,10 @@
 
 namespace gradex::sync {
 
+void Engine::set_policy_horizon(uint64_t steps) {
+  if (planner_) planner_->set_horizon(steps);
+}
+
 std::string Engine::explain() const {
   std::string out;
   if (planner_) {

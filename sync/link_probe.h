@@ -14,7 +14,7 @@ namespace gradex::sync::cost {
 struct ProbeOptions {
   // Message sizes of the ping-pongs (two or more distinct sizes separate alpha from beta).
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
-  int repeats = 3;  // timed round trips per size, after one untimed one
+  int repeats = 7;  // timed round trips per size, after one untimed one
 };
 
 // Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:
@@ -26,9 +26,10 @@ struct ProbeResult {
   std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
   // Rank 0's CPU over the largest size's timed round trips (its thread's CPU clock: the
   // transport's copies, protocol and progress work, not the time spent asleep waiting for the
-  // link), the round trip dearest per byte (the kernel defers network work it is not charged
-  // for on a loaded host): `transport_bytes` sent and received (each byte counted once) in
-  // `transport_cpu_s`. 0 bytes: nothing measured (one rank).
+  // link), the upper quartile of the round trips (the kernel defers network work it is not
+  // charged for on a loaded host, so the dearer round trips are the closer to the whole cost):
+  // `transport_bytes` sent and received (each byte counted once) in `transport_cpu_s`. 0 bytes:
+  // nothing measured (one rank).
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
 };

@@ -265,6 +265,13 @@ gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char*
  * Call with buffer NULL to learn the size (including the terminating NUL). */
 gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t capacity, size_t* length);
 
+/* GRADEX_POLICY=auto: the training's horizon learnt after the engine was created (e.g. from Keras's model.fit:
+ * epochs x steps per epoch), as GRADEX_POLICY_HORIZON_STEPS would give it: `steps` more exchange steps from the
+ * next one (0: unknown, no horizon rule). Every rank must make the same call before it submits the next step's
+ * gradients; the engine then re-plans at that step on every rank. No effect under GRADEX_POLICY=fixed.
+ * (Additive to API version 1.) */
+gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t steps);
+
 /* ---- DiLoCo outer optimization (additive to API version 1) -------------------------------------------
  * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
  * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or

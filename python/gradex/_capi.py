@@ -107,6 +107,7 @@ def lib():
             "gradex_test": (status, [engine_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]),
             "gradex_end_step": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
             "gradex_set_gradient_norm": (status, [engine_p, ctypes.c_double]),
+            "gradex_set_policy_horizon": (status, [engine_p, ctypes.c_uint64]),
             "gradex_exchanges_gradients": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_stats": (status, [engine_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
             "gradex_save_state": (status, [engine_p, ctypes.c_void_p, ctypes.c_size_t,
@@ -392,6 +393,14 @@ class Engine:
         """GRADEX_CLIP_NORM > 0: this rank's L2 norm over all gradients of the current step, given before
         the step's first submit; gradients submitted until end_step() are clipped by it (see gradex.h)."""
         check(lib().gradex_set_gradient_norm(self._engine(), float(norm)))
+
+    def set_policy_horizon(self, steps):
+        """GRADEX_POLICY=auto: `steps` more exchange steps from the next one (0: unknown), learnt after the
+        engine was created; every rank must call it alike before its next step (gradex_set_policy_horizon)."""
+        steps = int(steps)
+        if steps < 0:
+            raise _errors.InvalidArgumentError(f"gradex: a training horizon must be >= 0 steps, got {steps}")
+        check(lib().gradex_set_policy_horizon(self._engine(), steps))
 
     def end_step(self):
         """Ends a step; True when LocalSGD says to average parameters now."""

@@ -62,3 +62,52 @@ def test_torch_registers_output_rows_for_the_per_row_floor():
     assert "GRADEX_POLICY_MIN_PER_ROW" in plan["big.weight"], text
     assert plan["big.weight"].split()[2] in ("fp32", "16-bit"), text
     assert "GRADEX_POLICY_MIN_PER_ROW" not in plan["big.bias"], text
+
+
+def _horizon(rank, world, kind):
+    import torch
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(200, 100)
+    inner = torch.optim.SGD(model.parameters(), lr=0.01)
+    if kind == "steps":
+        horizon = 250
+    else:  # an LR scheduler that knows its total
+        horizon = torch.optim.lr_scheduler.OneCycleLR(inner, max_lr=0.1, total_steps=120)
+    opt = gx.DistributedOptimizer(inner, named_parameters=model.named_parameters(), horizon_steps=horizon)
+    opt.zero_grad()
+    model(torch.randn(4, 200)).sum().backward()
+    opt.step()
+    text = gx.explain(opt)
+    config = opt.engine.describe_config()
+    opt.close()
+    setting = [line.strip().split("=", 1)[1].split()[0] for line in config.splitlines()
+               if line.strip().startswith("GRADEX_POLICY_HORIZON_STEPS=")]
+    return {"text": text, "setting": setting}
+
+
+def test_torch_passes_the_training_horizon_it_is_given():
+    for kind, steps in (("steps", 250), ("scheduler", 120)):
+        results = ranks.run(_horizon, 2, env={"GRADEX_POLICY": "auto"}, args=(kind,))
+        for r in results:
+            assert r["setting"] == [str(steps)], r
+            assert f"training horizon {steps} steps" in r["text"].splitlines()[0], r["text"]
+
+
+def test_torch_horizon_argument_is_checked():
+    import pytest
+    import torch
+    import gradex.torch as gx
+
+    model = torch.nn.Linear(4, 2)
+    state = gx.State(model, horizon_steps=torch.optim.lr_scheduler.OneCycleLR(
+        torch.optim.SGD(model.parameters(), lr=0.1), max_lr=0.1, total_steps=30))
+    assert state._config["GRADEX_POLICY_HORIZON_STEPS"] == "30"
+    for bad in ("100", -1, True, torch.optim.SGD(model.parameters(), lr=0.1)):
+        with pytest.raises(gx.InvalidArgumentError):
+            gx.State(model, horizon_steps=bad)
+    with pytest.raises(gx.InvalidArgumentError):
+        gx.State(model, horizon_steps=10, config={"GRADEX_POLICY_HORIZON_STEPS": "20"})
+    assert gx.State(model, horizon_steps=10, config={"GRADEX_POLICY_HORIZON_STEPS": "10"})._config[
+        "GRADEX_POLICY_HORIZON_STEPS"] == "10"

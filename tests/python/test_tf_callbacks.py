@@ -66,3 +66,35 @@ def test_learning_rate_warmup_follows_horovods_schedule():
     want = [0.1 * (e / 2 + 1) for e in (0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75)] + [0.2] * 4
     for seen in out:
         np.testing.assert_allclose(seen, want, rtol=1e-6)
+
+
+def _horizon(rank, world):
+    import keras
+    import gradex.tensorflow as gxt
+    import gradex.tensorflow.keras as gxk
+
+    gxt.init({"GRADEX_TIMEOUT_S": "60"})
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    opt = gxk.DistributedOptimizer(keras.optimizers.SGD(0.05), config={"GRADEX_POLICY": "auto"})
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    x = np.ones((16, 2), np.float32)
+    y = np.ones((16, 1), np.float32)
+    broadcast = gxk.callbacks.BroadcastGlobalVariablesCallback(0)
+    model.fit(x, y, batch_size=4, epochs=3, verbose=0, callbacks=[broadcast])
+    first = gxt.explain(opt)
+    # A second fit resuming at epoch 3 of 5: 2 more epochs of 4 steps from exchange step 12.
+    horizon = gxk.callbacks.TrainingHorizonCallback()
+    model.fit(x, y, batch_size=4, epochs=5, initial_epoch=3, verbose=0, callbacks=[horizon])
+    second = gxt.explain(opt)
+    gxt.shutdown()
+    return {"first": first, "second": second, "passed": [broadcast.horizon_steps, horizon.horizon_steps]}
+
+
+def test_fit_passes_its_training_horizon_to_the_auto_policy():
+    out = tf_ranks.run("test_tf_callbacks:_horizon", 2, timeout=180)
+    for r in out:
+        assert r["passed"] == [12, 8], r
+        # The engine received it (gradex_set_policy_horizon): absolute from the step it was set at.
+        assert "training horizon 12 steps" in r["first"].splitlines()[0], r["first"]
+        assert "training horizon 20 steps" in r["second"].splitlines()[0], r["second"]

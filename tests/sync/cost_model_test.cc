@@ -169,6 +169,7 @@ TEST(Snapshot, RoundTripsAndRejectsGarbage) {
   s.codecs.reduce_s = {0.3e-9, 1.1e-9, 0.0};
   s.codecs.transport_s_per_byte = 0.45e-9;
   s.cpu_share = 2.0;
+  s.codec_factor = {1.0, 2.5, 0.75, 1.0};
   s.tensors = {{"fc.weight", 20480, 10, 0.01}, {"conv1", 9408, 64, 0.2}};
   const std::vector<uint8_t> bytes = s.encode();
   const Snapshot back = Snapshot::decode(bytes.data(), bytes.size());
@@ -176,6 +177,8 @@ TEST(Snapshot, RoundTripsAndRejectsGarbage) {
   EXPECT_EQ(back.codecs.reduce_s[1], 1.1e-9);
   EXPECT_EQ(back.codecs.transport_s_per_byte, 0.45e-9);
   EXPECT_EQ(back.cpu_share, 2.0);
+  EXPECT_EQ(back.codec_factor[1], 2.5);
+  EXPECT_EQ(back.codec_factor[2], 0.75);
   EXPECT_EQ(back.tensors[0].rows, 10u);
   std::vector<uint8_t> bad = bytes;
   bad[0] ^= 1;

@@ -73,7 +73,9 @@ TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
     model.on_submit("b", base + 0.01 * (r + 1));
     model.on_submit("c", base + 0.02 * (r + 1));
     model.on_end_step(base + 0.03 * (r + 1));
-    const Snapshot local = model.snapshot();
+    Snapshot local = model.snapshot();
+    // ... and its own units' measured-over-predicted factors (the step-4 refit's).
+    local.codec_factor[static_cast<size_t>(Codec::kHalf)] = 1.0 + r;
     const Snapshot shared = agree_snapshot(comm, local);
     ChoiceOptions o;
     o.world_size = kRanks;
@@ -93,6 +95,7 @@ TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
     agreed[static_cast<size_t>(r)] = shared.encode();
     EXPECT_EQ(shared.codecs.transport_s_per_byte, 4e-3 / (8u << 20));  // rank 0's
     EXPECT_EQ(shared.codecs.reduce_s[1], 1e-3 / (1u << 20));
+    EXPECT_EQ(shared.codec_factor[static_cast<size_t>(Codec::kHalf)], 1.0);
   });
   EXPECT_NE(local_plans[0], local_plans[2]);  // the ranks' own numbers would disagree
   for (int r = 1; r < kRanks; ++r) {

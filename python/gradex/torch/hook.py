@@ -15,7 +15,7 @@ import weakref
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _errors
-from . import _bootstrap, _buckets, _config_check, _discover, _momentum
+from . import _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
 
 _STATE_FORMAT = "gradex.torch.State/2"
 
@@ -34,14 +34,18 @@ class State:
     the DDP module's, else the default group). store: a torch.distributed.Store to bootstrap through
     (default: the default group's). optimizer: the optimizer that trains the model, so that momentum follows
     it (_momentum.py): gradex takes an SGD optimizer's momentum over and adds none to Adam-family ones;
-    without it gradex adds no momentum unless GRADEX_MOMENTUM is set.
+    without it gradex adds no momentum unless GRADEX_MOMENTUM is set. horizon_steps: how many optimizer steps
+    the training will run (GRADEX_POLICY_HORIZON_STEPS for GRADEX_POLICY=auto: the last steps are compressed
+    less so that error feedback's residuals drain), or an LR scheduler that knows its total (OneCycleLR); None:
+    unknown, no horizon rule.
 
     A State owns its engine: close() (or the end of a `with` block, or garbage collection) releases it.
     """
 
     def __init__(self, model=None, *, config=None, dense_iterations=None, store=None, scaler=None,
-                 process_group=None, optimizer=None):
+                 process_group=None, optimizer=None, horizon_steps=None):
         config = {str(k): str(v) for k, v in (config or {}).items()}
+        config = _horizon.with_horizon(config, horizon_steps, "gx.State")
         _config_check.check(config)
         self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex DDP hook")
         self._model = model

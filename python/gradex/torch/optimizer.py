@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
-from . import _amp, _bootstrap, _layout, _momentum, _ops
+from . import _amp, _bootstrap, _horizon, _layout, _momentum, _ops
 
 _live_optimizers = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
 
@@ -37,10 +37,14 @@ _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
-    """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either)."""
+    """Wraps `optimizer`; shares its param_groups and state (LR schedulers work on either).
+
+    horizon_steps: how many optimizer steps the training will run (GRADEX_POLICY_HORIZON_STEPS for the default
+    GRADEX_POLICY=auto), or an LR scheduler that knows its total (OneCycleLR: horizon_steps=scheduler); None:
+    unknown, no horizon rule."""
 
     def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None,
-                 uneven_inputs=False):
+                 uneven_inputs=False, horizon_steps=None):
         if isinstance(optimizer, DistributedOptimizer):
             raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
         self._gradex_ready = False
@@ -59,6 +63,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         if p.requires_grad]
         self._scale = _amp.ScaleDomain(scaler)
         config = {str(k): str(v) for k, v in (config or {}).items()}
+        # GRADEX_POLICY=auto's training horizon: a number of steps, or an LR scheduler with total_steps.
+        config = _horizon.with_horizon(config, horizon_steps, "gx.DistributedOptimizer")
         _capi.check_config(config)
         self._localsgd = _localsgd_period(config) > 0
         if self._localsgd:

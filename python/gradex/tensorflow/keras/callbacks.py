@@ -5,6 +5,10 @@
 
 DiLoCo (no gradient exchange; an outer optimizer every `period` batches): callbacks=[gxk.callbacks.DiLoCoCallback(
 period=32, fragments=4, delay=2)] with the model compiled with its plain optimizer (_diloco.py).
+
+The training horizon of GRADEX_POLICY=auto (the default; GRADEX_POLICY_HORIZON_STEPS): model.fit knows how many
+steps it will run (epochs x steps per epoch), so BroadcastGlobalVariablesCallback passes it to the engine of a
+gxk.DistributedOptimizer at the first epoch of every fit, and TrainingHorizonCallback does only that.
 """
 import keras
 import tensorflow as tf
@@ -15,16 +19,71 @@ from .. import _exchange, _runtime
 from ._diloco import DiLoCoCallback  # noqa: F401  (gxk.callbacks.DiLoCoCallback)
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """At the start of training, gives every rank root_rank's model variables (trainable and not) and, when
-    the optimizer is built, its variables: differently initialised ranks start identical."""
+def pass_training_horizon(model, params, first_epoch):
+    """Gives the engine of `model`'s gxk.DistributedOptimizer the steps this fit will still run,
+    (epochs - first_epoch) x steps per epoch from model.fit's `params` (GRADEX_POLICY=auto's horizon rule,
+    gradex_set_policy_horizon). Returns the steps passed, or None when the optimizer is not gradex's or
+    model.fit does not know its steps per epoch (an unsized dataset without steps_per_epoch: never guessed).
+    Every rank runs the same fit, so every rank passes the same number before its first step."""
+    optimizer = getattr(model, "optimizer", None)
+    ref = getattr(optimizer, "_gradex_ref", None)
+    if ref is None:
+        return None
+    params = params or {}
+    epochs, steps = params.get("epochs"), params.get("steps")
+    if not epochs or not steps:
+        _runtime.say_once("horizon-unknown",
+                          "gradex: model.fit does not know its steps per epoch (pass steps_per_epoch=): the auto "
+                          "policy runs without a training horizon", level=20)
+        return None
+    horizon = max(int(epochs) - int(first_epoch), 0) * int(steps)
+    ref.engine.set_policy_horizon(horizon)
+    return horizon
 
-    def __init__(self, root_rank=0):
+
+class _HorizonOnce:
+    """Passes the training horizon at the first epoch of each model.fit (on_train_begin re-arms it)."""
+
+    def _horizon_arm(self):
+        self._horizon_pending = True
+        self.horizon_steps = None
+
+    def _horizon_pass(self, epoch):
+        if getattr(self, "_horizon_pending", False):
+            self._horizon_pending = False
+            self.horizon_steps = pass_training_horizon(self.model, self.params, epoch)
+
+
+class TrainingHorizonCallback(_HorizonOnce, keras.callbacks.Callback):
+    """Passes model.fit's remaining steps ((epochs - initial epoch) x steps per epoch) to the engine of the
+    model's gxk.DistributedOptimizer as GRADEX_POLICY=auto's training horizon (GRADEX_POLICY_HORIZON_STEPS), at
+    the first epoch of every fit. BroadcastGlobalVariablesCallback does the same; use this one without it."""
+
+    def on_train_begin(self, logs=None):
+        self._horizon_arm()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._horizon_pass(epoch)
+
+
+class BroadcastGlobalVariablesCallback(_HorizonOnce, keras.callbacks.Callback):
+    """At the start of training, gives every rank root_rank's model variables (trainable and not) and, when
+    the optimizer is built, its variables: differently initialised ranks start identical. It also passes
+    model.fit's remaining steps to a gxk.DistributedOptimizer's engine as GRADEX_POLICY=auto's training
+    horizon, as TrainingHorizonCallback does (`horizon=False`: not)."""
+
+    def __init__(self, root_rank=0, horizon=True):
         super().__init__()
         self.root_rank = int(root_rank)
         self._done = False
+        self._horizon = bool(horizon)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._horizon_pass(epoch)
 
     def on_train_begin(self, logs=None):
+        if self._horizon:
+            self._horizon_arm()
         if self._done:
             return
         variables = list(self.model.variables)
