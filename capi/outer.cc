@@ -140,6 +140,13 @@ gradex_status_t gradex_outer_synchronize(gradex_outer_t* outer) {
   return guarded("gradex_outer_synchronize", [&] { outer_of(outer).synchronize(); });
 }
 
+gradex_status_t gradex_outer_synchronize_all(gradex_outer_t* outer, int* exchanged) {
+  return guarded("gradex_outer_synchronize_all", [&] {
+    int n = outer_of(outer).synchronize_all();
+    if (exchanged) *exchanged = n;
+  });
+}
+
 gradex_status_t gradex_outer_get_stats(gradex_outer_t* outer, int last_step,
                                        gradex_stats_t* stats) {
   return guarded("gradex_outer_get_stats", [&] {

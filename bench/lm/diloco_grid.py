@@ -9,8 +9,9 @@ fp32 ring allreduce's 2(P-1)/P x 4 bytes per parameter per step.
     .venv/bin/python bench/lm/diloco_grid.py --only "ddp;diloco8 lr=0.7 m=0.9"
 
 Each setting is "<method> key=value ..." with method one of ddp, nocomm, diloco4, diloco8, diloco32,
-topk, and keys lr (outer), m (outer momentum), H, F (fragments), d (delay), density (topk). Unset keys take
-the race's values (lm_rank.py: H 32, 4 fragments, delay 2, outer lr 0.7, momentum 0.9, density 0.01).
+topk, and keys lr (outer), m (outer momentum), H, F (fragments), d (delay), density (topk), keep (the final
+synchronize(): 1 merges every rank's steps since each fragment's last sync, 0 drops them). Unset keys take
+the race's values (lm_rank.py: H 32, 4 fragments, delay 2, outer lr 0.7, momentum 0.5, density 0.01, keep 1).
 Prints one line per run and a Markdown table; writes every curve to --out (JSON).
 """
 import argparse
@@ -30,7 +31,7 @@ import race  # noqa: E402
 METHOD = {"ddp": "ddp", "nocomm": "nocomm", "diloco4": "gradex_diloco4", "diloco8": "gradex_diloco8",
           "diloco32": "gradex_diloco32", "topk": "gradex_diloco_topk"}
 OPTION = {"lr": "--outer-lr", "m": "--outer-momentum", "H": "--period", "F": "--fragments", "d": "--delay",
-          "density": "--density"}
+          "density": "--density", "keep": "--keep-local"}
 
 # Named grids. "defaults": outer lr x momentum at the race's H in 8 bits, then the codecs at the race's
 # published settings and at the grid's best (chosen by the caller after reading the first part).

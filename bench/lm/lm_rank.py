@@ -215,6 +215,9 @@ def parse_args(argv=None):
     p.add_argument("--outer-momentum", type=float, default=0.5,
                    help="0.5: the best at the race's H=32 (bench/lm/diloco_grid.py, docs/benchmarks.md)")
     p.add_argument("--density", type=float, default=0.01, help="gradex_diloco_topk: fraction sent per sync")
+    p.add_argument("--keep-local", type=int, choices=(0, 1), default=1,
+                   help="DiLoCo's final synchronize(): 1 merges every rank's steps since each fragment's last sync "
+                        "(one last outer step), 0 resets to the global copy (drops them)")
     p.add_argument("--steps", type=int, default=0,
                    help="stop after this many steps instead of the budget (equal-step comparisons); "
                         "evaluations every --eval-steps steps")
@@ -285,8 +288,9 @@ def main():
         stop = bool(signal[0])
         if stop and diloco is not None:
             # The exchanges still in flight complete (there are no more inner steps to overlap them
-            # with); the wait is training time. The final point is the global model.
-            diloco.synchronize()
+            # with) and one last outer step merges every rank's steps since each fragment's last sync;
+            # the wait is training time. The final point is the global model.
+            diloco.synchronize(keep_local=bool(args.keep_local))
         if rank == 0:
             now = time.perf_counter() - started
             due = step % args.eval_steps == 0 if args.steps else now >= next_eval

@@ -316,6 +316,15 @@ gradex_status_t gradex_outer_step(gradex_outer_t* outer, int* merged);
 /* Collective: finishes and merges every exchange in flight, averages the buffers and writes the global copy
  * into the parameters, so every rank holds the same model (for evaluation or a checkpoint). */
 gradex_status_t gradex_outer_synchronize(gradex_outer_t* outer);
+/* Collective: as gradex_outer_synchronize, without dropping local progress (for the end of training).
+ * Exchanges in flight finish and their global copies are installed while each rank keeps its inner steps
+ * since they started; then one outer step runs over every fragment with inner steps since its local copy
+ * was last taken or replaced, all at once and with no delay, exactly as a scheduled exchange would (same
+ * codec and outer momentum: bit-identical on every rank); buffers are averaged; the parameters become the
+ * global copy. Training may continue on the usual schedule. *exchanged (may be NULL) = fragments exchanged
+ * by this call. Errors: GRADEX_ERR_INVALID_ARGUMENT before gradex_outer_start; a failed exchange's status
+ * (GRADEX_ERR_PEER, GRADEX_ERR_TIMEOUT, ...), also one that failed earlier in the background. */
+gradex_status_t gradex_outer_synchronize_all(gradex_outer_t* outer, int* exchanged);
 /* Counters: steps, parameter_averages (fragment exchanges merged), bytes_sent/received, dense_bytes (an fp32
  * ring allreduce of the same tensors), compression_ratio, nonfinite, communicate_seconds (background) and
  * decode_seconds (time the caller waited on exchanges). last_step is not supported (must be 0). */

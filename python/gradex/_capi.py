@@ -482,6 +482,7 @@ def _outer_lib():
                 "gradex_outer_start": (status, [outer_p]),
                 "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
                 "gradex_outer_synchronize": (status, [outer_p]),
+                "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
                 "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
                 "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
                 "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
@@ -563,6 +564,13 @@ class Outer:
 
     def synchronize(self):
         check(_outer_lib().gradex_outer_synchronize(self._outer()))
+
+    def synchronize_all(self):
+        """gradex_outer_synchronize_all: the final outer step over every fragment with local progress; returns
+        the number of fragments exchanged."""
+        exchanged = ctypes.c_int()
+        check(_outer_lib().gradex_outer_synchronize_all(self._outer(), ctypes.byref(exchanged)))
+        return exchanged.value
 
     def stats(self, last_step=False):
         s = _Stats()

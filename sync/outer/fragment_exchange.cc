@@ -84,6 +84,23 @@ std::vector<float> FragmentExchange::contribution(const std::vector<float>& loca
   return delta;
 }
 
+std::vector<float> FragmentExchange::rebased_contribution(
+    const std::vector<float>& now, const std::vector<float>& at_launch) const {
+  if (now.size() != global_.size() || at_launch.size() != global_.size())
+    throw InvalidArgument("DiLoCo: fragment " + std::to_string(index_) + " has " +
+                          std::to_string(global_.size()) + " elements; rebased from " +
+                          std::to_string(at_launch.size()) + " to " + std::to_string(now.size()));
+  std::vector<float> out(now.size());
+  if (options_.bits == 32) {
+    for (size_t i = 0; i < now.size(); ++i)
+      out[i] = global_[i] + (now[i] - at_launch[i]);
+  } else {
+    for (size_t i = 0; i < now.size(); ++i)
+      out[i] = at_launch[i] - now[i];
+  }
+  return out;
+}
+
 uint64_t FragmentExchange::exchange_topk(comm::Communicator& comm,
                                          const std::vector<float>& delta) {
   std::vector<uint8_t> payload;

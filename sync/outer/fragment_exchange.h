@@ -43,6 +43,12 @@ class FragmentExchange {
 
   // What this rank contributes given its local copy (flat, numel()): theta_local or delta.
   std::vector<float> contribution(const std::vector<float>& local) const;
+  // The same for a local copy rebased onto the committed global copy (synchronize_all, after the
+  // exchange that started when the local copy was `at_launch` has been committed): this rank's
+  // inner steps since then, now - at_launch, on top of global(). bits = 32: global + (now -
+  // at_launch); otherwise delta = global - rebased = at_launch - now.
+  std::vector<float> rebased_contribution(const std::vector<float>& now,
+                                          const std::vector<float>& at_launch) const;
   // Collective (all ranks, same fragment): averages the contributions and applies the outer step,
   // writing the next global copy for commit(). Returns the non-finite values met while encoding.
   uint64_t exchange(comm::Communicator& comm, std::vector<float>& contribution);

@@ -10,6 +10,7 @@
 #include "sync/outer/codecs.h"
 #include "sync/outer/fragment_exchange.h"
 #include "sync/outer/fragments.h"
+#include "sync/outer/outer_job.h"
 
 namespace gradex::sync::outer {
 namespace {
@@ -18,18 +19,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 }  // namespace
-
-// One exchange: a fragment's contribution (fragment >= 0) and/or the buffers, averaged by the
-// worker; merged by the caller's thread at `merge_step`.
-struct OuterOptimizer::Job {
-  int64_t fragment = -1;
-  uint64_t merge_step = 0;
-  std::vector<float> values;
-  std::vector<float> buffers;
-  bool done = false;
-  ErrorCode code = ErrorCode::kOk;
-  std::string message;
-};
 
 OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Store> store, int rank,
                                int world_size)
@@ -155,14 +144,11 @@ int OuterOptimizer::step() {
 void OuterOptimizer::launch(int64_t fragment, bool with_buffers) {
   auto job = std::make_shared<Job>();
   job->fragment = fragment;
+  job->launch_step = step_;
   job->merge_step = step_ + static_cast<uint64_t>(options_.delay);
   if (fragment >= 0) {
-    auto& fx = *fragments_[static_cast<size_t>(fragment)];
-    std::vector<float> local(fx.numel());
-    for (const auto& t : tensors_)
-      if (!t.is_buffer && t.fragment == fragment && t.numel)
-        std::memcpy(local.data() + t.offset, t.data, 4 * t.numel);
-    job->values = fx.contribution(local);
+    job->local = local_of(fragment);
+    job->values = fragments_[static_cast<size_t>(fragment)]->contribution(job->local);
   }
   if (with_buffers) {
     job->buffers.resize(buffer_numel_);
@@ -177,7 +163,20 @@ void OuterOptimizer::launch(int64_t fragment, bool with_buffers) {
   pending_.push_back(job);
 }
 
+std::vector<float> OuterOptimizer::local_of(int64_t fragment) const {
+  std::vector<float> local(fragments_[static_cast<size_t>(fragment)]->numel());
+  for (const auto& t : tensors_)
+    if (!t.is_buffer && t.fragment == fragment && t.numel)
+      std::memcpy(local.data() + t.offset, t.data, 4 * t.numel);
+  return local;
+}
+
 void OuterOptimizer::finish(const std::shared_ptr<Job>& job) {
+  wait_for(job);
+  merge(*job);
+}
+
+void OuterOptimizer::wait_for(const std::shared_ptr<Job>& job) {
   auto t0 = Clock::now();
   bool waited = false;
   {
@@ -193,7 +192,6 @@ void OuterOptimizer::finish(const std::shared_ptr<Job>& job) {
     }
     if (job->code != ErrorCode::kOk) throw Error(job->code, job->message);
   }
-  merge(*job);
 }
 
 void OuterOptimizer::merge(const Job& job) {

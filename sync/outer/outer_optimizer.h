@@ -82,8 +82,20 @@ class OuterOptimizer {
   // exchanges of fragments due now. Returns the number of fragments merged.
   int step();
   // Finishes every pending exchange and merges it, averages the buffers, and writes the global
-  // copy into the parameters: every rank then holds the same model. Collective.
+  // copy into the parameters: every rank then holds the same model. Collective. Local progress
+  // since each fragment's last exchange is dropped (synchronize_all keeps it).
   void synchronize();
+  // Collective: the end of training (or any point where every rank must hold the same model)
+  // without dropping local progress (outer_final_sync.cc). The exchanges in flight finish and their
+  // global copies are installed, but each rank's inner steps since such an exchange started are
+  // kept (as if its local copy had been rebased onto the new global copy); then one outer step runs
+  // over every fragment with inner steps since its local copy was last taken or replaced, all at
+  // once and with no delay, exactly as a regular exchange would (same codec, outer momentum and
+  // rounds, so bit-identical on every rank); buffers are averaged; the parameters become the global
+  // copy. Fragments without such steps (merged at this step with mixing 0, or whose exchange
+  // started at this step) are not exchanged. Training may continue afterwards on the usual
+  // schedule. Returns the number of fragments exchanged.
+  int synchronize_all();
 
   // The global copy of a parameter as of its fragment's last merge (exchanges in flight are not
   // visible until merged).
@@ -145,6 +157,10 @@ class OuterOptimizer {
   void require_started(const char* what) const;
   void check_failed();
   void launch(int64_t fragment, bool with_buffers);
+  // This rank's values of a fragment's parameters, flat (its local copy).
+  std::vector<float> local_of(int64_t fragment) const;
+  // Waits for a job; throws its failure.
+  void wait_for(const std::shared_ptr<Job>& job);
   void finish(const std::shared_ptr<Job>& job);
   void merge(const Job& job);
   void run_worker();

@@ -102,7 +102,7 @@ def _streaming(rank, world, bits):
         if merged:
             g = diloco.global_parameters()
             log.append((step, merged, tuple(diloco.last_merges()), _digest(g[n] for n in names)))
-    diloco.synchronize()
+    final_exchanged = diloco.synchronize()
     final = _digest(list(model.parameters()) + list(model.buffers()))
     globals_equal_model = all(torch.equal(p, diloco.global_parameters()[n]) for n, p in model.named_parameters())
     state = diloco.state_dict()
@@ -112,7 +112,65 @@ def _streaming(rank, world, bits):
     diloco.close()
     return {"fragments": fragments, "log": log, "final": final, "globals_equal_model": globals_equal_model,
             "first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "stats": stats,
-            "state_keys": sorted(state)}
+            "state_keys": sorted(state), "final_exchanged": final_exchanged}
+
+
+def _final_sync(rank, world):
+    """No scheduled sync (period beyond the run), exact fp32 exchanges, outer lr 1 and no momentum: the final
+    synchronize() is then the plain average of the ranks' local models (rank-order sum from 0, / P), bit for
+    bit; with keep_local=False the ranks fall back to the global copy instead."""
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+
+    model = _model(bn=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    diloco = gx.DiLoCo(model, opt, period=64, fragments=2, outer_lr=1.0, outer_momentum=0.0, bits=32)
+    params = list(model.parameters())
+
+    def flat():
+        return torch.cat([p.detach().reshape(-1) for p in params])
+
+    def average(local):
+        everyone = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(everyone, local)
+        total = torch.zeros_like(local)
+        for t in everyone:  # rank order, from 0, as the owner sums
+            total = total + t
+        return total / world
+
+    gen = torch.Generator().manual_seed(300 + rank)
+
+    def train(steps):
+        for _ in range(steps):
+            x, y = _batch(gen)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            diloco.step()
+
+    start = flat()
+    train(5)
+    want = average(flat())
+    buffers_want = average(torch.cat([b.reshape(-1) for b in model.buffers() if b.dtype == torch.float32]))
+    exchanged = diloco.synchronize()
+    out = {"exchanged": exchanged, "average": torch.equal(flat(), want),
+           "buffers": torch.equal(torch.cat([b.reshape(-1) for b in model.buffers() if b.dtype == torch.float32]),
+                                  buffers_want),
+           "moved": not torch.equal(flat(), start), "again": diloco.synchronize()}
+    train(3)
+    out["reset"] = (diloco.synchronize(keep_local=False), torch.equal(flat(), want))
+    diloco.close()
+    return out
+
+
+def test_final_synchronize_merges_every_ranks_local_progress():
+    for r in ranks.run(_final_sync, 3):
+        assert r["exchanged"] == 2 and r["moved"], r
+        assert r["average"], "the final sync is not the plain average of the local models"
+        assert r["buffers"], "buffers not averaged"
+        assert r["again"] == 0, "a second final sync at the same step exchanged again"
+        assert r["reset"] == (0, True), "keep_local=False must reset to the global copy"
 
 
 @pytest.mark.parametrize("bits", [8, 4, "topk"])
@@ -134,7 +192,10 @@ def test_streaming_global_copies_identical_and_on_schedule(bits):
         assert r["globals_equal_model"]
         assert r["last_loss"] < 0.9 * r["first_loss"], (r["first_loss"], r["last_loss"])
         assert r["stats"]["compression_ratio"] > {8: 3.0, 4: 4.5, "topk": 2.0}[bits], r["stats"]
-        assert r["stats"]["parameter_averages"] == len(r0["log"]) + 1  # + the one synchronize() merged
+        # + 2 by the final synchronize(): fragment 0's exchange started at step 60 (committed; no step since) and
+        # the final outer step of fragment 1 (one inner step since its merge at 59).
+        assert r["stats"]["parameter_averages"] == len(r0["log"]) + 2
+        assert r["final_exchanged"] == 1
         assert r["state_keys"] == ["format", "inner", "outer", "steps"]
 
 

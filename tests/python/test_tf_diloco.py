@@ -111,8 +111,44 @@ def test_keras_diloco_global_copies_identical_and_on_schedule(bits):
         # the final digest covers, are still far from converged after 64 steps.)
         # A tiny model: per-block scales and the fp32 BatchNorm averages weigh more than on a real one.
         assert r["stats"]["compression_ratio"] > {4: 3.0, "topk": 2.0}[bits], r["stats"]
-        assert r["stats"]["parameter_averages"] == len(r0["merges"]) + 1  # + the merge synchronize() ran
+        # + 2 at the end (synchronize_at_end): fragment 0's exchange started at the last step (committed) and the
+        # final outer step of fragment 1 (one inner step since its merge).
+        assert r["stats"]["parameter_averages"] == len(r0["merges"]) + 2
         assert r["state_keys"] == ["format", "outer", "steps"]
+
+
+def _keras_final_sync(rank, world):
+    import keras
+    import gradex.tensorflow as gxt
+    import gradex.tensorflow.keras as gxk
+
+    # No scheduled sync in 16 steps, exact fp32, outer lr 1, no momentum: the final sync is the plain average.
+    diloco = gxk.callbacks.DiLoCoCallback(period=64, fragments=2, bits=32, outer_lr=1.0, outer_momentum=0.0,
+                                          synchronize_at_end=False)
+    gxt.init({"GRADEX_TIMEOUT_S": "60"})
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(_HIDDEN, activation="tanh"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", jit_compile=False)
+    x, y = _data(rank)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[diloco])
+    local = [np.array(v.numpy()) for v in model.trainable_variables]
+    exchanged = diloco.synchronize()
+    final = [np.array(v.numpy()) for v in model.trainable_variables]
+    gxt.shutdown()
+    return {"local": local, "final": final, "exchanged": exchanged}
+
+
+def test_keras_final_sync_merges_every_ranks_local_progress():
+    results = tf_ranks.run("test_tf_diloco:_keras_final_sync", 2, timeout=300)
+    for r in results:
+        assert r["exchanged"] == 2
+        for i, final in enumerate(r["final"]):
+            total = np.zeros_like(final)
+            for other in results:  # rank order, from 0, as the owner sums
+                total = total + other["local"][i]
+            assert np.array_equal(final, total / np.float32(2)), f"variable {i} is not the ranks' average"
+            assert not np.array_equal(final, r["local"][i])
 
 
 def _torch_diloco(rank, world, settings, epochs):

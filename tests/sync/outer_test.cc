@@ -326,6 +326,8 @@ TEST(Outer, PeerKilledDuringBackgroundExchangeFailsNextStep) {
             // Sticky: later calls fail the same way, promptly.
             RANK_REQUIRE(gradex_outer_step(outer, nullptr) == s, "not sticky");
             RANK_REQUIRE(gradex_outer_synchronize(outer) == s, "synchronize not failed");
+            RANK_REQUIRE(gradex_outer_synchronize_all(outer, nullptr) == s,
+                         "synchronize_all not failed");
             gradex_outer_destroy(outer);
             return "";
           }

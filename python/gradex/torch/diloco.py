@@ -5,14 +5,16 @@ as DGC-style top-k entries with error feedback: compression="topk", density=0.01
     diloco = gx.DiLoCo(model, inner_optimizer, period=100, outer_lr=0.7, outer_momentum=0.9,
                        fragments=1, delay=0, bits=4)
     loss.backward(); inner_optimizer.step(); diloco.step()     # no DDP, no per-step gradient traffic
-    diloco.synchronize()   # every rank then holds the global model (evaluation, checkpoint)
+    diloco.synchronize()   # end of training: every rank's local progress merged, one model on every rank
 
 Every `period` steps (per fragment) each rank's pseudo-gradient theta_global - theta_local is averaged
 across ranks and an outer SGD/Nesterov step updates theta_global, identical on every rank; the model then
 continues from it. With fragments=F the parameters (in model order) are split into F groups that sync at
 staggered steps; with delay=d >= 1 a fragment's exchange runs in the background and is merged d steps
 later, so the loop does not wait on the network. Floating-point buffers (BatchNorm statistics) are
-averaged at fragment 0's syncs and at synchronize(). Creating the outer optimizer is collective and copies
+averaged at fragment 0's syncs and at synchronize(). synchronize() ends training without losing inner steps:
+one last outer step over every fragment with local progress since its last sync, at once and without delay
+(keep_local=False instead resets every rank to the global copy, dropping that progress). Creating the outer optimizer is collective and copies
 rank 0's parameters and buffers to every rank. It happens at construction when torch.distributed is
 initialized (or a store is given); a DiLoCo constructed before init_process_group (like gx.State) creates it
 at its first use: the model's first forward pass (a forward pre-hook), the inner optimizer's first step, or
@@ -157,11 +159,20 @@ class DiLoCo:
         return merged
 
     @torch.no_grad()
-    def synchronize(self):
-        """Collective: finishes pending exchanges, averages the buffers and loads the global model into the
-        module on every rank (identical everywhere). Local progress since each fragment's last sync is
-        dropped; call it right after a sync step (step % period == 0 with one fragment) to lose nothing."""
-        self._bootstrap().synchronize()
+    def synchronize(self, keep_local=True):
+        """Collective: every rank then holds the same model (the global copy, also in the module), for the end
+        of training, an evaluation or a checkpoint. keep_local=True (the default): the exchanges in flight
+        finish, then one more outer step, at once and without delay, merges every rank's inner steps since each
+        fragment's last sync, exactly as a scheduled sync would (gradex_outer_synchronize_all); buffers are
+        averaged. Training may continue afterwards. Returns the number of fragments this final step exchanged.
+        keep_local=False: the exchanges in flight are merged and every rank is reset to the global copy, which
+        drops the local progress since each fragment's last sync (up to period - period/fragments + delay
+        steps); returns 0."""
+        outer = self._bootstrap()
+        if keep_local:
+            return outer.synchronize_all()
+        outer.synchronize()
+        return 0
 
     def global_parameters(self):
         """{name: tensor} of the global copy (identical on every rank)."""

@@ -16,8 +16,9 @@ keeps one float32 host mirror per variable and copies only what the outer step t
 fragment whose exchange starts at this batch into their mirrors, and the mirrors of a fragment merged at
 this batch back into the variables. Between syncs nothing is copied. The outer optimizer is created
 collectively at the first on_train_begin (gxt.init() must have run); it copies rank 0's weights to every
-rank. At the end of training (synchronize_at_end) every rank loads the global model, so evaluating or saving
-any rank's model gives the same result.
+rank. At the end of training (synchronize_at_end) one last outer step merges every rank's inner steps since
+each fragment's last sync (as gx.DiLoCo.synchronize()) and every rank loads the global model, so evaluating
+or saving any rank's model gives the same result.
 """
 import weakref
 
@@ -159,13 +160,21 @@ class DiLoCoCallback(keras.callbacks.Callback):
             self._copy_out(lambda f: (f in done) or (f is None and 0 in done))
         return merged
 
-    def synchronize(self):
-        """Collective: finishes pending exchanges, averages the buffers and loads the global model into the
-        Keras model on every rank (identical everywhere). Local progress since each fragment's last sync is
-        dropped, as with gx.DiLoCo.synchronize()."""
+    def synchronize(self, keep_local=True):
+        """Collective: loads the global model into the Keras model on every rank (identical everywhere), as
+        gx.DiLoCo.synchronize(). keep_local=True (the default, and what synchronize_at_end runs): one last
+        outer step merges every rank's inner steps since each fragment's last sync first; returns the number of
+        fragments it exchanged. keep_local=False: the exchanges in flight are merged and the local progress
+        since each fragment's last sync is dropped; returns 0."""
         outer = self._bootstrap()
-        outer.synchronize()
+        exchanged = 0
+        if keep_local:
+            self._copy_in(lambda f: True)  # the final step reads every fragment's local weights and the buffers
+            exchanged = outer.synchronize_all()
+        else:
+            outer.synchronize()
         self._copy_out(lambda f: True)
+        return exchanged
 
     def global_weights(self):
         """[numpy array] of the global copy of every trainable variable, in model.trainable_variables order
