@@ -22,8 +22,9 @@ Methods (density d: the fraction of a large tensor's elements each rank sends pe
   dctg:D:B         the same with one top-k over all of the tensor's coefficients (gradex's DCT Adam codec,
                    GRADEX_ADAM_TRANSFORM=dct)
   Modifiers, appended with +: ramp:N (density max(D, 25%) for N/2 steps, then max(D, 6.25%) until N),
-             sign (kept values sent as sign x their mean magnitude, SparseLoCo-style), floor (at least one
-             value per row of a 2-D tensor), dense=NAME (tensors whose name contains NAME averaged dense in
+             sign (kept values sent as sign x their mean magnitude, SparseLoCo-style; dct, dctg and the
+             element methods), floor (at least one value per row of a 2-D tensor; dctg: at least one
+             coefficient per block, the same count in all), dense=NAME (tensors whose name contains NAME averaged dense in
              16 bits), elem=NAME (dct/dctg: such tensors stay in the element domain).
   Suffix ~C: the receiver spreads what arrives over the next steps: R += average(sent); AdamW receives C*R;
              R -= C*R (R identical on every rank; nothing is lost, bursts are smoothed for AdamW's second
@@ -195,7 +196,16 @@ class Method:
             if dense:
                 s = b.clone()
             elif self.kind == "dctg":  # one top-k over all of the tensor's coefficients
-                s = topk_mask_values(b, kb * t.blocks)
+                if self.floor:  # at least one coefficient of every block: its largest
+                    s = topk_mask_values(b, max(0, kb * t.blocks - t.blocks))
+                    rest = b - s
+                    col = rest.abs().argmax(dim=1)
+                    ar = torch.arange(t.blocks)
+                    s[ar, col] += rest[ar, col]
+                else:
+                    s = topk_mask_values(b, kb * t.blocks)
+                if self.sign:
+                    s = self.quantise(s, kb * t.blocks)
             else:
                 idx = torch.topk(b.abs(), kb, dim=1, sorted=False).indices
                 s = torch.zeros_like(b)
@@ -208,7 +218,8 @@ class Method:
             n = gs[r].numel()
             self.sent_values += n if dense else kb * t.blocks
             if self.kind == "dctg" and not dense:
-                self.sent_bits += index_bits(n, kb * t.blocks) + 16 * kb * t.blocks
+                kept = kb * t.blocks
+                self.sent_bits += index_bits(n, kept) + (kept + 32 if self.sign else 16 * kept)
             else:
                 self.sent_bits += 16.0 * n if dense else t.blocks * (
                     index_bits(per_block, kb) + (kb + 16 if self.sign else 16 * kb))

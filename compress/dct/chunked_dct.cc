@@ -1,8 +1,9 @@
 #include "compress/dct/chunked_dct.h"
 
 #include <algorithm>
-#include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -19,111 +20,178 @@ uint32_t largest_divisor_at_most(uint64_t size, uint32_t limit) {
   return 1;
 }
 
-// Row f, column j: sqrt(2/n) * cos(pi * (2j + 1) * f / (2n)), row 0 scaled by 1/sqrt(2). Computed
-// in double and rounded once, so every rank builds the same matrix.
-std::vector<float> dct_matrix(uint32_t n) {
-  std::vector<float> d(static_cast<size_t>(n) * n);
-  const double pi = std::acos(-1.0);
-  for (uint32_t f = 0; f < n; ++f)
-    for (uint32_t j = 0; j < n; ++j) {
-      double v = std::sqrt(2.0 / n) * std::cos(pi * (2.0 * j + 1.0) * f / (2.0 * n));
-      if (f == 0) v /= std::sqrt(2.0);
-      d[static_cast<size_t>(f) * n + j] = static_cast<float>(v);
-    }
-  return d;
+uint64_t checked_rows(size_t numel, uint64_t rows, uint32_t chunk) {
+  if (chunk == 0 || chunk > ChunkedDct::kMaxChunk)
+    throw InvalidArgument("chunked DCT: chunk must lie in [1, " +
+                          std::to_string(ChunkedDct::kMaxChunk) + "], got " +
+                          std::to_string(chunk));
+  if (rows > 1 && numel % rows != 0)
+    throw InvalidArgument("chunked DCT: " + std::to_string(rows) + " rows do not divide " +
+                          std::to_string(numel) + " elements");
+  return rows > 1 ? rows : 1;
+}
+
+// Row-major vectors of `n` floats at src(v) (v < lanes) into lane layout: dst[j * lanes + v].
+template <typename Src>
+void to_lanes(Src src, uint32_t n, size_t lanes, float* __restrict dst) {
+  for (size_t v = 0; v < lanes; ++v) {
+    const float* __restrict s = src(v);
+    for (uint32_t j = 0; j < n; ++j)
+      dst[j * lanes + v] = s[j];
+  }
+}
+
+// The reverse: src[j * lanes + v] to the vector at dst(v).
+template <typename Dst>
+void from_lanes(const float* __restrict src, uint32_t n, size_t lanes, Dst dst) {
+  for (size_t v = 0; v < lanes; ++v) {
+    float* __restrict d = dst(v);
+    for (uint32_t j = 0; j < n; ++j)
+      d[j] = src[j * lanes + v];
+  }
 }
 
 }  // namespace
 
-ChunkedDct::ChunkedDct(size_t numel, uint64_t rows, uint32_t chunk) : numel_(numel) {
-  if (chunk == 0 || chunk > kMaxChunk)
-    throw InvalidArgument("chunked DCT: chunk must lie in [1, " + std::to_string(kMaxChunk) +
-                          "], got " + std::to_string(chunk));
-  if (rows > 1 && numel % rows != 0)
-    throw InvalidArgument("chunked DCT: " + std::to_string(rows) + " rows do not divide " +
-                          std::to_string(numel) + " elements");
-  rows_ = rows > 1 ? rows : 1;
-  cols_ = numel / rows_;
-  br_ = largest_divisor_at_most(rows_, chunk);
-  bc_ = largest_divisor_at_most(cols_, chunk);
-  dr_ = dct_matrix(br_);
-  dc_ = dct_matrix(bc_);
-  dc_transposed_.resize(dc_.size());
-  for (uint32_t f = 0; f < bc_; ++f)
-    for (uint32_t j = 0; j < bc_; ++j)
-      dc_transposed_[static_cast<size_t>(j) * bc_ + f] = dc_[static_cast<size_t>(f) * bc_ + j];
+ChunkedDct::ChunkedDct(size_t numel, uint64_t rows, uint32_t chunk)
+    : numel_(numel),
+      rows_(checked_rows(numel, rows, chunk)),
+      cols_(numel / rows_),
+      br_(largest_divisor_at_most(rows_, chunk)),
+      bc_(largest_divisor_at_most(cols_, chunk)),
+      row_dct_(br_),
+      col_dct_(bc_) {
+  grid_cols_ = bc_ > 0 ? cols_ / bc_ : 0;
+  tile_blocks_ = std::max<uint64_t>(1, kTileColumns / bc_);
 }
 
 void ChunkedDct::forward(const float* x, float* out) const {
-  transform_blocks(x, out, false);
+  transform(x, out, false, shared_pool());
 }
 
 void ChunkedDct::inverse(const float* coefficients, float* out) const {
-  transform_blocks(coefficients, out, true);
+  transform(coefficients, out, true, shared_pool());
 }
 
-void ChunkedDct::transform_blocks(const float* in, float* out, bool inverse) const {
+void ChunkedDct::forward(const float* x, float* out, ThreadPool& pool) const {
+  transform(x, out, false, pool);
+}
+
+void ChunkedDct::inverse(const float* coefficients, float* out, ThreadPool& pool) const {
+  transform(coefficients, out, true, pool);
+}
+
+size_t ChunkedDct::work_floats() const {
+  const size_t strip = static_cast<size_t>(br_) * tile_blocks_ * bc_;
+  const size_t packed = 2 * static_cast<size_t>(bc_) * kLanes;
+  return strip + packed + std::max(row_dct_.work_floats(kLanes), col_dct_.work_floats(kLanes));
+}
+
+void ChunkedDct::transform(const float* in, float* out, bool inverse, ThreadPool& pool) const {
   if (numel_ == 0) return;
   if (identity()) {
     std::copy(in, in + numel_, out);
     return;
   }
-  const uint64_t grid_cols = cols_ / bc_;
-  const uint64_t blocks = (rows_ / br_) * grid_cols;
-  const size_t block_size = static_cast<size_t>(br_) * bc_;
-  // Forward, block X (br x bc): C = Dr X Dc^T. Inverse: X = Dr^T C Dc. Both as two passes through
-  // a scratch block T: the left factor first, then the right one.
+  const uint64_t grid_rows = rows_ / br_;
+  const uint64_t tiles_per_row = (grid_cols_ + tile_blocks_ - 1) / tile_blocks_;
+  const uint64_t tiles = grid_rows * tiles_per_row;
+  // Tiles [first, last) of piece `piece` of `pieces`; every tile is computed the same way whatever
+  // the piece, so the split changes nothing in the result.
   auto run = [&](int piece, int pieces) {
-    std::vector<float> t(block_size), src(block_size);
-    const uint64_t first = blocks * static_cast<uint64_t>(piece) / static_cast<uint64_t>(pieces);
-    const uint64_t last = blocks * static_cast<uint64_t>(piece + 1) / static_cast<uint64_t>(pieces);
-    for (uint64_t b = first; b < last; ++b) {
-      const uint64_t gr = b / grid_cols, gc = b % grid_cols;
-      float* dst = nullptr;
-      if (!inverse) {  // gather the block from the matrix
-        for (uint32_t i = 0; i < br_; ++i) {
-          const float* row = in + (gr * br_ + i) * cols_ + gc * bc_;
-          std::copy(row, row + bc_, src.data() + static_cast<size_t>(i) * bc_);
-        }
-        dst = out + b * block_size;
-      } else {
-        std::copy(in + b * block_size, in + (b + 1) * block_size, src.data());
-      }
-      // T = L src, L = Dr (forward) or Dr^T (inverse): T[f][j] = sum_i L[f][i] src[i][j].
-      for (uint32_t f = 0; f < br_; ++f) {
-        float* trow = t.data() + static_cast<size_t>(f) * bc_;
-        std::fill(trow, trow + bc_, 0.0f);
-        for (uint32_t i = 0; i < br_; ++i) {
-          const float l = inverse ? dr_[static_cast<size_t>(i) * br_ + f]
-                                  : dr_[static_cast<size_t>(f) * br_ + i];
-          const float* srow = src.data() + static_cast<size_t>(i) * bc_;
-          for (uint32_t j = 0; j < bc_; ++j)
-            trow[j] += l * srow[j];
-        }
-      }
-      // R = T Rt, Rt = Dc^T (forward) or Dc (inverse): R[f][g] = sum_j T[f][j] Rt[j][g].
-      for (uint32_t f = 0; f < br_; ++f) {
-        const float* trow = t.data() + static_cast<size_t>(f) * bc_;
-        float* rrow =
-            inverse ? out + (gr * br_ + f) * cols_ + gc * bc_ : dst + static_cast<size_t>(f) * bc_;
-        std::fill(rrow, rrow + bc_, 0.0f);
-        const std::vector<float>& right = inverse ? dc_ : dc_transposed_;
-        for (uint32_t j = 0; j < bc_; ++j) {
-          const float tv = trow[j];
-          const float* rt = right.data() + static_cast<size_t>(j) * bc_;
-          for (uint32_t g = 0; g < bc_; ++g)
-            rrow[g] += tv * rt[g];
-        }
-      }
+    // Uninitialised: every float of it is written before it is read.
+    const std::unique_ptr<float[]> work(new float[work_floats()]);
+    const uint64_t first = tiles * static_cast<uint64_t>(piece) / static_cast<uint64_t>(pieces);
+    const uint64_t last = tiles * static_cast<uint64_t>(piece + 1) / static_cast<uint64_t>(pieces);
+    for (uint64_t t = first; t < last; ++t) {
+      const uint64_t grid_row = t / tiles_per_row;
+      const uint64_t b0 = (t % tiles_per_row) * tile_blocks_;
+      const uint64_t b1 = std::min(b0 + tile_blocks_, grid_cols_);
+      if (inverse)
+        inverse_tile(in, out, grid_row, b0, b1, work.get());
+      else
+        forward_tile(in, out, grid_row, b0, b1, work.get());
     }
   };
-  const int pool = shared_pool().threads();
-  if (numel_ < kParallelMinElements || pool <= 1 || blocks < 2) {
+  const int threads = pool.threads();
+  if (numel_ < kParallelMinElements || threads <= 1 || tiles < 2) {
     run(0, 1);
     return;
   }
-  const int pieces = static_cast<int>(std::min<uint64_t>(blocks, static_cast<uint64_t>(pool) * 4));
-  shared_pool().parallel_for(pieces, [&](int p) { run(p, pieces); });
+  const int pieces =
+      static_cast<int>(std::min<uint64_t>(tiles, static_cast<uint64_t>(threads) * 4));
+  pool.parallel_for(pieces, [&](int p) { run(p, pieces); });
+}
+
+// Columns first (the strip's columns are the lanes, no transpose), into the tile's strip; then
+// each block row of the strip, transposed into lanes, and its coefficients back to the block.
+void ChunkedDct::forward_tile(const float* x, float* out, uint64_t grid_row, uint64_t first,
+                              uint64_t last, float* work) const {
+  const size_t width = static_cast<size_t>(last - first) * bc_;
+  float* strip = work;
+  float* packed_in = strip + static_cast<size_t>(br_) * tile_blocks_ * bc_;
+  float* packed_out = packed_in + static_cast<size_t>(bc_) * kLanes;
+  float* lane_work = packed_out + static_cast<size_t>(bc_) * kLanes;
+  const float* top = x + grid_row * br_ * cols_ + first * bc_;
+  const float* rows_in = top;
+  size_t rows_stride = cols_;
+  if (br_ > 1) {
+    for (size_t c = 0; c < width; c += kLanes)
+      row_dct_.forward(top + c, cols_, strip + c, width, std::min(kLanes, width - c), lane_work);
+    rows_in = strip;
+    rows_stride = width;
+  }
+  const size_t vectors = static_cast<size_t>(last - first) * br_;  // (block, row), rows fastest
+  const size_t block_size = static_cast<size_t>(br_) * bc_;
+  float* block0 = out + (grid_row * grid_cols_ + first) * block_size;
+  for (size_t v0 = 0; v0 < vectors; v0 += kLanes) {
+    const size_t lanes = std::min(kLanes, vectors - v0);
+    to_lanes(
+        [&](size_t v) {
+          const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
+          return rows_in + i * rows_stride + b * bc_;
+        },
+        bc_, lanes, packed_in);
+    col_dct_.forward(packed_in, lanes, packed_out, lanes, lanes, lane_work);
+    from_lanes(packed_out, bc_, lanes, [&](size_t v) {
+      const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
+      return block0 + b * block_size + i * bc_;
+    });
+  }
+}
+
+// The forward tile's steps backwards: each block row's inverse into the strip (or, for one-row
+// blocks, straight into the tensor), then the strip's columns into the tensor.
+void ChunkedDct::inverse_tile(const float* coefficients, float* out, uint64_t grid_row,
+                              uint64_t first, uint64_t last, float* work) const {
+  const size_t width = static_cast<size_t>(last - first) * bc_;
+  float* strip = work;
+  float* packed_in = strip + static_cast<size_t>(br_) * tile_blocks_ * bc_;
+  float* packed_out = packed_in + static_cast<size_t>(bc_) * kLanes;
+  float* lane_work = packed_out + static_cast<size_t>(bc_) * kLanes;
+  float* top = out + grid_row * br_ * cols_ + first * bc_;
+  float* rows_out = br_ > 1 ? strip : top;
+  const size_t rows_stride = br_ > 1 ? width : cols_;
+  const size_t vectors = static_cast<size_t>(last - first) * br_;
+  const size_t block_size = static_cast<size_t>(br_) * bc_;
+  const float* block0 = coefficients + (grid_row * grid_cols_ + first) * block_size;
+  for (size_t v0 = 0; v0 < vectors; v0 += kLanes) {
+    const size_t lanes = std::min(kLanes, vectors - v0);
+    to_lanes(
+        [&](size_t v) {
+          const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
+          return block0 + b * block_size + i * bc_;
+        },
+        bc_, lanes, packed_in);
+    col_dct_.inverse(packed_in, lanes, packed_out, lanes, lanes, lane_work);
+    from_lanes(packed_out, bc_, lanes, [&](size_t v) {
+      const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
+      return rows_out + i * rows_stride + b * bc_;
+    });
+  }
+  if (br_ > 1)
+    for (size_t c = 0; c < width; c += kLanes)
+      row_dct_.inverse(strip + c, width, top + c, cols_, std::min(kLanes, width - c), lane_work);
 }
 
 }  // namespace gradex::compress::dct

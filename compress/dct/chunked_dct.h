@@ -11,14 +11,26 @@
 // block_rows x block_cols coefficients row-major, frequency (0, 0) first: numel values, so
 // sparse payloads index coefficients exactly as they index elements.
 //
-// Numerics: fixed loops in fp32 without FMA contraction (the file is compiled with
-// -ffp-contract=off): every rank, thread count and piece schedule computes the same bits.
-// inverse(forward(x)) equals x to rounding (orthonormal); forward and inverse are linear.
+// Algorithm: separable, each block's columns then its rows (the inverse: rows, then columns), each
+// pass a fast 1-D DCT (lane_dct.h: O(log side) per element for power-of-two sides) run on up to
+// kLanes vectors at once: the columns of a strip of blocks are the lanes as they lie in memory;
+// block rows are transposed into lanes and back. A strip of block_rows rows is cut into tiles of
+// whole blocks (about kTileColumns columns), the unit of work that the pool's threads share.
+//
+// Numerics: fp32 without FMA contraction (the files are compiled with -ffp-contract=off), each
+// element's result computed by the same operations whatever the tile, the lane position or the
+// thread: every rank, thread count and piece schedule computes the same bits. inverse(forward(x))
+// equals x to rounding (orthonormal); forward and inverse are linear.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+
+#include "compress/dct/lane_dct.h"
+
+namespace gradex {
+class ThreadPool;
+}
 
 namespace gradex::compress::dct {
 
@@ -28,6 +40,8 @@ class ChunkedDct {
   ChunkedDct(size_t numel, uint64_t rows, uint32_t chunk);
 
   static constexpr uint32_t kMaxChunk = 256;
+  static constexpr size_t kLanes = 32;         // vectors per 1-D transform call
+  static constexpr size_t kTileColumns = 256;  // a tile's width, rounded to whole blocks
 
   size_t numel() const { return numel_; }
   uint64_t rows() const { return rows_; }
@@ -39,18 +53,27 @@ class ChunkedDct {
   bool identity() const { return br_ == 1 && bc_ == 1; }
 
   // out = the coefficients of x / the elements of coefficients; out must not alias the input.
-  // Blocks are spread over the shared pool for large tensors.
+  // Tiles are spread over the shared pool (or `pool`) for tensors of at least 2^16 elements; the
+  // result is the same bits at any pool size.
   void forward(const float* x, float* out) const;
   void inverse(const float* coefficients, float* out) const;
+  void forward(const float* x, float* out, ThreadPool& pool) const;
+  void inverse(const float* coefficients, float* out, ThreadPool& pool) const;
 
  private:
-  void transform_blocks(const float* in, float* out, bool inverse) const;
+  void transform(const float* in, float* out, bool inverse, ThreadPool& pool) const;
+  // One tile: grid row `grid_row`, block columns [first, last). `work`: work_floats() floats.
+  void forward_tile(const float* x, float* out, uint64_t grid_row, uint64_t first, uint64_t last,
+                    float* work) const;
+  void inverse_tile(const float* coefficients, float* out, uint64_t grid_row, uint64_t first,
+                    uint64_t last, float* work) const;
+  size_t work_floats() const;
 
   size_t numel_;
   uint64_t rows_, cols_;
   uint32_t br_, bc_;
-  std::vector<float> dr_, dc_;  // br x br and bc x bc DCT-II matrices, frequency-major
-  std::vector<float> dc_transposed_;
+  uint64_t grid_cols_ = 1, tile_blocks_ = 1;  // blocks per grid row, per tile
+  LaneDct row_dct_, col_dct_;  // of length br (along a block's columns) and bc (along its rows)
 };
 
 }  // namespace gradex::compress::dct

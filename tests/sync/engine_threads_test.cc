@@ -78,12 +78,34 @@ const std::vector<std::string> kEnv = {"GRADEX_SPARSITY=0.99",
                                        "GRADEX_SPARSITY_OVERRIDES=d2.dense:dense",
                                        "GRADEX_TIMEOUT_S=60"};
 
+// The Adam codec in the chunked DCT's domain (GRADEX_OPTIMIZER=adam: the optimizer keeps the
+// momentum): the same tensors with output rows, so that blocks are 2-D (k00 50 x 50, k01 60 x 50,
+// k05 15 x 50, k08 40 x 25, ...) or one row (k07: rows unknown); tensors of 2^16 elements and more
+// are transformed on the pool.
+const std::vector<uint64_t> kAdamRows = {1000, 600, 400, 300, 300, 15, 200, 0, 160, 0, 0, 0};
+const std::vector<std::string> kAdamEnv = {"GRADEX_OPTIMIZER=adam",
+                                           "GRADEX_ADAM_SPARSITY=0.99",
+                                           "GRADEX_WARMUP_STEPS=3",
+                                           "GRADEX_CLIP_NORM=40",
+                                           "GRADEX_DENSE_THRESHOLD=10000",
+                                           "GRADEX_SPARSE_GROUP_MB=2",
+                                           "GRADEX_SPARSITY_OVERRIDES=d2.dense:dense",
+                                           "GRADEX_TIMEOUT_S=60"};
+
 // One rank's run: every step's tensors in one round (held behind a gate), then the digests of
 // what it received (the averages), what it sent (its DGC messages, in transfer order) and what it
-// keeps (residuals, momenta, the saved state), written to `out_file`.
-std::string run_steps(RankContext& ctx, const std::string& out_file) {
-  for (const Spec& s : kTensors)
-    RANK_OK(gradex_register_tensor(ctx.engine, s.key, s.n, s.dtype, GRADEX_DEVICE_CPU));
+// keeps (residuals, momenta, the saved state), written to `out_file`. `rows`: each tensor's
+// output rows (registered with gradex_register_tensor_rows), or none.
+std::string run_steps(RankContext& ctx, const std::string& out_file,
+                      const std::vector<uint64_t>* rows = nullptr) {
+  for (size_t i = 0; i < kTensors.size(); ++i) {
+    const Spec& s = kTensors[i];
+    if (rows)
+      RANK_OK(gradex_register_tensor_rows(ctx.engine, s.key, s.n, s.dtype, GRADEX_DEVICE_CPU,
+                                          (*rows)[i]));
+    else
+      RANK_OK(gradex_register_tensor(ctx.engine, s.key, s.n, s.dtype, GRADEX_DEVICE_CPU));
+  }
   RANK_OK(gradex_register_tensor(ctx.engine, "gate", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
   auto gates = install_gates(ctx.engine);
   Digest results, messages, state;
@@ -149,18 +171,19 @@ std::string read_file(const std::string& path) {
 // tensor split across threads, 16-bit tensors, momentum, clipping, a dense bucket) with 1, 2, 4
 // and 7 threads: averages, payloads and state bit for bit the same. Two ranks: a dense sum of two
 // values does not depend on how the ring cuts the bucket, so the runs are deterministic.
-TEST(EngineThreads, ResultsPayloadsAndStateDoNotDependOnTheThreadCount) {
+static void same_at_every_thread_count(const std::vector<std::string>& base_env,
+                                       const std::vector<uint64_t>* rows, const std::string& name) {
   const int world = 2;
   const std::string dir = ::testing::TempDir();
   std::vector<std::vector<std::string>> digests;  // [thread count][rank]
   for (int threads : {1, 2, 4, 7}) {
-    std::vector<std::string> env = kEnv;
+    std::vector<std::string> env = base_env;
     env.push_back("GRADEX_THREADS=" + std::to_string(threads));
     auto file = [&](int rank) {
-      return dir + "/gradex_threads_" + std::to_string(threads) + "_" + std::to_string(rank);
+      return dir + "/gradex_" + name + "_" + std::to_string(threads) + "_" + std::to_string(rank);
     };
     auto results = run_ranks(
-        world, env, [&](RankContext& ctx) { return run_steps(ctx, file(ctx.rank)); },
+        world, env, [&](RankContext& ctx) { return run_steps(ctx, file(ctx.rank), rows); },
         std::chrono::seconds(240));
     ASSERT_EQ(failures(results), "") << threads << " threads";
     std::vector<std::string> d;
@@ -176,6 +199,15 @@ TEST(EngineThreads, ResultsPayloadsAndStateDoNotDependOnTheThreadCount) {
   // Both ranks received the same averages (the first of the three digests).
   EXPECT_EQ(digests[0][0].substr(0, digests[0][0].find(' ')),
             digests[0][1].substr(0, digests[0][1].find(' ')));
+}
+
+TEST(EngineThreads, ResultsPayloadsAndStateDoNotDependOnTheThreadCount) {
+  same_at_every_thread_count(kEnv, nullptr, "dgc");
+}
+
+// The same with the Adam codec in the chunked DCT's domain (its transforms spread over the pool).
+TEST(EngineThreads, AdamCodecResultsPayloadsAndStateDoNotDependOnTheThreadCount) {
+  same_at_every_thread_count(kAdamEnv, &kAdamRows, "adam_dct");
 }
 
 // One DGC unit (every tensor in one group) prepared with 3 threads: its two largest tensors meet,
