@@ -115,6 +115,17 @@ def _gradex_default(model, args, opt):
     return net, label
 
 
+def _gradex_auto(model, args, opt):
+    """gradex_default under the cost model (GRADEX_POLICY=auto): per tensor fp32, 16-bit or the Adam codec at
+    GRADEX_ADAM_SPARSITY, the least compression the measured link needs. No GRADEX_POLICY_HORIZON_STEPS (a
+    wall-clock budget has no known step count)."""
+    import gradex.torch as gx
+    net = _wrap_ddp(model, args)
+    state = gx.State(net, optimizer=opt, config={"GRADEX_POLICY": "auto"})
+    net.register_comm_hook(state, gx.hook)
+    return net, "gx.State(ddp, optimizer=AdamW, GRADEX_POLICY=auto) + gx.hook"
+
+
 def _gradex_localsgd(model, args, opt):
     import gradex.torch as gx
     lsgd = gx.LocalSGD(model, period=args.localsgd_period)
@@ -146,6 +157,7 @@ METHODS = {
     "fp16": _fp16,
     "powersgd": _powersgd,
     "gradex_default": _gradex_default,
+    "gradex_auto": _gradex_auto,
     "gradex_localsgd": _gradex_localsgd,
     "gradex_diloco8": _diloco(8),
     "gradex_diloco4": _diloco(4),
