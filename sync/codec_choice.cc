@@ -18,6 +18,11 @@ uint64_t selected_count(uint64_t numel, double sparsity) {
   return std::max<uint64_t>(1, static_cast<uint64_t>(k));
 }
 
+// A sparse codec's payload bytes per selected value.
+double sparse_bytes_per_selected(Codec codec, const CodecCosts& c) {
+  return codec == Codec::kAdam ? c.adam_bytes_per_selected : c.dgc_bytes_per_selected;
+}
+
 constexpr double kMinSaving = 0.01;
 // Raises tried on the timeline per step of the choice (the largest savings first).
 constexpr size_t kCandidates = 12;
@@ -71,7 +76,7 @@ size_t ladder_rank(const Rung& r, const ChoiceOptions& o) {
   if (r.codec == Codec::kFp32) return 0;
   if (r.codec == Codec::kHalf) return 1;
   if (r.codec == Codec::kInt8) return 2;
-  size_t l = 3;
+  size_t l = 3;  // a sparse codec (a run has one: DGC or Adam)
   for (double s : o.ladder)
     if (s < r.sparsity) ++l;
   return l;
@@ -92,9 +97,9 @@ std::string format_ms(double s) {
 }  // namespace
 
 std::string rung_name(const Rung& r) {
-  if (r.codec != Codec::kDgc) return codec_name(r.codec);
+  if (!is_sparse(r.codec)) return codec_name(r.codec);
   char b[48];
-  std::snprintf(b, sizeof b, "dgc %g%%", r.sparsity * 100.0);
+  std::snprintf(b, sizeof b, "%s %g%%", codec_name(r.codec), r.sparsity * 100.0);
   return b;
 }
 
@@ -170,17 +175,18 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
   if (o.int8_available) rungs.push_back({Codec::kInt8, 0});
   std::string why;
+  const std::string sparse = o.sparse_codec == Codec::kDgc ? "DGC" : "the Adam codec";
   const double cap = ramp_cap(o, step);
   const double end_cap = horizon_cap(o, step);
   if (step < o.dense_steps) {
     why = "early training (step " + std::to_string(step) + " < GRADEX_POLICY_DENSE_STEPS)";
   } else {
     if (!o.ladder.empty() && end_cap < o.ladder.back() && end_cap <= cap)
-      why = "end of training: the horizon rule caps DGC at " +
+      why = "end of training: the horizon rule caps " + sparse + " at " +
             rung_name({Codec::kDgc, end_cap}).substr(4) + " with " +
             std::to_string(o.horizon_steps - step) + " steps left (GRADEX_POLICY_HORIZON_STEPS)";
     else if (!o.ladder.empty() && cap < o.ladder.back())
-      why = "early training: the fidelity ramp caps DGC at " +
+      why = "early training: the fidelity ramp caps " + sparse + " at " +
             rung_name({Codec::kDgc, cap}).substr(4) + " until step " +
             std::to_string(o.ramp_steps) + " (GRADEX_POLICY_RAMP_STEPS)";
     for (double s : ramped_ladder(o, step)) {
@@ -188,23 +194,22 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
       const double per_row = t.rows > 0 ? static_cast<double>(k) / static_cast<double>(t.rows) : 0;
       if ((1.0 - s) * 2.0 * o.world_size >= 1.0) {
         // The engine sends a DGC step this dense (sync/policy.h: sparse_is_cheaper).
-        if (why.empty())
-          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " is denser than 1/(2P)";
+        if (why.empty()) why = rung_name({o.sparse_codec, s}) + " is denser than 1/(2P)";
         continue;
       }
       if (k < o.min_selected) {
         if (why.empty())
-          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " would keep " +
-                std::to_string(k) + " < GRADEX_POLICY_MIN_SELECTED values";
+          why = rung_name({o.sparse_codec, s}) + " would keep " + std::to_string(k) +
+                " < GRADEX_POLICY_MIN_SELECTED values";
         continue;
       }
       if (t.rows > 0 && per_row < o.min_per_row) {
         if (why.empty())
-          why = "dgc " + rung_name({Codec::kDgc, s}).substr(4) + " would keep " +
-                format_number(per_row) + " < GRADEX_POLICY_MIN_PER_ROW values per row";
+          why = rung_name({o.sparse_codec, s}) + " would keep " + format_number(per_row) +
+                " < GRADEX_POLICY_MIN_PER_ROW values per row";
         continue;
       }
-      rungs.push_back({Codec::kDgc, s});
+      rungs.push_back({o.sparse_codec, s});
     }
   }
   if (excluded_reason) *excluded_reason = why;
@@ -225,9 +230,12 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
       return reduced * c.reduce_s[static_cast<size_t>(rung.codec)] +
              ring_allreduce_terms(elem * n, o.world_size).bytes * c.transport_s_per_byte;
     }
-    case Codec::kDgc: {
+    case Codec::kDgc:
+    case Codec::kAdam: {
       const double k = static_cast<double>(selected_count(numel, rung.sparsity));
-      return allgatherv_terms(k * c.dgc_bytes_per_selected, o.world_size, o.sparse_ring).bytes *
+      return allgatherv_terms(k * sparse_bytes_per_selected(rung.codec, c), o.world_size,
+                              o.sparse_ring)
+                 .bytes *
              c.transport_s_per_byte;
     }
     case Codec::kInt8:  // the owner's sums are in its encode cost; here only the transport
@@ -242,7 +250,8 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
   const auto c = static_cast<size_t>(rung.codec);
   const double n = static_cast<double>(t.numel);
   const LinkParams& link = numbers.link[static_cast<size_t>(o.link_class)];
-  // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc).
+  // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc);
+  // the Adam codec's decode too (its finish stage zeroes and transforms the whole tensor).
   encode_s = numbers.codecs.encode_s[c] * n;
   decode_s = numbers.codecs.decode_s[c] * n;
   if (rung.codec == Codec::kDgc)  // per received value: k from each of the P ranks
@@ -259,10 +268,11 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
     case Codec::kInt8:
       terms = int8_allreduce_terms(n, o.world_size);
       break;
-    case Codec::kDgc: {
+    case Codec::kDgc:
+    case Codec::kAdam: {
       const double k = static_cast<double>(selected_count(t.numel, rung.sparsity));
-      terms =
-          allgatherv_terms(k * numbers.codecs.dgc_bytes_per_selected, o.world_size, o.sparse_ring);
+      terms = allgatherv_terms(k * sparse_bytes_per_selected(rung.codec, numbers.codecs),
+                               o.world_size, o.sparse_ring);
       break;
     }
   }
@@ -292,8 +302,8 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
       TensorInput t;
       t.numel = numel;
       double e = 0, m = 0, d = 0, latency = 0;
-      rung_costs(t, Rung{r.codec, r.codec == Codec::kDgc ? sparsity : 0.0}, raw, options, e, m, d,
-                 &latency);
+      const bool sparse = r.codec == Codec::kDgc || r.codec == Codec::kAdam;
+      rung_costs(t, Rung{r.codec, sparse ? sparsity : 0.0}, raw, options, e, m, d, &latency);
       unit += e + m + d - (first ? 0.0 : latency);  // one collective: its latency paid once
       first = false;
     }
@@ -374,7 +384,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
   if (o.int8_available) ladder.push_back({Codec::kInt8, 0});
   for (double s : o.ladder)
-    ladder.push_back({Codec::kDgc, s});
+    ladder.push_back({o.sparse_codec, s});
   auto rank_of = [&](const Rung& r) {
     for (size_t l = 0; l < ladder.size(); ++l)
       if (ladder[l] == r) return l;
@@ -428,7 +438,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       std::vector<Candidate> kept;
       size_t lossy = 0, dense = 0;
       for (const Candidate& cand : candidates) {
-        size_t& count = ladder[cand.rung].codec == Codec::kDgc ? lossy : dense;
+        size_t& count = is_sparse(ladder[cand.rung].codec) ? lossy : dense;
         if (count < kCandidates) {
           ++count;
           kept.push_back(cand);
@@ -447,7 +457,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       set_rung(cand.tensor, ladder[cand.rung]);
       const double finish = simulate(plan.tensors, order, o.one_lane).finish;
       plan.tensors[cand.tensor] = keep;
-      const bool lossy = ladder[cand.rung].codec == Codec::kDgc;
+      const bool lossy = is_sparse(ladder[cand.rung].codec);
       if (finish < (lossy ? tl.finish - needed : tl.finish) && finish < best_finish) {
         best = &cand;
         best_finish = finish;
@@ -524,7 +534,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       c.reason = plan.exposed_s() > 0 ? "the link requires it (step still exposed)"
                                       : "compressed as far as the link requires";
     }
-    if (!excluded[i].empty() && c.rung.codec != Codec::kDgc) c.reason += "; dense: " + excluded[i];
+    if (!excluded[i].empty() && !is_sparse(c.rung.codec)) c.reason += "; dense: " + excluded[i];
   }
   return plan;
 }

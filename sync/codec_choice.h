@@ -67,11 +67,11 @@ namespace gradex::sync::cost {
 
 struct Rung {
   Codec codec = Codec::kFp32;
-  double sparsity = 0;  // kDgc only
+  double sparsity = 0;  // sparse codecs (kDgc, kAdam) only
   bool operator==(const Rung& o) const { return codec == o.codec && sparsity == o.sparsity; }
   bool operator!=(const Rung& o) const { return !(*this == o); }
 };
-// "fp32", "16-bit", "dgc 99.9%".
+// "fp32", "16-bit", "dgc 99.9%", "adam 98%".
 std::string rung_name(const Rung& r);
 
 struct ChoiceOptions {
@@ -91,6 +91,9 @@ struct ChoiceOptions {
   // included): encodes, transfers (whose copies, sockets and shaping use the same cores) and
   // decodes then queue on one lane instead of overlapping.
   bool one_lane = false;
+  // The codec of the sparse rungs: DGC, or with GRADEX_OPTIMIZER=adam the Adam codec, whose ladder
+  // is then its one sparsity (GRADEX_ADAM_SPARSITY; none when that is 0): CodecPlanner::adam_rungs.
+  Codec sparse_codec = Codec::kDgc;
 };
 
 struct TensorInput {

@@ -16,7 +16,9 @@
 #include "comm/collectives.h"
 #include "comm/host_identity.h"
 #include "comm/reduce.h"
+#include "compress/backend/adam_codec.h"
 #include "compress/backend/backend.h"
+#include "compress/backend/dct_adam_codec.h"
 #include "compress/backend/dgc_codec.h"
 #include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
@@ -53,6 +55,20 @@ std::string fmt(const char* format, double v) {
 
 }  // namespace
 
+void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions& choice) {
+  // GRADEX_OPTIMIZER=adam: the engine gives every sparse tensor the Adam codec, so the sparse
+  // rung is that codec at its own sparsity (none with GRADEX_ADAM_SPARSITY=0: AdamW kept dense),
+  // priced by its own measurements, not DGC at GRADEX_POLICY_LADDER's sparsities.
+  choice.sparse_codec = cost::Codec::kAdam;
+  choice.ladder.clear();
+  if (options.adam_sparsity > 0) choice.ladder.push_back(options.adam_sparsity);
+  // The fidelity ramp and the floors apply as to DGC. The horizon rule does not while the codec
+  // decays what it has not sent (GRADEX_ADAM_DECAY < 1): an unsent value fades within ~1/(1-b)
+  // steps instead of waiting in a residual to be sent later, so the end of training strands no
+  // more of it than any other step does. With b = 1 (error feedback without decay) it does.
+  if (options.adam_decay < 1.0f) choice.horizon_steps = 0;
+}
+
 std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
                                                    const EngineOptions& options, int world_size) {
   if (config.get_string("GRADEX_POLICY") != "auto") return nullptr;
@@ -67,6 +83,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
+  if (options.adam_codec) adam_rungs(options, p.choice);
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
 }
 
@@ -85,7 +102,7 @@ std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) cons
     if (o.int8) return cost::Rung{cost::Codec::kInt8, 0};
     if (o.dense || o.sparsity == 0)
       return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
-    return cost::Rung{cost::Codec::kDgc, o.sparsity};
+    return cost::Rung{planner_.choice.sparse_codec, o.sparsity};
   }
   return std::nullopt;
 }
@@ -137,7 +154,7 @@ uint64_t CodecPlanner::epoch_start(uint64_t epoch) const {
 TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {
   TensorPolicy p;
   p.reason = "GRADEX_POLICY=auto: " + cost::rung_name(rung);
-  if (rung.codec == cost::Codec::kDgc) {
+  if (cost::is_sparse(rung.codec)) {  // the engine's sparse codec (DGC, or Adam's)
     p.kind = ExchangeKind::kSparse;
     p.sparsity = rung.sparsity;
   } else {
@@ -387,6 +404,74 @@ void CodecPlanner::measure_codecs() {
                        compress::dgc::target_count(kN, sparsity));
 }
 
+void CodecPlanner::measure_adam_codec() {
+  // The Adam codec as the engine builds it (BackendPath::make_codec: the chunked DCT unless
+  // GRADEX_ADAM_TRANSFORM=none), at its sparsity, measured as measure_codecs measures DGC: this
+  // thread's CPU time, the least of kRepeats runs. On 255 x 256 elements (blocks of 51 x 64 at
+  // the default chunk, as a weight's): under 2^16, where the DCT would spread its blocks over
+  // the pool and this thread's clock would miss the pool's share. The decode sums the world's P
+  // payloads and, with the DCT, transforms the tensor back: priced per element of the tensor.
+  if (planner_.choice.ladder.empty()) return;  // GRADEX_ADAM_SPARSITY=0: no sparse rung
+  namespace be = compress::backend;
+  constexpr uint64_t kRows = 255;
+  constexpr size_t kN = kRows * 256;
+  const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
+  const be::StreamPtr stream = backend->create_stream();
+  std::vector<float> g(kN), values(kN);
+  uint32_t x = 0x9e3779b9u;
+  for (float& v : g) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
+  }
+  const double sparsity = planner_.choice.ladder.back();
+  compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
+  dgc.sparsity = sparsity;
+  dgc.clip_norm = 0;
+  dgc.momentum = 0;  // the optimizer keeps its moments
+  dgc.residual_dct_chunk = options_.adam_dct_chunk;
+  const compress::WireOptions wire = compress::wire_options_from_config(config_);
+  std::unique_ptr<be::DgcCodec> codec;
+  if (options_.adam_dct_chunk > 0)
+    codec = std::make_unique<be::DctAdamCodec>(*backend, "gradex.probe.adam", kN, kRows, dgc, wire,
+                                               options_.adam_decay);
+  else
+    codec = std::make_unique<be::AdamCodec>(*backend, "gradex.probe.adam", kN, dgc, wire,
+                                            options_.adam_decay);
+  constexpr int kRepeats = 5;
+  auto least = [&](auto&& body) {
+    double best = 0;
+    for (int r = 0; r < kRepeats; ++r) {
+      const double a = thread_cpu_seconds();
+      body();
+      const double s = thread_cpu_seconds() - a;
+      if (r == 0 || s < best) best = s;
+    }
+    return best;
+  };
+  std::vector<uint8_t> payload;
+  values = g;
+  codec->encode_step(values.data(), 1.0f, *stream, payload);  // warms buffers and the threshold
+  const double encode_s = least([&] {
+    payload.clear();
+    values = g;
+    codec->encode_step(values.data(), 1.0f, *stream, payload);
+  });
+  const std::vector<compress::wire::PayloadSpan> received(
+      static_cast<size_t>(std::max(world_size_, 1)), {payload.data(), payload.size()});
+  const float scale = 1.0f / static_cast<float>(std::max(world_size_, 1));
+  const double decode_s = least([&] {
+    std::fill(values.begin(), values.end(), 0.0f);
+    codec->sum_payloads(received, scale, values.data(), *stream);
+  });
+  model_.observe_codec(cost::Codec::kAdam, kN, encode_s, decode_s);
+  model_.observe_adam_payload(compress::dgc::target_count(kN, sparsity), payload.size());
+  GX_LOG(kDebug) << "GRADEX_POLICY=auto: adam codec " << encode_s / kN * 1e9 << " ns encode, "
+                 << decode_s / kN * 1e9 << " ns decode per element, "
+                 << static_cast<double>(payload.size()) /
+                        static_cast<double>(compress::dgc::target_count(kN, sparsity))
+                 << " bytes per value";
+}
+
 void CodecPlanner::measure_transport_cpu(const cost::ProbeResult* probe) {
   // The transport's CPU per byte sent and received: rank 0's thread over the probe's largest
   // round trips through this communicator (its copies, protocol and progress work: what a ring
@@ -431,6 +516,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
   if (!probed_) {
     probed_ = true;
     measure_codecs();
+    if (planner_.choice.sparse_codec == cost::Codec::kAdam) measure_adam_codec();
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
@@ -525,15 +611,21 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   cost::Terms terms;
   const double p = world_size_;
   if (unit.route == pipeline::Route::kSparse) {
-    codec = cost::Codec::kDgc;
+    const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
+    codec = planner_.choice.sparse_codec;
     terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
     uint64_t selected = 0;
     for (const pipeline::Job* j : unit.jobs)
       selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.sparsity);
-    decoded = selected * static_cast<uint64_t>(world_size_);
+    // DGC's decode is per received value; the Adam codec's per element (cost::CodecCosts).
+    decoded = adam ? 0 : selected * static_cast<uint64_t>(world_size_);
     const size_t framing = 4 + 8 * unit.jobs.size();
-    if (unit.message.size() > framing)
-      model_.observe_dgc_payload(selected, unit.message.size() - framing);
+    if (unit.message.size() > framing) {
+      if (adam)
+        model_.observe_adam_payload(selected, unit.message.size() - framing);
+      else
+        model_.observe_dgc_payload(selected, unit.message.size() - framing);
+    }
   } else if (unit.jobs.front()->int8) {
     codec = cost::Codec::kInt8;
     terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
@@ -587,13 +679,20 @@ std::string CodecPlanner::explain() const {
          fmt("%.2f", agreed_.codecs.dgc_bytes_per_selected) + " bytes per value; ring sum " +
          fmt("%.2f", agreed_.codecs.reduce_s[0] * 1e9) + " ns (fp32), " +
          fmt("%.2f", agreed_.codecs.reduce_s[1] * 1e9) + " ns (16-bit) per element; transport " +
-         fmt("%.2f", agreed_.codecs.transport_s_per_byte * 1e9) + " ns per byte; cpu share " +
-         fmt("%.2f", agreed_.cpu_share) + "; backward " + fmt("%.3f", agreed_.backward_s * 1e3) +
-         " ms, forward " + fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
+         fmt("%.2f", agreed_.codecs.transport_s_per_byte * 1e9) + " ns per byte; " +
+         (planner_.choice.sparse_codec == cost::Codec::kAdam
+              ? "adam encode " + fmt("%.2f", agreed_.codecs.encode_s[4] * 1e9) + " ns, decode " +
+                    fmt("%.2f", agreed_.codecs.decode_s[4] * 1e9) + " ns per element, " +
+                    fmt("%.2f", agreed_.codecs.adam_bytes_per_selected) + " bytes per value; "
+              : std::string()) +
+         "cpu share " + fmt("%.2f", agreed_.cpu_share) + "; backward " +
+         fmt("%.3f", agreed_.backward_s * 1e3) + " ms, forward " +
+         fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
          fmt("%.2f", agreed_.calibration) + "; measured over predicted per codec: fp32 " +
          fmt("%.2f", agreed_.codec_factor[0]) + ", 16-bit " + fmt("%.2f", agreed_.codec_factor[1]) +
          ", dgc " + fmt("%.2f", agreed_.codec_factor[2]) + ", 8-bit " +
-         fmt("%.2f", agreed_.codec_factor[3]) + "\n";
+         fmt("%.2f", agreed_.codec_factor[3]) + ", adam " + fmt("%.2f", agreed_.codec_factor[4]) +
+         "\n";
   out += plan_.describe(&measured_s_);
   out +=
       "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "

@@ -73,6 +73,11 @@ class CodecPlanner {
   CodecPlanner(const config::Config& config, const EngineOptions& options, int world_size,
                PlannerOptions planner);
 
+  // GRADEX_OPTIMIZER=adam (create calls it): the sparse rung becomes the Adam codec at
+  // GRADEX_ADAM_SPARSITY in place of GRADEX_POLICY_LADDER's DGC rungs (none when it is 0); the
+  // horizon rule is dropped while GRADEX_ADAM_DECAY < 1.
+  static void adam_rungs(const EngineOptions& options, cost::ChoiceOptions& choice);
+
   // The policy a tensor has until its first exchange: an override's, else dense on the configured
   // wire; the first plan replaces it before anything is sent.
   TensorPolicy initial_policy(const std::string& key, uint64_t numel) const;
@@ -127,6 +132,8 @@ class CodecPlanner {
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
   void measure_codecs();
+  // GRADEX_OPTIMIZER=adam: the Adam codec's costs and bytes per value, measured alone at start-up.
+  void measure_adam_codec();
   // The transport's CPU per byte (cost::CodecCosts::transport_s_per_byte): from the link probe's
   // round trips when it ran (`probe`), else from a loopback connection (sync/transport_cpu.h).
   void measure_transport_cpu(const cost::ProbeResult* probe);

@@ -11,8 +11,9 @@ namespace gradex::sync::cost {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x47584353;  // "GXCS"
-// 3: the dense rings' CPU; 4: the 8-bit codec's costs; 5: the measured per-codec factors.
-constexpr uint32_t kSnapshotVersion = 5;
+// 3: the dense rings' CPU; 4: the 8-bit codec's costs; 5: the measured per-codec factors; 6: the
+// Adam codec's costs and bytes.
+constexpr uint32_t kSnapshotVersion = 6;
 // The smallest beta a fit may return (a 10 Tbit/s link): keeps predictions positive.
 constexpr double kMinBeta = 1e-13;
 
@@ -32,6 +33,8 @@ const char* codec_name(Codec c) {
       return "dgc";
     case Codec::kInt8:
       return "8-bit";
+    case Codec::kAdam:
+      return "adam";
   }
   return "?";
 }
@@ -108,6 +111,7 @@ std::vector<uint8_t> Snapshot::encode() const {
     w.put<double>(codecs.decode_s[c]);
   }
   w.put<double>(codecs.dgc_bytes_per_selected);
+  w.put<double>(codecs.adam_bytes_per_selected);
   for (int c = 0; c < kCodecs; ++c)
     w.put<double>(codecs.reduce_s[c]);
   w.put<double>(codecs.transport_s_per_byte);
@@ -148,6 +152,7 @@ Snapshot Snapshot::decode(const uint8_t* data, size_t size) {
     s.codecs.decode_s[c] = r.get<double>();
   }
   s.codecs.dgc_bytes_per_selected = r.get<double>();
+  s.codecs.adam_bytes_per_selected = r.get<double>();
   for (int c = 0; c < kCodecs; ++c)
     s.codecs.reduce_s[c] = r.get<double>();
   s.codecs.transport_s_per_byte = r.get<double>();
@@ -216,6 +221,15 @@ void CostModel::observe_dgc_payload(uint64_t selected, uint64_t bytes) {
   const double per = static_cast<double>(bytes) / static_cast<double>(selected);
   codecs_.dgc_bytes_per_selected = average(codecs_.dgc_bytes_per_selected, per, !payload_seen_);
   payload_seen_ = true;
+}
+
+void CostModel::observe_adam_payload(uint64_t selected, uint64_t bytes) {
+  if (selected == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double per = static_cast<double>(bytes) / static_cast<double>(selected);
+  codecs_.adam_bytes_per_selected =
+      average(codecs_.adam_bytes_per_selected, per, !adam_payload_seen_);
+  adam_payload_seen_ = true;
 }
 
 void CostModel::observe_reduce(Codec codec, uint64_t elements, double seconds) {

@@ -81,9 +81,16 @@ class LinkFit {
 };
 
 // kInt8: the dense 8-bit route (sync/int8_exchange.h), on the ladder between 16-bit and DGC.
-enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3 };
-constexpr int kCodecs = 4;
+// kAdam: the sparse codec of GRADEX_OPTIMIZER=adam (compress/backend/adam_codec.h, with
+// GRADEX_ADAM_TRANSFORM=dct dct_adam_codec.h): under that optimizer it takes DGC's place as the
+// sparse rung (a run has one sparse codec: the engine gives every sparse tensor the Adam codec).
+enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3, kAdam = 4 };
+constexpr int kCodecs = 5;
 const char* codec_name(Codec c);
+// A codec that selects values (DGC, Adam) rather than sending every element.
+inline bool is_sparse(Codec c) {
+  return c == Codec::kDgc || c == Codec::kAdam;
+}
 
 struct CodecCosts {
   // Seconds per element of the tensor, except DGC's decode: seconds per received selected value
@@ -92,9 +99,15 @@ struct CodecCosts {
   // order of magnitude).
   // kInt8's encode: the contribution's encode and the owner's sum and re-encode (the route does
   // both in its transfer); its decode: the allgather's decode.
-  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9, 3e-9};
-  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9, 1e-9};
+  // kAdam's decode is per element of the tensor, for P payloads: its finish stage zeroes and, with
+  // the DCT, transforms the whole tensor back, which outweighs the sum of the received values
+  // (measured with the world's P payloads at start-up, then from the units).
+  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9, 3e-9, 20e-9};
+  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9, 1e-9, 20e-9};
   double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
+  // The Adam codec's payload bytes per selected value (what its units send: fp16 values and
+  // Golomb-Rice indices by default, about 3).
+  double adam_bytes_per_selected = 3.0;
   // The collectives' own CPU work (comm/ring_allreduce.cc, comm/allgatherv.cc), measured alone at
   // start-up from large samples (CodecPlanner::measure_codecs): seconds per element that the
   // ring's reduce-scatter sums, per dense wire codec (fp32, 16-bit; unused for DGC), and seconds
@@ -141,7 +154,7 @@ struct Snapshot {
   // codec whose start-up numbers were read on the wrong side of the load is corrected by what its
   // collectives cost in the steps since: a tensor put on a dense ring by a low first estimate of
   // the ring's CPU moves back to DGC once the rings are measured dearer.
-  std::array<double, kCodecs> codec_factor{1.0, 1.0, 1.0, 1.0};
+  std::array<double, kCodecs> codec_factor{1.0, 1.0, 1.0, 1.0, 1.0};
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;
@@ -169,6 +182,8 @@ class CostModel {
   void observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s,
                      uint64_t decoded = 0);
   void observe_dgc_payload(uint64_t selected, uint64_t bytes);
+  // The Adam codec's payload (CodecCosts::adam_bytes_per_selected), as observe_dgc_payload.
+  void observe_adam_payload(uint64_t selected, uint64_t bytes);
   // The collectives' CPU (CodecCosts::reduce_s, transport_s_per_byte), measured alone: the least
   // per element (per byte) of the samples is kept.
   void observe_reduce(Codec codec, uint64_t elements, double seconds);
@@ -208,6 +223,7 @@ class CostModel {
   std::array<bool, kCodecs> reduce_seen_{};
   bool transport_seen_ = false;
   bool payload_seen_ = false;
+  bool adam_payload_seen_ = false;
   std::map<std::string, TensorSeen> tensors_;
   std::set<std::string> submitted_;  // keys submitted in the step in progress
   // The step in progress: its first and last submission; the last end of a step.

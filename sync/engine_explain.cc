@@ -24,7 +24,8 @@ std::string Engine::explain() const {
   for (const auto& [key, t] : tensors_) {
     std::string codec =
         t.policy.kind == ExchangeKind::kSparse
-            ? "dgc " + std::to_string(t.policy.sparsity * 100.0).substr(0, 6) + "%"
+            ? (options_.adam_codec ? "adam " : "dgc ") +
+                  std::to_string(t.policy.sparsity * 100.0).substr(0, 6) + "%"
         : t.policy.int8 ? "8-bit"
                         : (t.policy.full_precision || !options_.half_on_wire ? "fp32" : "16-bit");
     std::snprintf(line, sizeof line, "  %-32s %12llu %-12s %s\n", key.c_str(),

@@ -115,6 +115,23 @@ def _gradex_default(model, args, opt):
     return net, label
 
 
+def _gradex_auto(ramp_steps=None):
+    """gradex_default under the cost model (GRADEX_POLICY=auto): per tensor fp32, 16-bit or the Adam codec at
+    GRADEX_ADAM_SPARSITY, the least compression the measured link needs. No GRADEX_POLICY_HORIZON_STEPS (a
+    wall-clock budget has no known step count). ramp_steps: GRADEX_POLICY_RAMP_STEPS (None: its default)."""
+    def make(model, args, opt):
+        import gradex.torch as gx
+        net = _wrap_ddp(model, args)
+        config = {"GRADEX_POLICY": "auto"}
+        if ramp_steps is not None:
+            config["GRADEX_POLICY_RAMP_STEPS"] = ramp_steps
+        state = gx.State(net, optimizer=opt, config=config)
+        net.register_comm_hook(state, gx.hook)
+        ramp = "" if ramp_steps is None else f", GRADEX_POLICY_RAMP_STEPS={ramp_steps}"
+        return net, f"gx.State(ddp, optimizer=AdamW, GRADEX_POLICY=auto{ramp}) + gx.hook"
+    return make
+
+
 def _gradex_localsgd(model, args, opt):
     import gradex.torch as gx
     lsgd = gx.LocalSGD(model, period=args.localsgd_period)
@@ -146,6 +163,8 @@ METHODS = {
     "fp16": _fp16,
     "powersgd": _powersgd,
     "gradex_default": _gradex_default,
+    "gradex_auto": _gradex_auto(),
+    "gradex_auto_noramp": _gradex_auto(ramp_steps=0),  # the fidelity ramp's cost, measured
     "gradex_localsgd": _gradex_localsgd,
     "gradex_diloco8": _diloco(8),
     "gradex_diloco4": _diloco(4),

@@ -8,7 +8,7 @@ bytes on the wire.
     sudo .venv/bin/python bench/lm/race.py --short      # 100 Mbit/s, 4 methods, 240 s each: ~25 min
 
 Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
-this gradex configures it for AdamW), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
+this gradex configures it for AdamW), gradex_auto (the same under GRADEX_POLICY=auto), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
 nocomm (no exchange at all: the compute bound). The target at each rate is DDP's held-out loss at the end
 of its budget (times 1 + --tolerance): ddp runs first and the others get it as --target-loss. RESULT keys,
 <rate> as 100m / 1g (loopback: loopback):
@@ -43,7 +43,7 @@ import corpus  # noqa: E402
 import lm_rank  # noqa: E402
 import network  # noqa: E402
 
-GRADEX = ("gradex_default", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
+GRADEX = ("gradex_default", "gradex_auto", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
 HOOKS = ("fp16", "powersgd")
 DEFAULT_METHODS = ("ddp", "fp16", "powersgd", *GRADEX, "nocomm")
 # --short: one rate, DDP (the target), the PyTorch hook that sends least, gradex's two local methods; about

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "sync/codec_choice.h"
+#include "sync/codec_planner.h"
 
 namespace gradex::sync::cost {
 namespace {
@@ -282,9 +283,6 @@ TEST(CodecChoice, NoHalfRungWithoutFp16) {
   for (const TensorChoice& c : p.tensors)
     EXPECT_NE(c.rung.codec, Codec::kHalf);
 }
-
-}  // namespace
-}  // namespace gradex::sync::cost
 
 namespace gradex::sync::cost {
 namespace {
@@ -665,6 +663,134 @@ TEST(CodecChoice, HorizonKeepsTheLastStepsDenseOnASlowLink) {
   EXPECT_EQ(find(early, "layer3").rung, (Rung{Codec::kDgc, 0.96})) << early.describe();
   for (const TensorChoice& c : late.tensors)
     EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key << "\n" << late.describe();
+}
+
+}  // namespace
+}  // namespace gradex::sync::cost
+
+// GRADEX_OPTIMIZER=adam: the sparse rung is the Adam codec at GRADEX_ADAM_SPARSITY (one rung,
+// CodecPlanner::adam_rungs), priced by its own costs. A race-like transformer step: ~1 s of
+// compute (backward 0.6 s, the rest 0.4 s), 10.8 M parameters, 4 ranks, the Adam codec's DCT at
+// 20 ns per element each way (what measure_adam_codec reads here), 3 bytes per value.
+namespace adam {
+
+std::vector<TensorInput> transformer() {
+  return {input("out.weight", 16384 * 256, 16384, 0.05), input("layer2.mlp", 2 * 262144, 256, 0.15),
+          input("layer2.attn", 262144, 768, 0.25),       input("layer1.mlp", 2 * 262144, 256, 0.35),
+          input("layer1.attn", 262144, 768, 0.45),       input("norm", 256, 0, 0.5),
+          input("embed.weight", 16384 * 256, 16384, 0.6)};
+}
+
+Snapshot adam_numbers(double gbit) {
+  Snapshot s = numbers(gbit);
+  s.backward_s = 0.6;
+  s.forward_s = 0.4;
+  s.codecs.encode_s[static_cast<size_t>(Codec::kAdam)] = 20e-9;
+  s.codecs.decode_s[static_cast<size_t>(Codec::kAdam)] = 20e-9;
+  s.codecs.adam_bytes_per_selected = 3.0;
+  return s;
+}
+
+ChoiceOptions adam_options() {
+  ChoiceOptions o = options();
+  EngineOptions engine;
+  engine.adam_codec = true;
+  engine.adam_sparsity = 0.98;
+  engine.adam_decay = 0.9f;
+  o.ramp_steps = 100;
+  o.horizon_steps = 500;
+  CodecPlanner::adam_rungs(engine, o);
+  return o;
+}
+
+}  // namespace adam
+
+TEST(CodecChoice, AdamRungsReplaceTheDgcLadder) {
+  const ChoiceOptions o = adam::adam_options();
+  EXPECT_EQ(o.sparse_codec, Codec::kAdam);
+  EXPECT_EQ(o.ladder, (std::vector<double>{0.98}));
+  EXPECT_EQ(o.horizon_steps, 0u);  // the codec decays what it has not sent: no horizon rule
+  EXPECT_EQ(o.ramp_steps, 100u);   // the fidelity ramp applies as to DGC
+  EXPECT_EQ(rung_name({Codec::kAdam, 0.98}), "adam 98%");
+  EngineOptions engine;
+  engine.adam_codec = true;
+  engine.adam_sparsity = 0.98;
+  engine.adam_decay = 1.0f;  // error feedback without decay: the horizon rule stays
+  ChoiceOptions undecayed = options();
+  undecayed.horizon_steps = 500;
+  CodecPlanner::adam_rungs(engine, undecayed);
+  EXPECT_EQ(undecayed.horizon_steps, 500u);
+  engine.adam_sparsity = 0;  // GRADEX_ADAM_SPARSITY=0: AdamW stays dense
+  ChoiceOptions dense = options();
+  CodecPlanner::adam_rungs(engine, dense);
+  EXPECT_TRUE(dense.ladder.empty());
+  const Plan p = choose_codecs(adam::transformer(), adam::adam_numbers(0.1), dense, 200);
+  for (const TensorChoice& c : p.tensors)
+    EXPECT_FALSE(is_sparse(c.rung.codec)) << c.key << "\n" << p.describe();
+}
+
+// A fast link with compute to hide behind: an Adam run stays dense (the codec's DCT costs more
+// than its bytes save); a slow link: the large tensors take the Adam rung at
+// GRADEX_ADAM_SPARSITY, never a DGC rung.
+TEST(CodecChoice, AdamRunDenseOnAFastLinkAdamRungOnASlowOne) {
+  const ChoiceOptions o = adam::adam_options();
+  for (double gbit : {10.0, 1.0}) {
+    const Plan fast = choose_codecs(adam::transformer(), adam::adam_numbers(gbit), o, 200);
+    // The embedding's gradient is ready last: its dense exchange is the step's tail.
+    if (gbit == 10.0) EXPECT_EQ(fast.exposed_s(), 0) << fast.describe();
+    for (const TensorChoice& c : fast.tensors)
+      EXPECT_FALSE(is_sparse(c.rung.codec)) << c.key << " at " << gbit << "\n" << fast.describe();
+  }
+  const Plan slow = choose_codecs(adam::transformer(), adam::adam_numbers(0.1), o, 200);
+  for (const char* key : {"out.weight", "embed.weight"})
+    EXPECT_EQ(find(slow, key).rung, (Rung{Codec::kAdam, 0.98})) << key << "\n" << slow.describe();
+  for (const TensorChoice& c : slow.tensors) {
+    EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key;
+    if (c.rung.codec == Codec::kAdam) EXPECT_EQ(c.rung.sparsity, 0.98) << c.key;
+  }
+  EXPECT_NE(slow.describe().find("adam 98%"), std::string::npos) << slow.describe();
+  EXPECT_FALSE(is_sparse(find(slow, "norm").rung.codec)) << slow.describe();  // 5 < 128 values
+}
+
+// The Adam rung is priced by the Adam codec's own numbers: where a cheap codec would be chosen on
+// this link, an expensive one is not; its bytes are its own bytes per value.
+TEST(CodecChoice, AdamRungIsPricedByItsOwnCosts) {
+  const ChoiceOptions o = adam::adam_options();
+  Snapshot cheap = adam::adam_numbers(0.3);
+  const Plan chosen = choose_codecs(adam::transformer(), cheap, o, 200);
+  ASSERT_EQ(find(chosen, "embed.weight").rung.codec, Codec::kAdam) << chosen.describe();
+  Snapshot dear = cheap;
+  dear.codecs.encode_s[static_cast<size_t>(Codec::kAdam)] = 2e-6;  // 100x: 8 s per large tensor
+  dear.codecs.encode_s[static_cast<size_t>(Codec::kDgc)] = 1e-12;  // DGC's numbers play no part
+  dear.codecs.decode_s[static_cast<size_t>(Codec::kDgc)] = 1e-12;
+  const Plan refused = choose_codecs(adam::transformer(), dear, o, 200);
+  for (const TensorChoice& c : refused.tensors)
+    EXPECT_FALSE(is_sparse(c.rung.codec)) << c.key << "\n" << refused.describe();
+  const TensorInput big = adam::transformer().front();
+  double e1, m1, d1, e2, m2, d2;
+  Snapshot fat = cheap;
+  fat.codecs.adam_bytes_per_selected = 6.0;
+  fat.codecs.dgc_bytes_per_selected = 1.0;  // not the Adam codec's
+  rung_costs(big, {Codec::kAdam, 0.98}, cheap, o, e1, m1, d1);
+  rung_costs(big, {Codec::kAdam, 0.98}, fat, o, e2, m2, d2);
+  EXPECT_GT(m2, 1.8 * m1);
+  EXPECT_DOUBLE_EQ(e1, 20e-9 * big.numel);
+  EXPECT_DOUBLE_EQ(d1, 20e-9 * big.numel);  // per element of the tensor, not per value
+}
+
+// The fidelity ramp caps the Adam rung as it caps DGC: dense while the cap is denser than
+// 1/(2P), then the Adam codec at the cap, then at GRADEX_ADAM_SPARSITY.
+TEST(CodecChoice, RampCapsTheAdamRung) {
+  const ChoiceOptions o = adam::adam_options();
+  const Plan first = choose_codecs(adam::transformer(), adam::adam_numbers(0.1), o, 0);
+  for (const TensorChoice& c : first.tensors)
+    EXPECT_FALSE(is_sparse(c.rung.codec)) << c.key;
+  EXPECT_NE(find(first, "out.weight").reason.find("caps the Adam codec at 75%"), std::string::npos)
+      << find(first, "out.weight").reason;
+  const Plan second = choose_codecs(adam::transformer(), adam::adam_numbers(0.1), o, 25);
+  EXPECT_EQ(find(second, "out.weight").rung, (Rung{Codec::kAdam, 0.9375})) << second.describe();
+  const Plan third = choose_codecs(adam::transformer(), adam::adam_numbers(0.1), o, 50);
+  EXPECT_EQ(find(third, "out.weight").rung, (Rung{Codec::kAdam, 0.98})) << third.describe();
 }
 
 }  // namespace

@@ -498,3 +498,70 @@ TEST(EnginePolicy, Fp32JobsTravelInBucketsOfTheirOwn) {
   units = gradex::sync::pipeline::plan(jobs, o);
   EXPECT_EQ(keys(units), (K{{"a", "b"}, {"c", "d"}}));
 }
+
+// GRADEX_OPTIMIZER=adam under GRADEX_POLICY=auto: the plan's sparse rung is the Adam codec at
+// GRADEX_ADAM_SPARSITY ("adam 98%"), measured at start-up, not DGC at GRADEX_POLICY_LADDER's
+// sparsities. Forced onto that rung from the first plan, an auto run delivers bit for bit what
+// the fixed Adam path delivers (the same codec, the same state), every rank the same bits; a
+// switch to dense and back keeps the ranks identical; explain names the rung and its numbers.
+namespace {
+
+const uint64_t kAdamNumel = 60000, kAdamRows = 300;
+
+// Every rank's hash of its averages, or "ERROR ..."; `explained`: what rank 0's explain must hold.
+std::string adam_run(const std::vector<std::string>& env, int world, int steps,
+                     gradex::sync::CodecPlanner::ChoiceHook hook, uint64_t sparse_exchanges,
+                     const std::vector<std::string>& explained) {
+  auto results = run_ranks(world, env, [&](RankContext& ctx) -> std::string {
+    auto& engine = gradex::capi::engine_of(ctx.engine);
+    if (hook) gradex::sync::EngineTestAccess::choice_hook(engine, hook);
+    RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kAdamNumel, GRADEX_FLOAT32,
+                                        GRADEX_DEVICE_CPU, kAdamRows));
+    uint64_t h = 1469598103934665603ull;
+    for (int step = 0; step < steps; ++step) {
+      std::vector<float> g = test_vector(70, ctx.rank, step, kAdamNumel);
+      gradex_handle_t handle;
+      RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &handle));
+      RANK_OK(gradex_wait(ctx.engine, handle));
+      h = fnv(h, g.data(), g.size() * sizeof(float));
+      RANK_OK(gradex_end_step(ctx.engine, nullptr));
+    }
+    gradex_stats_t s;
+    RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
+    RANK_REQUIRE(s.sparse_exchanges == sparse_exchanges, "sparse exchanges " << s.sparse_exchanges);
+    const std::string text = engine.explain();
+    for (const std::string& want : explained)
+      RANK_REQUIRE(text.find(want) != std::string::npos, "no '" << want << "' in:\n" << text);
+    RANK_REQUIRE(text.find("dgc 9") == std::string::npos, "a DGC rung in:\n" << text);
+    return hex(h);
+  });
+  const std::string differ = same_hash(results);
+  if (!differ.empty()) return "ERROR " + differ;
+  return results[0].substr(results[0].find("hash="));
+}
+
+}  // namespace
+
+TEST(EnginePolicy, AutoWithAdamRunsTheAdamRung) {
+  const int world = 3, steps = 6;
+  const std::vector<std::string> adam = {"GRADEX_OPTIMIZER=adam", "GRADEX_ADAM_SPARSITY=0.98",
+                                         "GRADEX_MOMENTUM=0", "GRADEX_FP16=0",
+                                         "GRADEX_POLICY_INTERVAL=2"};
+  std::vector<std::string> fixed = adam, automatic = adam;
+  fixed.push_back("GRADEX_POLICY=fixed");
+  automatic.push_back("GRADEX_POLICY=auto");
+  const std::string reference = adam_run(fixed, world, steps, nullptr, steps, {});
+  ASSERT_EQ(reference.rfind("hash=", 0), 0u) << reference;
+  const std::string forced = adam_run(automatic, world, steps,
+                                      [](const std::string&, uint64_t) -> std::optional<Rung> {
+                                        return Rung{Codec::kAdam, 0.98};
+                                      },
+                                      steps, {"adam 98%", "adam encode", "3 plan(s) made"});
+  EXPECT_EQ(forced, reference);
+  // fp32 at steps 0-1, the Adam rung at 2-3, fp32 at 4-5 (m flushed), ranks identical.
+  const std::string switched =
+      adam_run(automatic, world, steps,
+               schedule({{"w", {{Codec::kAdam, 0.98}, {Codec::kFp32, 0}}}}), 2, {"fp32"});
+  EXPECT_EQ(switched.rfind("hash=", 0), 0u) << switched;
+  EXPECT_NE(switched, reference);
+}
