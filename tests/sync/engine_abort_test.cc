@@ -106,7 +106,8 @@ std::vector<std::string> start_with_different(const std::string& name, bool oute
   return run_ranks(
       2, {"GRADEX_TIMEOUT_S=30"},
       [&](RankContext& ctx) -> std::string {
-        if (ctx.rank == 1) ::setenv(name.c_str(), other.c_str(), 1);
+        // Rank 0 states the default: the harness may set some variables (GRADEX_POLICY=fixed).
+        ::setenv(name.c_str(), ctx.rank == 1 ? other.c_str() : s.default_value, 1);
         const auto t0 = std::chrono::steady_clock::now();
         gradex_engine_options_t options;
         gradex_engine_options_init(&options);
