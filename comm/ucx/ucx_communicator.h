@@ -65,6 +65,15 @@ struct ControlMessage {
 };
 constexpr size_t kControlHeaderBytes = offsetof(ControlMessage, text);
 
+// An abort notice can overtake data its sender had already sent: a rank that finished a collective
+// and then aborted (a process group shut down after its last collective) leaves its peers with the
+// same collective's last messages from other, live ranks still to come. A wait with requests
+// pending keeps them running for this long after the notice, and as long again after each
+// completion, up to kAbortGraceMax: what can still complete does, what cannot fails with the
+// notice's error. Waits with nothing pending fail at once.
+constexpr Millis kAbortGrace{250};
+constexpr Millis kAbortGraceMax{2000};
+
 class UcxCommunicator : public Communicator {
  public:
   UcxCommunicator(std::shared_ptr<Store> store, int rank, int world_size,
@@ -199,6 +208,8 @@ class UcxCommunicator : public Communicator {
   int abort_blamed_ = -1;
   ErrorCode abort_code_ = ErrorCode::kOk;
   std::string abort_text_;       // the notice's message ("" from an older notice without one)
+  Clock::time_point abort_seen_{};         // when the notice arrived
+  Clock::time_point abort_grace_until_{};  // pending requests may complete until then (kAbortGrace)
   bool notified_peers_ = false;  // this rank's abort notice went out (at most once)
   bool closing_ = false;
 

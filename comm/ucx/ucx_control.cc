@@ -46,6 +46,8 @@ void UcxCommunicator::handle_control(const ControlMessage& m, size_t length, int
         abort_blamed_ = m.subject;
         abort_code_ = static_cast<ErrorCode>(m.code);
         abort_text_.assign(m.text, m.text_length);
+        abort_seen_ = Clock::now();
+        abort_grace_until_ = abort_seen_ + kAbortGrace;
         GX_LOG(kInfo) << "rank " << source << " aborted because of rank " << m.subject << ": "
                       << abort_text_;
       }

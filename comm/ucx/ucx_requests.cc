@@ -199,7 +199,11 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (pending.empty()) return;
-    if (pending.size() != before) deadline = Clock::now() + options_.timeout;
+    if (pending.size() != before) {
+      deadline = Clock::now() + options_.timeout;
+      if (abort_from_ >= 0)
+        abort_grace_until_ = std::min(abort_seen_ + kAbortGraceMax, Clock::now() + kAbortGrace);
+    }
     throw_if_failed(operation, pending);
     if (progress()) {
       idle_rounds = 0;
@@ -246,6 +250,8 @@ void UcxCommunicator::throw_if_failed(const char* operation,
     while (abort_from_ < 0 && Clock::now() < until)
       progress();
   }
+  if (abort_from_ >= 0 && !pending.empty() && Clock::now() < abort_grace_until_)
+    return;  // kAbortGrace: what the notice overtook may still arrive
   if (abort_from_ >= 0 && abort_blamed_ == abort_from_ && !abort_text_.empty()) {
     // The sender's own error (Communicator::abort): every rank raises it, naming that rank.
     const ErrorCode code = abort_code_ == ErrorCode::kOk ? ErrorCode::kInternal : abort_code_;

@@ -77,6 +77,59 @@ TEST(CommunicatorAbort, EveryRankRaisesTheFailingRanksErrorWithItsMessage) {
       slowest.load());
 }
 
+// Rank 2 has nothing left to do in the current exchange and aborts (a process group shut down after
+// its last collective); rank 1 still waits for rank 0's message of that exchange, which rank 0 sends
+// 100 ms after the notice. The notice must not overtake it: rank 1's wait completes with rank 0's
+// bytes (kAbortGrace), and its next call fails with rank 2's error. A wait for a message nobody
+// sends fails with the notice's error within kAbortGraceMax, not at the 20 s timeout.
+TEST(CommunicatorAbort, ANoticeLetsTheCurrentWaitFinishWhatIsStillArriving) {
+  comm::CommOptions o = test_options();
+  o.timeout = std::chrono::milliseconds(20000);
+  std::atomic<int> checked{0};
+  run_ranks(
+      3,
+      [&](Communicator& c) {
+        comm::barrier(c);
+        const uint64_t tag = c.next_collective_tag();
+        if (c.rank() == 2) {
+          c.abort(ErrorCode::kInternal, "left after its last collective");
+          return;
+        }
+        std::vector<float> v(16, static_cast<float>(c.rank() + 1));
+        if (c.rank() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          std::vector<comm::RequestPtr> send;
+          send.push_back(c.isend(1, tag, v.data(), v.size() * 4));
+          try {
+            c.wait_all(send, "late send");
+          } catch (const Error&) {
+            // Its own wait may have met the notice with the send already gone: rank 1 checks.
+          }
+          ++checked;
+          return;
+        }
+        std::vector<float> got(16, 0.0f);
+        std::vector<comm::RequestPtr> recv;
+        recv.push_back(c.irecv(0, tag, got.data(), got.size() * 4));
+        c.wait_all(recv, "late receive");  // throws if the notice overtook rank 0's message
+        EXPECT_EQ(got, std::vector<float>(16, 1.0f));
+        // What cannot arrive fails with rank 2's error, within the grace's bound.
+        const auto t0 = Clock::now();
+        std::vector<comm::RequestPtr> never;
+        never.push_back(c.irecv(0, tag + 1, got.data(), got.size() * 4));
+        try {
+          c.wait_all(never, "receive nobody sends");
+          ADD_FAILURE() << "a receive nobody sends completed";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 2 failed"), std::string::npos) << e.what();
+          EXPECT_LT(seconds_since(t0), 5.0);
+        }
+        ++checked;
+      },
+      o);
+  EXPECT_EQ(checked.load(), 2);
+}
+
 // Only the first message travels: a second abort, or an abort after a peer's notice, sends
 // nothing, and a very long message is cut to kAbortMessageMax bytes.
 TEST(CommunicatorAbort, LongMessagesAreCutAndOnlyTheFirstFailureTravels) {
