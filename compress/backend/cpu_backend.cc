@@ -80,21 +80,10 @@ class CpuDgc final : public DgcState {
   bool has_checkpoint_ = false;
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   DeviceType type() const override { return DeviceType::kCpu; }
   std::string name() const override { return "cpu"; }
-  bool host_accessible() const override { return true; }
-
-  BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
-  BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
-  StreamPtr create_stream() override { return std::make_unique<HostStream>(); }
-  StreamPtr wrap_stream(void*) override { return std::make_unique<HostStream>(); }
-  EventPtr create_event() override { return std::make_unique<HostEvent>(); }
-  void copy(void* dst, const void* src, size_t bytes, Stream&) override {
-    host_copy(dst, src, bytes);
-  }
-  void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
 
   DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
     check_dgc(numel, options, "cpu create_dgc");

@@ -1,10 +1,11 @@
-// Memory, streams and events of the host backends (kCpu, kThrustOmp): backend memory is ordinary
-// host memory, and every operation has finished when its call returns, so a stream is only an
-// ordering token and an event is always reached.
+// Memory, streams and events of the host backends (kCpu, kThrustOmp), and their common base:
+// backend memory is ordinary host memory, and every operation has finished when its call returns,
+// so a stream is only an ordering token and an event is always reached.
 #pragma once
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -52,5 +53,22 @@ inline void host_fill_zero(void* dst, size_t bytes) {
   if (dst == nullptr) throw InvalidArgument("backend fill_zero: null pointer");
   std::memset(dst, 0, bytes);
 }
+
+// What the host backends share: host memory for device and staging buffers alike, streams and
+// events that are already complete, copies and fills on the caller's thread. Subclasses supply
+// the kernels (DGC state, casts, reductions) and their identity.
+class HostBackend : public Backend {
+ public:
+  bool host_accessible() const override { return true; }
+  BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
+  BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
+  StreamPtr create_stream() override { return std::make_unique<HostStream>(); }
+  StreamPtr wrap_stream(void*) override { return std::make_unique<HostStream>(); }
+  EventPtr create_event() override { return std::make_unique<HostEvent>(); }
+  void copy(void* dst, const void* src, size_t bytes, Stream&) override {
+    host_copy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
+};
 
 }  // namespace gradex::compress::backend

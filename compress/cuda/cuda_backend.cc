@@ -17,6 +17,7 @@
 #include "compress/cuda/dgc_cuda.h"
 #include "compress/cuda/ops_cuda.h"
 #include "compress/dgc/schedule.h"
+#include "compress/thrust/step_info.h"
 
 namespace gradex::compress::cuda {
 namespace {
@@ -62,16 +63,7 @@ class CudaDgc final : public backend::DgcState {
     thrust_dgc::StepResult r =
         dgc_step(p, grad, momentum_buffer(), v_->as<float>(), idx_->as<uint32_t>(),
                  val_->as<float>(), work_->data(), work_->bytes(), native_stream(stream));
-    backend::DgcStepInfo info;
-    info.step = step_;
-    info.sparsity = dgc::sparsity_at(o_, step_);
-    info.count = r.count;
-    info.threshold = r.threshold;
-    info.rounds = r.rounds;
-    info.exact = r.exact;
-    info.saturated = r.saturated;
-    ++step_;
-    return info;
+    return thrust_dgc::step_info(r, o_, step_++);
   }
 
   void step_dense(const float* grad, float* dense_out, float grad_scale,

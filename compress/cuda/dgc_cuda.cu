@@ -6,27 +6,11 @@
 #include <string>
 
 #include "base/error.h"
+#include "compress/cuda/stream_policy.cuh"
 #include "compress/thrust/dgc_algo.h"
 
 namespace gradex::compress::cuda {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw InternalError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
-struct CudaBackend {
-  cudaStream_t stream;
-  auto policy() const { return thrust::cuda::par_nosync.on(stream); }
-  template <typename T>
-  T load(const T* p) const {
-    T value;
-    check(cudaMemcpyAsync(&value, p, sizeof(T), cudaMemcpyDeviceToHost, stream), "load");
-    check(cudaStreamSynchronize(stream), "load");
-    return value;
-  }
-};
 
 size_t align256(size_t bytes) {
   return (bytes + 255) / 256 * 256;
@@ -51,8 +35,8 @@ thrust_dgc::StepResult dgc_step(const thrust_dgc::StepParams& p, const float* g,
   uint32_t* cand = reinterpret_cast<uint32_t*>(w);
   w += align256(p.cand_cap * sizeof(uint32_t));
   float* mag = reinterpret_cast<float*>(w);
-  CudaBackend backend{stream};
-  thrust_dgc::StepAlgo<CudaBackend> algo(backend, p, u, v, sample, cand, mag, out_idx);
+  StreamPolicy backend{stream};
+  thrust_dgc::StepAlgo<StreamPolicy> algo(backend, p, u, v, sample, cand, mag, out_idx);
   thrust_dgc::StepResult r = algo.run(g, out_val);
   check(cudaStreamSynchronize(stream), "dgc_step");
   return r;
@@ -61,7 +45,7 @@ thrust_dgc::StepResult dgc_step(const thrust_dgc::StepParams& p, const float* g,
 thrust_dgc::CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
                                cudaStream_t stream) {
   if (type == DType::kFloat32) throw InvalidArgument("cuda::to_half: type must be 16-bit");
-  CudaBackend backend{stream};
+  StreamPolicy backend{stream};
   thrust_dgc::CastCounts c =
       thrust_dgc::cast_to_half(backend, in, out, n, scale, type == DType::kBFloat16);
   check(cudaStreamSynchronize(stream), "to_half");

@@ -6,73 +6,54 @@
 #include <string>
 
 #include "base/error.h"
+#include "compress/cuda/stream_policy.cuh"
 #include "compress/thrust/ops_algo.h"
 
 namespace gradex::compress::cuda {
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw InternalError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
-// Queued work only: par_nosync lets Thrust return without synchronizing the stream. load() is
-// needed by the DGC step's template but never called by the dense step.
-struct Queued {
-  cudaStream_t stream;
-  auto policy() const { return thrust::cuda::par_nosync.on(stream); }
-  template <typename T>
-  T load(const T* p) const {
-    T value;
-    check(cudaMemcpyAsync(&value, p, sizeof(T), cudaMemcpyDeviceToHost, stream), "load");
-    check(cudaStreamSynchronize(stream), "load");
-    return value;
-  }
-};
-
-}  // namespace
+// Work is queued only: StreamPolicy's par_nosync lets Thrust return without synchronizing the
+// stream; its load() is needed by the DGC step's template but never called by the dense step.
 
 void dgc_step_dense(const thrust_dgc::StepParams& p, const float* g, float* u, float* v,
                     float* dense_out, cudaStream_t stream) {
-  Queued q{stream};
-  thrust_dgc::StepAlgo<Queued> algo(q, p, u, v, nullptr, nullptr, nullptr, nullptr);
+  StreamPolicy q{stream};
+  thrust_dgc::StepAlgo<StreamPolicy> algo(q, p, u, v, nullptr, nullptr, nullptr, nullptr);
   algo.run_dense(g, dense_out);
   check(cudaGetLastError(), "dgc_step_dense");
 }
 
 void from_half(const uint16_t* in, float* out, size_t n, bool bf16, float scale, bool add,
                cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   thrust_dgc::from_half(q, in, out, n, bf16, scale, add);
   check(cudaGetLastError(), "from_half");
 }
 
 size_t count_nonfinite(const float* x, size_t n, cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   return thrust_dgc::count_nonfinite(q, x, n);  // a reduction: Thrust waits for its result
 }
 
 double sum_squares(const float* x, size_t n, cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   return thrust_dgc::sum_squares(q, x, n);
 }
 
 void zero_nonfinite(float* x, size_t n, cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   thrust_dgc::zero_nonfinite(q, x, n);
   check(cudaGetLastError(), "zero_nonfinite");
 }
 
 void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float grad_scale,
                     cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   thrust_dgc::apply_momentum(q, g, u, n, m, nesterov, grad_scale);
   check(cudaGetLastError(), "apply_momentum");
 }
 
 void scatter_add(const uint32_t* idx, const float* val, size_t count, float* out, float scale,
                  cudaStream_t stream) {
-  Queued q{stream};
+  StreamPolicy q{stream};
   thrust_dgc::scatter_add(q, idx, val, count, out, scale);
   check(cudaGetLastError(), "scatter_add");
 }

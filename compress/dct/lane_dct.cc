@@ -17,6 +17,15 @@ void negate_row(const float* __restrict in, float* __restrict out, size_t lanes)
     out[w] = -in[w];
 }
 
+// The work area of a transform (work_floats): two complex planes of `plane` floats each, the
+// FFT's input and output as split real and imaginary parts, then the FFT's scratch.
+struct WorkPlanes {
+  float *re0, *im0, *re1, *im1, *scratch;
+};
+WorkPlanes split_work(float* work, size_t plane) {
+  return {work, work + plane, work + 2 * plane, work + 3 * plane, work + 4 * plane};
+}
+
 }  // namespace
 
 LaneDct::LaneDct(uint32_t n)
@@ -66,11 +75,7 @@ void LaneDct::forward(const float* in, size_t in_stride, float* out, size_t out_
     copy_row(in, out, L);
     return;
   }
-  float* re0 = work;
-  float* im0 = re0 + rows * L;
-  float* re1 = im0 + rows * L;
-  float* im1 = re1 + rows * L;
-  float* scratch = im1 + rows * L;
+  auto [re0, im0, re1, im1, scratch] = split_work(work, rows * L);
   const uint32_t n = n_, h = half_;
   if (n % 2 == 0) {
     for (uint32_t m = 0; m < h; ++m) {
@@ -134,11 +139,7 @@ void LaneDct::inverse(const float* in, size_t in_stride, float* out, size_t out_
     copy_row(in, out, L);
     return;
   }
-  float* re0 = work;
-  float* im0 = re0 + rows * L;
-  float* re1 = im0 + rows * L;
-  float* im1 = re1 + rows * L;
-  float* scratch = im1 + rows * L;
+  auto [re0, im0, re1, im1, scratch] = split_work(work, rows * L);
   const uint32_t n = n_, h = half_;
   // V'_k = g_k (X_k - i X_n-k), k <= n/2, into (vr, vi): (re1, im1) for even n, straight into the
   // FFT's input, conjugated, for odd n.

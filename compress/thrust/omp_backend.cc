@@ -11,6 +11,7 @@
 #include "compress/dgc/schedule.h"
 #include "compress/thrust/dgc_algo.h"
 #include "compress/thrust/ops_algo.h"
+#include "compress/thrust/step_info.h"
 
 namespace gradex::compress::backend {
 namespace {
@@ -59,16 +60,7 @@ class OmpDgc final : public DgcState {
     thrust_dgc::StepAlgo<OmpPolicy> algo(policy, p, momentum_buffer(), v_->as<float>(),
                                          sample_.data(), cand_.data(), mag_.data(), idx_.data());
     thrust_dgc::StepResult r = algo.run(grad, val_.data());
-    DgcStepInfo info;
-    info.step = step_;
-    info.sparsity = dgc::sparsity_at(o_, step_);
-    info.count = r.count;
-    info.threshold = r.threshold;
-    info.rounds = r.rounds;
-    info.exact = r.exact;
-    info.saturated = r.saturated;
-    ++step_;
-    return info;
+    return thrust_dgc::step_info(r, o_, step_++);
   }
 
   void step_dense(const float* grad, float* dense_out, float grad_scale, Stream&) override {
@@ -92,21 +84,10 @@ class OmpDgc final : public DgcState {
   std::vector<float> val_, sample_, mag_;
 };
 
-class OmpBackend final : public Backend {
+class OmpBackend final : public HostBackend {
  public:
   DeviceType type() const override { return DeviceType::kThrustOmp; }
   std::string name() const override { return "thrust-omp"; }
-  bool host_accessible() const override { return true; }
-
-  BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
-  BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
-  StreamPtr create_stream() override { return std::make_unique<HostStream>(); }
-  StreamPtr wrap_stream(void*) override { return std::make_unique<HostStream>(); }
-  EventPtr create_event() override { return std::make_unique<HostEvent>(); }
-  void copy(void* dst, const void* src, size_t bytes, Stream&) override {
-    host_copy(dst, src, bytes);
-  }
-  void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
 
   DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
     check_dgc(numel, options, "thrust-omp create_dgc");
