@@ -14,6 +14,7 @@
 #include "comm/communicator.h"
 #include "gradex/gradex.h"
 #include "sync/options.h"
+#include "sync/policy_settings.h"
 #include "sync/outer/outer_options.h"
 
 namespace {
@@ -73,6 +74,7 @@ extern "C" gradex_status_t gradex_check_config(size_t count, const char* const* 
     auto config = gradex::capi::config_from_pairs(count, names, values);
     // The cross-variable rules engine and DiLoCo creation apply (overrides' syntax, the outer
     // delay below the period, a readable secret file, ...).
+    gradex::sync::resolve_policy(config);
     gradex::sync::engine_options_from_config(config);
     gradex::comm::comm_options_from_config(config);
     gradex::sync::outer::outer_options_from_config(config);

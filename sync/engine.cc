@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "sync/agreement.h"
+#include "sync/policy_settings.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/engine_internal.h"
@@ -27,7 +28,7 @@ comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) 
 }  // namespace
 
 Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size)
-    : config_(std::move(config)),
+    : config_(with_resolved_policy(std::move(config), rank == 0)),
       options_(engine_options_from_config(config_)),
       rank_(rank),
       world_size_(world_size),

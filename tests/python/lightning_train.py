@@ -60,7 +60,9 @@ class Net(pl.LightningModule):
             x, y = dataset()[:]
             loss = float(torch.nn.functional.cross_entropy(self.net(x), y))
         result = {"rank": dist.get_rank(), "identical": all(torch.equal(g, gathered[0]) for g in gathered),
-                  "stats": stats, "loss": loss, "pid": os.getpid()}
+                  "stats": stats, "last": gx.stats(helper, last_step=True), "loss": loss, "pid": os.getpid()}
+        if self.lsgd is None:
+            result["plan"] = gx.explain(helper)
         with open(os.path.join(self.out_dir, f"rank{dist.get_rank()}.json"), "w") as f:
             json.dump(result, f)
 

@@ -69,7 +69,10 @@ std::string other_value(const config::VarSpec& s) {
       break;
     }
     case config::VarType::kString:
-      candidates = {"fc:dense", "other"};
+      // The ladder is parsed when the engine starts under auto: it needs a ladder's syntax.
+      candidates = std::string(s.name) == "GRADEX_POLICY_LADDER"
+                       ? std::vector<std::string>{"0.9,0.99"}
+                       : std::vector<std::string>{"fc:dense", "other"};
       break;
     default: {
       const double d = std::strtod(def.c_str(), nullptr);
@@ -108,6 +111,9 @@ std::vector<std::string> start_with_different(const std::string& name, bool oute
       [&](RankContext& ctx) -> std::string {
         // Rank 0 states the default: the harness may set some variables (GRADEX_POLICY=fixed).
         ::setenv(name.c_str(), ctx.rank == 1 ? other.c_str() : s.default_value, 1);
+        // An auto-only setting under the harness's fixed policy is a contradiction on its own
+        // (sync/policy_settings.h): the auto policy, which reads it, runs instead.
+        if (name.rfind("GRADEX_POLICY_", 0) == 0) ::setenv("GRADEX_POLICY", "auto", 1);
         const auto t0 = std::chrono::steady_clock::now();
         gradex_engine_options_t options;
         gradex_engine_options_init(&options);

@@ -70,7 +70,10 @@ std::vector<std::string> run_ranks(int world, const std::vector<std::string>& en
       ::setenv("GRADEX_POLICY", "fixed", 0);
       for (const auto& e : env) {
         size_t eq = e.find('=');
-        ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+        if (eq == std::string::npos)
+          ::unsetenv(e.c_str());  // a bare name: unset (the shipped default, e.g. GRADEX_POLICY)
+        else
+          ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
       }
       std::string result;
       try {

@@ -33,7 +33,7 @@ logger = logging.getLogger("gradex")
 # momentum, clipping or LocalSGD.
 COLLECTIVE_CONFIG = {"GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "", "GRADEX_FP16": "0",
                      "GRADEX_MOMENTUM": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_LOCALSGD_PERIOD": "0",
-                     "GRADEX_WARMUP_STEPS": "0", "GRADEX_NONFINITE": "propagate"}
+                     "GRADEX_WARMUP_STEPS": "0", "GRADEX_NONFINITE": "propagate", "GRADEX_POLICY": "fixed"}
 
 
 class Engine:

@@ -40,7 +40,7 @@ Sum = "sum"
 # The collectives' engine: exact (fp32 wire), no momentum, nothing compressed, no LocalSGD.
 _CONFIG = {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "",
            "GRADEX_LOCALSGD_PERIOD": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_NONFINITE": "propagate",
-           "GRADEX_STATS_EVERY": "0"}
+           "GRADEX_STATS_EVERY": "0", "GRADEX_POLICY": "fixed"}
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large broadcasts
 
 _lock = threading.RLock()
