@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
 #include "sync/backend_lane.h"
@@ -24,9 +25,6 @@ namespace {
 namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // One dense item as the device exchange sees it: fp32 values in `backend`'s memory.
 struct View {

@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
 #include "sync/backend_path.h"
@@ -30,9 +31,6 @@ using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 }  // namespace
 
