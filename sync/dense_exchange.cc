@@ -25,7 +25,6 @@ namespace {
 namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
 
-
 // One dense item as the device exchange sees it: fp32 values in `backend`'s memory.
 struct View {
   be::Backend* backend = nullptr;
@@ -172,6 +171,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     try {
       if (options.hierarchy != nullptr)
         comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire);
+      else if (options.direct_for && options.direct_for(bytes))
+        comm::direct_allreduce_sum(comm, stage, bytes / elem, wire);
       else
         comm::allreduce_sum(comm, stage, bytes / elem, wire);
     } catch (const Error& e) {

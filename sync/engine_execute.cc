@@ -31,7 +31,6 @@ using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
 
-
 }  // namespace
 
 void Engine::inspect(std::vector<Announcement>& announce) {
@@ -192,7 +191,12 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
-  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);  // its probe is not the unit's
+  // The link probe is not the unit's: it runs before the unit's bytes are counted.
+  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);
+  const bool dense_auto = options_.dense_collective == EngineOptions::DenseCollective::kAuto;
+  if (unit.route != Route::kSparse && !unit.jobs.front()->int8 && dense_auto && world_size_ > 2 &&
+      hierarchy() == nullptr)
+    sparse_gather_.agree_model(*comm_);
   const uint64_t sent_before = comm_->bytes_sent();
   const uint64_t received_before = comm_->bytes_received();
   if (unit.route == Route::kSparse) {
@@ -215,7 +219,12 @@ void Engine::transfer(Unit& unit) {
       items.push_back(
           {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
     DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
-                                 options_.nonfinite, hierarchy()};
+                                 options_.nonfinite,    hierarchy(),           {}};
+    if (options_.dense_collective == EngineOptions::DenseCollective::kDirect) {
+      options.direct_for = [](uint64_t) { return true; };
+    } else if (const GatherModel* model = sparse_gather_.model(); dense_auto && model) {
+      options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
+    }
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32

@@ -47,8 +47,27 @@ size_t GatherModel::inline_max(size_t configured) const {
   return static_cast<size_t>(std::max(0.0, std::floor(fits)));
 }
 
+double GatherModel::dense_ring_seconds(uint64_t bytes) const {
+  const double P = world_size;
+  if (world_size < 2) return 0;
+  return link.seconds(2 * (P - 1), 2 * (P - 1) / P * static_cast<double>(bytes));
+}
+
+double GatherModel::dense_direct_seconds(uint64_t bytes) const {
+  const double P = world_size;
+  if (world_size < 2) return 0;
+  const double incoming = (P - 1) / P * static_cast<double>(bytes);  // per rank and phase
+  double t = link.seconds(2, 2 * incoming);
+  if (crosses_hosts && incoming * link.beta_s_per_byte > port_queue_s) t += 2 * kIncastPenalty;
+  return t;
+}
+
 void SparseGather::agree(comm::Communicator& comm) {
-  if (mode_ != EngineOptions::SparseCollective::kAuto || comm.size() < 2 || model_) return;
+  if (mode_ == EngineOptions::SparseCollective::kAuto) agree_model(comm);
+}
+
+void SparseGather::agree_model(comm::Communicator& comm) {
+  if (comm.size() < 2 || model_) return;
   const cost::ProbeResult probe =
       cost::probe_links(comm, comm::host_identity(comm.options().host_id));
   auto model = std::make_unique<GatherModel>();
