@@ -400,7 +400,7 @@ TEST(CodecChoice, OneLaneSerialisesEncodeTransferAndDecode) {
   EXPECT_GT(serial.finish_s, overlapped.finish_s);
 }
 
-// Issue #19's start-up numbers under load: a first estimate that makes the 16-bit ring look
+// Start-up numbers read under load: a first estimate that makes the 16-bit ring look
 // cheaper than DGC puts a mid-size tensor there; once its units are measured dearer than that
 // estimate (and DGC's as predicted), the factors move it back to DGC.
 TEST(CodecChoice, MeasuredCodecFactorsMoveATensorBackFromSixteenBit) {
@@ -510,7 +510,7 @@ TEST(CodecChoice, AtLeastKeepsTheMeasuredCompression) {
   }
 }
 
-// The collectives' own CPU (issue #19): a dense ring sums (P-1)/P of its elements and sends and
+// The collectives' own CPU: a dense ring sums (P-1)/P of its elements and sends and
 // receives 2(P-1)/P of its bytes; a DGC allgatherv sends and receives P-1 payloads.
 TEST(CodecChoice, CollectiveCpuPricesReductionsAndCopies) {
   Snapshot s = numbers(10);

@@ -1,4 +1,4 @@
-// Never silently wrong (issue 20, items 1-2), with real processes over real UCX:
+// Never silently wrong, with real processes over real UCX:
 //   - ranks started with different values of any variable that must agree fail at start-up, on
 //     every rank, with a ConfigError naming the variable, both values and the ranks (one test per
 //     variable, generated from the registry's declarations);
