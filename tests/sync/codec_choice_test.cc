@@ -580,7 +580,7 @@ TEST(CodecChoice, CpuBoundRingsMakeDgcTheChoiceOnAFastLink) {
   o.one_lane = true;
   o.int8_available = false;  // as by default (GRADEX_POLICY_INT8=0): 16-bit ring against DGC
   // Priced by the wire alone, a 40 Gbit/s link makes the 16-bit ring the cheapest rung of the
-  // large tensors (what auto chose on this host before the rings' CPU was measured).
+  // large tensors (what a model without the rings' CPU chooses on a CPU-bound host).
   const Plan wire_only = choose_codecs(registered(), cpu_bound_host(40, false), o, 100);
   const Plan priced = choose_codecs(registered(), cpu_bound_host(40, true), o, 100);
   for (const char* key : {"layer3", "layer2", "layer1"}) {
