@@ -328,16 +328,17 @@ class Wan:
 
     # -- measurements ----------------------------------------------------------------------------
     def ping(self, src: int, dst: int, count: int = 20, interval_s: float = 0.02,
-             port: int = 5300) -> Dict[str, float]:
-        """UDP round trips from src to dst (linkcheck.py echo/ping): {'sent', 'received', 'min_ms',
-        'median_ms', 'max_ms'}."""
+             timeout_s: float = 1.0, port: int = 5300) -> Dict[str, float]:
+        """UDP round trips from src to dst (linkcheck.py echo/ping), each lost after timeout_s:
+        {'sent', 'received', 'min_ms', 'median_ms', 'max_ms'}."""
+        lifetime = count * (interval_s + timeout_s) + 20
         server = subprocess.Popen(self.command(dst, [sys.executable, str(LINKCHECK), "echo", str(port),
-                                                     str(count * interval_s + 20)]),
+                                                     str(lifetime)]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             out = _run(self.command(src, [sys.executable, str(LINKCHECK), "ping", self.address(dst),
-                                          str(port), str(count), str(interval_s)]),
-                       timeout=count * (interval_s + 1) + 30)
+                                          str(port), str(count), str(interval_s), str(timeout_s)]),
+                       timeout=lifetime + 10)
         finally:
             server.terminate()
             server.wait(timeout=10)
