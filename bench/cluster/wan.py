@@ -74,6 +74,7 @@ class WanSpec:
     mtu: int = 65000                      # TUN MTU: large keeps the relay's packet rate low
     queue_ms: float = 10.0                # each pipe's drop-tail queue in ms at its rate
     seed: int = 1
+    tcp_buffer_mib: int = 0               # > 0: tcp_rmem/tcp_wmem max inside the hosts' namespaces
     name: str = "gxw"                     # namespaces <name>-h<i>
     subnet: str = "198.19.0"              # host i at <subnet>.<i+1>
 
@@ -107,8 +108,9 @@ class WanSpec:
     def label(self) -> str:
         if self.multi_region:
             return (f"wan{len(set(self.regions))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
-                    f"{self.inter_delay}")
-        return f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "")
+                    f"{self.inter_delay}" + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
+        return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
+                (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
 
 
 def _run(argv: List[str], timeout: float = 30, check: bool = True) -> str:
@@ -277,6 +279,11 @@ class Wan:
                  check=False)
             _run(["ip", "-n", ns, "link", "set", DEV, "mtu", str(spec.mtu), "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(h)}/24", "dev", DEV])
+            if spec.tcp_buffer_mib > 0:
+                # Per-namespace sysctls: the emulated host's, never the machine's.
+                size = spec.tcp_buffer_mib << 20
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_rmem=4096 131072 {size}",
+                      f"net.ipv4.tcp_wmem=4096 16384 {size}"])
         # Detached (own session) so that it outlives an owner killed outright.
         self._watchdog = subprocess.Popen(
             [sys.executable, str(HERE / "wan.py"), "_watchdog", spec.name,
@@ -366,7 +373,8 @@ class Wan:
 def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bool, str]:
     """Whether one TCP flow can fill a path of `bdp_bytes` (rate x RTT) as this kernel is set up,
     read-only, inside `namespace` (the sysctls of an emulated host; net.core.* are the machine's):
-    (ok, one line naming the limits and, when one falls short, the commands that fix it)."""
+    (ok, one line naming the limits and, when one falls short, the commands that fix it). Needs
+    the 'cat' and 'ip' commands only; changes nothing."""
     def read(key: str) -> str:
         path = "/proc/sys/" + key.replace(".", "/")
         argv = ["cat", path] if namespace is None else ["ip", "netns", "exec", namespace, "cat", path]
@@ -376,25 +384,27 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
     tcp_rmem = [int(x) for x in read("net.ipv4.tcp_rmem").split()] or [0, 0, 0]
     tcp_wmem = [int(x) for x in read("net.ipv4.tcp_wmem").split()] or [0, 0, 0]
     cc = read("net.ipv4.tcp_congestion_control")
-    # Autotuning grows a flow's buffers up to tcp_[rw]mem[2]; the receive window is about half the
-    # receive buffer (tcp_adv_win_scale), so a full window needs twice the BDP there.
-    need_r, need_w = int(2 * bdp_bytes), int(bdp_bytes * 1.2)
+    # Autotuning grows a flow's buffers up to tcp_[rw]mem[2], and only part of a buffer carries data
+    # (the rest is skb overhead; tcp_adv_win_scale halves the receive window): a full window needs
+    # about twice the BDP on both sides. net.core.[rw]mem_max cap only what a program sets itself
+    # (SO_SNDBUF/SO_RCVBUF), so they are reported, and fixed only for such programs.
+    need = -(-int(2 * bdp_bytes) // (1 << 20)) * (1 << 20)  # rounded up to a MiB
     mib = 1 << 20
     line = (f"kernel: tcp_rmem max {tcp_rmem[2] / mib:.0f} MiB, tcp_wmem max {tcp_wmem[2] / mib:.0f} MiB, "
             f"rmem_max {rmem_max / mib:.0f} MiB, wmem_max {wmem_max / mib:.0f} MiB, cc {cc or '?'}; "
             f"path BDP {bdp_bytes / mib:.1f} MiB")
     fixes = []
-    if tcp_rmem[2] < need_r:
-        fixes.append(f"sysctl -w net.ipv4.tcp_rmem='{tcp_rmem[0]} {tcp_rmem[1]} {need_r}'")
-    if tcp_wmem[2] < need_w:
-        fixes.append(f"sysctl -w net.ipv4.tcp_wmem='{tcp_wmem[0]} {tcp_wmem[1]} {need_w}'")
-    if rmem_max < need_r:
-        fixes.append(f"sysctl -w net.core.rmem_max={need_r}")
-    if wmem_max < need_w:
-        fixes.append(f"sysctl -w net.core.wmem_max={need_w}")
+    if tcp_rmem[2] < need:
+        fixes.append(f"sysctl -w net.ipv4.tcp_rmem='{tcp_rmem[0]} {tcp_rmem[1]} {need}'")
+    if tcp_wmem[2] < need:
+        fixes.append(f"sysctl -w net.ipv4.tcp_wmem='{tcp_wmem[0]} {tcp_wmem[1]} {need}'")
+    explicit = ""
+    if min(rmem_max, wmem_max) < need:
+        explicit = (f" (programs that set SO_SNDBUF/SO_RCVBUF themselves also need "
+                    f"net.core.rmem_max/wmem_max >= {need})")
     if not fixes:
-        return True, line + ": one flow can fill it"
-    return False, line + ": one flow is window-limited; fix: " + "; ".join(fixes)
+        return True, line + ": one autotuned flow can fill it" + explicit
+    return False, line + ": one flow is window-limited; fix: " + "; ".join(fixes) + explicit
 
 
 def check(wan: Wan, seconds: float = 3.0) -> Dict[str, object]:
@@ -429,7 +439,8 @@ def spec_from_args(args: argparse.Namespace) -> WanSpec:
     regions = [int(r) for r in args.regions.split(",")] if args.regions else None
     return WanSpec(hosts=args.hosts, rate=args.rate, delay=args.delay, regions=regions,
                    inter_rate=args.inter_rate, inter_delay=args.inter_delay, loss=args.loss,
-                   mtu=args.mtu, queue_ms=args.queue_ms, name=args.name, subnet=args.subnet)
+                   mtu=args.mtu, queue_ms=args.queue_ms, tcp_buffer_mib=args.tcp_buffer_mib, name=args.name,
+                   subnet=args.subnet)
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -442,6 +453,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", type=float, default=0.0)
     p.add_argument("--mtu", type=int, default=65000)
     p.add_argument("--queue-ms", type=float, default=10.0)
+    p.add_argument("--tcp-buffer-mib", type=int, default=0,
+                   help="tcp_rmem/tcp_wmem max inside the hosts' namespaces (0: the machine's)")
     p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
 

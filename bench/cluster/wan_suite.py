@@ -38,7 +38,8 @@ MODES = "dense_fp32,dense_fp16,dgc99,dgc999,fixed,auto"
 
 
 def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
-    common = dict(hosts=args.hosts, mtu=args.mtu, loss=args.loss, name=args.name, subnet=args.subnet)
+    common = dict(hosts=args.hosts, mtu=args.mtu, loss=args.loss, name=args.name, subnet=args.subnet,
+                  tcp_buffer_mib=args.tcp_buffer_mib)
     if kind == "flat":
         return wan.WanSpec(rate=args.rate, delay=args.delay, **common)
     if kind == "regions":
@@ -78,7 +79,8 @@ def table(entry: dict) -> List[str]:
 
 def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) -> None:
     spec = topology(args, kind)
-    entry = data["topologies"].setdefault(kind, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
+    key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "")
+    entry = data["topologies"].setdefault(key, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
     print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up",
           flush=True)
     with wan.Wan(spec, log_dir=args.log_dir) as network:
@@ -128,6 +130,8 @@ def main() -> int:
     p.add_argument("--region-delay", default="0.25ms", help="regions: one way inside a region")
     p.add_argument("--loss", type=float, default=0.0)
     p.add_argument("--mtu", type=int, default=65000)
+    p.add_argument("--tcp-buffer-mib", type=int, default=0,
+                   help="tcp_rmem/tcp_wmem max inside the emulated hosts (0: as the machine is set up)")
     p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
     p.add_argument("--model", default="resnet50")

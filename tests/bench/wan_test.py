@@ -54,7 +54,7 @@ def _is_delayline(pid):
 def expect(condition, message):
     if not condition:
         raise AssertionError(message)
-    print(f"wan_test: ok: {message}", flush=True)
+    print(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: ok: {message}", flush=True)
 
 
 def main():
