@@ -70,6 +70,7 @@ class WanSpec:
     regions: Optional[List[int]] = None   # region of each host (default: one region)
     inter_rate: str = ""                  # the pipe between two regions, shared by its hosts
     inter_delay: str = ""                 # one-way delay between hosts of different regions
+    inter_pairs: str = ""                 # region pairs that differ: "0-2:1gbit,75ms;1-2:1gbit,150ms"
     loss: float = 0.0                     # random loss per packet, each direction
     mtu: int = 65000                      # TUN MTU: large keeps the relay's packet rate low
     queue_ms: float = 10.0                # each pipe's drop-tail queue in ms at its rate
@@ -90,6 +91,7 @@ class WanSpec:
             if len(self.regions) != self.hosts:
                 raise ValueError("regions must give one region per host")
             _rate_bits(self.inter_rate), _time_s(self.inter_delay)
+            self.pair_links()
         if not 0 <= self.loss <= 1:
             raise ValueError("loss must be in [0, 1]")
 
@@ -97,18 +99,30 @@ class WanSpec:
     def multi_region(self) -> bool:
         return bool(self.regions) and len(set(self.regions)) > 1
 
+    def pair_links(self) -> List[Tuple[str, str]]:
+        """(rate, delay) of every region pair given in inter_pairs; ValueError on a bad entry."""
+        links = []
+        for item in filter(None, self.inter_pairs.split(";")):
+            match = re.fullmatch(r"(\d+)-(\d+):([^,]+),(.+)", item)
+            if not match:
+                raise ValueError(f"bad region pair {item!r} (expected e.g. 0-2:1gbit,75ms)")
+            _rate_bits(match.group(3)), _time_s(match.group(4))
+            links.append((match.group(3), match.group(4)))
+        return links
+
     def bottleneck_bits(self) -> float:
         """The slowest rate on the slowest path: the line rate a host's exchange traffic can reach."""
-        rates = [_rate_bits(self.rate)] + ([_rate_bits(self.inter_rate)] if self.multi_region else [])
-        return min(rates)
+        rates = [self.rate] + ([self.inter_rate] + [r for r, _ in self.pair_links()] if self.multi_region else [])
+        return min(_rate_bits(r) for r in rates)
 
     def max_one_way_s(self) -> float:
-        return max(_time_s(self.delay), _time_s(self.inter_delay) if self.multi_region else 0.0)
+        delays = [self.delay] + ([self.inter_delay] + [d for _, d in self.pair_links()] if self.multi_region else [])
+        return max(_time_s(d) for d in delays)
 
     def label(self) -> str:
         if self.multi_region:
             return (f"wan{len(set(self.regions))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
-                    f"{self.inter_delay}" + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
+                    f"{self.inter_delay}" + ("-pairs" if self.inter_pairs else "") + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
         return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
                 (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
 
@@ -263,6 +277,8 @@ class Wan:
         if spec.multi_region:
             argv += ["--regions", ",".join(map(str, spec.regions)),
                      "--inter", f"{spec.inter_rate},{spec.inter_delay}"]
+            if spec.inter_pairs:
+                argv += ["--inter-pairs", spec.inter_pairs]
         log = open(self.log_dir / f"{spec.name}.delayline.log", "wb")
         self.relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                       text=True, bufsize=1)
@@ -438,7 +454,8 @@ def _watchdog(name: str, owner_pid: str, owner_start: str) -> None:
 def spec_from_args(args: argparse.Namespace) -> WanSpec:
     regions = [int(r) for r in args.regions.split(",")] if args.regions else None
     return WanSpec(hosts=args.hosts, rate=args.rate, delay=args.delay, regions=regions,
-                   inter_rate=args.inter_rate, inter_delay=args.inter_delay, loss=args.loss,
+                   inter_rate=args.inter_rate, inter_delay=args.inter_delay, inter_pairs=args.inter_pairs,
+                   loss=args.loss,
                    mtu=args.mtu, queue_ms=args.queue_ms, tcp_buffer_mib=args.tcp_buffer_mib, name=args.name,
                    subnet=args.subnet)
 
@@ -450,6 +467,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regions", default="", help="region of each host, e.g. 0,0,1,1")
     p.add_argument("--inter-rate", default="1gbit")
     p.add_argument("--inter-delay", default="25ms")
+    p.add_argument("--inter-pairs", default="", help="region pairs that differ, e.g. '0-2:1gbit,75ms;1-2:1gbit,150ms'")
     p.add_argument("--loss", type=float, default=0.0)
     p.add_argument("--mtu", type=int, default=65000)
     p.add_argument("--queue-ms", type=float, default=10.0)

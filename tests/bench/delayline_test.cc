@@ -53,6 +53,23 @@ TEST(Topology, RegionsShareOnePipePerDirection) {
   EXPECT_NE(topo.path(2, 0)[1].pipe, across[1].pipe);  // the other direction: its own
 }
 
+TEST(Topology, RegionPairsCanDifferFromTheDefault) {
+  TopologySpec spec;
+  spec.region_of = {0, 1, 2};
+  spec.intra = {10e9, 0};
+  spec.inter = {1e9, 20000000};
+  spec.inter_pairs = parse_inter_pairs("2-0:500mbit,150ms;1-2:1gbit,75ms");
+  Topology topo(spec);
+  EXPECT_EQ(topo.path(0, 1)[1].delay_ns, 20000000);
+  EXPECT_EQ(topo.path(0, 2)[1].delay_ns, 150000000);
+  EXPECT_EQ(topo.path(2, 0)[1].delay_ns, 150000000);
+  EXPECT_DOUBLE_EQ(topo.path(2, 0)[1].pipe->rate_bps(), 5e8);
+  EXPECT_EQ(topo.path(2, 1)[1].delay_ns, 75000000);
+  spec.inter_pairs = parse_inter_pairs("0-3:1gbit,1ms");
+  EXPECT_THROW(Topology{spec}, std::invalid_argument);
+  EXPECT_THROW(parse_inter_pairs("0:1gbit,1ms"), std::invalid_argument);
+}
+
 TEST(Topology, RejectsAnEmptyRegion) {
   TopologySpec spec;
   spec.region_of = {0, 2};

@@ -39,13 +39,22 @@ Topology::Topology(const TopologySpec& spec) : spec_(spec) {
     throw std::invalid_argument("the inter-region rate must be > 0");
   }
   std::vector<Pipe*> up(n), down(n), inter(static_cast<size_t>(regions) * regions, nullptr);
+  std::vector<LinkSpec> inter_spec(static_cast<size_t>(regions) * regions, spec.inter);
+  for (const auto& [pair, link] : spec.inter_pairs) {
+    const auto [a, b] = pair;
+    if (a < 0 || b >= regions || a >= b || link.rate_bps <= 0) {
+      throw std::invalid_argument("bad region pair " + std::to_string(a) + "-" + std::to_string(b) +
+                                  " (regions are 0.." + std::to_string(regions - 1) + ", a < b)");
+    }
+    inter_spec[a * regions + b] = inter_spec[b * regions + a] = link;
+  }
   for (int h = 0; h < n; ++h) {
     up[h] = make_pipe(spec.intra.rate_bps);
     down[h] = make_pipe(spec.intra.rate_bps);
   }
   for (int a = 0; a < regions; ++a) {
     for (int b = 0; b < regions; ++b) {
-      if (a != b) inter[a * regions + b] = make_pipe(spec.inter.rate_bps);
+      if (a != b) inter[a * regions + b] = make_pipe(inter_spec[a * regions + b].rate_bps);
     }
   }
   paths_.resize(static_cast<size_t>(n) * n);
@@ -57,7 +66,9 @@ Topology::Topology(const TopologySpec& spec) : spec_(spec) {
       if (rs == rd) {
         path = {{up[s], spec.intra.delay_ns}, {down[d], 0}};
       } else {
-        path = {{up[s], 0}, {inter[rs * regions + rd], spec.inter.delay_ns}, {down[d], 0}};
+        path = {{up[s], 0},
+                {inter[rs * regions + rd], inter_spec[rs * regions + rd].delay_ns},
+                {down[d], 0}};
       }
     }
   }
@@ -97,6 +108,25 @@ LinkSpec parse_link(const std::string& text) {
     throw std::invalid_argument("bad link '" + text + "' (expected RATE,DELAY, e.g. 1gbit,25ms)");
   }
   return {parse_rate(text.substr(0, comma)), parse_time(text.substr(comma + 1))};
+}
+
+std::map<std::pair<int, int>, LinkSpec> parse_inter_pairs(const std::string& text) {
+  static const std::regex form(R"(([0-9]+)-([0-9]+):(.+))");
+  std::map<std::pair<int, int>, LinkSpec> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(';', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    std::smatch m;
+    if (!std::regex_match(item, m, form)) {
+      throw std::invalid_argument("bad region pair '" + item + "' (expected e.g. 0-2:1gbit,75ms)");
+    }
+    int a = std::stoi(m[1]), b = std::stoi(m[2]);
+    if (a > b) std::swap(a, b);
+    out[{a, b}] = parse_link(m[3]);
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace gradex::delayline

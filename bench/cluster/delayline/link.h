@@ -10,8 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradex::delayline {
@@ -51,7 +53,10 @@ struct Hop {
 struct TopologySpec {
   std::vector<int> region_of;  // region of each host: 0 .. R-1, every region used
   LinkSpec intra;
-  LinkSpec inter;        // unused with one region
+  LinkSpec inter;  // unused with one region
+  // Region pairs whose pipes differ from `inter` (both directions of {a, b}, a < b): e.g. three
+  // regions 20, 75 and 150 ms apart.
+  std::map<std::pair<int, int>, LinkSpec> inter_pairs;
   double queue_ms = 10;  // each pipe's queue, in ms at its own rate (at least 4 packets of mtu)
   int64_t mtu = 65000;
 };
@@ -79,5 +84,7 @@ double parse_rate(const std::string& text);
 int64_t parse_time(const std::string& text);
 // "RATE,DELAY" (e.g. "1gbit,25ms") -> LinkSpec.
 LinkSpec parse_link(const std::string& text);
+// "A-B:RATE,DELAY;C-D:RATE,DELAY" -> {{min, max}: LinkSpec}; throws std::invalid_argument.
+std::map<std::pair<int, int>, LinkSpec> parse_inter_pairs(const std::string& text);
 
 }  // namespace gradex::delayline

@@ -6,7 +6,8 @@
 // namespaces, then configures the devices' addresses, MTU and routes after "ready".
 //
 //   gradex-delayline --netns gxw-h0,gxw-h1 --subnet 198.19.0 --intra 1gbit,25ms
-//                    [--regions 0,0,1,1 --inter 1gbit,25ms] [--dev wan0] [--queue-ms 10]
+//                    [--regions 0,0,1,1 --inter 1gbit,25ms [--inter-pairs 0-2:1gbit,75ms;...]]
+//                    [--dev wan0] [--queue-ms 10]
 //                    [--mtu 65000] [--loss 0.001] [--seed 1]
 //
 // Host i's address is <subnet>.<i+1>. Exit status: 0 after quit/end of input, 2 on a usage error,
@@ -42,8 +43,9 @@ gd::RelayOptions parse(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; i += 2) {
     const std::string name = argv[i];
-    static const char* known[] = {"--netns", "--subnet",   "--intra", "--inter", "--regions",
-                                  "--dev",   "--queue-ms", "--mtu",   "--loss",  "--seed"};
+    static const char* known[] = {"--netns",       "--subnet",  "--intra", "--inter",
+                                  "--inter-pairs", "--regions", "--dev",   "--queue-ms",
+                                  "--mtu",         "--loss",    "--seed"};
     bool ok = false;
     for (const char* k : known)
       ok = ok || name == k;
@@ -70,6 +72,8 @@ gd::RelayOptions parse(int argc, char** argv) {
   auto& topo = options.topology;
   topo.intra = gd::parse_link(flags["--intra"]);
   if (flags.count("--inter")) topo.inter = gd::parse_link(flags["--inter"]);
+  if (flags.count("--inter-pairs"))
+    topo.inter_pairs = gd::parse_inter_pairs(flags["--inter-pairs"]);
   if (flags.count("--regions")) {
     for (const auto& r : split(flags["--regions"]))
       topo.region_of.push_back(std::stoi(r));
