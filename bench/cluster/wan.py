@@ -76,6 +76,7 @@ class WanSpec:
     queue_ms: float = 10.0                # each pipe's drop-tail queue in ms at its rate
     seed: int = 1
     tcp_buffer_mib: int = 0               # > 0: tcp_rmem/tcp_wmem max inside the hosts' namespaces
+    sysctls: List[str] = dataclasses.field(default_factory=list)  # "key=value" inside the hosts' namespaces
     name: str = "gxw"                     # namespaces <name>-h<i>
     subnet: str = "198.19.0"              # host i at <subnet>.<i+1>
 
@@ -92,12 +93,22 @@ class WanSpec:
                 raise ValueError("regions must give one region per host")
             _rate_bits(self.inter_rate), _time_s(self.inter_delay)
             self.pair_links()
+        self.host_sysctls()
         if not 0 <= self.loss <= 1:
             raise ValueError("loss must be in [0, 1]")
 
     @property
     def multi_region(self) -> bool:
         return bool(self.regions) and len(set(self.regions)) > 1
+
+    def host_sysctls(self) -> List[str]:
+        size = self.tcp_buffer_mib << 20
+        buffers = ([f"net.ipv4.tcp_rmem=4096 131072 {size}", f"net.ipv4.tcp_wmem=4096 16384 {size}"]
+                   if self.tcp_buffer_mib > 0 else [])
+        for setting in self.sysctls:
+            if not re.fullmatch(r"net\.ipv4\.[a-z0-9_.]+=[0-9 ]+", setting):
+                raise ValueError(f"bad host sysctl {setting!r} (net.ipv4.KEY=NUMBERS: per-namespace only)")
+        return buffers + list(self.sysctls)
 
     def pair_links(self) -> List[Tuple[str, str]]:
         """(rate, delay) of every region pair given in inter_pairs; ValueError on a bad entry."""
@@ -124,7 +135,8 @@ class WanSpec:
             return (f"wan{len(set(self.regions))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
                     f"{self.inter_delay}" + ("-pairs" if self.inter_pairs else "") + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
         return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
-                (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
+                (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else "") +
+                ("-" + "-".join(x.split("=")[0].rsplit(".", 1)[1] for x in self.sysctls) if self.sysctls else ""))
 
 
 def _run(argv: List[str], timeout: float = 30, check: bool = True) -> str:
@@ -295,11 +307,9 @@ class Wan:
                  check=False)
             _run(["ip", "-n", ns, "link", "set", DEV, "mtu", str(spec.mtu), "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(h)}/24", "dev", DEV])
-            if spec.tcp_buffer_mib > 0:
-                # Per-namespace sysctls: the emulated host's, never the machine's.
-                size = spec.tcp_buffer_mib << 20
-                _run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_rmem=4096 131072 {size}",
-                      f"net.ipv4.tcp_wmem=4096 16384 {size}"])
+            for setting in spec.host_sysctls():
+                # Per-namespace sysctls (net.ipv4.*): the emulated host's, never the machine's.
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw", setting])
         # Detached (own session) so that it outlives an owner killed outright.
         self._watchdog = subprocess.Popen(
             [sys.executable, str(HERE / "wan.py"), "_watchdog", spec.name,
@@ -338,6 +348,12 @@ class Wan:
 
     def stats(self) -> Dict[str, int]:
         return {k: int(v) for k, v in (item.split("=") for item in self.control("stats").split()[1:])}
+
+    def relay_cpu_s(self) -> float:
+        """CPU seconds (user + system) the delay line has used so far."""
+        with open(f"/proc/{self.relay.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def set_loss(self, probability: float) -> None:
         self.control(f"loss {probability}")
@@ -400,6 +416,7 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
     tcp_rmem = [int(x) for x in read("net.ipv4.tcp_rmem").split()] or [0, 0, 0]
     tcp_wmem = [int(x) for x in read("net.ipv4.tcp_wmem").split()] or [0, 0, 0]
     cc = read("net.ipv4.tcp_congestion_control")
+    idle_restart = read("net.ipv4.tcp_slow_start_after_idle")
     # Autotuning grows a flow's buffers up to tcp_[rw]mem[2], and only part of a buffer carries data
     # (the rest is skb overhead; tcp_adv_win_scale halves the receive window): a full window needs
     # about twice the BDP on both sides. net.core.[rw]mem_max cap only what a program sets itself
@@ -407,7 +424,8 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
     need = -(-int(2 * bdp_bytes) // (1 << 20)) * (1 << 20)  # rounded up to a MiB
     mib = 1 << 20
     line = (f"kernel: tcp_rmem max {tcp_rmem[2] / mib:.0f} MiB, tcp_wmem max {tcp_wmem[2] / mib:.0f} MiB, "
-            f"rmem_max {rmem_max / mib:.0f} MiB, wmem_max {wmem_max / mib:.0f} MiB, cc {cc or '?'}; "
+            f"rmem_max {rmem_max / mib:.0f} MiB, wmem_max {wmem_max / mib:.0f} MiB, cc {cc or '?'}, "
+            f"slow start after idle {'on' if idle_restart == '1' else 'off'}; "
             f"path BDP {bdp_bytes / mib:.1f} MiB")
     fixes = []
     if tcp_rmem[2] < need:

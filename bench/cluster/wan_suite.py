@@ -39,7 +39,7 @@ MODES = "dense_fp32,dense_fp16,dgc99,dgc999,fixed,auto"
 
 def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
     common = dict(hosts=args.hosts, mtu=args.mtu, loss=args.loss, name=args.name, subnet=args.subnet,
-                  tcp_buffer_mib=args.tcp_buffer_mib)
+                  tcp_buffer_mib=args.tcp_buffer_mib, sysctls=args.host_sysctl)
     if kind == "flat":
         return wan.WanSpec(rate=args.rate, delay=args.delay, **common)
     if kind == "regions":
@@ -79,7 +79,8 @@ def table(entry: dict) -> List[str]:
 
 def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) -> None:
     spec = topology(args, kind)
-    key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "")
+    key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "") + \
+        "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl)
     entry = data["topologies"].setdefault(key, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
     print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up",
           flush=True)
@@ -108,6 +109,10 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
                 data["failures"].append(message.splitlines()[0])
             save(args.out, data)
         entry["relay"] = network.stats()
+        entry["relay"]["cpu_s"] = network.relay_cpu_s()
+        gb = entry["relay"]["delivered_bytes"] / 1e9
+        print(f"  delay line: {gb:.2f} GB relayed with {entry['relay']['cpu_s']:.1f} CPU s, "
+              f"{entry['relay']['queue_drops']} queue drops", flush=True)
     print("\n".join(table(entry)), flush=True)
     save(args.out, data)
 
@@ -132,6 +137,8 @@ def main() -> int:
     p.add_argument("--mtu", type=int, default=65000)
     p.add_argument("--tcp-buffer-mib", type=int, default=0,
                    help="tcp_rmem/tcp_wmem max inside the emulated hosts (0: as the machine is set up)")
+    p.add_argument("--host-sysctl", action="append", default=[],
+                   help="net.ipv4.KEY=VALUE inside the emulated hosts, e.g. net.ipv4.tcp_slow_start_after_idle=0")
     p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
     p.add_argument("--model", default="resnet50")
