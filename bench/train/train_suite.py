@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE.parent / "cluster"))
 sys.path.insert(0, str(HERE))
 import machine  # noqa: E402
 from network import Cluster, RootLoopback  # noqa: E402
+from wan import Wan, WanSpec  # noqa: E402
 from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
@@ -129,11 +130,18 @@ def plan(args):
     return out
 
 
+def wan_spec(args):
+    rate, _, delay = args.wan.partition(",")
+    return WanSpec(hosts=args.hosts, rate=rate, delay=delay)
+
+
 def rates_of(args):
+    if getattr(args, "wan", ""):
+        return [wan_spec(args).label()]  # the one network, named as its results will be
     return [r for r in args.rates.split(",") if r] if not args.root_loopback else ["loopback"]
 
 
-def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False):
+def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, iface="eth0"):
     mode, settings = MODES[args.mode], TASK_SETTINGS[task]
     steps = mode.get("steps", NOCOMM_STEPS if method == "nocomm" else settings["steps"])
     if rate_only:
@@ -148,7 +156,7 @@ def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False):
         if key in mode:
             argv += ["--" + key.replace("_", "-"), str(mode[key])]
     if counted:
-        argv += ["--count-iface", "eth0"]
+        argv += ["--count-iface", iface]
     if rate_only:
         argv += ["--no-eval"]
     return argv, steps
@@ -161,6 +169,9 @@ def main():
                    help="comma-separated link rates; the first is the reference (every method in full)")
     p.add_argument("--delay", default="")
     p.add_argument("--root-loopback", action="store_true")
+    p.add_argument("--wan", default="", metavar="RATE,DELAY",
+                   help="race on an emulated WAN instead (bench/cluster/wan.py: --hosts hosts, each pair DELAY "
+                        "apart one way, RATE NICs, e.g. 1gbit,25ms); --rates and --delay are then unused")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
     p.add_argument("--tasks", default="", help=f"override the mode's tasks ({','.join(TASK_SETTINGS)})")
@@ -173,11 +184,25 @@ def main():
 
     runs = plan(args)
     rates = rates_of(args)
+    if args.wan:
+        wan = Wan(wan_spec(args), log_dir=args.log_dir)
+        networks = {wan.label: wan}
+        wan.up()  # removed below, whatever happens
+        try:
+            return race(args, runs, rates, networks)
+        finally:
+            wan.down()
     networks = {rate: RootLoopback() if args.root_loopback else Cluster(args.hosts, rate, args.delay)
                 for rate in rates}
+    return race(args, runs, rates, networks)
+
+
+def race(args, runs, rates, networks):
+    """Runs every planned run on its network; writes args.out after each; 1 if any failed."""
     data = {"reference": rates[0], "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
             "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                if k in ("rates", "delay", "hosts", "mode", "tasks", "methods", "seeds") and v),
+                                if k in ("rates", "delay", "wan", "hosts", "mode", "tasks", "methods", "seeds")
+                                and v),
             "note": MODE_NOTES[args.mode], "networks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
     started_all, shaped = time.monotonic(), None
@@ -192,7 +217,8 @@ def main():
         out_path = os.path.join(args.log_dir, f"{label}.json")
         if os.path.exists(out_path):
             os.remove(out_path)
-        argv, steps = rank_argv(args, task, method, [seed], out_path, network.counted, rate_only)
+        argv, steps = rank_argv(args, task, method, [seed], out_path, network.counted, rate_only,
+                                network.iface)
 
         def display(mode, step, total):
             print_progress_line(f"[train {network.label}] {mode} step {step}/{total}")

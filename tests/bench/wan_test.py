@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Checks the emulated WAN (bench/cluster/wan.py + gradex-delayline) end to end on 2 hosts at
+100 Mbit/s with 10 ms one way, in about 30 seconds:
+  - the measured round trip is the configured one (min within [20, 23] ms, median under 28 ms);
+  - one TCP flow's goodput respects the rate (70 % to 103 % of it);
+  - random loss applies (20 % per direction: about 64 % of UDP round trips answered) and a
+    blackholed host answers nothing, both undone on command;
+  - a small gradex exchange (gradex-bench exchange, DGC 99.9 %, 1 step after 1 warm-up) completes
+    over it, its step longer than one round trip;
+  - everything is torn down: no namespace of the test's WAN and no relay remain.
+
+    wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench
+
+Exit 0: pass; 77: skipped (not root, no TUN or no namespaces here: the reason is printed); 1: fail.
+"""
+import argparse
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "cluster"))
+from ranks import parse_result, run_ranks  # noqa: E402
+from wan import Wan, WanSpec, _namespaces  # noqa: E402
+
+NAME, SUBNET = "gxwtest", "198.19.250"
+
+
+def skip_reason():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, TUN devices)"
+    if not os.path.exists("/dev/net/tun"):
+        return "no /dev/net/tun"
+    probe = f"{NAME}-probe-{os.getpid()}"
+    done = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"cannot create network namespaces: {done.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], check=False)
+    if any(n.startswith(f"{NAME}-") for n in _namespaces()):
+        return f"{NAME}-* namespaces exist (another run of this test?)"
+    return None
+
+
+def _is_delayline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", errors="replace") as f:
+            return "gradex-delayline" in f.read()
+    except OSError:
+        return False
+
+
+def expect(condition, message):
+    if not condition:
+        raise AssertionError(message)
+    print(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: ok: {message}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--delayline", required=True)
+    p.add_argument("--bench", required=True)
+    args = p.parse_args()
+    reason = skip_reason()
+    if reason:
+        print(f"wan_test: SKIP: {reason}")
+        return 77
+    spec = WanSpec(hosts=2, rate="100mbit", delay="10ms", name=NAME, subnet=SUBNET)
+    log_dir = tempfile.mkdtemp(prefix="gradex-wan-test-")
+    relay_pid = None
+    try:
+        with Wan(spec, delayline=args.delayline, log_dir=log_dir) as wan:
+            relay_pid = wan.relay.pid
+            rtt = wan.ping(0, 1, count=20)
+            expect(rtt["received"] == 20 and 20.0 <= rtt["min_ms"] <= 23.0 and rtt["median_ms"] < 28.0,
+                   f"round trip min {rtt['min_ms']:.2f} ms, median {rtt['median_ms']:.2f} ms "
+                   "for 2 x 10 ms configured")
+
+            bits = wan.throughput(0, 1, seconds=2.0)
+            expect(0.70e8 <= bits <= 1.03e8, f"one flow {bits / 1e6:.1f} Mbit/s on a 100 Mbit/s WAN")
+
+            wan.set_loss(0.2)
+            lossy = wan.ping(0, 1, count=200, interval_s=0.005, timeout_s=0.2)
+            wan.set_loss(0.0)
+            answered = lossy["received"] / lossy["sent"]
+            stats = wan.stats()
+            expect(0.50 <= answered <= 0.78 and stats["loss_drops"] > 0,
+                   f"20 % loss each way: {answered:.2f} of round trips answered (0.64 expected), "
+                   f"the relay dropped {stats['loss_drops']} packets")
+
+            wan.blackhole(1)
+            cut = wan.ping(0, 1, count=3, interval_s=0.05, timeout_s=0.3)
+            wan.restore(1)
+            back = wan.ping(0, 1, count=3, interval_s=0.05)
+            expect(cut["received"] == 0 and back["received"] == 3,
+                   "a blackholed host answers nothing, and answers again once restored")
+
+            argv = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "1",
+                    "--warmup", "1", "--idle-s", "0"]
+            stdout, _ = run_ranks(wan, 2, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir,
+                                  label="wan_test")
+            step_ms = float(parse_result(stdout)["dgc999_step_ms"])
+            expect(step_ms >= 20.0, f"a DGC 99.9 % exchange over the WAN: {step_ms:.0f} ms per step")
+    finally:
+        left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
+        relay_alive = relay_pid is not None and _is_delayline(relay_pid)
+    expect(not left and not relay_alive, "torn down: no namespace and no relay left")
+    print("wan_test: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print(f"wan_test: FAIL: {e}", file=sys.stderr)
+        sys.exit(1)
