@@ -16,7 +16,6 @@
 #include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
-#include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/dense_exchange.h"
 #include "sync/engine.h"
@@ -179,7 +178,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::PlanOptions plan_options;
   plan_options.fusion_bytes = options_.fusion_bytes;
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
-  plan_options.sparse_group_elements = latency_bound_group(jobs)
+  plan_options.sparse_group_elements = latency_bound_group()
                                            ? std::numeric_limits<uint64_t>::max()
                                            : options_.sparse_group_bytes / 4;
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
@@ -192,22 +191,12 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::run(units, stages, pool, pipeline::lookahead_for(pool.threads()));
 }
 
-bool Engine::latency_bound_group(const std::vector<Job>& jobs) const {
+bool Engine::latency_bound_group() const {
   // A group size the user wrote is honoured; the agreed model exists from the first sparse unit
   // on (every rank got it in that unit's collective), so every rank plans the same units.
   const GatherModel* model = sparse_gather_.model();
-  if (model == nullptr || !model->latency_bound() ||
-      config_.source_of("GRADEX_SPARSE_GROUP_MB") != config::Source::kDefault)
-    return false;
-  // The round's DGC payloads at their policies' sparsities, at kPayloadBytesPerValue (an fp32
-  // value and its index: the most the wire format spends on one).
-  constexpr uint64_t kPayloadBytesPerValue = 8;
-  uint64_t payload = 0;
-  for (const Job& j : jobs)
-    if (j.route == Route::kSparse)
-      payload += compress::dgc::target_count(j.tensor->numel, j.tensor->policy.sparsity) *
-                 kPayloadBytesPerValue;
-  return payload <= model->fused_payload_bytes();
+  return model != nullptr && model->latency_bound() &&
+         config_.source_of("GRADEX_SPARSE_GROUP_MB") == config::Source::kDefault;
 }
 
 void Engine::transfer(Unit& unit) {

@@ -40,12 +40,6 @@ bool GatherModel::ring_for(const std::vector<uint64_t>& following) const {
   return ring_seconds(following) < direct_seconds(following);
 }
 
-uint64_t GatherModel::fused_payload_bytes() const {
-  if (world_size < 2 || !(link.beta_s_per_byte > 0)) return 0;
-  return static_cast<uint64_t>(link.alpha_s / link.beta_s_per_byte /
-                               static_cast<double>(world_size - 1));
-}
-
 size_t GatherModel::inline_max(size_t configured) const {
   if (latency_bound() && link.beta_s_per_byte > 0) {
     const double in_one_latency = link.alpha_s / link.beta_s_per_byte;

@@ -55,14 +55,12 @@ struct GatherModel {
 
   // Latency-bound links (alpha at least kLatencyBoundS: across regions, not inside a data centre).
   // There a saved round trip outweighs by far what the one-round gather's larger receives cost
-  // (UCX's unexpected-message path, tens of microseconds), and a unit's latency outweighs what
-  // splitting a round's DGC tensors into groups overlaps.
-  static constexpr double kLatencyBoundS = 1e-3;
+  // (UCX's unexpected-message path, tens of microseconds), and a unit's latency (one or two
+  // rounds: 10 ms and more) outweighs what splitting a round's DGC tensors into groups overlaps
+  // (a GRADEX_SPARSE_GROUP_MB group's DGC encode, ~3 ns per element on one core: ~12 ms for
+  // 16 MB, hidden only behind the previous group's transfer).
+  static constexpr double kLatencyBoundS = 5e-3;
   bool latency_bound() const { return link.alpha_s >= kLatencyBoundS; }
-  // The most bytes of a round's DGC payloads (per rank) that one fused unit moves within one
-  // latency on its busiest link ((P-1) payloads): fusing up to that much costs no bandwidth time
-  // worth pipelining, and every unit fewer saves its round trips.
-  uint64_t fused_payload_bytes() const;
   // The largest inline payload worth one round on a latency-bound link: what the link moves in
   // one latency, at most kLatencyInlineMax (receives of this size are posted for every peer).
   static constexpr size_t kLatencyInlineMax = 1u << 20;

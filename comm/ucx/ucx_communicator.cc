@@ -7,6 +7,7 @@
 #include "comm/ucx/ucx_peer_auth.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -27,6 +28,14 @@ std::string address_key(int rank) {
     return i.empty() ? i : i + "/";
   }();
   return "gradex/ucx/address/" + incarnation + std::to_string(rank);
+}
+
+std::string host_key(int rank) {
+  static const std::string incarnation = [] {
+    std::string i = launch_incarnation();
+    return i.empty() ? i : i + "/";
+  }();
+  return "gradex/ucx/host/" + incarnation + std::to_string(rank);
 }
 
 Millis left_until(Clock::time_point deadline) {
@@ -52,6 +61,15 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   // GRADEX_IFACE goes to UCX through its config object: setting UCX_NET_DEVICES in the
   // environment would leak into other UCX users of the process.
   if (!options_.iface.empty()) config_.modify("NET_DEVICES", options_.iface);
+  // Large messages go eager when no endpoint of this rank can be shared memory: UCX's rendezvous
+  // spends a round trip (request, then the data) on every message above its threshold, a whole
+  // round trip per ring chunk or payload across regions, and measured up to 2x slower than eager
+  // sends on loopback tcp; over shared memory it is the single-copy path (eager through shared
+  // memory measured 25x slower). A UCX_RNDV_THRESH in the environment is the user's and wins.
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr && !may_use_shared_memory(*store)) {
+    config_.modify("RNDV_THRESH", "inf");
+    context_rndv_eager_ = true;
+  }
   context_ = std::make_unique<Context>(config_);
   for (int p = 0; p < size_; ++p)
     peers_.push_back(std::unique_ptr<PeerSlot>(new PeerSlot{this, p}));
@@ -69,6 +87,41 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     throw;
   }
   GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_;
+}
+
+bool UcxCommunicator::shared_memory_between(const std::vector<std::string>& hosts,
+                                            const std::string& my_host) const {
+  int same_host = 0;
+  for (const std::string& h : hosts)
+    same_host += h == my_host ? 1 : 0;
+  if (same_host < 2) return false;  // no peer on this host (this rank is one of them)
+  if (options_.shared_memory) return true;
+  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kOn) return true;
+  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kOff) return false;
+  // kAuto: the hierarchical exchange runs on jobs of several hosts of which one holds two ranks.
+  std::vector<std::string> sorted = hosts;
+  std::sort(sorted.begin(), sorted.end());
+  const bool shared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+  const bool several = sorted.front() != sorted.back();
+  return shared && several;
+}
+
+bool UcxCommunicator::may_use_shared_memory(Store& store) {
+  // Which ranks share a host decides it: every rank publishes its host first, whatever its own
+  // options (a rank whose options differ must not leave the others waiting here: the start-up
+  // agreement names the difference once connected). Only the transport thresholds depend on it;
+  // the endpoints' shared memory is decided again from the (authenticated) address entries in
+  // connect_endpoints.
+  const auto deadline = Clock::now() + options_.timeout;
+  const std::string my_host = host_identity(options_.host_id);
+  store.set(host_key(rank_), Bytes(my_host.begin(), my_host.end()));
+  std::vector<std::string> hosts(static_cast<size_t>(size_));
+  for (int i = 0; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    const Bytes b = store.get(host_key(p), left_until(deadline));
+    hosts[static_cast<size_t>(p)].assign(b.begin(), b.end());
+  }
+  return shared_memory_between(hosts, my_host);
 }
 
 void UcxCommunicator::connect_endpoints(Store& store) {
@@ -115,6 +168,8 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     const bool several = sorted.front() != sorted.back();
     hierarchical_shm = shared && several;
   }
+  if (shared_memory_between(rank_hosts_, my_host) && context_rndv_eager_)
+    throw InternalError("connect: shared-memory peers appeared after the context took eager sends");
   for (int i = 0; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     const AddressEntry& remote_entry = entries[static_cast<size_t>(p)];

@@ -111,6 +111,12 @@ class UcxCommunicator : public Communicator {
   };
 
   // --- bootstrap and teardown (ucx_communicator.cc) ---
+  // Whether any endpoint of this rank will be shared memory (GRADEX_SHM=1 or the hierarchical
+  // exchange, with a peer on this host), from every rank's published host (collective through the
+  // store: every rank publishes and reads, whatever its options).
+  bool may_use_shared_memory(Store& store);
+  bool shared_memory_between(const std::vector<std::string>& hosts,
+                             const std::string& my_host) const;
   void connect_endpoints(Store& store);
   void exchange_hello();
   void close_endpoints();
@@ -173,6 +179,7 @@ class UcxCommunicator : public Communicator {
   CommOptions options_;
   // Declaration order is destruction order in reverse: endpoints close before the worker dies.
   Config config_;
+  bool context_rndv_eager_ = false;  // RNDV_THRESH=inf: no endpoint of this rank is shared memory
   std::unique_ptr<Context> context_;
   std::vector<std::unique_ptr<PeerSlot>> peers_;  // stable addresses for the error callback
   // Buffers UCX may touch until the worker is destroyed, so declared before it.
@@ -207,10 +214,10 @@ class UcxCommunicator : public Communicator {
   int abort_from_ = -1;  // rank whose abort notice arrived (first one)
   int abort_blamed_ = -1;
   ErrorCode abort_code_ = ErrorCode::kOk;
-  std::string abort_text_;       // the notice's message ("" from an older notice without one)
-  Clock::time_point abort_seen_{};         // when the notice arrived
+  std::string abort_text_;          // the notice's message ("" from an older notice without one)
+  Clock::time_point abort_seen_{};  // when the notice arrived
   Clock::time_point abort_grace_until_{};  // pending requests may complete until then (kAbortGrace)
-  bool notified_peers_ = false;  // this rank's abort notice went out (at most once)
+  bool notified_peers_ = false;            // this rank's abort notice went out (at most once)
   bool closing_ = false;
 
   // interrupt() from another thread: set once, acted on by the owning thread (take_interrupt).

@@ -79,14 +79,12 @@ TEST(GatherModel, LatencyBoundLinksTakeLargerPayloadsInOneRound) {
   // 1 MiB ceiling on one host; across hosts the port queue still caps the burst.
   EXPECT_EQ(model(50e-6, 8e-9, false, 4).inline_max(4 << 10), size_t{4} << 10);
   EXPECT_EQ(model(25e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{1} << 20);
-  EXPECT_EQ(model(2e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{250000});
+  EXPECT_EQ(model(6e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{750000});
+  EXPECT_EQ(model(2e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{4} << 10);
   EXPECT_EQ(model(25e-3, 8e-9, true, 4, 100).inline_max(4 << 10), size_t{1} << 20);
   EXPECT_EQ(model(25e-3, 8e-9, true, 4).inline_max(4 << 10), size_t{125000 / 3});
   EXPECT_FALSE(model(50e-6, 8e-9, false, 4).latency_bound());
   EXPECT_TRUE(model(25e-3, 8e-9, false, 4).latency_bound());
-  // What (P-1) payloads move in one latency: 25 ms at 8 ns/B over 3 senders.
-  EXPECT_EQ(model(25e-3, 8e-9, false, 4).fused_payload_bytes(),
-            static_cast<uint64_t>(25e-3 / 8e-9 / 3));
 }
 
 TEST(GatherModel, DenseBucketsGoDirectWhereLatencyOutweighsTheirBytes) {
