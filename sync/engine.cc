@@ -3,15 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "base/check.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "sync/agreement.h"
-#include "sync/policy_settings.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/engine_internal.h"
+#include "sync/policy_settings.h"
 
 namespace gradex::sync {
 namespace {
@@ -443,6 +444,7 @@ void Engine::run() {
         take_announcements(announce, leaving);
         finalize_announcements(announce);
       }
+      if (!announce.empty()) coalesce_submissions(announce, leaving);
       if (++rounds == fail_round)
         throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
                             " (GRADEX_TEST_FAIL_ROUND)");
@@ -465,6 +467,22 @@ void Engine::run() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   cv_.notify_all();
+}
+
+void Engine::coalesce_submissions(std::vector<Announcement>& announce, bool& leaving) {
+  const GatherModel* model = sparse_gather_.model();
+  if (model == nullptr || !model->latency_bound()) return;
+  const auto limit =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                         std::min(kCoalesceMaxS, model->link.alpha_s * kCoalesceLatencyShare)));
+  size_t seen = announce.size();
+  while (Clock::now() < limit) {
+    std::this_thread::sleep_for(kCoalesceQuiet);
+    take_announcements(announce, leaving);
+    if (announce.size() == seen) break;
+    seen = announce.size();
+  }
+  finalize_announcements(announce);
 }
 
 void Engine::finalize_announcements(std::vector<Announcement>& announce) {

@@ -180,6 +180,15 @@ class Engine {
   void take_announcements(std::vector<Announcement>& announce, bool& leaving);
   // Removes announcements whose handle was answered before they went out (and all but the newest
   // of a key's), and marks parameter averages with this rank's LocalSGD anchor presence.
+  // On a latency-bound link (the agreed link model) every negotiation round costs a round trip:
+  // submissions arriving together (a framework handing over a step's tensors one call after
+  // another) join the round of the first, the thread waiting while new ones keep coming (a quiet
+  // kCoalesceQuiet ends it), at most kCoalesceLatencyShare of the latency and kCoalesceMaxS.
+  // Elsewhere a round starts at once.
+  void coalesce_submissions(std::vector<Announcement>& announce, bool& leaving);
+  static constexpr double kCoalesceMaxS = 2e-3;
+  static constexpr double kCoalesceLatencyShare = 0.1;
+  static constexpr std::chrono::microseconds kCoalesceQuiet{250};
   void finalize_announcements(std::vector<Announcement>& announce);
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
