@@ -4,6 +4,7 @@
     ddp.register_comm_hook(gx.State(ddp), gx.hook)                                # DDP
     opt = gx.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # without DDP
     lsgd = gx.LocalSGD(model, period=4, warmup_steps=100)                          # lsgd.step() after opt.step()
+    hsdp = gx.HSDP(model, mesh, optimizer=opt)        # FSDP2 on mesh['shard'], gradex across mesh['replicate']
     gx.broadcast_parameters(model.state_dict(), root_rank=0)                        # Horovod-style collectives
 
 gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
@@ -58,7 +59,7 @@ def has_cuda():
     return _ops.has_cuda()
 
 
-__all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
+__all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
            "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",
@@ -66,8 +67,12 @@ __all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats
 
 
 def __getattr__(name):
-    """gx.torchft: gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on
-    first use because torchft is an optional extra."""
+    """gx.HSDP: gradex.torch.fsdp.HSDP, imported on first use (it imports torch's FSDP2). gx.torchft:
+    gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on first use
+    because torchft is an optional extra."""
+    if name == "HSDP":  # imports FSDP2 on first use
+        from .fsdp import HSDP
+        return HSDP
     if name == "torchft":
         import importlib
         return importlib.import_module("gradex.torchft")
