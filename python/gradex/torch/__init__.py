@@ -28,7 +28,7 @@ def _engine_of(source, what):
             raise InvalidArgumentError("gradex: no open gradex engine in this process")
         return engine
     if hasattr(source, "engine") and not hasattr(source, "address"):
-        return source.engine  # State, DistributedOptimizer, LocalSGD, DiLoCo
+        return source.engine  # State, DistributedOptimizer, HSDP, LocalSGD, DiLoCo
     if hasattr(source, "stats") and hasattr(source, "address"):
         return source  # an engine itself
     raise InvalidArgumentError(f"gradex: {what}() takes a State, DistributedOptimizer, LocalSGD, DiLoCo or "
@@ -40,7 +40,7 @@ def stats(source=None, *, last_step=False):
     sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
     parameter_averages, compress/communicate/decode_seconds, control_bytes and staged_bytes.
 
-    source: whose counters: a gx.State, gx.DistributedOptimizer, gx.LocalSGD, gx.DiLoCo or an engine
+    source: whose counters: a gx.State, gx.DistributedOptimizer, gx.HSDP, gx.LocalSGD, gx.DiLoCo or an engine
     (gradex._capi.Engine); None: the most recently created engine that is still open.
     last_step: the counters of the last completed step instead of the cumulative ones (not for DiLoCo)."""
     return _engine_of(source, "stats").stats(last_step)

@@ -99,5 +99,6 @@ def check_size(slices: list, flat: torch.Tensor, module_name: str) -> None:
     if flat.numel() != expected:
         raise _errors.MismatchError(
             f"gradex: FSDP2 reduced {flat.numel()} gradient elements for module '{module_name}', but its "
-            f"parameters' shards take {expected}: this torch's FSDP2 lays gradients out differently than "
-            f"gradex.torch.HSDP expects")
+            f"parameters' shards take {expected}: a parameter that trains got no gradient in this backward "
+            f"(unused in the forward pass: call set_reduce_scatter_unused_params(True) on the module), or this "
+            f"torch's FSDP2 lays gradients out differently than gradex.torch.HSDP expects")

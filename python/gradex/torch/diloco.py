@@ -20,7 +20,13 @@ initialized (or a store is given); a DiLoCo constructed before init_process_grou
 at its first use: the model's first forward pass (a forward pre-hook), the inner optimizer's first step, or
 step(), synchronize(), stats(), ..., whichever comes first, on every rank.
 
-Parameters and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
+An FSDP2 model (fully_shard(..., mesh=mesh["shard"]) on its blocks and root) is passed with its 2-D mesh:
+gx.DiLoCo(model, opt, mesh=mesh). FSDP2 then trains inside each replica group (the inner steps); each rank's
+outer step runs on its own parameter shards and exchanges them with the ranks of its replicate group, which
+hold the same shards in the other replica groups (_diloco_sharded.py); the first replica group's shards are
+copied to the others at creation. Buffers, which FSDP2 does not shard, are averaged across the replicate group.
+
+Parameters (their shards) and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
 `p.data = ...`): gradex reads and writes them in place. The keyword arguments map to the GRADEX_OUTER_*
 variables (docs/configuration.md); `config` sets any other GRADEX_* variable and wins over them.
 compression="quant" (the default) sends `bits`-bit codes (4, 8, or 32 for exact fp32); compression="topk"

@@ -94,11 +94,13 @@ class HSDP:
         _config_check.check(config)
         self._group, self._shard_index, self._shard_count, shard_mesh = replicate_layout(mesh, replicate_dim,
                                                                                           shard_dim)
-        check_sharded_on(model, shard_mesh, "gx.HSDP")
         modules = _fsdp_layout.fsdp_modules(model)
         if not modules:
             raise _errors.InvalidArgumentError("gradex: the model has no fully_shard module: call fully_shard "
                                                "on it (and its blocks) before gradex.torch.HSDP")
+        for m in modules:  # a forward pass before (an evaluation) leaves the root's parameters unsharded
+            m.reshard()
+        check_sharded_on(model, shard_mesh, "gx.HSDP")
         names = {id(p): n for n, p in model.named_parameters()}
         module_names = {id(m): n or "<root>" for n, m in model.named_modules()}
         self._layouts = [(module_names[id(m)], _fsdp_layout.module_layout(m, names, self._shard_index,
@@ -110,11 +112,15 @@ class HSDP:
         self._pending = []  # tickets of this backward pass's exchanges
         self._callback_queued = False
         self._registered = {}  # key -> (numel, dtype) as registered with the engine
-        self._error = None
         self.iteration = 0  # backward passes that exchanged gradients
-        if sync_parameters:
-            broadcast_across_replicas([p.to_local() for _, p in model.named_parameters()], self._group)
-        self._engine = _bootstrap.create_engine(self._config, None, self._group)
+        try:
+            if sync_parameters:
+                broadcast_across_replicas([p.to_local() for _, p in model.named_parameters()], self._group)
+            self._engine = _bootstrap.create_engine(self._config, None, self._group)
+        except BaseException:
+            if self._takeover is not None:
+                self._takeover.release()
+            raise
         self._finalizer = weakref.finalize(self, _close_quietly, self._engine)
         for module, (module_name, layout) in zip(modules, self._layouts):
             if layout:
