@@ -1,7 +1,8 @@
 """gx.DiLoCo over FSDP2 on a 2 x 2 (replicate x shard) mesh of gloo CPU ranks: FSDP2 trains inside each replica
 group, DiLoCo's outer step runs on each rank's own shards and exchanges them with the ranks holding the same
 shard in the other replica group. Plain parameter averaging (period 1, outer lr 1, no momentum, fp32) is
-bit-exact; 4-bit streamed fragments keep the replicas bit-identical and train."""
+bit-exact; 4-bit streamed fragments keep the replicas bit-identical and train; gradex.torchft.DiLoCo does the same
+with a torchft Manager per rank of FSDP2-sharded replica groups (tests/python/torchft_fsdp_worker.py)."""
 import fsdp_ranks as fr
 import torch_ranks as ranks
 
@@ -110,3 +111,48 @@ def test_sharded_models_need_the_shard_mesh():
     for no_mesh, native in ranks.run(_refusals, 4, env=ENV):
         assert no_mesh is not None and "pass the 2-D DeviceMesh (mesh=)" in no_mesh
         assert native is not None and "mesh=mesh['shard']" in native
+
+
+def test_torchft_diloco_over_fsdp2_replica_groups(tmp_path):
+    """gradex.torchft.DiLoCo with FSDP2 inside each replica group: 2 replica groups x 2 shard ranks, a torchft
+    Manager per rank; every sync commits and the replicas of each shard end bit-identical."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+    pytest.importorskip("torchft")
+    import torch
+    from torchft._torchft import LighthouseServer
+    worker = os.path.join(os.path.dirname(__file__), "torchft_fsdp_worker.py")
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=10000, heartbeat_timeout_ms=2000)
+    procs = {}
+    try:
+        for replica in range(2):
+            port = ranks.free_port()
+            for shard in range(2):
+                log = open(tmp_path / f"replica{replica}.shard{shard}.log", "w")
+                procs[(replica, shard)] = subprocess.Popen(
+                    [sys.executable, worker, "--replica", str(replica), "--shard", str(shard), "--store-port",
+                     str(port), "--lighthouse", lighthouse.address(), "--out", str(tmp_path), "--steps", "16"],
+                    stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "GRADEX_TIMEOUT_S": "60"})
+        deadline = time.monotonic() + 120
+        for key, proc in procs.items():
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            log = (tmp_path / f"replica{key[0]}.shard{key[1]}.log").read_text()[-3000:]
+            assert proc.returncode == 0, f"{key}: {log}"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lighthouse.shutdown()
+    results = {k: torch.load(tmp_path / f"replica{k[0]}.shard{k[1]}.pt", weights_only=False) for k in procs}
+    for shard in range(2):
+        a, b = results[(0, shard)], results[(1, shard)]
+        for name, value in a["shards"].items():
+            assert torch.equal(value.view(torch.int32), b["shards"][name].view(torch.int32)), (shard, name)
+    for r in results.values():
+        assert r["commits"] == 4 and r["rollbacks"] == 0, r
+        assert r["loss"] < r["initial"], r

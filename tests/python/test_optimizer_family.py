@@ -2,6 +2,7 @@
 momentum and which codec the policy's compressed tensors use, for the optimizers users bring."""
 import logging
 
+import pytest
 import torch
 
 from gradex import _optimizer_family as of
@@ -85,6 +86,7 @@ def test_torch_rule_never_takes_muons_momentum(caplog):
 
 
 def test_keras_rule_uses_the_same_families():
+    pytest.importorskip("tensorflow")
     from gradex.tensorflow.keras import _momentum as keras_momentum
     muon = _keras("Muon", momentum=0.95)
     settings, taken = keras_momentum.decide(muon, {"GRADEX_MOMENTUM": "0.9"}, False)

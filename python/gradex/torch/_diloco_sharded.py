@@ -27,19 +27,34 @@ def reshard(modules: list) -> None:
         m.reshard()
 
 
+def local_parameters(model: torch.nn.Module) -> list:
+    """[(name, tensor)]: the model's parameters, as this rank's non-empty local shards for an FSDP2 model
+    (after resharding it). Raises InvalidArgumentError for a model only partly sharded."""
+    from torch.distributed.tensor import DTensor
+    reshard(fsdp_modules(model))
+    named = list(model.named_parameters())
+    if not any(isinstance(p, DTensor) for _, p in named):
+        return named
+    unsharded = [n for n, p in named if not isinstance(p, DTensor)]
+    if unsharded:
+        raise _errors.InvalidArgumentError(
+            f"gradex: parameter '{unsharded[0]}' is not sharded by FSDP2 while others are: call fully_shard on "
+            f"the root module too")
+    return [(name, local) for name, local in ((n, p.to_local().detach()) for n, p in named) if local.numel()]
+
+
 def outer_tensors(model: torch.nn.Module, mesh, replicate_dim: str, shard_dim: str):
     """(process group or None, [(name, tensor)]): the group the outer optimizer spans (None: the default
     group) and the parameters, as local shards for an FSDP2 model."""
     from torch.distributed.tensor import DTensor
     reshard(fsdp_modules(model))
-    named = list(model.named_parameters())
-    sharded = [n for n, p in named if isinstance(p, DTensor)]
+    sharded = [n for n, p in model.named_parameters() if isinstance(p, DTensor)]
     if not sharded:
         if mesh is not None:
             raise _errors.InvalidArgumentError(
                 "gradex: DiLoCo was given a mesh but the model has no DTensor parameters: call fully_shard(module, "
                 "mesh=mesh['shard']) first, or leave mesh out for an unsharded model")
-        return None, named
+        return None, list(model.named_parameters())
     if mesh is None:
         raise _errors.InvalidArgumentError(
             f"gradex: parameter '{sharded[0]}' is a DTensor (an FSDP2 model): pass the 2-D DeviceMesh (mesh=) "
@@ -47,14 +62,4 @@ def outer_tensors(model: torch.nn.Module, mesh, replicate_dim: str, shard_dim: s
     from .fsdp import check_sharded_on, replicate_layout
     group, _, _, shard_mesh = replicate_layout(mesh, replicate_dim, shard_dim)
     check_sharded_on(model, shard_mesh, "gx.DiLoCo")
-    unsharded = [n for n, p in named if not isinstance(p, DTensor)]
-    if unsharded:
-        raise _errors.InvalidArgumentError(
-            f"gradex: parameter '{unsharded[0]}' is not sharded by FSDP2 while others are: call fully_shard on "
-            f"the root module too")
-    tensors = []
-    for name, p in named:
-        local = p.to_local().detach()
-        if local.numel():
-            tensors.append((name, local))
-    return group, tensors
+    return group, local_parameters(model)
