@@ -122,6 +122,22 @@ def _native_mesh_refused(rank, world):
     return None
 
 
+def _clipping_refused(rank, world):
+    import gradex.torch as gx
+    mesh = fr.mesh_2x2()
+    model = fr.shard(fr.make_model(), mesh["shard"])
+    try:
+        gx.HSDP(model, mesh, config={"GRADEX_CLIP_NORM": "1.0"})
+    except gx.InvalidArgumentError as exc:
+        return str(exc)
+    return None
+
+
 def test_a_model_sharded_on_the_2d_mesh_is_refused():
     for message in ranks.run(_native_mesh_refused, 4, env=DENSE):
         assert message is not None and "mesh=mesh['shard']" in message
+
+
+def test_engine_clipping_is_refused_by_name():
+    for message in ranks.run(_clipping_refused, 4, env=DENSE):
+        assert message is not None and "GRADEX_CLIP_NORM" in message and "clip_grad_norm_" in message

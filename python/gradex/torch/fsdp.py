@@ -26,6 +26,9 @@ post-accumulate-grad hooks on the sharded parameters, which also read the buffer
 Gradient accumulation: set_requires_gradient_sync(False) on the micro-batches before the last one; FSDP2
 then neither reduce-scatters nor calls the hook, and the last backward exchanges the accumulated gradient.
 Mixed precision (MixedPrecisionPolicy) works as it does for FSDP2: gradex exchanges in the reduce dtype.
+set_requires_all_reduce has no effect here (FSDP2 on the shard mesh has no all-reduce of its own).
+GRADEX_CLIP_NORM and GRADEX_LOCALSGD_PERIOD are refused: a rank holds neither the whole model's gradient
+norm nor whole parameters (clip with torch.nn.utils.clip_grad_norm_; local steps: gx.DiLoCo(mesh=)).
 """
 import threading
 import weakref
@@ -122,9 +125,24 @@ class HSDP:
                 self._takeover.release()
             raise
         self._finalizer = weakref.finalize(self, _close_quietly, self._engine)
+        self._refuse_unsupported()
         for module, (module_name, layout) in zip(modules, self._layouts):
             if layout:
                 module.set_all_reduce_hook(self._make_hook(module_name, layout))
+
+    def _refuse_unsupported(self):
+        """GRADEX_CLIP_NORM clips by a rank's whole-model gradient norm and GRADEX_LOCALSGD_PERIOD averages whole
+        parameters; a rank of a sharded model holds neither."""
+        problems = []
+        if _momentum.gradex_clip_norm(self._engine, self._config) > 0:
+            problems.append("GRADEX_CLIP_NORM > 0 (clip the FSDP2 model's gradients with "
+                            "torch.nn.utils.clip_grad_norm_ after backward instead)")
+        if _momentum.engine_setting(self._engine, self._config, "GRADEX_LOCALSGD_PERIOD", 0) > 0:
+            problems.append("GRADEX_LOCALSGD_PERIOD > 0 (for local steps across replica groups use "
+                            "gx.DiLoCo(model, opt, mesh=mesh))")
+        if problems:
+            self.close()
+            raise _errors.InvalidArgumentError("gradex: gx.HSDP does not support " + "; ".join(problems))
 
     @property
     def engine(self):
