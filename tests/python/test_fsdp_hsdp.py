@@ -147,3 +147,40 @@ def test_a_model_sharded_on_the_2d_mesh_is_refused():
 def test_engine_clipping_is_refused_by_name():
     for message in ranks.run(_clipping_refused, 4, env=DENSE):
         assert message is not None and "GRADEX_CLIP_NORM" in message and "clip_grad_norm_" in message
+
+
+def _muon(rank, world, steps):
+    """torch.optim.Muon for the matrices (AdamW for the biases) under native HSDP and under gx.HSDP."""
+    import torch
+    import gradex.torch as gx
+    mesh = fr.mesh_2x2()
+    teacher = fr.task()
+    loss, config = {}, None
+    for mode in ("native", "gradex"):
+        model = fr.shard(fr.make_model(), mesh if mode == "native" else mesh["shard"])
+        muon = torch.optim.Muon([p for p in model.parameters() if p.ndim == 2], lr=0.02, momentum=0.95,
+                                adjust_lr_fn="match_rms_adamw")
+        adamw = torch.optim.AdamW([p for p in model.parameters() if p.ndim != 2], lr=3e-3)
+        hsdp = gx.HSDP(model, mesh, optimizer=muon, config={"GRADEX_MOMENTUM": "0.9"}) if mode == "gradex" else None
+        for step in range(steps):
+            x = fr.batch(rank, step)
+            torch.nn.functional.mse_loss(model(x), teacher(x)).backward()
+            for opt in (muon, adamw):
+                opt.step()
+                opt.zero_grad()
+        loss[mode] = fr.held_out_loss(model, teacher)
+        if hsdp is not None:
+            config = dict(hsdp._config)
+            momentum = muon.param_groups[0]["momentum"]
+            hsdp.close()
+    return {"loss": loss, "config": config, "momentum": momentum}
+
+
+def test_muon_keeps_its_momentum_and_matches_native_hsdp():
+    # GRADEX_MOMENTUM=0.9 is ignored for Muon (a warning says so): gradex adds no momentum and leaves Muon's.
+    # Muon orthogonalises in bfloat16, which turns the float noise of a different reduction order into
+    # bfloat16 noise: the comparison is the held-out loss, not the parameters' bits.
+    for r in ranks.run(_muon, 4, env=DENSE, args=(20,), timeout=120):
+        assert r["config"]["GRADEX_MOMENTUM"] == "0" and "GRADEX_OPTIMIZER" not in r["config"]
+        assert r["momentum"] == 0.95
+        assert abs(r["loss"]["gradex"] / r["loss"]["native"] - 1) < 0.01, r
