@@ -117,6 +117,50 @@ def test_checkpoint_resumes_bit_identically():
         assert r["resumed"] == r["continued"]
 
 
+def _dcp_checkpoint(rank, world, directory):
+    """The same through torch.distributed.checkpoint: FSDP2's sharded state, the optimizer's and gradex's in one
+    DCP save, loaded into fresh objects."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+    import gradex.torch as gx
+    mesh = fr.mesh_2x2()
+    teacher = fr.task()
+
+    def build(seed):
+        model = fr.shard(fr.make_model(seed=seed), mesh["shard"])
+        opt = _sgd(model)
+        return model, opt, gx.HSDP(model, mesh, optimizer=opt)
+
+    def state(model, opt, hsdp):
+        return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt),
+                "gradex": hsdp.state_dict()}
+
+    model, opt, hsdp = build(0)
+    fr.train(model, opt, teacher, rank, 10)
+    dcp.save(state(model, opt, hsdp), checkpoint_id=directory)
+    fr.train(model, opt, teacher, rank, 10, start=10)
+    continued = fr.digest(fr.local_shards(model))
+    hsdp.close()
+
+    model, opt, hsdp = build(5)
+    loaded = state(model, opt, hsdp)
+    dcp.load(loaded, checkpoint_id=directory)
+    set_model_state_dict(model, loaded["model"])
+    set_optimizer_state_dict(model, opt, loaded["optim"])
+    hsdp.load_state_dict(loaded["gradex"])
+    fr.train(model, opt, teacher, rank, 10, start=10)
+    resumed = fr.digest(fr.local_shards(model))
+    hsdp.close()
+    return {"continued": continued, "resumed": resumed}
+
+
+def test_dcp_checkpoint_resumes_bit_identically(tmp_path):
+    for r in ranks.run(_dcp_checkpoint, 4, env=COMPRESSED, args=(str(tmp_path / "ckpt"),), timeout=120):
+        assert r["resumed"] == r["continued"]
+
+
 def _native_mesh_refused(rank, world):
     import gradex.torch as gx
     mesh = fr.mesh_2x2()

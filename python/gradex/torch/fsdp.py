@@ -30,6 +30,7 @@ set_requires_all_reduce has no effect here (FSDP2 on the shard mesh has no all-r
 GRADEX_CLIP_NORM and GRADEX_LOCALSGD_PERIOD are refused: a rank holds neither the whole model's gradient
 norm nor whole parameters (clip with torch.nn.utils.clip_grad_norm_; local steps: gx.DiLoCo(mesh=)).
 """
+import json
 import threading
 import weakref
 
@@ -213,24 +214,35 @@ class HSDP:
         self._engine.end_step()
         self.iteration += 1
 
+    @property
+    def _member(self) -> str:
+        """This rank's place in the mesh, the key of its state: each rank's compressor state is its own."""
+        return (f"replica{dist.get_rank(group=self._group)}of{dist.get_world_size(self._group)}"
+                f".shard{self._shard_index}of{self._shard_count}")
+
     def state_dict(self) -> dict:
-        """This rank's compressor state (residuals, momenta, step counters) keyed by shard, to save next to
-        FSDP2's sharded state dict. Take it between steps."""
-        return {"format": _STATE_FORMAT, "iteration": self.iteration, "shard": self._shard_index,
-                "shards": self._shard_count,
-                "tensors": {k: (n, str(d)) for k, (n, d) in self._registered.items()},
-                "engine": self._engine.save_state()}
+        """This rank's compressor state (residuals, momenta, step counters, keyed by shard) under a key naming
+        the rank's place in the mesh ("replica0of2.shard1of2"), so that it can go into the same
+        torch.distributed.checkpoint (DCP) save as FSDP2's sharded state dict: DCP keeps one copy of a
+        non-tensor value per key, and every rank's key differs. Take it between steps."""
+        return {"format": _STATE_FORMAT, self._member: {
+            # The registered shards as JSON text: one value for DCP (which would flatten a dict into keys that a
+            # fresh state_dict(), the template DCP loads into, does not have yet).
+            "iteration": self.iteration,
+            "tensors": json.dumps({k: [n, str(d)] for k, (n, d) in sorted(self._registered.items())}),
+            "engine": self._engine.save_state()}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores state_dict()'s output, taken by the rank with the same shard index, the same replica count
-        and GRADEX_* policy."""
+        """Restores state_dict()'s output (torch.save'd per rank, or loaded by DCP into a fresh state_dict()),
+        taken on the same mesh shape with the same GRADEX_* policy: each rank takes the entry of its place."""
         if state.get("format") != _STATE_FORMAT:
             raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {state.get('format')!r})")
-        if (state["shard"], state["shards"]) != (self._shard_index, self._shard_count):
-            raise _errors.StateError(
-                f"gradex: the state belongs to shard {state['shard']} of {state['shards']}, this rank holds "
-                f"shard {self._shard_index} of {self._shard_count}")
-        for key, (numel, dtype_name) in sorted(state["tensors"].items()):
+        if self._member not in state:
+            present = sorted(k for k in state if k != "format")
+            raise _errors.StateError(f"gradex: the state has no entry for this rank ({self._member}); it holds "
+                                     f"{present}")
+        state = state[self._member]
+        for key, (numel, dtype_name) in sorted(json.loads(state["tensors"]).items()):
             dtype = getattr(torch, str(dtype_name).replace("torch.", ""))
             known = self._registered.get(key)
             if known is not None and known != (int(numel), dtype):
