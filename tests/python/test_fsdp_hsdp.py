@@ -228,3 +228,35 @@ def test_muon_keeps_its_momentum_and_matches_native_hsdp():
         assert r["config"]["GRADEX_MOMENTUM"] == "0" and "GRADEX_OPTIMIZER" not in r["config"]
         assert r["momentum"] == 0.95
         assert abs(r["loss"]["gradex"] / r["loss"]["native"] - 1) < 0.01, r
+
+
+def _waits(rank, world, reduce_bf16):
+    """How many exchanges are still in flight each time gx.HSDP waits for them."""
+    import torch
+    import gradex.torch as gx
+    from gradex.torch import fsdp
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    in_flight = []
+    wait = fsdp.HSDP._wait_pending
+
+    def counting(self):
+        in_flight.append(len(self._pending))
+        return wait(self)
+    fsdp.HSDP._wait_pending = counting
+    mesh = fr.mesh_2x2()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if reduce_bf16 else None
+    model = fr.shard(fr.make_model(), mesh["shard"], mp)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with gx.HSDP(model, mesh, optimizer=opt):
+        fr.train(model, opt, fr.task(), rank, 3)
+    return in_flight
+
+
+def test_exchanges_overlap_the_backward_pass():
+    # Every module's exchange is still in flight when backward ends (one wait per step for all 6 shards)...
+    for in_flight in ranks.run(_waits, 4, env=DENSE, args=(False,)):
+        assert in_flight == [6, 6, 6, 0], in_flight  # the last: close()
+    # ...unless FSDP2 casts the reduced buffer right after the hook (bf16 reduction of fp32 parameters): then
+    # each module's hook waits for its own 2 shards.
+    for in_flight in ranks.run(_waits, 4, env=DENSE, args=(True,)):
+        assert in_flight == [2, 2, 2, 0] * 3 + [0], in_flight
