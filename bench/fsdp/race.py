@@ -85,6 +85,8 @@ def _rank(rank, world, port, method, args, data_path, out):
             dist.all_reduce(loss)
             curve.append((step, clock, float(loss) / world))
     sent = gx.stats(helper)["bytes_sent"] if helper is not None else float("nan")
+    if method == "gradex" and rank == 0:
+        print(f"gradex HSDP on rank 0, each shard's codec:\n{gx.explain(helper)}", file=sys.stderr)
     if helper is not None:
         helper.close()
     if rank == 0:
