@@ -116,6 +116,7 @@ class HSDP:
         self._pending = []  # tickets of this backward pass's exchanges
         self._callback_queued = False
         self._registered = {}  # key -> (numel, dtype) as registered with the engine
+        self._on_device = set()  # keys registered as CUDA memory
         self.iteration = 0  # backward passes that exchanged gradients
         try:
             if sync_parameters:
@@ -174,10 +175,9 @@ class HSDP:
         _fsdp_layout.check_size(layout, flat, module_name)
         for s in layout:
             if s.numel and s.key not in self._registered:
-                self._engine.register(s.key, s.numel, _bootstrap.dtype_code(flat.dtype), _ops.memory_of(flat),
-                                      s.rows)
-                self._registered[s.key] = (s.numel, flat.dtype)
-        tickets = [_ops.submit(self._engine.address, s.key, flat.narrow(0, s.offset, s.numel))
+                self._register(s.key, s.numel, flat.dtype, _ops.memory_of(flat), s.rows)
+        tickets = [_ops.submit(self._engine.address, s.key, flat.narrow(0, s.offset, s.numel),
+                               on_device=s.key in self._on_device)
                    for s in layout if s.numel]
         wait_now = not self._overlap or not self._reads_later(layout, flat)
         with self._lock:
@@ -192,6 +192,12 @@ class HSDP:
                 return
         if wait_now:
             self._wait_pending()
+
+    def _register(self, key, numel, dtype, memory, rows):
+        self._engine.register(key, numel, _bootstrap.dtype_code(dtype), memory, rows)
+        self._registered[key] = (numel, dtype)
+        if memory == _capi.DEVICE_CUDA:  # float32 CUDA shards: exchanged on the GPU (_ops.memory_of)
+            self._on_device.add(key)
 
     @staticmethod
     def _reads_later(layout, flat):
@@ -250,10 +256,11 @@ class HSDP:
                                             f"{numel} {dtype_name} in the state")
             if known is None:
                 owner = self._slice_of(key)
-                memory = _ops.memory_of(owner.parameter.to_local()) if owner else _capi.DEVICE_CPU
-                self._engine.register(key, int(numel), _bootstrap.dtype_code(dtype), memory,
-                                      owner.rows if owner else 0)
-                self._registered[key] = (int(numel), dtype)
+                local = owner.parameter.to_local() if owner else None
+                # The memory of the reduce buffer the hook will hand over: the shard's device, the saved dtype.
+                memory = (_ops.memory_of(torch.empty(0, dtype=dtype, device=local.device)) if local is not None
+                          else _capi.DEVICE_CPU)
+                self._register(key, int(numel), dtype, memory, owner.rows if owner else 0)
         self._engine.load_state(state["engine"])
         self.iteration = int(state["iteration"])
 
