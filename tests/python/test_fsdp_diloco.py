@@ -1,8 +1,10 @@
 """gx.DiLoCo over FSDP2 on a 2 x 2 (replicate x shard) mesh of gloo CPU ranks: FSDP2 trains inside each replica
 group, DiLoCo's outer step runs on each rank's own shards and exchanges them with the ranks holding the same
 shard in the other replica group. Plain parameter averaging (period 1, outer lr 1, no momentum, fp32) is
-bit-exact; 4-bit streamed fragments keep the replicas bit-identical and train; gradex.torchft.DiLoCo does the same
+bit-exact; streamed fragments (4-bit, 8-bit, top-k) keep the replicas bit-identical and train; gradex.torchft.DiLoCo does the same
 with a torchft Manager per rank of FSDP2-sharded replica groups (tests/python/torchft_fsdp_worker.py)."""
+import pytest
+
 import fsdp_ranks as fr
 import torch_ranks as ranks
 
@@ -52,7 +54,7 @@ def test_period_one_is_plain_averaging_of_each_shard_across_replicas():
         assert r["exact"] == [(1, True)] * 6, r["exact"]
 
 
-def _streaming(rank, world, steps):
+def _streaming(rank, world, steps, codec):
     import io
 
     import torch
@@ -64,7 +66,7 @@ def _streaming(rank, world, steps):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     # 5 outer steps: a gentler outer learning rate than the default 0.7 with Nesterov 0.9 (which overshoots
     # on so few outer steps, sharded or not).
-    diloco = gx.DiLoCo(model, opt, mesh=mesh, period=8, fragments=2, delay=1, bits=4, outer_lr=0.5)
+    diloco = gx.DiLoCo(model, opt, mesh=mesh, period=8, fragments=2, delay=1, outer_lr=0.5, **codec)
     for step in range(steps):
         x = fr.batch(rank, step)
         torch.nn.functional.mse_loss(model(x), teacher(x)).backward()
@@ -84,11 +86,14 @@ def _streaming(rank, world, steps):
             "syncs": stats["parameter_averages"]}
 
 
-def test_streamed_4bit_fragments_keep_replicas_identical_and_train():
-    results = ranks.run(_streaming, 4, env=ENV, args=(40,))
+@pytest.mark.parametrize("codec,fraction", [({"bits": 4}, 0.2), ({"bits": 8}, 0.3),
+                                            ({"compression": "topk", "density": 0.1, "outer_momentum": 0.5}, 0.2)],
+                         ids=["4bit", "8bit", "topk"])
+def test_streamed_fragments_keep_replicas_identical_and_train(codec, fraction):
+    results = ranks.run(_streaming, 4, env=ENV, args=(40, codec))
     assert results[0]["shards"] == results[2]["shards"] and results[1]["shards"] == results[3]["shards"]
     for r in results:
-        assert r["syncs"] > 0 and r["bytes_sent"] < 0.2 * r["dense_bytes"], r
+        assert r["syncs"] > 0 and r["bytes_sent"] < fraction * r["dense_bytes"], r
         assert r["loss"] < 0.6 * r["initial"], r
 
 
@@ -121,7 +126,6 @@ def test_torchft_diloco_over_fsdp2_replica_groups(tmp_path):
     import sys
     import time
 
-    import pytest
     pytest.importorskip("torchft")
     import torch
     from torchft._torchft import LighthouseServer
