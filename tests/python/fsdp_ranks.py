@@ -5,8 +5,9 @@ import torch
 
 
 def make_model(seed=0, width=256):
-    """Blocks of Linear + Tanh and an output layer; the first layer's weight (64 x width) has shards above
-    the dense threshold the tests set, so the policy compresses it."""
+    """Blocks of Linear + Tanh and an output layer. Sharded over 2 ranks, the two hidden weights' shards have
+    4,096 and 32,768 elements: at or above the dense threshold the compressed tests set (4,096), so the policy
+    compresses them; the biases and the output layer stay dense."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(
         torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.Tanh()),

@@ -8,7 +8,7 @@ import fsdp_ranks as fr
 import torch_ranks as ranks
 
 DENSE = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_TIMEOUT_S": "60"}
-# DGC at 90% sparsity with fp16 values above 4096 elements (the first two layers' shards), fp16 below.
+# DGC at 90% sparsity from 4096 elements (the two hidden weights' shards), fp16 below.
 COMPRESSED = {"GRADEX_SPARSITY": "0.9", "GRADEX_FP16": "1", "GRADEX_DENSE_THRESHOLD": "4096",
               "GRADEX_TIMEOUT_S": "60"}
 # Dense with 8-bit codes and error feedback for the weights' shards, 16-bit for the biases.
