@@ -4,6 +4,7 @@
     ddp.register_comm_hook(gx.State(ddp), gx.hook)                                # DDP
     opt = gx.DistributedOptimizer(opt, named_parameters=model.named_parameters())  # without DDP
     lsgd = gx.LocalSGD(model, period=4, warmup_steps=100)                          # lsgd.step() after opt.step()
+    hsdp = gx.HSDP(model, mesh, optimizer=opt)        # FSDP2 on mesh['shard'], gradex across mesh['replicate']
     gx.broadcast_parameters(model.state_dict(), root_rank=0)                        # Horovod-style collectives
 
 gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
@@ -27,7 +28,7 @@ def _engine_of(source, what):
             raise InvalidArgumentError("gradex: no open gradex engine in this process")
         return engine
     if hasattr(source, "engine") and not hasattr(source, "address"):
-        return source.engine  # State, DistributedOptimizer, LocalSGD, DiLoCo
+        return source.engine  # State, DistributedOptimizer, HSDP, LocalSGD, DiLoCo
     if hasattr(source, "stats") and hasattr(source, "address"):
         return source  # an engine itself
     raise InvalidArgumentError(f"gradex: {what}() takes a State, DistributedOptimizer, LocalSGD, DiLoCo or "
@@ -39,7 +40,7 @@ def stats(source=None, *, last_step=False):
     sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
     parameter_averages, compress/communicate/decode_seconds, control_bytes and staged_bytes.
 
-    source: whose counters: a gx.State, gx.DistributedOptimizer, gx.LocalSGD, gx.DiLoCo or an engine
+    source: whose counters: a gx.State, gx.DistributedOptimizer, gx.HSDP, gx.LocalSGD, gx.DiLoCo or an engine
     (gradex._capi.Engine); None: the most recently created engine that is still open.
     last_step: the counters of the last completed step instead of the cumulative ones (not for DiLoCo)."""
     return _engine_of(source, "stats").stats(last_step)
@@ -58,7 +59,7 @@ def has_cuda():
     return _ops.has_cuda()
 
 
-__all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
+__all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
            "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",
@@ -66,8 +67,12 @@ __all__ = ["State", "hook", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats
 
 
 def __getattr__(name):
-    """gx.torchft: gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on
-    first use because torchft is an optional extra."""
+    """gx.HSDP: gradex.torch.fsdp.HSDP, imported on first use (it imports torch's FSDP2). gx.torchft:
+    gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on first use
+    because torchft is an optional extra."""
+    if name == "HSDP":  # imports FSDP2 on first use
+        from .fsdp import HSDP
+        return HSDP
     if name == "torchft":
         import importlib
         return importlib.import_module("gradex.torchft")

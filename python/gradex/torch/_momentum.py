@@ -7,8 +7,10 @@
   tensors train exactly like SGD with momentum. GRADEX_MOMENTUM=0 set explicitly keeps the optimizer's
   momentum instead. SGD with dampening or weight decay keeps its own momentum (gradex's u = m*u + g has
   neither) and gradex adds none.
-- Optimizers that keep their own first moment (Adam, AdamW, NAdam, RAdam, Adamax, Adafactor, Lion, LAMB,
-  RMSprop with momentum, anything with `betas`): gradex never adds momentum, even when GRADEX_MOMENTUM is set.
+- Optimizers that keep their own first moment (Adam, AdamW, NAdam, RAdam, Adamax, Adafactor, Lion, LAMB, LARS,
+  Sophia, Adan, RMSprop with momentum, anything with `betas`) and optimizers that build their update from their
+  own state (Muon, Dion, Shampoo, SOAP, GaLore): gradex never adds momentum, even when GRADEX_MOMENTUM is set.
+  The families are gradex/_optimizer_family.py's, shared with the Keras plugin.
 - Other optimizers, and no optimizer given: no gradex momentum unless GRADEX_MOMENTUM is set explicitly
   (environment or config=); without an optimizer gradex says so once through the "gradex" logger.
 
@@ -22,10 +24,8 @@ import re
 
 import torch
 
-from .. import _log
-
-_FIRST_MOMENT_CLASSES = {"adam", "adamw", "nadam", "radam", "adamax", "adafactor", "lion", "lamb",
-                         "fusedadam", "fusedlamb", "sparseadam", "adabelief", "adan", "sophia", "lars"}
+from .. import _log, _optimizer_family
+from .._optimizer_family import Family, unwrap
 
 
 def engine_setting(engine, config, name, default):
@@ -55,20 +55,9 @@ def gradex_clip_norm(engine, config):
     return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
-def unwrap(optimizer):
-    return getattr(optimizer, "_gradex_wrapped", optimizer)
-
-
 def keeps_first_moment(optimizer):
     """Whether the optimizer keeps its own first moment (Adam family, Lion, LAMB, RMSprop with momentum...)."""
-    inner = unwrap(optimizer)
-    groups = getattr(inner, "param_groups", [])
-    defaults = getattr(inner, "defaults", {}) or {}
-    if "betas" in defaults or "beta1" in defaults or any("betas" in g or "beta1" in g for g in groups):
-        return True
-    if isinstance(inner, torch.optim.RMSprop):
-        return any(float(g.get("momentum", 0) or 0) > 0 for g in groups)
-    return type(inner).__name__.lower() in _FIRST_MOMENT_CLASSES
+    return _optimizer_family.family(optimizer) is Family.FIRST_MOMENT
 
 
 def _explicit_momentum(config):
@@ -129,10 +118,11 @@ def decide(optimizer, config, owner):
     `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum (else None)."""
     config = dict(config or {})
     explicit = _explicit_momentum(config)
+    kind = _optimizer_family.family(optimizer)
     # Only `adam` changes what the engine does; other families keep the default configuration.
-    if (optimizer is not None and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ
-            and keeps_first_moment(unwrap(optimizer))):
-        config["GRADEX_OPTIMIZER"] = "adam"
+    engine_optimizer = _optimizer_family.engine_optimizer(kind)
+    if engine_optimizer and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ:
+        config["GRADEX_OPTIMIZER"] = engine_optimizer
     if optimizer is None:
         if explicit is None:
             _log.info_once("momentum-none", "gradex: %s adds no momentum (GRADEX_MOMENTUM is not set and no "
@@ -141,13 +131,13 @@ def decide(optimizer, config, owner):
         return config, None
     inner = unwrap(optimizer)
     name = type(inner).__name__
-    if keeps_first_moment(inner):
+    if _optimizer_family.keeps_own_momentum(kind):
         if explicit:
-            _log.warn_once(("momentum-own", name), "gradex: GRADEX_MOMENTUM=%g is ignored: %s keeps its own first "
-                           "moment, so gradex adds no momentum to its gradients", explicit, name)
+            _log.warn_once(("momentum-own", name), "gradex: GRADEX_MOMENTUM=%g is ignored: %s, so gradex adds no "
+                           "momentum to its gradients", explicit, _optimizer_family.why_no_momentum(kind, name))
         config["GRADEX_MOMENTUM"] = "0"
         return config, None
-    if not isinstance(inner, torch.optim.SGD):
+    if kind is not Family.SGD or not isinstance(inner, torch.optim.SGD):
         return config, None
     groups = inner.param_groups
     momenta = {float(g.get("momentum", 0) or 0) for g in groups}

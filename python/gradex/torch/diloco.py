@@ -20,7 +20,13 @@ initialized (or a store is given); a DiLoCo constructed before init_process_grou
 at its first use: the model's first forward pass (a forward pre-hook), the inner optimizer's first step, or
 step(), synchronize(), stats(), ..., whichever comes first, on every rank.
 
-Parameters and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
+An FSDP2 model (fully_shard(..., mesh=mesh["shard"]) on its blocks and root) is passed with its 2-D mesh:
+gx.DiLoCo(model, opt, mesh=mesh). FSDP2 then trains inside each replica group (the inner steps); each rank's
+outer step runs on its own parameter shards and exchanges them with the ranks of its replicate group, which
+hold the same shards in the other replica groups (_diloco_sharded.py); the first replica group's shards are
+copied to the others at creation. Buffers, which FSDP2 does not shard, are averaged across the replicate group.
+
+Parameters (their shards) and buffers must be float32 CPU tensors that stay at the same memory address (do not assign
 `p.data = ...`): gradex reads and writes them in place. The keyword arguments map to the GRADEX_OUTER_*
 variables (docs/configuration.md); `config` sets any other GRADEX_* variable and wins over them.
 compression="quant" (the default) sends `bits`-bit codes (4, 8, or 32 for exact fp32); compression="topk"
@@ -35,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors, _outer_config
-from . import _bootstrap
+from . import _bootstrap, _diloco_sharded as _sharded
 
 _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.torch.DiLoCo/1"
@@ -48,14 +54,21 @@ def _close_quietly(outer):
         pass  # garbage collection: nobody is left to tell
 
 
-def _create_outer(config, store):
+def _create_outer(config, store, group=None):
+    """The outer optimizer over the default group, or over `group` (the replicate group of an FSDP2 model)."""
     if store is None and dist.is_available() and dist.is_initialized():
         store = dist.distributed_c10d._get_default_store()
     if store is not None:
         if not (dist.is_available() and dist.is_initialized()):
             raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
-        prefix = f"gradex/{next(_bootstrap._counters[''])}/"  # numbered with the default group's engines
-        outer = _capi.Outer(dist.get_rank(), dist.get_world_size(), store, prefix, config)
+        if _bootstrap.is_default_group(group):
+            prefix = f"gradex/{next(_bootstrap._counters[''])}/"  # numbered with the default group's engines
+            outer = _capi.Outer(dist.get_rank(), dist.get_world_size(), store, prefix, config)
+        else:  # numbered with the engines of the same subgroup (_bootstrap.py)
+            ranks = _bootstrap.group_ranks(group)
+            tag = "g" + "-".join(map(str, ranks)) + "/"
+            prefix = f"gradex/{tag}{next(_bootstrap._counters[tag])}/"
+            outer = _capi.Outer(ranks.index(dist.get_rank()), len(ranks), store, prefix, config)
     else:
         outer = _capi.Outer(-1, -1, None, None, config)
     with _bootstrap._live_lock:  # gx.stats() without a source, and closing at exit
@@ -75,17 +88,22 @@ class DiLoCo:
     def __init__(self, model, inner_optimizer=None, period=_D["period"], outer_lr=_D["outer_lr"],
                  outer_momentum=_D["outer_momentum"], fragments=_D["fragments"], delay=_D["delay"], bits=_D["bits"],
                  nesterov=_D["nesterov"], mixing=_D["mixing"], config=None, store=None,
-                 compression=_D["compression"], density=_D["density"]):
+                 compression=_D["compression"], density=_D["density"], mesh=None, replicate_dim="replicate",
+                 shard_dim="shard"):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(
                 "gradex: DiLoCo replaces DistributedDataParallel; pass the plain module (model.module)")
+        # An FSDP2 model (DTensor parameters sharded on mesh[shard_dim]): each rank's outer step runs on its
+        # own shards, exchanged with the ranks of its replicate group (the same shard in the other replicas).
+        self._group, named_parameters = _sharded.outer_tensors(model, mesh, replicate_dim, shard_dim)
+        self._fsdp_modules = _sharded.fsdp_modules(model) if self._group is not None else []
         merged = _outer_config.outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, nesterov,
                                             mixing, compression, density, config)
         self.model = model
         self.inner_optimizer = inner_optimizer
         self._config = merged
         self._store = store
-        self._params = [(name, p) for name, p in model.named_parameters()]
+        self._params = named_parameters
         self._buffers = [(name, b) for name, b in model.named_buffers() if b.dtype == torch.float32]
         for name, t in self._params + self._buffers:
             _tensor_address(name, t.detach())  # rejected now, not at the first step
@@ -123,7 +141,7 @@ class DiLoCo:
             self._remove_first_use_hooks()
             addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
             addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
-            outer = _create_outer(self._config, self._store)
+            outer = _create_outer(self._config, self._store, self._group)
             try:
                 for key, address, numel, is_buffer in addresses:
                     outer.add_tensor(key, address, numel, is_buffer)
@@ -154,7 +172,9 @@ class DiLoCo:
     def step(self):
         """Ends an inner step (call after inner_optimizer.step()). Returns the number of fragments merged into
         the model by this call. Raises the failure of a background exchange (a dead or stalled peer)."""
-        merged = self._bootstrap().step()
+        outer = self._bootstrap()
+        _sharded.reshard(self._fsdp_modules)
+        merged = outer.step()
         self.steps += 1
         return merged
 
@@ -169,6 +189,7 @@ class DiLoCo:
         drops the local progress since each fragment's last sync (up to period - period/fragments + delay
         steps); returns 0."""
         outer = self._bootstrap()
+        _sharded.reshard(self._fsdp_modules)
         if keep_local:
             return outer.synchronize_all()
         outer.synchronize()

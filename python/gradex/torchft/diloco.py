@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from .. import _capi, _errors, _outer_config
+from ..torch import _diloco_sharded as _sharded
 from ..torch.diloco import _tensor_address
 from . import process_group as _pg
 
@@ -64,7 +65,8 @@ class DiLoCo:
 
     manager: a torchft Manager with use_async_quorum=False (as torchft's DiLoCo requires) over a
     ProcessGroupGradex (or pass that group as process_group=). model: the module trained (float32 CPU
-    parameters that stay at their address). inner_optimizer: its optimizer (hooked by `with`).
+    parameters that stay at their address; an FSDP2 model sharded inside the replica group, with a Manager per
+    rank of the group: each rank's outer step runs on its own shards). inner_optimizer: its optimizer (hooked by `with`).
     sync_every: H, inner steps between two syncs of a fragment; fragments: F, syncs staggered every H/F steps
     (F must divide H); fragment_sync_delay: d < H/F steps between the start of a sync and its merge (the
     exchange runs in the background meanwhile); fragment_update_alpha: a, parameters = (1 - a) * global +
@@ -106,7 +108,11 @@ class DiLoCo:
         self._manager = manager
         self.model = model
         self.inner_optimizer = inner_optimizer
-        self._params = list(model.named_parameters())
+        # An FSDP2 model (fully_shard on the replica group's own mesh): the outer optimizer owns this rank's
+        # parameter shards, and the Manager's process group spans the ranks of the same group rank in the other
+        # replica groups, which hold the same shards.
+        self._fsdp_modules = _sharded.fsdp_modules(model)
+        self._params = _sharded.local_parameters(model)
         self._buffers = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.float32]
         self._tensors = [(f"param.{n}", p.detach(), False) for n, p in self._params]
         self._tensors += [(f"buffer.{n}", b, True) for n, b in self._buffers]
@@ -212,6 +218,7 @@ class DiLoCo:
     @torch.no_grad()
     def _after_inner_step(self, *_):
         self._manager.allow_state_dict_read()
+        _sharded.reshard(self._fsdp_modules)  # an evaluation's forward pass may have left the root unsharded
         if self._attempt is None and self._due(self._steps + 1):
             self._begin_sync()
         attempt = self._attempt

@@ -5,19 +5,22 @@
   GRADEX_MOMENTUM = m (and GRADEX_NESTEROV as the optimizer's nesterov); get_config() still says m. An
   explicit GRADEX_MOMENTUM=0 keeps the optimizer's momentum instead (plain error-feedback top-k).
 - Optimizers that keep their own first moment (Adam, AdamW, Nadam, Adamax, Lion, Adafactor, LAMB, RMSprop with
-  momentum, any optimizer with a `beta_1`): gradex never adds momentum (GRADEX_MOMENTUM=0), whatever is set.
+  momentum, any optimizer with a `beta_1`) and those that build their update from their own state (Muon, Dion,
+  Shampoo, SOAP): gradex never adds momentum (GRADEX_MOMENTUM=0), whatever is set. The families are
+  gradex/_optimizer_family.py's, shared with the torch plugin.
 - SGD without momentum and other optimizers: GRADEX_MOMENTUM as set explicitly (config=, gxt.init's config or
   the environment), else 0.
 - LocalSGD: the optimizer owns momentum (in both phases); GRADEX_MOMENTUM as set explicitly, else 0.
 The decided value is always passed to the engine explicitly, so the core's default never matters.
 An optimizer that keeps its own first moment makes the engine's GRADEX_OPTIMIZER `adam` (unless set
-explicitly): its compressed tensors use the Adam codec (docs/adam_codec.md); any other keeps DGC.
+explicitly): its compressed tensors use the Adam codec (docs/adam_codec.md); any other (Muon included) keeps
+DGC's error-feedback top-k.
 """
 import logging
 
+from ... import _optimizer_family
+from ..._optimizer_family import Family
 from .. import _runtime
-
-_FIRST_MOMENT = {"Adam", "AdamW", "Nadam", "Adamax", "Lion", "Adafactor", "Lamb", "LAMB", "Muon"}
 
 
 def optimizer_momentum(optimizer):
@@ -28,14 +31,12 @@ def optimizer_momentum(optimizer):
 
 
 def is_sgd(optimizer):
-    return any(c.__name__ == "SGD" for c in type(optimizer).__mro__)
+    return _optimizer_family.family(optimizer) is Family.SGD
 
 
-def keeps_first_moment(optimizer):
-    names = {c.__name__ for c in type(optimizer).__mro__}
-    if names & _FIRST_MOMENT or hasattr(optimizer, "beta_1"):
-        return True
-    return "RMSprop" in names and optimizer_momentum(optimizer) > 0
+def keeps_own_momentum(optimizer):
+    """Adam-family and orthogonalising/preconditioning optimizers (gradex/_optimizer_family.py)."""
+    return _optimizer_family.keeps_own_momentum(_optimizer_family.family(optimizer))
 
 
 def decide(optimizer, config, local_sgd):
@@ -43,8 +44,9 @@ def decide(optimizer, config, local_sgd):
     settings, m = _decide_momentum(optimizer, config, local_sgd)
     # Only `adam` changes what the engine does; the other families are left at the default so that their
     # engines keep the configuration of gxt.init()'s and are shared with it.
-    if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None and keeps_first_moment(optimizer):
-        settings["GRADEX_OPTIMIZER"] = "adam"
+    engine_optimizer = _optimizer_family.engine_optimizer(_optimizer_family.family(optimizer))
+    if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None and engine_optimizer:
+        settings["GRADEX_OPTIMIZER"] = engine_optimizer
     return settings, m
 
 
@@ -59,11 +61,12 @@ def _decide_momentum(optimizer, config, local_sgd):
                               f"(momentum={m:g}) applies momentum twice; LocalSGD leaves momentum to the "
                               f"optimizer unless GRADEX_MOMENTUM is set")
         return {"GRADEX_MOMENTUM": explicit if explicit is not None else "0"}, 0.0
-    if keeps_first_moment(optimizer):
+    if keeps_own_momentum(optimizer):
         if explicit_value:
+            kind = _optimizer_family.family(optimizer)
             _runtime.say_once(("first-moment", name),
-                              f"gradex: {name} keeps its own first moment, so gradex adds no momentum "
-                              f"(GRADEX_MOMENTUM={explicit} is not used for it)")
+                              f"gradex: {_optimizer_family.why_no_momentum(kind, name)}, so gradex adds no "
+                              f"momentum (GRADEX_MOMENTUM={explicit} is not used for it)")
         return {"GRADEX_MOMENTUM": "0"}, 0.0
     if m > 0:
         if explicit_value == 0.0:
