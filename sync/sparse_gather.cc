@@ -2,12 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <string>
 
 #include "base/log.h"
 #include "comm/host_identity.h"
+#include "comm/tcp_limits.h"
 #include "sync/link_probe.h"
 
 namespace gradex::sync {
+namespace {
+// The link rate the TCP advice sizes windows for: the fast end of the commodity Ethernet gradex
+// is built for (a slower link needs proportionally less, which the advice line states).
+constexpr double kTcpAdviceTargetBits = 10e9;
+}  // namespace
 
 double GatherModel::direct_seconds(const std::vector<uint64_t>& following) const {
   const int P = static_cast<int>(following.size());
@@ -85,6 +93,17 @@ void SparseGather::agree_model(comm::Communicator& comm) {
                  << model->link.alpha_s * 1e6 << " us, beta " << model->link.beta_s_per_byte * 1e9
                  << " ns/B, inline maximum "
                  << model->inline_max(comm.options().allgather_inline_bytes) << " B";
+  // Across regions the kernel's TCP settings, not the link, often cap the exchange: said once,
+  // with the fix, by rank 0 (whose numbers every rank plans from).
+  if (model->latency_bound() && comm.rank() == 0) {
+    static std::once_flag said;
+    const double rtt_s = 2 * model->link.alpha_s;
+    std::call_once(said, [rtt_s] {
+      const std::string advice =
+          comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits);
+      if (!advice.empty()) GX_LOG(kWarn) << advice;
+    });
+  }
   model_ = std::move(model);
 }
 

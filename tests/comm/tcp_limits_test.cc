@@ -1,0 +1,50 @@
+// The kernel-limits line (comm/tcp_limits.h) as a pure function of the limits and the path.
+#include "comm/tcp_limits.h"
+
+#include <gtest/gtest.h>
+
+namespace gradex::comm {
+namespace {
+
+TcpLimits limits(uint64_t max_bytes, bool slow_start_after_idle) {
+  TcpLimits l;
+  l.rmem_max = l.wmem_max = max_bytes;
+  l.rmem_text = "4096 131072 " + std::to_string(max_bytes);
+  l.wmem_text = "4096 16384 " + std::to_string(max_bytes);
+  l.slow_start_after_idle = slow_start_after_idle;
+  l.read = true;
+  return l;
+}
+
+TEST(TcpLimits, AWindowBelowRateTimesRoundTripIsNamedWithItsFix) {
+  // 4 MiB over 50 ms: 0.67 Gbit/s; 10 Gbit/s needs 62.5 MB.
+  const std::string line = tcp_limits_advice(limits(4u << 20, false), 0.05, 10e9);
+  EXPECT_NE(line.find("capped at 0.67 Gbit/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("sysctl -w net.ipv4.tcp_wmem='4096 16384 62500000'"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("sysctl -w net.ipv4.tcp_rmem='4096 131072 62500000'"), std::string::npos)
+      << line;
+}
+
+TEST(TcpLimits, SlowStartAfterIdleIsNamed) {
+  const std::string line = tcp_limits_advice(limits(64u << 20, true), 0.05, 10e9);
+  EXPECT_EQ(line.find("capped"), std::string::npos) << line;  // 64 MiB cover 10 Gbit/s x 50 ms
+  EXPECT_NE(line.find("sysctl -w net.ipv4.tcp_slow_start_after_idle=0"), std::string::npos) << line;
+}
+
+TEST(TcpLimits, NothingToSayWhenTheKernelKeepsUp) {
+  EXPECT_EQ(tcp_limits_advice(limits(64u << 20, false), 0.05, 10e9), "");
+  EXPECT_EQ(tcp_limits_advice(limits(4u << 20, false), 0.0001, 10e9), "");  // a LAN round trip
+  TcpLimits unread;
+  EXPECT_EQ(tcp_limits_advice(unread, 0.05, 10e9), "");
+}
+
+TEST(TcpLimits, ReadsThisKernel) {
+  const TcpLimits l = read_tcp_limits();
+  if (!l.read) GTEST_SKIP() << "/proc/sys/net/ipv4 not readable here";
+  EXPECT_GT(l.wmem_max, 0u);
+  EXPECT_GT(l.rmem_max, 0u);
+}
+
+}  // namespace
+}  // namespace gradex::comm
