@@ -80,7 +80,8 @@ def table(entry: dict) -> List[str]:
 def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) -> None:
     spec = topology(args, kind)
     key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "") + \
-        "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl)
+        "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl) + \
+        "".join("_" + x.replace("=", "_").lower() for x in args.env)
     entry = data["topologies"].setdefault(key, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
     print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up",
           flush=True)
@@ -97,6 +98,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
         for tool, argv, env, steps, warmup, sentinel in exchange_suite.gradex_runs(
                 suite_args, modes, names, args.steps, args.warmup):
             argv = [a.replace("{model}", args.model) for a in argv]
+            env = {**env, **dict(item.split("=", 1) for item in args.env)}
             try:
                 found, _ = exchange_suite.run_tool(tool, argv, network, suite_args, args.model, args.log_dir,
                                                    steps=steps, warmup=warmup, extra_env=env)
@@ -139,6 +141,8 @@ def main() -> int:
                    help="tcp_rmem/tcp_wmem max inside the emulated hosts (0: as the machine is set up)")
     p.add_argument("--host-sysctl", action="append", default=[],
                    help="net.ipv4.KEY=VALUE inside the emulated hosts, e.g. net.ipv4.tcp_slow_start_after_idle=0")
+    p.add_argument("--env", action="append", default=[],
+                   help="KEY=VALUE for every rank, e.g. GRADEX_SPARSE_COLLECTIVE=direct (what-ifs)")
     p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
     p.add_argument("--model", default="resnet50")
@@ -151,6 +155,8 @@ def main() -> int:
     p.add_argument("--run-timeout-s", type=float, default=300)
     p.add_argument("--log-dir", default=str(exchange_suite.ROOT / "build" / "bench-run" / "logs"))
     args = p.parse_args()
+    if any("=" not in item for item in args.env):
+        p.error("--env takes KEY=VALUE")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the WAN is always removed
     names = gradex_vars.declared(args.bench)
     data = {"machine": machine.describe(), "model": args.model, "hosts": args.hosts, "steps": args.steps,
