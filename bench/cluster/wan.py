@@ -25,6 +25,9 @@ removes the namespaces and whatever still runs in them.
     wan.py check --hosts 2 --rate 1gbit --delay 25ms             build, print RTT, one flow's
                                                                  throughput and the kernel limits
     wan.py down [--name gxw]                                     remove a WAN left behind
+    wan.py limits --rate 1gbit --rtt-ms 50                       the kernel-limits line of this machine
+                                                                 for such a path (read-only; exit 1 when
+                                                                 one flow is window-limited)
 """
 import argparse
 import dataclasses
@@ -506,10 +509,17 @@ def main(argv: List[str]) -> int:
     sub.choices["run"].add_argument("cmd", nargs=argparse.REMAINDER)
     down = sub.add_parser("down")
     down.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
+    limits = sub.add_parser("limits")
+    limits.add_argument("--rate", default="1gbit")
+    limits.add_argument("--rtt-ms", type=float, default=50.0)
     args = p.parse_args(argv)
     if args.what == "down":
         remove(args.name)
         return 0
+    if args.what == "limits":
+        ok, line = kernel_limits(_rate_bits(args.rate) / 8 * args.rtt_ms / 1e3)
+        print(line)
+        return 0 if ok else 1
     with Wan(spec_from_args(args)) as wan:
         if args.what == "check":
             result = check(wan)
