@@ -80,8 +80,9 @@ const std::vector<VarSpec>& registry() {
      "GRADEX_LOG_LEVEL says). 0: off."},
     // --- policy ---
     {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr, kEngine,
-     "Tensors with fewer elements than this are exchanged dense (fused into buckets); larger ones "
-     "use DGC."},
+     "GRADEX_POLICY=fixed: tensors with fewer elements than this are exchanged dense (fused into "
+     "buckets); larger ones use DGC. Setting it selects the fixed policy when GRADEX_POLICY is not "
+     "given."},
     {"GRADEX_FUSION_MB", VarType::kFloat, "64", 0, 4096, false, false, nullptr, kEngine,
      "Size of the fusion buckets for dense tensors, in MiB (0: no fusion, one allreduce per tensor)."},
     {"GRADEX_FP16", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
@@ -117,7 +118,10 @@ const std::vector<VarSpec>& registry() {
      "made at the first exchange from the probe and the registered sizes (no compute measured yet: "
      "as hard as the link requires, no harder than GRADEX_POLICY_RAMP_STEPS' early-training cap), "
      "refined at step 4, at each quarter of that ramp and every GRADEX_POLICY_INTERVAL steps. "
-     "Overrides win in both."},
+     "Overrides win in both. Left unset while GRADEX_SPARSITY, GRADEX_WARMUP_STEPS or "
+     "GRADEX_DENSE_THRESHOLD is given, the fixed policy those settings describe runs (logged once); "
+     "a setting of the policy not running (GRADEX_POLICY=auto with those, fixed with a "
+     "GRADEX_POLICY_* setting other than the horizon) is an error naming both."},
     {"GRADEX_POLICY_INTERVAL", VarType::kInt, "20", 1, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: steps between re-evaluations after the first two plans (steps 0 and "
      "min(4, this)); a tensor's codec changes only when its exchange counter reaches such a step "
@@ -149,9 +153,9 @@ const std::vector<VarSpec>& registry() {
      "99.9%, was seen to cost accuracy)."},
     {"GRADEX_POLICY_INT8", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: the 8-bit rung (dense, 8-bit codes with error feedback, half of 16-bit's "
-     "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: on this project's 2-core "
-     "benchmark machine (4 ranks, 1 Gbit/s) the 8-bit exchange measured slower than the 16-bit ring "
-     "although it sends half the bytes, and the cost model does not see why yet. The 'int8' "
+     "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: with 4 ranks on 2 shared cores "
+     "at 1 Gbit/s the 8-bit exchange measured slower than the 16-bit ring although it sends half "
+     "the bytes (it is CPU-bound there), and the cost model does not predict that yet. The 'int8' "
      "override of GRADEX_SPARSITY_OVERRIDES works either way."},
     {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: for tensors registered with their row count "
@@ -163,10 +167,12 @@ const std::vector<VarSpec>& registry() {
      "peer class, 8 B to 256 KiB) at the first exchange; 0: start from defaults and learn from "
      "the collectives only."},
     {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr, kEngine,
-     "Target DGC sparsity after warm-up: the fraction of elements NOT sent each step."},
+     "GRADEX_POLICY=fixed: target DGC sparsity after warm-up, the fraction of elements NOT sent "
+     "each step. Setting it selects the fixed policy when GRADEX_POLICY is not given."},
     {"GRADEX_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,
      "Steps over which sparsity ramps exponentially 0.75, 0.9375, 0.984375, 0.996 to "
-     "GRADEX_SPARSITY (0: the target from the first step)."},
+     "GRADEX_SPARSITY (0: the target from the first step). GRADEX_POLICY=fixed's: setting it "
+     "selects the fixed policy when GRADEX_POLICY is not given."},
     {"GRADEX_MOMENTUM", VarType::kFloat, "0", 0, 1, false, true, nullptr, kEngine,
      "Momentum m owned by gradex (u = m*u + g). With m > 0 gradex applies momentum on every path: "
      "dense-policy tensors and DGC's dense warm-up steps send u (SGD with momentum on the average), "
@@ -219,6 +225,14 @@ const std::vector<VarSpec>& registry() {
      "the inline maximum the ring where the cost model (the link probe's alpha and beta, agreed "
      "from rank 0, and every rank's payload size) predicts it faster, counting an overflow of "
      "GRADEX_PORT_QUEUE_MS across hosts as a retransmission timeout. Same results either way."},
+    {"GRADEX_DENSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct", kEngine,
+     "How a dense bucket is summed: ring (2(P-1) message latencies, one message in and out of each "
+     "rank at a time), direct (a reduce-scatter to each segment's owner and an allgather from it: "
+     "2 message latencies whatever the world size, P-1 messages into each rank at once) or auto: "
+     "direct where the link model (the link probe's alpha and beta, agreed from rank 0, with "
+     "GRADEX_PORT_QUEUE_MS's incast term across hosts) predicts it at least 10% faster, as on links "
+     "whose latency outweighs a bucket's bytes. Same bits either way (the owner sums in the ring's "
+     "order). The hierarchical exchange keeps its own collectives."},
     {"GRADEX_PORT_QUEUE_MS", VarType::kFloat, "1", 0, 1000, false, false, nullptr, kEngine,
      "How much traffic a switch port between hosts buffers, in milliseconds at the link's measured "
      "bandwidth. GRADEX_SPARSE_COLLECTIVE=auto sends payloads directly only while what one rank "

@@ -1,7 +1,9 @@
 // Exchange modes driven through the sync engine (the path a framework plugin takes): each mode
 // opens its own engine with a few GRADEX_* settings on top of the environment's, registers the
 // model's tensors by name and submits them every step, as a plugin would after backward.
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,10 +20,14 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 
 class EngineMode : public ExchangeMode {
  public:
-  EngineMode(ModeContext& ctx, const Settings& settings) : model_(ctx.model) {
+  // `settings` override the environment; `defaults` apply where the environment is silent.
+  EngineMode(ModeContext& ctx, const Settings& settings, const Settings& defaults)
+      : model_(ctx.model) {
     config::Config config = ctx.config;
     for (const auto& [name, value] : settings)
       config.set(name, value);
+    for (const auto& [name, value] : defaults)
+      if (config.source_of(name) == config::Source::kDefault) config.set(name, value);
     local_sgd_ = config.get_int("GRADEX_LOCALSGD_PERIOD") > 0;
     engine_ = std::make_unique<sync::Engine>(
         std::move(config), comm::make_prefix_store(ctx.store, "engine/" + ctx.name + "/"),
@@ -50,6 +56,8 @@ class EngineMode : public ExchangeMode {
     return engine_->stats(false).control_bytes;
   }
 
+  std::string codec_mix() const override { return codec_mix_of_plan(engine_->explain()); }
+
  private:
   // Submits every tensor (in profile order, as backward would hand them over), then waits for all.
   void exchange(float* base, bool average) {
@@ -70,19 +78,61 @@ class EngineMode : public ExchangeMode {
   std::vector<uint64_t> handles_;
 };
 
-std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settings settings) {
-  return [settings](ModeContext& ctx) { return std::make_unique<EngineMode>(ctx, settings); };
+std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settings settings,
+                                                                          Settings defaults = {}) {
+  return [settings, defaults](ModeContext& ctx) {
+    return std::make_unique<EngineMode>(ctx, settings, defaults);
+  };
 }
 
 }  // namespace
+
+std::string codec_mix_of_plan(const std::string& text) {
+  if (text.rfind("GRADEX_POLICY=auto", 0) != 0) return "";
+  std::istringstream lines(text);
+  std::string line;
+  bool in_table = false;
+  std::map<std::string, std::pair<int, double>> mix;  // codec -> (tensors, values)
+  while (std::getline(lines, line)) {
+    if (line.rfind("tensor ", 0) == 0) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table) continue;
+    std::istringstream fields(line);
+    std::string name, codec, sparsity;
+    double elements = 0;
+    if (!(fields >> name >> elements >> codec)) break;  // the table ends at its first non-row
+    if ((codec == "dgc" || codec == "adam") && fields >> sparsity) codec += " " + sparsity;
+    auto& [tensors, values] = mix[codec];
+    ++tensors;
+    values += elements;
+  }
+  std::ostringstream out;
+  out.precision(3);
+  for (const auto& [codec, counts] : mix)
+    out << (out.tellp() > 0 ? ", " : "") << codec << " " << counts.first << " tensors ("
+        << counts.second / 1e6 << " M values)";
+  return out.str();
+}
 
 std::vector<ModeSpec> engine_modes() {
   return {
       // DGC as the paper runs it: momentum correction at 0.9 (GRADEX_MOMENTUM's default is 0, which
       // the plugins change only for an SGD optimizer with momentum); the same for auto, so that
       // auto and the fixed modes compare like with like.
+      // The default policy twice: in its steady state (what every step after the early-training
+      // ramp runs: the ramp lifted unless the environment sets one), and inside the ramp's first
+      // quarter, where the measured steps of a short run fall (DGC capped at 75%, which at a few
+      // ranks sends more than a dense 16-bit ring, so the cost model sends 16-bit there).
       {"auto",
-       "GRADEX_POLICY=auto (the default): per-tensor codec from the cost model, momentum 0.9",
+       "GRADEX_POLICY=auto (the default) in its steady state, past the early-training ramp "
+       "(GRADEX_POLICY_RAMP_STEPS=0 unless set): per-tensor codec from the cost model, momentum 0.9",
+       engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}},
+                      {{"GRADEX_POLICY_RAMP_STEPS", "0"}})},
+      {"auto_ramp",
+       "GRADEX_POLICY=auto (the default) inside the first quarter of its early-training ramp "
+       "(GRADEX_POLICY_RAMP_STEPS' default: DGC capped at 75% for its first 25 steps), momentum 0.9",
        engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"fixed",
        "GRADEX_POLICY=fixed: DGC 99.9% for large tensors, fused fp16 for small, "

@@ -49,6 +49,7 @@ struct ModeReport {
   double check_error = 0;  // worst |error| / tolerance over the checks (0: not an average)
   double control_bytes =
       -1;  // negotiation bytes per step per rank (-1: the mode does not negotiate)
+  std::string codec_mix;  // this rank's (ExchangeMode::codec_mix)
 };
 
 // "[exchange] dense_fp16 step 7/25": rewritten in place on a terminal, one line per mode otherwise.
@@ -127,6 +128,7 @@ ModeReport finish_mode(RankContext& ctx, ModeRun& run) {
   report.wire_bytes = mean(mean_over_ranks(comm, run.bytes));
   report.check_error = maximum(max_over_ranks(comm, {run.check_error}));
   if (run.mode->control_bytes()) report.control_bytes = mean(mean_over_ranks(comm, run.control));
+  report.codec_mix = run.mode->codec_mix();  // every rank holds the same plan
   return report;
 }
 
@@ -200,6 +202,16 @@ void print_report(const RankContext& ctx, const ModelProfile& model, const Excha
       "(per step and rank; wire = bytes sent, dense = an fp32 ring's 2(P-1)/P x 4 bytes x "
       "params, ratio = dense / wire, check = worst error / tolerance vs the exact "
       "average)\n");
+  for (const ModeReport& r : reports)
+    if (!r.codec_mix.empty()) std::printf("%s codecs: %s\n", r.name.c_str(), r.codec_mix.c_str());
+  for (const ModeReport& r : reports) {
+    if (r.name.rfind("auto", 0) != 0) continue;
+    std::printf(
+        "auto = the default policy past its early-training ramp, auto_ramp = inside it; "
+        "`gradex-bench plan --model %s` prints each tensor's choice and why\n",
+        model.name.c_str());
+    break;
+  }
   std::printf("%s\n", result.str().c_str());
   std::fflush(stdout);
 }

@@ -42,7 +42,13 @@ class ExchangeMode {
   // Bytes of negotiation messages this rank has sent so far (included in bytes_sent()), for modes
   // that negotiate (the sync engine); nullopt for the others.
   virtual std::optional<uint64_t> control_bytes() const { return std::nullopt; }
+  // Under GRADEX_POLICY=auto, the codecs the newest plan chose ("16-bit 120 tensors (3.1 M values),
+  // dgc 99.9% 41 (22.0 M)"); "" for the other modes.
+  virtual std::string codec_mix() const { return ""; }
 };
+
+// codec_mix()'s line from gradex_explain's text ("" when it is not an auto plan).
+std::string codec_mix_of_plan(const std::string& explain_text);
 
 struct ModeSpec {
   std::string name;         // RESULT keys are "<name>_step_ms" etc.: [a-z0-9_]

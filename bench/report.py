@@ -13,7 +13,7 @@ RESULT keys: gloo_over_dgc999_1g, powersgd_over_dgc999_1g (the faster PowerSGD r
 gloo_over_dgc999_10g, dense_over_auto_loopback: step-time ratios from the ResNet-50 profile (or the
 first model run); >1 means gradex's mode is faster. auto_over_best_fixed_<rate> (rate tags 100m, 1g, 10g,
 loopback): the auto mode's step time over the fastest of dense_fp32, dense_fp16, dgc99 and dgc999 in the
-same run (issue #19: <= 1.05); best_fixed_<rate> names that mode in the report, not in the RESULT line.
+same run (target <= 1.05); best_fixed_<rate> names that mode in the report, not in the RESULT line.
 From the race (bench/train/race_report.py): ttt_<task>_<method>_s and steps_to_target_<task>_<method>
 (medians over seeds; nan: not reached), ddp_over_gradex_ttt_<task>, steps_ratio_<task>,
 accuracy_diff_<task>, and the same with the rate's tag for the race's other rates. From the hierarchical
@@ -43,7 +43,7 @@ END = "<!-- END bench/run -->"
 DGC999 = ("dgc999",)
 DENSE = ("dense_fp32",)
 AUTO = ("auto",)
-BEST_FIXED = ("dense_fp32", "dense_fp16", "dgc99", "dgc999")  # issue #19: auto against the best of these
+BEST_FIXED = ("dense_fp32", "dense_fp16", "dgc99", "dgc999")  # auto is judged against the best of these
 GLOO, POWERSGD = "gloo_fp32", ("powersgd_r1", "powersgd_r4")
 AUTO_SLACK = 1.05  # auto's step time may be at most this times the best fixed mode's
 TARGETS = [  # (RESULT key, what, bound, "min" or "max")
@@ -52,7 +52,7 @@ TARGETS = [  # (RESULT key, what, bound, "min" or "max")
     ("gloo_over_dgc999_10g", "10 Gbit/s: gloo dense fp32 / gradex DGC 99.9%", 3.0, "min"),
     ("dense_over_auto_loopback", "loopback: gradex dense fp32 / default policy (auto)", 1 / 1.1, "min"),
 ]
-AUTO_RATES = ("100m", "1g", "10g", "loopback")  # issue #19's rates, "loopback" being the unshaped one
+AUTO_RATES = ("100m", "1g", "10g", "loopback")  # the suite's rates, "loopback" being the unshaped one
 RATE_NAMES = {"100m": "100 Mbit/s", "1g": "1 Gbit/s", "10g": "10 Gbit/s", "loopback": "unshaped (loopback)"}
 AUTO_TARGETS = [(f"auto_over_best_fixed_{t}", f"{RATE_NAMES[t]}: auto / best fixed mode", AUTO_SLACK, "max")
                 for t in AUTO_RATES]
@@ -79,7 +79,7 @@ def short(label):
 
 
 def best_fixed(modes):
-    """The fastest (median step) of the fixed modes issue #19 names, or None."""
+    """The fastest (median step) of the fixed modes in BEST_FIXED, or None."""
     present = [m for m in BEST_FIXED if m in modes and modes[m].get("step_ms")]
     return min(present, key=lambda m: modes[m]["step_ms"]) if present else None
 
@@ -167,9 +167,7 @@ def exchange_tables(ex, rel):
     lines += ["LocalSGD modes: the median is a local step (no gradient traffic); the mean includes the "
               "parameter average every H steps, so compare their means. `ddp_nocomm` is DDP's own "
               "cost (gradient copies into buckets and back), contained in every PyTorch row.", ""]
-    descriptions = ex.get("descriptions", {})
-    if descriptions:
-        lines += ["Modes:", ""] + [f"- `{m}`: {d}" for m, d in descriptions.items()] + [""]
+    # The modes themselves are described once, in docs/benchmark_details.md (METHOD_LINK).
     return lines
 
 
@@ -242,7 +240,7 @@ def target_table(ex, values, model, targets=None):
 
 
 def auto_lines(ex, values, model):
-    """Issue #19's auto-policy targets: which fixed mode was best at each rate, and how auto ran."""
+    """The auto-policy targets: which fixed mode was best at each rate, and how auto ran."""
     policy = ex.get("policy", {})
     lines = [policy.get("note", "auto ran in the same program as the fixed modes (an older run)") + ".", ""]
     lines += target_table(ex, values, model, AUTO_TARGETS)
@@ -268,101 +266,10 @@ def machine_lines(m, ex):
             f"{m['cores']} cores, so CPU-heavy modes are slower here than on {ex.get('hosts', '?')} real machines"]
 
 
-METHOD = """\
-**Emulated cluster** (`bench/cluster/cluster.sh`): each host is a network namespace `gx-h<i>` with one
-interface `eth0` (198.18.0.<i+1>/24, the benchmarking range; `--cluster-name`/`--subnet` change both),
-cabled by a veth pair to a bridge in a switch namespace `gx-sw`. Both directions of every link are
-shaped by a tbf qdisc at the link rate (burst 1 ms at line rate, queue 5 ms); loopback ("unshaped") runs
-every rank inside `gx-h0` on its own `lo`. Nothing attaches to the root namespace. `bench/run` creates the
-cluster, and removes it on exit, on failure and on Ctrl-C; a detached watchdog removes it if `bench/run`
-is killed outright.
-
-**Transport**: the namespaces share one kernel and `/dev/shm`, so ranks run with `UCX_TLS=tcp,self`
-and `GRADEX_IFACE=eth0` (gloo: `GLOO_SOCKET_IFNAME=eth0`): all traffic between hosts crosses the shaped
-links.
-
-**Per-step exchange**: `gradex-bench exchange` (one process per host, under `RANK`/`WORLD_SIZE`/
-`MASTER_ADDR`) and the PyTorch baselines (`bench/baselines/rank.py`: stock DDP over gloo, with
-PyTorch's own `fp16_compress_hook` and `powerSGD_hook`) replay the same profile's per-tensor
-gradient shapes (`bench/models/`) with the same gradient recipe (heavy-tailed, fan-in scaled, 30 %
-of the variance shared across ranks, fresh every step). The baselines inject each rank's gradients
-into `backward()` of a DDP model with the profile's parameters, so DDP buckets (25 MB) and calls its
-hooks as in training; `ddp_nocomm` is the same with a hook that does nothing (DDP's own cost).
-PowerSGD's hook issues collectives from future callbacks, which interleave differently across ranks
-with gloo; the harness therefore finishes each bucket before DDP hands over the next one. gradex's
-fixed modes run in one program under `GRADEX_POLICY=fixed` and `auto` in another under
-`GRADEX_POLICY=auto` (when the build declares the variable; otherwise `auto` is the default policy),
-with 2 more warm-up steps, so that a policy that measures before it decides is judged after deciding;
-each program ends with a sentinel mode whose figures are dropped (the counters of a mode close when the
-next one starts). Below 1 Gbit/s fewer steps are measured (a dense fp32 ResNet-50 step takes ~12 s at
-100 Mbit/s).
-
-**Measures**: step time = the slowest rank's time per step, median over the measured steps after
-warm-up; CPU time = process CPU time per step and rank (all threads); wire bytes = the kernel's
-counters of the hosts' veth interfaces (bytes transmitted after shaping: payload, TCP/IP headers and
-ACKs), sampled when rank 0 starts the first measured step and when it starts the next mode, divided
-by steps and hosts. "own count" is what gradex counted itself (payload only), for comparison.
-
-**Time to accuracy** (`bench/train/`): 4 hosts, one rank each, train students on generated tasks
-(`bench/train/task.py`, nothing downloaded; 5,000 test examples each) with different horizons: `short`
-(a 20-class gaussian mixture, MLP 32-2048-2048-20; DDP reaches the target in ~50 of 100 steps), `mlp`
-(a teacher MLP's labels, MLP 64-2048-2048-10; ~170 of 250), `conv` (a teacher convnet's labels, a
-convnet with BatchNorm, 5.3 M parameters; full suite) and, opt-in, `long` (a 50-class teacher, MLP
-64-1536-1536-1536-50; ~1,100-1,300 of 1,600). 16 examples per rank and step, SGD with a cosine learning
-rate from 0.05 over a fixed number of steps (the same for every task and method: nothing is tuned to a
-policy); momentum 0.9 in the optimizer, or inside gradex where gradex owns it (`GRADEX_MOMENTUM`, the
-optimizer then runs at 0). Each seed sets the initial weights and the data order, the same for every
-method. The clock sums rank 0's training steps (forward, backward with the exchange, optimizer step,
-LocalSGD's averaging); evaluations pause it. The test accuracy is measured every 10 steps (sharded over
-the ranks); time and steps to target are those of the first evaluation at or above the target; bytes
-per host are the kernel's transmit counter of each host's `eth0` over training steps only. The first
-link rate is the reference, where every method trains; at the others only `gradex_auto` (whose codecs
-follow the link) trains again, and the other methods, whose arithmetic is the same on any link, time 10
-steps there: their time to target is derived (reference steps ÷ steps/s at that rate). Methods
-(`bench/train/methods.py`): `ddp` (gloo fp32 allreduce), `gradex_auto` (`gx.hook` under
-`GRADEX_POLICY=auto`), `torch_fp16`, `powersgd_r1`/`_r4` (PyTorch's hooks), `gradex_default` (`gx.hook`,
-nothing overridden), `gradex_dgc` (DGC 99.9 % on every tensor), `gradex_localsgd` (`gx.LocalSGD`, H = 4
-after 10 synchronous dense fp16 steps), and `nocomm`: DDP with a hook that returns the bucket as is,
-i.e. this machine's compute bound in steps per second.
-
-**Hierarchical exchange** (`bench/cluster/hierarchy_suite.py`, `bench/run --hierarchy`): 2 ranks per
-host namespace (so `host_identity()` puts them on one host and one shaped link; shared memory inside the
-host), placed host by host; `gradex-bench exchange` with the default policy and with dense 16-bit
-(`GRADEX_SPARSITY=0`), each with `GRADEX_HIERARCHICAL=0` (flat) and with gradex's default; bytes are
-each host's veth counters per measured step."""
-
-REAL_MACHINES = """\
-Everything above runs unchanged on real machines; only the namespaces go away.
-
-1. Build on every machine (`bash scripts/setup.sh`) with the same commit.
-2. Pick the interface that carries the traffic between machines (`ip -br addr`) and export it on
-   every machine: `export GRADEX_IFACE=eth1 GLOO_SOCKET_IFNAME=eth1` (UCX then uses only that
-   device; without it UCX may choose another network). Do not set `UCX_TLS`: across machines UCX
-   picks tcp by itself, and shared memory within a machine.
-3. Start one rank per machine with torchrun (its rendezvous sets `RANK`, `WORLD_SIZE`,
-   `MASTER_ADDR`, `MASTER_PORT`, which both gradex-bench and the baselines read):
-
-   ```bash
-   # on each of the 4 machines, node_rank 0..3; 10.0.0.1 = machine 0
-   torchrun --nnodes 4 --nproc-per-node 1 --node-rank $NODE --master-addr 10.0.0.1 \\
-       --master-port 29500 --no-python \\
-       build/bin/gradex-bench exchange --model resnet50 --steps 20 --warmup 5
-   torchrun --nnodes 4 --nproc-per-node 1 --node-rank $NODE --master-addr 10.0.0.1 \\
-       --master-port 29501 bench/baselines/rank.py --model resnet50 --steps 20 --warmup 5
-   torchrun ... bench/train/train_rank.py --task mlp --method gradex_default --target 0.72 --out gx.json
-   ```
-
-   gradex-bench also runs under Open MPI (it reads `OMPI_COMM_WORLD_RANK`/`SIZE`; the rendezvous
-   still needs `MASTER_ADDR`/`MASTER_PORT`): `mpirun -np 4 -H m0,m1,m2,m3 -x MASTER_ADDR=10.0.0.1
-   -x MASTER_PORT=29500 -x GRADEX_IFACE=eth1 build/bin/gradex-bench exchange`. The PyTorch
-   baselines and the training race use torch.distributed's `env://` rendezvous: start them with
-   torchrun (Debian's torch 1.13 torchrun needs `--redirects 2 --tee 2` on Python 3.11).
-4. Rank 0 prints the table and the `RESULT` line. Bytes on the wire: read
-   `/sys/class/net/$GRADEX_IFACE/statistics/tx_bytes` before and after on each machine (other
-   traffic on that interface counts too).
-5. Real links differ from tbf: a switch's buffers, other tenants' traffic and the NIC's offloads
-   change the absolute numbers; with one rank per machine, CPU is no longer shared between ranks, so
-   the compression modes get faster relative to this emulation."""
+# The method, the modes and the steps for real machines are hand-written in docs/benchmark_details.md;
+# the generated section links them instead of repeating them on every run.
+METHOD_LINK = ("How the suite measures (the emulated cluster, the transport, each stage's measures), what each "
+               "mode runs, and how to run it on real machines: [benchmark details](benchmark_details.md#method).")
 
 
 def render(ex, train, values, model, rel, command, hier=None):
@@ -371,11 +278,11 @@ def render(ex, train, values, model, rel, command, hier=None):
              "Data: `" + rel + "/exchange.json`, `" + rel + "/train.json`.", ""]
     machine = (ex or {}).get("machine") or (train or {}).get("machine")
     lines += ["### Machine", ""] + machine_lines(machine, ex or {"hosts": (train or {}).get("hosts")}) + [""]
-    lines += ["### Method", "", METHOD, ""]
+    lines += [METHOD_LINK, ""]
     if ex and ex.get("exchange"):
-        lines += ["### Targets: the auto policy against the best fixed mode (issue #19)", ""]
+        lines += ["### Targets: the auto policy against the best fixed mode", ""]
         lines += auto_lines(ex, values, model)
-        lines += ["### Targets (issue #5)", ""] + target_table(ex, values, model)
+        lines += ["### Targets: gradex against the PyTorch baselines", ""] + target_table(ex, values, model)
         lines += ["### Per-step gradient exchange", ""] + exchange_tables(ex, rel)
         for failure in ex.get("failures", []):
             lines.append(f"Failed: {failure}\n")
@@ -383,13 +290,12 @@ def render(ex, train, values, model, rel, command, hier=None):
         lines += ["### Time to accuracy", ""] + race_report.tables(train, rel)
     if hier and hier.get("runs"):
         lines += ["### Hierarchical exchange (several ranks per host)", ""] + hierarchy_report.tables(hier)
-    lines += ["### Running the same benchmark on real machines", "", REAL_MACHINES, "",
-              "RESULT line of this run:", "", "```", result_line(values, train, hier), "```", "", END]
+    lines += ["RESULT line of this run:", "", "```", result_line(values, train, hier), "```", "", END]
     return "\n".join(lines) + "\n"
 
 
 def result_line(values, train, hier=None):
-    """The four target ratios of issue #5 and issue #19's auto ratios always (nan when not measured), then
+    """The four baseline target ratios and the auto ratios always (nan when not measured), then
     every other ratio, then the race's values (race_report.values), then the hierarchical exchange's."""
     fixed = [key for key, _, _, _ in TARGETS + AUTO_TARGETS]
     keys = fixed + sorted(k for k in values if k not in fixed)

@@ -15,6 +15,7 @@
 #include "comm/launch.h"
 #include "compress/backend/backend.h"
 #include "sync/engine.h"
+#include "sync/policy_settings.h"
 
 namespace {
 
@@ -85,6 +86,11 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
     require(options, "options");
     require(engine, "engine");
     auto config = gradex::capi::config_from_options(*options);
+    // Settings that cannot start an engine fail here, on every rank, before any rank waits for
+    // another in the bootstrap (a rank that failed after serving the store would leave its peers
+    // waiting for it until their timeout).
+    gradex::sync::resolve_policy(config);
+    gradex::sync::engine_options_from_config(config);
     auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
     int rank = options->rank, world = options->world_size;

@@ -1,4 +1,4 @@
-// The C API of membership changes and step transactions (issue #22): gradex_engine_reconfigure,
+// The C API of membership changes and step transactions: gradex_engine_reconfigure,
 // gradex_engine_abort, gradex_state_snapshot and gradex_state_rollback around sync::Engine, and the
 // store and configuration checks that gradex_outer_reconfigure shares.
 #include <memory>

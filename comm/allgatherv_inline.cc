@@ -1,4 +1,4 @@
-// allgatherv_inline: the allgatherv in one round trip for small payloads (issue #19, step 5).
+// allgatherv_inline: the allgatherv in one round trip for small payloads.
 //
 // Round 1 (tag): every rank sends every other rank one message, [u64 size] followed by the payload
 // itself when size <= inline_max_bytes (inline), or the size alone when it is larger (following).

@@ -9,12 +9,11 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
-#include "compress/backend/adam_codec.h"
-#include "compress/backend/dct_adam_codec.h"
 #include "compress/dgc/compressor.h"
 #include "compress/dgc/parallel.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_tensor.h"
+#include "sync/codec_factory.h"
 #include "sync/policy.h"
 
 namespace gradex::sync {
@@ -56,31 +55,20 @@ void BackendPath::attach(TensorState& t, bool cuda) {
 }
 
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
-  compress::DgcOptions o = compress::dgc_options_from_config(config_, world_size_);
-  o.sparsity = sparsity;
-  o.clip_norm = 0;  // the engine clips (whole-step norm)
+  compress::DgcOptions o =
+      sparse_codec_options(sparse_codec_kind(options_), config_, options_, world_size_, sparsity);
   // The prepare stage spreads a unit's tensors over the pool (Engine::prepare_unit); a unit holds
   // about GRADEX_SPARSE_GROUP_MB of gradient (a larger tensor travels alone), so a tensor larger
   // than a 1/(2T) share of that is split across threads too. Splitting never changes a result.
   o.parallel_min_elements = compress::dgc::split_min_elements(
       shared_pool().threads(), std::max<uint64_t>(options_.sparse_group_bytes / 4, 1));
-  if (options_.adam_codec) {
-    o.momentum = 0;  // the optimizer keeps its moments
-    o.residual_dct_chunk = options_.adam_dct_chunk;
-  }
   return o;
 }
 
 std::unique_ptr<be::DgcCodec> BackendPath::make_codec(const TensorState& t,
                                                       const compress::DgcOptions& options) const {
-  const compress::WireOptions wire = compress::wire_options_from_config(config_);
-  if (options_.adam_codec && options_.adam_dct_chunk > 0)
-    return std::make_unique<be::DctAdamCodec>(*t.backend->backend, t.key, t.numel, t.rows, options,
-                                              wire, options_.adam_decay);
-  if (options_.adam_codec)
-    return std::make_unique<be::AdamCodec>(*t.backend->backend, t.key, t.numel, options, wire,
-                                           options_.adam_decay);
-  return std::make_unique<be::DgcCodec>(*t.backend->backend, t.key, t.numel, options, wire);
+  return make_sparse_codec(sparse_codec_kind(options_), *t.backend->backend, t.key, t.numel, t.rows,
+                           options, compress::wire_options_from_config(config_), options_);
 }
 
 void BackendPath::bind(TensorState& t, be::BackendPtr backend) {

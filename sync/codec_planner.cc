@@ -10,22 +10,14 @@
 
 #include <time.h>
 
-#include "base/cpu_time.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/collectives.h"
 #include "comm/host_identity.h"
-#include "comm/reduce.h"
-#include "compress/backend/adam_codec.h"
-#include "compress/backend/backend.h"
-#include "compress/backend/dct_adam_codec.h"
-#include "compress/backend/dgc_codec.h"
-#include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/pipeline.h"
-#include "sync/transport_cpu.h"
 
 namespace gradex::sync {
 namespace {
@@ -270,227 +262,13 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   ++plans_made_;
 }
 
-void CodecPlanner::measure_codecs() {
-  // Measured alone, at start-up, on ~2^18 elements on the host backend: gradex's momentum, the
-  // fp32 bucket's copies, the 16-bit cast there and back, the rings' sums, the 8-bit codec, and
-  // DGC's step (at the ladder's highest sparsity) with the decode of its payload. The units'
-  // measured times correct them later (observe_unit, Snapshot::codec_factor).
-  //
-  // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), on a tensor small enough to stay on
-  // this thread (the kernels split work over the pool from 2^18 elements): the cost of the work
-  // itself, not the time other programs took the core. Wall time read up to 10x too high on a
-  // shared 2-core host. Even CPU time moves with the load (caches and memory bandwidth shared
-  // with other programs: DGC's encode read 0.66-1.95 ns per element between runs), and which
-  // codec looked cheap then depended on which measurement the load fell on. So every measurement
-  // runs once per round, kRounds interleaved rounds, and each codec's number is the median of its
-  // rounds: the codecs are compared over the same stretch of time, and a round that a burst of
-  // load hit moves no median.
-  namespace be = compress::backend;
-  // Just under the codec's parallel threshold (2^18): one thread, fixed costs amortised.
-  constexpr size_t kN = (1u << 18) - 1024;
-  constexpr int kRounds = 7;
-  const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
-  const be::StreamPtr stream = backend->create_stream();
-  std::vector<float> g(kN), values(kN), u(kN, 0.0f), bucket(kN);
-  uint32_t x = 0x12345678u;
-  for (float& v : g) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
+CalibrationSettings CodecPlanner::calibration() const {
+  CalibrationSettings s{config_, options_, world_size_, options_.sparsity, options_.adam_sparsity};
+  if (!planner_.choice.ladder.empty()) {
+    s.dgc_sparsity = planner_.choice.ladder.back();
+    s.adam_sparsity = planner_.choice.ladder.back();
   }
-  const DType half_type = options_.half_on_wire ? options_.half_type : DType::kFloat16;
-  const float divisor = static_cast<float>(std::max(world_size_, 1));
-  std::vector<uint16_t> half(kN), half_acc(kN);
-  backend->to_half(g.data(), half_acc.data(), kN, half_type, 0.25f, *stream);
-  namespace q8 = be::int8;
-  std::vector<uint8_t> int8_bytes(q8::encoded_size(kN));
-  std::vector<float> int8_residual(kN, 0.0f);
-  const double sparsity =
-      planner_.choice.ladder.empty() ? options_.sparsity : planner_.choice.ladder.back();
-  compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
-  dgc.sparsity = sparsity;
-  dgc.clip_norm = 0;
-  be::DgcCodec codec(*backend, "gradex.probe", kN, dgc,
-                     compress::wire_options_from_config(config_));
-  std::vector<uint8_t> payload;
-  values = g;
-  codec.encode_step(values.data(), 1.0f, *stream, payload);  // warms buffers and the threshold
-
-  enum Measure {
-    kMomentum,
-    kGather,
-    kDivide,
-    kToHalf,
-    kFromHalf,
-    kSumFp32,
-    kSumHalf,
-    kInt8Encode,
-    kInt8Sum,
-    kInt8Decode,
-    kDgcEncode,
-    kDgcDecode,
-    kMeasures
-  };
-  auto run = [&](int m) {
-    switch (m) {
-      case kMomentum:  // gradex's momentum: part of every dense unit's prepare stage
-        if (options_.momentum > 0)
-          backend->apply_momentum(values.data(), u.data(), kN, options_.momentum, options_.nesterov,
-                                  1.0f, *stream);
-        break;
-      case kGather:  // an fp32 bucket: gathered into the ring's buffer (prepare) ...
-        std::copy(g.begin(), g.end(), bucket.begin());
-        break;
-      case kDivide:  // ... and divided back into the tensor (sync/dense_exchange.cc)
-        for (size_t j = 0; j < kN; ++j)
-          values[j] = bucket[j] / divisor;
-        break;
-      case kToHalf:
-        backend->to_half(g.data(), half.data(), kN, half_type, 0.5f, *stream);
-        break;
-      case kFromHalf:
-        backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream);
-        break;
-      case kSumFp32:  // the rings' reduce-scatter sums on each wire type (comm/reduce.h)
-        comm::sum_into(bucket.data(), values.data(), kN, DType::kFloat32);
-        break;
-      case kSumHalf:
-        comm::sum_into(half_acc.data(), half.data(), kN, half_type);
-        break;
-      case kInt8Encode:
-        q8::encode(g.data(), int8_residual.data(), kN, int8_bytes.data());
-        break;
-      case kInt8Sum:
-        q8::decode_add(int8_bytes.data(), kN, values.data());
-        break;
-      case kInt8Decode:
-        q8::decode(int8_bytes.data(), kN, values.data());
-        break;
-      case kDgcEncode:
-        payload.clear();
-        values = g;
-        codec.encode_step(values.data(), 1.0f, *stream, payload);
-        break;
-      case kDgcDecode:
-        codec.sum_payloads({{payload.data(), payload.size()}}, 1.0f, values.data(), *stream);
-        break;
-    }
-  };
-  std::array<std::vector<double>, kMeasures> samples;
-  for (int round = 0; round < kRounds; ++round) {
-    for (int m = 0; m < kMeasures; ++m) {
-      if (m == kMomentum) values = g;
-      const double a = thread_cpu_seconds();
-      run(m);
-      samples[static_cast<size_t>(m)].push_back(thread_cpu_seconds() - a);
-    }
-  }
-  auto median = [&](int m) {
-    std::vector<double>& v = samples[static_cast<size_t>(m)];
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  const double momentum_s = options_.momentum > 0 ? median(kMomentum) : 0.0;
-  model_.observe_codec(cost::Codec::kFp32, kN, momentum_s + median(kGather), median(kDivide));
-  model_.observe_codec(cost::Codec::kHalf, kN, momentum_s + median(kToHalf), median(kFromHalf));
-  model_.observe_reduce(cost::Codec::kFp32, kN, median(kSumFp32));
-  model_.observe_reduce(cost::Codec::kHalf, kN, median(kSumHalf));
-  // The 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of 1/P,
-  // then the decode of every segment.
-  const double owner = 1.0 / static_cast<double>(std::max(world_size_, 1));
-  model_.observe_codec(cost::Codec::kInt8, kN,
-                       momentum_s + median(kInt8Encode) * (1.0 + owner) + median(kInt8Sum),
-                       median(kInt8Decode));
-  model_.observe_codec(cost::Codec::kDgc, kN, median(kDgcEncode), median(kDgcDecode),
-                       compress::dgc::target_count(kN, sparsity));
-}
-
-void CodecPlanner::measure_adam_codec() {
-  // The Adam codec as the engine builds it (BackendPath::make_codec: the chunked DCT unless
-  // GRADEX_ADAM_TRANSFORM=none), at its sparsity, measured as measure_codecs measures DGC: this
-  // thread's CPU time, the least of kRepeats runs. On 255 x 256 elements (blocks of 51 x 64 at
-  // the default chunk, as a weight's): under 2^16, where the DCT would spread its blocks over
-  // the pool and this thread's clock would miss the pool's share. The decode sums the world's P
-  // payloads and, with the DCT, transforms the tensor back: priced per element of the tensor.
-  if (planner_.choice.ladder.empty()) return;  // GRADEX_ADAM_SPARSITY=0: no sparse rung
-  namespace be = compress::backend;
-  constexpr uint64_t kRows = 255;
-  constexpr size_t kN = kRows * 256;
-  const be::BackendPtr backend = be::get_backend(be::DeviceType::kCpu);
-  const be::StreamPtr stream = backend->create_stream();
-  std::vector<float> g(kN), values(kN);
-  uint32_t x = 0x9e3779b9u;
-  for (float& v : g) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(static_cast<int32_t>(x)) * 4.6566e-10f;
-  }
-  const double sparsity = planner_.choice.ladder.back();
-  compress::DgcOptions dgc = compress::dgc_options_from_config(config_, world_size_);
-  dgc.sparsity = sparsity;
-  dgc.clip_norm = 0;
-  dgc.momentum = 0;  // the optimizer keeps its moments
-  dgc.residual_dct_chunk = options_.adam_dct_chunk;
-  const compress::WireOptions wire = compress::wire_options_from_config(config_);
-  std::unique_ptr<be::DgcCodec> codec;
-  if (options_.adam_dct_chunk > 0)
-    codec = std::make_unique<be::DctAdamCodec>(*backend, "gradex.probe.adam", kN, kRows, dgc, wire,
-                                               options_.adam_decay);
-  else
-    codec = std::make_unique<be::AdamCodec>(*backend, "gradex.probe.adam", kN, dgc, wire,
-                                            options_.adam_decay);
-  constexpr int kRepeats = 5;
-  auto least = [&](auto&& body) {
-    double best = 0;
-    for (int r = 0; r < kRepeats; ++r) {
-      const double a = thread_cpu_seconds();
-      body();
-      const double s = thread_cpu_seconds() - a;
-      if (r == 0 || s < best) best = s;
-    }
-    return best;
-  };
-  std::vector<uint8_t> payload;
-  values = g;
-  codec->encode_step(values.data(), 1.0f, *stream, payload);  // warms buffers and the threshold
-  const double encode_s = least([&] {
-    payload.clear();
-    values = g;
-    codec->encode_step(values.data(), 1.0f, *stream, payload);
-  });
-  const std::vector<compress::wire::PayloadSpan> received(
-      static_cast<size_t>(std::max(world_size_, 1)), {payload.data(), payload.size()});
-  const float scale = 1.0f / static_cast<float>(std::max(world_size_, 1));
-  const double decode_s = least([&] {
-    std::fill(values.begin(), values.end(), 0.0f);
-    codec->sum_payloads(received, scale, values.data(), *stream);
-  });
-  model_.observe_codec(cost::Codec::kAdam, kN, encode_s, decode_s);
-  model_.observe_adam_payload(compress::dgc::target_count(kN, sparsity), payload.size());
-  GX_LOG(kDebug) << "GRADEX_POLICY=auto: adam codec " << encode_s / kN * 1e9 << " ns encode, "
-                 << decode_s / kN * 1e9 << " ns decode per element, "
-                 << static_cast<double>(payload.size()) /
-                        static_cast<double>(compress::dgc::target_count(kN, sparsity))
-                 << " bytes per value";
-}
-
-void CodecPlanner::measure_transport_cpu(const cost::ProbeResult* probe) {
-  // The transport's CPU per byte sent and received: rank 0's thread over the probe's largest
-  // round trips through this communicator (its copies, protocol and progress work: what a ring
-  // pays per byte besides the wire), else a TCP loopback connection driven by this thread alone
-  // (the kernel's share only: reads low where the transport copies again in user space).
-  if (probe != nullptr && probe->transport_bytes > 0) {
-    model_.observe_transport(probe->transport_bytes, probe->transport_cpu_s);
-    GX_LOG(kDebug) << "GRADEX_POLICY=auto: transport CPU "
-                   << probe->transport_cpu_s / static_cast<double>(probe->transport_bytes) * 1e9
-                   << " ns per byte (link probe)";
-    return;
-  }
-  const cost::TransportSample t = cost::measure_transport();
-  model_.observe_transport(t.bytes, t.seconds);
-  GX_LOG(kDebug) << "GRADEX_POLICY=auto: transport CPU over " << t.via << ": "
-                 << (t.bytes ? t.seconds / static_cast<double>(t.bytes) * 1e9 : 0.0)
-                 << " ns per byte ("
-                 << (t.bytes ? t.wall_seconds / static_cast<double>(t.bytes) * 1e9 : 0.0)
-                 << " ns wall)";
+  return s;
 }
 
 void CodecPlanner::on_reconfigure(int world_size) {
@@ -515,8 +293,10 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
                                  BackendPath& path, std::mutex& state_mutex) {
   if (!probed_) {
     probed_ = true;
-    measure_codecs();
-    if (planner_.choice.sparse_codec == cost::Codec::kAdam) measure_adam_codec();
+    calibrate_codecs(model_, calibration());
+    // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
+    if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
+      calibrate_adam_codec(model_, calibration());
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
@@ -525,10 +305,10 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
         for (int c = 0; c < cost::kPeerClasses; ++c)
           if (r.link[static_cast<size_t>(c)].measured)
             model_.set_link(static_cast<cost::PeerClass>(c), r.link[static_cast<size_t>(c)]);
-        measure_transport_cpu(&r);
+        calibrate_transport(model_, &r);
         hosts = std::move(r.hosts);
       } else {
-        measure_transport_cpu(nullptr);
+        calibrate_transport(model_, nullptr);
         const std::string me = comm::host_identity(comm.options().host_id);
         for (const comm::Bytes& b : comm::allgatherv(comm, me.data(), me.size()))
           hosts.emplace_back(b.begin(), b.end());

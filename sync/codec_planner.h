@@ -43,6 +43,7 @@
 
 #include "base/config.h"
 #include "comm/communicator.h"
+#include "sync/codec_calibration.h"
 #include "sync/codec_choice.h"
 #include "sync/cost_model.h"
 #include "sync/link_probe.h"
@@ -130,13 +131,8 @@ class CodecPlanner {
   std::vector<cost::TensorInput> inputs_of(const cost::Snapshot& numbers,
                                            const std::map<std::string, cost::Rung>* rungs) const;
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
-  // The codecs' per-element costs measured alone at start-up (this rank; rank 0's count).
-  void measure_codecs();
-  // GRADEX_OPTIMIZER=adam: the Adam codec's costs and bytes per value, measured alone at start-up.
-  void measure_adam_codec();
-  // The transport's CPU per byte (cost::CodecCosts::transport_s_per_byte): from the link probe's
-  // round trips when it ran (`probe`), else from a loopback connection (sync/transport_cpu.h).
-  void measure_transport_cpu(const cost::ProbeResult* probe);
+  // What sync/codec_calibration.h measures at start-up: this planner's settings.
+  CalibrationSettings calibration() const;
   TensorPolicy policy_of(const cost::Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 

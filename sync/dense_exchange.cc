@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
 #include "sync/backend_lane.h"
@@ -23,10 +24,6 @@ namespace {
 
 namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // One dense item as the device exchange sees it: fp32 values in `backend`'s memory.
 struct View {
@@ -174,6 +171,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     try {
       if (options.hierarchy != nullptr)
         comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire);
+      else if (options.direct_for && options.direct_for(bytes))
+        comm::direct_allreduce_sum(comm, stage, bytes / elem, wire);
       else
         comm::allreduce_sum(comm, stage, bytes / elem, wire);
     } catch (const Error& e) {

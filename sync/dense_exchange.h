@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct DenseExchangeOptions {
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
   // Non-null: buckets are summed by comm::hierarchical_allreduce_sum over this layout.
   const comm::HostTopology* hierarchy = nullptr;
+  // Otherwise by comm::direct_allreduce_sum where this says so for the bucket's wire bytes (the
+  // same bits as the ring, fewer message latencies), else by the ring. Null: the ring.
+  std::function<bool(uint64_t wire_bytes)> direct_for;
 };
 
 struct DenseCounters {

@@ -209,6 +209,10 @@ class Engine {
   void prepare_named(pipeline::Job& job, std::vector<uint8_t>& payload_out);
   void transfer(pipeline::Unit& unit);
   void transfer_int8(pipeline::Unit& unit);  // sync/int8_path.cc
+  // True when this round's DGC tensors travel as one unit: on a latency-bound link (the agreed
+  // link model) whose one latency moves all of their payloads, unless GRADEX_SPARSE_GROUP_MB was
+  // given.
+  bool latency_bound_group(const std::vector<pipeline::Job>& jobs) const;
   // A DGC unit's transfer under the hierarchical exchange (sync/hierarchical_sparse.cc): host
   // sums re-selected by their owners, one payload per host and tensor across hosts; leaves
   // unit.received holding one message per host (host order).

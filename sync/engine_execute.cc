@@ -13,8 +13,10 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
+#include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/dense_exchange.h"
 #include "sync/engine.h"
@@ -29,10 +31,6 @@ using detail::work_name;
 using pipeline::Job;
 using pipeline::Route;
 using pipeline::Unit;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 }  // namespace
 
@@ -181,7 +179,9 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::PlanOptions plan_options;
   plan_options.fusion_bytes = options_.fusion_bytes;
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
-  plan_options.sparse_group_elements = options_.sparse_group_bytes / 4;
+  plan_options.sparse_group_elements = latency_bound_group(jobs)
+                                           ? std::numeric_limits<uint64_t>::max()
+                                           : options_.sparse_group_bytes / 4;
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
@@ -192,9 +192,32 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::run(units, stages, pool, pipeline::lookahead_for(pool.threads()));
 }
 
+bool Engine::latency_bound_group(const std::vector<Job>& jobs) const {
+  // A group size the user wrote is honoured; the agreed model exists from the first sparse unit
+  // on (every rank got it in that unit's collective), so every rank plans the same units.
+  const GatherModel* model = sparse_gather_.model();
+  if (model == nullptr || !model->latency_bound() ||
+      config_.source_of("GRADEX_SPARSE_GROUP_MB") != config::Source::kDefault)
+    return false;
+  // The round's DGC payloads at their policies' sparsities, at kPayloadBytesPerValue (an fp32
+  // value and its index: the most the wire format spends on one).
+  constexpr uint64_t kPayloadBytesPerValue = 8;
+  uint64_t payload = 0;
+  for (const Job& j : jobs)
+    if (j.route == Route::kSparse)
+      payload += compress::dgc::target_count(j.tensor->numel, j.tensor->policy.sparsity) *
+                 kPayloadBytesPerValue;
+  return payload <= model->fused_payload_bytes();
+}
+
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
-  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);  // its probe is not the unit's
+  // The link probe is not the unit's: it runs before the unit's bytes are counted.
+  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);
+  const bool dense_auto = options_.dense_collective == EngineOptions::DenseCollective::kAuto;
+  if (unit.route != Route::kSparse && !unit.jobs.front()->int8 && dense_auto && world_size_ > 2 &&
+      hierarchy() == nullptr)
+    sparse_gather_.agree_model(*comm_);
   const uint64_t sent_before = comm_->bytes_sent();
   const uint64_t received_before = comm_->bytes_received();
   if (unit.route == Route::kSparse) {
@@ -217,7 +240,12 @@ void Engine::transfer(Unit& unit) {
       items.push_back(
           {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
     DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
-                                 options_.nonfinite, hierarchy()};
+                                 options_.nonfinite,    hierarchy(),           {}};
+    if (options_.dense_collective == EngineOptions::DenseCollective::kDirect) {
+      options.direct_for = [](uint64_t) { return true; };
+    } else if (const GatherModel* model = sparse_gather_.model(); dense_auto && model) {
+      options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
+    }
     // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
     if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
     if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32

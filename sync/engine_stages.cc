@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "base/wall_time.h"
 #include "compress/wire/message.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
@@ -28,9 +29,6 @@ using pipeline::Route;
 using pipeline::Unit;
 namespace wire = compress::wire;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/wall_time.h"
 #include "compress/backend/int8_codec.h"
 
 namespace gradex::sync {
@@ -15,9 +16,6 @@ namespace {
 namespace q8 = compress::backend::int8;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Bytes of the message rank k's segments make (one piece per item, in item order).
 size_t message_bytes(const std::vector<Int8Item>& items, int world, int k) {

@@ -100,6 +100,10 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.sparse_collective = collective == "ring"     ? EngineOptions::SparseCollective::kRing
                         : collective == "direct" ? EngineOptions::SparseCollective::kDirect
                                                  : EngineOptions::SparseCollective::kAuto;
+  const std::string& dense_collective = c.get_string("GRADEX_DENSE_COLLECTIVE");
+  o.dense_collective = dense_collective == "ring"     ? EngineOptions::DenseCollective::kRing
+                       : dense_collective == "direct" ? EngineOptions::DenseCollective::kDirect
+                                                      : EngineOptions::DenseCollective::kAuto;
   const std::string& hierarchical = c.get_string("GRADEX_HIERARCHICAL");
   o.hierarchical = hierarchical == "0"   ? EngineOptions::Hierarchical::kOff
                    : hierarchical == "1" ? EngineOptions::Hierarchical::kOn

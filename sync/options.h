@@ -47,6 +47,9 @@ struct EngineOptions {
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
   // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
+  // GRADEX_DENSE_COLLECTIVE: the ring or the direct allreduce for dense buckets; auto chooses per
+  // bucket from the agreed link model (sync/sparse_gather.h: GatherModel::dense_direct_for).
+  enum class DenseCollective { kAuto, kRing, kDirect } dense_collective = DenseCollective::kAuto;
   // GRADEX_HIERARCHICAL: dense buckets and sparse payloads through comm/hierarchical.h. auto: when
   // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
   enum class Hierarchical { kAuto, kOff, kOn } hierarchical = Hierarchical::kAuto;

@@ -40,15 +40,45 @@ bool GatherModel::ring_for(const std::vector<uint64_t>& following) const {
   return ring_seconds(following) < direct_seconds(following);
 }
 
+uint64_t GatherModel::fused_payload_bytes() const {
+  if (world_size < 2 || !(link.beta_s_per_byte > 0)) return 0;
+  return static_cast<uint64_t>(link.alpha_s / link.beta_s_per_byte /
+                               static_cast<double>(world_size - 1));
+}
+
 size_t GatherModel::inline_max(size_t configured) const {
+  if (latency_bound() && link.beta_s_per_byte > 0) {
+    const double in_one_latency = link.alpha_s / link.beta_s_per_byte;
+    configured = std::max(configured, static_cast<size_t>(std::min(
+                                          in_one_latency, static_cast<double>(kLatencyInlineMax))));
+  }
   if (!crosses_hosts || world_size < 2) return configured;
   const double fits = port_queue_s / link.beta_s_per_byte / static_cast<double>(world_size - 1);
   if (!(fits < static_cast<double>(configured))) return configured;
   return static_cast<size_t>(std::max(0.0, std::floor(fits)));
 }
 
+double GatherModel::dense_ring_seconds(uint64_t bytes) const {
+  const double P = world_size;
+  if (world_size < 2) return 0;
+  return link.seconds(2 * (P - 1), 2 * (P - 1) / P * static_cast<double>(bytes));
+}
+
+double GatherModel::dense_direct_seconds(uint64_t bytes) const {
+  const double P = world_size;
+  if (world_size < 2) return 0;
+  const double incoming = (P - 1) / P * static_cast<double>(bytes);  // per rank and phase
+  double t = link.seconds(2, 2 * incoming);
+  if (crosses_hosts && incoming * link.beta_s_per_byte > port_queue_s) t += 2 * kIncastPenalty;
+  return t;
+}
+
 void SparseGather::agree(comm::Communicator& comm) {
-  if (mode_ != EngineOptions::SparseCollective::kAuto || comm.size() < 2 || model_) return;
+  if (mode_ == EngineOptions::SparseCollective::kAuto) agree_model(comm);
+}
+
+void SparseGather::agree_model(comm::Communicator& comm) {
+  if (comm.size() < 2 || model_) return;
   const cost::ProbeResult probe =
       cost::probe_links(comm, comm::host_identity(comm.options().host_id));
   auto model = std::make_unique<GatherModel>();

@@ -38,9 +38,38 @@ struct GatherModel {
   double ring_seconds(const std::vector<uint64_t>& following) const;
   // True when the ring is predicted strictly faster (a tie goes direct: fewer hops).
   bool ring_for(const std::vector<uint64_t>& following) const;
-  // The inline maximum for this link: `configured`, capped across hosts so that the one-round
+  // The inline maximum for this link: `configured` (on a latency-bound link, at least what the
+  // link moves in one latency, up to kLatencyInlineMax), capped across hosts so that the one-round
   // exchange's burst ((P-1) inline payloads into one rank) fits the port's queue.
   size_t inline_max(size_t configured) const;
+
+  // A dense allreduce of `bytes` (the bucket on the wire). Both move 2(P-1)/P of it through each
+  // rank; the ring pays 2(P-1) message latencies, the direct exchange (comm::direct_allreduce_sum)
+  // 2, plus, across hosts, a retransmission timeout when one phase's (P-1) segments arriving at
+  // once overflow the port's queue.
+  double dense_ring_seconds(uint64_t bytes) const;
+  double dense_direct_seconds(uint64_t bytes) const;
+  // The direct exchange when predicted at least kDenseDirectGain faster (the results are the same
+  // bits; the margin keeps a ring that the model prices within its error).
+  static constexpr double kDenseDirectGain = 0.9;
+
+  // Latency-bound links (alpha at least kLatencyBoundS: across regions, not inside a data centre).
+  // There a saved round trip outweighs by far what the one-round gather's larger receives cost
+  // (UCX's unexpected-message path, tens of microseconds), and a unit's latency outweighs what
+  // splitting a round's DGC tensors into groups overlaps.
+  static constexpr double kLatencyBoundS = 1e-3;
+  bool latency_bound() const { return link.alpha_s >= kLatencyBoundS; }
+  // The most bytes of a round's DGC payloads (per rank) that one fused unit moves within one
+  // latency on its busiest link ((P-1) payloads): fusing up to that much costs no bandwidth time
+  // worth pipelining, and every unit fewer saves its round trips.
+  uint64_t fused_payload_bytes() const;
+  // The largest inline payload worth one round on a latency-bound link: what the link moves in
+  // one latency, at most kLatencyInlineMax (receives of this size are posted for every peer).
+  static constexpr size_t kLatencyInlineMax = 1u << 20;
+  bool dense_direct_for(uint64_t bytes) const {
+    return world_size > 2 &&
+           dense_direct_seconds(bytes) < kDenseDirectGain * dense_ring_seconds(bytes);
+  }
 };
 
 class SparseGather {
@@ -60,6 +89,8 @@ class SparseGather {
   // make the model. gather() calls it; the engine calls it first so that the probe's bytes are
   // not counted as the unit's.
   void agree(comm::Communicator& comm);
+  // The same probe whatever GRADEX_SPARSE_COLLECTIVE says (GRADEX_DENSE_COLLECTIVE=auto's model).
+  void agree_model(comm::Communicator& comm);
 
   // Forgets the agreed model: a new membership (Engine::connect) probes its own links again.
   void reset() { model_.reset(); }

@@ -1,8 +1,8 @@
-"""The hierarchical-exchange part of bench/report.py: the table, issue #19's targets and the RESULT values
+"""The hierarchical-exchange part of bench/report.py: the table, the targets and the RESULT values
 of hierarchy_suite.py's hierarchy.json."""
 import math
 
-# Issue #19's targets at 2 hosts x 2 ranks (100 Mbit/s and 1 Gbit/s), hierarchical against flat:
+# The targets at 2 hosts x 2 ranks (100 Mbit/s and 1 Gbit/s), hierarchical against flat:
 # (policy, what is compared, bound, "max" or "min").
 TARGETS = [("default", "bytes", 0.6, "max"), ("dense16", "bytes", 0.75, "max"), ("dense16", "speedup", 1.2, "min")]
 TARGET_LAYOUT = (2, 2)
@@ -89,7 +89,7 @@ def tables(hier):
             rows.append(f"| {hosts} × {local} at {rate}, {policy}: {label}, hierarchical ÷ flat | {required} | "
                         f"{_fmt(v)}{'' if v is None else '×'} | {met} |")
     if rows:
-        lines += ["Targets of issue #19 (hierarchical ÷ flat; `–`: not measured on this build):", "",
+        lines += ["Targets (hierarchical ÷ flat; `–`: not measured on this build):", "",
                   "| target | required | measured | met |", "|---|---:|---:|:---:|"] + rows + [""]
     for failure in hier.get("failures", []):
         lines += [f"Failed: {failure}", ""]

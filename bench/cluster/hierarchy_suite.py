@@ -5,7 +5,7 @@ exchange` with the default policy and with a dense 16-bit exchange, once with th
 (GRADEX_HIERARCHICAL=0) and once with gradex's default (hierarchical where a host holds >= 2 ranks).
 Per run: the step time and the bytes each host sent and received over its link, counted by the kernel
 at the host's veth (network.py), beside gradex's own count. bench/report.py turns the pairs into the
-ratios of issue #19 (hierarchy_report.py).
+target ratios (hierarchy_report.py).
 
 A gradex build that does not declare GRADEX_HIERARCHICAL has only the flat exchange: the stage then runs
 the flat exchange alone, says so, and reports no ratio; once the variable exists the same command
@@ -44,7 +44,7 @@ MODE = "auto"  # gradex-bench's engine mode with nothing overridden: what the en
 # Run after MODE, results dropped: the counters of a mode close when the next one starts, so that what the
 # program sends after its steps (results, shutdown) is not charged to MODE (exchange_suite.gradex_runs).
 SENTINEL = "dgc999"
-# The two exchanges issue #19 judges: (name, settings on top of the environment).
+# The two exchanges the targets judge: (name, settings on top of the environment).
 POLICIES = {
     "default": {},
     # Dense 16-bit through the engine: no tensor sparsified, fp16 on the wire (the engine's dense format).

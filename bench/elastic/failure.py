@@ -1,4 +1,4 @@
-"""Failure benchmark of issue #22: the MLP race task (bench/train/task.py, MLP 64-2048-2048-10, 16 examples per
+"""Failure benchmark under torchft: the MLP race task (bench/train/task.py, MLP 64-2048-2048-10, 16 examples per
 replica and step, SGD momentum 0.9 with the race's cosine schedule) on 4 emulated hosts at 1 Gbit/s
 (bench/cluster/cluster.sh: one network namespace per host), one replica group (one rank) per host, torchft's
 Lighthouse on host 0. In the failure runs host 3's replica is SIGKILLed when replica 0 reaches 30% of the steps

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real wire bytes of gradex's Adam-aware default on the LM race's model (issue 21, item 2): P local ranks on
+"""Real wire bytes of gradex's Adam-aware default on the LM race's model: P local ranks on
 loopback train the race's transformer with AdamW through DDP + gx.State(ddp, optimizer=AdamW) + gx.hook for a
 few steps, and rank 0 prints gradex's own counters (gx.stats): bytes sent, what a dense fp32 ring allreduce
 would have sent, and their ratio. Losses are measured at equal steps by adam_codec_study.py.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which sparse exchange trains like AdamW? Equal-steps comparison on the LM race's model (issue 21, item 2).
+"""Which sparse exchange trains like AdamW? Equal-steps comparison on the LM race's model.
 
 P ranks are simulated in one process, each with its own batches (seed 1000 + rank, as lm_rank.py): every
 rank's gradient is computed, the method under test turns the P gradients into the one averaged gradient

@@ -21,7 +21,7 @@ COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", 
           "keras_gradex_dense": "tab:cyan"}
 # The Keras row (bench/train/keras_rank.py): Keras 3 + gradex's default policy vs Keras + dense gradex.
 KERAS_GRADEX, KERAS_DENSE = "keras_gradex_default", "keras_gradex_dense"
-# Issue #19's race targets: gradex auto's steps to target <= 1.2x DDP's, final accuracy within 0.3 points of
+# The race targets: gradex auto's steps to target <= 1.2x DDP's, final accuracy within 0.3 points of
 # DDP's, and its time to target >= 4x sooner than DDP's at 1 Gbit/s.
 STEPS_RATIO_MAX, ACCURACY_POINTS_MIN, TTT_RATIO_MIN, TTT_RATE = 1.2, -0.3, 4.0, "1gbit"
 
@@ -89,7 +89,7 @@ def values(train):
     """{RESULT key: value}. At the reference rate, per task and method: the median time
     (ttt_<task>_<method>_s) and steps (steps_to_target_<task>_<method>) to the target (nan when the median
     seed missed it), DDP's median time over gradex's (ddp_over_gradex_ttt_<task>: gradex_auto, or
-    gradex_default in older results), and issue #19's targets: steps_ratio_<task> (gradex ÷ DDP),
+    gradex_default in older results), and the targets: steps_ratio_<task> (gradex ÷ DDP),
     accuracy_diff_<task> (gradex − DDP final accuracy, points). At every other rate the same keys with the
     rate's tag after the task (ttt_<task>_<tag>_<method>_s, ddp_over_gradex_ttt_<task>_<tag>, ...); DDP's
     time there is derived when it ran for its rate only (see time_to_target)."""
@@ -170,7 +170,7 @@ def _spread(method, key, digits=1, scale=1.0):
 
 
 def targets(entry, label="1gbit", reference_entry=None):
-    """[(what, required, measured, met)] of the race targets (issue #19) on one task at one rate; measured
+    """[(what, required, measured, met)] of the race targets on one task at one rate; measured
     None when a method was not run or missed the target. The time target applies at 1 Gbit/s."""
     methods = entry["methods"]
     ref = (reference_entry or entry)["methods"]
@@ -290,7 +290,7 @@ def _task_lines(train, rel, label, task, entry, reference_entry, is_reference):
     lines.append("")
     rows = targets(entry, label, reference_entry)
     if rows:
-        lines += ["Targets of issue #19 (reported, not asserted):", "",
+        lines += ["Targets (reported, not asserted):", "",
                   "| target | required | measured | met |", "|---|---:|---:|:---:|"]
         for what, req, v, met in rows:
             verdict = "–" if met is None else ("yes" if met else "**no**")

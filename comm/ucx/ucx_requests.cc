@@ -114,7 +114,7 @@ bool UcxCommunicator::progress() {
 }
 
 void UcxCommunicator::idle(int* idle_rounds, Clock::time_point deadline) {
-  // Several ranks may share a core (4 ranks on 2 cores here; ranks as threads in tests): spin
+  // Several ranks may share a core (e.g. 4 ranks on 2 cores; ranks as threads in tests): spin
   // briefly, then sleep in the kernel until the worker has an event, so a waiting rank hands its
   // core to the rank it waits for. Completions and control messages are worker events; the sleep
   // is still capped (kEventSleepMax) so that a completion a transport does not signal costs

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "sync/agreement.h"
 #include "sync/outer/codecs.h"
@@ -15,9 +16,6 @@
 namespace gradex::sync::outer {
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 }  // namespace
 
 OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Store> store, int rank,

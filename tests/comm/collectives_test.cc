@@ -23,8 +23,12 @@ std::string hex_diff(const std::vector<uint8_t>& got, const std::vector<uint8_t>
   return "";
 }
 
-// Runs allreduce_sum on every rank for each (count, dtype) and compares with the reference.
-void check_allreduce(int P, const std::vector<size_t>& counts, const comm::CommOptions& options) {
+using AllreduceFn = void (*)(Communicator&, void*, size_t, DType);
+
+// Runs `allreduce` (the ring, or the direct exchange that must give the ring's bits) on every rank
+// for each (count, dtype) and compares with the reference.
+void check_allreduce(int P, const std::vector<size_t>& counts, const comm::CommOptions& options,
+                     AllreduceFn allreduce = comm::allreduce_sum) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   run_ranks(
       P,
@@ -38,7 +42,7 @@ void check_allreduce(int P, const std::vector<size_t>& counts, const comm::CommO
               inputs.push_back(make_input(r, count, dt, seed));
             std::vector<uint8_t> want = reference_sum(inputs, count, dt);
             std::vector<uint8_t> buf = inputs[static_cast<size_t>(c.rank())];
-            comm::allreduce_sum(c, buf.data(), count, dt);
+            allreduce(c, buf.data(), count, dt);
             if (buf != want)
               throw std::runtime_error(
                   "allreduce " + std::string(dtype_name(dt)) + " P=" + std::to_string(P) +
@@ -57,6 +61,31 @@ TEST_P(WorldSize, AllreduceBitExactSmallChunks) {
   std::vector<size_t> counts = {
       0, 1, static_cast<size_t>(P > 1 ? P - 1 : 1), 16, 17, 32, 33, 101, 1000, 2049};
   check_allreduce(P, counts, test_options());
+}
+
+TEST_P(WorldSize, DirectAllreduceGivesTheRingsBits) {
+  const int P = GetParam();
+  std::vector<size_t> counts = {0,    1,   static_cast<size_t>(P > 1 ? P - 1 : 1), 16, 17, 33, 101,
+                                1000, 2049};
+  check_allreduce(P, counts, test_options(), comm::direct_allreduce_sum);
+}
+
+// Two phases of direct messages: P-1 sends per rank and phase, whatever the world size (the ring
+// sends 2(P-1) chunks' worth of steps, one after another).
+TEST(DirectAllreduce, TwoPhasesOfOneMessagePerPeer) {
+  for (int P : {2, 3, 5}) {
+    std::vector<uint64_t> sends(static_cast<size_t>(P));
+    run_ranks(P, [&](Communicator& c) {
+      CountingCommunicator counting(c);
+      std::vector<float> v(1000, 1.0f);
+      comm::direct_allreduce_sum(counting, v.data(), v.size(), DType::kFloat32);
+      for (float x : v)
+        if (x != static_cast<float>(P)) throw std::runtime_error("wrong sum");
+      sends[static_cast<size_t>(c.rank())] = counting.sends;
+    });
+    for (uint64_t s : sends)
+      EXPECT_EQ(s, 2u * static_cast<uint64_t>(P - 1)) << "P=" << P;
+  }
 }
 
 TEST_P(WorldSize, AllgathervAnySizes) {
@@ -216,6 +245,28 @@ TEST(LengthCheck, AllreduceCountDisagreementIsCaught) {
       EXPECT_TRUE(contains(m, "allreduce: rank " + std::to_string(r) + " received") &&
                   contains(m, "expected") && contains(m, "disagree") &&
                   contains(m, "rank " + std::to_string((r + P - 1) % P)))
+          << m;
+    }
+    EXPECT_GE(caught, 1) << "P=" << P << ": no rank's length check fired";
+  }
+}
+
+TEST(LengthCheck, DirectAllreduceCountDisagreementIsCaught) {
+  for (int P : {2, 3}) {
+    Outcome out = run_disagreeing(P, 64, [&](Communicator& c) {
+      size_t count = c.rank() == P - 1 ? 1001 : 1000;
+      std::vector<float> v(count, 1.0f);
+      comm::direct_allreduce_sum(c, v.data(), count, DType::kFloat32);
+    });
+    int caught = 0;
+    for (int r = 0; r < P; ++r) {
+      const std::string& m = out.messages[static_cast<size_t>(r)];
+      EXPECT_NE(out.codes[static_cast<size_t>(r)], ErrorCode::kOk)
+          << "P=" << P << ": rank " << r << " finished a disagreeing allreduce";
+      if (out.codes[static_cast<size_t>(r)] != ErrorCode::kMismatch) continue;
+      ++caught;
+      EXPECT_TRUE(contains(m, "direct allreduce: rank " + std::to_string(r) + " received") &&
+                  contains(m, "disagree"))
           << m;
     }
     EXPECT_GE(caught, 1) << "P=" << P << ": no rank's length check fired";

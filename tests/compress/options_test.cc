@@ -12,7 +12,7 @@ TEST(CompressOptions, DefaultsFromTheRegistry) {
   config::Config c;
   DgcOptions o = dgc_options_from_config(c, 4);
   EXPECT_DOUBLE_EQ(o.sparsity, 0.999);
-  EXPECT_FLOAT_EQ(o.momentum, 0.0f);  // gradex adds momentum only when asked (issue 21)
+  EXPECT_FLOAT_EQ(o.momentum, 0.0f);  // gradex adds momentum only when asked (GRADEX_MOMENTUM)
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.value_dtype, DType::kFloat16);  // GRADEX_SPARSE_VALUES defaults to fp16
   WireOptions w = wire_options_from_config(c);

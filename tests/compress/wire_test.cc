@@ -51,7 +51,7 @@ TEST(Wire, RiceMeetsTheBitsPerIndexTargetOnRandomSupports) {
   auto idx = test::random_support(numel, numel / 1000, 3);
   wire::IndexPlan rice = wire::rice_plan(idx.data(), idx.size());
   double bits = 8.0 * rice.bytes / idx.size();
-  EXPECT_LE(bits, 12.0);  // entropy ~11.4 bits; the bound is 14
+  EXPECT_LE(bits, 12.0);  // entropy ~11.4 bits; the target is at most 14
   double varint_bits = 8.0 * wire::varint_bytes(idx.data(), idx.size()) / idx.size();
   EXPECT_GT(varint_bits, bits);
   EXPECT_EQ(wire::best_plan(IndexCoding::kAuto, idx.data(), idx.size(), numel).coding,

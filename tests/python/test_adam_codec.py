@@ -1,4 +1,4 @@
-"""The Adam codec (issue 21, item 2) on real processes: AdamW given to gx.State(ddp, optimizer=) makes the engine
+"""The Adam codec on real processes: AdamW given to gx.State(ddp, optimizer=) makes the engine
 use the Adam codec for its compressed tensors (GRADEX_OPTIMIZER=adam), which sends a small fraction of them and
 still trains close to AdamW + DDP at equal steps on a small task (held-out loss within a tolerance; it fails when
 the codec does not deliver the gradient's information); the ranks' models stay bit-identical."""

@@ -1,4 +1,4 @@
-"""Issue 20, items 1-2, through torch: ranks started with different GRADEX_HALF_TYPE (fp16 and bf16 have the
+"""The start-up agreement through torch: ranks started with different GRADEX_HALF_TYPE (fp16 and bf16 have the
 same length, so without the start-up agreement fp16 bits were summed as bf16) fail with gradex.ConfigError on
 both ranks naming the variable; an engine error on one rank (GRADEX_TEST_FAIL_ROUND) reaches backward() on
 every rank as gradex's own exception type with the engine's message, naming the failing rank."""

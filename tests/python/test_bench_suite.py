@@ -2,7 +2,7 @@
 where namespaces exist; skipped otherwise with the reason; GX_CLUSTER_NAME/GX_CLUSTER_SUBNET pick the
 cluster's names), the gradient recipe of the baselines, the per-mode and per-host byte metering, the
 exchange suite's runs (auto against the fixed modes, per-rate steps), the report's splicing and RESULT
-keys (issue #19's auto_over_best_fixed_<rate>), the hierarchical-exchange stage's layouts and ratios, and
+keys (auto_over_best_fixed_<rate>), the hierarchical-exchange stage's layouts and ratios, and
 the training race's harness (its tasks, plan over rates, summaries and targets, and smoke runs of a few
 steps with tiny models on the loopback)."""
 import json

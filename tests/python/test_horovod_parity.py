@@ -1,4 +1,4 @@
-"""Horovod parity for PyTorch without DDP (issue 20, item 4), on real processes: rank/size/local rank,
+"""Horovod parity for PyTorch without DDP, on real processes: rank/size/local rank,
 broadcast_parameters and broadcast_optimizer_state (ranks bit-identical afterwards), allreduce (Sum exact),
 join() with uneven inputs, DistributedOptimizer leaving frozen parameters alone, engines owned by objects."""
 import torch_ranks as ranks

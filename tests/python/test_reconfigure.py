@@ -1,4 +1,4 @@
-"""Issue #22 items 1-2 through the Python binding (gradex._capi), over real processes and torch's real TCPStore
+"""Reconfiguration through the Python binding (gradex._capi), over real processes and torch's real TCPStore
 (the store torchft hands its process groups): a rank dies and the survivors reconfigure and keep their state;
 abort from another thread; reconfiguration fails in-flight work; a newcomer joins; DiLoCo's Outer reconfigures;
 gx.State.reconfigure forwards to its engine. GRADEX_TIMEOUT_S is 300 s, so a hang fails the test's deadline

@@ -79,7 +79,7 @@ def test_kill_restart_rejoins_bit_identical(tmp_path, mode):
         rejoin_at = max(step_of(0), step_of(1))
         _wait_for("the restarted replica to commit steps", lambda: (_progress(out, 2) or (0, 0, 0, 0))[1] >= 3, procs)
         assert step_of(2) > rejoin_at  # it healed from a peer (it did not start over from step 0)
-        # Indicative only (no timed assertion): issue #22's targets are 5 s and 15 s.
+        # Indicative only (no timed assertion): the targets are 5 s and 15 s.
         with open(os.path.join(out, "replica2.started")) as f:
             since_manager = time.time() - float(f.read())
         print(f"\n[{mode}] survivors committed {survivor_s:.1f} s after the kill; the restarted replica had "

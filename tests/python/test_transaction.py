@@ -1,4 +1,4 @@
-"""Issue #22 item 3 through the Python binding: Engine.snapshot_state() / rollback_state() make a step that does
+"""Step transactions through the Python binding: Engine.snapshot_state() / rollback_state() make a step that does
 not commit (torchft's should_commit() == False) leave the engine's state as if it never ran: the run continues
 bit-identical to one that never took the step. Two real processes over torch's TCPStore."""
 import torch_ranks as ranks

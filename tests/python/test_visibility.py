@@ -1,4 +1,4 @@
-"""What gradex shows while training (issue 20, item 5), on real processes: GRADEX_STATS_EVERY=N prints one line
+"""What gradex shows while training, on real processes: GRADEX_STATS_EVERY=N prints one line
 every N steps on rank 0 only; the first saturation of the 16-bit wire and the first NaN/Inf are each reported
 once, naming the tensor."""
 import torch_ranks as ranks

@@ -400,7 +400,7 @@ TEST(CodecChoice, OneLaneSerialisesEncodeTransferAndDecode) {
   EXPECT_GT(serial.finish_s, overlapped.finish_s);
 }
 
-// Issue #19's start-up numbers under load: a first estimate that makes the 16-bit ring look
+// Start-up numbers read under load: a first estimate that makes the 16-bit ring look
 // cheaper than DGC puts a mid-size tensor there; once its units are measured dearer than that
 // estimate (and DGC's as predicted), the factors move it back to DGC.
 TEST(CodecChoice, MeasuredCodecFactorsMoveATensorBackFromSixteenBit) {
@@ -510,7 +510,7 @@ TEST(CodecChoice, AtLeastKeepsTheMeasuredCompression) {
   }
 }
 
-// The collectives' own CPU (issue #19): a dense ring sums (P-1)/P of its elements and sends and
+// The collectives' own CPU: a dense ring sums (P-1)/P of its elements and sends and
 // receives 2(P-1)/P of its bytes; a DGC allgatherv sends and receives P-1 payloads.
 TEST(CodecChoice, CollectiveCpuPricesReductionsAndCopies) {
   Snapshot s = numbers(10);
@@ -580,7 +580,7 @@ TEST(CodecChoice, CpuBoundRingsMakeDgcTheChoiceOnAFastLink) {
   o.one_lane = true;
   o.int8_available = false;  // as by default (GRADEX_POLICY_INT8=0): 16-bit ring against DGC
   // Priced by the wire alone, a 40 Gbit/s link makes the 16-bit ring the cheapest rung of the
-  // large tensors (what auto chose on this host before the rings' CPU was measured).
+  // large tensors (what a model without the rings' CPU chooses on a CPU-bound host).
   const Plan wire_only = choose_codecs(registered(), cpu_bound_host(40, false), o, 100);
   const Plan priced = choose_codecs(registered(), cpu_bound_host(40, true), o, 100);
   for (const char* key : {"layer3", "layer2", "layer1"}) {

@@ -1,4 +1,4 @@
-// Never silently wrong (issue 20, items 1-2), with real processes over real UCX:
+// Never silently wrong, with real processes over real UCX:
 //   - ranks started with different values of any variable that must agree fail at start-up, on
 //     every rank, with a ConfigError naming the variable, both values and the ranks (one test per
 //     variable, generated from the registry's declarations);
@@ -281,7 +281,7 @@ TEST(EngineAbort, InjectedFailureOnOneRankReachesEveryRank) {
 // "k" around that moment (a sweep of delays, so that its first announcement falls before, into and
 // after the abort's round). Whatever the timing, both ranks then exchange "k" again correctly,
 // rank 1 resubmitting it late: a stale entry left by the race would make the key ready while rank
-// 1 has no handle for it (a failed check on rank 1, formerly).
+// 1 has no handle for it (a failed check on rank 1).
 TEST(EngineAbort, AnnouncementRacingRankZerosTimeoutAbortLeavesNothingBehind) {
   auto results = run_ranks(
       2, {"GRADEX_SPARSITY=0", "GRADEX_FP16=0", "GRADEX_MOMENTUM=0"},

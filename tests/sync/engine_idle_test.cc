@@ -76,7 +76,7 @@ const std::vector<std::string> kEnv = {"GRADEX_FP16=0", "GRADEX_SPARSITY=0", "GR
                                        "GRADEX_TIMEOUT_S=20"};
 
 // After an exchange, 1.5 s with nothing submitted: not one negotiation round (the control bytes
-// stay where they were; the old engine ran one every 2 ms) and next to no CPU.
+// stay where they were; a polling engine would run one every 2 ms) and next to no CPU.
 TEST(EngineIdle, AnIdleEngineRunsNoRounds) {
   auto results = run_ranks(3, kEnv, [&](RankContext& ctx) -> std::string {
     RANK_OK(gradex_register_tensor(ctx.engine, "w", 64, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
@@ -117,7 +117,7 @@ TEST(EngineIdle, ALateRankCompletesWithoutRoundsWhileOthersWait) {
     if (ctx.rank == 2) RANK_REQUIRE(waited < 10, "the late rank waited " << waited << " s");
     if (ctx.rank != 2) RANK_REQUIRE(waited >= 1.9, "completed after " << waited << " s");
     // An empty round costs 2 x 10 bytes per rank here, an announcement round 2 x 34: a round
-    // every 2 ms for 2 s (the old engine) is far above this bound, a few rounds far below.
+    // every 2 ms for 2 s (a polling engine) is far above this bound, a few rounds far below.
     const uint64_t spent = control_bytes(ctx.engine) - before;
     RANK_REQUIRE(spent < 1000, "control bytes while waiting for rank 2: " << spent);
     return "";

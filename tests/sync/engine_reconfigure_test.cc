@@ -1,4 +1,4 @@
-// Issue #22, item 1-2: a reconfigurable engine, with real processes over real UCX and a real TCP
+// A reconfigurable engine, with real processes over real UCX and a real TCP
 // store (gradex_store_connect), driven through the C API:
 //   - 3 ranks, one dies (its process exits); the survivors' next exchange fails, they reconfigure
 //     to 2 ranks under a new prefix and continue: their saved state (DGC residual and momentum,

@@ -76,7 +76,7 @@ TEST(EngineSparseCollective, RingAndDirectAreBitIdentical) {
 }
 
 // The one-round path (payloads of a few KB under the 64 KiB default), the two-round direct path
-// (GRADEX_ALLGATHER_INLINE_KB=0: the exchange before issue #19's step 5), auto with every payload
+// (GRADEX_ALLGATHER_INLINE_KB=0: sizes first, then payloads), auto with every payload
 // above a 1 KiB maximum (the model's direct-or-ring choice) and the ring: the same bits.
 TEST(EngineSparseCollective, OneRoundTwoRoundAndAutoAreBitIdentical) {
   const std::vector<std::string> ring = run_digests("ring");

@@ -1,4 +1,4 @@
-// Issue #22, item 3: step transactions for torchft's commit protocol. Two ranks over real UCX and a
+// Step transactions for torchft's commit protocol. Two ranks over real UCX and a
 // real TCP store: N steps, gradex_state_snapshot, one step that does not commit,
 // gradex_state_rollback, then the rest of the run; its results and its final state must equal
 // bit for bit those of a run that never took the rejected step. Variants: the rejected step

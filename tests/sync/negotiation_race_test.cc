@@ -1,4 +1,4 @@
-// Negotiation verdicts added for issue 20, ranks as threads over real UCX: a rank whose first
+// Negotiation verdicts, ranks as threads over real UCX: a rank whose first
 // announcement of a key lands in the very round of rank 0's timeout abort of it is answered by the
 // abort and leaves no entry behind; parameter averages announced by ranks with and without a
 // LocalSGD anchor fail as a mismatch naming both groups (full and cached form alike).

@@ -74,6 +74,41 @@ TEST(GatherModel, InlineMaximumIsCappedAcrossHostsToFitThePortQueue) {
   EXPECT_EQ(model(50e-6, 8e-9, true, 8, 0).inline_max(64 << 10), 0u);
 }
 
+TEST(GatherModel, LatencyBoundLinksTakeLargerPayloadsInOneRound) {
+  // A LAN (50 us): the configured maximum. 25 ms at 1 Gbit/s moves 3.1 MB in one latency: the
+  // 1 MiB ceiling on one host; across hosts the port queue still caps the burst.
+  EXPECT_EQ(model(50e-6, 8e-9, false, 4).inline_max(4 << 10), size_t{4} << 10);
+  EXPECT_EQ(model(25e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{1} << 20);
+  EXPECT_EQ(model(2e-3, 8e-9, false, 4).inline_max(4 << 10), size_t{250000});
+  EXPECT_EQ(model(25e-3, 8e-9, true, 4, 100).inline_max(4 << 10), size_t{1} << 20);
+  EXPECT_EQ(model(25e-3, 8e-9, true, 4).inline_max(4 << 10), size_t{125000 / 3});
+  EXPECT_FALSE(model(50e-6, 8e-9, false, 4).latency_bound());
+  EXPECT_TRUE(model(25e-3, 8e-9, false, 4).latency_bound());
+  // What (P-1) payloads move in one latency: 25 ms at 8 ns/B over 3 senders.
+  EXPECT_EQ(model(25e-3, 8e-9, false, 4).fused_payload_bytes(),
+            static_cast<uint64_t>(25e-3 / 8e-9 / 3));
+}
+
+TEST(GatherModel, DenseBucketsGoDirectWhereLatencyOutweighsTheirBytes) {
+  const uint64_t small = 400 << 10, large = 100u << 20;
+  // 4 ranks on a 25 ms link: the ring's 6 latencies against the direct exchange's 2.
+  const GatherModel wan = model(25e-3, 8e-9, false, 4);
+  EXPECT_NEAR(wan.dense_ring_seconds(small), 6 * 25e-3 + 1.5 * small * 8e-9, 1e-9);
+  EXPECT_NEAR(wan.dense_direct_seconds(small), 2 * 25e-3 + 1.5 * small * 8e-9, 1e-9);
+  EXPECT_TRUE(wan.dense_direct_for(small));
+  EXPECT_TRUE(wan.dense_direct_for(4u << 20));
+  // 100 MB take 1.26 s on the wire either way: 4 latencies fewer are not 10%.
+  EXPECT_FALSE(wan.dense_direct_for(large));
+  // A LAN: a large bucket's bytes dominate (no 10% gain); a small one still goes direct.
+  const GatherModel lan = model(50e-6, 1e-9, false, 4);
+  EXPECT_FALSE(lan.dense_direct_for(large));
+  EXPECT_TRUE(lan.dense_direct_for(4 << 10));
+  // Across hosts a segment burst beyond the port queue pays the retransmission timeouts.
+  EXPECT_FALSE(model(25e-3, 8e-9, true, 4).dense_direct_for(large));
+  // Two ranks: the ring is already two messages.
+  EXPECT_FALSE(model(25e-3, 8e-9, false, 2).dense_direct_for(small));
+}
+
 // --- forked ranks ---
 
 constexpr int kOk = 0;
