@@ -1,7 +1,7 @@
 """Where the ranks of one benchmark run live, how they reach each other, and how many bytes they put
 on the wire, counted by the kernel (independently of gradex's and torch's own counters).
 
-Three networks:
+Four networks:
   Cluster(H, L)     L ranks per host (default 1): rank r in namespace gx-h<r // L>
                     (bench/cluster/cluster.sh up), on eth0 at 198.18.0.<r // L + 1>; counters of
                     each host's veth, read on the switch side
@@ -9,6 +9,9 @@ Three networks:
                     only this benchmark's traffic touches
   RootLoopback      every rank in the root namespace on 127.0.0.1 (when namespaces are unavailable):
                     no byte counters, since other programs share that loopback
+  wan.Wan           (bench/cluster/wan.py) one rank per host in namespace gxw-h<r> on a TUN device,
+                    wan0, at 198.19.0.<r + 1>, joined by a userspace delay line (per-region rates,
+                    delays, loss); counters of each host's wan0
 
 Namespace names and subnet follow cluster.sh: GX_CLUSTER_NAME (default gx: gx-h<i>, gx-sw) and
 GX_CLUSTER_SUBNET (default 198.18.0), read from the environment when a network is created.

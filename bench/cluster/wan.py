@@ -25,6 +25,9 @@ removes the namespaces and whatever still runs in them.
     wan.py check --hosts 2 --rate 1gbit --delay 25ms             build, print RTT, one flow's
                                                                  throughput and the kernel limits
     wan.py down [--name gxw]                                     remove a WAN left behind
+    wan.py limits --rate 1gbit --rtt-ms 50                       the kernel-limits line of this machine
+                                                                 for such a path (read-only; exit 1 when
+                                                                 one flow is window-limited)
 """
 import argparse
 import dataclasses
@@ -442,16 +445,17 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
 
 
 def check(wan: Wan, seconds: float = 3.0) -> Dict[str, object]:
-    """The WAN's measured RTT (host 0 to every other host), one flow's throughput (host 0 -> 1) and
-    the kernel limits line, as a dict for a results file."""
-    rtts = {h: wan.ping(0, h) for h in range(1, wan.hosts)}
-    far = max(rtts, key=lambda h: rtts[h]["median_ms"])
-    flow_dst = far
-    bits = wan.throughput(0, flow_dst, seconds)
+    """The WAN's measured round trips (every host pair), one flow's throughput along the farthest
+    pair, and the kernel limits line for that path, as a dict for a results file."""
+    rtts = {f"{a}-{b}": wan.ping(a, b, count=10)
+            for a in range(wan.hosts) for b in range(a + 1, wan.hosts)}
+    far = max(rtts, key=lambda pair: rtts[pair]["median_ms"])
+    src, dst = (int(h) for h in far.split("-"))
+    bits = wan.throughput(src, dst, seconds)
     rtt_s = rtts[far]["median_ms"] / 1e3
-    ok, limits = kernel_limits(wan.spec.bottleneck_bits() / 8 * rtt_s, wan.namespace(0))
-    return {"rtt_ms": {str(h): r for h, r in rtts.items()}, "rtt_ms_max": rtts[far]["median_ms"],
-            "configured_rtt_ms": 2e3 * wan.spec.max_one_way_s(), "flow_bits": bits, "flow_to": flow_dst,
+    ok, limits = kernel_limits(wan.spec.bottleneck_bits() / 8 * rtt_s, wan.namespace(src))
+    return {"rtt_ms": rtts, "rtt_ms_max": rtts[far]["median_ms"], "farthest": far,
+            "configured_rtt_ms": 2e3 * wan.spec.max_one_way_s(), "flow_bits": bits, "flow": far,
             "line_bits": wan.spec.bottleneck_bits(), "kernel_ok": ok, "kernel_limits": limits}
 
 
@@ -506,17 +510,24 @@ def main(argv: List[str]) -> int:
     sub.choices["run"].add_argument("cmd", nargs=argparse.REMAINDER)
     down = sub.add_parser("down")
     down.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
+    limits = sub.add_parser("limits")
+    limits.add_argument("--rate", default="1gbit")
+    limits.add_argument("--rtt-ms", type=float, default=50.0)
     args = p.parse_args(argv)
     if args.what == "down":
         remove(args.name)
         return 0
+    if args.what == "limits":
+        ok, line = kernel_limits(_rate_bits(args.rate) / 8 * args.rtt_ms / 1e3)
+        print(line)
+        return 0 if ok else 1
     with Wan(spec_from_args(args)) as wan:
         if args.what == "check":
             result = check(wan)
-            for h, r in result["rtt_ms"].items():
-                print(f"rtt h0-h{h}: median {r['median_ms']:.2f} ms (min {r['min_ms']:.2f}, "
+            for pair, r in result["rtt_ms"].items():
+                print(f"rtt h{pair.replace('-', '-h')}: median {r['median_ms']:.2f} ms (min {r['min_ms']:.2f}, "
                       f"{int(r['received'])}/{int(r['sent'])} answered)")
-            print(f"one flow h0->h{result['flow_to']}: {result['flow_bits'] / 1e6:.0f} Mbit/s "
+            print(f"one flow h{result['flow'].replace('-', '->h')}: {result['flow_bits'] / 1e6:.0f} Mbit/s "
                   f"({result['flow_bits'] / result['line_bits']:.2f} of line rate)")
             print(result["kernel_limits"])
             return 0

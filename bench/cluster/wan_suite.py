@@ -2,13 +2,13 @@
 """The WAN stage of bench/run (--wan): gradex-bench exchange over an emulated wide-area network
 (wan.py), reported in round trips per step beside the bytes.
 
-For each topology: build the WAN, measure it (UDP round trips from host 0 to every host, one TCP
-flow's goodput to the farthest, the kernel's socket-buffer limits against the path's
+For each topology: build the WAN, measure it (UDP round trips between every pair of hosts, one TCP
+flow's goodput along the farthest pair, the kernel's socket-buffer limits against that path's
 bandwidth-delay product), run gradex's modes (exchange_suite.py's programs: the fixed modes under
 GRADEX_POLICY=fixed, auto alone under GRADEX_POLICY=auto), remove the WAN. Per mode:
 
   step_ms          median step time (gradex-bench)
-  rtts_per_step    step_ms / the measured round trip (the farthest pair's median)
+  rtts_per_step    step_ms / the measured round trip of the farthest pair (its median)
   wire_bytes       IP bytes per step and rank on the hosts' TUN devices (kernel counters)
   bytes_ms         the time those bytes take at the bottleneck rate (the slowest link of the path)
   line_fraction    bytes_ms / step_ms: the share of the line rate the exchange reaches
@@ -17,7 +17,9 @@ GRADEX_POLICY=fixed, auto alone under GRADEX_POLICY=auto), remove the WAN. Per m
 
 Topologies: flat = --hosts hosts in one region (--rate, --delay: each host's NIC and the one-way
 delay between any two); regions = 2 regions of --hosts/2 hosts (--region-rate, --region-delay inside
-a region; --rate, --delay between them, on one pipe per direction shared by the region's hosts).
+a region; --rate, --delay between them, on one pipe per direction shared by the region's hosts);
+custom = --regions (the region of each host) with --rate, --delay between regions and --inter-pairs
+for the region pairs that differ, e.g. --regions 0,0,1,2 --inter-pairs '0-2:1gbit,75ms;1-2:1gbit,150ms'.
 """
 import argparse
 import json
@@ -48,7 +50,13 @@ def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
         half = args.hosts // 2
         return wan.WanSpec(rate=args.region_rate, delay=args.region_delay, regions=[0] * half + [1] * half,
                            inter_rate=args.rate, inter_delay=args.delay, **common)
-    raise ValueError(f"unknown topology {kind!r} (flat, regions)")
+    if kind == "custom":
+        if not args.regions:
+            raise ValueError("the custom topology needs --regions (and --inter-rate/--inter-delay)")
+        return wan.WanSpec(rate=args.region_rate, delay=args.region_delay,
+                           regions=[int(r) for r in args.regions.split(",")], inter_rate=args.rate,
+                           inter_delay=args.delay, inter_pairs=args.inter_pairs, **common)
+    raise ValueError(f"unknown topology {kind!r} (flat, regions, custom)")
 
 
 def derive(modes: Dict[str, dict], rtt_ms: float, line_bits: float) -> None:
@@ -80,7 +88,8 @@ def table(entry: dict) -> List[str]:
 def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) -> None:
     spec = topology(args, kind)
     key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "") + \
-        "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl)
+        "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl) + \
+        "".join("_" + x.replace("=", "_").lower() for x in args.env)
     entry = data["topologies"].setdefault(key, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
     print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up",
           flush=True)
@@ -88,7 +97,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
         measured = wan.check(network, seconds=args.flow_s)
         entry["measured"] = measured
         rtt = measured["rtt_ms_max"]
-        print(f"  rtt {rtt:.2f} ms (configured {measured['configured_rtt_ms']:.2f}); one flow "
+        print(f"  rtt {rtt:.2f} ms h{measured['farthest']} (configured {measured['configured_rtt_ms']:.2f}); one flow "
               f"{measured['flow_bits'] / 1e6:.0f} Mbit/s of {measured['line_bits'] / 1e6:.0f}\n"
               f"  {measured['kernel_limits']}", flush=True)
         suite_args = argparse.Namespace(hosts=args.hosts, run_timeout_s=args.run_timeout_s, bench=args.bench,
@@ -97,6 +106,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
         for tool, argv, env, steps, warmup, sentinel in exchange_suite.gradex_runs(
                 suite_args, modes, names, args.steps, args.warmup):
             argv = [a.replace("{model}", args.model) for a in argv]
+            env = {**env, **dict(item.split("=", 1) for item in args.env)}
             try:
                 found, _ = exchange_suite.run_tool(tool, argv, network, suite_args, args.model, args.log_dir,
                                                    steps=steps, warmup=warmup, extra_env=env)
@@ -133,12 +143,16 @@ def main() -> int:
     p.add_argument("--delay", default="25ms", help="flat: one way between hosts; regions: between regions")
     p.add_argument("--region-rate", default="10gbit", help="regions: inside a region")
     p.add_argument("--region-delay", default="0.25ms", help="regions: one way inside a region")
+    p.add_argument("--regions", default="", help="custom: the region of each host, e.g. 0,0,1,2")
+    p.add_argument("--inter-pairs", default="", help="custom: region pairs that differ, e.g. 0-2:1gbit,75ms")
     p.add_argument("--loss", type=float, default=0.0)
     p.add_argument("--mtu", type=int, default=65000)
     p.add_argument("--tcp-buffer-mib", type=int, default=0,
                    help="tcp_rmem/tcp_wmem max inside the emulated hosts (0: as the machine is set up)")
     p.add_argument("--host-sysctl", action="append", default=[],
                    help="net.ipv4.KEY=VALUE inside the emulated hosts, e.g. net.ipv4.tcp_slow_start_after_idle=0")
+    p.add_argument("--env", action="append", default=[],
+                   help="KEY=VALUE for every rank, e.g. GRADEX_SPARSE_COLLECTIVE=direct (what-ifs)")
     p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
     p.add_argument("--model", default="resnet50")
@@ -151,6 +165,8 @@ def main() -> int:
     p.add_argument("--run-timeout-s", type=float, default=300)
     p.add_argument("--log-dir", default=str(exchange_suite.ROOT / "build" / "bench-run" / "logs"))
     args = p.parse_args()
+    if any("=" not in item for item in args.env):
+        p.error("--env takes KEY=VALUE")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the WAN is always removed
     names = gradex_vars.declared(args.bench)
     data = {"machine": machine.describe(), "model": args.model, "hosts": args.hosts, "steps": args.steps,

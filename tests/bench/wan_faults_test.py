@@ -169,7 +169,7 @@ def main():
     p.add_argument("--margin-s", type=float, default=5.0,
                    help="seconds past GRADEX_TIMEOUT_S a rank may take to report the error")
     args = p.parse_args()
-    reason = skip_reason()
+    reason = skip_reason(NAME)
     if reason:
         print(f"wan_faults_test: SKIP: {reason}")
         return 77

@@ -28,18 +28,18 @@ from wan import Wan, WanSpec, _namespaces  # noqa: E402
 NAME, SUBNET = "gxwtest", "198.19.250"
 
 
-def skip_reason():
+def skip_reason(name=NAME):
     if os.geteuid() != 0:
         return "needs root (network namespaces, TUN devices)"
     if not os.path.exists("/dev/net/tun"):
         return "no /dev/net/tun"
-    probe = f"{NAME}-probe-{os.getpid()}"
+    probe = f"{name}-probe-{os.getpid()}"
     done = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if done.returncode != 0:
         return f"cannot create network namespaces: {done.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], check=False)
-    if any(n.startswith(f"{NAME}-") for n in _namespaces()):
-        return f"{NAME}-* namespaces exist (another run of this test?)"
+    if any(n.startswith(f"{name}-") for n in _namespaces()):
+        return f"{name}-* namespaces exist (another run of this test?)"
     return None
 
 
