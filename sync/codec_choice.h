@@ -1,4 +1,4 @@
-// The per-tensor codec choice of GRADEX_POLICY=auto (issue #19, step 3): a pure function of the
+// The per-tensor codec choice of GRADEX_POLICY=auto: a pure function of the
 // agreed cost numbers (sync/cost_model.h: rank 0's Snapshot), the shared options and an agreed
 // step, so that every rank computes the same choices.
 //

@@ -1,4 +1,4 @@
-// GRADEX_POLICY=auto inside the engine (issue #19, steps 2-3): the cost model's observations, the
+// GRADEX_POLICY=auto inside the engine: the cost model's observations, the
 // agreed re-plans and the policy switches, behind a few calls from the engine.
 //
 // Agreement. Decisions depend only on data every rank has identically: rank 0's numbers (the

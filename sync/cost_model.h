@@ -1,4 +1,4 @@
-// The engine's measured cost model (issue #19, step 2): what the link, the codecs and the training
+// The engine's measured cost model: what the link, the codecs and the training
 // step cost, as the per-tensor codec choice (sync/codec_choice.h) needs them.
 //
 //   link      per peer class (same host / other host): latency alpha (s) and inverse bandwidth

@@ -113,7 +113,7 @@ class Engine {
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);
 
-  // Step transactions (torchft's commit protocol, issue #22; sync/engine_snapshot.cc). Both wait
+  // Step transactions (torchft's commit protocol; sync/engine_snapshot.cc). Both wait
   // for the exchanges in flight (bounded by the timeout). snapshot_state() records every
   // per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
   // LocalSGD anchor) and the step count, into buffers kept from one snapshot to the next;
@@ -130,7 +130,7 @@ class Engine {
   // thread.
   void shutdown();
 
-  // A new membership (issue #22: torchft reconfigures its process group on every quorum change),
+  // A new membership (torchft reconfigures its process group on every quorum change),
   // without destroying the engine. Collective over the NEW members: each calls it (a newcomer
   // creates its engine instead) with the same store namespace, which must not hold the keys of
   // an earlier membership (a new store or a new prefix). Every handle of the old membership still

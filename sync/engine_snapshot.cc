@@ -1,5 +1,5 @@
-// Engine::snapshot_state / rollback_state: step transactions for torchft's commit protocol (issue
-// #22): a step that does not commit leaves gradex's state as if it never ran. The snapshot holds
+// Engine::snapshot_state / rollback_state: step transactions for torchft's commit protocol: a
+// step that does not commit leaves gradex's state as if it never ran. The snapshot holds
 // every per-tensor value a step changes (DGC's complete state, dense momentum, the 8-bit route's
 // residuals, exchange counter, LocalSGD anchor) and the engine's step count, in buffers kept from one snapshot to the next: on
 // host memory a snapshot is a few memcpys and allocates nothing after the first.

@@ -1,4 +1,4 @@
-// The cost model's collective parts (issue #19, step 2), over the public comm::Communicator API:
+// The cost model's collective parts, over the public comm::Communicator API:
 // the start-up probe of the link per peer class, and the agreement on rank 0's numbers.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The engine's pipeline of stages (issue #11). One negotiation round's ready work is cut into
+// The engine's pipeline of stages. One negotiation round's ready work is cut into
 // units, each one collective on the wire: a dense fusion bucket, or one DGC tensor (or a group of
 // small ones). Every unit goes through three stages:
 //

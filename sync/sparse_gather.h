@@ -1,4 +1,4 @@
-// How the engine gathers a DGC unit's messages (issue #19, step 5): one round trip while every
+// How the engine gathers a DGC unit's messages: one round trip while every
 // payload is small, and above the inline maximum the direct exchange or the ring, whichever the
 // cost model predicts faster for the sizes at hand.
 //

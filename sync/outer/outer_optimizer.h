@@ -127,7 +127,7 @@ class OuterOptimizer {
   // Finishes pending exchanges (bounded by the timeout) and leaves; idempotent.
   void shutdown();
 
-  // A new membership (issue #22), collective over the new members, every one of which must be a
+  // A new membership (torchft's quorum change), collective over the new members, every one of which must be a
   // member of the old one (this object's state is kept; a newcomer cannot join a started DiLoCo
   // object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if still
   // running: within about 10 ms); the old communicator is torn down (old peers get the abort
