@@ -114,12 +114,20 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
   // connect_endpoints.
   const auto deadline = Clock::now() + options_.timeout;
   const std::string my_host = host_identity(options_.host_id);
-  store.set(host_key(rank_), Bytes(my_host.begin(), my_host.end()));
+  // "world size\nhost": a rank started with another world size is named here, as at connect.
+  const std::string mine = std::to_string(size_) + "\n" + my_host;
+  store.set(host_key(rank_), Bytes(mine.begin(), mine.end()));
   std::vector<std::string> hosts(static_cast<size_t>(size_));
   for (int i = 0; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     const Bytes b = store.get(host_key(p), left_until(deadline));
-    hosts[static_cast<size_t>(p)].assign(b.begin(), b.end());
+    const std::string entry(b.begin(), b.end());
+    const size_t cut = entry.find('\n');
+    const std::string world = entry.substr(0, cut);
+    if (cut == std::string::npos || world != std::to_string(size_))
+      throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
+                          world + ", this rank with " + std::to_string(size_));
+    hosts[static_cast<size_t>(p)] = entry.substr(cut + 1);
   }
   return shared_memory_between(hosts, my_host);
 }
