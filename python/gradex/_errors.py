@@ -104,3 +104,14 @@ def error_for_status(status, message):
 def error_for_name(name, message):
     """The exception for a status name as written by the op library ("gradex[TIMEOUT]: ...")."""
     return _BY_NAME.get(name, GradexError)(message)
+
+
+def close_quietly(closable):
+    """closable.close(), a gradex error swallowed: for finalizers (garbage collection, interpreter exit), where
+    the peers may be gone and nobody is left to tell. `None` is accepted (nothing to close)."""
+    if closable is None:
+        return
+    try:
+        closable.close()
+    except GradexError:
+        pass

@@ -47,13 +47,6 @@ _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.torch.DiLoCo/1"
 
 
-def _close_quietly(outer):
-    try:
-        outer.close()
-    except _errors.GradexError:
-        pass  # garbage collection: nobody is left to tell
-
-
 def _create_outer(config, store, group=None):
     """The outer optimizer over the default group, or over `group` (the replicate group of an FSDP2 model)."""
     if store is None and dist.is_available() and dist.is_initialized():
@@ -153,7 +146,7 @@ class DiLoCo:
                 outer.close()
                 raise
             self._pending_load = None
-            self._finalizer = weakref.finalize(self, _close_quietly, outer)
+            self._finalizer = weakref.finalize(self, _errors.close_quietly, outer)
             self._outer = outer
             return outer
 

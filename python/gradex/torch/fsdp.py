@@ -126,7 +126,7 @@ class HSDP:
             if self._takeover is not None:
                 self._takeover.release()
             raise
-        self._finalizer = weakref.finalize(self, _close_quietly, self._engine)
+        self._finalizer = weakref.finalize(self, _errors.close_quietly, self._engine)
         self._refuse_unsupported()
         for module, (module_name, layout) in zip(modules, self._layouts):
             if layout:
@@ -292,10 +292,3 @@ class HSDP:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _close_quietly(engine):
-    try:
-        engine.close()
-    except _errors.GradexError:
-        pass  # garbage collection: nobody is left to tell

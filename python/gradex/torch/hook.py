@@ -93,7 +93,7 @@ class State:
                 engine.close()
                 raise
             self._pending_load = None
-            self._finalizer = weakref.finalize(self, _close_quietly, engine)
+            self._finalizer = weakref.finalize(self, _errors.close_quietly, engine)
             self._warner = _momentum.MomentumWarner("the gradex DDP hook",
                                                     _momentum.gradex_momentum(engine, self._config))
             # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
@@ -213,13 +213,6 @@ class State:
     def __setstate__(self, values):
         self.__dict__.update(values)
         self._init_runtime()
-
-
-def _close_quietly(engine):
-    try:
-        engine.close()
-    except _errors.GradexError:
-        pass  # garbage collection: nobody is left to tell
 
 
 def _is_ddp(module):

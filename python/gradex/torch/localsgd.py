@@ -79,7 +79,7 @@ class LocalSGD:
                     engine.close()
                     raise
                 self._engine = engine
-                self._finalizer = weakref.finalize(self, _close_quietly, engine)
+                self._finalizer = weakref.finalize(self, _errors.close_quietly, engine)
             return self._engine
 
     @staticmethod
@@ -155,13 +155,6 @@ class LocalSGD:
         self._init_runtime()
         if self._ddp:  # the unpickled DDP module has a new reducer without the hook
             self._module.register_comm_hook(self, LocalSGD._hook)
-
-
-def _close_quietly(engine):
-    try:
-        engine.close()
-    except _errors.GradexError:
-        pass  # garbage collection: nobody is left to tell
 
 
 def optimizer_owns_momentum(config):

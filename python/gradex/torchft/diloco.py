@@ -53,11 +53,7 @@ class _Attempt:
 
 def _close_quietly(holder):
     outer, holder[0] = holder[0], None
-    if outer:
-        try:
-            outer.close()
-        except _errors.GradexError:
-            pass  # the peers are gone; nothing is left to tell them
+    _errors.close_quietly(outer)  # the peers may be gone; nothing is left to tell them
 
 
 class DiLoCo:

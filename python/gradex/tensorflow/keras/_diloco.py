@@ -33,12 +33,7 @@ _STATE_FORMAT = "gradex.keras.DiLoCo/1"
 
 
 def _close_quietly(box):
-    outer = box.get("outer")
-    if outer:
-        try:
-            outer.close()
-        except _errors.GradexError:
-            pass  # garbage collection: nobody is left to tell
+    _errors.close_quietly(box.get("outer"))
 
 
 class DiLoCoCallback(keras.callbacks.Callback):
