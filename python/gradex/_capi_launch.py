@@ -1,0 +1,126 @@
+"""The configuration check and the launcher's view of the job (gradex_check_config, gradex_launch_info,
+gradex_store_*; additive to API version 1), re-exported by gradex._capi."""
+import ctypes
+
+from . import _errors
+from ._capi import _Options, _Store, _lib_lock, _set_config, check, last_error, lib
+
+# --- Configuration check (gradex_check_config; additive to API version 1) ---------------------------
+
+_check_config_declared = False
+
+
+def check_config(config=None):
+    """Validates GRADEX_* settings in this process as engine creation would: the environment, overridden by
+    `config` (a dict of GRADEX_* name -> value). Raises gradex.ConfigError naming the variable and its allowed
+    range for an invalid value or an unknown name in `config` (an unknown name in the environment is only a
+    warning, as at engine creation). Creates nothing and touches no network."""
+    global _check_config_declared
+    c = lib()
+    with _lib_lock:
+        if not _check_config_declared:
+            c.gradex_check_config.restype = ctypes.c_int
+            c.gradex_check_config.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                              ctypes.POINTER(ctypes.c_char_p)]
+            _check_config_declared = True
+    if config is not None and not isinstance(config, dict):
+        raise _errors.InvalidArgumentError(f"gradex: config must be a dict of GRADEX_* names to values, "
+                                           f"not {type(config).__name__}")
+    items = [(str(k), str(v)) for k, v in (config or {}).items()]
+    names = (ctypes.c_char_p * max(len(items), 1))(*[k.encode() for k, _ in items])
+    values = (ctypes.c_char_p * max(len(items), 1))(*[v.encode() for _, v in items])
+    check(c.gradex_check_config(len(items), names, values))
+
+
+# --- Launch information and the job's shared store (gradex_launch_info, gradex_store_*; additive) ------
+
+
+class _LaunchInfo(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int32), ("world_size", ctypes.c_int32), ("local_rank", ctypes.c_int32),
+                ("local_size", ctypes.c_int32), ("master_port", ctypes.c_uint16),
+                ("master_addr", ctypes.c_char * 256), ("launcher", ctypes.c_char * 32)]
+
+
+_launch_declared = False
+
+
+def _launch_lib():
+    global _launch_declared
+    c = lib()
+    with _lib_lock:
+        if not _launch_declared:
+            c.gradex_launch_info.restype = ctypes.c_int
+            c.gradex_launch_info.argtypes = [ctypes.POINTER(_LaunchInfo)]
+            c.gradex_store_connect.restype = ctypes.c_int
+            c.gradex_store_connect.argtypes = [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.POINTER(_Store))]
+            c.gradex_store_destroy.restype = ctypes.c_int
+            c.gradex_store_destroy.argtypes = [ctypes.POINTER(_Store)]
+            _launch_declared = True
+    return c
+
+
+def launch_info():
+    """What the launcher says about this process (gradex_launch_info): a dict with rank, world_size,
+    local_rank and local_size (None where the launcher does not say), master_addr, master_port and launcher
+    ("torchrun", "Open MPI", "MPICH/Intel MPI", "Slurm" or "none"). ConfigError for a rank without a size (or
+    the reverse) and malformed values."""
+    info = _LaunchInfo()
+    check(_launch_lib().gradex_launch_info(ctypes.byref(info)))
+    return {"rank": info.rank, "world_size": info.world_size,
+            "local_rank": info.local_rank if info.local_rank >= 0 else None,
+            "local_size": info.local_size if info.local_size > 0 else None,
+            "master_addr": info.master_addr.decode(), "master_port": info.master_port,
+            "launcher": info.launcher.decode()}
+
+
+class JobStore:
+    """The job's TCP store in the core (gradex_store_connect): rank 0 serves it on MASTER_ADDR:MASTER_PORT,
+    every connection proves GRADEX_JOB_SECRET when one is set. Collective. Pass it as Engine(store=...) to
+    bootstrap several engines through it (each under its own prefix); set/get/add serve small plugin-level
+    agreements. Close it after the engines that use it."""
+
+    last_failure = None
+
+    def __init__(self, rank=-1, world_size=-1, config=None):
+        c = _launch_lib()
+        options = _Options()
+        c.gradex_engine_options_init(ctypes.byref(options))
+        options.rank = rank
+        options.world_size = world_size
+        config_arrays = _set_config(options, config)  # alive until the call returns
+        out = ctypes.POINTER(_Store)()
+        check(c.gradex_store_connect(ctypes.byref(options), ctypes.byref(out)))
+        self._ptr = out
+
+    def pointer(self):
+        if not self._ptr:
+            raise _errors.InvalidArgumentError("gradex: the job store is closed")
+        return self._ptr
+
+    def set(self, key, value):
+        value = bytes(value)
+        s = self.pointer().contents
+        if s.set(s.context, key.encode(), value, len(value)) != 0:
+            raise _errors.TransportError(f"gradex: store set of '{key}' failed: {last_error()}")
+
+    def get(self, key, timeout_ms):
+        s = self.pointer().contents
+        value, length = ctypes.c_void_p(), ctypes.c_size_t()
+        if s.get(s.context, key.encode(), int(timeout_ms), ctypes.byref(value), ctypes.byref(length)) != 0:
+            raise _errors.TimeoutError(f"gradex: store get of '{key}' failed: {last_error()}")
+        try:
+            return ctypes.string_at(value, length.value) if length.value else b""
+        finally:
+            s.release(s.context, value)
+
+    def add(self, key, delta):
+        s = self.pointer().contents
+        out = ctypes.c_int64()
+        if s.add(s.context, key.encode(), int(delta), ctypes.byref(out)) != 0:
+            raise _errors.TransportError(f"gradex: store add to '{key}' failed: {last_error()}")
+        return out.value
+
+    def close(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            check(_launch_lib().gradex_store_destroy(ptr))

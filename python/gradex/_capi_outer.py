@@ -1,0 +1,165 @@
+"""The DiLoCo outer optimizer's binding (gradex_outer_*, additive to API version 1): `Outer`, re-exported by
+gradex._capi."""
+import ctypes
+
+from . import _errors
+from ._capi import (_Options, _Stats, _check_with_store, _create_collectively, _keep_store, _lib_lock,
+                    _membership_options, check, lib)
+
+# --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
+
+_outer_declared = False
+
+
+def _outer_lib():
+    """The library with the gradex_outer_* signatures declared (once)."""
+    global _outer_declared
+    c = lib()
+    with _lib_lock:
+        if not _outer_declared:
+            status, outer_p = ctypes.c_int, ctypes.c_void_p
+            sigs = {
+                "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+                "gradex_outer_destroy": (status, [outer_p]),
+                "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
+                                                     ctypes.c_int]),
+                "gradex_outer_start": (status, [outer_p]),
+                "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+                "gradex_outer_synchronize": (status, [outer_p]),
+                "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+                "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+                "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
+                "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                                      ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+                "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                     ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+                "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
+                "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
+                "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
+                "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                            ctypes.POINTER(ctypes.c_size_t)]),
+                "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+            }
+            for name, (restype, argtypes) in sigs.items():
+                fn = getattr(c, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+            _outer_declared = True
+    return c
+
+
+class Outer:
+    """One DiLoCo outer optimizer (gradex_outer_create): its own connections and background thread. Creation
+    is collective, like Engine's; `config` holds GRADEX_OUTER_* (and other GRADEX_*) overrides."""
+
+    def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
+        c = _outer_lib()
+        self._ptr = _create_collectively(self, c, c.gradex_outer_create, rank, world_size, store, store_prefix,
+                                         config)
+
+    @property
+    def address(self):
+        return self._ptr or 0
+
+    def _outer(self):
+        if not self._ptr:
+            raise _errors.InvalidArgumentError("gradex: the DiLoCo optimizer is closed")
+        return self._ptr
+
+    def close(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            check(_outer_lib().gradex_outer_destroy(ptr))
+
+    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+        """A new membership (gradex_outer_reconfigure), as Engine.reconfigure (store_prefix None: "gradex/outer/");
+        every new member must be a survivor holding a started Outer. Unmerged exchanges are dropped; global
+        copies, outer momenta, residuals and the fragment schedule are kept."""
+        keep = []  # alive for the call
+        options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
+        status = _outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options))
+        _keep_store(self, adapter, status == 0)
+        _check_with_store(status, adapter)
+
+    def add_tensor(self, key, address, numel, is_buffer):
+        check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))
+
+    def start(self):
+        check(_outer_lib().gradex_outer_start(self._outer()))
+
+    def start_local(self, step=0):
+        """Not collective (gradex_outer_start_local): the global copies are this rank's tensors as they are now,
+        the step count `step`; for a member joining peers that started already, which then loads their
+        shared state."""
+        check(_outer_lib().gradex_outer_start_local(self._outer(), int(step)))
+
+    def step_count(self):
+        """Inner steps ended by step(): the fragment schedule's clock (restored by the state loads)."""
+        value = ctypes.c_uint64()
+        check(_outer_lib().gradex_outer_step_count(self._outer(), ctypes.byref(value)))
+        return value.value
+
+    def step(self):
+        merged = ctypes.c_int()
+        check(_outer_lib().gradex_outer_step(self._outer(), ctypes.byref(merged)))
+        return merged.value
+
+    def synchronize(self):
+        check(_outer_lib().gradex_outer_synchronize(self._outer()))
+
+    def synchronize_all(self):
+        """gradex_outer_synchronize_all: the final outer step over every fragment with local progress; returns
+        the number of fragments exchanged."""
+        exchanged = ctypes.c_int()
+        check(_outer_lib().gradex_outer_synchronize_all(self._outer(), ctypes.byref(exchanged)))
+        return exchanged.value
+
+    def stats(self, last_step=False):
+        s = _Stats()
+        check(_outer_lib().gradex_outer_get_stats(self._outer(), int(bool(last_step)), ctypes.byref(s)))
+        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+    def global_copy(self, key, address, numel):
+        check(_outer_lib().gradex_outer_global(self._outer(), key.encode(), address, numel))
+
+    def last_merges(self):
+        c = _outer_lib()
+        count = ctypes.c_size_t()
+        check(c.gradex_outer_last_merges(self._outer(), None, 0, ctypes.byref(count)))
+        steps = (ctypes.c_uint64 * max(count.value, 1))()
+        check(c.gradex_outer_last_merges(self._outer(), steps, count.value, ctypes.byref(count)))
+        return list(steps[:count.value])
+
+    def fragment_of(self, key):
+        f = ctypes.c_int64()
+        check(_outer_lib().gradex_outer_fragment_of(self._outer(), key.encode(), ctypes.byref(f)))
+        return f.value
+
+    def save_state(self):
+        c = _outer_lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_outer_save_state(self._outer(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_outer_save_state(self._outer(), buf, length.value, ctypes.byref(length)))
+        return buf.raw[:length.value]
+
+    def load_state(self, blob):
+        blob = bytes(blob)
+        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+        check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))
+
+    def save_shared_state(self):
+        """The outer state every member holds identically (gradex_outer_save_shared_state): bytes."""
+        c = _outer_lib()
+        length = ctypes.c_size_t()
+        check(c.gradex_outer_save_shared_state(self._outer(), None, 0, ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(max(length.value, 1))
+        check(c.gradex_outer_save_shared_state(self._outer(), buf, length.value, ctypes.byref(length)))
+        return buf.raw[:length.value]
+
+    def load_shared_state(self, blob):
+        blob = bytes(blob)
+        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+        check(_outer_lib().gradex_outer_load_shared_state(self._outer(), buf, len(blob)))
