@@ -89,21 +89,24 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_;
 }
 
-bool UcxCommunicator::shared_memory_between(const std::vector<std::string>& hosts,
-                                            const std::string& my_host) const {
-  int same_host = 0;
-  for (const std::string& h : hosts)
-    same_host += h == my_host ? 1 : 0;
-  if (same_host < 2) return false;  // no peer on this host (this rank is one of them)
-  if (options_.shared_memory) return true;
-  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kOn) return true;
-  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kOff) return false;
+bool UcxCommunicator::hierarchical_shm_for(const std::vector<std::string>& hosts) const {
+  if (options_.hierarchical_shm != CommOptions::HierarchicalShm::kAuto)
+    return options_.hierarchical_shm == CommOptions::HierarchicalShm::kOn;
   // kAuto: the hierarchical exchange runs on jobs of several hosts of which one holds two ranks.
   std::vector<std::string> sorted = hosts;
   std::sort(sorted.begin(), sorted.end());
   const bool shared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
   const bool several = sorted.front() != sorted.back();
   return shared && several;
+}
+
+bool UcxCommunicator::shared_memory_between(const std::vector<std::string>& hosts,
+                                            const std::string& my_host) const {
+  int same_host = 0;
+  for (const std::string& h : hosts)
+    same_host += h == my_host ? 1 : 0;
+  if (same_host < 2) return false;  // no peer on this host (this rank is one of them)
+  return options_.shared_memory || hierarchical_shm_for(hosts);
 }
 
 bool UcxCommunicator::may_use_shared_memory(Store& store) {
@@ -168,14 +171,7 @@ void UcxCommunicator::connect_endpoints(Store& store) {
   // The hierarchical exchange keeps same-host traffic on shared memory (CommOptions::
   // hierarchical_shm); every rank sees the same published hosts, so the decision is the same
   // everywhere.
-  bool hierarchical_shm = options_.hierarchical_shm == CommOptions::HierarchicalShm::kOn;
-  if (options_.hierarchical_shm == CommOptions::HierarchicalShm::kAuto) {
-    std::vector<std::string> sorted = rank_hosts_;
-    std::sort(sorted.begin(), sorted.end());
-    const bool shared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
-    const bool several = sorted.front() != sorted.back();
-    hierarchical_shm = shared && several;
-  }
+  const bool hierarchical_shm = hierarchical_shm_for(rank_hosts_);
   if (shared_memory_between(rank_hosts_, my_host) && context_rndv_eager_)
     throw InternalError("connect: shared-memory peers appeared after the context took eager sends");
   for (int i = 0; i < size_; ++i) {

@@ -117,6 +117,9 @@ class UcxCommunicator : public Communicator {
   bool may_use_shared_memory(Store& store);
   bool shared_memory_between(const std::vector<std::string>& hosts,
                              const std::string& my_host) const;
+  // Whether the hierarchical exchange keeps same-host traffic on shared memory, for ranks on
+  // `hosts` (CommOptions::hierarchical_shm; auto: several hosts of which one holds two ranks).
+  bool hierarchical_shm_for(const std::vector<std::string>& hosts) const;
   void connect_endpoints(Store& store);
   void exchange_hello();
   void close_endpoints();
