@@ -227,7 +227,10 @@ TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
 }
 
 // Ranks loop over one-round and two-round gathers; rank 2 is SIGKILLed in the middle: every other
-// rank fails with an error naming it, within the timeout (never a hang).
+// rank fails within the timeout (never a hang) with an error naming a peer. A survivor whose
+// exchange with rank 2 had already completed may first see another survivor leave after its own
+// failure, so every report names a failed peer and at least one names rank 2 (this layer has no
+// abort broadcast; the engine's test of one failure reaching every rank is EngineAbort's).
 TEST(SparseGatherProcesses, KilledRankFailsTheOthersWithinTheTimeout) {
   const int P = 4, victim = 2;
   const Millis timeout(3000);
@@ -243,7 +246,7 @@ TEST(SparseGatherProcesses, KilledRankFailsTheOthersWithinTheTimeout) {
         gather.gather(*comm, mine, all);
         if (round == 4) report("looping");
       } catch (const PeerFailure& e) {
-        report(std::string("failed: ") + e.what());
+        report("failed: peer=" + std::to_string(e.peer()) + " " + e.what());
         return kExpectedFailure;
       }
     }
@@ -252,13 +255,16 @@ TEST(SparseGatherProcesses, KilledRankFailsTheOthersWithinTheTimeout) {
     ASSERT_TRUE(group.wait_for_report(r, "looping", std::chrono::seconds(60))) << "rank " << r;
   group.signal(victim, SIGKILL);
   auto results = group.wait(timeout * 3 + std::chrono::seconds(10), victim);
+  int naming_victim = 0;
   for (int r = 0; r < P; ++r) {
     if (r == victim) continue;
     const auto& c = results[static_cast<size_t>(r)];
     EXPECT_FALSE(c.watchdog_killed) << describe(results);
     EXPECT_TRUE(c.exited && c.exit_code == kExpectedFailure) << describe(results);
-    EXPECT_NE(c.report.find("rank 2"), std::string::npos) << describe(results);
+    EXPECT_EQ(c.report.find("failed: peer=-1"), std::string::npos) << describe(results);
+    if (c.report.find("failed: peer=2 ") != std::string::npos) ++naming_victim;
   }
+  EXPECT_GE(naming_victim, 1) << describe(results);
 }
 
 }  // namespace
