@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "compress/backend/backend.h"
+#include "compress/backend/buffered_dgc_state.h"
 #include "compress/backend/validate.h"
 #include "compress/cuda/cuda_resources.h"
 #include "compress/cuda/dgc_cuda.h"
@@ -24,10 +25,10 @@ namespace {
 
 using backend::BufferPtr;
 
-class CudaDgc final : public backend::DgcState {
+class CudaDgc final : public backend::BufferedDgcState {
  public:
-  CudaDgc(size_t numel, const DgcOptions& o, int device) : n_(numel), o_(o), device_(device) {
-    cap_ = backend::max_selected_count(numel, o);
+  CudaDgc(size_t numel, const DgcOptions& o, int device)
+      : BufferedDgcState(numel, o), device_(device) {
     DeviceGuard guard(device_);
     v_ = DeviceBuffer::make(n_ * 4, device_);
     if (n_) check(cudaMemsetAsync(v_->data(), 0, n_ * 4, nullptr), "cudaMemsetAsync");
@@ -41,14 +42,6 @@ class CudaDgc final : public backend::DgcState {
     idx_ = DeviceBuffer::make(cap_ * 4, device_);
     val_ = DeviceBuffer::make(cap_ * 4, device_);
   }
-  size_t numel() const override { return n_; }
-  const DgcOptions& options() const override { return o_; }
-  uint64_t steps_done() const override { return step_; }
-  void set_step(uint64_t step) override { step_ = step; }
-  double density() const override { return 1.0 - dgc::sparsity_at(o_, step_); }
-  size_t capacity() const override { return cap_; }
-  const float* residual() const override { return v_->as<float>(); }
-  float* momentum_buffer() override { return u_ ? u_->as<float>() : nullptr; }
   const uint32_t* selected_indices() const override { return idx_->as<uint32_t>(); }
   const float* selected_values() const override { return val_->as<float>(); }
 
@@ -77,12 +70,8 @@ class CudaDgc final : public backend::DgcState {
   }
 
  private:
-  size_t n_;
-  DgcOptions o_;
   int device_;
-  size_t cap_ = 0;
-  uint64_t step_ = 0;
-  BufferPtr u_, v_, idx_, val_, work_;
+  BufferPtr idx_, val_, work_;
 };
 
 class CudaBackend final : public backend::Backend {

@@ -1,24 +1,12 @@
 #include "compress/thrust/dgc_thrust_omp.h"
 
-#include <thrust/system/omp/execution_policy.h>
-
 #include <vector>
 
 #include "base/error.h"
 #include "compress/thrust/dgc_algo.h"
+#include "compress/thrust/omp_policy.h"
 
 namespace gradex::compress::thrust_dgc {
-namespace {
-
-struct OmpBackend {
-  auto policy() const { return thrust::omp::par; }
-  template <typename T>
-  T load(const T* p) const {
-    return *p;
-  }
-};
-
-}  // namespace
 
 StepResult omp_step(const StepParams& p, const float* g, float* u, float* v, uint32_t* out_idx,
                     float* out_val) {
@@ -26,15 +14,15 @@ StepResult omp_step(const StepParams& p, const float* g, float* u, float* v, uin
     throw InvalidArgument("thrust_dgc::omp_step: momentum > 0 needs the momentum buffer u");
   std::vector<float> sample(p.sample_m), mag(p.cand_cap);
   std::vector<uint32_t> cand(p.cand_cap);
-  OmpBackend backend;
-  StepAlgo<OmpBackend> algo(backend, p, u, v, sample.data(), cand.data(), mag.data(), out_idx);
+  OmpPolicy backend;
+  StepAlgo<OmpPolicy> algo(backend, p, u, v, sample.data(), cand.data(), mag.data(), out_idx);
   return algo.run(g, out_val);
 }
 
 CastCounts omp_to_half(const float* in, uint16_t* out, size_t n, DType type, float scale) {
   if (type == DType::kFloat32)
     throw InvalidArgument("thrust_dgc::omp_to_half: type must be 16-bit");
-  OmpBackend backend;
+  OmpPolicy backend;
   return cast_to_half(backend, in, out, n, scale, type == DType::kBFloat16);
 }
 

@@ -1,34 +1,28 @@
 #include "compress/thrust/omp_backend.h"
 
 #include <thrust/copy.h>
-#include <thrust/system/omp/execution_policy.h>
 
 #include <vector>
 
 #include "base/error.h"
+#include "compress/backend/buffered_dgc_state.h"
 #include "compress/backend/host_resources.h"
 #include "compress/backend/validate.h"
 #include "compress/dgc/schedule.h"
 #include "compress/thrust/dgc_algo.h"
+#include "compress/thrust/omp_policy.h"
 #include "compress/thrust/ops_algo.h"
 #include "compress/thrust/step_info.h"
 
 namespace gradex::compress::backend {
 namespace {
 
-struct OmpPolicy {
-  auto policy() const { return thrust::omp::par; }
-  template <typename T>
-  T load(const T* p) const {
-    return *p;
-  }
-};
+using thrust_dgc::OmpPolicy;
 
 // u, v and the selection in host buffers; the Thrust step's scratch grows to the largest step.
-class OmpDgc final : public DgcState {
+class OmpDgc final : public BufferedDgcState {
  public:
-  OmpDgc(size_t numel, const DgcOptions& o) : n_(numel), o_(o) {
-    cap_ = max_selected_count(numel, o);
+  OmpDgc(size_t numel, const DgcOptions& o) : BufferedDgcState(numel, o) {
     v_ = HostBuffer::make(n_ * 4);
     host_fill_zero(v_->data(), n_ * 4);
     if (o_.momentum > 0) {
@@ -38,14 +32,6 @@ class OmpDgc final : public DgcState {
     idx_.resize(cap_);
     val_.resize(cap_);
   }
-  size_t numel() const override { return n_; }
-  const DgcOptions& options() const override { return o_; }
-  uint64_t steps_done() const override { return step_; }
-  void set_step(uint64_t step) override { step_ = step; }
-  double density() const override { return 1.0 - dgc::sparsity_at(o_, step_); }
-  size_t capacity() const override { return cap_; }
-  const float* residual() const override { return v_->as<float>(); }
-  float* momentum_buffer() override { return u_ ? u_->as<float>() : nullptr; }
   const uint32_t* selected_indices() const override { return idx_.data(); }
   const float* selected_values() const override { return val_.data(); }
 
@@ -75,11 +61,6 @@ class OmpDgc final : public DgcState {
   }
 
  private:
-  size_t n_;
-  DgcOptions o_;
-  size_t cap_ = 0;
-  uint64_t step_ = 0;
-  BufferPtr u_, v_;
   std::vector<uint32_t> idx_, cand_;
   std::vector<float> val_, sample_, mag_;
 };
