@@ -40,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus  # noqa: E402
 import model as lm  # noqa: E402
+import muon_adamw  # noqa: E402
 
 
 def _wrap_ddp(model, args):
@@ -105,7 +106,8 @@ def _gradex_default(model, args, opt):
     import gradex.torch as gx
     net = _wrap_ddp(model, args)
     if "optimizer" in inspect.signature(gx.State).parameters:
-        state, label = gx.State(net, optimizer=opt), "gx.State(ddp, optimizer=AdamW) + gx.hook"
+        state = gx.State(net, optimizer=opt)
+        label = f"gx.State(ddp, optimizer={type(opt).__name__}) + gx.hook"
     else:
         # This gradex has no optimizer-aware State: the plain hook's defaults, with the momentum AdamW
         # already keeps switched off (GRADEX_MOMENTUM=0), as docs/pytorch.md asks for Adam-family optimizers.
@@ -128,7 +130,7 @@ def _gradex_auto(ramp_steps=None):
         state = gx.State(net, optimizer=opt, config=config)
         net.register_comm_hook(state, gx.hook)
         ramp = "" if ramp_steps is None else f", GRADEX_POLICY_RAMP_STEPS={ramp_steps}"
-        return net, f"gx.State(ddp, optimizer=AdamW, GRADEX_POLICY=auto{ramp}) + gx.hook"
+        return net, f"gx.State(ddp, optimizer={type(opt).__name__}, GRADEX_POLICY=auto{ramp}) + gx.hook"
     return make
 
 
@@ -224,6 +226,8 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=lm.DEFAULTS["layers"])
     p.add_argument("--heads", type=int, default=lm.DEFAULTS["heads"])
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--optimizer", choices=("adamw", "muon"), default="adamw",
+                   help="muon: Muon for the blocks' weight matrices, AdamW for the rest (muon_adamw.py)")
     p.add_argument("--powersgd-rank", type=int, default=4)
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP's bucket size (ddp, hooks, gradex_default)")
     p.add_argument("--localsgd-period", type=int, default=16)
@@ -268,7 +272,10 @@ def main():
     sampler = corpus.Sampler(data["train"], args.context, args.batch, seed=1000 + rank)
     evals = corpus.eval_batches(data["held_out"], args.context, count=args.eval_batches, batch=16)
     model = lm.make(seed=0, **shape)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if args.optimizer == "muon":
+        opt = muon_adamw.MuonWithAuxAdam(model, lr=args.lr, adam_lr=args.lr)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     built = METHODS[args.method](model, args, opt)
     net, label = built[0], built[1]
     extra = built[2] if len(built) > 2 else None
