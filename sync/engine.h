@@ -41,8 +41,12 @@ struct Unit;
 
 class Engine {
  public:
-  // Collective: bootstraps and connects every rank through `store`.
-  Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // Collective: bootstraps and connects every rank through `store`. `api_version`: the version of
+  // the API this engine is driven through, part of the start-up agreement (sync/agreement.h):
+  // capi/ passes GRADEX_API_VERSION; C++ callers that bypass the C API (gradex-bench) keep 0, a
+  // value no C API release uses.
+  Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
+         uint32_t api_version = 0);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -279,6 +283,7 @@ class Engine {
   // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the
   // current one (progress thread).
   uint64_t connects_ = 0;
+  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
   std::set<std::string> exchanged_in_membership_;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;
