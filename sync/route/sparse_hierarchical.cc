@@ -1,5 +1,5 @@
-// Engine::transfer_sparse_hierarchical: a DGC unit under the hierarchical exchange, with DGC's
-// host-level re-selection (docs/collectives.md, "Hierarchical exchange").
+// Route kSparseHierarchical: a DGC unit under the hierarchical exchange (GRADEX_HIERARCHICAL), with
+// DGC's host-level re-selection (docs/collectives.md, "Hierarchical exchange").
 //   1. Inside each host every rank's message reaches every local rank (allgatherv over the host).
 //   2. Tensor j of the unit belongs to class c = j mod S (S: the most ranks on any host); on host h
 //      the class's owner is local rank c mod L_h. The owner decodes the host's payloads of j, sums
@@ -11,12 +11,14 @@
 // Every rank then holds, per tensor, the same H host payloads and sums them in host order
 // (finish_unit), so results are bit-identical on every rank. Σ over ranks of (what was sent +
 // residual) is unchanged by the re-selection up to fp32 rounding: kept and dropped partition
-// each host sum.
+// each host sum. Leaves unit.received holding one message per host (host order).
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/group_communicator.h"
 #include "comm/hierarchical.h"
@@ -26,11 +28,9 @@
 #include "compress/wire/message.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
-#include "sync/engine.h"
-#include "sync/engine_internal.h"
-#include "sync/pipeline.h"
+#include "sync/route/routes.h"
 
-namespace gradex::sync {
+namespace gradex::sync::route {
 namespace {
 
 namespace wire = compress::wire;
@@ -49,10 +49,9 @@ void add_record(comm::Bytes& out, uint32_t tensor, uint32_t host, const comm::By
   put(out, payload.data(), payload.size());
 }
 
-}  // namespace
-
-void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::HostTopology& hosts) {
-  comm::Communicator& comm = *comm_;
+void exchange_hierarchical(pipeline::Unit& unit, Context& ctx) {
+  comm::Communicator& comm = ctx.comm;
+  const comm::HostTopology& hosts = *ctx.hosts;
   const int me = comm.rank();
   const int h = hosts.host_of[static_cast<size_t>(me)];
   const std::vector<int>& local = hosts.hosts[static_cast<size_t>(h)];
@@ -63,7 +62,7 @@ void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::Host
   const size_t J = unit.jobs.size();
   const uint64_t tag_local = comm.next_collective_tag();
   auto owns_class = [&](size_t c) { return c % L == my_index; };
-  const compress::WireOptions wire_options = compress::wire_options_from_config(config_);
+  const compress::WireOptions wire_options = compress::wire_options_from_config(ctx.config);
 
   // 1. The host's messages, by local index.
   std::vector<comm::Bytes> host_messages;
@@ -100,7 +99,7 @@ void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::Host
     }
     const DType value_dtype = decoded[0].header.value_dtype;
     compress::backend::reselect_host_sum(parts, value_dtype, selection);
-    path_->return_to_residual(t, selection.dropped);
+    ctx.path.return_to_residual(t, selection.dropped);
     wire::SparseRef ref;
     ref.numel = t.numel;
     ref.indices = selection.kept_indices.data();
@@ -112,8 +111,8 @@ void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::Host
     host_payload[j].assign(encoded.begin(), encoded.end());
   }
 
-  // 3. Every rank's host payloads (those of the tensors it owns) to every rank: across hosts once
-  // per remote host, then inside each host (comm/hierarchical.h). gathered[j][g] = host g's
+  // 3. Every rank's host payloads (those of the tensors it owns) to every rank: across hosts
+  // once per remote host, then inside each host (comm/hierarchical.h). gathered[j][g] = host g's
   // payload of j; each must come from its owner, exactly once.
   comm::Bytes mine;
   for (size_t j = 0; j < J; ++j)
@@ -166,4 +165,27 @@ void Engine::transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::Host
   }
 }
 
-}  // namespace gradex::sync
+class SparseHierarchicalRoute : public Transfer {
+ public:
+  Path path() const override { return Path::kSparseHierarchical; }
+  void plan(Context& ctx) const override { plan_sparse(ctx); }
+
+  void exchange(pipeline::Unit& unit, Context& ctx) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      exchange_hierarchical(unit, ctx);
+    } catch (const Error& e) {
+      throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
+    }
+    unit.counters.transfer_seconds += seconds_since(t0);
+  }
+};
+
+}  // namespace
+
+const Transfer& sparse_hierarchical_route() {
+  static const SparseHierarchicalRoute route;
+  return route;
+}
+
+}  // namespace gradex::sync::route
