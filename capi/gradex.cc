@@ -116,8 +116,8 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
     }
     created->prefix = options->store_prefix ? options->store_prefix : "gradex/";
     store = gradex::comm::make_prefix_store(store, created->prefix);
-    created->engine =
-        std::make_unique<gradex::sync::Engine>(std::move(config), std::move(store), rank, world);
+    created->engine = std::make_unique<gradex::sync::Engine>(std::move(config), std::move(store),
+                                                             rank, world, GRADEX_API_VERSION);
     *engine = created.release();
   });
 }

@@ -61,8 +61,8 @@ void create(const gradex_engine_options_t& options, gradex_outer& created) {
   }
   created.prefix = options.store_prefix ? options.store_prefix : kDefaultPrefix;
   store = gradex::comm::make_prefix_store(store, created.prefix);
-  created.outer =
-      std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world);
+  created.outer = std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world,
+                                                   GRADEX_API_VERSION);
 }
 
 }  // namespace

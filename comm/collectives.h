@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "base/dtype.h"
@@ -85,10 +86,10 @@ void barrier(Communicator& comm);
 
 // --- Encoded allreduce (reduce-scatter + allgather in a caller-defined compact format) ---
 
-// An encoding of fp32 values chosen above comm/ (e.g. sync/outer's block quantization); comm/
-// only moves and sums it. Encodings of element ranges cut at multiples of granularity() must
-// concatenate: the encoding of [a, b) is bytes [encoded_size(a), encoded_size(b)) of the encoding
-// of [0, b) whenever a is such a multiple.
+// An encoding of fp32 values chosen above comm/ (sync/outer's block quantization, the engine's
+// 8-bit route); comm/ only moves and sums it. Encodings of element ranges cut at multiples of
+// granularity() must concatenate: the encoding of [a, b) is bytes [encoded_size(a),
+// encoded_size(b)) of the encoding of [0, b) whenever a is such a multiple.
 class ChunkCodec {
  public:
   virtual ~ChunkCodec() = default;
@@ -101,6 +102,13 @@ class ChunkCodec {
   virtual void decode_add(const uint8_t* in, size_t count, float* acc) const = 0;
   // out[i] = decoded value i.
   virtual void decode(const uint8_t* in, size_t count, float* out) const = 0;
+  // Throws CorruptPayload (naming `what`) when `bytes` bytes received from a peer are not a valid
+  // encoding of `count` values; called on every received piece before it is decoded. The default
+  // accepts everything (an encoding without invalid byte patterns).
+  virtual void validate(const uint8_t* in, size_t bytes, size_t count,
+                        const std::string& what) const {
+    (void)in, (void)bytes, (void)count, (void)what;
+  }
 };
 
 // Elements [begin, begin + count) of segment k (owned by rank k) in an encoded allreduce of
@@ -112,15 +120,44 @@ struct Segment {
 };
 Segment encoded_segment(size_t count, size_t granularity, int world, int k);
 
-// out = transform(sum over ranks of decode(contribution.encode(in))), identical bits on every
-// rank. Reduce-scatter: every rank encodes its values of segment k with `contribution` and sends
-// them to rank k (in chunks of about options().ring_chunk_bytes, cut at granules); rank k decodes
-// the P contributions and sums them in fp32 in rank order 0..P-1 (starting from 0), then calls
-// transform(sum, segment.count, segment.begin) on its segment. Allgather: rank k encodes the
-// transformed segment with `result` and sends it to every rank; every rank, rank k included,
-// decodes every segment from the same bytes into `out`. `in` and `out` may alias. Both codecs
-// must have the same granularity on every rank. A received message of the wrong length is a
-// CorruptPayload error; transport failures are PeerError / TimeoutError as everywhere.
+// One buffer of a (fused) encoded allreduce.
+struct EncodedBuffer {
+  ChunkCodec* contribution = nullptr;  // encodes this rank's values of every segment
+  ChunkCodec* result = nullptr;        // encodes the owner's transformed segment
+  const float* in = nullptr;           // count values (may alias out)
+  float* out = nullptr;                // count values: the result, identical on every rank
+  size_t count = 0;
+  std::string label;  // names the buffer in errors ("tensor 'w'")
+};
+
+struct EncodedAllreduceOptions {
+  // Prefixes the phases in errors and wait diagnostics ("<name> reduce-scatter").
+  std::string name = "encoded";
+  // Called by each owner on its summed segment of buffer `buffer` (values[0, count) are elements
+  // [offset, offset + count) of it) before it is encoded with `result`. Empty: the sum itself.
+  std::function<void(size_t buffer, float* values, size_t count, size_t offset)> transform;
+};
+
+// out = transform(sum over ranks of decode(contribution.encode(in))) for every buffer, identical
+// bits on every rank. Each buffer is cut into P segments of whole granules of its own codecs
+// (encoded_segment of the buffer alone, so a rank owns the same elements of a buffer whatever
+// else shares the call). Reduce-scatter: rank r sends rank k one message holding its encoding of
+// segment k of every buffer, in buffer order; rank k validates and decodes the P contributions
+// and sums them in fp32 in rank order 0..P-1 (starting from 0; its own contribution is decoded
+// from its own bytes like everyone else's), then calls transform on its segment. Allgather: rank k
+// sends every rank one message holding the `result` encoding of its segments; every rank, rank k
+// included, decodes every segment from the same bytes. Messages go in a shifted order (at step j
+// rank r sends to r + j and receives from r - j), one send in flight, each encoded just before it
+// leaves while the previous one is on the wire, with transport progress between pieces of codec
+// work, so no link carries two messages at once. Both codecs of a buffer must have the same
+// granularity on every rank. A message of the wrong length, or a piece validate() rejects, is a
+// CorruptPayload naming the phase, the rank and the buffer, before anything is summed; transport
+// failures are PeerError / TimeoutError as everywhere. Bytes per rank and phase: (P - 1) / P of
+// the encoded buffers, as a ring moves.
+void encoded_allreduce(Communicator& comm, const std::vector<EncodedBuffer>& buffers,
+                       const EncodedAllreduceOptions& options);
+
+// The single-buffer form: transform(sum, segment.count, segment.begin) on each owner's segment.
 void encoded_allreduce(
     Communicator& comm, ChunkCodec& contribution, ChunkCodec& result, const float* in, float* out,
     size_t count, const std::function<void(float* values, size_t count, size_t offset)>& transform);

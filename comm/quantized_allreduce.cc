@@ -2,7 +2,7 @@
 // in comm/collectives.h). Direct rather than ring because a ring would decode, sum and re-encode
 // at every hop (P - 1 roundings of a lossy code); here every contribution is encoded once by its
 // rank and every reduced segment once by its owner, and the owner sums in a fixed rank order.
-// Each rank sends and receives (P - 1) / P of the encoded buffer in each phase, as a ring does.
+// Each rank sends and receives (P - 1) / P of the encoded buffers in each phase, as a ring does.
 #include <algorithm>
 #include <string>
 
@@ -13,35 +13,218 @@
 namespace gradex::comm {
 namespace {
 
-// Chunk boundaries inside a segment: multiples of `chunk_elems` elements.
-size_t chunk_elems_of(const ChunkCodec& codec, size_t ring_chunk_bytes) {
+// Codec work is cut into pieces of about this many elements (whole granules) with a call to the
+// transport's progress between them: messages already posted keep moving while this thread
+// computes (UCX moves a large message only while its owner drives progress).
+constexpr size_t kProgressElements = 1u << 16;
+
+// One call's segments: seg[b][k] is segment k of buffer b.
+struct Layout {
+  std::vector<std::vector<Segment>> seg;
+
+  Layout(const std::vector<EncodedBuffer>& buffers, int world) : seg(buffers.size()) {
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      const EncodedBuffer& x = buffers[b];
+      GX_CHECK(x.contribution != nullptr && x.result != nullptr);
+      GX_CHECK_EQ(x.contribution->granularity(), x.result->granularity());
+      GX_CHECK(x.count == 0 || (x.in != nullptr && x.out != nullptr));
+      for (int k = 0; k < world; ++k)
+        seg[b].push_back(encoded_segment(x.count, x.contribution->granularity(), world, k));
+    }
+  }
+  const Segment& at(size_t b, int k) const { return seg[b][static_cast<size_t>(k)]; }
+};
+
+// Bytes of the message holding segment k of every buffer, each encoded with codec_of(buffer).
+template <typename CodecOf>
+size_t message_bytes(const std::vector<EncodedBuffer>& buffers, const Layout& layout, int k,
+                     CodecOf codec_of) {
+  size_t n = 0;
+  for (size_t b = 0; b < buffers.size(); ++b)
+    n += codec_of(buffers[b]).encoded_size(layout.at(b, k).count);
+  return n;
+}
+
+size_t progress_elements(const ChunkCodec& codec) {
   const size_t g = codec.granularity();
-  const size_t granule_bytes = std::max<size_t>(1, codec.encoded_size(g));
-  return g * std::max<size_t>(1, ring_chunk_bytes / granule_bytes);
+  return std::max<size_t>(1, kProgressElements / g) * g;
 }
 
-// Posts the sends (or receives) of one segment's encoding, chunk by chunk, all on one tag (UCX
-// matches messages of one sender and tag in order).
-template <typename Post>
-void for_each_chunk(const ChunkCodec& codec, size_t seg_count, size_t chunk_elems, Post&& post) {
-  for (size_t a = 0; a < seg_count; a += chunk_elems) {
-    const size_t b = std::min(seg_count, a + chunk_elems);
-    const size_t off = codec.encoded_size(a);
-    post(off, codec.encoded_size(b) - off);
+// Encodes values[0, count) (elements [offset, offset + count) of the buffer) piece by piece.
+void encode_pieces(Communicator& comm, ChunkCodec& codec, const float* values, size_t count,
+                   size_t offset, uint8_t* out) {
+  const size_t step = progress_elements(codec);
+  for (size_t a = 0; a < count; a += step) {
+    const size_t n = std::min(step, count - a);
+    codec.encode(values + a, n, offset + a, out + codec.encoded_size(a));
+    comm.progress();
   }
 }
 
-void check_lengths(Communicator& comm, const std::vector<RequestPtr>& recvs,
-                   const std::vector<size_t>& expected, const std::vector<int>& peers,
-                   const char* operation) {
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    const size_t got = comm.recv_length(*recvs[i]);
-    if (got != expected[i])
-      throw CorruptPayload(std::string(operation) + ": rank " + std::to_string(peers[i]) +
-                           " sent a chunk of " + std::to_string(got) + " bytes, " +
-                           std::to_string(expected[i]) + " expected (codecs differ across ranks?)");
+// Message buffers kept between calls (each thread its own: the engine and the DiLoCo worker call
+// from their own threads), so that steady-state steps allocate and fault in nothing.
+struct Buffers {
+  std::vector<std::vector<uint8_t>> out, in, seg;
+  std::vector<uint8_t> own;
+  std::vector<float> sum;
+};
+
+class Exchange {
+ public:
+  Exchange(Communicator& comm, const std::vector<EncodedBuffer>& buffers,
+           const EncodedAllreduceOptions& options)
+      : comm_(comm),
+        buffers_(buffers),
+        options_(options),
+        P_(comm.size()),
+        r_(comm.rank()),
+        layout_(buffers, P_),
+        reduce_scatter_(options.name + " reduce-scatter"),
+        allgather_(options.name + " allgather") {}
+
+  void run() {
+    const uint64_t tag = P_ > 1 ? comm_.next_collective_tag() : 0;
+    thread_local Buffers buffers;
+    reduce_scatter(buffers, tag);
+    reduce_own(buffers);
+    allgather(buffers, tag + 1);
   }
-}
+
+ private:
+  static ChunkCodec& contribution(const EncodedBuffer& b) { return *b.contribution; }
+  static ChunkCodec& result(const EncodedBuffer& b) { return *b.result; }
+
+  std::string piece_name(const std::string& phase, int peer, size_t b) const {
+    return phase + " from rank " + std::to_string(peer) + ", " + buffers_[b].label;
+  }
+
+  void check_length(const Request& request, size_t expected, int peer,
+                    const std::string& phase) const {
+    const size_t got = comm_.recv_length(request);
+    if (got != expected)
+      throw CorruptPayload(phase + ": rank " + std::to_string(peer) + " sent " +
+                           std::to_string(got) + " bytes for " + std::to_string(buffers_.size()) +
+                           " buffer(s) starting with " + buffers_.front().label + ", " +
+                           std::to_string(expected) + " expected (truncated or a different unit)");
+  }
+
+  // Segment k of every buffer, encoded with the contribution codecs into out[k].
+  void encode_for(Buffers& x, int k) {
+    auto& m = x.out[static_cast<size_t>(k)];
+    m.resize(message_bytes(buffers_, layout_, k, contribution));
+    size_t at = 0;
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      const EncodedBuffer& e = buffers_[b];
+      const Segment& s = layout_.at(b, k);
+      encode_pieces(comm_, *e.contribution, e.in + s.begin, s.count, s.begin, m.data() + at);
+      at += e.contribution->encoded_size(s.count);
+    }
+  }
+
+  // Segments are encoded owner by owner in the order this rank sends them, each overlapping the
+  // previous message on the wire; this rank's own segments last (it keeps them).
+  void reduce_scatter(Buffers& x, uint64_t tag) {
+    x.out.resize(static_cast<size_t>(P_));
+    x.in.resize(static_cast<size_t>(P_));
+    const size_t mine_bytes = message_bytes(buffers_, layout_, r_, contribution);
+    std::vector<RequestPtr> recvs, last_send;
+    std::vector<int> peers;
+    for (int j = 1; j < P_; ++j) {
+      const int q = (r_ - j + P_) % P_;
+      x.in[static_cast<size_t>(q)].resize(mine_bytes);
+      recvs.push_back(comm_.irecv(q, tag, x.in[static_cast<size_t>(q)].data(), mine_bytes));
+      peers.push_back(q);
+    }
+    for (int j = 1; j < P_; ++j) {
+      const int k = (r_ + j) % P_;
+      encode_for(x, k);
+      if (!last_send.empty()) comm_.wait_all(last_send, reduce_scatter_.c_str());
+      last_send.clear();
+      const auto& m = x.out[static_cast<size_t>(k)];
+      last_send.push_back(comm_.isend(k, tag, m.data(), m.size()));
+    }
+    encode_for(x, r_);
+    comm_.wait_all(recvs, reduce_scatter_.c_str());
+    for (size_t i = 0; i < recvs.size(); ++i)
+      check_length(*recvs[i], mine_bytes, peers[i], reduce_scatter_);
+    comm_.wait_all(last_send, reduce_scatter_.c_str());
+    x.in[static_cast<size_t>(r_)].swap(x.out[static_cast<size_t>(r_)]);
+  }
+
+  // The owner's fp32 sum in rank order, the transform, its encoding with the result codecs.
+  void reduce_own(Buffers& x) {
+    x.own.resize(message_bytes(buffers_, layout_, r_, result));
+    size_t at = 0, own_at = 0;
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      const EncodedBuffer& e = buffers_[b];
+      const Segment& s = layout_.at(b, r_);
+      const size_t bytes = e.contribution->encoded_size(s.count);
+      x.sum.assign(s.count, 0.0f);
+      for (int q = 0; q < P_; ++q) {
+        const uint8_t* piece = x.in[static_cast<size_t>(q)].data() + at;
+        if (q != r_)
+          e.contribution->validate(piece, bytes, s.count, piece_name(reduce_scatter_, q, b));
+        e.contribution->decode_add(piece, s.count, x.sum.data());
+      }
+      if (s.count > 0 && options_.transform) options_.transform(b, x.sum.data(), s.count, s.begin);
+      encode_pieces(comm_, *e.result, x.sum.data(), s.count, s.begin, x.own.data() + own_at);
+      at += bytes;
+      own_at += e.result->encoded_size(s.count);
+    }
+  }
+
+  // Every segment of rank q, decoded into the buffers from seg[q].
+  void decode_from(Buffers& x, int q) {
+    size_t at = 0;
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      const EncodedBuffer& e = buffers_[b];
+      const Segment& s = layout_.at(b, q);
+      const size_t bytes = e.result->encoded_size(s.count);
+      const uint8_t* piece = x.seg[static_cast<size_t>(q)].data() + at;
+      if (q != r_) e.result->validate(piece, bytes, s.count, piece_name(allgather_, q, b));
+      e.result->decode(piece, s.count, e.out + s.begin);
+      at += bytes;
+    }
+  }
+
+  // The owners' encodings in the same shifted order; each segment decoded as soon as it arrives.
+  void allgather(Buffers& x, uint64_t tag) {
+    x.seg.resize(static_cast<size_t>(P_));
+    std::vector<RequestPtr> recvs, last_send;
+    std::vector<size_t> expected;
+    for (int j = 1; j < P_; ++j) {
+      const int q = (r_ - j + P_) % P_;
+      expected.push_back(message_bytes(buffers_, layout_, q, result));
+      x.seg[static_cast<size_t>(q)].resize(expected.back());
+      recvs.push_back(comm_.irecv(q, tag, x.seg[static_cast<size_t>(q)].data(), expected.back()));
+    }
+    for (int j = 1; j < P_; ++j) {
+      if (!last_send.empty()) comm_.wait_all(last_send, allgather_.c_str());
+      last_send.clear();
+      last_send.push_back(comm_.isend((r_ + j) % P_, tag, x.own.data(), x.own.size()));
+    }
+    for (int j = 1; j < P_; ++j) {
+      const int q = (r_ - j + P_) % P_;
+      std::vector<RequestPtr> one;
+      one.push_back(std::move(recvs[static_cast<size_t>(j - 1)]));
+      comm_.wait_all(one, allgather_.c_str());
+      check_length(*one[0], expected[static_cast<size_t>(j - 1)], q, allgather_);
+      decode_from(x, q);
+    }
+    comm_.wait_all(last_send, allgather_.c_str());
+    // The owner decodes its own segments from its own bytes, like everyone else (after the sends
+    // that read them).
+    x.seg[static_cast<size_t>(r_)].swap(x.own);
+    decode_from(x, r_);
+  }
+
+  Communicator& comm_;
+  const std::vector<EncodedBuffer>& buffers_;
+  const EncodedAllreduceOptions& options_;
+  const int P_, r_;
+  const Layout layout_;
+  const std::string reduce_scatter_, allgather_;
+};
 
 }  // namespace
 
@@ -58,89 +241,24 @@ Segment encoded_segment(size_t count, size_t granularity, int world, int k) {
   return s;
 }
 
+void encoded_allreduce(Communicator& comm, const std::vector<EncodedBuffer>& buffers,
+                       const EncodedAllreduceOptions& options) {
+  if (buffers.empty()) return;
+  Exchange(comm, buffers, options).run();
+}
+
 void encoded_allreduce(Communicator& comm, ChunkCodec& contribution, ChunkCodec& result,
                        const float* in, float* out, size_t count,
                        const std::function<void(float*, size_t, size_t)>& transform) {
-  const int P = comm.size(), r = comm.rank();
-  GX_CHECK_EQ(contribution.granularity(), result.granularity());
-  GX_CHECK(count == 0 || (in != nullptr && out != nullptr));
-  const size_t g = contribution.granularity();
-  const size_t chunk_c = chunk_elems_of(contribution, comm.options().ring_chunk_bytes);
-  const size_t chunk_r = chunk_elems_of(result, comm.options().ring_chunk_bytes);
-  std::vector<Segment> seg(static_cast<size_t>(P));
-  for (int k = 0; k < P; ++k)
-    seg[static_cast<size_t>(k)] = encoded_segment(count, g, P, k);
-  const Segment mine = seg[static_cast<size_t>(r)];
-  const uint64_t tag = P > 1 ? comm.next_collective_tag() : 0;
-
-  // Reduce-scatter: encode every segment (own included, so that the owner sums its own decoded
-  // contribution like everyone else's), send segment k to rank k, receive P - 1 encodings of own.
-  std::vector<std::vector<uint8_t>> enc(static_cast<size_t>(P));
-  for (int k = 0; k < P; ++k) {
-    const Segment& s = seg[static_cast<size_t>(k)];
-    enc[static_cast<size_t>(k)].resize(contribution.encoded_size(s.count));
-    contribution.encode(in + s.begin, s.count, s.begin, enc[static_cast<size_t>(k)].data());
+  std::vector<EncodedBuffer> buffers(1);
+  buffers[0] = {&contribution, &result, in, out, count, "the buffer"};
+  EncodedAllreduceOptions options;
+  if (transform) {
+    options.transform = [&transform](size_t, float* values, size_t n, size_t offset) {
+      transform(values, n, offset);
+    };
   }
-  std::vector<float> sum(mine.count, 0.0f);
-  {
-    std::vector<std::vector<uint8_t>> got(static_cast<size_t>(P));
-    std::vector<RequestPtr> recvs, sends;
-    std::vector<size_t> expected;
-    std::vector<int> peers;
-    for (int q = 0; q < P; ++q) {
-      if (q == r) continue;
-      auto& buf = got[static_cast<size_t>(q)];
-      buf.resize(contribution.encoded_size(mine.count));
-      for_each_chunk(contribution, mine.count, chunk_c, [&](size_t off, size_t len) {
-        recvs.push_back(comm.irecv(q, tag, buf.data() + off, len));
-        expected.push_back(len);
-        peers.push_back(q);
-      });
-      const Segment& s = seg[static_cast<size_t>(q)];
-      const uint8_t* src = enc[static_cast<size_t>(q)].data();
-      for_each_chunk(contribution, s.count, chunk_c, [&](size_t off, size_t len) {
-        sends.push_back(comm.isend(q, tag, src + off, len));
-      });
-    }
-    comm.wait_all(recvs, "encoded reduce-scatter");
-    check_lengths(comm, recvs, expected, peers, "encoded reduce-scatter");
-    comm.wait_all(sends, "encoded reduce-scatter");
-    got[static_cast<size_t>(r)] = std::move(enc[static_cast<size_t>(r)]);
-    for (int q = 0; q < P; ++q)
-      contribution.decode_add(got[static_cast<size_t>(q)].data(), mine.count, sum.data());
-  }
-  if (mine.count > 0) transform(sum.data(), mine.count, mine.begin);
-
-  // Allgather: the owner's encoding of its reduced segment goes to every rank; everyone decodes
-  // every segment from the same bytes.
-  std::vector<uint8_t> own(result.encoded_size(mine.count));
-  result.encode(sum.data(), mine.count, mine.begin, own.data());
-  std::vector<std::vector<uint8_t>> segs(static_cast<size_t>(P));
-  std::vector<RequestPtr> recvs, sends;
-  std::vector<size_t> expected;
-  std::vector<int> peers;
-  for (int q = 0; q < P; ++q) {
-    if (q == r) continue;
-    const Segment& s = seg[static_cast<size_t>(q)];
-    auto& buf = segs[static_cast<size_t>(q)];
-    buf.resize(result.encoded_size(s.count));
-    for_each_chunk(result, s.count, chunk_r, [&](size_t off, size_t len) {
-      recvs.push_back(comm.irecv(q, tag + 1, buf.data() + off, len));
-      expected.push_back(len);
-      peers.push_back(q);
-    });
-    for_each_chunk(result, mine.count, chunk_r, [&](size_t off, size_t len) {
-      sends.push_back(comm.isend(q, tag + 1, own.data() + off, len));
-    });
-  }
-  comm.wait_all(recvs, "encoded allgather");
-  check_lengths(comm, recvs, expected, peers, "encoded allgather");
-  comm.wait_all(sends, "encoded allgather");
-  segs[static_cast<size_t>(r)] = std::move(own);
-  for (int q = 0; q < P; ++q) {
-    const Segment& s = seg[static_cast<size_t>(q)];
-    result.decode(segs[static_cast<size_t>(q)].data(), s.count, out + s.begin);
-  }
+  encoded_allreduce(comm, buffers, options);
 }
 
 }  // namespace gradex::comm

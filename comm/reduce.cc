@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "compress/half/cast.h"
+#include "base/half_sum.h"
 
 namespace gradex::comm {
 
@@ -14,9 +14,8 @@ void sum_into(void* acc, const void* incoming, size_t count, DType dtype) {
       a[i] = b[i] + a[i];
     return;
   }
-  // 16-bit sums live with the other 16-bit conversions (compress/half: widen, add, round once).
-  compress::half::sum_into(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(incoming),
-                           count, dtype);
+  // 16-bit sums live with the scalar 16-bit conversions (base/half_sum.h: widen, add, round once).
+  half_sum_into(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(incoming), count, dtype);
 }
 
 }  // namespace gradex::comm

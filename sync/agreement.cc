@@ -7,7 +7,6 @@
 #include "base/log.h"
 #include "comm/collectives.h"
 #include "compress/wire/codec.h"
-#include "include/gradex/gradex.h"
 #include "sync/negotiation_codec.h"
 
 namespace gradex::sync::agreement {
@@ -44,13 +43,13 @@ bool parse(const std::string& text, std::vector<std::pair<std::string, std::stri
 
 }  // namespace
 
-std::string digest(const config::Config& config, Scope scope) {
+std::string digest(const config::Config& config, Scope scope, uint32_t api_version) {
   std::string d;
   auto line = [&d](const std::string& name, const std::string& value) {
     d += name + "=" + value + "\n";
   };
   line(kFormatKey, std::to_string(kDigestFormat));
-  line("gradex.api_version", std::to_string(GRADEX_API_VERSION));
+  line("gradex.api_version", std::to_string(api_version));
   line("gradex.wire_version", std::to_string(compress::wire::kVersion));
   line("gradex.negotiation_version", std::to_string(kNegotiationVersion));
   for (const config::VarSpec& s : config::registry()) {
@@ -111,9 +110,9 @@ std::string compare(const std::vector<std::string>& digests, Scope scope) {
 }
 
 void require_agreement(std::unique_ptr<comm::Communicator>& comm, const config::Config& config,
-                       Scope scope) {
+                       Scope scope, uint32_t api_version) {
   if (comm->size() == 1) return;
-  const std::string mine = digest(config, scope);
+  const std::string mine = digest(config, scope, api_version);
   std::vector<comm::Bytes> all = comm::allgatherv(*comm, mine.data(), mine.size());
   std::vector<std::string> digests;
   digests.reserve(all.size());

@@ -28,7 +28,8 @@ comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) 
 
 }  // namespace
 
-Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size)
+Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
+               uint32_t api_version)
     : config_(with_resolved_policy(std::move(config), rank == 0)),
       options_(engine_options_from_config(config_)),
       rank_(rank),
@@ -38,6 +39,7 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
     throw InvalidArgument("rank " + std::to_string(rank) + " is not in [0, world size " +
                           std::to_string(world_size) + ")");
   path_ = std::make_unique<BackendPath>(config_, options_, world_size_);
+  api_version_ = api_version;
   connect(std::move(store), rank, world_size);
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
@@ -52,7 +54,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   std::unique_ptr<comm::Communicator> comm = comm::create_ucx_communicator(
       std::move(store), rank, world_size, comm_options(config_, options_));
   // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
-  agreement::require_agreement(comm, config_, agreement::Scope::kEngine);
+  agreement::require_agreement(comm, config_, agreement::Scope::kEngine, api_version_);
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   std::lock_guard<std::mutex> lock(mutex_);

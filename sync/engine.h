@@ -41,8 +41,12 @@ struct Unit;
 
 class Engine {
  public:
-  // Collective: bootstraps and connects every rank through `store`.
-  Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // Collective: bootstraps and connects every rank through `store`. `api_version`: the version of
+  // the API this engine is driven through, part of the start-up agreement (sync/agreement.h):
+  // capi/ passes GRADEX_API_VERSION; C++ callers that bypass the C API (gradex-bench) keep 0, a
+  // value no C API release uses.
+  Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
+         uint32_t api_version = 0);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -216,15 +220,11 @@ class Engine {
   void prepare_unit(pipeline::Unit& unit);
   // prepare(), with any error naming the job's tensor.
   void prepare_named(pipeline::Job& job, std::vector<uint8_t>& payload_out);
+  // Runs the unit's route object (sync/route/route.h): plan, prepare, exchange, finish.
   void transfer(pipeline::Unit& unit);
-  void transfer_int8(pipeline::Unit& unit);  // sync/int8_path.cc
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
   // model: GatherModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
-  // A DGC unit's transfer under the hierarchical exchange (sync/hierarchical_sparse.cc): host
-  // sums re-selected by their owners, one payload per host and tensor across hosts; leaves
-  // unit.received holding one message per host (host order).
-  void transfer_sparse_hierarchical(pipeline::Unit& unit, const comm::HostTopology& hosts);
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
   void finish_unit(pipeline::Unit& unit);
@@ -279,6 +279,7 @@ class Engine {
   // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the
   // current one (progress thread).
   uint64_t connects_ = 0;
+  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
   std::set<std::string> exchanged_in_membership_;
   ErrorCode fatal_code_ = ErrorCode::kOk;
   std::string fatal_message_;

@@ -1,11 +1,11 @@
 // What the engine does with a round's gradients, around the negotiation: inspect() fills in what
 // this rank announces (exchange counter, non-finite flag); execute() runs the round's ready work as
-// a pipeline of units (sync/pipeline.h): each gradient is routed (dense, DGC sparse, DGC dense
-// step, LocalSGD average), the round is cut into units (dense buckets first, then DGC tensors in
-// key order), and every unit is prepared, transferred and finished on its own; its handles
-// complete as soon as its results are written. The stages themselves are in engine_stages.cc; the
-// transfer and the completion are here. LocalSGD's local step (no exchange) is here too. The data
-// work is the tensor's backend's (sync/backend_path.h).
+// a pipeline of units (sync/pipeline.h): each gradient is given a route (sync/route/route.h), the
+// round is cut into units (dense buckets first, then DGC tensors in key order), and every unit is
+// prepared, transferred and finished on its own; its handles complete as soon as its results are
+// written. The prepare and finish stages are in engine_stages.cc; the transfer (the unit's route
+// object, sync/route/) and the completion are here. LocalSGD's local step (no exchange) is here
+// too. The data work is the tensor's backend's (sync/backend_path.h).
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -17,18 +17,16 @@
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
 #include "sync/backend_path.h"
-#include "sync/dense_exchange.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
+#include "sync/route/route.h"
 
 namespace gradex::sync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using detail::work_name;
 using pipeline::Job;
-using pipeline::Route;
 using pipeline::Unit;
 
 }  // namespace
@@ -129,25 +127,15 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   if (planner_) planner_->before_routes(*comm_, jobs, *path_, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
-  // cuts the same units. The counters advance here: only this thread reads them (inspect).
+  // cuts the same units (sync/route/route.h). The counters advance here: only this thread reads
+  // them (inspect).
   for (Job& job : jobs) {
     TensorState& t = *job.tensor;
-    if (job.id.kind == WorkKind::kAverage) {
-      job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
-      continue;
-    }
+    const bool gradient = job.id.kind != WorkKind::kAverage;
     const bool sparse_step =
-        t.policy.kind == ExchangeKind::kSparse && path_->sparse_step(t, job.step);
-    if (sparse_step) {
-      job.route = Route::kSparse;
-    } else {
-      job.route = Route::kDense;
-      job.dgc_dense_step = t.policy.kind == ExchangeKind::kSparse;
-      job.full_precision = t.policy.kind == ExchangeKind::kDense && t.policy.full_precision;
-      job.int8 = t.policy.kind == ExchangeKind::kDense && t.policy.int8 &&
-                 job.id.kind == WorkKind::kGradient;
-    }
-    ++t.step;
+        gradient && t.policy.kind == ExchangeKind::kSparse && path_->sparse_step(t, job.step);
+    route::assign(job, t, sparse_step);
+    if (gradient) ++t.step;
   }
 
   // Skipped gradients need no transfer: they complete before any unit travels.
@@ -178,9 +166,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::PlanOptions plan_options;
   plan_options.fusion_bytes = options_.fusion_bytes;
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
-  plan_options.sparse_group_elements = latency_bound_group()
-                                           ? std::numeric_limits<uint64_t>::max()
-                                           : options_.sparse_group_bytes / 4;
+  plan_options.sparse_group_elements = latency_bound_group() ? std::numeric_limits<uint64_t>::max()
+                                                             : options_.sparse_group_bytes / 4;
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
@@ -201,60 +188,15 @@ bool Engine::latency_bound_group() const {
 
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
-  // The link probe is not the unit's: it runs before the unit's bytes are counted.
-  if (unit.route == Route::kSparse) sparse_gather_.agree(*comm_);
-  const bool dense_auto = options_.dense_collective == EngineOptions::DenseCollective::kAuto;
-  if (unit.route != Route::kSparse && !unit.jobs.front()->int8 && dense_auto && world_size_ > 2 &&
-      hierarchy() == nullptr)
-    sparse_gather_.agree_model(*comm_);
+  route::Context ctx{*comm_, *path_, sparse_gather_, options_, config_, hierarchy(), world_size_};
+  const route::Transfer& route = route::select(unit, ctx.hosts);
+  // The route's link probe is not the unit's: it runs before the unit's bytes are counted.
+  route.plan(ctx);
   const uint64_t sent_before = comm_->bytes_sent();
   const uint64_t received_before = comm_->bytes_received();
-  if (unit.route == Route::kSparse) {
-    auto t0 = Clock::now();
-    try {
-      if (const comm::HostTopology* hosts = hierarchy())
-        transfer_sparse_hierarchical(unit, *hosts);
-      else
-        sparse_gather_.gather(*comm_, unit.message, unit.received);
-    } catch (const Error& e) {
-      throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
-    }
-    unit.counters.transfer_seconds += seconds_since(t0);
-  } else if (unit.jobs.front()->int8) {
-    transfer_int8(unit);
-  } else {
-    std::vector<DenseItem> items;
-    items.reserve(unit.jobs.size());
-    for (Job* job : unit.jobs)
-      items.push_back(
-          {job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
-    DenseExchangeOptions options{options_.fusion_bytes, options_.half_on_wire, options_.half_type,
-                                 options_.nonfinite,    hierarchy(),           {}};
-    if (options_.dense_collective == EngineOptions::DenseCollective::kDirect) {
-      options.direct_for = [](uint64_t) { return true; };
-    } else if (const GatherModel* model = sparse_gather_.model(); dense_auto && model) {
-      options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
-    }
-    // LocalSGD's first average sends full fp32 values (it establishes the anchor everywhere).
-    if (unit.route == Route::kFirstAverage) options.half_on_wire = false;
-    if (unit.jobs.front()->full_precision) options.half_on_wire = false;  // auto policy's fp32
-    DenseCounters dc;
-    // A tensor leaving the 8-bit route takes its residuals along (error feedback stays exact).
-    for (Job* job : unit.jobs)
-      if (job->id.kind == WorkKind::kGradient && !job->tensor->int8_residual.empty())
-        path_->int8_fold(*job->tensor, static_cast<float*>(job->values), world_size_);
-    // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
-    std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
-    for (size_t i = 0; i < unit.jobs.size(); ++i)
-      if (unit.jobs[i]->id.kind == WorkKind::kGradient) tensor[i] = unit.jobs[i]->tensor;
-    path_->dense_average(*comm_, items, tensor, options, dc);
-    for (size_t i = 0; i < items.size(); ++i)
-      unit.jobs[i]->nonfinite_result = items[i].nonfinite_result;
-    unit.counters.saturated += dc.saturated;
-    if (dc.first_saturated != nullptr) unit.counters.first_saturated = *dc.first_saturated;
-    unit.counters.prepare_seconds += dc.cast_seconds;
-    unit.counters.transfer_seconds += dc.communicate_seconds;
-  }
+  route.prepare(unit, ctx);
+  route.exchange(unit, ctx);
+  route.finish(unit, ctx);
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
 }
@@ -283,8 +225,9 @@ void Engine::complete_unit(Unit& unit) {
     ++stats_.tensors;
     stats_.dense_bytes += ring_allreduce_bytes(t.numel * 4, world_size_);
     if (job->id.kind == WorkKind::kAverage) ++stats_.parameter_averages;
-    if (job->route == Route::kSparse) ++stats_.sparse_exchanges;
-    if (job->dgc_dense_step) ++stats_.dense_fallbacks;
+    const route::Path path = route::path_of(*job);
+    if (path == route::Path::kSparse) ++stats_.sparse_exchanges;
+    if (path == route::Path::kDgcDenseStep) ++stats_.dense_fallbacks;
     if (job->nonfinite_result && options_.nonfinite == NonFinitePolicy::kError)
       complete(job->id, ErrorCode::kInvalidArgument,
                work_name(job->id) +

@@ -16,6 +16,7 @@
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
+#include "sync/route/route.h"
 
 namespace gradex::sync {
 namespace {
@@ -78,7 +79,7 @@ namespace {
 uint64_t prepare_work(const Job& job, const EngineOptions& options) {
   if (job.route == Route::kFirstAverage) return 0;
   const bool dense_gradient = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
-                              !job.dgc_dense_step && !job.absent;
+                              route::path_of(job) != route::Path::kDgcDenseStep && !job.absent;
   if (dense_gradient && options.momentum <= 0 && options.clip_norm <= 0) return 0;
   return job.tensor->numel;
 }
@@ -187,7 +188,7 @@ void Engine::finish_unit(Unit& unit) {
   std::vector<std::vector<wire::PayloadSpan>> payloads(unit.jobs.size());
   if (unit.route == Route::kSparse) {
     // One message per rank, or per host under the hierarchical exchange (its host payloads,
-    // sync/hierarchical_sparse.cc); summed in that order either way.
+    // sync/route/sparse_hierarchical.cc); summed in that order either way.
     const bool per_host = hierarchy_ != nullptr;
     GX_CHECK_EQ(unit.received.size(), per_host ? static_cast<size_t>(hierarchy_->host_count())
                                                : static_cast<size_t>(world_size_));

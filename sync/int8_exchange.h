@@ -20,6 +20,8 @@
 // 2 (P-1)/P x 1.03 bytes per element per rank (a ring allreduce's pattern at a quarter of fp32).
 // A received piece of the wrong length or with an invalid scale or code is a CorruptPayload naming
 // the tensor and the rank, before anything is summed.
+// The collective is comm::encoded_allreduce (comm/collectives.h) with 8-bit codecs; this file
+// holds what is the route's own: the codecs' residuals, the division by P, the counters.
 #pragma once
 
 #include <cstddef>

@@ -1,14 +1,10 @@
-// The engine's side of the dense 8-bit route (sync/int8_exchange.h): a unit of 'int8' tensors is
-// transferred here (Engine::transfer_int8) and each tensor's values reach the exchange through
-// its backend (BackendPath::int8_average: host tensors in place, device tensors through host
-// memory). The residuals live in TensorState (host memory, saved with the engine's state).
-#include <atomic>
-
-#include "base/log.h"
+// The backends' side of the dense 8-bit route (sync/int8_exchange.h; the route object is
+// sync/route/int8.cc): each tensor's values reach the exchange through its backend
+// (BackendPath::int8_average: host tensors in place, device tensors through host memory). The
+// residuals live in TensorState (host memory, saved with the engine's state).
 #include "sync/backend_lane.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
-#include "sync/engine.h"
 #include "sync/int8_exchange.h"
 #include "sync/pipeline.h"
 
@@ -103,37 +99,6 @@ void BackendPath::int8_to_dgc_residual(TensorState& t, int world) {
   t.int8_residual.clear();
   t.int8_owner_residual.clear();
   t.int8_world = 0;
-}
-
-void Engine::transfer_int8(pipeline::Unit& unit) {
-  if (hierarchy() != nullptr) {
-    static std::atomic<bool> logged{false};
-    if (!logged.exchange(true)) {
-      GX_LOG(kInfo) << "8-bit route: flat reduce-scatter + allgather over all ranks (the "
-                    << "hierarchical exchange applies to fp32/16-bit buckets and DGC only)";
-    }
-  }
-  std::vector<TensorState*> tensors;
-  std::vector<float*> values;
-  std::vector<bool> absent;
-  for (pipeline::Job* job : unit.jobs) {
-    tensors.push_back(job->tensor);
-    values.push_back(static_cast<float*>(job->values));
-    absent.push_back(job->absent);
-  }
-  Int8Counters c;
-  try {
-    path_->int8_average(*comm_, tensors, values, absent, c);
-  } catch (const Error& e) {
-    throw Error(e.code(), "8-bit dense bucket of " + std::to_string(unit.jobs.size()) +
-                              " tensor(s) [" + unit.keys() + "]: " + e.what());
-  }
-  unit.counters.prepare_seconds += c.encode_seconds;
-  unit.counters.finish_seconds += c.decode_seconds;
-  unit.counters.transfer_seconds += c.communicate_seconds;
-  if (c.nonfinite > 0)
-    for (pipeline::Job* job : unit.jobs)
-      job->nonfinite_result = true;  // sent as 0: under GRADEX_NONFINITE=error the unit fails
 }
 
 }  // namespace gradex::sync

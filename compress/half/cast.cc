@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "compress/half/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -104,7 +104,7 @@ __attribute__((target("avx2,f16c"))) void from_fp16_f16c(const uint16_t* in, flo
 }
 
 bool have_f16c() {
-  return detail::cpu_has_avx2_f16c();
+  return cpu_has_avx2_f16c();
 }
 #endif
 

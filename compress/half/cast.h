@@ -30,10 +30,7 @@ void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale
 // out[i] += from16(in[i]) * scale.
 void add_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale);
 
-// acc[i] = to16(from16(incoming[i]) + from16(acc[i])): one ring hop's sum of 16-bit values of
-// `type` (fp16 or bf16; InvalidArgument otherwise), added in fp32 and rounded once (compress/half/
-// sum.cc). The operand order is part of comm/'s documented summation order.
-void sum_into(uint16_t* acc, const uint16_t* incoming, size_t n, DType type);
+// The ring's 16-bit sums are base/half_sum.h (comm/ uses them without depending on compress/).
 
 // Number of NaN and Inf values in v[0, n).
 size_t count_nonfinite(const float* v, size_t n);

@@ -19,17 +19,18 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Store> store, int rank,
-                               int world_size)
+                               int world_size, uint32_t api_version)
     : config_(std::move(config)),
       options_(outer_options_from_config(config_)),
       rank_(rank),
-      world_(world_size) {
+      world_(world_size),
+      api_version_(api_version) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw InvalidArgument("rank " + std::to_string(rank) + " of world size " +
                           std::to_string(world_size) + " is out of range");
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm::comm_options_from_config(config_));
-  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter);
+  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
 }
 
 OuterOptimizer::~OuterOptimizer() {
@@ -372,7 +373,7 @@ void OuterOptimizer::reconfigure(std::shared_ptr<comm::Store> store, int rank, i
   try {
     comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                           comm::comm_options_from_config(config_));
-    agreement::require_agreement(comm_, config_, agreement::Scope::kOuter);
+    agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
   } catch (const Error& e) {
     comm_.reset();
     std::lock_guard<std::mutex> lock(mutex_);

@@ -51,9 +51,10 @@ struct OuterStats {
 
 class OuterOptimizer {
  public:
-  // Collective: connects to every rank through `store` (a prefix of its own).
+  // Collective: connects to every rank through `store` (a prefix of its own). `api_version`: the
+  // version of the API driving it, part of the start-up agreement (capi/: GRADEX_API_VERSION).
   OuterOptimizer(config::Config config, std::shared_ptr<comm::Store> store, int rank,
-                 int world_size);
+                 int world_size, uint32_t api_version);
   ~OuterOptimizer();
   OuterOptimizer(const OuterOptimizer&) = delete;
   OuterOptimizer& operator=(const OuterOptimizer&) = delete;
@@ -170,6 +171,7 @@ class OuterOptimizer {
   OuterOptions options_;
   int rank_;
   int world_;
+  uint32_t api_version_;  // for the start-up agreement of every membership
   std::unique_ptr<comm::Communicator> comm_;
   std::vector<Tensor> tensors_;
   std::vector<Tensor*> buffers_;

@@ -1,5 +1,6 @@
 // comm::encoded_allreduce over real UCX (ranks as threads): world sizes 1-5, odd and multi-chunk
-// counts, fp32 and 4/8-bit quantized codecs with error feedback over several rounds. Every rank
+// counts, fp32 and 4/8-bit quantized codecs with error feedback over several rounds, one buffer or
+// several fused in one call, and refusal of pieces a codec's validate() rejects. Every rank
 // recomputes what every other rank encodes (the codecs are deterministic), so the result is
 // checked bit for bit against that reference, and against the other ranks' results.
 #include <gtest/gtest.h>
@@ -7,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 
+#include "base/error.h"
 #include "comm/collectives.h"
 #include "sync/outer/codecs.h"
 #include "tests/comm/rank_harness.h"
@@ -145,6 +148,94 @@ TEST_P(EncodedWorld, FourBitStochastic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EncodedWorld, ::testing::Values(1, 2, 3, 4, 5));
+
+// The multi-buffer form: buffers of different codecs, granularities and sizes in one call give,
+// bit for bit, what one single-buffer call per buffer gives, each buffer's transform receiving its
+// own index.
+TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
+  const int P = GetParam();
+  const std::vector<CodecSpec> specs = {{32, 1, compress::quant::Rounding::kNearest},
+                                        {8, 8, compress::quant::Rounding::kNearest},
+                                        {32, 6, compress::quant::Rounding::kNearest},
+                                        {4, 6, compress::quant::Rounding::kStochastic}};
+  const std::vector<size_t> counts = {1001, 7, 0, 65};
+  run_ranks(P, [&](Communicator& c) {
+    std::vector<RankCodecs> fused, alone;
+    for (size_t b = 0; b < specs.size(); ++b) {
+      fused.push_back(make_codecs(specs[b], c.rank(), P, counts[b]));
+      alone.push_back(make_codecs(specs[b], c.rank(), P, counts[b]));
+    }
+    auto factor = [P](size_t b) { return static_cast<float>(b + 1) / static_cast<float>(P); };
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::vector<float>> got, want;
+      std::vector<comm::EncodedBuffer> buffers;
+      for (size_t b = 0; b < specs.size(); ++b) {
+        set_round(fused[b], static_cast<uint64_t>(round));
+        set_round(alone[b], static_cast<uint64_t>(round));
+        got.push_back(input(c.rank() + 10 * static_cast<int>(b), counts[b], round));
+        want.push_back(got.back());
+      }
+      for (size_t b = 0; b < specs.size(); ++b)
+        buffers.push_back({fused[b].contribution.get(), fused[b].result.get(), got[b].data(),
+                           got[b].data(), counts[b], "buffer " + std::to_string(b)});
+      comm::EncodedAllreduceOptions options;
+      options.transform = [&](size_t b, float* v, size_t n, size_t) {
+        for (size_t i = 0; i < n; ++i)
+          v[i] *= factor(b);
+      };
+      comm::encoded_allreduce(c, buffers, options);
+      for (size_t b = 0; b < specs.size(); ++b) {
+        const float f = factor(b);
+        comm::encoded_allreduce(c, *alone[b].contribution, *alone[b].result, want[b].data(),
+                                want[b].data(), counts[b], [f](float* v, size_t n, size_t) {
+                                  for (size_t i = 0; i < n; ++i)
+                                    v[i] *= f;
+                                });
+        if (counts[b] && std::memcmp(got[b].data(), want[b].data(), 4 * counts[b]) != 0)
+          throw std::runtime_error("P=" + std::to_string(P) + " buffer " + std::to_string(b) +
+                                   " round " + std::to_string(round) +
+                                   ": fused result differs from its own call");
+      }
+    }
+  });
+}
+
+// A codec whose validate() refuses every piece it receives: every rank fails in the
+// reduce-scatter, naming the phase, the sender and the buffer, before anything is summed.
+class RefusingCodec : public Fp32Codec {
+ public:
+  void validate(const uint8_t*, size_t, size_t, const std::string& what) const override {
+    throw CorruptPayload(what + ": refused");
+  }
+};
+
+TEST(EncodedAllreduce, ValidateRefusesReceivedPieces) {
+  const int P = 3;
+  std::vector<std::string> errors(P);
+  try {
+    run_ranks(P, [&](Communicator& c) {
+      RefusingCodec contribution, result;
+      std::vector<float> v(100, 1.0f);
+      std::vector<comm::EncodedBuffer> buffers{
+          {&contribution, &result, v.data(), v.data(), v.size(), "tensor 'w'"}};
+      comm::EncodedAllreduceOptions options;
+      options.name = "test";
+      try {
+        comm::encoded_allreduce(c, buffers, options);
+      } catch (const CorruptPayload& e) {
+        errors[static_cast<size_t>(c.rank())] = e.what();
+        throw;
+      }
+    });
+    FAIL() << "refused pieces were summed";
+  } catch (const std::exception&) {
+  }
+  for (int q = 0; q < P; ++q) {
+    const std::string& e = errors[static_cast<size_t>(q)];
+    EXPECT_NE(e.find("test reduce-scatter from rank "), std::string::npos) << e;
+    EXPECT_NE(e.find("tensor 'w': refused"), std::string::npos) << e;
+  }
+}
 
 TEST(EncodedSegment, CoversTheBufferInWholeGranules) {
   for (int P = 1; P <= 5; ++P)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "base/half_sum.h"
 #include "compress/compress.h"
 #include "test_util.h"
 
@@ -153,11 +154,11 @@ TEST(SumInto, MatchesWidenAddRoundOnce) {
     for (size_t i = 0; i < n; ++i)
       want[i] = t == DType::kFloat16 ? float_to_half(half_to_float(in[i]) + half_to_float(acc[i]))
                                      : float_to_bf16(bf16_to_float(in[i]) + bf16_to_float(acc[i]));
-    half::sum_into(acc.data(), in.data(), n, t);
+    half_sum_into(acc.data(), in.data(), n, t);
     EXPECT_EQ(acc, want) << dtype_name(t);
   }
   uint16_t x = 0;
-  EXPECT_THROW(half::sum_into(&x, &x, 1, DType::kFloat32), InvalidArgument);
+  EXPECT_THROW(half_sum_into(&x, &x, 1, DType::kFloat32), InvalidArgument);
 }
 
 }  // namespace

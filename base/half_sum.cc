@@ -1,20 +1,20 @@
-// 16-bit sums for the ring allreduce (compress/half/cast.h: sum_into): each hop widens both
-// operands to fp32, adds them once and rounds once (to nearest even, as base/half.h), so a ring
-// of P ranks rounds P-1 times. 8 values at a time with AVX2/F16C; the hardware rounding is
-// base/half.h's, only NaN payloads may differ (both stay NaN).
+// 16-bit sums for the ring allreduce (base/half_sum.h): each hop widens both operands to fp32,
+// adds them once and rounds once (to nearest even, as base/half.h), so a ring of P ranks rounds
+// P-1 times.
+#include "base/half_sum.h"
+
 #include <string>
 
+#include "base/cpu_features.h"
 #include "base/error.h"
-#include "compress/half/cast.h"
-#include "compress/half/cpu.h"
+#include "base/half.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 #endif
 
-namespace gradex::compress::half {
-namespace detail {
+namespace gradex {
 
 bool cpu_has_avx2_f16c() {
 #if defined(__x86_64__)
@@ -28,8 +28,6 @@ bool cpu_has_avx2_f16c() {
   return false;
 #endif
 }
-
-}  // namespace detail
 
 namespace {
 
@@ -82,21 +80,21 @@ __attribute__((target("avx2"))) void sum_bf16_avx2(uint16_t* acc, const uint16_t
 
 }  // namespace
 
-void sum_into(uint16_t* acc, const uint16_t* incoming, size_t count, DType type) {
+void half_sum_into(uint16_t* acc, const uint16_t* incoming, size_t count, DType type) {
   if (type == DType::kFloat16) {
 #if defined(__x86_64__)
-    if (detail::cpu_has_avx2_f16c()) return sum_fp16_f16c(acc, incoming, count);
+    if (cpu_has_avx2_f16c()) return sum_fp16_f16c(acc, incoming, count);
 #endif
     return sum_16<half_to_float, float_to_half>(acc, incoming, count);
   }
   if (type == DType::kBFloat16) {
 #if defined(__x86_64__)
-    if (detail::cpu_has_avx2_f16c()) return sum_bf16_avx2(acc, incoming, count);
+    if (cpu_has_avx2_f16c()) return sum_bf16_avx2(acc, incoming, count);
 #endif
     return sum_16<bf16_to_float, float_to_bf16>(acc, incoming, count);
   }
-  throw InvalidArgument(std::string("half::sum_into: type must be fp16 or bf16, got ") +
+  throw InvalidArgument(std::string("half_sum_into: type must be fp16 or bf16, got ") +
                         dtype_name(type));
 }
 
-}  // namespace gradex::compress::half
+}  // namespace gradex

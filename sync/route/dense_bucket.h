@@ -1,0 +1,22 @@
+// What the three fused dense routes (kDense, kDenseFp32, kFirstAverage) share: one fusion bucket
+// averaged by sync/dense_exchange.h through the tensors' backends. They differ only in the wire
+// type, which each route's file fixes.
+#pragma once
+
+#include "sync/route/route.h"
+
+namespace gradex::sync::route {
+
+// GRADEX_DENSE_COLLECTIVE=auto needs the agreed link model (the probe) to choose direct or ring
+// per bucket: agreed here, before the unit's bytes are counted, when the choice exists (more than
+// two ranks, flat exchange).
+void plan_dense(Context& ctx);
+
+// A tensor leaving the 8-bit route takes its residuals along (error feedback stays exact).
+void fold_int8_residuals(pipeline::Unit& unit, Context& ctx);
+
+// The bucket's average: on the dense wire type (GRADEX_FP16/BF16), or fp32 when `fp32_wire`.
+// Sets each job's nonfinite_result and the unit's cast, saturation and transfer counters.
+void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire);
+
+}  // namespace gradex::sync::route

@@ -1,0 +1,62 @@
+// Route kInt8 (the policy 'int8', the auto policy's 8-bit rung): a bucket of 'int8' tensors in one
+// comm::encoded_allreduce of 8-bit blocks with error feedback on both quantizations
+// (sync/int8_exchange.h). Each tensor's values reach the exchange through its backend
+// (BackendPath::int8_average: host tensors in place, device tensors through host memory); the
+// residuals live in TensorState. Flat over all ranks, also under GRADEX_HIERARCHICAL.
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "sync/backend_path.h"
+#include "sync/int8_exchange.h"
+#include "sync/route/routes.h"
+
+namespace gradex::sync::route {
+namespace {
+
+class Int8Route : public Transfer {
+ public:
+  Path path() const override { return Path::kInt8; }
+
+  void exchange(pipeline::Unit& unit, Context& ctx) const override {
+    if (ctx.hosts != nullptr) {
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true)) {
+        GX_LOG(kInfo) << "8-bit route: flat reduce-scatter + allgather over all ranks (the "
+                      << "hierarchical exchange applies to fp32/16-bit buckets and DGC only)";
+      }
+    }
+    std::vector<TensorState*> tensors;
+    std::vector<float*> values;
+    std::vector<bool> absent;
+    for (pipeline::Job* job : unit.jobs) {
+      tensors.push_back(job->tensor);
+      values.push_back(static_cast<float*>(job->values));
+      absent.push_back(job->absent);
+    }
+    Int8Counters c;
+    try {
+      ctx.path.int8_average(ctx.comm, tensors, values, absent, c);
+    } catch (const Error& e) {
+      throw Error(e.code(), "8-bit dense bucket of " + std::to_string(unit.jobs.size()) +
+                                " tensor(s) [" + unit.keys() + "]: " + e.what());
+    }
+    unit.counters.prepare_seconds += c.encode_seconds;
+    unit.counters.finish_seconds += c.decode_seconds;
+    unit.counters.transfer_seconds += c.communicate_seconds;
+    if (c.nonfinite > 0)
+      for (pipeline::Job* job : unit.jobs)
+        job->nonfinite_result = true;  // sent as 0: under GRADEX_NONFINITE=error the unit fails
+  }
+};
+
+}  // namespace
+
+const Transfer& int8_route() {
+  static const Int8Route route;
+  return route;
+}
+
+}  // namespace gradex::sync::route

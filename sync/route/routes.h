@@ -1,0 +1,18 @@
+// The route objects, one per file of sync/route/; select.cc maps a path to its object.
+#pragma once
+
+#include "sync/route/route.h"
+
+namespace gradex::sync::route {
+
+const Transfer& dense_route();                // dense.cc
+const Transfer& dense_fp32_route();           // dense_fp32.cc
+const Transfer& first_average_route();        // first_average.cc
+const Transfer& int8_route();                 // int8.cc
+const Transfer& sparse_route();               // sparse.cc
+const Transfer& sparse_hierarchical_route();  // sparse_hierarchical.cc
+
+// The DGC routes' plan step: the link probe before the first gather (sparse.cc).
+void plan_sparse(Context& ctx);
+
+}  // namespace gradex::sync::route

@@ -1,0 +1,116 @@
+// Route selection (sync/route/route.h) without ranks: every wire path is reached from the policy
+// and work kind that should reach it, pipeline::plan never puts two paths in one unit (a DGC dense
+// step rides the dense buckets), and each unit's route object is the one of its path.
+#include "sync/route/route.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sync/pipeline.h"
+
+namespace gradex::sync::route {
+namespace {
+
+struct Case {
+  std::string key;
+  WorkKind kind;
+  TensorPolicy policy;
+  bool anchored;     // a LocalSGD anchor exists (parameter averages)
+  bool sparse_step;  // the DGC schedule says this step is sparse
+  Path want;
+};
+
+TensorPolicy dense() {
+  return {};
+}
+TensorPolicy fp32() {
+  TensorPolicy p;
+  p.full_precision = true;
+  return p;
+}
+TensorPolicy int8() {
+  TensorPolicy p;
+  p.int8 = true;
+  return p;
+}
+TensorPolicy dgc() {
+  TensorPolicy p;
+  p.kind = ExchangeKind::kSparse;
+  p.sparsity = 0.99;
+  return p;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"dense", WorkKind::kGradient, dense(), false, false, Path::kDense},
+      {"fp32", WorkKind::kGradient, fp32(), false, false, Path::kDenseFp32},
+      {"int8", WorkKind::kGradient, int8(), false, false, Path::kInt8},
+      {"dgc_sparse", WorkKind::kGradient, dgc(), false, true, Path::kSparse},
+      {"dgc_warmup", WorkKind::kGradient, dgc(), false, false, Path::kDgcDenseStep},
+      {"first_average", WorkKind::kAverage, dense(), false, false, Path::kFirstAverage},
+      {"average", WorkKind::kAverage, dense(), true, false, Path::kDense},
+      // The 8-bit route is for gradients: a parameter average of an 'int8' tensor is dense.
+      {"int8_average", WorkKind::kAverage, int8(), true, false, Path::kDense},
+  };
+  return c;
+}
+
+struct Round {
+  std::deque<TensorState> tensors;
+  std::vector<pipeline::Job> jobs;
+  Round() {
+    for (const Case& c : cases()) {
+      TensorState& t = tensors.emplace_back();
+      t.key = c.key;
+      t.numel = 1000;
+      t.policy = c.policy;
+      if (c.anchored) t.anchor.assign(t.numel, 0.0f);
+      pipeline::Job j;
+      j.id = {c.kind, c.key};
+      j.tensor = &t;
+      assign(j, t, c.sparse_step);
+      jobs.push_back(std::move(j));
+    }
+  }
+};
+
+TEST(Route, EveryPathIsReachedFromItsPolicy) {
+  Round r;
+  for (size_t i = 0; i < cases().size(); ++i)
+    EXPECT_EQ(path_of(r.jobs[i]), cases()[i].want) << cases()[i].key;
+}
+
+TEST(Route, UnitsHoldOnePathAndGetItsRouteObject) {
+  comm::HostTopology hosts;  // only its presence matters to selection
+  const std::vector<const comm::HostTopology*> layouts = {nullptr, &hosts};
+  for (const comm::HostTopology* h : layouts) {
+    Round r;
+    pipeline::PlanOptions options;
+    options.dense_wire = DType::kFloat16;
+    std::deque<pipeline::Unit> units = pipeline::plan(r.jobs, options);
+    std::map<Path, int> seen;
+    for (const pipeline::Unit& u : units) {
+      const Path p = path_of(u, h);
+      ++seen[p];
+      EXPECT_NE(p, Path::kDgcDenseStep);
+      for (const pipeline::Job* job : u.jobs) {
+        Path jp = path_of(*job);
+        if (jp == Path::kDgcDenseStep) jp = Path::kDense;
+        if (jp == Path::kSparse && h != nullptr) jp = Path::kSparseHierarchical;
+        EXPECT_EQ(jp, p) << job->id.key << " in a " << path_name(p) << " unit";
+      }
+      EXPECT_EQ(select(u, h).path(), p) << path_name(p);
+    }
+    const Path sparse = h ? Path::kSparseHierarchical : Path::kSparse;
+    for (Path p : {Path::kDense, Path::kDenseFp32, Path::kInt8, Path::kFirstAverage, sparse})
+      EXPECT_EQ(seen.count(p), 1u) << path_name(p) << (h ? " (hierarchical)" : "");
+    EXPECT_EQ(seen.size(), 5u);
+  }
+}
+
+}  // namespace
+}  // namespace gradex::sync::route
