@@ -6,7 +6,8 @@
   - random loss applies (20 % per direction: about 64 % of UDP round trips answered) and a
     blackholed host answers nothing, both undone on command;
   - a small gradex exchange (gradex-bench exchange, DGC 99.9 %, 1 step after 1 warm-up) completes
-    over it, its step longer than one round trip;
+    over it, its step longer than one round trip, and GRADEX_STRIPES=auto timed the round trip and
+    chose its connections per peer from it;
   - everything is torn down: no namespace of the test's WAN and no relay remain.
 
     wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench
@@ -14,7 +15,9 @@
 Exit 0: pass; 77: skipped (not root, no TUN or no namespaces here: the reason is printed); 1: fail.
 """
 import argparse
+import math
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -55,6 +58,21 @@ def expect(condition, message):
     if not condition:
         raise AssertionError(message)
     print(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: ok: {message}", flush=True)
+
+
+def check_striping(log_path):
+    """GRADEX_STRIPES=auto across this WAN: rank 0 timed the 20 ms round trip and chose the connections
+    per peer as comm/tcp_limits.h's stripes_for_path does (10 Gbit/s x round trip over one flow's
+    window, rounded up, at most 4)."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    found = re.search(r"striping: round trip to the farthest peer ([0-9.]+) ms, one flow's window (\d+) B: "
+                      r"(\d+) connection\(s\)", text)
+    expect(found is not None, f"rank 0 logs its striping decision ({log_path})")
+    rtt_ms, window, count = float(found.group(1)), int(found.group(2)), int(found.group(3))
+    expect(19.0 <= rtt_ms <= 30.0, f"striping timed a {rtt_ms:.2f} ms round trip (20 ms configured)")
+    want = 1 if window <= 0 else min(4, max(1, math.ceil(10e9 / 8 * rtt_ms / 1e3 / window)))
+    expect(count == want, f"{count} connections per peer for a {window} B window at {rtt_ms:.2f} ms "
+                          f"(expected {want})")
 
 
 def main():
@@ -99,9 +117,10 @@ def main():
             argv = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "1",
                     "--warmup", "1", "--idle-s", "0"]
             stdout, _ = run_ranks(wan, 2, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir,
-                                  label="wan_test")
+                                  label="wan_test", extra_env={"GRADEX_LOG_LEVEL": "info"})
             step_ms = float(parse_result(stdout)["dgc999_step_ms"])
             expect(step_ms >= 20.0, f"a DGC 99.9 % exchange over the WAN: {step_ms:.0f} ms per step")
+            check_striping(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
