@@ -246,6 +246,31 @@ TEST(Stripes, OutOfRangeCountIsRefused) {
   EXPECT_NE(results[0].report.find("stripes is 9"), std::string::npos) << describe(results);
 }
 
+// Ranks started with different counts are refused at connection, each naming the other's setting
+// (rather than waiting for connections the other end never opens).
+TEST(Stripes, DifferentCountsAreRefusedAtConnection) {
+  const int P = 2;
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    try {
+      bootstrap(rank, P, port, rank == 0 ? 2 : 0);
+    } catch (const MismatchError& e) {
+      report(e.what());
+      return kExpectedFailure;
+    }
+    return kWrongResult;
+  });
+  auto results = group.wait(std::chrono::seconds(60));
+  for (const auto& r : results)
+    EXPECT_TRUE(r.exited && r.exit_code == kExpectedFailure) << describe(results);
+  EXPECT_NE(results[0].report.find("rank 1 was started with GRADEX_STRIPES=auto, this rank with "
+                                   "GRADEX_STRIPES=2"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_NE(results[1].report.find("rank 0 was started with GRADEX_STRIPES=2"), std::string::npos)
+      << describe(results);
+}
+
 // A rank SIGKILLed during striped allreduces: every survivor fails with a PeerFailure naming a
 // peer (at least one names the victim: a survivor may first see another survivor leave).
 TEST(Stripes, KilledPeerFailsEverySurvivorNamingAPeer) {
