@@ -28,6 +28,13 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_RING_CHUNK_KB", VarType::kInt, "256", 1, 1048576, false, false, nullptr, kAllRanks,
      "Pipelining chunk of the ring collectives, in KiB: each ring step is sent in chunks of this size "
      "so that reduction overlaps transfer."},
+    {"GRADEX_STRIPES", VarType::kChoice, "auto", 0, 0, false, false, "auto|1|2|3|4|5|6|7|8", kAllRanks,
+     "TCP connections to each peer, over which the ring collectives spread their chunks (striping: "
+     "each connection is its own flow with its own window, which on a long path the kernel's "
+     "socket buffers cap). auto: 1 on one host; across hosts rank 0 times a round trip to its "
+     "farthest peer at start-up and every rank opens as many connections to each peer on another "
+     "host as the kernel's socket buffer maximum needs to carry 10 Gbit/s at that round trip, at "
+     "most 4 (1 on a LAN). N: N connections to every peer not reached through shared memory."},
     {"GRADEX_ALLGATHER_INLINE_KB", VarType::kInt, "4", 0, 1024, false, false, nullptr, kEngine,
      "Allgathervs (negotiation rounds, DGC payloads) whose payloads are at most this many KiB take "
      "one round trip: each payload travels in one message with its size, into receives of this "

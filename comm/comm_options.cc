@@ -25,6 +25,8 @@ CommOptions comm_options_from_config(const config::Config& config) {
   if (!shm_refused && hierarchical != "0")
     o.hierarchical_shm = hierarchical == "1" ? CommOptions::HierarchicalShm::kOn
                                              : CommOptions::HierarchicalShm::kAuto;
+  const std::string& stripes = config.get_string("GRADEX_STRIPES");
+  o.stripes = stripes == "auto" ? 0 : std::stoi(stripes);
   o.job_secret =
       auth::resolve_job_secret(config.get_string("GRADEX_JOB_SECRET"),
                                config.source_of("GRADEX_JOB_SECRET") != config::Source::kDefault,

@@ -44,11 +44,32 @@ struct CommOptions {
   // Test-only: false makes the UCX communicator ignore the worker's event fd, so that tests reach
   // the polling fallback of workers without one.
   bool use_event_fd = true;
+  // GRADEX_STRIPES: TCP connections to each peer (striping, see kTagLaneShift). 0 = auto: 1 unless
+  // the job spans hosts; then rank 0 measures the round trip to its farthest peer at connection and
+  // every peer on another host gets as many connections as the kernel's socket buffers need to
+  // carry kStripeTargetBits at that round trip (comm/tcp_limits.h: stripes_for_path), at most
+  // kAutoStripesMax. N >= 1: N connections to every peer not reached through shared memory (the
+  // same on every rank).
+  int stripes = 0;
 };
 
+// Striping: bits 13..15 of a tag's low 16 bits are its lane. Messages to one peer whose tags differ
+// in lane may travel over different connections (CommOptions::stripes, each connection its own TCP
+// flow and window); messages with the same tag always take the same connection, so their order
+// holds. A collective spreads a large transfer over the connections by giving its pieces
+// consecutive lanes (tag + tag_lane(i) for piece i); tags that do not use lanes keep the same
+// meaning (the lane only picks a connection).
+constexpr int kTagLaneShift = 13;
+constexpr uint64_t kTagLanes = 8;
+constexpr uint64_t tag_lane(size_t piece) {
+  return (static_cast<uint64_t>(piece) % kTagLanes) << kTagLaneShift;
+}
+// The most connections per peer: one per lane.
+constexpr int kStripesMax = static_cast<int>(kTagLanes);
+
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
-// GRADEX_ALLGATHER_INLINE_KB, GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL, GRADEX_JOB_SECRET[_FILE]).
-// ConfigError for an unusable secret (comm/auth.h).
+// GRADEX_ALLGATHER_INLINE_KB, GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL,
+// GRADEX_JOB_SECRET[_FILE], GRADEX_STRIPES). ConfigError for an unusable secret (comm/auth.h).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
@@ -132,6 +153,9 @@ class Communicator {
   // published them at connection: equal on every rank. Empty when the communicator cannot tell
   // (every rank is then taken to be a host of its own).
   virtual std::vector<std::string> rank_hosts() const { return {}; }
+  // Connections (TCP flows) to each peer on another host that lanes spread over (kTagLaneShift),
+  // agreed by every rank at connection. 1 for a communicator that does not stripe.
+  virtual int connections_per_peer() const { return 1; }
   // The one call another thread may make while this communicator is in use (Engine::abort, a
   // reconfiguration): the owning thread's current blocking call (wait_all, test,
   // wait_for_next_collective) or its next call fails as after abort(code, message) on that thread

@@ -5,8 +5,10 @@
 // options().ring_chunk_bytes chunks, and a chunk is forwarded as soon as it has arrived, so a
 // large payload crosses the ring in about (P-1) chunk times plus its own transfer time.
 //
-// Tags: tag (sizes), tag + 1 + s (the payload of ring step s; its chunks are matched in the order
-// they were sent). Every received chunk's length is checked against the size its origin announced.
+// Tags: tag (sizes), tag + 1 + s + tag_lane(k) (chunk k of the payload of ring step s: consecutive
+// chunks take different lanes, hence connections when the communicator stripes; chunks k and
+// k + kTagLanes share a tag and are matched in the order they were sent). Every received chunk's
+// length is checked against the size its origin announced.
 #include <algorithm>
 #include <string>
 
@@ -29,6 +31,11 @@ void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, cons
   const size_t chunk = std::max<size_t>(1, comm.options().ring_chunk_bytes);
   auto origin_of_step = [&](int s) { return (r - 1 - s + 2 * P) % P; };  // received at step s
   auto length_of = [&](int origin) { return travel[static_cast<size_t>(origin)]; };
+  // Lanes sit above the step sub-tags; in a world too large for that, every chunk keeps lane 0.
+  const bool lanes = P < (1 << kTagLaneShift);
+  auto chunk_tag = [&](int s, size_t k) {
+    return tag + static_cast<uint64_t>(s) + (lanes ? tag_lane(k) : 0);
+  };
 
   // Every receive is posted up front (the caller sized the buffers), in (step, chunk) order; step
   // s's chunks start at first[s]. An origin with nothing to travel has no chunks.
@@ -42,8 +49,8 @@ void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, cons
     const size_t length = length_of(o);
     first[static_cast<size_t>(s)] = recvs.size();
     for (size_t off = 0; off < length; off += chunk)
-      recvs.push_back(comm.irecv(left, tag + static_cast<uint64_t>(s), slot + off,
-                                 std::min(chunk, length - off)));
+      recvs.push_back(
+          comm.irecv(left, chunk_tag(s, off / chunk), slot + off, std::min(chunk, length - off)));
     if (s + 1 < P - 1) sends_needed += (length + chunk - 1) / chunk;
   }
   first[static_cast<size_t>(P - 1)] = recvs.size();
@@ -52,7 +59,8 @@ void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, cons
   sends.reserve(sends_needed);
   const auto* mine = static_cast<const uint8_t*>(data);
   for (size_t off = 0; off < bytes; off += chunk)
-    sends.push_back(comm.isend(right, tag, mine + off, std::min(chunk, bytes - off)));
+    sends.push_back(
+        comm.isend(right, chunk_tag(0, off / chunk), mine + off, std::min(chunk, bytes - off)));
 
   std::vector<RequestPtr> one(1);
   for (int s = 0; s < P - 1; ++s) {
@@ -74,8 +82,7 @@ void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, cons
                             " announced");
       one[0].reset();
       // The payload of step s is forwarded at step s + 1, except to its own origin.
-      if (s + 1 < P - 1)
-        sends.push_back(comm.isend(right, tag + 1 + static_cast<uint64_t>(s), slot + off, want));
+      if (s + 1 < P - 1) sends.push_back(comm.isend(right, chunk_tag(s + 1, k), slot + off, want));
     }
   }
   comm.wait_all(sends, operation);

@@ -8,8 +8,10 @@
 // Every step moves its segment in chunks of options().ring_chunk_bytes. Receives are posted a
 // window ahead; when chunk c of step s arrives it is reduced (or lands in place) and chunk c of
 // step s + 1 is sent immediately, so reduction and forwarding overlap the transfers behind them.
-// Chunks of one step share a tag and are matched in order (UCX tag matching is ordered per
-// sender and tag).
+// Chunk c of step s travels with tag + s + tag_lane(c): consecutive chunks take different lanes,
+// so a communicator with several connections per peer (CommOptions::stripes) spreads a step over
+// them; chunks c and c + kTagLanes share a tag and are matched in order (UCX tag matching is
+// ordered per sender and tag, and one tag keeps to one connection).
 // Every received chunk's length is checked against the one this rank expects: ranks that disagree
 // on the count (or dtype) fail with a MismatchError naming both ranks and both lengths, never with
 // a silently wrong sum. Reduce-scatter chunks are received into full-size slots so that a longer
@@ -48,7 +50,7 @@ class RingAllreduce {
         r_(comm.rank()),
         steps_(2 * (P_ - 1)),
         chunk_elems_(std::max<size_t>(1, comm.options().ring_chunk_bytes / elem_)) {
-    GX_CHECK_LT(steps_, 1 << 16);  // steps are sub-tags of the collective's tag
+    GX_CHECK_LT(steps_, 1 << kTagLaneShift);  // steps are sub-tags below the lane bits
     tag_ = comm.next_collective_tag();
     scratch_ = scratch_slots(kRecvWindow * chunk_elems_ * elem_);
     sends_.resize(static_cast<size_t>(steps_));
@@ -131,10 +133,14 @@ class RingAllreduce {
                         std::to_string(count_) + " x " + dtype_name(dtype_) + ")");
   }
 
+  uint64_t chunk_tag(int s, size_t c) const {
+    return tag_ + static_cast<uint64_t>(s) + tag_lane(c);
+  }
+
   void post_send(int s, size_t c) {
     int k = send_seg(s);
-    sends_[static_cast<size_t>(s)].push_back(comm_.isend(right(), tag_ + static_cast<uint64_t>(s),
-                                                         chunk_ptr(k, c), chunk_len(k, c) * elem_));
+    sends_[static_cast<size_t>(s)].push_back(
+        comm_.isend(right(), chunk_tag(s, c), chunk_ptr(k, c), chunk_len(k, c) * elem_));
   }
 
   // An allgather receive overwrites the region of reduce-scatter send (s - (P-1), c); it can only
@@ -148,15 +154,14 @@ class RingAllreduce {
     size_t bytes = chunk_len(k, c) * elem_;
     if (s < P_ - 1) {
       // A whole slot: a longer chunk than expected is then measured, not truncated.
-      out = comm_.irecv(left(), tag_ + static_cast<uint64_t>(s), slot(slot_index),
-                        chunk_elems_ * elem_);
+      out = comm_.irecv(left(), chunk_tag(s, c), slot(slot_index), chunk_elems_ * elem_);
       return;
     }
     // Allgather lands in place, over the region this rank sent at reduce-scatter step
     // t = s - (P-1): that send must have left the buffer first.
     int t = s - (P_ - 1);
     wait_one(sends_[static_cast<size_t>(t)][c]);
-    out = comm_.irecv(left(), tag_ + static_cast<uint64_t>(s), chunk_ptr(k, c), bytes);
+    out = comm_.irecv(left(), chunk_tag(s, c), chunk_ptr(k, c), bytes);
   }
 
   Communicator& comm_;

@@ -1,6 +1,7 @@
 #include "comm/tcp_limits.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -52,19 +53,35 @@ TcpLimits read_tcp_limits() {
   return l;
 }
 
-std::string tcp_limits_advice(const TcpLimits& l, double rtt_s, double target_bits_per_s) {
+double flow_window_bytes(const TcpLimits& l) {
+  if (!l.read) return 0;
+  return static_cast<double>(std::min(l.rmem_max, l.wmem_max)) / 2;
+}
+
+int stripes_for_path(const TcpLimits& l, double rtt_s, double target_bits_per_s, int cap) {
+  const double window = flow_window_bytes(l);
+  if (!(window > 0) || !(rtt_s > 0) || !(target_bits_per_s > 0) || cap < 1) return 1;
+  const double bdp = target_bits_per_s / 8.0 * rtt_s;
+  const double want = std::ceil(bdp / window);
+  return want >= cap ? cap : std::max(1, static_cast<int>(want));
+}
+
+std::string tcp_limits_advice(const TcpLimits& l, double rtt_s, double target_bits_per_s,
+                              int flows) {
   if (!l.read || !(rtt_s > 0) || !(target_bits_per_s > 0)) return "";
+  flows = std::max(flows, 1);
   const uint64_t window = std::min(l.rmem_max, l.wmem_max);
-  const double cap_bits = static_cast<double>(window) * 8.0 / rtt_s;
-  const auto need = static_cast<uint64_t>(target_bits_per_s / 8.0 * rtt_s);
+  const double cap_bits = static_cast<double>(window) * 8.0 / rtt_s * flows;
+  const auto need = static_cast<uint64_t>(target_bits_per_s / 8.0 * rtt_s / flows);
   std::vector<std::string> fixes;
   std::string what;
   if (cap_bits < target_bits_per_s) {
-    what = "at the measured " + fixed(rtt_s * 1e3, 1) + " ms round trip one TCP flow per peer is " +
-           "capped at " + fixed(cap_bits / 1e9, 2) + " Gbit/s by the kernel's socket buffer " +
-           "maximum (" + std::to_string(window >> 20) + " MiB; " +
-           fixed(target_bits_per_s / 1e9, 0) + " Gbit/s needs " + std::to_string(need >> 20) +
-           " MiB)";
+    what = "at the measured " + fixed(rtt_s * 1e3, 1) + " ms round trip " +
+           (flows == 1 ? std::string("one TCP flow") : std::to_string(flows) + " TCP flows") +
+           " per peer " + (flows == 1 ? "is" : "are") + " capped at " + fixed(cap_bits / 1e9, 2) +
+           " Gbit/s by the kernel's socket buffer maximum (" + std::to_string(window >> 20) +
+           " MiB; " + fixed(target_bits_per_s / 1e9, 0) + " Gbit/s needs " +
+           std::to_string(need >> 20) + " MiB" + (flows == 1 ? "" : " per flow") + ")";
     if (l.rmem_max < need)
       fixes.push_back("sysctl -w net.ipv4.tcp_rmem='" + first_two(l.rmem_text) + " " +
                       std::to_string(need) + "'");

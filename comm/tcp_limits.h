@@ -21,9 +21,25 @@ struct TcpLimits {
 
 TcpLimits read_tcp_limits();
 
-// "" when one flow's window is not what caps a `target_bits_per_s` link at round trip `rtt_s` and
-// slow start after idle is off; else one line: the cap, the window the target needs and the
-// sysctl commands that lift both.
-std::string tcp_limits_advice(const TcpLimits& limits, double rtt_s, double target_bits_per_s);
+// "" when `flows` flows' windows (connections per peer, CommOptions::stripes) are not what caps a
+// `target_bits_per_s` link at round trip `rtt_s` and slow start after idle is off; else one line:
+// the cap, the window the target needs per flow and the sysctl commands that lift both.
+std::string tcp_limits_advice(const TcpLimits& limits, double rtt_s, double target_bits_per_s,
+                              int flows = 1);
+
+// The rate automatic striping (CommOptions::stripes = 0) sizes the connections for when the link's
+// own rate is unknown (an interface's reported speed is not the path's), and its most connections.
+constexpr double kStripeTargetBits = 10e9;
+constexpr int kAutoStripesMax = 4;
+
+// What one flow moves per round trip: half of the socket buffer maximum (min of tcp_rmem's and
+// tcp_wmem's), the kernel keeping the rest for its own overhead (measured: 4 MiB buffers carried
+// 2.6 MB in flight at 50 ms). 0 when the limits were not read.
+double flow_window_bytes(const TcpLimits& limits);
+
+// Connections per peer for a path of round trip `rtt_s` to carry `target_bits_per_s`: the
+// bandwidth-delay product over one flow's window, rounded up, in [1, `cap`]. 1 when the limits
+// are unread or the round trip unmeasured.
+int stripes_for_path(const TcpLimits& limits, double rtt_s, double target_bits_per_s, int cap);
 
 }  // namespace gradex::comm

@@ -98,9 +98,10 @@ void SparseGather::agree_model(comm::Communicator& comm) {
   if (model->latency_bound() && comm.rank() == 0) {
     static std::once_flag said;
     const double rtt_s = 2 * model->link.alpha_s;
-    std::call_once(said, [rtt_s] {
+    const int flows = comm.connections_per_peer();  // striping (GRADEX_STRIPES)
+    std::call_once(said, [rtt_s, flows] {
       const std::string advice =
-          comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits);
+          comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits, flows);
       if (!advice.empty()) GX_LOG(kWarn) << advice;
     });
   }

@@ -81,6 +81,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     post_control_recv();
     connect_endpoints(*store);
     exchange_hello();
+    connect_stripes();
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {
     shutdown();  // the destructor does not run for a half-built object
@@ -150,6 +151,7 @@ void UcxCommunicator::connect_endpoints(Store& store) {
   endpoints_.resize(static_cast<size_t>(size_));
   shared_memory_peer_.assign(static_cast<size_t>(size_), false);
   std::vector<Bytes> raw(static_cast<size_t>(size_));
+  peer_addresses_.assign(static_cast<size_t>(size_), Bytes());
   std::vector<AddressEntry> entries(static_cast<size_t>(size_));
   rank_hosts_.assign(static_cast<size_t>(size_), std::string());
   rank_processes_.assign(static_cast<size_t>(size_), std::string());
@@ -159,6 +161,7 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     const auto pi = static_cast<size_t>(p);
     raw[pi] = store.get(address_key(p), left_until(deadline));
     entries[pi] = decode_address_entry(raw[pi], rank_, p, options_.job_secret);
+    peer_addresses_[pi].assign(entries[pi].address, entries[pi].address + entries[pi].address_size);
     const uint32_t world = entries[pi].world;
     if (static_cast<int>(world) != size_)
       throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
@@ -240,6 +243,7 @@ void UcxCommunicator::close_endpoints() {
     if (!ep.open()) continue;
     // A failed peer cannot acknowledge a flush: skip straight to releasing the endpoint.
     bool force = broken || peers_[static_cast<size_t>(p)]->error != UCS_OK;
+    close_stripes(p, force, &closing);
     if (void* req = ep.start_close(force)) closing.push_back(req);
   }
   while (!closing.empty() && Clock::now() < deadline) {

@@ -96,6 +96,7 @@ class UcxCommunicator : public Communicator {
   void interrupt(ErrorCode code, const std::string& message) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   std::vector<std::string> rank_hosts() const override { return rank_hosts_; }
+  int connections_per_peer() const override { return stripes_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
  private:
@@ -122,6 +123,17 @@ class UcxCommunicator : public Communicator {
   bool hierarchical_shm_for(const std::vector<std::string>& hosts) const;
   void connect_endpoints(Store& store);
   void exchange_hello();
+  // --- striping (ucx_stripes.cc) ---
+  // Decides the connections per peer (CommOptions::stripes; auto: rank 0 times the round trip to
+  // its peers on other hosts and tells every rank), opens the extra endpoints and proves each with
+  // one message both ways. Collective, after exchange_hello.
+  void connect_stripes();
+  // The agreed count for auto (collective; 1 when no two ranks are on different hosts).
+  int agree_auto_stripes();
+  // The endpoint a message to `peer` with user tag `tag` travels on (its lane's connection).
+  ucp_ep_h endpoint_for(int peer, uint64_t tag) const;
+  // Starts closing `peer`'s extra connections (force: no flush); close requests go to `closing`.
+  void close_stripes(int peer, bool force, std::vector<void*>* closing);
   void close_endpoints();
   void goodbye_barrier();
   // Bounded teardown: flushes control messages, cancels the control receive, closes endpoints.
@@ -192,6 +204,11 @@ class UcxCommunicator : public Communicator {
   std::list<ControlSend> abandoned_control_;  // released to UCX unfinished at teardown
   std::unique_ptr<Worker> worker_;
   std::vector<Endpoint> endpoints_;
+  // Per peer, its connections beyond endpoints_[peer] (lanes l with l % count != 0 use entry
+  // l % count - 1); empty for peers with one connection. Their errors report to the same PeerSlot.
+  std::vector<std::vector<Endpoint>> stripe_endpoints_;
+  std::vector<Bytes> peer_addresses_;  // every peer's worker address, for the extra endpoints
+  int stripes_ = 1;                    // connections to each peer on another host (agreed)
   // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
   // their requests, so abandon() releases those at once).
   std::vector<bool> shared_memory_peer_;

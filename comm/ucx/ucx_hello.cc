@@ -20,8 +20,13 @@ struct Hello {
   uint32_t world_size;
   uint32_t rank;
   uint32_t has_secret;  // 1 when this rank holds a job secret
+  uint32_t stripes;     // CommOptions::stripes as given (0: auto): must be equal on every rank
   auth::Nonce nonce;    // fresh per connection: the challenge the peer must answer
 };
+
+std::string stripes_text(uint32_t stripes) {
+  return stripes == 0 ? "auto" : std::to_string(stripes);
+}
 
 // The proof that `from` knows the secret, answering `to`'s challenge in a world of `world`.
 auth::Mac peer_proof(const std::string& secret, uint32_t from, uint32_t to, uint32_t world,
@@ -40,8 +45,12 @@ auth::Mac peer_proof(const std::string& secret, uint32_t from, uint32_t to, uint
 void UcxCommunicator::exchange_hello() {
   const std::string& secret = options_.job_secret;
   std::vector<Hello> in(static_cast<size_t>(size_));
-  Hello out{kHelloMagic, static_cast<uint32_t>(size_), static_cast<uint32_t>(rank_),
-            secret.empty() ? 0u : 1u, auth::Nonce{}};
+  Hello out{kHelloMagic,
+            static_cast<uint32_t>(size_),
+            static_cast<uint32_t>(rank_),
+            secret.empty() ? 0u : 1u,
+            static_cast<uint32_t>(options_.stripes),
+            auth::Nonce{}};
   if (!secret.empty()) out.nonce = auth::random_nonce();
   std::vector<RequestPtr> requests;
   for (int p = 0; p < size_; ++p) {
@@ -59,6 +68,12 @@ void UcxCommunicator::exchange_hello() {
       throw MismatchError("connect: rank " + std::to_string(p) + " was started with world size " +
                           std::to_string(h.world_size) + ", this rank with " +
                           std::to_string(size_));
+    // The connections per peer are opened next (connect_stripes): both ends must open as many.
+    if (h.stripes != out.stripes)
+      throw MismatchError("connect: rank " + std::to_string(p) +
+                          " was started with GRADEX_STRIPES=" + stripes_text(h.stripes) +
+                          ", this rank with GRADEX_STRIPES=" + stripes_text(out.stripes) +
+                          " (it must be equal on every rank)");
     if ((h.has_secret != 0) != !secret.empty())
       refuse_peer(rank_, p, "",
                   h.has_secret ? "was started with a job secret and this rank without one"

@@ -48,8 +48,8 @@ RequestPtr UcxCommunicator::isend(int peer, uint64_t tag, const void* data, size
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, false));
   ucp_request_param_t param{};
-  ucs_status_ptr_t st = ucp_tag_send_nbx(endpoints_[static_cast<size_t>(peer)].get(), data, bytes,
-                                         wire_tag(tag, rank_), &param);
+  ucs_status_ptr_t st =
+      ucp_tag_send_nbx(endpoint_for(peer, tag), data, bytes, wire_tag(tag, rank_), &param);
   if (st == nullptr) {
     req->status_ = UCS_OK;
   } else if (UCS_PTR_IS_ERR(st)) {
@@ -345,7 +345,11 @@ void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {
       for (UcxRequest* r : live) {
         Endpoint& ep = endpoints_[static_cast<size_t>(r->peer_)];
         if (r->is_recv_ || !ep.open()) continue;
-        if (void* req = ep.start_close(true)) ucp_request_free(req);
+        std::vector<void*> closing;
+        close_stripes(r->peer_, true, &closing);
+        if (void* req = ep.start_close(true)) closing.push_back(req);
+        for (void* req : closing)
+          ucp_request_free(req);
         if (failure_code_ == ErrorCode::kOk) {
           failure_code_ = ErrorCode::kPeer;
           failure_peer_ = r->peer_;

@@ -6,15 +6,21 @@
   - random loss applies (20 % per direction: about 64 % of UDP round trips answered) and a
     blackholed host answers nothing, both undone on command;
   - a small gradex exchange (gradex-bench exchange, DGC 99.9 %, 1 step after 1 warm-up) completes
-    over it, its step longer than one round trip;
-  - everything is torn down: no namespace of the test's WAN and no relay remain.
+    over it, its step longer than one round trip, and GRADEX_STRIPES=auto timed the round trip and
+    chose its connections per peer from it;
+  - everything is torn down: no namespace of the test's WAN and no relay remain;
+  - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
+    (gradex-regions-probe, comm/regions.h) are hosts {0, 1} and {2}.
 
-    wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench
+    wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench \
+        --regions-probe build/bin/gradex-regions-probe
 
 Exit 0: pass; 77: skipped (not root, no TUN or no namespaces here: the reason is printed); 1: fail.
 """
 import argparse
+import math
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -22,6 +28,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "cluster"))
+from network import environment  # noqa: E402
 from ranks import parse_result, run_ranks  # noqa: E402
 from wan import Wan, WanSpec, _namespaces  # noqa: E402
 
@@ -57,10 +64,54 @@ def expect(condition, message):
     print(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: ok: {message}", flush=True)
 
 
+def check_striping(log_path):
+    """GRADEX_STRIPES=auto across this WAN: rank 0 timed the 20 ms round trip and chose the connections
+    per peer as comm/tcp_limits.h's stripes_for_path does (10 Gbit/s x round trip over one flow's
+    window, rounded up, at most 4)."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    found = re.search(r"striping: round trip to the farthest peer ([0-9.]+) ms, one flow's window (\d+) B: "
+                      r"(\d+) connection\(s\)", text)
+    expect(found is not None, f"rank 0 logs its striping decision ({log_path})")
+    rtt_ms, window, count = float(found.group(1)), int(found.group(2)), int(found.group(3))
+    expect(19.0 <= rtt_ms <= 30.0, f"striping timed a {rtt_ms:.2f} ms round trip (20 ms configured)")
+    want = 1 if window <= 0 else min(4, max(1, math.ceil(10e9 / 8 * rtt_ms / 1e3 / window)))
+    expect(count == want, f"{count} connections per peer for a {window} B window at {rtt_ms:.2f} ms "
+                          f"(expected {want})")
+
+
+def check_regions(args, log_dir):
+    """3 hosts in 2 regions (10 Gbit/s and 0.25 ms inside, 10 ms one way between): the regions measured by
+    gradex-regions-probe (comm/regions.h) are {0, 1} and {2}."""
+    spec = WanSpec(hosts=3, rate="10gbit", delay="0.25ms", regions=[0, 0, 1], inter_rate="1gbit",
+                   inter_delay="10ms", name=NAME, subnet=SUBNET)
+    with Wan(spec, delayline=args.delayline, log_dir=log_dir) as wan:
+        port = 29000 + os.getpid() % 1000
+        procs = [subprocess.Popen(wan.command(r, [args.regions_probe]), env=environment(wan, r, 3, port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(3)]
+        outputs = []
+        try:
+            for p in procs:
+                outputs.append(p.communicate(timeout=60)[0])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    expect(all(p.returncode == 0 for p in procs), "gradex-regions-probe ran on every host:\n" + "\n".join(outputs))
+    out = outputs[0]
+    expect("regions: 0 0 1\n" in out, f"hosts 0 and 1 form a region, host 2 another:\n{out}")
+    rtts = {tuple(int(x) for x in m.group(1, 2)): float(m.group(3))
+            for m in re.finditer(r"rtt_ms: (\d+) (\d+) ([0-9.]+)", out)}
+    expect(rtts.get((0, 1), 99) < 5 and all(19 <= rtts.get(k, 0) <= 30 for k in ((0, 2), (1, 2))),
+           f"round trips 0.5 ms inside the region and 20 ms across it: {rtts}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--delayline", required=True)
     p.add_argument("--bench", required=True)
+    p.add_argument("--regions-probe", required=True)
     args = p.parse_args()
     reason = skip_reason()
     if reason:
@@ -99,13 +150,15 @@ def main():
             argv = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "1",
                     "--warmup", "1", "--idle-s", "0"]
             stdout, _ = run_ranks(wan, 2, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir,
-                                  label="wan_test")
+                                  label="wan_test", extra_env={"GRADEX_LOG_LEVEL": "info"})
             step_ms = float(parse_result(stdout)["dgc999_step_ms"])
             expect(step_ms >= 20.0, f"a DGC 99.9 % exchange over the WAN: {step_ms:.0f} ms per step")
+            check_striping(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
     expect(not left and not relay_alive, "torn down: no namespace and no relay left")
+    check_regions(args, log_dir)
     print("wan_test: PASS")
     return 0
 

@@ -39,6 +39,27 @@ TEST(TcpLimits, NothingToSayWhenTheKernelKeepsUp) {
   EXPECT_EQ(tcp_limits_advice(unread, 0.05, 10e9), "");
 }
 
+TEST(TcpLimits, StripedFlowsShareTheNeed) {
+  // 4 flows of 4 MiB over 50 ms: 2.68 Gbit/s together; 10 Gbit/s needs 15.6 MB per flow.
+  const std::string line = tcp_limits_advice(limits(4u << 20, false), 0.05, 10e9, 4);
+  EXPECT_NE(line.find("4 TCP flows per peer are capped at 2.68 Gbit/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("tcp_wmem='4096 16384 15625000'"), std::string::npos) << line;
+  // 16 flows of 4 MiB cover 10 Gbit/s x 50 ms (10.7 Gbit/s).
+  EXPECT_EQ(tcp_limits_advice(limits(4u << 20, false), 0.05, 10e9, 16), "");
+}
+
+TEST(TcpLimits, StripesAreTheBandwidthDelayProductOverOneFlowsWindow) {
+  const TcpLimits l = limits(4u << 20, false);  // 2 MiB in flight per flow
+  EXPECT_DOUBLE_EQ(flow_window_bytes(l), 2u << 20);
+  // 1 Gbit/s x 50 ms = 6.25 MB: 3 flows of 2 MiB.
+  EXPECT_EQ(stripes_for_path(l, 0.05, 1e9, 8), 3);
+  EXPECT_EQ(stripes_for_path(l, 0.05, 10e9, 4), 4);            // 30 wanted, capped
+  EXPECT_EQ(stripes_for_path(l, 0.0001, 10e9, 4), 1);          // a LAN round trip
+  EXPECT_EQ(stripes_for_path(l, 0.0167772, 1e9, 8), 1);        // exactly one window: 2097150 B
+  EXPECT_EQ(stripes_for_path(TcpLimits{}, 0.05, 10e9, 4), 1);  // limits unread
+  EXPECT_EQ(stripes_for_path(l, 0, 10e9, 4), 1);               // round trip unmeasured
+}
+
 TEST(TcpLimits, ReadsThisKernel) {
   const TcpLimits l = read_tcp_limits();
   if (!l.read) GTEST_SKIP() << "/proc/sys/net/ipv4 not readable here";
