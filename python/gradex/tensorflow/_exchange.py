@@ -38,7 +38,7 @@ def gradex_errors():
     try:
         yield
     except tf.errors.OpError as exc:
-        translated = _ops.translated(exc)
+        translated = _errors.translate_op_error(exc)
         if translated is exc:
             raise
         raise translated from None

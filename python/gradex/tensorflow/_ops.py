@@ -6,7 +6,6 @@ another TF could crash inside TF's op registry, so the version is compared befor
 """
 import ctypes
 import os
-import re
 import threading
 
 import tensorflow as tf
@@ -16,8 +15,6 @@ from .. import _capi, _errors
 _lock = threading.Lock()
 _module = None
 _cdll = None
-# The op library reports failures as "gradex[<STATUS>]: <engine message>".
-_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
 
 
 def _package_dir():
@@ -77,11 +74,3 @@ def unbind(slot):
     if _cdll is not None:
         _cdll.gradex_tf_unbind(slot)
 
-
-def translated(exc):
-    """The gradex exception for a TF error raised by a gradex op (other errors unchanged)."""
-    match = _FAILURE.search(str(getattr(exc, "message", None) or exc))
-    if match is None:
-        return exc
-    message = re.split(r"\s*\[\[|\s*\[Op:", match.group(2), maxsplit=1)[0]
-    return _errors.error_for_name(match.group(1), message.strip())

@@ -5,7 +5,6 @@ The ops run in the calling thread; torch releases the GIL while an op runs, so a
 stall other Python threads.
 """
 import os
-import re
 import threading
 import warnings
 
@@ -15,8 +14,6 @@ from .. import _capi, _errors
 
 _loaded = False
 _lock = threading.Lock()
-# The op library reports failures as c10::Error "gradex[<STATUS>]: <engine message>".
-_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
 
 
 def library_path():
@@ -35,13 +32,6 @@ def load():
             raise ImportError(f"gradex: {path} does not exist; install the package with pip (see docs/pytorch.md)")
         torch.ops.load_library(path)
         _loaded = True
-
-
-def _translated(exc):
-    match = _FAILURE.search(str(exc))
-    if match is None:
-        return exc
-    return _errors.error_for_name(match.group(1), match.group(2).strip())
 
 
 _device_checked = {}  # CUDA device index -> whether gradex's CUDA backend works there
@@ -80,7 +70,7 @@ def submit(engine, key, tensor, on_device=False):
             return torch.ops.gradex.submit_device(engine, key, tensor)
         return torch.ops.gradex.submit(engine, key, tensor)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
 def submit_absent(engine, key, tensor, on_device=False):
@@ -90,7 +80,7 @@ def submit_absent(engine, key, tensor, on_device=False):
     try:
         return torch.ops.gradex.submit_absent(engine, key, tensor, bool(on_device))
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
 def average(engine, key, tensor):
@@ -98,7 +88,7 @@ def average(engine, key, tensor):
     try:
         return torch.ops.gradex.average(engine, key, tensor)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
 def wait(ticket):
@@ -106,7 +96,7 @@ def wait(ticket):
     try:
         torch.ops.gradex.wait(ticket)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
 def wait_all(tickets):

@@ -69,7 +69,7 @@ def _create_outer(config, store, group=None):
     return outer
 
 
-def _tensor_address(name, t):
+def tensor_address(name, t):
     if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
         raise _errors.InvalidArgumentError(
             f"gradex: DiLoCo needs contiguous float32 CPU tensors; '{name}' is {t.dtype} on {t.device}"
@@ -99,7 +99,7 @@ class DiLoCo:
         self._params = named_parameters
         self._buffers = [(name, b) for name, b in model.named_buffers() if b.dtype == torch.float32]
         for name, t in self._params + self._buffers:
-            _tensor_address(name, t.detach())  # rejected now, not at the first step
+            tensor_address(name, t.detach())  # rejected now, not at the first step
         self._lock = threading.RLock()
         self._outer = None  # None: not created yet; False: closed
         self._finalizer = None
@@ -132,8 +132,8 @@ class DiLoCo:
             if self._outer is not None:
                 return self._outer
             self._remove_first_use_hooks()
-            addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
-            addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
+            addresses = [(f"param.{n}", tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
+            addresses += [(f"buffer.{n}", tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
             outer = _create_outer(self._config, self._store, self._group)
             try:
                 for key, address, numel, is_buffer in addresses:

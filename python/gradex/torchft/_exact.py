@@ -14,8 +14,7 @@ time, in the same order on every rank (ProcessGroupGradex runs them on one worke
 import torch
 
 from .. import _capi, _errors
-from ..torch import _ops
-from ..torch import _words
+from ..torch import _integration as _gxt
 
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large transfers
 
@@ -30,7 +29,7 @@ def average_(engine, values):
         chunk = values[start:start + _CHUNK_WORDS]
         key = f"gx.torchft/{chunk.numel()}"
         engine.register(key, chunk.numel(), _capi.FLOAT32)
-        _ops.wait(_ops.submit(engine.address, key, chunk))
+        _gxt.wait(_gxt.submit(engine.address, key, chunk))
 
 
 
@@ -59,18 +58,18 @@ def allgather_bytes(engine, data):
     """Every rank's uint8 tensor (the same length on every rank), in rank order."""
     if engine.world_size == 1:
         return [data.clone()]
-    bits = _words.word_bits(engine.world_size)
-    slots = _slots(engine, _words.to_words(data, bits), engine.rank, engine.world_size)
-    return [_words.from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
+    bits = _gxt.word_bits(engine.world_size)
+    slots = _slots(engine, _gxt.to_words(data, bits), engine.rank, engine.world_size)
+    return [_gxt.from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
 
 
 def broadcast_bytes(engine, data, root):
     """root's uint8 tensor (the same length on every rank), bit for bit."""
     if engine.world_size == 1:
         return data.clone()
-    bits = _words.word_bits(engine.world_size)
-    slots = _slots(engine, _words.to_words(data, bits), 0 if engine.rank == root else None, 1)
-    return _words.from_words(slots[0], bits, data.numel())
+    bits = _gxt.word_bits(engine.world_size)
+    slots = _slots(engine, _gxt.to_words(data, bits), 0 if engine.rank == root else None, 1)
+    return _gxt.from_words(slots[0], bits, data.numel())
 
 
 def from_bytes(data, like):

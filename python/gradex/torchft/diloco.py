@@ -32,8 +32,7 @@ import weakref
 import torch
 
 from .. import _capi, _errors, _outer_config
-from ..torch import _diloco_sharded as _sharded
-from ..torch.diloco import _tensor_address
+from ..torch import _integration as _gxt
 from . import process_group as _pg
 
 _PREFIX = "gradex/diloco/"
@@ -107,13 +106,13 @@ class DiLoCo:
         # An FSDP2 model (fully_shard on the replica group's own mesh): the outer optimizer owns this rank's
         # parameter shards, and the Manager's process group spans the ranks of the same group rank in the other
         # replica groups, which hold the same shards.
-        self._fsdp_modules = _sharded.fsdp_modules(model)
-        self._params = _sharded.local_parameters(model)
+        self._fsdp_modules = _gxt.fsdp_modules(model)
+        self._params = _gxt.local_parameters(model)
         self._buffers = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.float32]
         self._tensors = [(f"param.{n}", p.detach(), False) for n, p in self._params]
         self._tensors += [(f"buffer.{n}", b, True) for n, b in self._buffers]
         for key, t, _ in self._tensors:
-            _tensor_address(key, t)  # rejected now, not at the first quorum
+            _gxt.tensor_address(key, t)  # rejected now, not at the first quorum
         # torchft's DiLoCo takes its first global copy at construction; the outer optimizer is created at the
         # first quorum, so the parameters of now are kept until then.
         with torch.no_grad():
@@ -214,7 +213,7 @@ class DiLoCo:
     @torch.no_grad()
     def _after_inner_step(self, *_):
         self._manager.allow_state_dict_read()
-        _sharded.reshard(self._fsdp_modules)  # an evaluation's forward pass may have left the root unsharded
+        _gxt.reshard(self._fsdp_modules)  # an evaluation's forward pass may have left the root unsharded
         if self._attempt is None and self._due(self._steps + 1):
             self._begin_sync()
         attempt = self._attempt

@@ -34,7 +34,7 @@ from torch.nn import parallel
 from torchft.process_group import ProcessGroupDummy
 
 from .. import _capi, _errors, _log
-from ..torch import _completion, _config_check, _layout, _momentum, _ops
+from ..torch import _integration as _gxt
 from . import process_group as _pg
 
 _PREFIX = "gradex/hook/"
@@ -45,8 +45,8 @@ class _Generation:
 
     def __init__(self, engine, model):
         self.engine = engine
-        self.keys = _layout.BucketKeys(model)
-        self.completer = _completion.Completer("gradex-torchft")
+        self.keys = _gxt.BucketKeys(model)
+        self.completer = _gxt.Completer("gradex-torchft")
         # Every parameter is registered up front, so that a snapshot taken at any step start covers every
         # tensor a rollback may have to restore.
         if model is not None:
@@ -81,11 +81,11 @@ class State:
                 "gradex: gradex.torchft.State needs the Manager's ProcessGroupGradex (its quorum is the State's "
                 f"membership), not {type(process_group).__name__}")
         config = {str(k): str(v) for k, v in (config or {}).items()}
-        _config_check.check(config)
+        _gxt.check_config(config)
         if float(config.get("GRADEX_CLIP_NORM", "0") or 0) > 0:
             raise _errors.InvalidArgumentError("gradex: GRADEX_CLIP_NORM is not supported by the torchft hook "
                                                "(clip before backward ends, or use torch's clip_grad_norm_)")
-        self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex torchft hook")
+        self._config, self._takeover = _gxt.decide_momentum(optimizer, config, "the gradex torchft hook")
         self._manager = manager
         self._model = model.module if isinstance(model, parallel.DistributedDataParallel) else model
         self._lock = threading.Lock()
@@ -111,7 +111,7 @@ class State:
             return
         config = dict(self._config)
         config["GRADEX_TIMEOUT_S"] = f"{max(timeout.total_seconds(), 0.01):g}"
-        _ops.load()
+        _gxt.load_ops()
         engine = _capi.Engine(rank, world_size, store, _PREFIX, config)
         with self._lock:
             self._generation = _Generation(engine, self._model)
@@ -167,12 +167,12 @@ class State:
                 for key, view in zip(keys, gradients):
                     on_device = key in generation.keys.on_device
                     if self._absent:
-                        tickets.append(_ops.submit_absent(generation.engine.address, key, view, on_device))
+                        tickets.append(_gxt.submit_absent(generation.engine.address, key, view, on_device))
                     else:
-                        tickets.append(_ops.submit(generation.engine.address, key, view, on_device))
+                        tickets.append(_gxt.submit(generation.engine.address, key, view, on_device))
             except BaseException:
                 try:
-                    _ops.wait_all(tickets)
+                    _gxt.wait_all(tickets)
                 except _errors.GradexError:
                     pass  # the submission's own error is the one to report
                 raise

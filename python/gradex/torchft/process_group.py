@@ -38,7 +38,7 @@ from torch.distributed.distributed_c10d import ReduceOp
 from torchft.process_group import ProcessGroup, _rendezvous, create_store_client
 
 from .. import _capi, _errors
-from ..torch import _ops
+from ..torch import _integration as _gxt
 from . import _exact, _work
 
 _BACKEND_NAME = "torchft-gradex"
@@ -193,7 +193,7 @@ class ProcessGroupGradex(ProcessGroup):
         if old is not None:
             engine = old.retire(RuntimeError(f"gradex: process group aborted: reconfigured for quorum "
                                              f"{rendezvous.uuid}"), keep_engine=True)
-        _ops.load()
+        _gxt.load_ops()
         store = create_store_client(rendezvous.store_addr, timeout)
         if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
             try:
