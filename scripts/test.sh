@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present), the
-# ThreadSanitizer build of the threaded tests (scripts/tsan.sh) and a short fuzzing run of each
-# fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
+# Runs every test: the type check of the Python package (mypy), the C++ suite (ctest), the Python
+# plugin tests (pytest, when present), the ThreadSanitizer build of the threaded tests (scripts/tsan.sh)
+# and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
@@ -22,6 +22,14 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
   "$@" || status=1
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
 }
+
+# The Python package's types first (seconds with mypy's cache; any type error fails the run).
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
+  stage "type check (mypy)" .venv/bin/python -m mypy
+else
+  echo "== type check (mypy): .venv has no mypy (bash scripts/setup.sh installs it)"
+  status=1
+fi
 
 stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
 

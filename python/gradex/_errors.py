@@ -11,7 +11,10 @@ This module is also the one home, for every framework integration (torch, Tensor
 turning an op library's failure into these exceptions (translate_op_error) and of closing quietly in a
 finalizer (close_quietly).
 """
+from __future__ import annotations
+
 import re
+from typing import Optional, Protocol
 
 
 class GradexError(RuntimeError):
@@ -20,7 +23,7 @@ class GradexError(RuntimeError):
     status = 8  # GRADEX_ERR_INTERNAL unless a subclass says otherwise
     name = "INTERNAL"
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
@@ -100,13 +103,13 @@ _BY_STATUS = {cls.status: cls for cls in _CLASSES}
 _BY_NAME = {cls.name: cls for cls in _CLASSES}
 
 
-def error_for_status(status, message):
+def error_for_status(status: int, message: Optional[str]) -> GradexError:
     """The exception for a non-zero gradex_status_t."""
     cls = _BY_STATUS.get(status, GradexError)
     return cls(message or f"gradex call failed with status {status}")
 
 
-def error_for_name(name, message):
+def error_for_name(name: str, message: str) -> GradexError:
     """The exception for a status name as written by the op library ("gradex[TIMEOUT]: ...")."""
     return _BY_NAME.get(name, GradexError)(message)
 
@@ -119,7 +122,7 @@ _OP_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
 _FRAMEWORK_CONTEXT = re.compile(r"\s*\[\[|\s*\[Op:")
 
 
-def translate_op_error(exc):
+def translate_op_error(exc: BaseException) -> BaseException:
     """The gradex exception for a framework error raised by one of gradex's ops (torch's RuntimeError from a
     c10::Error, a tf.errors.OpError); `exc` itself when it is not a gradex op failure. The message is the
     engine's, without the framework's appended context."""
@@ -131,7 +134,11 @@ def translate_op_error(exc):
     return error_for_name(match.group(1), message.strip())
 
 
-def close_quietly(closable):
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def close_quietly(closable: Optional[_Closable]) -> None:
     """closable.close(), a gradex error swallowed: for finalizers (garbage collection, interpreter exit), where
     the peers may be gone and nobody is left to tell. `None` is accepted (nothing to close)."""
     if closable is None:
