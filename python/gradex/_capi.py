@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _errors
 
@@ -18,6 +18,8 @@ API_VERSION = 1
 
 # A configuration as the API takes it: GRADEX_* names to values (strings, numbers or booleans).
 Config = Optional[Mapping[str, Any]]
+# C functions' signatures: name -> (restype, argtypes).
+Signatures = Dict[str, Tuple[Any, List[Any]]]
 # Counters as the engine reports them (gradex_stats_t plus staged_bytes).
 Stats = Dict[str, Union[int, float]]
 
@@ -139,16 +141,34 @@ def lib() -> ctypes.CDLL:
             "gradex_state_snapshot": (status, [engine_p]),
             "gradex_state_rollback": (status, [engine_p]),
         }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(handle, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
+        _declare(handle, sigs)
         version = handle.gradex_api_version()
         if version != API_VERSION:
             raise _errors.VersionError(
                 f"gradex: {path} implements C API version {version}, this package needs {API_VERSION}")
         _lib = handle
         return _lib
+
+
+def _declare(handle: ctypes.CDLL, sigs: Mapping[str, Tuple[Any, Any]]) -> None:
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+_declared_parts: Set[str] = set()
+
+
+def lib_with(part: str, signatures: Callable[[], Signatures]) -> ctypes.CDLL:
+    """The loaded library with the signatures of an additive part of the API declared, once per process
+    (`part` names it; `signatures()` is called only the first time)."""
+    c = lib()
+    with _lib_lock:
+        if part not in _declared_parts:
+            _declare(c, signatures())
+            _declared_parts.add(part)
+    return c
 
 
 def last_error() -> str:

@@ -6,26 +6,17 @@ import ctypes
 from typing import Any, Dict, Optional
 
 from . import _errors
-from ._capi import Config, _Options, _Store, _lib_lock, _set_config, check, last_error, lib
+from ._capi import Config, _Options, _Store, _set_config, check, last_error, lib_with
 
 # --- Configuration check (gradex_check_config; additive to API version 1) ---------------------------
-
-_check_config_declared = False
-
 
 def check_config(config: Config = None) -> None:
     """Validates GRADEX_* settings in this process as engine creation would: the environment, overridden by
     `config` (a dict of GRADEX_* name -> value). Raises gradex.ConfigError naming the variable and its allowed
     range for an invalid value or an unknown name in `config` (an unknown name in the environment is only a
     warning, as at engine creation). Creates nothing and touches no network."""
-    global _check_config_declared
-    c = lib()
-    with _lib_lock:
-        if not _check_config_declared:
-            c.gradex_check_config.restype = ctypes.c_int
-            c.gradex_check_config.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
-                                              ctypes.POINTER(ctypes.c_char_p)]
-            _check_config_declared = True
+    c = lib_with("check_config", lambda: {"gradex_check_config": (ctypes.c_int, [
+        ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)])})
     if config is not None and not isinstance(config, dict):
         raise _errors.InvalidArgumentError(f"gradex: config must be a dict of GRADEX_* names to values, "
                                            f"not {type(config).__name__}")
@@ -44,22 +35,12 @@ class _LaunchInfo(ctypes.Structure):
                 ("master_addr", ctypes.c_char * 256), ("launcher", ctypes.c_char * 32)]
 
 
-_launch_declared = False
-
-
 def _launch_lib() -> ctypes.CDLL:
-    global _launch_declared
-    c = lib()
-    with _lib_lock:
-        if not _launch_declared:
-            c.gradex_launch_info.restype = ctypes.c_int
-            c.gradex_launch_info.argtypes = [ctypes.POINTER(_LaunchInfo)]
-            c.gradex_store_connect.restype = ctypes.c_int
-            c.gradex_store_connect.argtypes = [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.POINTER(_Store))]
-            c.gradex_store_destroy.restype = ctypes.c_int
-            c.gradex_store_destroy.argtypes = [ctypes.POINTER(_Store)]
-            _launch_declared = True
-    return c
+    return lib_with("launch", lambda: {
+        "gradex_launch_info": (ctypes.c_int, [ctypes.POINTER(_LaunchInfo)]),
+        "gradex_store_connect": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.POINTER(_Store))]),
+        "gradex_store_destroy": (ctypes.c_int, [ctypes.POINTER(_Store)]),
+    })
 
 
 def launch_info() -> Dict[str, Any]:

@@ -6,51 +6,43 @@ import ctypes
 from typing import Any, Dict, List, Optional, Union
 
 from . import _errors
-from ._capi import (Config, _Options, _Stats, _check_with_store, _create_collectively, _keep_store, _lib_lock,
-                    _membership_options, check, lib)
+from ._capi import (Config, Signatures, _Options, _Stats, _check_with_store, _create_collectively, _keep_store,
+                    _membership_options, check, lib_with)
 
 # --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
 
-_outer_declared = False
+
+def _outer_signatures() -> Signatures:
+    status, outer_p = ctypes.c_int, ctypes.c_void_p
+    return {
+        "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+        "gradex_outer_destroy": (status, [outer_p]),
+        "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
+                                             ctypes.c_int]),
+        "gradex_outer_start": (status, [outer_p]),
+        "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+        "gradex_outer_synchronize": (status, [outer_p]),
+        "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+        "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+        "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
+        "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+        "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+        "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
+        "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
+        "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
+        "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                    ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+    }
 
 
 def _outer_lib() -> ctypes.CDLL:
-    """The library with the gradex_outer_* signatures declared (once)."""
-    global _outer_declared
-    c = lib()
-    with _lib_lock:
-        if not _outer_declared:
-            status, outer_p = ctypes.c_int, ctypes.c_void_p
-            sigs = {
-                "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
-                "gradex_outer_destroy": (status, [outer_p]),
-                "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
-                                                     ctypes.c_int]),
-                "gradex_outer_start": (status, [outer_p]),
-                "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
-                "gradex_outer_synchronize": (status, [outer_p]),
-                "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
-                "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
-                "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
-                "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
-                                                      ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
-                "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
-                                                     ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
-                "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
-                "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
-                "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
-                "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
-                                                            ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
-            }
-            for name, (restype, argtypes) in sigs.items():
-                fn = getattr(c, name)
-                fn.restype = restype
-                fn.argtypes = argtypes
-            _outer_declared = True
-    return c
+    """The library with the gradex_outer_* signatures declared."""
+    return lib_with("outer", _outer_signatures)
 
 
 class Outer:

@@ -9,22 +9,16 @@ and nothing else (no process group, rank variables or network needed), so framew
 they launch the ranks, and can pickle it until it is used. The engine bootstraps collectively at the first
 bucket, over the ranks of the DDP module's process group, through torch.distributed's store.
 """
-from __future__ import annotations
-
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple
 
+import torch
+import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from .. import _errors
+from .. import _capi, _errors
 from . import _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
-
-if TYPE_CHECKING:
-    import torch
-    import torch.distributed as dist
-
-    from .. import _capi
 
 _STATE_FORMAT = "gradex.torch.State/2"
 
@@ -203,7 +197,7 @@ class State:
             self._exchanger = None
             self._engine = False
 
-    def __enter__(self) -> State:
+    def __enter__(self) -> "State":
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
@@ -245,6 +239,8 @@ def _load(exchanger: _buckets.BucketExchanger, engine: _capi.Engine, state: Dict
     exchanger.iteration = max(exchanger.iteration, int(state["iteration"]))
 
 
+# The annotations are evaluated (no `from __future__ import annotations` here): DDP's register_comm_hook
+# compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
 def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: submits the bucket to gradex and returns a future of its average over ranks."""
     exchanger = state._exchanger

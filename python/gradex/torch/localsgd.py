@@ -18,14 +18,13 @@ phase the hook hands DDP its buckets back at once. A caller who sets GRADEX_MOME
 momentum 0) gets gradex's momentum in both phases: in the local phase the hook then submits the gradients,
 and the engine applies this rank's momentum in place without any traffic (sync/localsgd.h).
 """
-from __future__ import annotations
-
 import os
 import threading
 import weakref
 from typing import Any, Dict, Literal, Mapping, Optional, cast
 
 import torch
+import torch.distributed as dist
 
 from .. import _capi, _errors
 from . import _bootstrap, _buckets, _config_check, _ops
@@ -87,7 +86,9 @@ class LocalSGD:
             return self._engine
 
     @staticmethod
-    def _hook(self: LocalSGD, bucket: Any) -> torch.futures.Future:
+    # Evaluated annotations (no `from __future__ import annotations` in this module): DDP's register_comm_hook
+    # compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
+    def _hook(self: "LocalSGD", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if self._exchanger is None:
             self._bootstrap()
         assert self._exchanger is not None  # _bootstrap() made it (DDP)
@@ -141,7 +142,7 @@ class LocalSGD:
                 self._engine.close()
             self._engine = False
 
-    def __enter__(self) -> LocalSGD:
+    def __enter__(self) -> "LocalSGD":
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:

@@ -100,12 +100,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._bootstrap()
             except BaseException:
                 self._closed = True
-                for handle in self._hooks:
-                    handle.remove()
-                self._hooks = []
-                self._release_momentum()
-                _live_optimizers.discard(self)
-                self._finalizer.detach()
+                self._detach()
                 raise
 
     def _bootstrap(self) -> _capi.Engine:
@@ -354,19 +349,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if self._engine is not None:
                 self._wait_pending(write=False)
         finally:
-            for handle in self._hooks:
-                handle.remove()
-            self._hooks = []
-            self._release_momentum()
-            _live_optimizers.discard(self)
-            self._finalizer.detach()
+            self._detach()
             if self._engine is not None:
                 self._engine.close()
 
-    def _release_momentum(self) -> None:
+    def _detach(self) -> None:
+        """Unhooks this closed optimizer from its parameters, gives the optimizer its momentum back and
+        takes it out of gx.join()'s view and the garbage collector's finalizer (the caller closes the engine)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
         if self._takeover is not None:
             self._takeover.release()
             self._takeover = None
+        _live_optimizers.discard(self)
+        self._finalizer.detach()
 
     def _check_open(self) -> None:
         if self._closed or (self._engine is not None and not self._engine.address):

@@ -27,8 +27,6 @@ quorum to the participants, as torchft's Manager.allreduce divides its sum by th
 A failed exchange (a lost replica) is reported to the Manager and the bucket is returned as it is: backward
 completes, should_commit() says no, and the step is discarded everywhere.
 """
-from __future__ import annotations
-
 import threading
 from datetime import timedelta
 from typing import Any, List, Optional, Tuple
@@ -153,7 +151,7 @@ class State:
         self._scale = generation.engine.world_size / participants if participants else 0.0
         return generation
 
-    def exchange(self, bucket: torch.distributed.GradBucket) -> torch.futures.Future:
+    def exchange(self, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
         if not self._in_step:
             self._in_step = True
@@ -218,7 +216,9 @@ class State:
             generation.release()
 
 
-def hook(state: State, bucket: torch.distributed.GradBucket) -> torch.futures.Future:
+# The annotations are evaluated (no `from __future__ import annotations` here): DDP's register_comm_hook
+# compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
+def hook(state: State, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: gradex's exchange of the bucket between the replica groups of torchft's quorum."""
     return state.exchange(bucket)
 
