@@ -10,6 +10,10 @@
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#
+# GX_SLOW=1 is the opt-in stage (nightly-style, README "Running the tests"): on top of the default run, the
+# pytest cases marked `slow` (sweep cases whose code paths a faster case already runs), the TSan tests that
+# scripts/tsan.sh leaves to the plain build by default, and longer fuzzing (GX_FUZZ_SECONDS default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +39,7 @@ stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CT
 
 if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
+  [ "${GX_SLOW:-0}" = 1 ] || pytest_args+=(-m "not slow")
   jobs=${GX_PYTEST_JOBS:-3}
   if [ "$jobs" -gt 0 ] && .venv/bin/python -c "import xdist" >/dev/null 2>&1; then
     # worksteal: an idle worker takes tests queued on a busy one, so one long test does not end the run.
@@ -47,7 +52,9 @@ stage "ThreadSanitizer (comm, sync, pool)" bash scripts/tsan.sh
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.
-  stage "fuzzing (${GX_FUZZ_SECONDS:-30} s per target)" bash tests/fuzz/run.sh "${GX_FUZZ_SECONDS:-30}"
+  fuzz_seconds=${GX_FUZZ_SECONDS:-30}
+  [ "${GX_SLOW:-0}" = 1 ] && fuzz_seconds=${GX_FUZZ_SECONDS:-120}
+  stage "fuzzing ($fuzz_seconds s per target)" bash tests/fuzz/run.sh "$fuzz_seconds"
 fi
 
 echo "== wall time per stage"
