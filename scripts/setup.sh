@@ -60,6 +60,11 @@ if [ "$want_venv" -eq 1 ]; then
     .venv/bin/pip install -q --no-deps torchft-nightly
     .venv/bin/pip install -q "opentelemetry-sdk>=1.39" "opentelemetry-exporter-otlp-proto-http>=1.39" parameterized
   fi
+  # mypy: scripts/test.sh's "type check (mypy)" stage ([tool.mypy] in pyproject.toml checks python/gradex).
+  if ! .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
+    echo "setup: installing mypy into .venv (the type check)"
+    .venv/bin/pip install -q "mypy==2.4.*"
+  fi
   # TensorFlow (CPU wheel) beside torch, for gradex.tensorflow; reused when it imports (with Keras 3).
   if ! .venv/bin/python -c "import tensorflow, keras" >/dev/null 2>&1; then
     echo "setup: installing tensorflow-cpu 2.21 into .venv (large, once)"
@@ -88,7 +93,7 @@ if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ];
               .venv/bin/python -c "import importlib.metadata as m; print(m.version('tensorflow-cpu'))" 2>/dev/null || true;
               find CMakeLists.txt pyproject.toml base comm compress sync capi include plugins python \
                    -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
-                   -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' \) \
+                   -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' -o -name py.typed \) \
                    -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort | xargs sha256sum; } | sha256sum)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] || \
      ! .venv/bin/python -c "import gradex._capi as c; c.lib()" >/dev/null 2>&1; then

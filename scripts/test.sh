@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the C++ suite (ctest), the Python plugin tests (pytest, when present), the
-# ThreadSanitizer build of the threaded tests (scripts/tsan.sh) and a short fuzzing run of each
-# fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
+# Runs every test: the type check of the Python package (mypy), the C++ suite (ctest), the Python
+# plugin tests (pytest, when present), the ThreadSanitizer build of the threaded tests (scripts/tsan.sh)
+# and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
@@ -10,6 +10,10 @@
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#
+# GX_SLOW=1 is the opt-in stage (nightly-style, README "Running the tests"): on top of the default run, the
+# pytest cases marked `slow` (sweep cases whose code paths a faster case already runs), the TSan tests that
+# scripts/tsan.sh leaves to the plain build by default, and longer fuzzing (GX_FUZZ_SECONDS default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,10 +27,19 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
 }
 
+# The Python package's types first (seconds with mypy's cache; any type error fails the run).
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
+  stage "type check (mypy)" .venv/bin/python -m mypy
+else
+  echo "== type check (mypy): .venv has no mypy (bash scripts/setup.sh installs it)"
+  status=1
+fi
+
 stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
 
 if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
+  if [ "${GX_SLOW:-0}" != 1 ]; then pytest_args+=(-m "not slow"); fi
   jobs=${GX_PYTEST_JOBS:-3}
   if [ "$jobs" -gt 0 ] && .venv/bin/python -c "import xdist" >/dev/null 2>&1; then
     # worksteal: an idle worker takes tests queued on a busy one, so one long test does not end the run.
@@ -38,8 +51,11 @@ fi
 stage "ThreadSanitizer (comm, sync, pool)" bash scripts/tsan.sh
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
-  # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long.
-  stage "fuzzing (${GX_FUZZ_SECONDS:-30} s per target)" bash tests/fuzz/run.sh "${GX_FUZZ_SECONDS:-30}"
+  # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
+  # its whole seed corpus; the opt-in stage fuzzes each for two minutes.
+  fuzz_seconds=${GX_FUZZ_SECONDS:-20}
+  if [ "${GX_SLOW:-0}" = 1 ]; then fuzz_seconds=${GX_FUZZ_SECONDS:-120}; fi
+  stage "fuzzing ($fuzz_seconds s per target)" bash tests/fuzz/run.sh "$fuzz_seconds"
 fi
 
 echo "== wall time per stage"

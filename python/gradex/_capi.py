@@ -5,13 +5,23 @@ engine's message, read in the same thread right after the call (gradex_last_erro
 ctypes releases the GIL around every call, so a blocking call (create, wait) never stalls other Python
 threads, and store callbacks (which take the GIL) can run while one is in progress.
 """
+from __future__ import annotations
+
 import ctypes
 import os
 import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _errors
 
 API_VERSION = 1
+
+# A configuration as the API takes it: GRADEX_* names to values (strings, numbers or booleans).
+Config = Optional[Mapping[str, Any]]
+# C functions' signatures: name -> (restype, argtypes).
+Signatures = Dict[str, Tuple[Any, List[Any]]]
+# Counters as the engine reports them (gradex_stats_t plus staged_bytes).
+Stats = Dict[str, Union[int, float]]
 
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
 DEVICE_CPU, DEVICE_CUDA = 0, 1
@@ -36,7 +46,7 @@ class _Options(ctypes.Structure):
                 ("config_values", ctypes.POINTER(ctypes.c_char_p))]
 
 
-def _set_config(options, config):
+def _set_config(options: _Options, config: Config) -> Tuple[Any, Any]:
     """Points `options`' config_* fields at `config`'s name/value pairs (values as strings). Returns the
     two C arrays, which the caller keeps referenced until the C call that reads `options` has returned."""
     config = {str(k): str(v) for k, v in (config or {}).items()}
@@ -57,7 +67,7 @@ class _Stats(ctypes.Structure):
         [("control_bytes", ctypes.c_uint64)]
 
 
-def device_available(device, device_index=0):
+def device_available(device: int, device_index: int = 0) -> Tuple[bool, str]:
     """(available, reason): whether tensors on (device, device_index) can be exchanged by this gradex (for
     CUDA: libgradex_backend_cuda.so, the CUDA runtime and the device load)."""
     flag = ctypes.c_int()
@@ -66,16 +76,16 @@ def device_available(device, device_index=0):
     return bool(flag.value), reason
 
 
-def library_path():
+def library_path() -> str:
     """Where libgradex.so is: $GRADEX_LIBRARY, else next to this file (where pip installs it)."""
     return os.environ.get("GRADEX_LIBRARY") or os.path.join(os.path.dirname(__file__), "libgradex.so")
 
 
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 _lib_lock = threading.Lock()
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded C library, with argument and result types declared; checks the API version once."""
     global _lib
     with _lib_lock:
@@ -131,10 +141,7 @@ def lib():
             "gradex_state_snapshot": (status, [engine_p]),
             "gradex_state_rollback": (status, [engine_p]),
         }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(handle, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
+        _declare(handle, sigs)
         version = handle.gradex_api_version()
         if version != API_VERSION:
             raise _errors.VersionError(
@@ -143,11 +150,32 @@ def lib():
         return _lib
 
 
-def last_error():
+def _declare(handle: ctypes.CDLL, sigs: Mapping[str, Tuple[Any, Any]]) -> None:
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+_declared_parts: Set[str] = set()
+
+
+def lib_with(part: str, signatures: Callable[[], Signatures]) -> ctypes.CDLL:
+    """The loaded library with the signatures of an additive part of the API declared, once per process
+    (`part` names it; `signatures()` is called only the first time)."""
+    c = lib()
+    with _lib_lock:
+        if part not in _declared_parts:
+            _declare(c, signatures())
+            _declared_parts.add(part)
+    return c
+
+
+def last_error() -> str:
     return (lib().gradex_last_error() or b"").decode("utf-8", "replace")
 
 
-def check(status):
+def check(status: int) -> None:
     """Raises the gradex exception for a non-zero status, with this thread's last error message."""
     if status != 0:
         raise _errors.error_for_status(status, last_error())
@@ -159,24 +187,24 @@ class _StoreCallbacks:
     connection it holds) is released as soon as its adapter is dropped, not at the next full garbage collection
     (one connection per quorum change stayed open until then)."""
 
-    def __init__(self, store):
+    def __init__(self, store: Any) -> None:
         self.store = store
-        self.buffers = {}  # address -> ctypes buffer handed to the engine, until it calls release
+        self.buffers: Dict[int, Any] = {}  # address -> ctypes buffer handed to the engine, until it calls release
         self.lock = threading.Lock()
-        self.last_failure = None
+        self.last_failure: Optional[str] = None
 
-    def _fail(self, what, key, exc):
-        self.last_failure = f"store {what} '{key}': {type(exc).__name__}: {exc}"
+    def _fail(self, what: str, key: bytes, exc: BaseException) -> int:
+        self.last_failure = f"store {what} '{key.decode(errors='replace')}': {type(exc).__name__}: {exc}"
         return 1
 
-    def on_set(self, _ctx, key, value, length):
+    def on_set(self, _ctx: Any, key: bytes, value: Any, length: int) -> int:
         try:
             self.store.set(key.decode(), ctypes.string_at(value, length) if length else b"")
             return 0
         except BaseException as exc:  # noqa: BLE001 - nothing may propagate into C
             return self._fail("set", key, exc)
 
-    def on_get(self, _ctx, key, timeout_ms, value_out, length_out):
+    def on_get(self, _ctx: Any, key: bytes, timeout_ms: int, value_out: Any, length_out: Any) -> int:
         try:
             import datetime
             k = key.decode()
@@ -193,11 +221,11 @@ class _StoreCallbacks:
         except BaseException as exc:  # noqa: BLE001
             return self._fail("get", key, exc)
 
-    def on_release(self, _ctx, value):
+    def on_release(self, _ctx: Any, value: int) -> None:
         with self.lock:
             self.buffers.pop(value, None)
 
-    def on_add(self, _ctx, key, delta, new_value):
+    def on_add(self, _ctx: Any, key: bytes, delta: int, new_value: Any) -> int:
         try:
             new_value[0] = int(self.store.add(key.decode(), int(delta)))
             return 0
@@ -213,7 +241,7 @@ class StoreAdapter:
     reports the operation and key) and is kept in `last_failure` for diagnostics.
     """
 
-    def __init__(self, store):
+    def __init__(self, store: Any) -> None:
         self._callbacks = _StoreCallbacks(store)
         # The CFUNCTYPE objects must live as long as the engine may call them (as long as this adapter).
         self._set = _SetFn(self._callbacks.on_set)
@@ -223,11 +251,12 @@ class StoreAdapter:
         self.struct = _Store(None, self._set, self._get, self._release, self._add)
 
     @property
-    def last_failure(self):
+    def last_failure(self) -> Optional[str]:
         return self._callbacks.last_failure
 
 
-def _membership_options(rank, world_size, store, store_prefix, keep):
+def _membership_options(rank: int, world_size: int, store: Any, store_prefix: Optional[str],
+                        keep: List[Any]) -> Tuple[_Options, Union[StoreAdapter, JobStore, None]]:
     """gradex_engine_options_t for a reconfiguration: rank, world size, the store (None: the object's current
     one) and prefix (None: the C default). Appends what the C call needs alive to `keep`; returns (options,
     adapter or None)."""
@@ -235,7 +264,7 @@ def _membership_options(rank, world_size, store, store_prefix, keep):
     lib().gradex_engine_options_init(ctypes.byref(options))
     options.rank = int(rank)
     options.world_size = int(world_size)
-    adapter = None
+    adapter: Union[StoreAdapter, JobStore, None] = None
     if isinstance(store, JobStore):
         adapter = store
         options.store = store.pointer()
@@ -248,7 +277,7 @@ def _membership_options(rank, world_size, store, store_prefix, keep):
     return options, adapter
 
 
-def _keep_store(owner, adapter, succeeded):
+def _keep_store(owner: Any, adapter: Union[StoreAdapter, JobStore, None], succeeded: bool) -> None:
     """After a reconfiguration: the C side keeps one store, the membership's (the new adapter, or the current one
     when none was given). A success releases the earlier adapters (each may hold a connection: keeping them all
     leaked one descriptor per quorum change); a failure keeps both, as either may still be called."""
@@ -259,7 +288,7 @@ def _keep_store(owner, adapter, succeeded):
     owner._store = adapter
 
 
-def _check_with_store(status, adapter):
+def _check_with_store(status: int, adapter: Union[StoreAdapter, JobStore, None]) -> None:
     if status != 0:
         message = last_error()
         if adapter is not None and getattr(adapter, "last_failure", None):
@@ -267,7 +296,8 @@ def _check_with_store(status, adapter):
         raise _errors.error_for_status(status, message)
 
 
-def _create_collectively(owner, c, create, rank, world_size, store, store_prefix, config):
+def _create_collectively(owner: Any, c: ctypes.CDLL, create: Any, rank: int, world_size: int, store: Any,
+                         store_prefix: Optional[str], config: Config) -> Optional[int]:
     """Runs create(options, &handle) (gradex_engine_create or gradex_outer_create) with the options every
     collective handle takes; returns the handle. `owner` keeps what the core holds pointers to for the
     handle's life: the store (JobStore: the core's own, no Python in the loop; else a StoreAdapter around a
@@ -295,37 +325,38 @@ class Engine:
     """One gradex engine (gradex_engine_create). Creation is collective: every rank creates its engine at
     the same point, with the same store prefix."""
 
-    def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
+    def __init__(self, rank: int = -1, world_size: int = -1, store: Any = None, store_prefix: Optional[str] = None,
+                 config: Config = None) -> None:
         c = lib()
-        self._ptr = _create_collectively(self, c, c.gradex_engine_create, rank, world_size, store, store_prefix,
-                                         config)
+        self._ptr: Optional[int] = _create_collectively(self, c, c.gradex_engine_create, rank, world_size, store,
+                                                        store_prefix, config)
         r, w = ctypes.c_int32(), ctypes.c_int32()
         check(c.gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
         self.rank, self.world_size = r.value, w.value
 
     @property
-    def address(self):
+    def address(self) -> int:
         """The gradex_engine_t* as an integer (what the op library takes); 0 once closed."""
         return self._ptr or 0
 
-    def _engine(self):
+    def _engine(self) -> int:
         if not self._ptr:
             raise _errors.InvalidArgumentError("gradex: the engine is closed")
         return self._ptr
 
-    def close(self):
+    def close(self) -> None:
         """Finishes outstanding work (bounded by GRADEX_TIMEOUT_S) and releases the engine. Idempotent."""
         ptr, self._ptr = self._ptr, None
         if ptr:
             check(lib().gradex_engine_destroy(ptr))
 
-    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+    def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
         """A new membership without destroying the engine (gradex_engine_reconfigure; collective over the new
         members, a newcomer creates its Engine with the same arguments instead). `store`: a torch-like store or
         a JobStore (None: the one given at creation or at the last reconfiguration); `store_prefix` must be new
         for that store (None: "gradex/"). Work of the old membership in flight fails with AbortedError; state is
         kept per tensor key; a failed engine (dead peer, abort) is usable again afterwards."""
-        keep = []  # alive for the call
+        keep: List[Any] = []  # alive for the call
         options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
         status = lib().gradex_engine_reconfigure(self._engine(), ctypes.byref(options))
         _keep_store(self, adapter, status == 0)
@@ -334,22 +365,22 @@ class Engine:
         check(lib().gradex_engine_rank(self._ptr, ctypes.byref(r), ctypes.byref(w)))
         self.rank, self.world_size = r.value, w.value
 
-    def abort(self, reason):
+    def abort(self, reason: object) -> None:
         """From any thread: every handle in flight and every later submission fails with AbortedError carrying
         `reason`, within milliseconds; peers learn it at once. The engine stays usable for reconfigure()."""
         check(lib().gradex_engine_abort(self._engine(), str(reason).encode()))
 
-    def snapshot_state(self):
+    def snapshot_state(self) -> None:
         """Records the engine's per-tensor state at the start of a step (gradex_state_snapshot), into buffers
         reused by the next snapshot. StateError after a failure (reconfigure first)."""
         check(lib().gradex_state_snapshot(self._engine()))
 
-    def rollback_state(self):
+    def rollback_state(self) -> None:
         """Restores the last snapshot bit for bit (gradex_state_rollback): a step that did not commit leaves the
         state as if it never ran. Every rank must roll back the same steps."""
         check(lib().gradex_state_rollback(self._engine()))
 
-    def register(self, key, numel, dtype, device=DEVICE_CPU, rows=0):
+    def register(self, key: str, numel: int, dtype: int, device: int = DEVICE_CPU, rows: int = 0) -> None:
         """rows: the tensor's output rows (a weight's shape[0]; 0: unknown), so that GRADEX_POLICY=auto
         keeps at least GRADEX_POLICY_MIN_PER_ROW values per row when it sparsifies it."""
         if rows:
@@ -357,15 +388,16 @@ class Engine:
         else:
             check(lib().gradex_register_tensor(self._engine(), key.encode(), numel, dtype, device))
 
-    def submit(self, key, address):
+    def submit(self, key: str, address: int) -> int:
         handle = ctypes.c_uint64()
         check(lib().gradex_submit(self._engine(), key.encode(), address, ctypes.byref(handle)))
         return handle.value
 
-    def wait(self, handle):
+    def wait(self, handle: int) -> None:
         check(lib().gradex_wait(self._engine(), handle))
 
-    def submit_device(self, key, address, device, device_index=0, stream=None):
+    def submit_device(self, key: str, address: int, device: int, device_index: int = 0,
+                      stream: Optional[int] = None) -> int:
         """gradex_submit_device: `address` in `device`'s memory, ready on `stream` (a cudaStream_t as an
         int; None: the default stream)."""
         handle = ctypes.c_uint64()
@@ -373,7 +405,8 @@ class Engine:
                                          ctypes.byref(handle)))
         return handle.value
 
-    def submit_absent(self, key, address, device=None, device_index=0, stream=None):
+    def submit_absent(self, key: str, address: int, device: Optional[int] = None, device_index: int = 0,
+                      stream: Optional[int] = None) -> int:
         """gradex_submit_absent (device None) or gradex_submit_device_absent: this rank has no gradient of
         `key` this step (gx.join); it contributes zeros and keeps its momentum and DGC state. `address` is
         not read; it receives the average over all ranks."""
@@ -385,16 +418,16 @@ class Engine:
                                                     stream, ctypes.byref(handle)))
         return handle.value
 
-    def handle_event(self, handle, stream=None):
+    def handle_event(self, handle: int, stream: Optional[int] = None) -> None:
         """Makes `stream` wait on the device for a completed device handle's result (gradex_handle_event)."""
         check(lib().gradex_handle_event(self._engine(), handle, stream))
 
-    def set_gradient_norm(self, norm):
+    def set_gradient_norm(self, norm: float) -> None:
         """GRADEX_CLIP_NORM > 0: this rank's L2 norm over all gradients of the current step, given before
         the step's first submit; gradients submitted until end_step() are clipped by it (see gradex.h)."""
         check(lib().gradex_set_gradient_norm(self._engine(), float(norm)))
 
-    def set_policy_horizon(self, steps):
+    def set_policy_horizon(self, steps: int) -> None:
         """GRADEX_POLICY=auto: `steps` more exchange steps from the next one (0: unknown), learnt after the
         engine was created; every rank must call it alike before its next step (gradex_set_policy_horizon)."""
         steps = int(steps)
@@ -402,18 +435,18 @@ class Engine:
             raise _errors.InvalidArgumentError(f"gradex: a training horizon must be >= 0 steps, got {steps}")
         check(lib().gradex_set_policy_horizon(self._engine(), steps))
 
-    def end_step(self):
+    def end_step(self) -> bool:
         """Ends a step; True when LocalSGD says to average parameters now."""
         flag = ctypes.c_int()
         check(lib().gradex_end_step(self._engine(), ctypes.byref(flag)))
         return bool(flag.value)
 
-    def exchanges_gradients(self):
+    def exchanges_gradients(self) -> bool:
         flag = ctypes.c_int()
         check(lib().gradex_exchanges_gradients(self._engine(), ctypes.byref(flag)))
         return bool(flag.value)
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> Dict[str, Union[int, float]]:
         """The engine's counters (gradex_stats_t), plus staged_bytes: bytes copied between device and host
         memory for device tensors (what crossed PCIe)."""
         s = _Stats()
@@ -424,7 +457,7 @@ class Engine:
         out["staged_bytes"] = staged.value
         return out
 
-    def save_state(self):
+    def save_state(self) -> bytes:
         c = lib()
         length = ctypes.c_size_t()
         check(c.gradex_save_state(self._engine(), None, 0, ctypes.byref(length)))
@@ -432,15 +465,15 @@ class Engine:
         check(c.gradex_save_state(self._engine(), buf, length.value, ctypes.byref(length)))
         return buf.raw[:length.value]
 
-    def load_state(self, blob):
+    def load_state(self, blob: bytes) -> None:
         blob = bytes(blob)
         buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
         check(lib().gradex_load_state(self._engine(), buf, len(blob)))
 
-    def describe_config(self):
+    def describe_config(self) -> str:
         return describe_config(self)
 
-    def explain(self):
+    def explain(self) -> str:
         """Each tensor's codec and why (gradex_explain); with GRADEX_POLICY=auto the newest plan: the agreed
         link, codec and step numbers and per tensor its choice with predicted and measured times."""
         c = lib()
@@ -451,7 +484,7 @@ class Engine:
         return buf.value.decode("utf-8", "replace")
 
 
-def describe_config(engine=None):
+def describe_config(engine: Optional[Engine] = None) -> str:
     """The effective configuration with help text (engine None: the environment's)."""
     c = lib()
     ptr = engine._engine() if engine is not None else None

@@ -1,28 +1,22 @@
 """The configuration check and the launcher's view of the job (gradex_check_config, gradex_launch_info,
 gradex_store_*; additive to API version 1), re-exported by gradex._capi."""
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, Optional
 
 from . import _errors
-from ._capi import _Options, _Store, _lib_lock, _set_config, check, last_error, lib
+from ._capi import Config, _Options, _Store, _set_config, check, last_error, lib_with
 
 # --- Configuration check (gradex_check_config; additive to API version 1) ---------------------------
 
-_check_config_declared = False
-
-
-def check_config(config=None):
+def check_config(config: Config = None) -> None:
     """Validates GRADEX_* settings in this process as engine creation would: the environment, overridden by
     `config` (a dict of GRADEX_* name -> value). Raises gradex.ConfigError naming the variable and its allowed
     range for an invalid value or an unknown name in `config` (an unknown name in the environment is only a
     warning, as at engine creation). Creates nothing and touches no network."""
-    global _check_config_declared
-    c = lib()
-    with _lib_lock:
-        if not _check_config_declared:
-            c.gradex_check_config.restype = ctypes.c_int
-            c.gradex_check_config.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
-                                              ctypes.POINTER(ctypes.c_char_p)]
-            _check_config_declared = True
+    c = lib_with("check_config", lambda: {"gradex_check_config": (ctypes.c_int, [
+        ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)])})
     if config is not None and not isinstance(config, dict):
         raise _errors.InvalidArgumentError(f"gradex: config must be a dict of GRADEX_* names to values, "
                                            f"not {type(config).__name__}")
@@ -41,25 +35,15 @@ class _LaunchInfo(ctypes.Structure):
                 ("master_addr", ctypes.c_char * 256), ("launcher", ctypes.c_char * 32)]
 
 
-_launch_declared = False
+def _launch_lib() -> ctypes.CDLL:
+    return lib_with("launch", lambda: {
+        "gradex_launch_info": (ctypes.c_int, [ctypes.POINTER(_LaunchInfo)]),
+        "gradex_store_connect": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.POINTER(_Store))]),
+        "gradex_store_destroy": (ctypes.c_int, [ctypes.POINTER(_Store)]),
+    })
 
 
-def _launch_lib():
-    global _launch_declared
-    c = lib()
-    with _lib_lock:
-        if not _launch_declared:
-            c.gradex_launch_info.restype = ctypes.c_int
-            c.gradex_launch_info.argtypes = [ctypes.POINTER(_LaunchInfo)]
-            c.gradex_store_connect.restype = ctypes.c_int
-            c.gradex_store_connect.argtypes = [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.POINTER(_Store))]
-            c.gradex_store_destroy.restype = ctypes.c_int
-            c.gradex_store_destroy.argtypes = [ctypes.POINTER(_Store)]
-            _launch_declared = True
-    return c
-
-
-def launch_info():
+def launch_info() -> Dict[str, Any]:
     """What the launcher says about this process (gradex_launch_info): a dict with rank, world_size,
     local_rank and local_size (None where the launcher does not say), master_addr, master_port and launcher
     ("torchrun", "Open MPI", "MPICH/Intel MPI", "Slurm" or "none"). ConfigError for a rank without a size (or
@@ -79,9 +63,9 @@ class JobStore:
     bootstrap several engines through it (each under its own prefix); set/get/add serve small plugin-level
     agreements. Close it after the engines that use it."""
 
-    last_failure = None
+    last_failure: Optional[str] = None
 
-    def __init__(self, rank=-1, world_size=-1, config=None):
+    def __init__(self, rank: int = -1, world_size: int = -1, config: Config = None) -> None:
         c = _launch_lib()
         options = _Options()
         c.gradex_engine_options_init(ctypes.byref(options))
@@ -90,20 +74,20 @@ class JobStore:
         config_arrays = _set_config(options, config)  # alive until the call returns
         out = ctypes.POINTER(_Store)()
         check(c.gradex_store_connect(ctypes.byref(options), ctypes.byref(out)))
-        self._ptr = out
+        self._ptr: Any = out
 
-    def pointer(self):
+    def pointer(self) -> Any:
         if not self._ptr:
             raise _errors.InvalidArgumentError("gradex: the job store is closed")
         return self._ptr
 
-    def set(self, key, value):
+    def set(self, key: str, value: bytes) -> None:
         value = bytes(value)
         s = self.pointer().contents
         if s.set(s.context, key.encode(), value, len(value)) != 0:
             raise _errors.TransportError(f"gradex: store set of '{key}' failed: {last_error()}")
 
-    def get(self, key, timeout_ms):
+    def get(self, key: str, timeout_ms: int) -> bytes:
         s = self.pointer().contents
         value, length = ctypes.c_void_p(), ctypes.c_size_t()
         if s.get(s.context, key.encode(), int(timeout_ms), ctypes.byref(value), ctypes.byref(length)) != 0:
@@ -113,14 +97,14 @@ class JobStore:
         finally:
             s.release(s.context, value)
 
-    def add(self, key, delta):
+    def add(self, key: str, delta: int) -> int:
         s = self.pointer().contents
         out = ctypes.c_int64()
         if s.add(s.context, key.encode(), int(delta), ctypes.byref(out)) != 0:
             raise _errors.TransportError(f"gradex: store add to '{key}' failed: {last_error()}")
         return out.value
 
-    def close(self):
+    def close(self) -> None:
         ptr, self._ptr = self._ptr, None
         if ptr:
             check(_launch_lib().gradex_store_destroy(ptr))

@@ -1,130 +1,126 @@
 """The DiLoCo outer optimizer's binding (gradex_outer_*, additive to API version 1): `Outer`, re-exported by
 gradex._capi."""
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, List, Optional, Union
 
 from . import _errors
-from ._capi import (_Options, _Stats, _check_with_store, _create_collectively, _keep_store, _lib_lock,
-                    _membership_options, check, lib)
+from ._capi import (Config, Signatures, _Options, _Stats, _check_with_store, _create_collectively, _keep_store,
+                    _membership_options, check, lib_with)
 
 # --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
 
-_outer_declared = False
+
+def _outer_signatures() -> Signatures:
+    status, outer_p = ctypes.c_int, ctypes.c_void_p
+    return {
+        "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+        "gradex_outer_destroy": (status, [outer_p]),
+        "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
+                                             ctypes.c_int]),
+        "gradex_outer_start": (status, [outer_p]),
+        "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+        "gradex_outer_synchronize": (status, [outer_p]),
+        "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
+        "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+        "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
+        "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+        "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+        "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
+        "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
+        "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
+        "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                    ctypes.POINTER(ctypes.c_size_t)]),
+        "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
+    }
 
 
-def _outer_lib():
-    """The library with the gradex_outer_* signatures declared (once)."""
-    global _outer_declared
-    c = lib()
-    with _lib_lock:
-        if not _outer_declared:
-            status, outer_p = ctypes.c_int, ctypes.c_void_p
-            sigs = {
-                "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
-                "gradex_outer_destroy": (status, [outer_p]),
-                "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
-                                                     ctypes.c_int]),
-                "gradex_outer_start": (status, [outer_p]),
-                "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
-                "gradex_outer_synchronize": (status, [outer_p]),
-                "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
-                "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
-                "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
-                "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
-                                                      ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_fragment_of": (status, [outer_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
-                "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
-                                                     ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
-                "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
-                "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
-                "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
-                "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
-                                                            ctypes.POINTER(ctypes.c_size_t)]),
-                "gradex_outer_load_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
-            }
-            for name, (restype, argtypes) in sigs.items():
-                fn = getattr(c, name)
-                fn.restype = restype
-                fn.argtypes = argtypes
-            _outer_declared = True
-    return c
+def _outer_lib() -> ctypes.CDLL:
+    """The library with the gradex_outer_* signatures declared."""
+    return lib_with("outer", _outer_signatures)
 
 
 class Outer:
     """One DiLoCo outer optimizer (gradex_outer_create): its own connections and background thread. Creation
     is collective, like Engine's; `config` holds GRADEX_OUTER_* (and other GRADEX_*) overrides."""
 
-    def __init__(self, rank=-1, world_size=-1, store=None, store_prefix=None, config=None):
+    def __init__(self, rank: int = -1, world_size: int = -1, store: Any = None, store_prefix: Optional[str] = None,
+                 config: Config = None) -> None:
         c = _outer_lib()
-        self._ptr = _create_collectively(self, c, c.gradex_outer_create, rank, world_size, store, store_prefix,
-                                         config)
+        self._ptr: Optional[int] = _create_collectively(self, c, c.gradex_outer_create, rank, world_size, store,
+                                                        store_prefix, config)
 
     @property
-    def address(self):
+    def address(self) -> int:
         return self._ptr or 0
 
-    def _outer(self):
+    def _outer(self) -> int:
         if not self._ptr:
             raise _errors.InvalidArgumentError("gradex: the DiLoCo optimizer is closed")
         return self._ptr
 
-    def close(self):
+    def close(self) -> None:
         ptr, self._ptr = self._ptr, None
         if ptr:
             check(_outer_lib().gradex_outer_destroy(ptr))
 
-    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+    def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
         """A new membership (gradex_outer_reconfigure), as Engine.reconfigure (store_prefix None: "gradex/outer/");
         every new member must be a survivor holding a started Outer. Unmerged exchanges are dropped; global
         copies, outer momenta, residuals and the fragment schedule are kept."""
-        keep = []  # alive for the call
+        keep: List[Any] = []  # alive for the call
         options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
         status = _outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options))
         _keep_store(self, adapter, status == 0)
         _check_with_store(status, adapter)
 
-    def add_tensor(self, key, address, numel, is_buffer):
+    def add_tensor(self, key: str, address: int, numel: int, is_buffer: bool) -> None:
         check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))
 
-    def start(self):
+    def start(self) -> None:
         check(_outer_lib().gradex_outer_start(self._outer()))
 
-    def start_local(self, step=0):
+    def start_local(self, step: int = 0) -> None:
         """Not collective (gradex_outer_start_local): the global copies are this rank's tensors as they are now,
         the step count `step`; for a member joining peers that started already, which then loads their
         shared state."""
         check(_outer_lib().gradex_outer_start_local(self._outer(), int(step)))
 
-    def step_count(self):
+    def step_count(self) -> int:
         """Inner steps ended by step(): the fragment schedule's clock (restored by the state loads)."""
         value = ctypes.c_uint64()
         check(_outer_lib().gradex_outer_step_count(self._outer(), ctypes.byref(value)))
         return value.value
 
-    def step(self):
+    def step(self) -> int:
         merged = ctypes.c_int()
         check(_outer_lib().gradex_outer_step(self._outer(), ctypes.byref(merged)))
         return merged.value
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         check(_outer_lib().gradex_outer_synchronize(self._outer()))
 
-    def synchronize_all(self):
+    def synchronize_all(self) -> int:
         """gradex_outer_synchronize_all: the final outer step over every fragment with local progress; returns
         the number of fragments exchanged."""
         exchanged = ctypes.c_int()
         check(_outer_lib().gradex_outer_synchronize_all(self._outer(), ctypes.byref(exchanged)))
         return exchanged.value
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> Dict[str, Union[int, float]]:
         s = _Stats()
         check(_outer_lib().gradex_outer_get_stats(self._outer(), int(bool(last_step)), ctypes.byref(s)))
         return {name: getattr(s, name) for name, _ in _Stats._fields_}
 
-    def global_copy(self, key, address, numel):
+    def global_copy(self, key: str, address: int, numel: int) -> None:
         check(_outer_lib().gradex_outer_global(self._outer(), key.encode(), address, numel))
 
-    def last_merges(self):
+    def last_merges(self) -> List[int]:
         c = _outer_lib()
         count = ctypes.c_size_t()
         check(c.gradex_outer_last_merges(self._outer(), None, 0, ctypes.byref(count)))
@@ -132,12 +128,12 @@ class Outer:
         check(c.gradex_outer_last_merges(self._outer(), steps, count.value, ctypes.byref(count)))
         return list(steps[:count.value])
 
-    def fragment_of(self, key):
+    def fragment_of(self, key: str) -> int:
         f = ctypes.c_int64()
         check(_outer_lib().gradex_outer_fragment_of(self._outer(), key.encode(), ctypes.byref(f)))
         return f.value
 
-    def save_state(self):
+    def save_state(self) -> bytes:
         c = _outer_lib()
         length = ctypes.c_size_t()
         check(c.gradex_outer_save_state(self._outer(), None, 0, ctypes.byref(length)))
@@ -145,12 +141,12 @@ class Outer:
         check(c.gradex_outer_save_state(self._outer(), buf, length.value, ctypes.byref(length)))
         return buf.raw[:length.value]
 
-    def load_state(self, blob):
+    def load_state(self, blob: bytes) -> None:
         blob = bytes(blob)
         buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
         check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))
 
-    def save_shared_state(self):
+    def save_shared_state(self) -> bytes:
         """The outer state every member holds identically (gradex_outer_save_shared_state): bytes."""
         c = _outer_lib()
         length = ctypes.c_size_t()
@@ -159,7 +155,7 @@ class Outer:
         check(c.gradex_outer_save_shared_state(self._outer(), buf, length.value, ctypes.byref(length)))
         return buf.raw[:length.value]
 
-    def load_shared_state(self, blob):
+    def load_shared_state(self, blob: bytes) -> None:
         blob = bytes(blob)
         buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
         check(_outer_lib().gradex_outer_load_shared_state(self._outer(), buf, len(blob)))

@@ -6,7 +6,15 @@ the torch op's names or base/error.h disagree with the header.
 
 Each carries the engine's message (gradex_last_error) unchanged. All derive from GradexError, itself a
 RuntimeError, so code that catches RuntimeError around a training step keeps working.
+
+This module is also the one home, for every framework integration (torch, TensorFlow/Keras, torchft), of
+turning an op library's failure into these exceptions (translate_op_error) and of closing quietly in a
+finalizer (close_quietly).
 """
+from __future__ import annotations
+
+import re
+from typing import Optional, Protocol
 
 
 class GradexError(RuntimeError):
@@ -15,7 +23,7 @@ class GradexError(RuntimeError):
     status = 8  # GRADEX_ERR_INTERNAL unless a subclass says otherwise
     name = "INTERNAL"
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
@@ -95,18 +103,42 @@ _BY_STATUS = {cls.status: cls for cls in _CLASSES}
 _BY_NAME = {cls.name: cls for cls in _CLASSES}
 
 
-def error_for_status(status, message):
+def error_for_status(status: int, message: Optional[str]) -> GradexError:
     """The exception for a non-zero gradex_status_t."""
     cls = _BY_STATUS.get(status, GradexError)
     return cls(message or f"gradex call failed with status {status}")
 
 
-def error_for_name(name, message):
+def error_for_name(name: str, message: str) -> GradexError:
     """The exception for a status name as written by the op library ("gradex[TIMEOUT]: ...")."""
     return _BY_NAME.get(name, GradexError)(message)
 
 
-def close_quietly(closable):
+# The op libraries (torch's and TensorFlow's) report a failure as "gradex[<STATUS>]: <engine message>", inside
+# the framework's own error type.
+_OP_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
+# What TensorFlow appends to an op's message: the failing node (" [[{{node ...}}]]") and the eager op
+# (" [Op:Name]"); not part of the engine's message.
+_FRAMEWORK_CONTEXT = re.compile(r"\s*\[\[|\s*\[Op:")
+
+
+def translate_op_error(exc: BaseException) -> BaseException:
+    """The gradex exception for a framework error raised by one of gradex's ops (torch's RuntimeError from a
+    c10::Error, a tf.errors.OpError); `exc` itself when it is not a gradex op failure. The message is the
+    engine's, without the framework's appended context."""
+    text = getattr(exc, "message", None) or str(exc)
+    match = _OP_FAILURE.search(str(text))
+    if match is None:
+        return exc
+    message = _FRAMEWORK_CONTEXT.split(match.group(2), maxsplit=1)[0]
+    return error_for_name(match.group(1), message.strip())
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def close_quietly(closable: Optional[_Closable]) -> None:
     """closable.close(), a gradex error swallowed: for finalizers (garbage collection, interpreter exit), where
     the peers may be gone and nobody is left to tell. `None` is accepted (nothing to close)."""
     if closable is None:

@@ -19,7 +19,10 @@ plugins (each adapts it: torch/_momentum.py, tensorflow/keras/_momentum.py).
 Framework-neutral: the rule reads only class names (through the class hierarchy, and through a gradex wrapper's
 `_gradex_wrapped`) and hyperparameters found in `defaults`, `param_groups` (torch) or attributes (Keras).
 """
+from __future__ import annotations
+
 import enum
+from typing import Any, List, Optional
 
 # Lower-case class names. A class name containing one of _OWN_UPDATE_WORDS is OWN_UPDATE ("SingleDeviceMuon",
 # "DistributedShampoo", "MuonWithAuxAdam").
@@ -37,17 +40,17 @@ class Family(enum.Enum):
     OTHER = "other"
 
 
-def unwrap(optimizer):
+def unwrap(optimizer: Any) -> Any:
     """The optimizer a gradex wrapper (gx.DistributedOptimizer) wraps, else the optimizer itself."""
     return getattr(optimizer, "_gradex_wrapped", optimizer)
 
 
-def class_names(optimizer) -> list:
+def class_names(optimizer: Any) -> List[str]:
     """Lower-case names of the optimizer's classes, most derived first."""
     return [c.__name__.lower() for c in type(unwrap(optimizer)).__mro__]
 
 
-def hyperparameter(optimizer, name):
+def hyperparameter(optimizer: Any, name: str) -> Any:
     """A hyperparameter's value: the first found in `defaults`, each of `param_groups` (torch), or as an
     attribute (Keras); None when the optimizer has no such setting."""
     inner = unwrap(optimizer)
@@ -60,14 +63,14 @@ def hyperparameter(optimizer, name):
     return getattr(inner, name, None)
 
 
-def _number(value) -> float:
+def _number(value: Any) -> float:
     try:
         return float(value or 0)
     except (TypeError, ValueError):  # a variable or a schedule: not a plain number
         return 0.0
 
 
-def family(optimizer) -> Family:
+def family(optimizer: Any) -> Family:
     """The family of `optimizer` (None: OTHER)."""
     if optimizer is None:
         return Family.OTHER
@@ -88,7 +91,7 @@ def family(optimizer) -> Family:
     return Family.OTHER
 
 
-def engine_optimizer(kind: Family):
+def engine_optimizer(kind: Family) -> Optional[str]:
     """The GRADEX_OPTIMIZER value the family sets when the user did not set one: "adam" for FIRST_MOMENT (its
     compressed tensors use the Adam codec), None for the others (the default configuration, DGC)."""
     return "adam" if kind is Family.FIRST_MOMENT else None

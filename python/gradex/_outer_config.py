@@ -1,26 +1,31 @@
 """DiLoCo's keyword arguments as GRADEX_OUTER_* settings, shared by the torch (gx.DiLoCo) and Keras
 (gxk.callbacks.DiLoCoCallback) front ends of the one outer optimizer (_capi.Outer, sync/outer/)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
 from . import _capi, _errors
 
 # The keyword defaults of both front ends (docs/pytorch.md, "Which method for which optimizer and link").
-DEFAULTS = dict(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=4, nesterov=True,
-                mixing=0.0, compression="quant", density=None)
+DEFAULTS: Dict[str, Any] = dict(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=4,
+                                nesterov=True, mixing=0.0, compression="quant", density=None)
 
 
-def _int_arg(name, value):
+def _int_arg(name: str, value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _errors.ConfigError(f"gradex: DiLoCo {name} must be an integer, got {value!r}")
     return str(value)
 
 
-def _float_arg(name, value):
+def _float_arg(name: str, value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _errors.ConfigError(f"gradex: DiLoCo {name} must be a number, got {value!r}")
     return repr(float(value))
 
 
-def outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, nesterov, mixing, compression,
-                 density, config):
+def outer_config(period: int, outer_lr: float, outer_momentum: float, fragments: int, delay: int, bits: int,
+                 nesterov: bool, mixing: float, compression: str, density: Optional[float],
+                 config: _capi.Config) -> Dict[str, str]:
     """{GRADEX_* name: value} for _capi.Outer: the arguments, then `config` (which wins). Raises
     gradex.ConfigError naming the argument or variable for a bad value (the core's registry checks the
     variables, and that the delay is below the period)."""
@@ -53,6 +58,6 @@ def outer_config(period, outer_lr, outer_momentum, fragments, delay, bits, neste
     return merged
 
 
-def fragment_offset(fragment, fragments, period):
+def fragment_offset(fragment: int, fragments: int, period: int) -> int:
     """The phase (step mod period) at which `fragment` starts its exchange (sync/outer/fragments.cc)."""
     return (fragment * period // fragments) % period

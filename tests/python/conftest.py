@@ -18,3 +18,10 @@ except ImportError as exc:  # reported, not skipped silently: the tests then fai
 def _require_package():
     if _missing is not None:
         pytest.fail(f"gradex.torch is not importable ({_missing}); run scripts/setup.sh")
+
+
+def pytest_configure(config):
+    # `slow`: a sweep whose cases repeat code paths that a faster case of the same test already runs in
+    # scripts/test.sh's default stage; the opt-in stage (GX_SLOW=1 bash scripts/test.sh) runs them too.
+    # Plain `pytest tests/python` runs everything.
+    config.addinivalue_line("markers", "slow: a sweep case left to the opt-in stage (GX_SLOW=1 scripts/test.sh)")

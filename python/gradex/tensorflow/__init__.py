@@ -9,17 +9,22 @@ Keras 3: gradex.tensorflow.keras (DistributedOptimizer, callbacks). See docs/ten
 raise gradex.GradexError subclasses eagerly, and tf.errors carrying "gradex[<STATUS>]: <message>" inside
 graphs.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional
+
 import tensorflow as tf
 
 from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
                 MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
+from .. import _capi
 from . import _exchange, _ops, _runtime
 from .tape import DistributedGradientTape
 
 _STATE_FORMAT = "gradex.tensorflow/1"
 
 
-def init(config=None):
+def init(config: _capi.Config = None) -> None:
     """Joins the job (collective: every rank calls it). Rank, size and local rank come from the launcher
     (torchrun, Open MPI, MPICH / Intel MPI / PMI, Slurm; gradex's C API reads them as for every plugin); a
     launcher's size without a rank raises gradex.ConfigError. Rank 0 serves gradex's authenticated store on
@@ -28,33 +33,33 @@ def init(config=None):
     _runtime.init(config)
 
 
-def shutdown():
+def shutdown() -> None:
     """Completes outstanding exchanges and releases every engine (graphs traced before then stop working)."""
     _runtime.shutdown()
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return _runtime.initialized()
 
 
-def rank():
+def rank() -> int:
     return _runtime.state().rank
 
 
-def size():
+def size() -> int:
     return _runtime.state().size
 
 
-def local_rank():
+def local_rank() -> int:
     return _runtime.state().local_rank
 
 
-def local_size():
+def local_size() -> int:
     """Ranks on this host (the launcher's value, else counted by host name at init)."""
     return _runtime.state().local_size
 
 
-def engine(config=None):
+def engine(config: _capi.Config = None) -> _runtime.Engine:
     """The gradient engine for `config` (GRADEX_* overrides over init's config and the environment):
     the one already created for an equal configuration, else a new one (collective: same order on every
     rank). Pass it to wrappers as `engine=` to share it explicitly. Without GRADEX_MOMENTUM in `config`
@@ -64,7 +69,7 @@ def engine(config=None):
     return ref
 
 
-def _engine_of(source):
+def _engine_of(source: Any) -> _runtime.Engine:
     if source is None:
         return _runtime.state().gradients
     if isinstance(source, bool):
@@ -79,7 +84,7 @@ def _engine_of(source):
         f"gxt.engine(), not {type(source).__name__}")
 
 
-def stats(source=None, *, last_step=False):
+def stats(source: Any = None, *, last_step: bool = False) -> _capi.Stats:
     """The counters of `source`'s engine (a DistributedGradientTape, a gxk.DistributedOptimizer or an engine
     from gxt.engine(); None: init's default gradient engine): bytes_sent, bytes_received, dense_bytes,
     compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
@@ -88,18 +93,18 @@ def stats(source=None, *, last_step=False):
     return _engine_of(source).stats(last_step)
 
 
-def describe_config(source=None):
+def describe_config(source: Any = None) -> str:
     """The effective GRADEX_* configuration of `source`'s engine (as for stats()), with help text."""
     return _engine_of(source).describe_config()
 
 
-def explain(source=None):
+def explain(source: Any = None) -> str:
     """Each tensor's codec and why, for `source`'s engine (as for stats()): with GRADEX_POLICY=auto the
     agreed link, codec and step numbers and per tensor its choice with predicted and measured times."""
     return _engine_of(source).explain()
 
 
-def allreduce(tensor, average=True, name=None):
+def allreduce(tensor: Any, average: bool = True, name: Optional[str] = None) -> tf.Tensor:
     """The average (or, average=False, the sum) of `tensor` over the ranks, computed exactly in fp32 on the
     wire by the collective engine. float32/float16/bfloat16; float64 is averaged in float32. `name`
     matches calls across ranks (default: numbered per traced graph; eagerly, one shared name)."""
@@ -114,14 +119,14 @@ def allreduce(tensor, average=True, name=None):
     return tf.cast(out, original) if out.dtype != original else out
 
 
-def broadcast(tensor, root_rank=0, name=None):
+def broadcast(tensor: Any, root_rank: int = 0, name: Optional[str] = None) -> tf.Tensor:
     """root_rank's `tensor` on every rank, bit for bit (any numeric or bool dtype)."""
     ref = _runtime.state().collective
     t = tf.convert_to_tensor(tensor)
     return _exchange.broadcast(t, _exchange.graph_key("broadcast", name, t), root_rank, ref)
 
 
-def broadcast_variables(variables, root_rank=0, prefix="var"):
+def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0, prefix: str = "var") -> None:
     """Assigns root_rank's value to every variable (e.g. the model's initial weights and the optimizer's
     slots). Variables are matched by path; all are broadcast concurrently."""
     variables = list(variables)
@@ -130,7 +135,7 @@ def broadcast_variables(variables, root_rank=0, prefix="var"):
     ref = _runtime.state().collective
     keys = _exchange.unique_keys(prefix, [_exchange.variable_key(v) for v in variables])
 
-    def assign_all():
+    def assign_all() -> None:
         for v, key in zip(variables, keys):
             v.assign(_exchange.broadcast(tf.convert_to_tensor(v), key, root_rank, ref))
 
@@ -141,14 +146,14 @@ def broadcast_variables(variables, root_rank=0, prefix="var"):
         assign_all()
 
 
-def state_dict():
+def state_dict() -> Dict[str, Any]:
     """The compressor state (residuals, momenta, step counters) of every gradient engine of this process,
     for checkpoints; restore with load_state_dict() after creating the same wrappers in the same order."""
     s = _runtime.state()
     return {"format": _STATE_FORMAT, "engines": [ref.save_state() for ref in s.order]}
 
 
-def load_state_dict(state):
+def load_state_dict(state: Dict[str, Any]) -> None:
     if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
         raise StateError(f"gradex: not a {_STATE_FORMAT} state dict")
     refs = _runtime.state().order
@@ -159,7 +164,7 @@ def load_state_dict(state):
         ref.load_state(blob)
 
 
-def built_for():
+def built_for() -> Optional[str]:
     """The TensorFlow version the op library was built against."""
     return _ops.built_for()
 

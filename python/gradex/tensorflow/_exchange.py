@@ -5,17 +5,23 @@ their variable's path, other tensors by a name (given, or numbered per traced gr
 is the same on every rank that traces the same code). Eager failures raise gradex exceptions; inside a graph
 they surface as tf.errors with the engine's message ("gradex[TIMEOUT]: ...").
 """
+from __future__ import annotations
+
 import contextlib
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 
 from .. import _errors
 from . import _ops
 
+if TYPE_CHECKING:
+    from ._runtime import Engine
+
 EXCHANGED_DTYPES = (tf.float32, tf.float16, tf.bfloat16)
 
 
-def _in_xla_context():
+def _in_xla_context() -> bool:
     try:
         from tensorflow.python.framework import ops as tf_ops
         from tensorflow.python.ops import control_flow_util
@@ -24,7 +30,7 @@ def _in_xla_context():
         return False
 
 
-def check_not_xla():
+def check_not_xla() -> None:
     if _in_xla_context():
         raise _errors.InvalidArgumentError(
             "gradex: its exchange ops are custom ops, which XLA cannot compile: pass jit_compile=False to "
@@ -33,18 +39,18 @@ def check_not_xla():
 
 
 @contextlib.contextmanager
-def gradex_errors():
+def gradex_errors() -> Iterator[None]:
     """Turns TF errors raised by gradex ops (eager execution) into gradex exceptions."""
     try:
         yield
     except tf.errors.OpError as exc:
-        translated = _ops.translated(exc)
+        translated = _errors.translate_op_error(exc)
         if translated is exc:
             raise
         raise translated from None
 
 
-def variable_key(variable):
+def variable_key(variable: Any) -> str:
     """A variable's name that is the same on every rank: Keras 3's path, else the TF variable name."""
     path = getattr(variable, "path", None)
     if path:
@@ -55,15 +61,15 @@ def variable_key(variable):
     raise _errors.InvalidArgumentError(f"gradex: cannot name {variable!r}; pass keys explicitly")
 
 
-def unique_keys(prefix, names):
+def unique_keys(prefix: str, names: Sequence[str]) -> List[str]:
     """`prefix/name` for each name; repeated names get '#<position>' so keys stay unique and stable."""
-    seen = {}
+    seen: Dict[str, int] = {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
     return [f"{prefix}/{name}" if seen[name] == 1 else f"{prefix}/{name}#{i}" for i, name in enumerate(names)]
 
 
-def graph_key(kind, name, tensor):
+def graph_key(kind: str, name: Optional[str], tensor: tf.Tensor) -> str:
     """Key of a named or anonymous allreduce/broadcast: includes dtype and size, so one name can carry
     tensors of several shapes in turn."""
     if name is None:
@@ -79,7 +85,7 @@ def graph_key(kind, name, tensor):
     return f"{kind}/{name}/{tensor.dtype.name}/{size}"
 
 
-def dense(value, variable=None, key=""):
+def dense(value: Any, variable: Any = None, key: str = "") -> tf.Tensor:
     """A gradient as a dense tensor: None -> zeros of the variable (every rank submits every key);
     IndexedSlices (embeddings) -> densified."""
     if value is None:
@@ -91,7 +97,8 @@ def dense(value, variable=None, key=""):
     return tf.convert_to_tensor(value)
 
 
-def exchange(tensors, keys, ref, parameters=False):
+def exchange(tensors: Sequence[tf.Tensor], keys: Sequence[str], ref: Engine,
+             parameters: bool = False) -> List[tf.Tensor]:
     """Averages each tensor over the ranks under its key through engine `ref` (one grouped op)."""
     if not tensors:
         return []
@@ -108,13 +115,13 @@ def exchange(tensors, keys, ref, parameters=False):
                                                 parameters=bool(parameters)))
 
 
-def broadcast(tensor, key, root_rank, ref):
+def broadcast(tensor: tf.Tensor, key: str, root_rank: int, ref: Engine) -> tf.Tensor:
     check_not_xla()
     with gradex_errors():
         return _ops.load().gradex_broadcast(tensor, key=key, root_rank=int(root_rank), engine=ref.slot)
 
 
-def end_step(ref):
+def end_step(ref: Engine) -> tf.Tensor:
     """Ends the engine's step; a bool tensor, true when LocalSGD says to average parameters now."""
     with gradex_errors():
         return _ops.load().gradex_end_step(engine=ref.slot)

@@ -4,31 +4,31 @@ to its slots, and turning its failures into gradex exceptions.
 The library records the TF version it was compiled against in _gradex_tf_ops.version; loading it under
 another TF could crash inside TF's op registry, so the version is compared before tf.load_op_library.
 """
+from __future__ import annotations
+
 import ctypes
 import os
-import re
 import threading
+from typing import Any, Optional
 
 import tensorflow as tf
 
 from .. import _capi, _errors
 
 _lock = threading.Lock()
-_module = None
-_cdll = None
-# The op library reports failures as "gradex[<STATUS>]: <engine message>".
-_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
+_module: Any = None
+_cdll: Optional[ctypes.CDLL] = None
 
 
-def _package_dir():
+def _package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def library_path():
+def library_path() -> str:
     return os.environ.get("GRADEX_TF_OPS_LIBRARY") or os.path.join(_package_dir(), "_gradex_tf_ops.so")
 
 
-def built_for():
+def built_for() -> Optional[str]:
     """The TF version the op library was built against (None when the library is not installed)."""
     stamp = os.path.splitext(library_path())[0] + ".version"
     try:
@@ -38,7 +38,7 @@ def built_for():
         return None
 
 
-def load():
+def load() -> Any:
     """The op module (ops: gradex_exchange, gradex_broadcast, gradex_end_step), loaded once."""
     global _module, _cdll
     with _lock:
@@ -66,22 +66,15 @@ def load():
         return _module
 
 
-def bind(slot, engine):
+def bind(slot: int, engine: _capi.Engine) -> None:
     load()
+    assert _cdll is not None  # load() opened it
     if _cdll.gradex_tf_bind(slot, engine.address) != 0:
         raise _errors.InternalError(f"gradex: engine slot {slot} is already bound")
 
 
-def unbind(slot):
+def unbind(slot: int) -> None:
     """Closes the slot after every exchange queued on it has completed (ctypes releases the GIL)."""
     if _cdll is not None:
         _cdll.gradex_tf_unbind(slot)
 
-
-def translated(exc):
-    """The gradex exception for a TF error raised by a gradex op (other errors unchanged)."""
-    match = _FAILURE.search(str(getattr(exc, "message", None) or exc))
-    if match is None:
-        return exc
-    message = re.split(r"\s*\[\[|\s*\[Op:", match.group(2), maxsplit=1)[0]
-    return _errors.error_for_name(match.group(1), message.strip())

@@ -16,6 +16,8 @@ Gradient engines are cached by their effective configuration (GRADEX_* overrides
 plugin decided): wrappers with equal configurations share one engine. A cache miss creates an engine, which
 is collective: every rank must build its wrappers in the same order (store prefixes are numbered).
 """
+from __future__ import annotations
+
 import atexit
 import datetime
 import logging
@@ -23,6 +25,7 @@ import os
 import socket
 import threading
 import weakref
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import _capi, _errors
 from . import _ops
@@ -40,60 +43,62 @@ class Engine:
     """A gradex engine of this process as TensorFlow sees it: the C engine bound to an op-library slot, and
     the configuration it was created with. `gxt.engine(config)` returns one; wrappers take it as `engine=`."""
 
-    def __init__(self, capi_engine, slot, config):
+    def __init__(self, capi_engine: _capi.Engine, slot: int, config: Dict[str, str]) -> None:
         self.engine = capi_engine
         self.slot = slot
         self.config = dict(config)
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self.engine.stats(last_step)
 
-    def describe_config(self):
+    def describe_config(self) -> str:
         return self.engine.describe_config()
 
-    def explain(self):
+    def explain(self) -> str:
         return self.engine.explain()
 
-    def save_state(self):
+    def save_state(self) -> bytes:
         return self.engine.save_state()
 
-    def load_state(self, blob):
+    def load_state(self, blob: bytes) -> None:
         self.engine.load_state(blob)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return not self.engine.address
 
-    def close(self):
+    def close(self) -> None:
         if self.engine.address:
             _ops.unbind(self.slot)
             self.engine.close()
 
 
 class _State:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.store = None
+        self.store: Any = None  # a JobStore, a _TorchStore or None
         self.rank = 0
         self.size = 1
         self.local_rank = 0
         self.local_size = 1
         self.launcher = "none"
-        self.collective = None
-        self.gradients = None
-        self.init_config = {}
-        self.engines = {}  # configuration key -> Engine (gradient engines, the default one included)
-        self.order = []  # gradient engines in creation order (state_dict)
+        # The collective engine and the default gradient engine, from init() on (state() calls it).
+        self.collective: Any = None
+        self.gradients: Any = None
+        self.init_config: Dict[str, str] = {}
+        # configuration key -> Engine (gradient engines, the default one included)
+        self.engines: Dict[Tuple[Tuple[str, str], ...], Engine] = {}
+        self.order: List[Engine] = []  # gradient engines in creation order (state_dict)
         self.engines_created = 0
         self.next_slot = 1
-        self.outers = []  # weak references to DiLoCo outer optimizers (closed before the store)
+        self.outers: List[Any] = []  # weak references to DiLoCo outer optimizers (closed before the store)
 
 
 _state = _State()
-_said_once = set()
+_said_once: Set[Any] = set()
 
 
-def say_once(key, message, level=logging.WARNING):
+def say_once(key: Any, message: str, level: int = logging.WARNING) -> None:
     """Logs `message` on the "gradex" logger the first time `key` is seen in this process."""
     if key in _said_once:
         return
@@ -101,7 +106,7 @@ def say_once(key, message, level=logging.WARNING):
     logger.log(level, message)
 
 
-def _timeout_s():
+def _timeout_s() -> float:
     """GRADEX_TIMEOUT_S as gxt.init's config or the environment sets it."""
     try:
         return float(_state.init_config.get("GRADEX_TIMEOUT_S", os.environ.get("GRADEX_TIMEOUT_S", "300")))
@@ -109,11 +114,11 @@ def _timeout_s():
         return 300.0  # the engine reports the bad value itself, naming its range
 
 
-def normalized(config):
+def normalized(config: _capi.Config) -> Dict[str, str]:
     return {str(k): str(v) for k, v in (config or {}).items()}
 
 
-def known_names():
+def known_names() -> Set[str]:
     """The GRADEX_* names the core knows (the first column of its configuration description)."""
     names = set()
     for line in _capi.describe_config().splitlines():
@@ -123,7 +128,7 @@ def known_names():
     return names
 
 
-def check_config(config, what="config="):
+def check_config(config: _capi.Config, what: str = "config=") -> None:
     """Validates names and values of GRADEX_* overrides in this process, before any engine or connection:
     gradex.ConfigError naming the variable. Uses the core's gradex_check_config when this libgradex has it,
     else the names of the core's configuration description (values are then checked by engine creation,
@@ -146,7 +151,7 @@ def check_config(config, what="config="):
             f"{', '.join(repr(k) for k in unknown)} in {what} (gxt.describe_config() lists the known ones)")
 
 
-def explicit_setting(name, config=None):
+def explicit_setting(name: str, config: _capi.Config = None) -> Optional[str]:
     """The value of `name` set explicitly in `config`, gxt.init(config=...) or the environment (None if none)."""
     for source in (normalized(config), _state.init_config):
         if name in source:
@@ -155,7 +160,7 @@ def explicit_setting(name, config=None):
     return value if value not in (None, "") else None
 
 
-def _launcher_store(host, port, size):
+def _launcher_store(host: str, port: int, size: int) -> Optional[_TorchStore]:
     """Under torchrun the launcher's agent already serves its store on MASTER_PORT: gradex becomes one more
     client of it (through torch, which torchrun implies) instead of trying to serve the port again."""
     if not os.environ.get("TORCHELASTIC_RUN_ID"):
@@ -167,24 +172,24 @@ def _launcher_store(host, port, size):
 class _TorchStore:
     """torch's TCPStore with JobStore's get(key, timeout_ms), for the local-size agreement."""
 
-    def __init__(self, store):
+    def __init__(self, store: Any) -> None:
         self.store = store
 
-    def set(self, key, value):
+    def set(self, key: str, value: bytes) -> None:
         self.store.set(key, bytes(value))
 
-    def get(self, key, timeout_ms):
+    def get(self, key: str, timeout_ms: int) -> bytes:
         self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
         return bytes(self.store.get(key))
 
-    def wait(self, keys, timeout):
+    def wait(self, keys: List[str], timeout: Any) -> None:
         self.store.wait(keys, timeout)
 
-    def add(self, key, delta):
+    def add(self, key: str, delta: int) -> int:
         return int(self.store.add(key, int(delta)))
 
 
-def _local_placement(store, rank, size, prefix):
+def _local_placement(store: Any, rank: int, size: int, prefix: str) -> Tuple[int, int]:
     """(local rank, local size) when the launcher does not say: ranks sharing this host's name, numbered in
     global rank order, agreed through the store (each rank publishes its host, then reads the others')."""
     host = socket.gethostname().encode()
@@ -195,17 +200,17 @@ def _local_placement(store, rank, size, prefix):
     return mine.index(rank), len(mine)
 
 
-def initialized():
+def initialized() -> bool:
     return _state.collective is not None
 
 
-def state():
+def state() -> _State:
     if _state.collective is None:
         raise _errors.InvalidArgumentError("gradex: call gradex.tensorflow.init() first")
     return _state
 
 
-def _new_engine(config):
+def _new_engine(config: Dict[str, str]) -> Engine:
     """Creates an engine through the job's store (collective) and binds it to a fresh slot."""
     s = _state
     # A torchrun restart reuses the launcher's store: the attempt number keeps its keys apart.
@@ -223,7 +228,7 @@ def _new_engine(config):
     return Engine(engine, slot, config)
 
 
-def new_outer(config):
+def new_outer(config: _capi.Config) -> _capi.Outer:
     """A DiLoCo outer optimizer (_capi.Outer) through the job's store (collective; numbered with the engines),
     closed by shutdown() before the store."""
     with _state.lock:
@@ -236,7 +241,7 @@ def new_outer(config):
         return outer
 
 
-def raw_gradient_config(config=None):
+def raw_gradient_config(config: _capi.Config = None) -> Dict[str, str]:
     """The configuration of an engine whose optimizer gradex does not know: GRADEX_MOMENTUM as set
     explicitly, else 0."""
     merged = dict(_state.init_config, **normalized(config))
@@ -244,7 +249,7 @@ def raw_gradient_config(config=None):
     return merged
 
 
-def say_no_optimizer(config=None):
+def say_no_optimizer(config: _capi.Config = None) -> None:
     """Said once per process when gradients whose optimizer gradex does not know (a tape, gxt.engine) get no
     momentum because GRADEX_MOMENTUM is not set."""
     if explicit_setting("GRADEX_MOMENTUM", config) is None:
@@ -255,7 +260,7 @@ def say_no_optimizer(config=None):
                  "gxk.DistributedOptimizer, which decides from the optimizer.", logging.INFO)
 
 
-def init(config=None):
+def init(config: _capi.Config = None) -> None:
     """Idempotent; see gradex.tensorflow.init."""
     s = _state
     with s.lock:
@@ -267,7 +272,7 @@ def init(config=None):
         info = _capi.launch_info()  # ConfigError for a rank without a size (or the reverse)
         s.init_config = config
         rank, size = info["rank"], info["world_size"]
-        store = None
+        store: Any = None
         try:
             if size > 1:
                 store = _launcher_store(info["master_addr"], info["master_port"], size)
@@ -291,11 +296,11 @@ def init(config=None):
             raise
 
 
-def _config_key(config):
+def _config_key(config: _capi.Config) -> Tuple[Tuple[str, str], ...]:
     return tuple(sorted(normalized(config).items()))
 
 
-def _gradient_engine_locked(effective):
+def _gradient_engine_locked(effective: Dict[str, str]) -> Engine:
     s = _state
     key = _config_key(effective)
     found = s.engines.get(key)
@@ -307,7 +312,7 @@ def _gradient_engine_locked(effective):
     return ref
 
 
-def gradient_engine(effective_config):
+def gradient_engine(effective_config: _capi.Config) -> Engine:
     """The gradient engine with exactly this effective configuration (GRADEX_* overrides over gxt.init's
     config and the environment): cached, or created now (collective)."""
     s = state()
@@ -315,7 +320,7 @@ def gradient_engine(effective_config):
         return _gradient_engine_locked(dict(s.init_config, **normalized(effective_config)))
 
 
-def engine_for(config=None, engine=None, what="the wrapper"):
+def engine_for(config: _capi.Config = None, engine: Optional[Engine] = None, what: str = "the wrapper") -> Engine:
     """What a wrapper given `config=` or `engine=` runs on (not both): `engine`, the default gradient engine,
     or the cached engine of gxt.init's config plus `config` (momentum as for an unknown optimizer)."""
     if engine is not None:
@@ -333,9 +338,9 @@ def engine_for(config=None, engine=None, what="the wrapper"):
     return gradient_engine(raw_gradient_config(config))
 
 
-def _shutdown_locked():
+def _shutdown_locked() -> None:
     s = _state
-    first_error = None
+    first_error: Optional[BaseException] = None
     for ref in reversed(s.outers):
         outer = ref()
         if outer is not None:
@@ -364,12 +369,12 @@ def _shutdown_locked():
         raise first_error
 
 
-def shutdown():
+def shutdown() -> None:
     with _state.lock:
         _shutdown_locked()
 
 
-def _at_exit():
+def _at_exit() -> None:
     try:
         shutdown()
     except _errors.GradexError:

@@ -7,6 +7,8 @@ LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set. 
 rank fails, the others are stopped; the exit status is the first failure's. For several machines use
 torchrun or mpirun (docs/tensorflow.md).
 """
+from __future__ import annotations
+
 import argparse
 import os
 import socket
@@ -14,21 +16,22 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO, Mapping, Optional, Sequence
 
 
-def _free_port():
+def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _pump(rank, stream):
+def _pump(rank: int, stream: IO[bytes]) -> None:
     for line in iter(stream.readline, b""):
         sys.stdout.write(f"[{rank}] {line.decode('utf-8', 'replace')}")
         sys.stdout.flush()
 
 
-def launch(nproc, argv, env=None):
+def launch(nproc: int, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> int:
     """Runs `argv` (a script and its arguments) on `nproc` local ranks; returns the exit status."""
     port = _free_port()
     procs, pumps = [], []
@@ -66,7 +69,7 @@ def launch(nproc, argv, env=None):
     return status or next((p.returncode for p in procs if p.returncode), 0)
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-np", "--nproc", type=int, required=True, help="number of local ranks")

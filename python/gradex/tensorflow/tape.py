@@ -15,14 +15,19 @@ engine cached for that configuration (building a tape every step creates one eng
 one from gxt.engine(). A tape does not know the optimizer, so gradex adds momentum only when GRADEX_MOMENTUM
 is set explicitly (said once on the "gradex" logger).
 """
+from __future__ import annotations
+
+from typing import Any, Optional
+
 import tensorflow as tf
 
-from .. import _errors
+from .. import _capi, _errors
 from . import _exchange, _runtime
 
 
 class DistributedGradientTape:
-    def __init__(self, tape, config=None, prefix="grad", engine=None):
+    def __init__(self, tape: tf.GradientTape, config: _capi.Config = None, prefix: str = "grad",
+                 engine: Optional[_runtime.Engine] = None) -> None:
         if isinstance(tape, DistributedGradientTape):
             raise _errors.InvalidArgumentError("gradex: the tape is already a DistributedGradientTape")
         self._gradex_ref = _runtime.engine_for(config, engine, "DistributedGradientTape")
@@ -31,18 +36,18 @@ class DistributedGradientTape:
         self._tape = tape
         self._prefix = prefix
 
-    def __enter__(self):
+    def __enter__(self) -> DistributedGradientTape:
         self._tape.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Any:
         return self._tape.__exit__(*exc)
 
-    def __getattr__(self, name):  # watch, stop_recording, reset, jacobian, ...
+    def __getattr__(self, name: str) -> Any:  # watch, stop_recording, reset, jacobian, ...
         return getattr(self._tape, name)
 
-    def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 unconnected_gradients: tf.UnconnectedGradients = tf.UnconnectedGradients.NONE) -> Any:
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
         flat_sources = tf.nest.flatten(sources)
@@ -55,9 +60,9 @@ class DistributedGradientTape:
         return tf.nest.pack_sequence_as(grads, averaged)
 
     @property
-    def engine(self):
+    def engine(self) -> _runtime.Engine:
         """The engine this tape exchanges through (a gxt.engine() object)."""
         return self._gradex_ref
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self._gradex_ref.stats(last_step)

@@ -10,6 +10,10 @@
 gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
 gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Union
+
 from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
                 MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _bootstrap, _ops
@@ -21,7 +25,7 @@ from .collectives import (Average, Sum, allreduce, allreduce_, broadcast, broadc
                           broadcast_optimizer_state, broadcast_parameters, local_rank, local_size, rank, size)
 
 
-def _engine_of(source, what):
+def _engine_of(source: Any, what: str) -> Any:
     if source is None:
         engine = _bootstrap.latest_engine()
         if engine is None:
@@ -35,7 +39,7 @@ def _engine_of(source, what):
                                f"engine, not {type(source).__name__}")
 
 
-def stats(source=None, *, last_step=False):
+def stats(source: Any = None, *, last_step: bool = False) -> Dict[str, Union[int, float]]:
     """Counters as a dict: bytes_sent, bytes_received, dense_bytes (what a dense fp32 ring allreduce would have
     sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
     parameter_averages, compress/communicate/decode_seconds, control_bytes and staged_bytes.
@@ -46,14 +50,14 @@ def stats(source=None, *, last_step=False):
     return _engine_of(source, "stats").stats(last_step)
 
 
-def explain(source=None):
+def explain(source: Any = None) -> str:
     """Each tensor's codec and why, as text (source as for stats(); not for DiLoCo): with GRADEX_POLICY=auto
     the agreed link, codec and step numbers, and per tensor its choice with predicted and measured times
     (what `gradex-bench plan` prints)."""
     return _engine_of(source, "explain").explain()
 
 
-def has_cuda():
+def has_cuda() -> bool:
     """Whether the installed op library has its CUDA path (CUDA tensors staged through pinned memory)."""
     _ops.load()
     return _ops.has_cuda()
@@ -66,7 +70,7 @@ __all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo"
            "PeerError", "StateError", "TimeoutError", "TransportError", "VersionError", "AbortedError"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     """gx.HSDP: gradex.torch.fsdp.HSDP, imported on first use (it imports torch's FSDP2). gx.torchft:
     gradex.torchft (torchft's process group and compressed hook, docs/elastic.md), imported on first use
     because torchft is an optional extra."""

@@ -9,6 +9,10 @@ for the GradScaler, whose unscale_()/step()/update() then work as without gradex
 of two, so the round trip is exact (barring fp32 underflow). A non-finite gradient stays non-finite through
 the division; the engine tells every rank (GRADEX_NONFINITE=propagate), so every rank's scaler skips the step.
 """
+from __future__ import annotations
+
+from typing import Any, Optional
+
 import torch
 
 from .. import _errors
@@ -17,17 +21,17 @@ from .. import _errors
 class ScaleDomain:
     """Reads a GradScaler's current scale (or none) for unscale()/rescale()."""
 
-    def __init__(self, scaler):
+    def __init__(self, scaler: Any) -> None:
         if scaler is not None and not all(hasattr(scaler, a) for a in ("scale", "unscale_", "update")):
             raise _errors.InvalidArgumentError(
                 f"gradex: scaler= takes a torch.amp.GradScaler, not {type(scaler).__name__}")
         self._scaler = scaler
 
     @property
-    def scaler(self):
+    def scaler(self) -> Any:
         return self._scaler
 
-    def current(self):
+    def current(self) -> Optional[torch.Tensor]:
         """The scale tensor the last backward was scaled by, or None (no scaler, disabled, not used yet).
         The tensor lives on the scaler's device: no host synchronisation is needed to apply it."""
         s = self._scaler
@@ -42,12 +46,12 @@ class ScaleDomain:
 
     @staticmethod
     @torch.no_grad()
-    def unscale(tensor, scale):
+    def unscale(tensor: torch.Tensor, scale: Optional[torch.Tensor]) -> None:
         if scale is not None:
             tensor.div_(scale.to(tensor.device, non_blocking=True))
 
     @staticmethod
     @torch.no_grad()
-    def rescale(tensor, scale):
+    def rescale(tensor: torch.Tensor, scale: Optional[torch.Tensor]) -> None:
         if scale is not None:
             tensor.mul_(scale.to(tensor.device, non_blocking=True))

@@ -7,11 +7,14 @@ same order, which numbers their prefixes identically everywhere: "gradex/<n>/" f
 "gradex/g<r0>-<r1>-.../<n>/" for a subgroup (named by its global ranks, so that several groups' engines
 coexist in one store and one process).
 """
+from __future__ import annotations
+
 import atexit
 import collections
 import itertools
 import threading
 import weakref
+from typing import Any, DefaultDict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -19,12 +22,13 @@ import torch.distributed as dist
 from .. import _capi, _errors
 from . import _ops
 
-_counters = collections.defaultdict(itertools.count)  # group tag -> engine numbers
-_live = []  # weak references to live engines, most recent last (for gradex.torch.stats())
+_counters: DefaultDict[str, Iterator[int]] = collections.defaultdict(itertools.count)  # group tag -> engine numbers
+# weak references to live engines, most recent last (for gradex.torch.stats())
+_live: List[weakref.ref[Any]] = []
 _live_lock = threading.Lock()
 
 
-def dtype_code(dtype):
+def dtype_code(dtype: torch.dtype) -> int:
     """gradex_dtype_t of a torch dtype."""
     codes = {torch.float32: _capi.FLOAT32, torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16}
     if dtype not in codes:
@@ -33,19 +37,20 @@ def dtype_code(dtype):
     return codes[dtype]
 
 
-def group_ranks(group):
+def group_ranks(group: Any) -> List[int]:
     """Global ranks of a process group (None: the default group's, when torch.distributed is initialized)."""
     if group is None or group is dist.GroupMember.WORLD:
         return list(range(dist.get_world_size()))
     return list(dist.get_process_group_ranks(group))
 
 
-def is_default_group(group):
+def is_default_group(group: Any) -> bool:
     return group is None or group is dist.GroupMember.WORLD or \
         (dist.is_initialized() and group_ranks(group) == list(range(dist.get_world_size())))
 
 
-def create_engine(config=None, store=None, group=None, membership=None):
+def create_engine(config: _capi.Config = None, store: Any = None, group: Any = None,
+                  membership: Optional[Tuple[int, int, Any, Optional[str]]] = None) -> _capi.Engine:
     """A new engine over the ranks of `group` (default: the default process group). `config`: GRADEX_*
     overrides (name -> value) that win over the environment. `store`: a torch.distributed.Store to bootstrap
     through (default: the default process group's, if any). `membership`: (rank, world_size, store,
@@ -84,18 +89,18 @@ def create_engine(config=None, store=None, group=None, membership=None):
     return engine
 
 
-def latest_engine():
+def latest_engine() -> Any:
     """The most recently created engine that is still open, or None."""
     with _live_lock:
-        _live[:] = [ref for ref in _live if ref() is not None and ref().address]
+        _live[:] = [ref for ref in _live if (engine := ref()) is not None and engine.address]
         return _live[-1]() if _live else None
 
 
-def _close_all_at_exit():
+def _close_all_at_exit() -> None:
     """Destroys engines still open at interpreter exit, before the C++ runtime tears down under their
     background threads."""
     with _live_lock:
-        engines = [ref() for ref in _live if ref() is not None]
+        engines = [engine for engine in (ref() for ref in _live) if engine is not None]
         _live.clear()
     for engine in reversed(engines):
         try:

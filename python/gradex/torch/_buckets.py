@@ -13,17 +13,22 @@ communication overlaps the rest of backward, and only DDP's own wait at the end 
 GRADEX_CLIP_NORM > 0 an iteration's buckets are held until the last one: the engine clips by this rank's norm
 over the whole model's gradient, which is known only then.
 """
+from __future__ import annotations
+
 import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
-from .. import _errors
+from .. import _capi, _errors
 from . import _amp, _completion, _layout, _momentum, _ops
 
 
 class BucketExchanger:
-    def __init__(self, engine, module=None, dense_iterations=None, end_steps=True, scaler=None, group=None):
+    def __init__(self, engine: _capi.Engine, module: Optional[torch.nn.Module] = None,
+                 dense_iterations: Optional[int] = None, end_steps: bool = True, scaler: Any = None,
+                 group: Any = None) -> None:
         """`module`: the model whose parameter names key the gradients (None: positional keys).
         `dense_iterations`: leading iterations averaged by a plain allreduce (None: 0 with names, 1 without).
         `end_steps`: call the engine's end_step once an iteration's last bucket is done (State); LocalSGD
@@ -44,13 +49,13 @@ class BucketExchanger:
         self.clip = _momentum.gradex_clip_norm(engine, None) > 0
         # Under LocalSGD the local phase still needs the engine when it applies momentum or clipping in place.
         self.local_work = self.clip or _momentum.gradex_momentum(engine, None) > 0
-        self._held = []  # buckets of this iteration waiting for the last one (clipping only)
+        self._held: List[Any] = []  # buckets of this iteration waiting for the last one (clipping only)
         self._end_steps = end_steps
         self._lock = threading.Lock()
         self._completer = _completion.Completer("gradex-buckets")
-        self._watched = []  # this backward pass's futures, checked when it ends (_watch)
+        self._watched: List[torch.futures.Future] = []  # this backward pass's futures, checked when it ends (_watch)
 
-    def exchange(self, bucket):
+    def exchange(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buffer = bucket.buffer()
         last = bucket.is_last()
         with self._lock:
@@ -70,7 +75,7 @@ class BucketExchanger:
         self.keys.register_all(self.engine, keys, gradients)
         scale = self.scale.current()
         _amp.ScaleDomain.unscale(buffer, scale)
-        future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+        future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
         self._watch(future)
         item = (buffer, keys, gradients, scale, future, last and self._end_steps)
         if not self.clip:
@@ -87,7 +92,7 @@ class BucketExchanger:
             self._submit(held)
         return future
 
-    def _watch(self, future):
+    def _watch(self, future: torch.futures.Future) -> None:
         """Makes an engine error reach backward() as gradex's own exception with the engine's message.
         DDP's reducer reads a hook's future in C++ and can only take a tensor from it: an exception set on
         a Python future reaches backward() as "Unable to cast <message> to Tensor". So the first bucket of
@@ -104,13 +109,13 @@ class BucketExchanger:
             with self._lock:
                 self._watched.clear()
 
-    def _raise_first_error(self):
+    def _raise_first_error(self) -> None:
         with self._lock:
             futures, self._watched = self._watched, []
         for future in futures:
             future.wait()  # raises the exception the Completer set (gradex's type)
 
-    def _submit(self, items):
+    def _submit(self, items: Any) -> None:
         """Submits every view of `items` and queues their completion; on a failure, nothing stays in
         flight and every item's future fails too."""
         queued = 0
@@ -134,29 +139,29 @@ class BucketExchanger:
                 future.set_exception(exc)
             raise
 
-    def _after(self, buffer, scale, end_step):
-        def after():
+    def _after(self, buffer: torch.Tensor, scale: Optional[torch.Tensor], end_step: bool) -> Callable[[], None]:
+        def after() -> None:
             _amp.ScaleDomain.rescale(buffer, scale)
             if end_step:
                 self.engine.end_step()
         return after
 
     @staticmethod
-    def _completed(buffer):
-        future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+    def _completed(buffer: torch.Tensor) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
         future.set_result(buffer)
         return future
 
     @staticmethod
-    def _allreduce(tensor, group):
+    def _allreduce(tensor: torch.Tensor, group: Any) -> torch.futures.Future:
         # As DDP's default hook: divide first, then sum, so the result is the average.
         tensor.div_(dist.get_world_size(group))
         work = dist.all_reduce(tensor, group=group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0])
 
-    def state(self):
+    def state(self) -> Dict[str, Tuple[int, str]]:
         """What a state dict needs besides the engine's blob: the registered keys and shapes."""
         return {key: (numel, str(dtype)) for key, (numel, dtype) in self.keys.registered.items()}
 
-    def close(self):
+    def close(self) -> None:
         self._completer.close()

@@ -7,9 +7,12 @@ this thread current: a tensor exchanged on the GPU makes that stream wait for gr
 one is copied back on it, and the future, created with the tensor's device, records that stream: consumers wait
 on it, not on the whole device.
 """
+from __future__ import annotations
+
 import contextlib
 import queue
 import threading
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -17,26 +20,27 @@ from . import _ops
 
 
 class Completer:
-    def __init__(self, name):
-        self._queue = queue.Queue()
-        self._streams = {}
+    def __init__(self, name: str) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._streams: Dict[Any, Any] = {}
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def add(self, tickets, future, value, after=None):
+    def add(self, tickets: List[Any], future: torch.futures.Future, value: Any,
+            after: Optional[Callable[[], None]] = None) -> None:
         """Waits for `tickets` (a ticket or a list, in order), calls `after()`, then
         future.set_result(value)."""
         if not isinstance(tickets, (list, tuple)):
             tickets = [tickets]
         self._queue.put((tickets, future, value, after))
 
-    def close(self):
+    def close(self) -> None:
         """Completes everything queued, then stops the thread."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
 
-    def _stream_context(self, tensor):
+    def _stream_context(self, tensor: Any) -> Any:
         if not tensor.is_cuda:
             return contextlib.nullcontext()
         device = tensor.device
@@ -44,7 +48,7 @@ class Completer:
             self._streams[device] = torch.cuda.Stream(device=device)
         return torch.cuda.stream(self._streams[device])
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:

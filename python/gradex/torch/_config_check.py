@@ -3,16 +3,19 @@
 gradex_check_config parses the environment and the `config=` overrides in this process with the registry
 the engine uses, and refuses unknown names in `config=`. Results are cached per configuration.
 """
+from __future__ import annotations
+
 import os
 import threading
+from typing import Set, Tuple
 
 from .. import _capi
 
-_checked = set()
+_checked: Set[Tuple[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]] = set()
 _lock = threading.Lock()
 
 
-def check(config):
+def check(config: _capi.Config) -> None:
     """Raises gradex.ConfigError for a bad GRADEX_* value in the environment or a bad name or value in
     `config`."""
     config = {str(k): str(v) for k, v in (config or {}).items()}

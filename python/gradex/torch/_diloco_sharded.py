@@ -10,29 +10,33 @@ every FSDP2 module before it reads or writes the shards (FSDPModule.reshard), so
 Empty shards (a parameter with fewer
 rows than shards) are left out, identically on every rank of a replicate group.
 """
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
 import torch
 
 from .. import _errors
 
 
-def fsdp_modules(model: torch.nn.Module) -> list:
+def fsdp_modules(model: torch.nn.Module) -> List[Any]:
     """The model's FSDP2 modules (empty for a model FSDP2 does not shard)."""
     from torch.distributed.fsdp import FSDPModule
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def reshard(modules: list) -> None:
+def reshard(modules: List[Any]) -> None:
     """Puts the sharded parameters back into FSDP2 modules left unsharded by a forward pass."""
     for m in modules:
         m.reshard()
 
 
-def local_parameters(model: torch.nn.Module) -> list:
+def local_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.Tensor]]:
     """[(name, tensor)]: the model's parameters, as this rank's non-empty local shards for an FSDP2 model
     (after resharding it). Raises InvalidArgumentError for a model only partly sharded."""
     from torch.distributed.tensor import DTensor
     reshard(fsdp_modules(model))
-    named = list(model.named_parameters())
+    named: List[Tuple[str, torch.Tensor]] = list(model.named_parameters())
     if not any(isinstance(p, DTensor) for _, p in named):
         return named
     unsharded = [n for n, p in named if not isinstance(p, DTensor)]
@@ -40,10 +44,13 @@ def local_parameters(model: torch.nn.Module) -> list:
         raise _errors.InvalidArgumentError(
             f"gradex: parameter '{unsharded[0]}' is not sharded by FSDP2 while others are: call fully_shard on "
             f"the root module too")
-    return [(name, local) for name, local in ((n, p.to_local().detach()) for n, p in named) if local.numel()]
+    # Every parameter is a DTensor here (checked above).
+    shards = ((n, p.to_local().detach()) for n, p in named if isinstance(p, DTensor))
+    return [(name, local) for name, local in shards if local.numel()]
 
 
-def outer_tensors(model: torch.nn.Module, mesh, replicate_dim: str, shard_dim: str):
+def outer_tensors(model: torch.nn.Module, mesh: Any, replicate_dim: str,
+                  shard_dim: str) -> Tuple[Any, List[Tuple[str, torch.Tensor]]]:
     """(process group or None, [(name, tensor)]): the group the outer optimizer spans (None: the default
     group) and the parameters, as local shards for an FSDP2 model."""
     from torch.distributed.tensor import DTensor

@@ -7,14 +7,17 @@ group silently, so at its first bucket a State without a module looks for the li
 parameters include the bucket's (a single scan of the garbage collector's objects, once per State) and
 takes its process group and its parameter names from it.
 """
+from __future__ import annotations
+
 import gc
+from typing import Optional, Sequence
 
 import torch
 
 from .. import _errors
 
 
-def owner_of(parameters):
+def owner_of(parameters: Sequence[torch.Tensor]) -> Optional[torch.nn.parallel.DistributedDataParallel]:
     """The DistributedDataParallel module holding the first of `parameters`, or None."""
     if not parameters:
         return None

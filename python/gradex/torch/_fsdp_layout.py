@@ -9,8 +9,11 @@ The layout is computed from public facts (the module tree, the DTensor parameter
 and checked against the flat tensor's size, so a change in FSDP2's layout is an error, never a silent
 misassignment.
 """
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass
+from typing import Any, Dict, List
 
 import torch
 from torch.distributed.fsdp import FSDPModule
@@ -23,22 +26,23 @@ from .. import _errors
 class ShardSlice:
     key: str  # the engine's key: "<parameter name>/shard<index>of<count>"
     name: str  # the parameter's name in the model
-    parameter: torch.nn.Parameter
+    parameter: DTensor
     offset: int  # first element in the flat reduce output
     numel: int  # this rank's shard (0: an empty shard, nothing to exchange)
     rows: int  # the shard's output rows (a weight's dim 0), 0 for vectors
 
 
-def fsdp_modules(model: torch.nn.Module) -> list:
+def fsdp_modules(model: torch.nn.Module) -> List[Any]:  # torch.nn.Module and FSDPModule
     """The model's fully_shard modules (the model itself included), in module order."""
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def managed_parameters(module: torch.nn.Module) -> list:
+def managed_parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
     """The parameters fully_shard(module) manages: those of its subtree outside nested FSDP modules."""
-    seen, params = set(), []
+    seen: set = set()
+    params: List[torch.nn.Parameter] = []
     stack = [module]
-    order = []
+    order: List[torch.nn.Module] = []
     while stack:  # pre-order traversal, as module.modules(), pruned at nested FSDP modules
         m = stack.pop()
         order.append(m)
@@ -65,9 +69,11 @@ def _padded_shard_numel(param: DTensor) -> int:
     return rows * math.prod(s for i, s in enumerate(shape) if i != dim)
 
 
-def module_layout(module: torch.nn.Module, names: dict, shard_index: int, shard_count: int) -> list:
+def module_layout(module: torch.nn.Module, names: Dict[int, str], shard_index: int,
+                  shard_count: int) -> List[ShardSlice]:
     """[ShardSlice] of a fully_shard module's parameters that train, in FSDP2's flat order."""
-    slices, offset = [], 0
+    slices: List[ShardSlice] = []
+    offset = 0
     for p in managed_parameters(module):
         if not p.requires_grad:
             continue  # FSDP2 reduces only parameters that train
@@ -88,7 +94,7 @@ def module_layout(module: torch.nn.Module, names: dict, shard_index: int, shard_
     return slices
 
 
-def check_size(slices: list, flat: torch.Tensor, module_name: str) -> None:
+def check_size(slices: List[ShardSlice], flat: torch.Tensor, module_name: str) -> None:
     """Raises MismatchError when FSDP2's flat reduce output does not have the size the layout expects."""
     if not slices:
         raise _errors.MismatchError(

@@ -1,14 +1,17 @@
 """The training's horizon for GRADEX_POLICY=auto (GRADEX_POLICY_HORIZON_STEPS), from what the user gives the
 plugin: `horizon_steps=` as a number of optimizer steps, or an LR scheduler that knows its total (OneCycleLR's
 total_steps). Never guessed: without it the engine applies no horizon rule (docs/pytorch.md)."""
+from __future__ import annotations
+
 import numbers
+from typing import Any, Optional
 
 from .. import _errors
 
 VARIABLE = "GRADEX_POLICY_HORIZON_STEPS"
 
 
-def steps_of(horizon_steps, what):
+def steps_of(horizon_steps: Optional[int], what: str) -> Optional[int]:
     """The horizon in steps from `horizon_steps`: an int >= 0, or an object with an integer `total_steps`
     (torch.optim.lr_scheduler.OneCycleLR). gradex.InvalidArgumentError for anything else."""
     if isinstance(horizon_steps, bool):
@@ -27,7 +30,7 @@ def steps_of(horizon_steps, what):
     return steps
 
 
-def with_horizon(config, horizon_steps, what):
+def with_horizon(config: Any, horizon_steps: Optional[int], what: str) -> Any:
     """`config` (GRADEX_* overrides) with GRADEX_POLICY_HORIZON_STEPS set from `horizon_steps` (None: unchanged).
     A different value already in `config` is an error: the two would contradict each other."""
     if horizon_steps is None:

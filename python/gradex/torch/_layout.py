@@ -11,20 +11,25 @@ rebuilt its buckets after the first iteration, so that iteration is averaged wit
 later change of a bucket's parameters is an error naming the position (the state would belong to another
 parameter).
 """
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
 import torch
 
 from .. import _capi, _errors
 from . import _bootstrap, _ops
 
 
-def output_rows(tensor):
+def output_rows(tensor: torch.Tensor) -> int:
     """A 2-D+ parameter's output rows in PyTorch's [out, in, ...] layout (a Linear's out_features, a
     conv's out_channels), 0 for vectors and scalars: GRADEX_POLICY=auto's per-row floor then keeps an
     output layer's every row represented when it sparsifies (GRADEX_POLICY_MIN_PER_ROW)."""
     return int(tensor.shape[0]) if tensor.dim() >= 2 and tensor.numel() > 0 else 0
 
 
-def module_parameter_names(module):
+def module_parameter_names(module: Optional[torch.nn.Module]
+                           ) -> Tuple[Optional[Dict[int, str]], List[torch.nn.Parameter]]:
     """{id(parameter): name} of a module (or of a DDP wrapper's inner module), and the parameters (kept
     alive with the mapping so that ids cannot be reused)."""
     if module is None:
@@ -40,18 +45,20 @@ def module_parameter_names(module):
 class BucketKeys:
     """Keys of the parameters of each bucket, registered with the engine once."""
 
-    def __init__(self, module):
+    def __init__(self, module: Optional[torch.nn.Module]) -> None:
         self._names, self._params = module_parameter_names(module)
         self._by_name = {self._names[id(p)]: p for p in self._params} if self._names else {}
-        self.buckets = {}  # bucket index -> (tuple of parameter ids, [keys])
-        self.registered = {}  # key -> (numel, torch dtype), as registered with the engine
-        self.on_device = set()  # keys registered as CUDA memory (_ops.memory_of): submitted on the GPU
+        # bucket index -> (tuple of parameter ids, [keys])
+        self.buckets: Dict[int, Tuple[Tuple[int, ...], List[str]]] = {}
+        # key -> (numel, torch dtype), as registered with the engine
+        self.registered: Dict[str, Tuple[int, torch.dtype]] = {}
+        self.on_device: Set[str] = set()  # keys registered as CUDA memory (_ops.memory_of): submitted on the GPU
 
     @property
-    def named(self):
+    def named(self) -> bool:
         return self._names is not None
 
-    def keys(self, index, parameters, gradients):
+    def keys(self, index: int, parameters: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor]) -> List[str]:
         """The keys of a bucket's parameters, in bucket order; computed once per bucket layout."""
         ids = tuple(id(p) for p in parameters)
         cached = self.buckets.get(index)
@@ -65,7 +72,7 @@ class BucketKeys:
         self.buckets[index] = (ids, keys)
         return keys
 
-    def _key(self, index, position, parameter):
+    def _key(self, index: int, position: int, parameter: torch.Tensor) -> str:
         if self._names is None:
             return f"bucket{index}.param{position}"
         name = self._names.get(id(parameter))
@@ -75,14 +82,15 @@ class BucketKeys:
                 f"parameter of the model given to gx.State (pass the DDP module or the module it wraps)")
         return name
 
-    def _check_shape(self, key, numel, dtype):
+    def _check_shape(self, key: str, numel: int, dtype: torch.dtype) -> None:
         known = self.registered.get(key)
         if known is not None and known != (numel, dtype):
             raise _errors.MismatchError(
                 f"gradex: parameter '{key}' changed from {known[0]} {known[1]} elements to {numel} {dtype} "
                 f"after gradex registered it")
 
-    def _changed_message(self, index, cached, parameters):
+    def _changed_message(self, index: int, cached: Tuple[Tuple[int, ...], List[str]],
+                         parameters: Sequence[torch.Tensor]) -> str:
         old_keys = cached[1]
         for position in range(max(len(old_keys), len(parameters))):
             old = old_keys[position] if position < len(old_keys) else None
@@ -95,13 +103,13 @@ class BucketKeys:
                         f"pass the model (gx.State(ddp)) to key gradients by parameter name instead")
         return f"gradex: DDP bucket {index} changed its layout after gradex registered it"
 
-    def register_all(self, engine, keys, gradients):
+    def register_all(self, engine: _capi.Engine, keys: Sequence[str], gradients: Sequence[torch.Tensor]) -> None:
         """Registers keys not yet known to the engine."""
         for key, g in zip(keys, gradients):
             if key not in self.registered:
                 self._register(engine, key, g.numel(), g.dtype, _ops.memory_of(g), output_rows(g))
 
-    def register_saved(self, engine, saved):
+    def register_saved(self, engine: _capi.Engine, saved: Dict[str, Tuple[int, str]]) -> None:
         """Registers {key: (numel, dtype name)} from a state dict (before the first iteration)."""
         for key, (numel, dtype_name) in sorted(saved.items()):
             dtype = getattr(torch, str(dtype_name).replace("torch.", ""))
@@ -114,7 +122,8 @@ class BucketKeys:
                 rows = output_rows(param) if param is not None and param.numel() == int(numel) else 0
                 self._register(engine, key, int(numel), dtype, memory, rows)
 
-    def _register(self, engine, key, numel, dtype, memory, rows=0):
+    def _register(self, engine: _capi.Engine, key: str, numel: int, dtype: torch.dtype, memory: int,
+                  rows: int = 0) -> None:
         engine.register(key, numel, _bootstrap.dtype_code(dtype), memory, rows)
         self.registered[key] = (numel, dtype)
         if memory == _capi.DEVICE_CUDA:

@@ -18,21 +18,24 @@ An optimizer that keeps its own first moment makes the engine's GRADEX_OPTIMIZER
 explicitly): its compressed tensors then use the Adam codec (top-k of a decaying first-moment buffer,
 docs/adam_codec.md) instead of DGC; any other optimizer keeps DGC, as without one.
 """
+from __future__ import annotations
+
 import logging
 import os
 import re
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from .. import _log, _optimizer_family
+from .. import _capi, _log, _optimizer_family
 from .._optimizer_family import Family, unwrap
 
 
-def engine_setting(engine, config, name, default):
+def engine_setting(engine: Optional[_capi.Engine], config: _capi.Config, name: str, default: float) -> float:
     """An engine's effective numeric GRADEX_* setting: from its configuration description, else from the
     API config, the environment and `default` (in that order)."""
     try:
-        text = engine.describe_config()
+        text = engine.describe_config() if engine is not None else ""
         match = re.search(r"(?m)^" + name + r"=([-+0-9.eEinf]+)\s", text)  # "NAME=value    [source; ...]"
         if match:
             return float(match.group(1))
@@ -45,22 +48,22 @@ def engine_setting(engine, config, name, default):
         return default
 
 
-def gradex_momentum(engine, config):
+def gradex_momentum(engine: Optional[_capi.Engine], config: _capi.Config) -> float:
     """The engine's effective GRADEX_MOMENTUM."""
     return engine_setting(engine, config, "GRADEX_MOMENTUM", 0.0)
 
 
-def gradex_clip_norm(engine, config):
+def gradex_clip_norm(engine: Optional[_capi.Engine], config: _capi.Config) -> float:
     """The engine's effective GRADEX_CLIP_NORM (0: no clipping)."""
     return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
-def keeps_first_moment(optimizer):
+def keeps_first_moment(optimizer: Any) -> bool:
     """Whether the optimizer keeps its own first moment (Adam family, Lion, LAMB, RMSprop with momentum...)."""
     return _optimizer_family.family(optimizer) is Family.FIRST_MOMENT
 
 
-def _explicit_momentum(config):
+def _explicit_momentum(config: _capi.Config) -> Optional[float]:
     """GRADEX_MOMENTUM as the user set it (config= first, then the environment), or None."""
     value = (config or {}).get("GRADEX_MOMENTUM", os.environ.get("GRADEX_MOMENTUM"))
     if value is None:
@@ -75,7 +78,7 @@ class SgdMomentumTakeover:
     """While gradex owns an SGD optimizer's momentum: the optimizer's groups run at momentum 0 (and without
     nesterov), its state_dict() reports the user's values, and load_state_dict() keeps gradex the owner."""
 
-    def __init__(self, optimizer, momentum, nesterov):
+    def __init__(self, optimizer: Any, momentum: float, nesterov: bool) -> None:
         self.optimizer = unwrap(optimizer)
         self.momentum, self.nesterov = momentum, nesterov
         self._saved = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
@@ -83,17 +86,17 @@ class SgdMomentumTakeover:
         self._hooks = [self.optimizer.register_state_dict_post_hook(self._report_user_values),
                        self.optimizer.register_load_state_dict_post_hook(self._after_load)]
 
-    def _own(self):
+    def _own(self) -> None:
         for g in self.optimizer.param_groups:
             g["momentum"] = 0.0
             g["nesterov"] = False
 
-    def _report_user_values(self, _optimizer, state_dict):
+    def _report_user_values(self, _optimizer: Any, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         for group, (m, nesterov) in zip(state_dict["param_groups"], self._saved):
             group["momentum"], group["nesterov"] = m, nesterov
         return state_dict
 
-    def _after_load(self, _optimizer):
+    def _after_load(self, _optimizer: Any) -> None:
         loaded = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
         if any(m != self.momentum or bool(n) != self.nesterov for m, n in loaded if m != 0):
             _log.warn_once(("momentum-load", id(self)),
@@ -103,7 +106,7 @@ class SgdMomentumTakeover:
         self._saved = [(m if m != 0 else self.momentum, n if m != 0 else self.nesterov) for m, n in loaded]
         self._own()
 
-    def release(self):
+    def release(self) -> None:
         """Gives the momentum back to the optimizer (its groups get the user's values again)."""
         for h in self._hooks:
             h.remove()
@@ -112,7 +115,7 @@ class SgdMomentumTakeover:
             g["momentum"], g["nesterov"] = m, nesterov
 
 
-def decide(optimizer, config, owner):
+def decide(optimizer: Any, config: _capi.Config, owner: str) -> Tuple[Any, Optional[SgdMomentumTakeover]]:
     """Applies the momentum rule for `owner` (e.g. "gx.DistributedOptimizer"): returns (config, takeover),
     `config` a copy of the API overrides with GRADEX_MOMENTUM/GRADEX_NESTEROV set when the rule fixes them,
     `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum (else None)."""
@@ -176,12 +179,12 @@ class MomentumWarner:
     """Warns once when an SGD optimizer with momentum > 0 runs while the engine applies gradex momentum too
     (an optimizer gradex was not told about)."""
 
-    def __init__(self, owner, momentum):
+    def __init__(self, owner: str, momentum: float) -> None:
         self._owner = owner
         self._momentum = momentum
         self._warned = False
 
-    def check(self, optimizer):
+    def check(self, optimizer: Any) -> None:
         if self._warned or self._momentum <= 0:
             return
         inner = unwrap(optimizer)

@@ -4,10 +4,12 @@ failures raise gradex's exceptions with the engine's message.
 The ops run in the calling thread; torch releases the GIL while an op runs, so a blocking `wait` does not
 stall other Python threads.
 """
+from __future__ import annotations
+
 import os
-import re
 import threading
 import warnings
+from typing import Dict, Iterable, Set
 
 import torch
 
@@ -15,15 +17,13 @@ from .. import _capi, _errors
 
 _loaded = False
 _lock = threading.Lock()
-# The op library reports failures as c10::Error "gradex[<STATUS>]: <engine message>".
-_FAILURE = re.compile(r"gradex\[([A-Z_]+)\]: (.*)", re.S)
 
 
-def library_path():
+def library_path() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "libgradex_torch_ops.so")
 
 
-def load():
+def load() -> None:
     """Loads libgradex.so (checking its API version) and then the op library, once per process."""
     global _loaded
     with _lock:
@@ -37,18 +37,11 @@ def load():
         _loaded = True
 
 
-def _translated(exc):
-    match = _FAILURE.search(str(exc))
-    if match is None:
-        return exc
-    return _errors.error_for_name(match.group(1), match.group(2).strip())
+_device_checked: Dict[int, bool] = {}  # CUDA device index -> whether gradex's CUDA backend works there
+_warned: Set[int] = set()
 
 
-_device_checked = {}  # CUDA device index -> whether gradex's CUDA backend works there
-_warned = set()
-
-
-def memory_of(tensor):
+def memory_of(tensor: torch.Tensor) -> int:
     """The memory a tensor is registered in: _capi.DEVICE_CUDA for float32 CUDA tensors when gradex's CUDA
     backend loads (the engine then computes on the GPU; submit with on_device=True), else _capi.DEVICE_CPU
     (CPU tensors; CUDA tensors are then staged whole through pinned host memory, with a one-time warning
@@ -71,7 +64,7 @@ def memory_of(tensor):
     return _capi.DEVICE_CUDA if ok else _capi.DEVICE_CPU
 
 
-def submit(engine, key, tensor, on_device=False):
+def submit(engine: int, key: str, tensor: torch.Tensor, on_device: bool = False) -> int:
     """Hands a gradient to the engine; returns a ticket for wait(). `engine` is an Engine's address.
     `on_device`: the key is registered as CUDA memory (memory_of): the engine works on the tensor itself,
     ordered after the current stream, and wait() orders the waiting thread's current stream after it."""
@@ -80,36 +73,36 @@ def submit(engine, key, tensor, on_device=False):
             return torch.ops.gradex.submit_device(engine, key, tensor)
         return torch.ops.gradex.submit(engine, key, tensor)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
-def submit_absent(engine, key, tensor, on_device=False):
+def submit_absent(engine: int, key: str, tensor: torch.Tensor, on_device: bool = False) -> int:
     """An absent contribution (a rank that ran out of data, gx.join): the exchange runs as for submit(), but
     this rank contributes zeros and its momentum and DGC state stay untouched; `tensor` is not read and
     receives the average over all ranks. Returns a ticket for wait()."""
     try:
         return torch.ops.gradex.submit_absent(engine, key, tensor, bool(on_device))
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
-def average(engine, key, tensor):
+def average(engine: int, key: str, tensor: torch.Tensor) -> int:
     """Hands parameters to the engine for averaging across ranks; returns a ticket for wait()."""
     try:
         return torch.ops.gradex.average(engine, key, tensor)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
-def wait(ticket):
+def wait(ticket: int) -> None:
     """Blocks until the ticket's exchange is done; its tensor then holds the result."""
     try:
         torch.ops.gradex.wait(ticket)
     except RuntimeError as exc:
-        raise _translated(exc) from None
+        raise _errors.translate_op_error(exc) from None
 
 
-def wait_all(tickets):
+def wait_all(tickets: Iterable[int]) -> None:
     """Waits for every ticket (none is left in flight, even after a failure), then raises the first
     error seen, if any."""
     first_error = None
@@ -122,6 +115,6 @@ def wait_all(tickets):
         raise first_error
 
 
-def has_cuda():
+def has_cuda() -> bool:
     """Whether this op library was built with its CUDA paths (device submission and staging)."""
     return bool(torch.ops.gradex.has_cuda())

@@ -6,15 +6,17 @@ average stays an integer below 2^24, the division by P is exact, and every rank 
 bit, whatever the dtype. Used by gradex.torch.collectives (broadcasts, gathers) and gradex.torchft (the process
 group's exact collectives).
 """
+from __future__ import annotations
+
 import torch
 
 
-def word_bits(world):
+def word_bits(world: int) -> int:
     """Bits per word for `world` ranks: 16 up to 256 ranks (P * 65535 < 2^24), else 8."""
     return 16 if world <= 256 else 8
 
 
-def to_words(data, bits):
+def to_words(data: torch.Tensor, bits: int) -> torch.Tensor:
     """uint8 tensor -> float32 tensor of its little-endian 16-bit (or 8-bit) words, as integers."""
     data = data.reshape(-1)
     if bits == 8:
@@ -25,7 +27,7 @@ def to_words(data, bits):
     return words.to(torch.float32)
 
 
-def from_words(words, bits, nbytes):
+def from_words(words: torch.Tensor, bits: int, nbytes: int) -> torch.Tensor:
     """The first `nbytes` bytes that to_words(…, bits) turned into `words`."""
     w = words.to(torch.int32)
     if bits == 8:

@@ -20,12 +20,15 @@ in rank order in float64 (int64 for integer tensors), then casts back: exact for
 floats, the same bits on every rank; it moves P times the tensor's bytes, so it is meant for counters and
 metrics rather than gradients.
 """
+from __future__ import annotations
+
 import hashlib
 import io
 import pickle
 import socket
 import struct
 import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -44,11 +47,11 @@ _CONFIG = {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0", "
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large broadcasts
 
 _lock = threading.RLock()
-_engine = None
-_local = None  # (local_rank, local_size), found once
+_engine: Optional[_capi.Engine] = None
+_local: Optional[Tuple[int, int]] = None  # (local_rank, local_size), found once
 
 
-def engine():
+def engine() -> _capi.Engine:
     """The collectives' engine of this process (created collectively at the first call)."""
     global _engine
     with _lock:
@@ -57,7 +60,7 @@ def engine():
         return _engine
 
 
-def rank():
+def rank() -> int:
     """This process's rank: torch.distributed's when a process group exists, else the launcher's (as gradex's
     engines find it: torchrun, Open MPI, MPICH/Intel MPI, Slurm)."""
     if dist.is_available() and dist.is_initialized():
@@ -65,25 +68,25 @@ def rank():
     return engine().rank
 
 
-def size():
+def size() -> int:
     """The number of ranks (see rank())."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return engine().world_size
 
 
-def local_rank():
+def local_rank() -> int:
     """This process's index among the ranks on its host (ranks ordered by global rank; hosts told apart by
     host name). Collective at the first call of local_rank() or local_size()."""
     return _local_ranks()[0]
 
 
-def local_size():
+def local_size() -> int:
     """The number of ranks on this host (see local_rank())."""
     return _local_ranks()[1]
 
 
-def _local_ranks():
+def _local_ranks() -> Tuple[int, int]:
     global _local
     with _lock:
         if _local is None:
@@ -99,7 +102,7 @@ def _local_ranks():
 
 
 
-def _average_in_place(values):
+def _average_in_place(values: torch.Tensor) -> None:
     """The engine's fp32 average over ranks of a flat float32 CPU tensor, in chunks of _CHUNK_WORDS."""
     e = engine()
     for start in range(0, values.numel(), _CHUNK_WORDS):
@@ -109,7 +112,7 @@ def _average_in_place(values):
         _ops.wait(_ops.average(e.address, key, chunk))
 
 
-def _exact_slots(words, slot, slots):
+def _exact_slots(words: torch.Tensor, slot: Optional[int], slots: int) -> torch.Tensor:
     """Every rank's `words` (float32 integers < 2^16) placed in its slot; returns the slots' words on every
     rank, exactly (see the module docstring)."""
     world = size()
@@ -121,7 +124,7 @@ def _exact_slots(words, slot, slots):
     return buffer.view(slots, m)
 
 
-def _allgather_bytes(data):
+def _allgather_bytes(data: torch.Tensor) -> List[torch.Tensor]:
     """Every rank's uint8 tensor (the same length on every rank), in rank order."""
     bits = _words.word_bits(size())
     words = _words.to_words(data, bits)
@@ -129,7 +132,7 @@ def _allgather_bytes(data):
     return [_words.from_words(slots[r], bits, data.numel()) for r in range(size())]
 
 
-def _broadcast_bytes(data, root_rank):
+def _broadcast_bytes(data: torch.Tensor, root_rank: int) -> torch.Tensor:
     """root_rank's uint8 tensor (the same length on every rank), bit for bit."""
     bits = _words.word_bits(size())
     words = _words.to_words(data, bits)
@@ -137,19 +140,19 @@ def _broadcast_bytes(data, root_rank):
     return _words.from_words(slots[0], bits, data.numel())
 
 
-def _check_root(root_rank):
+def _check_root(root_rank: int) -> None:
     world = size()
     if not isinstance(root_rank, int) or not 0 <= root_rank < world:
         raise _errors.InvalidArgumentError(f"gradex: root_rank must be a rank in [0, {world}), got {root_rank!r}")
 
 
-def _u64(value):
+def _u64(value: int) -> torch.Tensor:
     return torch.frombuffer(bytearray(struct.pack("<Q", value)), dtype=torch.uint8)
 
 
 # --- public collectives -------------------------------------------------------------------------------
 
-def broadcast_object(obj, root_rank=0):
+def broadcast_object(obj: Any, root_rank: int = 0) -> Any:
     """root_rank's `obj` (pickled there, unpickled everywhere else; every rank of the job is trusted, as with
     torch.distributed.broadcast_object_list). Collective."""
     with _lock:
@@ -163,7 +166,7 @@ def broadcast_object(obj, root_rank=0):
         return pickle.loads(data.numpy().tobytes())
 
 
-def broadcast_(tensor, root_rank=0):
+def broadcast_(tensor: torch.Tensor, root_rank: int = 0) -> torch.Tensor:
     """Overwrites `tensor` with root_rank's, bit for bit (any dtype and device). Collective; returns it."""
     with _lock:
         _check_root(root_rank)
@@ -171,12 +174,13 @@ def broadcast_(tensor, root_rank=0):
         return tensor
 
 
-def broadcast(tensor, root_rank=0):
+def broadcast(tensor: torch.Tensor, root_rank: int = 0) -> torch.Tensor:
     """A copy of root_rank's `tensor` on every rank (the argument is left as it is)."""
     return broadcast_(tensor.detach().clone(), root_rank)
 
 
-def broadcast_parameters(params, root_rank=0):
+def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]],
+                         root_rank: int = 0) -> None:
     """Copies root_rank's values into `params` on every rank, bit for bit: a state_dict (model.state_dict():
     parameters and buffers, any dtype) or an iterable of (name, tensor) pairs (model.named_parameters()).
     Matched by name; every rank must pass the same names, shapes and dtypes (else gradex.MismatchError on
@@ -195,7 +199,7 @@ def broadcast_parameters(params, root_rank=0):
         _broadcast_tensors(tensors, root_rank, "broadcast_parameters", layout)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> None:
     """Gives every rank root_rank's optimizer state (the wrapped optimizer's for a gx.DistributedOptimizer):
     its state_dict() travels bit for bit and is loaded with load_state_dict() on the other ranks, so state
     that exists only on the root (moments created by a first step) arrives too. The optimizers must have the
@@ -216,14 +220,14 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
             inner.load_state_dict(state)
 
 
-def allreduce(tensor, op=Average):
+def allreduce(tensor: torch.Tensor, op: str = Average) -> torch.Tensor:
     """A new tensor holding the average (op=gx.Average: floating-point tensors) or the sum (op=gx.Sum: exact
     for integers, float64 accumulation in rank order for floats) of `tensor` over ranks; the same bits on
     every rank. Collective."""
     return allreduce_(tensor.detach().clone(), op)
 
 
-def allreduce_(tensor, op=Average):
+def allreduce_(tensor: torch.Tensor, op: str = Average) -> torch.Tensor:
     """allreduce() in place; returns `tensor`."""
     if op not in (Average, Sum):
         raise _errors.InvalidArgumentError(f"gradex: allreduce op must be gx.Average or gx.Sum, not {op!r}")
@@ -254,11 +258,11 @@ def allreduce_(tensor, op=Average):
         return tensor
 
 
-def _same_everywhere(layout, operation):
+def _same_everywhere(layout: bytes, operation: str) -> None:
     """MismatchError on every rank when ranks describe their tensors differently."""
     digest = hashlib.sha256(layout).digest()[:16]
     digests = _allgather_bytes(torch.frombuffer(bytearray(digest), dtype=torch.uint8))
-    groups = {}
+    groups: Dict[bytes, List[int]] = {}
     for r, d in enumerate(digests):
         groups.setdefault(bytes(d.tolist()), []).append(r)
     if len(groups) > 1:
@@ -266,7 +270,8 @@ def _same_everywhere(layout, operation):
                                     f"dtypes); groups of ranks that agree: {sorted(groups.values())}")
 
 
-def _broadcast_tensors(tensors, root_rank, operation, layout=None):
+def _broadcast_tensors(tensors: List[torch.Tensor], root_rank: int, operation: str,
+                       layout: Optional[bytes] = None) -> None:
     if layout is None:
         layout = repr([(tuple(t.shape), str(t.dtype)) for t in tensors]).encode()
     if size() > 1:
@@ -287,7 +292,7 @@ def _broadcast_tensors(tensors, root_rank, operation, layout=None):
             offset += n
 
 
-def close():
+def close() -> None:
     """Releases the collectives' engine (created again by the next collective). Collective."""
     global _engine
     with _lock:

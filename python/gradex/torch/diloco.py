@@ -34,8 +34,11 @@ sends the `density` fraction (default 0.01) of each fragment's pseudo-gradient e
 magnitude, keeping the rest as a residual for the next sync (GRADEX_OUTER_BITS=topk,
 GRADEX_OUTER_DENSITY).
 """
+from __future__ import annotations
+
 import threading
 import weakref
+from typing import Any, Dict, List, Literal, Optional
 
 import torch
 import torch.distributed as dist
@@ -47,7 +50,7 @@ _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.torch.DiLoCo/1"
 
 
-def _create_outer(config, store, group=None):
+def _create_outer(config: Dict[str, str], store: Any, group: Optional[dist.ProcessGroup] = None) -> _capi.Outer:
     """The outer optimizer over the default group, or over `group` (the replicate group of an FSDP2 model)."""
     if store is None and dist.is_available() and dist.is_initialized():
         store = dist.distributed_c10d._get_default_store()
@@ -69,7 +72,7 @@ def _create_outer(config, store, group=None):
     return outer
 
 
-def _tensor_address(name, t):
+def tensor_address(name: str, t: torch.Tensor) -> int:
     if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
         raise _errors.InvalidArgumentError(
             f"gradex: DiLoCo needs contiguous float32 CPU tensors; '{name}' is {t.dtype} on {t.device}"
@@ -78,11 +81,13 @@ def _tensor_address(name, t):
 
 
 class DiLoCo:
-    def __init__(self, model, inner_optimizer=None, period=_D["period"], outer_lr=_D["outer_lr"],
-                 outer_momentum=_D["outer_momentum"], fragments=_D["fragments"], delay=_D["delay"], bits=_D["bits"],
-                 nesterov=_D["nesterov"], mixing=_D["mixing"], config=None, store=None,
-                 compression=_D["compression"], density=_D["density"], mesh=None, replicate_dim="replicate",
-                 shard_dim="shard"):
+    def __init__(self, model: torch.nn.Module, inner_optimizer: Optional[torch.optim.Optimizer] = None,
+                 period: int = _D["period"], outer_lr: float = _D["outer_lr"],
+                 outer_momentum: float = _D["outer_momentum"], fragments: int = _D["fragments"],
+                 delay: int = _D["delay"], bits: int = _D["bits"], nesterov: bool = _D["nesterov"],
+                 mixing: float = _D["mixing"], config: _capi.Config = None, store: Any = None,
+                 compression: str = _D["compression"], density: Optional[float] = _D["density"], mesh: Any = None,
+                 replicate_dim: str = "replicate", shard_dim: str = "shard") -> None:
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(
                 "gradex: DiLoCo replaces DistributedDataParallel; pass the plain module (model.module)")
@@ -99,12 +104,12 @@ class DiLoCo:
         self._params = named_parameters
         self._buffers = [(name, b) for name, b in model.named_buffers() if b.dtype == torch.float32]
         for name, t in self._params + self._buffers:
-            _tensor_address(name, t.detach())  # rejected now, not at the first step
+            tensor_address(name, t.detach())  # rejected now, not at the first step
         self._lock = threading.RLock()
-        self._outer = None  # None: not created yet; False: closed
-        self._finalizer = None
-        self._first_use_hooks = []
-        self._pending_load = None  # a state dict loaded before the engine exists
+        self._outer: Any = None  # None: not created yet; False: closed
+        self._finalizer: Any = None
+        self._first_use_hooks: List[Any] = []
+        self._pending_load: Optional[bytes] = None  # a state dict loaded before the engine exists
         self.steps = 0
         if store is not None or (dist.is_available() and dist.is_initialized()):
             self._bootstrap()
@@ -114,7 +119,7 @@ class DiLoCo:
             # initial parameters exactly as it would with an eager construction.
             owner = weakref.ref(self)
 
-            def before_first_use(*_):
+            def before_first_use(*_: object) -> None:
                 d = owner()
                 if d is not None:
                     d._bootstrap()
@@ -122,7 +127,7 @@ class DiLoCo:
             if inner_optimizer is not None:
                 self._first_use_hooks.append(inner_optimizer.register_step_pre_hook(before_first_use))
 
-    def _bootstrap(self):
+    def _bootstrap(self) -> _capi.Outer:
         """The outer optimizer, created (collectively over the default group, or from RANK/WORLD_SIZE/
         MASTER_ADDR/MASTER_PORT without one) at the first use: it copies rank 0's parameters and buffers to
         every rank."""
@@ -132,8 +137,8 @@ class DiLoCo:
             if self._outer is not None:
                 return self._outer
             self._remove_first_use_hooks()
-            addresses = [(f"param.{n}", _tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
-            addresses += [(f"buffer.{n}", _tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
+            addresses = [(f"param.{n}", tensor_address(n, p.detach()), p.numel(), False) for n, p in self._params]
+            addresses += [(f"buffer.{n}", tensor_address(n, b), b.numel(), True) for n, b in self._buffers]
             outer = _create_outer(self._config, self._store, self._group)
             try:
                 for key, address, numel, is_buffer in addresses:
@@ -150,19 +155,19 @@ class DiLoCo:
             self._outer = outer
             return outer
 
-    def _remove_first_use_hooks(self):
+    def _remove_first_use_hooks(self) -> None:
         for handle in self._first_use_hooks:
             handle.remove()
         self._first_use_hooks = []
 
     @property
-    def started(self):
+    def started(self) -> bool:
         """Whether the outer optimizer exists (it is created at the first use when DiLoCo was constructed
         before torch.distributed was initialized)."""
         return bool(self._outer)
 
     @torch.no_grad()
-    def step(self):
+    def step(self) -> int:
         """Ends an inner step (call after inner_optimizer.step()). Returns the number of fragments merged into
         the model by this call. Raises the failure of a background exchange (a dead or stalled peer)."""
         outer = self._bootstrap()
@@ -172,7 +177,7 @@ class DiLoCo:
         return merged
 
     @torch.no_grad()
-    def synchronize(self, keep_local=True):
+    def synchronize(self, keep_local: bool = True) -> int:
         """Collective: every rank then holds the same model (the global copy, also in the module), for the end
         of training, an evaluation or a checkpoint. keep_local=True (the default): the exchanges in flight
         finish, then one more outer step, at once and without delay, merges every rank's inner steps since each
@@ -188,32 +193,32 @@ class DiLoCo:
         outer.synchronize()
         return 0
 
-    def global_parameters(self):
+    def global_parameters(self) -> Dict[str, torch.Tensor]:
         """{name: tensor} of the global copy (identical on every rank)."""
-        out = {}
+        out: Dict[str, torch.Tensor] = {}
         for name, p in self._params:
             t = torch.empty(p.shape, dtype=torch.float32)
             self._bootstrap().global_copy(f"param.{name}", t.data_ptr(), t.numel())
             out[name] = t
         return out
 
-    def last_merges(self):
+    def last_merges(self) -> List[int]:
         """Per fragment, the step at which it was last merged (0: never)."""
         return self._bootstrap().last_merges()
 
-    def fragment_of(self, name):
+    def fragment_of(self, name: str) -> int:
         return self._bootstrap().fragment_of(f"param.{name}")
 
     @property
-    def engine(self):
+    def engine(self) -> _capi.Outer:
         """The gx.stats() source: bytes_sent/received, dense_bytes, compression_ratio, parameter_averages
         (fragment syncs), steps, communicate_seconds (background) and decode_seconds (time spent waiting)."""
         return self._bootstrap()
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self._bootstrap().stats(last_step)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The outer state (global copies, outer momenta, quantization residuals, step count) and the inner
         optimizer's state. Merges pending exchanges first."""
         state = {"format": _STATE_FORMAT, "steps": self.steps, "outer": self._bootstrap().save_state()}
@@ -221,7 +226,7 @@ class DiLoCo:
             state["inner"] = self.inner_optimizer.state_dict()
         return state
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {got!r})")
@@ -236,7 +241,7 @@ class DiLoCo:
             self.inner_optimizer.load_state_dict(state["inner"])
         self.steps = int(state["steps"])
 
-    def close(self):
+    def close(self) -> None:
         """Finishes the exchanges in flight and releases the connections. Idempotent; also done at the end of a
         `with` block and by the garbage collector."""
         with self._lock:
@@ -246,9 +251,9 @@ class DiLoCo:
             self._finalizer.detach()
             outer.close()
 
-    def __enter__(self):
+    def __enter__(self) -> DiLoCo:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False

@@ -30,12 +30,17 @@ set_requires_all_reduce has no effect here (FSDP2 on the shard mesh has no all-r
 GRADEX_CLIP_NORM and GRADEX_LOCALSGD_PERIOD are refused: a rank holds neither the whole model's gradient
 norm nor whole parameters (clip with torch.nn.utils.clip_grad_norm_; local steps: gx.DiLoCo(mesh=)).
 """
+from __future__ import annotations
+
 import json
 import threading
 import weakref
+from typing import Any, Dict, List, Literal, Optional, Sequence, Set, Tuple, cast
 
 import torch
 import torch.distributed as dist
+
+from torch.distributed.device_mesh import DeviceMesh
 
 from .. import _capi, _errors
 from . import _bootstrap, _config_check, _fsdp_layout, _horizon, _momentum, _ops
@@ -43,7 +48,7 @@ from . import _bootstrap, _config_check, _fsdp_layout, _horizon, _momentum, _ops
 _STATE_FORMAT = "gradex.torch.HSDP/1"
 
 
-def replicate_layout(mesh, replicate_dim: str, shard_dim: str):
+def replicate_layout(mesh: DeviceMesh, replicate_dim: str, shard_dim: str) -> Tuple[Any, int, int, DeviceMesh]:
     """(replicate process group, shard index, shard count, shard submesh) of this rank in a 2-D mesh."""
     names = tuple(mesh.mesh_dim_names or ())
     if mesh.ndim != 2 or replicate_dim not in names or shard_dim not in names:
@@ -54,7 +59,7 @@ def replicate_layout(mesh, replicate_dim: str, shard_dim: str):
             mesh[shard_dim])
 
 
-def check_sharded_on(model: torch.nn.Module, shard_mesh, owner: str) -> None:
+def check_sharded_on(model: torch.nn.Module, shard_mesh: DeviceMesh, owner: str) -> None:
     """Raises InvalidArgumentError unless every DTensor parameter of the model lives on `shard_mesh`."""
     from torch.distributed.tensor import DTensor
     expected = shard_mesh.mesh.tolist()
@@ -68,7 +73,7 @@ def check_sharded_on(model: torch.nn.Module, shard_mesh, owner: str) -> None:
                 f"2-D mesh) so that {owner} owns the replicate dimension")
 
 
-def broadcast_across_replicas(tensors, group) -> None:
+def broadcast_across_replicas(tensors: Sequence[torch.Tensor], group: Any) -> None:
     """Copies the first replica group's values of `tensors` (local shards) to the other replica groups."""
     source = dist.get_global_rank(group, 0)
     with torch.no_grad():
@@ -90,9 +95,10 @@ class HSDP:
     Construction is collective over the ranks of each replicate group (it creates the engine). close()
     (or leaving a `with` block) finishes outstanding exchanges and releases the engine."""
 
-    def __init__(self, model: torch.nn.Module, mesh, *, replicate_dim: str = "replicate",
-                 shard_dim: str = "shard", optimizer=None, config=None, overlap: bool = True,
-                 sync_parameters: bool = True, horizon_steps=None):
+    def __init__(self, model: torch.nn.Module, mesh: DeviceMesh, *, replicate_dim: str = "replicate",
+                 shard_dim: str = "shard", optimizer: Optional[torch.optim.Optimizer] = None,
+                 config: _capi.Config = None, overlap: bool = True, sync_parameters: bool = True,
+                 horizon_steps: Optional[int] = None) -> None:
         config = {str(k): str(v) for k, v in (config or {}).items()}
         config = _horizon.with_horizon(config, horizon_steps, "gx.HSDP")
         _config_check.check(config)
@@ -113,14 +119,15 @@ class HSDP:
         self._config, self._takeover = _momentum.decide(optimizer, config, "gx.HSDP")
         self._overlap = bool(overlap)
         self._lock = threading.Lock()
-        self._pending = []  # tickets of this backward pass's exchanges
+        self._pending: List[int] = []  # tickets of this backward pass's exchanges
         self._callback_queued = False
-        self._registered = {}  # key -> (numel, dtype) as registered with the engine
-        self._on_device = set()  # keys registered as CUDA memory
+        self._registered: Dict[str, Tuple[int, torch.dtype]] = {}  # key -> (numel, dtype) as registered with the engine
+        self._on_device: Set[str] = set()  # keys registered as CUDA memory
         self.iteration = 0  # backward passes that exchanged gradients
+        self._engine: Any = None  # the Engine, created below; None once closed
         try:
             if sync_parameters:
-                broadcast_across_replicas([p.to_local() for _, p in model.named_parameters()], self._group)
+                broadcast_across_replicas([cast(Any, p).to_local() for _, p in model.named_parameters()], self._group)
             self._engine = _bootstrap.create_engine(self._config, None, self._group)
         except BaseException:
             if self._takeover is not None:
@@ -132,7 +139,7 @@ class HSDP:
             if layout:
                 module.set_all_reduce_hook(self._make_hook(module_name, layout))
 
-    def _refuse_unsupported(self):
+    def _refuse_unsupported(self) -> None:
         """GRADEX_CLIP_NORM clips by a rank's whole-model gradient norm and GRADEX_LOCALSGD_PERIOD averages whole
         parameters; a rank of a sharded model holds neither."""
         problems = []
@@ -147,18 +154,18 @@ class HSDP:
             raise _errors.InvalidArgumentError("gradex: gx.HSDP does not support " + "; ".join(problems))
 
     @property
-    def engine(self):
+    def engine(self) -> Optional[_capi.Engine]:
         return self._engine
 
     @property
-    def process_group(self):
+    def process_group(self) -> Any:
         """The replicate group this rank's engine spans."""
         return self._group
 
-    def stats(self, last_step: bool = False) -> dict:
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self._engine.stats(last_step)
 
-    def _make_hook(self, module_name, layout):
+    def _make_hook(self, module_name: str, layout: List[_fsdp_layout.ShardSlice]) -> Any:
         owner = weakref.ref(self)  # FSDP2 keeps the hook; it must not keep the engine alive
 
         def all_reduce_hook(reduce_output: torch.Tensor) -> None:
@@ -169,7 +176,7 @@ class HSDP:
             hsdp._exchange(module_name, layout, reduce_output)
         return all_reduce_hook
 
-    def _exchange(self, module_name, layout, flat):
+    def _exchange(self, module_name: str, layout: List[_fsdp_layout.ShardSlice], flat: torch.Tensor) -> None:
         if self._engine is None:
             raise _errors.InvalidArgumentError("gradex: this gx.HSDP was closed")
         _fsdp_layout.check_size(layout, flat, module_name)
@@ -193,26 +200,26 @@ class HSDP:
         if wait_now:
             self._wait_pending()
 
-    def _register(self, key, numel, dtype, memory, rows):
+    def _register(self, key: str, numel: int, dtype: torch.dtype, memory: int, rows: int) -> None:
         self._engine.register(key, numel, _bootstrap.dtype_code(dtype), memory, rows)
         self._registered[key] = (numel, dtype)
         if memory == _capi.DEVICE_CUDA:  # float32 CUDA shards: exchanged on the GPU (_ops.memory_of)
             self._on_device.add(key)
 
     @staticmethod
-    def _reads_later(layout, flat):
+    def _reads_later(layout: List[_fsdp_layout.ShardSlice], flat: torch.Tensor) -> bool:
         """Whether FSDP2 only views `flat` as the sharded gradients after the hook (then the exchange may
         complete later, before backward ends)."""
         if flat.is_cuda or flat.dtype == torch.float16:
             return False
         return all(s.parameter.dtype == flat.dtype and s.parameter.grad is None for s in layout)
 
-    def _wait_pending(self):
+    def _wait_pending(self) -> None:
         with self._lock:
             tickets, self._pending = self._pending, []
         _ops.wait_all(tickets)
 
-    def _finish_backward(self):
+    def _finish_backward(self) -> None:
         """End of a backward pass that exchanged gradients: every exchange has landed, the step ends."""
         with self._lock:
             self._callback_queued = False
@@ -226,7 +233,7 @@ class HSDP:
         return (f"replica{dist.get_rank(group=self._group)}of{dist.get_world_size(self._group)}"
                 f".shard{self._shard_index}of{self._shard_count}")
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> Dict[str, Any]:
         """This rank's compressor state (residuals, momenta, step counters, keyed by shard) under a key naming
         the rank's place in the mesh ("replica0of2.shard1of2"), so that it can go into the same
         torch.distributed.checkpoint (DCP) save as FSDP2's sharded state dict: DCP keeps one copy of a
@@ -238,7 +245,7 @@ class HSDP:
             "tensors": json.dumps({k: [n, str(d)] for k, (n, d) in sorted(self._registered.items())}),
             "engine": self._engine.save_state()}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores state_dict()'s output (torch.save'd per rank, or loaded by DCP into a fresh state_dict()),
         taken on the same mesh shape with the same GRADEX_* policy: each rank takes the entry of its place."""
         if state.get("format") != _STATE_FORMAT:
@@ -264,7 +271,7 @@ class HSDP:
         self._engine.load_state(state["engine"])
         self.iteration = int(state["iteration"])
 
-    def _slice_of(self, key):
+    def _slice_of(self, key: str) -> Optional[_fsdp_layout.ShardSlice]:
         for _, layout in self._layouts:
             for s in layout:
                 if s.key == key:
@@ -286,9 +293,9 @@ class HSDP:
             self._engine.close()
             self._engine = None
 
-    def __enter__(self):
+    def __enter__(self) -> HSDP:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False

@@ -11,10 +11,13 @@ bucket, over the ranks of the DDP module's process group, through torch.distribu
 """
 import threading
 import weakref
+from typing import Any, Dict, Literal, Optional, Tuple
 
+import torch
+import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from .. import _errors
+from .. import _capi, _errors
 from . import _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
 
 _STATE_FORMAT = "gradex.torch.State/2"
@@ -42,8 +45,10 @@ class State:
     A State owns its engine: close() (or the end of a `with` block, or garbage collection) releases it.
     """
 
-    def __init__(self, model=None, *, config=None, dense_iterations=None, store=None, scaler=None,
-                 process_group=None, optimizer=None, horizon_steps=None):
+    def __init__(self, model: Optional[torch.nn.Module] = None, *, config: _capi.Config = None,
+                 dense_iterations: Optional[int] = None, store: Any = None, scaler: Any = None,
+                 process_group: Optional[dist.ProcessGroup] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+                 horizon_steps: Optional[int] = None) -> None:
         config = {str(k): str(v) for k, v in (config or {}).items()}
         config = _horizon.with_horizon(config, horizon_steps, "gx.State")
         _config_check.check(config)
@@ -55,19 +60,20 @@ class State:
         self._group = process_group
         self._init_runtime()
 
-    def _init_runtime(self):
+    def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine = None
-        self._exchanger = None
-        self._step_hook = None
-        self._finalizer = None
-        self._pending_load = getattr(self, "_pending_load", None)  # a state dict loaded before bootstrap
+        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._exchanger: Optional[_buckets.BucketExchanger] = None
+        self._step_hook: Any = None
+        self._finalizer: Any = None
+        # a state dict loaded before bootstrap
+        self._pending_load: Optional[Dict[str, Any]] = getattr(self, "_pending_load", None)
         # (rank, world_size, store, store_prefix) given to reconfigure() before bootstrap: the engine's
         # first membership.
-        self._membership = getattr(self, "_membership", None)
+        self._membership: Optional[Tuple[int, int, Any, Optional[str]]] = getattr(self, "_membership", None)
         self._closed_iteration = 0
 
-    def _bootstrap(self, bucket=None):
+    def _bootstrap(self, bucket: Optional[dist.GradBucket] = None) -> _buckets.BucketExchanger:
         """The exchanger, creating the engine first if this is the State's first use (collective over the
         group's ranks). `bucket`: the first bucket, to find the DDP module when none was given."""
         with self._lock:
@@ -76,6 +82,7 @@ class State:
             if self._engine is False:
                 raise _errors.InvalidArgumentError("gradex: this State was closed")
             model, group = self._model, self._group
+            ddp: Any
             ddp = model if _is_ddp(model) else None
             if ddp is None and bucket is not None:
                 ddp = _discover.owner_of(bucket.parameters())
@@ -102,13 +109,13 @@ class State:
             self._engine, self._exchanger = engine, exchanger
             return exchanger
 
-    def _on_optimizer_step(self, optimizer, args, kwargs):
+    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._warner.check(optimizer)
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
 
-    def reconfigure(self, rank, world_size, store=None, store_prefix=None):
+    def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
         """A new membership for this State's engine (torchft's quorum changes; Engine.reconfigure): collective
         over the new members. Creates nothing: the engine keeps its per-tensor state (residuals, momenta,
         counters). Before the engine exists (no bucket yet), the membership is kept and the engine is created
@@ -124,26 +131,26 @@ class State:
         engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
-    def bootstrapped(self):
+    def bootstrapped(self) -> bool:
         """Whether the engine exists (after the first bucket, or an access that needed it)."""
         return self._exchanger is not None
 
     @property
-    def engine(self):
+    def engine(self) -> _capi.Engine:
         """The engine; creates it (collectively) if no bucket has done so yet."""
         return self._bootstrap().engine
 
     @property
-    def iteration(self):
+    def iteration(self) -> int:
         """Backward passes seen by the hook."""
         if self._exchanger is None:
             return int(self._pending_load["iteration"]) if self._pending_load else self._closed_iteration
         return self._exchanger.iteration
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self.engine.stats(last_step)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The compressor state (residuals, momenta, step counters) and the tensors it belongs to, keyed by
         parameter name when the State knows the model (then it survives a change of bucket_cap_mb).
         Before the first bucket: the state given to load_state_dict, else the engine is created (collective)."""
@@ -154,7 +161,7 @@ class State:
                 "keys": "names" if exchanger.keys.named else "positions",
                 "tensors": exchanger.state(), "engine": exchanger.engine.save_state()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores state_dict()'s output, taken with the same model, world size and GRADEX_* policy. Before
         the first bucket the state is kept and applied when the engine is created (not collective)."""
         if state.get("format") != _STATE_FORMAT:
@@ -167,13 +174,14 @@ class State:
                 return
         _load(self._exchanger, self._engine, state)
 
-    def close(self):
+    def close(self) -> None:
         """Finishes outstanding exchanges, then releases the engine and gives an SGD optimizer whose momentum
         gradex took over its momentum back. Idempotent; also done at the end of a `with` block, by the garbage
         collector and at interpreter exit."""
         with self._lock:
-            if getattr(self, "_takeover", None) is not None:
-                self._takeover.release()
+            takeover = getattr(self, "_takeover", None)
+            if takeover is not None:
+                takeover.release()
                 self._takeover = None
             finalizer = getattr(self, "_finalizer", None)
             if finalizer is not None:
@@ -189,14 +197,14 @@ class State:
             self._exchanger = None
             self._engine = False
 
-    def __enter__(self):
+    def __enter__(self) -> "State":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         """Only a State that has not bootstrapped can be pickled: its configuration, scaler, process group
         and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
         would not be the module that DDP trains, so the unpickled State finds its DDP module at the first
@@ -210,17 +218,17 @@ class State:
                 "_pending_load": self._pending_load, "_takeover": None,
                 "_membership": getattr(self, "_membership", None)}
 
-    def __setstate__(self, values):
+    def __setstate__(self, values: Dict[str, Any]) -> None:
         self.__dict__.update(values)
         self._init_runtime()
 
 
-def _is_ddp(module):
+def _is_ddp(module: object) -> bool:
     import torch
     return isinstance(module, torch.nn.parallel.DistributedDataParallel)
 
 
-def _load(exchanger, engine, state):
+def _load(exchanger: _buckets.BucketExchanger, engine: _capi.Engine, state: Dict[str, Any]) -> None:
     kind = "names" if exchanger.keys.named else "positions"
     if state.get("keys") != kind:
         raise _errors.StateError(
@@ -231,7 +239,9 @@ def _load(exchanger, engine, state):
     exchanger.iteration = max(exchanger.iteration, int(state["iteration"]))
 
 
-def hook(state, bucket):
+# The annotations are evaluated (no `from __future__ import annotations` here): DDP's register_comm_hook
+# compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
+def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: submits the bucket to gradex and returns a future of its average over ranks."""
     exchanger = state._exchanger
     if exchanger is None:

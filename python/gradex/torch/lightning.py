@@ -11,6 +11,10 @@ backward); with CUDA devices it leaves Lightning's registration alone. CommHook(
 given pair instead, with any DDPStrategy. Works with the default (subprocess) and spawn launchers: an
 unused gx.State pickles (its configuration only).
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
 try:  # the unified package first, then the standalone one (a Trainer accepts only its own Callback class)
     from lightning.pytorch import Callback as _Callback
 except ImportError:  # pragma: no cover - depends on what is installed
@@ -22,13 +26,13 @@ from .. import _errors
 
 
 class CommHook(_Callback):
-    def __init__(self, state=None, hook=None):
+    def __init__(self, state: Any = None, hook: Optional[Callable[..., Any]] = None) -> None:
         super().__init__()
         if (state is None) != (hook is None):
             raise _errors.InvalidArgumentError("gradex: CommHook takes both state and hook, or neither")
         self._state, self._hook = state, hook
 
-    def on_fit_start(self, trainer, pl_module):
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         ddp = trainer.strategy.model
         if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(

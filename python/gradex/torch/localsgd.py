@@ -21,8 +21,10 @@ and the engine applies this rank's momentum in place without any traffic (sync/l
 import os
 import threading
 import weakref
+from typing import Any, Dict, Literal, Mapping, Optional, cast
 
 import torch
+import torch.distributed as dist
 
 from .. import _capi, _errors
 from . import _bootstrap, _buckets, _config_check, _ops
@@ -37,32 +39,33 @@ class LocalSGD:
     bootstraps collectively (over the DDP module's process group) at the first bucket or the first step(),
     whichever comes first. Picklable until then."""
 
-    def __init__(self, module, period, warmup_steps=0, config=None, store=None):
+    def __init__(self, module: torch.nn.Module, period: int, warmup_steps: int = 0, config: _capi.Config = None,
+                 store: Any = None) -> None:
         if int(period) < 1:
             raise _errors.ConfigError(f"gradex: LocalSGD period must be >= 1, got {period}")
         merged = {"GRADEX_LOCALSGD_PERIOD": int(period), "GRADEX_LOCALSGD_WARMUP_STEPS": int(warmup_steps)}
         merged.update(config or {})
         self._config = {str(k): str(v) for k, v in optimizer_owns_momentum(merged).items()}
         _config_check.check(self._config)
-        self._module = module
+        self._module: Any = cast(Any, module)  # DDP or not: its attributes are looked up dynamically
         self._store = store
         self.steps = 0  # steps ended by step()
         self.averaging_rounds = 0  # of which parameters were averaged
         self._init_runtime()
         if self._ddp:
-            module.register_comm_hook(self, LocalSGD._hook)
+            self._module.register_comm_hook(self, LocalSGD._hook)
 
-    def _init_runtime(self):
+    def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine = None
-        self._exchanger = None
+        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._exchanger: Optional[_buckets.BucketExchanger] = None
         self._ddp = isinstance(self._module, torch.nn.parallel.DistributedDataParallel)
         inner = self._module.module if self._ddp else self._module
         # Averaged every period: parameters, then floating-point buffers, each under its own key.
         self._tensors = [(f"param.{name}", p) for name, p in inner.named_parameters()]
         self._tensors += [(f"buffer.{name}", b) for name, b in inner.named_buffers() if b.dtype in _AVERAGED_DTYPES]
 
-    def _bootstrap(self):
+    def _bootstrap(self) -> _capi.Engine:
         with self._lock:
             if self._engine is False:
                 raise _errors.InvalidArgumentError("gradex: this LocalSGD was closed")
@@ -83,12 +86,15 @@ class LocalSGD:
             return self._engine
 
     @staticmethod
-    def _hook(self, bucket):
+    # Evaluated annotations (no `from __future__ import annotations` in this module): DDP's register_comm_hook
+    # compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
+    def _hook(self: "LocalSGD", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if self._exchanger is None:
             self._bootstrap()
+        assert self._exchanger is not None  # _bootstrap() made it (DDP)
         return self._exchanger.exchange(bucket)
 
-    def step(self):
+    def step(self) -> bool:
         """Ends a training step; call after optimizer.step(). Returns True when parameters were averaged."""
         engine = self._bootstrap()
         exchanged = engine.exchanges_gradients()
@@ -102,29 +108,29 @@ class LocalSGD:
         return False
 
     @torch.no_grad()
-    def average_parameters(self):
+    def average_parameters(self) -> None:
         """Averages parameters and floating-point buffers across ranks (collective)."""
         engine = self._bootstrap()
         _ops.wait_all([_ops.average(engine.address, key, t.detach()) for key, t in self._tensors])
 
     @property
-    def engine(self):
+    def engine(self) -> _capi.Engine:
         """The engine; creates it (collectively) if nothing has yet."""
         return self._bootstrap()
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self.engine.stats(last_step)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         return {"format": _STATE_FORMAT, "steps": self.steps, "engine": self.engine.save_state()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("format") != _STATE_FORMAT:
             raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {state.get('format')!r})")
         self.engine.load_state(state["engine"])
         self.steps = int(state["steps"])
 
-    def close(self):
+    def close(self) -> None:
         """Finishes outstanding exchanges, then releases the engine. Idempotent; also done at the end of a `with`
         block and by the garbage collector."""
         with self._lock:
@@ -136,28 +142,28 @@ class LocalSGD:
                 self._engine.close()
             self._engine = False
 
-    def __enter__(self):
+    def __enter__(self) -> "LocalSGD":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         if self._engine is not None:
             raise TypeError("gradex.torch.LocalSGD holds an engine once it has been used; checkpoint "
                             "state_dict() instead of pickling it")
         return {"_config": self._config, "_module": self._module, "_store": self._store, "steps": self.steps,
                 "averaging_rounds": self.averaging_rounds}
 
-    def __setstate__(self, values):
+    def __setstate__(self, values: Dict[str, Any]) -> None:
         self.__dict__.update(values)
         self._init_runtime()
         if self._ddp:  # the unpickled DDP module has a new reducer without the hook
             self._module.register_comm_hook(self, LocalSGD._hook)
 
 
-def optimizer_owns_momentum(config):
+def optimizer_owns_momentum(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """LocalSGD's default momentum rule (module docstring): GRADEX_MOMENTUM defaults to 0, so the optimizer
     owns momentum; a value the caller set (config= or the environment) is kept. Returns the config to create
     the engine with."""

@@ -21,9 +21,12 @@ With a torch.amp.GradScaler, pass it (scaler=) so that gradex's residuals and mo
 (_amp.py), and call opt.synchronize() before scaler.unscale_(opt) / scaler.step(opt): the scaler reads the
 gradients, which must hold the averages by then. step() does not exchange again after a synchronize().
 """
+from __future__ import annotations
+
 import os
 import threading
 import weakref
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -31,7 +34,7 @@ import torch.distributed as dist
 from .. import _capi, _errors
 from . import _amp, _bootstrap, _horizon, _layout, _momentum, _ops
 
-_live_optimizers = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
+_live_optimizers: weakref.WeakSet[DistributedOptimizer] = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
 
 _STATE_FORMAT = "gradex.torch.DistributedOptimizer/1"
 
@@ -43,14 +46,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
     GRADEX_POLICY=auto), or an LR scheduler that knows its total (OneCycleLR: horizon_steps=scheduler); None:
     unknown, no horizon rule."""
 
-    def __init__(self, optimizer, named_parameters=None, config=None, store=None, scaler=None, process_group=None,
-                 uneven_inputs=False, horizon_steps=None):
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Optional[Iterable[Tuple[str, torch.nn.Parameter]]] = None,
+                 config: _capi.Config = None, store: Any = None, scaler: Any = None,
+                 process_group: Optional[dist.ProcessGroup] = None, uneven_inputs: bool = False,
+                 horizon_steps: Optional[int] = None) -> None:
         if isinstance(optimizer, DistributedOptimizer):
             raise _errors.InvalidArgumentError("gradex: the optimizer is already a gx.DistributedOptimizer")
         self._gradex_ready = False
-        self._takeover = None
-        self._engine = None
-        self._hooks = []
+        self._takeover: Optional[_momentum.SgdMomentumTakeover] = None
+        self._engine: Any = None  # the Engine from the first step on (every user checks _bootstrap first)
+        self._hooks: List[Any] = []
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
@@ -75,14 +81,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
             config, self._takeover = _momentum.decide(optimizer, config, "gx.DistributedOptimizer")
         self._config, self._store, self._group = config, store, process_group
         self._lock = threading.RLock()
-        self._pending = {}  # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
+        # name -> (ticket, buffer submitted, gradient to copy the result into, scale)
+        self._pending: Dict[str, Tuple[int, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]] = {}
         self._synchronized = False  # synchronize() ran and no gradient was submitted since
-        self._deferred = set()  # gradients produced but not submitted yet (clipping waits for all)
-        self._on_device = set()
+        self._deferred: Set[str] = set()  # gradients produced but not submitted yet (clipping waits for all)
+        self._on_device: Set[str] = set()
         self._clip = False
         self._closed = False
-        self._pending_load = None  # gradex state loaded before the engine exists
-        self._box = {"engine": None}  # what the finalizer closes (it must not hold this object)
+        self._pending_load: Optional[bytes] = None  # gradex state loaded before the engine exists
+        # what the finalizer closes (it must not hold this object)
+        self._box: Dict[str, Optional[_capi.Engine]] = {"engine": None}
         self._finalizer = weakref.finalize(self, _close_engine, self._box, self._takeover)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(name)) for name, p in self._params]
         _live_optimizers.add(self)
@@ -92,15 +100,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._bootstrap()
             except BaseException:
                 self._closed = True
-                for handle in self._hooks:
-                    handle.remove()
-                self._hooks = []
-                self._release_momentum()
-                _live_optimizers.discard(self)
-                self._finalizer.detach()
+                self._detach()
                 raise
 
-    def _bootstrap(self):
+    def _bootstrap(self) -> _capi.Engine:
         """The engine, created at the first use when this optimizer was constructed before torch.distributed
         was initialized (collective: every rank's first gradient, step() or state call creates it; without a
         process group it bootstraps from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)."""
@@ -131,7 +134,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return engine
 
     @staticmethod
-    def _name_parameters(optimizer, named_parameters):
+    def _name_parameters(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.nn.Parameter]]]
+                         ) -> List[Tuple[str, torch.Tensor]]:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if named_parameters is None:
             return [(f"param.{i}", p) for i, p in enumerate(params)]
@@ -146,16 +151,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"gradex: {len(missing)} of the optimizer's parameters are not in named_parameters")
         return [(by_id[id(p)], p) for p in params]
 
-    def _make_hook(self, name):
+    def _make_hook(self, name: str) -> Callable[[torch.Tensor], None]:
         owner = weakref.ref(self)  # the parameter's hook must not keep the optimizer (and its engine) alive
 
-        def on_gradient(p):
+        def on_gradient(p: torch.Tensor) -> None:
             opt = owner()
             if opt is not None:
                 opt._submit(name, p)
         return on_gradient
 
-    def _submit(self, name, p, now=False):
+    def _submit(self, name: str, p: torch.Tensor, now: bool = False) -> None:
         """Hands a gradient to the engine; with clipping (GRADEX_CLIP_NORM > 0) only notes it, unless `now`:
         synchronize() submits every gradient once the whole model's norm is known. A parameter without a
         gradient submits a zero buffer of its own (its .grad is set later only if the average is non-zero)."""
@@ -182,7 +187,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             ticket = _ops.submit(engine.address, name, buffer.detach(), on_device=name in self._on_device)
             self._pending[name] = (ticket, buffer, grad, scale)
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Waits until every parameter's gradient holds its average over ranks. Parameters whose hook did
         not fire this step (unused, or no backward) contribute zeros, as every rank must submit every key;
         their .grad stays None unless the average is non-zero. Does nothing when called again before the
@@ -209,14 +214,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 if p.grad is not None:
                     p.grad.mul_(factor)
 
-    def _active_ranks(self, training):
+    def _active_ranks(self, training: bool) -> int:
         """How many ranks still train this step (each says whether it does); collective."""
         from . import collectives
         flag = torch.tensor([1.0 if training else 0.0])
         collectives.allreduce_(flag, collectives.Average)
         return round(float(flag) * self._engine.world_size)
 
-    def join(self):
+    def join(self) -> int:
         """For a rank that has run out of data (uneven_inputs=True): keeps taking part in the other ranks'
         steps until every rank has called join(), submitting an absent contribution for every parameter
         (gradex_submit_absent): it adds exact zeros to every exchange, and its gradex momentum and DGC residual
@@ -248,7 +253,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             mirrored += 1
         return mirrored
 
-    def _wait_pending(self, write):
+    def _wait_pending(self, write: bool) -> None:
         """Waits for every submitted gradient (every ticket is consumed, even after a failure); with `write`
         the averages go into the gradients."""
         with self._lock:
@@ -277,12 +282,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise first_error
 
     @torch.no_grad()
-    def average_parameters(self):
+    def average_parameters(self) -> None:
         """Averages every parameter across ranks (LocalSGD's averaging round)."""
         engine = self._bootstrap()
         _ops.wait_all([_ops.average(engine.address, name, p.detach()) for name, p in self._params])
 
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -294,10 +299,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.average_parameters()
         return loss
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         self._gradex_wrapped.zero_grad(set_to_none=set_to_none)
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
         if not self._gradex_ready:  # torch.optim.Optimizer.__init__ building the shared groups
             return super().add_param_group(param_group)
         raise _errors.InvalidArgumentError(
@@ -305,20 +310,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
             "(every rank must register the same tensors when the engine is created)")
 
     @property
-    def engine(self):
+    def engine(self) -> _capi.Engine:
         """The engine (created now, collectively, if this optimizer was constructed before
         torch.distributed was initialized and has not been used yet)."""
         return self._bootstrap()
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         return self._bootstrap().stats(last_step)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The wrapped optimizer's state_dict plus gradex's compressor state."""
         return {"format": _STATE_FORMAT, "optimizer": self._gradex_wrapped.state_dict(),
                 "gradex": self._bootstrap().save_state()}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Accepts state_dict()'s output, or a plain state dict of the wrapped optimizer."""
         if state_dict.get("format") == _STATE_FORMAT:
             with self._lock:
@@ -332,7 +337,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         else:
             self._gradex_wrapped.load_state_dict(state_dict)
 
-    def close(self):
+    def close(self) -> None:
         """Finishes the exchanges in flight, removes the gradient hooks, gives an SGD optimizer its momentum
         back and releases the engine. Idempotent; also run when a `with` block ends and (without the draining,
         which needs this object) by the garbage collector."""
@@ -344,36 +349,38 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if self._engine is not None:
                 self._wait_pending(write=False)
         finally:
-            for handle in self._hooks:
-                handle.remove()
-            self._hooks = []
-            self._release_momentum()
-            _live_optimizers.discard(self)
-            self._finalizer.detach()
+            self._detach()
             if self._engine is not None:
                 self._engine.close()
 
-    def _release_momentum(self):
+    def _detach(self) -> None:
+        """Unhooks this closed optimizer from its parameters, gives the optimizer its momentum back and
+        takes it out of gx.join()'s view and the garbage collector's finalizer (the caller closes the engine)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
         if self._takeover is not None:
             self._takeover.release()
             self._takeover = None
+        _live_optimizers.discard(self)
+        self._finalizer.detach()
 
-    def _check_open(self):
+    def _check_open(self) -> None:
         if self._closed or (self._engine is not None and not self._engine.address):
             raise _errors.InvalidArgumentError("gradex: this gx.DistributedOptimizer was closed")
 
-    def __enter__(self):
+    def __enter__(self) -> DistributedOptimizer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"gx.DistributedOptimizer({self._gradex_wrapped!r})"
 
 
-def join(optimizer=None):
+def join(optimizer: Optional[DistributedOptimizer] = None) -> int:
     """gx.join(): this rank has run out of data; see DistributedOptimizer.join. `optimizer`: the
     gx.DistributedOptimizer (default: the only open one in this process)."""
     if optimizer is None:
@@ -386,7 +393,7 @@ def join(optimizer=None):
     return optimizer.join()
 
 
-def _close_engine(box, takeover):
+def _close_engine(box: Dict[str, Optional[_capi.Engine]], takeover: Optional[_momentum.SgdMomentumTakeover]) -> None:
     if takeover is not None:
         takeover.release()
     if box["engine"] is None:
@@ -397,7 +404,7 @@ def _close_engine(box, takeover):
         pass  # garbage collection: nobody is left to tell
 
 
-def _localsgd_period(config):
+def _localsgd_period(config: _capi.Config) -> int:
     value = (config or {}).get("GRADEX_LOCALSGD_PERIOD", os.environ.get("GRADEX_LOCALSGD_PERIOD", "0"))
     try:
         return int(value)

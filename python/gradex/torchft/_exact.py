@@ -11,16 +11,19 @@ quorum-time broadcasts and integer reductions, not for gradients (those go throu
 Every function here is collective over the engine's ranks and must be called by one thread per engine at a
 time, in the same order on every rank (ProcessGroupGradex runs them on one worker thread per engine).
 """
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
 import torch
 
 from .. import _capi, _errors
-from ..torch import _ops
-from ..torch import _words
+from ..torch import _integration as _gxt
 
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large transfers
 
 
-def average_(engine, values):
+def average_(engine: _capi.Engine, values: torch.Tensor) -> None:
     """Replaces a flat float32 CPU tensor by its average over the engine's ranks (chunks of _CHUNK_WORDS, one
     engine key per chunk size, reused from call to call). The chunks go as dense gradients (the engine runs
     with fp32 on the wire, no momentum, nothing compressed: a ring allreduce whose result has the same bits on
@@ -30,12 +33,12 @@ def average_(engine, values):
         chunk = values[start:start + _CHUNK_WORDS]
         key = f"gx.torchft/{chunk.numel()}"
         engine.register(key, chunk.numel(), _capi.FLOAT32)
-        _ops.wait(_ops.submit(engine.address, key, chunk))
+        _gxt.wait(_gxt.submit(engine.address, key, chunk))
 
 
 
 
-def _slots(engine, words, slot, slots):
+def _slots(engine: _capi.Engine, words: torch.Tensor, slot: Optional[int], slots: int) -> torch.Tensor:
     """Every rank's `words` placed in its slot (None: this rank owns none); returns the slots' words."""
     world = engine.world_size
     m = words.numel()
@@ -47,7 +50,7 @@ def _slots(engine, words, slot, slots):
     return buffer.view(slots, m)
 
 
-def as_bytes(tensor):
+def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU uint8 view of a tensor's bytes (a copy when it lives elsewhere)."""
     flat = tensor.detach().reshape(-1).contiguous().cpu()
     if flat.dtype == torch.bool:
@@ -55,25 +58,25 @@ def as_bytes(tensor):
     return flat.view(torch.uint8) if flat.numel() else torch.zeros(0, dtype=torch.uint8)
 
 
-def allgather_bytes(engine, data):
+def allgather_bytes(engine: _capi.Engine, data: torch.Tensor) -> List[torch.Tensor]:
     """Every rank's uint8 tensor (the same length on every rank), in rank order."""
     if engine.world_size == 1:
         return [data.clone()]
-    bits = _words.word_bits(engine.world_size)
-    slots = _slots(engine, _words.to_words(data, bits), engine.rank, engine.world_size)
-    return [_words.from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
+    bits = _gxt.word_bits(engine.world_size)
+    slots = _slots(engine, _gxt.to_words(data, bits), engine.rank, engine.world_size)
+    return [_gxt.from_words(slots[r], bits, data.numel()) for r in range(engine.world_size)]
 
 
-def broadcast_bytes(engine, data, root):
+def broadcast_bytes(engine: _capi.Engine, data: torch.Tensor, root: int) -> torch.Tensor:
     """root's uint8 tensor (the same length on every rank), bit for bit."""
     if engine.world_size == 1:
         return data.clone()
-    bits = _words.word_bits(engine.world_size)
-    slots = _slots(engine, _words.to_words(data, bits), 0 if engine.rank == root else None, 1)
-    return _words.from_words(slots[0], bits, data.numel())
+    bits = _gxt.word_bits(engine.world_size)
+    slots = _slots(engine, _gxt.to_words(data, bits), 0 if engine.rank == root else None, 1)
+    return _gxt.from_words(slots[0], bits, data.numel())
 
 
-def from_bytes(data, like):
+def from_bytes(data: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A tensor of `like`'s dtype and shape holding `data`'s bytes."""
     if like.numel() == 0:
         return torch.empty_like(like, device="cpu")
@@ -83,12 +86,12 @@ def from_bytes(data, like):
     return raw.view(like.dtype).view(like.shape)
 
 
-def allgather(engine, tensor):
+def allgather(engine: _capi.Engine, tensor: torch.Tensor) -> List[torch.Tensor]:
     """Every rank's tensor (same shape and dtype everywhere), in rank order, as CPU tensors."""
     return [from_bytes(d, tensor) for d in allgather_bytes(engine, as_bytes(tensor))]
 
 
-def check_same_layout(engine, tensors, operation):
+def check_same_layout(engine: _capi.Engine, tensors: Sequence[torch.Tensor], operation: str) -> None:
     """MismatchError on every rank when ranks pass tensors of different shapes or dtypes: a collective over
     differently shaped tensors would otherwise mix bytes silently."""
     if engine.world_size == 1:
@@ -97,7 +100,7 @@ def check_same_layout(engine, tensors, operation):
     import hashlib
     digest = torch.frombuffer(bytearray(hashlib.sha256(layout).digest()[:16]), dtype=torch.uint8)
     digests = allgather_bytes(engine, digest)
-    groups = {}
+    groups: Dict[bytes, List[int]] = {}
     for r, d in enumerate(digests):
         groups.setdefault(bytes(d.tolist()), []).append(r)
     if len(groups) > 1:

@@ -5,8 +5,11 @@ exception (its Manager and DDP hook chain callbacks on it). Both are served by o
 completed exactly once: by the worker thread with the result or the engine's error, or earlier by an abort
 (a timeout, a reconfiguration, torchft's abort()) with the reason.
 """
+from __future__ import annotations
+
 import threading
 from datetime import timedelta
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -15,16 +18,16 @@ import torch.distributed as dist
 class Operation:
     """One issued collective: its name (for messages), the value its future completes with, its completion."""
 
-    def __init__(self, name, result):
+    def __init__(self, name: str, result: Any) -> None:
         self.name = name
         self.result = result
-        self.future = torch.futures.Future()
+        self.future: torch.futures.Future = torch.futures.Future()
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._completed = False
-        self.error = None
+        self.error: Optional[BaseException] = None
 
-    def succeed(self):
+    def succeed(self) -> bool:
         with self._lock:
             if self._completed:
                 return False
@@ -33,7 +36,7 @@ class Operation:
         self.future.set_result(self.result)
         return True
 
-    def fail(self, error):
+    def fail(self, error: BaseException) -> bool:
         """Completes with `error` unless already completed; returns whether this call completed it."""
         with self._lock:
             if self._completed:
@@ -44,19 +47,19 @@ class Operation:
         self.future.set_exception(error)
         return True
 
-    def wait_done(self, seconds):
+    def wait_done(self, seconds: Optional[float]) -> bool:
         return self._done.wait(seconds)
 
 
 class GradexWork(dist._Work):
     """Work of one ProcessGroupGradex operation."""
 
-    def __init__(self, group, operation):
+    def __init__(self, group: Any, operation: Operation) -> None:
         super().__init__()
         self._group = group
         self._operation = operation
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[timedelta] = None) -> bool:
         """Blocks until the operation completes; raises its error. `timeout` (None or 0: the group's): past it
         the group aborts (every pending operation fails, as after a lost peer) and this raises."""
         if not self._operation.wait_done(0):
@@ -70,20 +73,20 @@ class GradexWork(dist._Work):
             raise self._operation.error
         return True
 
-    def is_completed(self):
+    def is_completed(self) -> bool:
         return self._operation.wait_done(0)
 
-    def is_success(self):
+    def is_success(self) -> bool:
         return self.is_completed() and self._operation.error is None
 
-    def exception(self):
+    def exception(self) -> Optional[BaseException]:
         return self._operation.error
 
-    def get_future(self):
+    def get_future(self) -> torch.futures.Future:
         return self._operation.future
 
 
-def completed_work(result):
+def completed_work(result: Any) -> GradexWork:
     """A Work that has already succeeded with `result`."""
     operation = Operation("noop", result)
     operation.succeed()

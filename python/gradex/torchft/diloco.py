@@ -27,13 +27,16 @@ torchft's recovery, with the model and inner optimizer state of the Manager's ow
 must hold the model and the inner optimizer, as for torchft's DiLoCo). Its residuals start at zero: they are
 its own error feedback.
 """
+from __future__ import annotations
+
 import weakref
+from datetime import timedelta
+from typing import Any, Dict, List, Literal, Optional
 
 import torch
 
 from .. import _capi, _errors, _outer_config
-from ..torch import _diloco_sharded as _sharded
-from ..torch.diloco import _tensor_address
+from ..torch import _integration as _gxt
 from . import process_group as _pg
 
 _PREFIX = "gradex/diloco/"
@@ -44,14 +47,14 @@ _STATE_FORMAT = "gradex.torchft.DiLoCo/1"
 class _Attempt:
     """One outer sync from its quorum to its commit decision."""
 
-    def __init__(self, launch_step, merge_step):
+    def __init__(self, launch_step: int, merge_step: int) -> None:
         self.launch_step = launch_step
         self.merge_step = merge_step
-        self.snapshot = None  # this rank's full outer state before the sync (Outer.save_state)
+        self.snapshot: Optional[bytes] = None  # this rank's full outer state before the sync (Outer.save_state)
         self.failed = False  # no exchange could start (no quorum, a failed reconfiguration)
 
 
-def _close_quietly(holder):
+def _close_quietly(holder: List[Optional[_capi.Outer]]) -> None:
     outer, holder[0] = holder[0], None
     _errors.close_quietly(outer)  # the peers may be gone; nothing is left to tell them
 
@@ -70,9 +73,11 @@ class DiLoCo:
     (block-quantized with error feedback) or 32 (exact); compression="topk" with density= for top-k.
     config: other GRADEX_* settings of the outer optimizer."""
 
-    def __init__(self, manager, model, inner_optimizer, sync_every, *, fragments=1, fragment_sync_delay=0,
-                 fragment_update_alpha=0.0, outer_lr=0.7, outer_momentum=0.9, nesterov=True, bits=4,
-                 compression="quant", density=None, config=None, process_group=None):
+    def __init__(self, manager: Any, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer, sync_every: int,
+                 *, fragments: int = 1, fragment_sync_delay: int = 0, fragment_update_alpha: float = 0.0,
+                 outer_lr: float = 0.7, outer_momentum: float = 0.9, nesterov: bool = True, bits: int = 4,
+                 compression: str = "quant", density: Optional[float] = None, config: _capi.Config = None,
+                 process_group: Any = None) -> None:
         if getattr(manager, "_use_async_quorum", False):
             raise ValueError("gradex: DiLoCo needs a synchronous quorum: create the Manager with "
                              "use_async_quorum=False (as torchft's DiLoCo)")
@@ -107,22 +112,22 @@ class DiLoCo:
         # An FSDP2 model (fully_shard on the replica group's own mesh): the outer optimizer owns this rank's
         # parameter shards, and the Manager's process group spans the ranks of the same group rank in the other
         # replica groups, which hold the same shards.
-        self._fsdp_modules = _sharded.fsdp_modules(model)
-        self._params = _sharded.local_parameters(model)
+        self._fsdp_modules = _gxt.fsdp_modules(model)
+        self._params = _gxt.local_parameters(model)
         self._buffers = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.float32]
         self._tensors = [(f"param.{n}", p.detach(), False) for n, p in self._params]
         self._tensors += [(f"buffer.{n}", b, True) for n, b in self._buffers]
         for key, t, _ in self._tensors:
-            _tensor_address(key, t)  # rejected now, not at the first quorum
+            _gxt.tensor_address(key, t)  # rejected now, not at the first quorum
         # torchft's DiLoCo takes its first global copy at construction; the outer optimizer is created at the
         # first quorum, so the parameters of now are kept until then.
         with torch.no_grad():
-            self._initial = [p.detach().clone() for _, p in self._params]
-        self._holder = [None]  # the _capi.Outer, once the first quorum formed
+            self._initial: Optional[List[torch.Tensor]] = [p.detach().clone() for _, p in self._params]
+        self._holder: List[Optional[_capi.Outer]] = [None]  # the _capi.Outer, once the first quorum formed
         self._finalizer = weakref.finalize(self, _close_quietly, self._holder)
         self._steps = 0  # inner steps ended (the outer optimizer's step count, mirrored before it exists)
-        self._attempt = None
-        self._hooks = []
+        self._attempt: Optional[_Attempt] = None
+        self._hooks: List[Any] = []
         self._closed = False
         self.commits = 0  # outer syncs committed
         self.rollbacks = 0  # outer syncs that did not commit (rolled back)
@@ -133,10 +138,10 @@ class DiLoCo:
     # --- membership and recovery (on torchft's quorum thread, while the training thread waits for it) ------
 
     @property
-    def _outer(self):
+    def _outer(self) -> Optional[_capi.Outer]:
         return self._holder[0]
 
-    def _on_membership(self, store_addr, rank, world_size, timeout):
+    def _on_membership(self, store_addr: str, rank: int, world_size: int, timeout: timedelta) -> None:
         if self._closed:
             return
         store = _pg.create_store_client(store_addr, timeout)
@@ -152,6 +157,7 @@ class DiLoCo:
                 outer.add_tensor(key, t.data_ptr(), t.numel(), is_buffer)
             # The global copies start from the parameters at construction (the training thread is waiting
             # for this quorum, so the parameters can be swapped for the call).
+            assert self._initial is not None  # kept until the outer optimizer exists
             with torch.no_grad():
                 live = [p.detach().clone() for _, p in self._params]
                 try:
@@ -167,14 +173,14 @@ class DiLoCo:
         self._holder[0] = outer
         self._initial = None
 
-    def _state_dict(self):
+    def _state_dict(self) -> Dict[str, Any]:
         """The Manager's state_dict entry: the shared outer state (what every member holds identically)."""
         outer = self._outer
         blob = outer.save_shared_state() if outer is not None else None
         return {"format": _STATE_FORMAT,
                 "shared": torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else None}
 
-    def _load_state_dict(self, state):
+    def _load_state_dict(self, state: Dict[str, Any]) -> None:
         """The Manager's load_state_dict entry (a replica healing from a peer): loads the peer's shared outer
         state; corrupt or mismatched state raises (gradex.CorruptError / gradex.StateError) and changes
         nothing."""
@@ -193,28 +199,28 @@ class DiLoCo:
 
     # --- the inner optimizer's hooks (training thread) --------------------------------------------------
 
-    def __enter__(self):
+    def __enter__(self) -> DiLoCo:
         self._hooks.append(self.inner_optimizer.register_step_pre_hook(self._before_inner_step))
         self._hooks.append(self.inner_optimizer.register_step_post_hook(self._after_inner_step))
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
         return False
 
-    def _before_inner_step(self, *_):
+    def _before_inner_step(self, *_: object) -> None:
         self._manager.disallow_state_dict_read()  # a peer's recovery may read the parameters otherwise
 
-    def _due(self, step):
+    def _due(self, step: int) -> bool:
         return any(step % self._period == _outer_config.fragment_offset(f, self._fragments, self._period)
                    for f in range(self._fragments))
 
     @torch.no_grad()
-    def _after_inner_step(self, *_):
+    def _after_inner_step(self, *_: object) -> None:
         self._manager.allow_state_dict_read()
-        _sharded.reshard(self._fsdp_modules)  # an evaluation's forward pass may have left the root unsharded
+        _gxt.reshard(self._fsdp_modules)  # an evaluation's forward pass may have left the root unsharded
         if self._attempt is None and self._due(self._steps + 1):
             self._begin_sync()
         attempt = self._attempt
@@ -235,7 +241,7 @@ class DiLoCo:
         if attempt is not None and (merging or failed):
             self._end_sync(attempt, before_merge)
 
-    def _begin_sync(self):
+    def _begin_sync(self) -> None:
         """A new quorum for the sync due at the next step, then this rank's outer state as it is before it."""
         manager = self._manager
         manager.start_quorum()  # reconfigures the outer optimizer; a replica behind heals here
@@ -252,7 +258,7 @@ class DiLoCo:
                 attempt.failed = True
         self._attempt = attempt
 
-    def _end_sync(self, attempt, before_merge):
+    def _end_sync(self, attempt: _Attempt, before_merge: Optional[List[torch.Tensor]]) -> None:
         self._attempt = None
         if self._manager.should_commit():
             self.commits += 1
@@ -260,6 +266,7 @@ class DiLoCo:
         self.rollbacks += 1
         outer = self._outer
         if attempt.snapshot is not None:
+            assert outer is not None  # the snapshot was taken from it
             outer.load_state(attempt.snapshot)  # also on a failed outer optimizer; exchanges in flight dropped
             self._steps = outer.step_count()
         if before_merge is not None:
@@ -269,36 +276,39 @@ class DiLoCo:
     # --- inspection -----------------------------------------------------------------------------------
 
     @property
-    def in_flight(self):
+    def in_flight(self) -> bool:
         """Whether an outer sync has started and not yet been committed or rolled back."""
         return self._attempt is not None
 
-    def shared_state(self):
+    def shared_state(self) -> Optional[bytes]:
         """The shared outer state as bytes (bit-identical on every replica after a committed sync); None before
         the first quorum."""
         outer = self._outer
         return outer.save_shared_state() if outer is not None else None
 
-    def global_parameters(self):
+    def global_parameters(self) -> Dict[str, torch.Tensor]:
         """{name: tensor} of the global copy (identical on every replica)."""
+        outer = self._outer
+        if outer is None:
+            raise _errors.StateError("gradex: DiLoCo has no global copy before its first quorum")
         out = {}
         for name, p in self._params:
             t = torch.empty(p.shape, dtype=torch.float32)
-            self._outer.global_copy(f"param.{name}", t.data_ptr(), t.numel())
+            outer.global_copy(f"param.{name}", t.data_ptr(), t.numel())
             out[name] = t
         return out
 
-    def stats(self):
+    def stats(self) -> Optional[_capi.Stats]:
         """The outer optimizer's counters (gx.stats): bytes_sent/received, dense_bytes, compression_ratio,
         parameter_averages (fragment syncs merged), communicate_seconds, decode_seconds."""
         outer = self._outer
         return outer.stats() if outer is not None else None
 
     @property
-    def engine(self):
+    def engine(self) -> Optional[_capi.Outer]:
         return self._outer
 
-    def close(self):
+    def close(self) -> None:
         """Releases the outer optimizer's connections (waits for the peers to leave too, within the timeout)."""
         self._closed = True
         self.__exit__(None, None, None)

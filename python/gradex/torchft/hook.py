@@ -28,13 +28,15 @@ A failed exchange (a lost replica) is reported to the Manager and the bucket is 
 completes, should_commit() says no, and the step is discarded everywhere.
 """
 import threading
+from datetime import timedelta
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch.nn import parallel
 from torchft.process_group import ProcessGroupDummy
 
 from .. import _capi, _errors, _log
-from ..torch import _completion, _config_check, _layout, _momentum, _ops
+from ..torch import _integration as _gxt
 from . import process_group as _pg
 
 _PREFIX = "gradex/hook/"
@@ -43,17 +45,17 @@ _PREFIX = "gradex/hook/"
 class _Generation:
     """The engine of one membership and the thread that completes its exchanges."""
 
-    def __init__(self, engine, model):
+    def __init__(self, engine: _capi.Engine, model: Optional[torch.nn.Module]) -> None:
         self.engine = engine
-        self.keys = _layout.BucketKeys(model)
-        self.completer = _completion.Completer("gradex-torchft")
+        self.keys = _gxt.BucketKeys(model)
+        self.completer = _gxt.Completer("gradex-torchft")
         # Every parameter is registered up front, so that a snapshot taken at any step start covers every
         # tensor a rollback may have to restore.
         if model is not None:
             self.keys.register_saved(engine, {name: (p.numel(), str(p.dtype))
                                               for name, p in _named_parameters(model) if p.requires_grad})
 
-    def release(self):
+    def release(self) -> None:
         """Aborts the engine (exchanges in flight fail at once; the peers learn it at once and go on after
         torchft's next quorum, as when a replica dies), then closes it."""
         try:
@@ -75,23 +77,25 @@ class State:
     config: GRADEX_* overrides for the engine (checked here). optimizer: the optimizer that trains the model,
     for gradex's momentum rule (as for gx.State)."""
 
-    def __init__(self, manager, process_group, model, *, config=None, optimizer=None):
+    def __init__(self, manager: Any, process_group: _pg.ProcessGroupGradex, model: torch.nn.Module, *,
+                 config: _capi.Config = None, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         if not isinstance(process_group, _pg.ProcessGroupGradex):
             raise _errors.InvalidArgumentError(
                 "gradex: gradex.torchft.State needs the Manager's ProcessGroupGradex (its quorum is the State's "
                 f"membership), not {type(process_group).__name__}")
         config = {str(k): str(v) for k, v in (config or {}).items()}
-        _config_check.check(config)
+        _gxt.check_config(config)
         if float(config.get("GRADEX_CLIP_NORM", "0") or 0) > 0:
             raise _errors.InvalidArgumentError("gradex: GRADEX_CLIP_NORM is not supported by the torchft hook "
                                                "(clip before backward ends, or use torch's clip_grad_norm_)")
-        self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex torchft hook")
+        self._config, self._takeover = _gxt.decide_momentum(optimizer, config, "the gradex torchft hook")
         self._manager = manager
         self._model = model.module if isinstance(model, parallel.DistributedDataParallel) else model
         self._lock = threading.Lock()
-        self._generation = None
+        self._generation: Optional[_Generation] = None
         self._in_step = False
-        self._snapshot = None  # (manager step when taken, engine) of the engine's last snapshot
+        # (manager step when taken, engine) of the engine's last snapshot
+        self._snapshot: Optional[Tuple[int, _capi.Engine]] = None
         self._scale = 1.0
         self._absent = False
         self.rollbacks = 0  # steps whose gradex state was rolled back (they did not commit)
@@ -99,7 +103,7 @@ class State:
 
     # --- membership -------------------------------------------------------------------------------
 
-    def _on_membership(self, store_addr, rank, world_size, timeout):
+    def _on_membership(self, store_addr: str, rank: int, world_size: int, timeout: timedelta) -> None:
         """Called by the ProcessGroupGradex after each reconfiguration, on the thread that reconfigures it
         (every member does so for the same quorum): a survivor reconfigures its engine (per-tensor state kept,
         work of the old membership aborted), a newcomer creates one; both are collective over the quorum."""
@@ -111,20 +115,20 @@ class State:
             return
         config = dict(self._config)
         config["GRADEX_TIMEOUT_S"] = f"{max(timeout.total_seconds(), 0.01):g}"
-        _ops.load()
+        _gxt.load_ops()
         engine = _capi.Engine(rank, world_size, store, _PREFIX, config)
         with self._lock:
             self._generation = _Generation(engine, self._model)
 
     @property
-    def engine(self):
+    def engine(self) -> Optional[_capi.Engine]:
         """The engine of the current quorum (None before the first one)."""
         generation = self._generation
         return generation.engine if generation is not None else None
 
     # --- steps ------------------------------------------------------------------------------------
 
-    def _begin_step(self):
+    def _begin_step(self) -> Optional[_Generation]:
         manager = self._manager
         manager.wait_quorum()
         step = manager.current_step()
@@ -147,7 +151,7 @@ class State:
         self._scale = generation.engine.world_size / participants if participants else 0.0
         return generation
 
-    def exchange(self, bucket):
+    def exchange(self, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
         if not self._in_step:
             self._in_step = True
@@ -167,23 +171,23 @@ class State:
                 for key, view in zip(keys, gradients):
                     on_device = key in generation.keys.on_device
                     if self._absent:
-                        tickets.append(_ops.submit_absent(generation.engine.address, key, view, on_device))
+                        tickets.append(_gxt.submit_absent(generation.engine.address, key, view, on_device))
                     else:
-                        tickets.append(_ops.submit(generation.engine.address, key, view, on_device))
+                        tickets.append(_gxt.submit(generation.engine.address, key, view, on_device))
             except BaseException:
                 try:
-                    _ops.wait_all(tickets)
+                    _gxt.wait_all(tickets)
                 except _errors.GradexError:
                     pass  # the submission's own error is the one to report
                 raise
         except _errors.GradexError as exc:
             self._manager.report_error(exc)
             return _completed(buffer)
-        future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+        future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
         scale = self._scale
         engine = generation.engine
 
-        def after():
+        def after() -> None:
             if scale != 1.0:
                 buffer.mul_(scale)
             if last:
@@ -191,7 +195,7 @@ class State:
         generation.completer.add(tickets, future, buffer, after)
         manager = self._manager
 
-        def settle(fut):
+        def settle(fut: torch.futures.Future) -> torch.Tensor:
             try:
                 return fut.value()
             except Exception as exc:  # a lost replica: torchft discards the step
@@ -201,7 +205,7 @@ class State:
                 return buffer
         return future.then(settle)
 
-    def close(self):
+    def close(self) -> None:
         """Releases the engine (idempotent); the other replicas see this replica leave, as if it had died."""
         with self._lock:
             generation, self._generation = self._generation, None
@@ -212,7 +216,9 @@ class State:
             generation.release()
 
 
-def hook(state, bucket):
+# The annotations are evaluated (no `from __future__ import annotations` here): DDP's register_comm_hook
+# compares them with dist.GradBucket and torch.futures.Future[torch.Tensor].
+def hook(state: State, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: gradex's exchange of the bucket between the replica groups of torchft's quorum."""
     return state.exchange(bucket)
 
@@ -222,16 +228,16 @@ class DistributedDataParallel(parallel.DistributedDataParallel):
     takes DDP's initial broadcast, the Manager syncs weights; buckets are never rebuilt), with gradients
     exchanged by `state` (a gradex.torchft.State)."""
 
-    def __init__(self, manager, module, state, **kwargs):
+    def __init__(self, manager: Any, module: torch.nn.Module, state: State, **kwargs: Any) -> None:
         super().__init__(module, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True, **kwargs)
         self.register_comm_hook(state, hook)
 
 
-def _named_parameters(model):
+def _named_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
     return list(model.named_parameters())
 
 
-def _completed(buffer):
-    future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+def _completed(buffer: torch.Tensor) -> torch.futures.Future:
+    future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
     future.set_result(buffer)
     return future

@@ -24,6 +24,8 @@ same sequence of keys. Results:
 A failed operation (a lost peer, a timeout) fails its Work and future, makes errored() report the group as
 aborted, and fails every later operation until the next reconfigure, as torchft expects.
 """
+from __future__ import annotations
+
 import atexit
 import collections
 import concurrent.futures
@@ -31,6 +33,7 @@ import json
 import threading
 import weakref
 from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import torch
 from torch.distributed import TCPStore
@@ -38,15 +41,15 @@ from torch.distributed.distributed_c10d import ReduceOp
 from torchft.process_group import ProcessGroup, _rendezvous, create_store_client
 
 from .. import _capi, _errors
-from ..torch import _ops
+from ..torch import _integration as _gxt
 from . import _exact, _work
 
 _BACKEND_NAME = "torchft-gradex"
 _PREFIX = "gradex/pg/"  # under the quorum's store prefix (torchft/<quorum id>/)
-_releasing = []  # threads releasing retired engines; joined at interpreter exit
+_releasing: List[threading.Thread] = []  # threads releasing retired engines; joined at interpreter exit
 
 
-def _join_releases():
+def _join_releases() -> None:
     """Lets retired engines finish closing before the C++ runtime tears down under their threads."""
     for thread in list(_releasing):
         thread.join()
@@ -56,7 +59,7 @@ atexit.register(_join_releases)
 _FLOAT_AVERAGED = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def engine_config(timeout):
+def engine_config(timeout: timedelta) -> Dict[str, str]:
     """The collectives' engine configuration: exact fp32 on the wire, nothing compressed, no momentum, the
     group's timeout for every wait (a dead peer fails an operation within it)."""
     seconds = max(timeout.total_seconds(), 0.01)
@@ -66,7 +69,7 @@ def engine_config(timeout):
             "GRADEX_TIMEOUT_S": f"{seconds:g}"}
 
 
-def _reduce_op(opts):
+def _reduce_op(opts: Any) -> Any:
     """The RedOpType of a ReduceOp, a RedOpType or an options object (ReduceOp objects compare equal to a
     RedOpType only from their own side, so everything below compares RedOpTypes)."""
     op = opts if isinstance(opts, (ReduceOp, ReduceOp.RedOpType)) else opts.reduceOp
@@ -76,21 +79,22 @@ def _reduce_op(opts):
 class _Generation:
     """One engine and the threads that drive it, for one membership."""
 
-    def __init__(self, engine, store_addr, timeout):
+    def __init__(self, engine: _capi.Engine, store_addr: str, timeout: timedelta) -> None:
         self.engine = engine
         self.rank, self.world_size = engine.rank, engine.world_size
         self.store_addr = store_addr
         self.timeout = timeout
         self.collectives = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gradex_pg")
         self.p2p = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gradex_pg_p2p")
-        self.p2p_store = None
-        self.sequence = collections.Counter()  # (direction, peer, tag) -> messages so far
-        self.pending = set()
+        self.p2p_store: Any = None
+        self.store: Any = None  # the store the engine bootstrapped through (set by reconfigure)
+        self.sequence: collections.Counter = collections.Counter()  # (direction, peer, tag) -> messages so far
+        self.pending: Set[_work.Operation] = set()
         self.lock = threading.Lock()
-        self.error = None
+        self.error: Optional[BaseException] = None
         self.engine_aborted = False
 
-    def abort(self, error):
+    def abort(self, error: BaseException) -> None:
         """Fails every pending operation with `error`, makes later ones fail at once, and aborts the engine (its
         work in flight fails within milliseconds; the peers learn it at once). The engine and the workers stay
         for the next reconfiguration. Idempotent."""
@@ -107,13 +111,13 @@ class _Generation:
             except _errors.GradexError:
                 pass  # already failed: the close or reconfigure that follows deals with it
 
-    def retire(self, error, keep_engine=False):
+    def retire(self, error: BaseException, keep_engine: bool = False) -> Optional[_capi.Engine]:
         """Ends the generation: abort(error), then waits for the workers to stop. keep_engine: returns the
         engine, for Engine.reconfigure; else the engine is closed on a thread of its own (joined at interpreter
         exit)."""
         self.abort(error)
 
-        def stop_workers():
+        def stop_workers() -> None:
             self.collectives.shutdown(wait=True)
             self.p2p.shutdown(wait=True)
 
@@ -121,7 +125,7 @@ class _Generation:
             stop_workers()
             return self.engine
 
-        def release():
+        def release() -> None:
             stop_workers()
             try:
                 self.engine.close()
@@ -134,7 +138,7 @@ class _Generation:
         return None
 
 
-def advertised_reconfigure_handle(pg, host):
+def advertised_reconfigure_handle(pg: ProcessGroupGradex, host: str) -> str:
     """torchft's reconfigure handle of `pg` (any torchft ProcessGroup: its id, the rendezvous store it serves,
     its global rank) with the store advertised at `host` instead of socket.gethostname(). The store server is
     created on first use, as torchft does, and listens on every interface."""
@@ -157,31 +161,34 @@ class ProcessGroupGradex(ProcessGroup):
     store it serves (torchft advertises socket.gethostname(), which need not resolve to a reachable address
     from another host or network namespace). None: socket.gethostname(), as torchft does."""
 
-    def __init__(self, timeout=timedelta(seconds=60), config=None, host=None):
+    def __init__(self, timeout: timedelta = timedelta(seconds=60), config: _capi.Config = None,
+                 host: Optional[str] = None) -> None:
         super().__init__(0, 1)
         if host is not None and (not isinstance(host, str) or not host.strip("[]") or "/" in host):
             raise ValueError(f"gradex: ProcessGroupGradex host must be a host name or address, got {host!r}")
         self._advertised_host = host.strip("[]") if host is not None else None
         self._timeout = timeout
         self._extra_config = {str(k): str(v) for k, v in (config or {}).items()}
-        self._generation = None
+        self._generation: Optional[_Generation] = None
         self._issue_lock = threading.Lock()
         # Garbage collection and interpreter exit retire the engine too: torchft drops a failed replica's
         # group without shutting it down, and an engine left running would keep its peers waiting.
-        self._holder = [None]
-        self._spare_engine = None  # an engine whose reconfiguration failed, kept for the next one
+        self._holder: List[Optional[_Generation]] = [None]
+        # an engine whose reconfiguration failed, kept for the next one
+        self._spare_engine: Optional[_capi.Engine] = None
         self._finalizer = weakref.finalize(self, _retire_held, self._holder)
-        self._listeners = []  # callables(store_addr, rank, world_size, timeout) told of every membership
+        # callables(store_addr, rank, world_size, timeout) told of every membership
+        self._listeners: List[Callable[[str, int, int, timedelta], None]] = []
 
     # --- membership ---------------------------------------------------------------------------------
 
-    def get_reconfigure_handle(self):
+    def get_reconfigure_handle(self) -> str:
         """torchft's handle, with the rendezvous store advertised at `host` when one was given."""
         if self._advertised_host is None:
             return super().get_reconfigure_handle()
         return advertised_reconfigure_handle(self, self._advertised_host)
 
-    def reconfigure(self, opts):
+    def reconfigure(self, opts: Any) -> _work.GradexWork:
         """Joins the membership of torchft's ordered handles (blocks until the engine is up; raises on
         failure, e.g. a missing peer after the timeout)."""
         rendezvous = _rendezvous(opts, self._handle_id())
@@ -193,7 +200,7 @@ class ProcessGroupGradex(ProcessGroup):
         if old is not None:
             engine = old.retire(RuntimeError(f"gradex: process group aborted: reconfigured for quorum "
                                              f"{rendezvous.uuid}"), keep_engine=True)
-        _ops.load()
+        _gxt.load_ops()
         store = create_store_client(rendezvous.store_addr, timeout)
         if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
             try:
@@ -214,60 +221,61 @@ class ProcessGroupGradex(ProcessGroup):
             listener(rendezvous.store_addr, rendezvous.rank, rendezvous.world_size, timeout)
         return _work.completed_work(None)
 
-    def add_membership_listener(self, listener):
+    def add_membership_listener(self, listener: Callable[[str, int, int, timedelta], None]) -> None:
         """Calls listener(store_addr, rank, world_size, timeout) after every reconfiguration (gradex's torchft
         comm hook re-forms its own engine over the same quorum this way)."""
         self._listeners.append(listener)
 
-    def _retire(self, error):
+    def _retire(self, error: BaseException) -> None:
         with self._issue_lock:
             generation, self._generation = self._generation, None
             self._holder[0] = None
         if generation is not None:
             generation.retire(error)
 
-    def _abort_generation(self, reason):
+    def _abort_generation(self, reason: str) -> None:
         """Aborts the current generation after a failure (errored() then reports it until reconfigure)."""
         with self._issue_lock:
             generation = self._generation
         if generation is not None:
             generation.abort(RuntimeError(f"gradex: process group aborted: {reason}"))
 
-    def abort(self, errored=True):
+    def abort(self, errored: bool = True) -> None:
         self._abort_generation("abort() called")
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self._retire(RuntimeError("gradex: process group shut down"))
         spare, self._spare_engine = self._spare_engine, None
         if spare is not None:
             spare.close()
 
-    def errored(self):
+    def errored(self) -> Optional[BaseException]:
         generation = self._generation
         return generation.error if generation is not None else None
 
-    def set_timeout(self, timeout):
+    def set_timeout(self, timeout: timedelta) -> None:
         """The limit for waits on operations issued from now on (the engine's own limit is set at the next
         reconfigure)."""
         self._timeout = timeout
 
-    def size(self):
+    def size(self) -> int:
         generation = self._generation
         if generation is None:
             raise RuntimeError("gradex: process group not initialized (torchft has not reconfigured it yet)")
         return generation.world_size
 
-    def getBackendName(self):
+    def getBackendName(self) -> str:
         return _BACKEND_NAME
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         generation = self._generation
         where = f"rank={generation.rank}, world_size={generation.world_size}" if generation else "unconfigured"
         return f"ProcessGroupGradex({where})"
 
     # --- issuing ------------------------------------------------------------------------------------
 
-    def _issue(self, name, result, body, p2p=False):
+    def _issue(self, name: str, result: Any, body: Callable[[_Generation], None],
+               p2p: bool = False) -> _work.GradexWork:
         """Queues body(generation) on the generation's worker; returns its Work."""
         operation = _work.Operation(name, result)
         with self._issue_lock:
@@ -282,7 +290,7 @@ class ProcessGroupGradex(ProcessGroup):
                 generation.pending.add(operation)
             executor = generation.p2p if p2p else generation.collectives
 
-            def run():
+            def run() -> None:
                 if operation.wait_done(0):
                     return  # failed by an abort before it started
                 try:
@@ -310,7 +318,7 @@ class ProcessGroupGradex(ProcessGroup):
     # --- reductions ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _reduce_into(generation, tensor, op):
+    def _reduce_into(generation: _Generation, tensor: torch.Tensor, op: Any) -> None:
         """Reduces `tensor` over the generation's ranks in place (see the module docstring)."""
         engine = generation.engine
         if op in (ReduceOp.SUM, ReduceOp.AVG) and tensor.dtype in _FLOAT_AVERAGED:
@@ -325,22 +333,23 @@ class ProcessGroupGradex(ProcessGroup):
         with torch.no_grad():
             tensor.copy_(_combine(gathered, op, tensor.dtype).view(tensor.shape))
 
-    def allreduce(self, tensors, opts):
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> _work.GradexWork:
         op = _reduce_op(opts)
         _check_op(op, tensors)
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             for t in tensors:
                 self._reduce_into(generation, t, op)
         return self._issue("allreduce", tensors, body)
 
-    def allreduce_coalesced(self, tensors, opts):
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> _work.GradexWork:
         return self.allreduce(tensors, opts)
 
-    def reduce_scatter(self, output_tensors, input_tensors, opts):
+    def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
+                       opts: Any) -> _work.GradexWork:
         op = _reduce_op(opts)
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             for out, inputs in zip(output_tensors, input_tensors):
                 stacked = torch.stack([t.detach().cpu() for t in inputs])
                 self._reduce_into(generation, stacked, op)
@@ -348,10 +357,11 @@ class ProcessGroupGradex(ProcessGroup):
                     out.copy_(stacked[generation.rank].view(out.shape))
         return self._issue("reduce_scatter", output_tensors, body)
 
-    def reduce_scatter_tensor_coalesced(self, output_tensors, input_tensors, opts):
+    def reduce_scatter_tensor_coalesced(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
+                                        opts: Any) -> _work.GradexWork:
         op = _reduce_op(opts)
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             for out, inp in zip(output_tensors, input_tensors):
                 whole = inp.detach().cpu().clone().reshape(generation.world_size, -1)
                 self._reduce_into(generation, whole, op)
@@ -361,8 +371,9 @@ class ProcessGroupGradex(ProcessGroup):
 
     # --- gathers and broadcasts ---------------------------------------------------------------------
 
-    def allgather(self, output_tensors, input_tensor, opts):
-        def body(generation):
+    def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensor: List[torch.Tensor],
+                  opts: Any) -> _work.GradexWork:
+        def body(generation: _Generation) -> None:
             for outs, inp in zip(output_tensors, input_tensor):
                 if len(outs) != generation.world_size:
                     raise _errors.InvalidArgumentError(
@@ -373,18 +384,19 @@ class ProcessGroupGradex(ProcessGroup):
                         out.copy_(got)
         return self._issue("allgather", output_tensors, body)
 
-    def allgather_into_tensor_coalesced(self, output_tensors, input_tensors, opts):
-        def body(generation):
+    def allgather_into_tensor_coalesced(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
+                                        opts: Any) -> _work.GradexWork:
+        def body(generation: _Generation) -> None:
             for out, inp in zip(output_tensors, input_tensors):
                 gathered = _exact.allgather(generation.engine, inp)
                 with torch.no_grad():
                     out.copy_(torch.cat([g.reshape(-1) for g in gathered]).view(out.shape))
         return self._issue("allgather_into_tensor_coalesced", output_tensors, body)
 
-    def broadcast(self, tensor_list, opts):
+    def broadcast(self, tensor_list: List[torch.Tensor], opts: Any) -> _work.GradexWork:
         root = opts.rootRank
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             if not 0 <= root < generation.world_size:
                 raise _errors.InvalidArgumentError(
                     f"gradex: broadcast root {root} is not a rank of [0, {generation.world_size})")
@@ -396,13 +408,14 @@ class ProcessGroupGradex(ProcessGroup):
                         t.copy_(_exact.from_bytes(data, t))
         return self._issue("broadcast", tensor_list, body)
 
-    def barrier(self, opts=None):
-        def body(generation):
+    def barrier(self, opts: Any = None) -> _work.GradexWork:
+        def body(generation: _Generation) -> None:
             _exact.average_(generation.engine, torch.zeros(1, dtype=torch.float32))
         return self._issue("barrier", None, body)
 
-    def alltoall_base(self, output_buffer, input_buffer, output_split_sizes, input_split_sizes, opts):
-        def body(generation):
+    def alltoall_base(self, output_buffer: torch.Tensor, input_buffer: torch.Tensor,
+                      output_split_sizes: List[int], input_split_sizes: List[int], opts: Any) -> _work.GradexWork:
+        def body(generation: _Generation) -> None:
             world, me = generation.world_size, generation.rank
             rows = input_buffer.shape[0] if input_buffer.dim() else 1
             row_elems = input_buffer.numel() // max(rows, 1)
@@ -424,12 +437,12 @@ class ProcessGroupGradex(ProcessGroup):
 
     # --- point to point (through the quorum's store) ------------------------------------------------
 
-    def _p2p_store(self, generation):
+    def _p2p_store(self, generation: _Generation) -> Any:
         if generation.p2p_store is None:
             generation.p2p_store = create_store_client(generation.store_addr, generation.timeout)
         return generation.p2p_store
 
-    def send(self, tensors, dst_rank, tag):
+    def send(self, tensors: List[torch.Tensor], dst_rank: int, tag: int) -> _work.GradexWork:
         with self._issue_lock:
             generation = self._generation
             if generation is not None:
@@ -437,19 +450,19 @@ class ProcessGroupGradex(ProcessGroup):
                 generation.sequence[("send", dst_rank, tag)] += 1
         payload = b"".join(_exact.as_bytes(t).numpy().tobytes() for t in tensors)
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             key = f"gradex/p2p/{generation.rank}-{dst_rank}/{tag}/{seq}"
             self._p2p_store(generation).set(key, payload)
         return self._issue("send", tensors, body, p2p=True)
 
-    def recv(self, tensors, src_rank, tag):
+    def recv(self, tensors: List[torch.Tensor], src_rank: int, tag: int) -> _work.GradexWork:
         with self._issue_lock:
             generation = self._generation
             if generation is not None:
                 seq = generation.sequence[("recv", src_rank, tag)]
                 generation.sequence[("recv", src_rank, tag)] += 1
 
-        def body(generation):
+        def body(generation: _Generation) -> None:
             key = f"gradex/p2p/{src_rank}-{generation.rank}/{tag}/{seq}"
             store = self._p2p_store(generation)
             store.wait([key], generation.timeout)
@@ -459,7 +472,7 @@ class ProcessGroupGradex(ProcessGroup):
             if len(data) != expected:
                 raise _errors.MismatchError(f"gradex: recv from rank {src_rank} (tag {tag}) got {len(data)} "
                                             f"bytes, the receiving tensors hold {expected}")
-            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, torch.uint8)
+            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
             offset = 0
             for t in tensors:
                 n = t.numel() * t.element_size()
@@ -469,13 +482,13 @@ class ProcessGroupGradex(ProcessGroup):
         return self._issue("recv", tensors, body, p2p=True)
 
 
-def _retire_held(holder):
+def _retire_held(holder: List[Optional[_Generation]]) -> None:
     generation, holder[0] = holder[0], None
     if generation is not None:
         generation.retire(RuntimeError("gradex: process group released"))
 
 
-def _check_op(op, tensors):
+def _check_op(op: Any, tensors: Sequence[torch.Tensor]) -> None:
     supported = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.BAND,
                  ReduceOp.BOR, ReduceOp.BXOR)
     if op not in supported:
@@ -484,7 +497,7 @@ def _check_op(op, tensors):
         raise _errors.InvalidArgumentError("gradex: ReduceOp.AVG needs floating-point tensors")
 
 
-def _combine(gathered, op, dtype):
+def _combine(gathered: List[torch.Tensor], op: Any, dtype: torch.dtype) -> torch.Tensor:
     """The reduction of every rank's tensor, in rank order (the same bits on every rank)."""
     if op in (ReduceOp.MIN, ReduceOp.MAX):
         stacked = torch.stack(gathered)

@@ -20,19 +20,22 @@ rank. At the end of training (synchronize_at_end) one last outer step merges eve
 each fragment's last sync (as gx.DiLoCo.synchronize()) and every rank loads the global model, so evaluating
 or saving any rank's model gives the same result.
 """
+from __future__ import annotations
+
 import weakref
+from typing import Any, Dict, List, Optional
 
 import keras
 import numpy as np
 
-from ... import _errors, _outer_config
+from ... import _capi, _errors, _outer_config
 from .. import _runtime
 
 _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.keras.DiLoCo/1"
 
 
-def _close_quietly(box):
+def _close_quietly(box: Dict[str, Any]) -> None:
     _errors.close_quietly(box.get("outer"))
 
 
@@ -41,10 +44,12 @@ class DiLoCoCallback(keras.callbacks.Callback):
     any other GRADEX_* variable and wins over them. Compile the model with its plain optimizer (not
     gxk.DistributedOptimizer: DiLoCo exchanges no gradients) and steps_per_execution=1."""
 
-    def __init__(self, period=_D["period"], outer_lr=_D["outer_lr"], outer_momentum=_D["outer_momentum"],
-                 fragments=_D["fragments"], delay=_D["delay"], bits=_D["bits"], nesterov=_D["nesterov"],
-                 mixing=_D["mixing"], compression=_D["compression"], density=_D["density"], config=None,
-                 synchronize_at_end=True):
+    def __init__(self, period: int = _D["period"], outer_lr: float = _D["outer_lr"],
+                 outer_momentum: float = _D["outer_momentum"], fragments: int = _D["fragments"],
+                 delay: int = _D["delay"], bits: int = _D["bits"], nesterov: bool = _D["nesterov"],
+                 mixing: float = _D["mixing"], compression: str = _D["compression"],
+                 density: Optional[float] = _D["density"], config: _capi.Config = None,
+                 synchronize_at_end: bool = True) -> None:
         super().__init__()
         self._config = _outer_config.outer_config(period, outer_lr, outer_momentum, fragments, delay, bits,
                                                   nesterov, mixing, compression, density, config)
@@ -53,16 +58,17 @@ class DiLoCoCallback(keras.callbacks.Callback):
         self._delay = int(self._config["GRADEX_OUTER_DELAY"])
         self._mixing = float(self._config["GRADEX_OUTER_MIXING"]) != 0.0
         self.synchronize_at_end = bool(synchronize_at_end)
-        self._box = {"outer": None}  # what the finalizer closes (it must not hold this object)
+        self._box: Dict[str, Any] = {"outer": None}  # what the finalizer closes (it must not hold this object)
         self._finalizer = weakref.finalize(self, _close_quietly, self._box)
-        self._entries = []  # (key, variable, host mirror, fragment or None for a buffer)
-        self._pending_load = None
+        # [key, variable, host mirror, fragment or None for a buffer]
+        self._entries: List[List[Any]] = []
+        self._pending_load: Optional[bytes] = None
         self._closed = False
         self.steps = 0
 
     # --- creation -------------------------------------------------------------------------------------
 
-    def _bootstrap(self):
+    def _bootstrap(self) -> _capi.Outer:
         outer = self._box["outer"]
         if outer is not None:
             return outer
@@ -110,31 +116,31 @@ class DiLoCoCallback(keras.callbacks.Callback):
 
     # --- copies between the variables and the mirrors -------------------------------------------------
 
-    def _copy_in(self, wanted):
+    def _copy_in(self, wanted: Any) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 mirror[...] = v.numpy()
 
-    def _copy_out(self, wanted):
+    def _copy_out(self, wanted: Any) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 v.assign(mirror)
 
     # --- Keras hooks ------------------------------------------------------------------------------------
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
         self._bootstrap()
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self.step()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if self.synchronize_at_end:
             self.synchronize()
 
     # --- the DiLoCo object --------------------------------------------------------------------------------
 
-    def step(self):
+    def step(self) -> int:
         """Ends an inner step (model.fit calls it after every batch). Returns the number of fragments merged
         into the model by this call; raises the failure of a background exchange (a dead or stalled peer)."""
         outer = self._bootstrap()
@@ -155,7 +161,7 @@ class DiLoCoCallback(keras.callbacks.Callback):
             self._copy_out(lambda f: (f in done) or (f is None and 0 in done))
         return merged
 
-    def synchronize(self, keep_local=True):
+    def synchronize(self, keep_local: bool = True) -> int:
         """Collective: loads the global model into the Keras model on every rank (identical everywhere), as
         gx.DiLoCo.synchronize(). keep_local=True (the default, and what synchronize_at_end runs): one last
         outer step merges every rank's inner steps since each fragment's last sync first; returns the number of
@@ -171,11 +177,11 @@ class DiLoCoCallback(keras.callbacks.Callback):
         self._copy_out(lambda f: True)
         return exchanged
 
-    def global_weights(self):
+    def global_weights(self) -> List[Any]:
         """[numpy array] of the global copy of every trainable variable, in model.trainable_variables order
         (identical on every rank)."""
         outer = self._bootstrap()
-        out = []
+        out: List[Any] = []
         for key, _, mirror, fragment in self._entries:
             if fragment is not None:
                 a = np.empty_like(mirror)
@@ -183,19 +189,19 @@ class DiLoCoCallback(keras.callbacks.Callback):
                 out.append(a)
         return out
 
-    def last_merges(self):
+    def last_merges(self) -> List[int]:
         return self._bootstrap().last_merges()
 
-    def stats(self, last_step=False):
+    def stats(self, last_step: bool = False) -> _capi.Stats:
         """bytes_sent/received, dense_bytes, compression_ratio, parameter_averages (fragment syncs), ..."""
         return self._bootstrap().stats(last_step)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The outer state (global copies, outer momenta, residuals, step count). Merges pending exchanges
         first. The Keras optimizer's own state is saved with the model, as usual."""
         return {"format": _STATE_FORMAT, "steps": self.steps, "outer": self._bootstrap().save_state()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise _errors.StateError(f"gradex: not a {_STATE_FORMAT} state dict (format {got!r})")
@@ -207,7 +213,7 @@ class DiLoCoCallback(keras.callbacks.Callback):
             self._pending_load = bytes(state["outer"])
         self.steps = int(state["steps"])
 
-    def close(self):
+    def close(self) -> None:
         """Finishes the exchanges in flight and releases the connections. Idempotent; gxt.shutdown() and the
         garbage collector do it too."""
         self._closed = True

@@ -8,13 +8,18 @@ mixed_float16 model) exchanges first and every rank skips together. tf-keras dro
 aggregating: a variable must lack a gradient on every rank or on none (true whenever ranks run the same
 model). LocalSGD is not offered on this path.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Tuple
+
 import tensorflow as tf
 
 from ... import _errors
-from .. import _exchange
+from .. import _exchange, _runtime
+from . import _wrapper
 
 
-def is_legacy_optimizer(optimizer):
+def is_legacy_optimizer(optimizer: Any) -> bool:
     try:
         import tf_keras
     except ImportError:
@@ -22,16 +27,16 @@ def is_legacy_optimizer(optimizer):
     return isinstance(optimizer, tf_keras.optimizers.Optimizer)
 
 
-class _LegacyMixin:
+class _LegacyMixin(_wrapper.WrapperAccessors):
     _gradex_legacy = True
 
-    def _gradex_setup(self, ref, local_sgd):
+    def _gradex_setup(self, ref: _runtime.Engine, local_sgd: bool) -> None:
         if local_sgd:
             raise _errors.InvalidArgumentError("gradex: LocalSGD is offered for Keras 3 optimizers only")
         self._gradex_ref = ref
         self._gradex_local_sgd = False
 
-    def aggregate_gradients(self, grads_and_vars):
+    def aggregate_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
         pairs = list(grads_and_vars)
         if not pairs:
             return pairs
@@ -43,27 +48,11 @@ class _LegacyMixin:
             _exchange.end_step(self._gradex_ref)
         return list(zip(averaged, variables))
 
-    def get_config(self):
-        config = super().get_config()
-        if getattr(self, "_gradex_owned_momentum", 0.0):  # gradex runs the momentum (keras/_momentum.py)
-            config["momentum"] = self._gradex_owned_momentum
-        return config
 
-    @property
-    def gradex_engine(self):
-        return self._gradex_ref
-
-    def gradex_state(self):
-        return self._gradex_ref.save_state()
-
-    def load_gradex_state(self, blob):
-        self._gradex_ref.load_state(blob)
+_classes: Dict[type, Any] = {}
 
 
-_classes = {}
-
-
-def wrap(optimizer, ref, local_sgd):
+def wrap(optimizer: Any, ref: _runtime.Engine, local_sgd: bool) -> Any:
     base = type(optimizer)
     if base not in _classes:
         _classes[base] = type(f"Distributed{base.__name__}", (_LegacyMixin, base), {"__module__": __name__})

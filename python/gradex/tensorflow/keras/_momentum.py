@@ -16,30 +16,33 @@ An optimizer that keeps its own first moment makes the engine's GRADEX_OPTIMIZER
 explicitly): its compressed tensors use the Adam codec (docs/adam_codec.md); any other (Muon included) keeps
 DGC's error-feedback top-k.
 """
-import logging
+from __future__ import annotations
 
-from ... import _optimizer_family
+import logging
+from typing import Any, Dict, Tuple
+
+from ... import _capi, _optimizer_family
 from ..._optimizer_family import Family
 from .. import _runtime
 
 
-def optimizer_momentum(optimizer):
+def optimizer_momentum(optimizer: Any) -> float:
     try:
         return float(getattr(optimizer, "momentum", 0) or 0)
     except (TypeError, ValueError):  # a variable or schedule: not SGD's plain float
         return 0.0
 
 
-def is_sgd(optimizer):
+def is_sgd(optimizer: Any) -> bool:
     return _optimizer_family.family(optimizer) is Family.SGD
 
 
-def keeps_own_momentum(optimizer):
+def keeps_own_momentum(optimizer: Any) -> bool:
     """Adam-family and orthogonalising/preconditioning optimizers (gradex/_optimizer_family.py)."""
     return _optimizer_family.keeps_own_momentum(_optimizer_family.family(optimizer))
 
 
-def decide(optimizer, config, local_sgd):
+def decide(optimizer: Any, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
     """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
     settings, m = _decide_momentum(optimizer, config, local_sgd)
     # Only `adam` changes what the engine does; the other families are left at the default so that their
@@ -50,7 +53,7 @@ def decide(optimizer, config, local_sgd):
     return settings, m
 
 
-def _decide_momentum(optimizer, config, local_sgd):
+def _decide_momentum(optimizer: Any, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
     explicit = _runtime.explicit_setting("GRADEX_MOMENTUM", config)
     explicit_value = float(explicit) if explicit is not None else None
     name = type(optimizer).__name__

@@ -14,19 +14,23 @@ come first: given a LossScaleOptimizer, or created while the global dtype policy
 wrapper is a LossScaleOptimizer subclass that exchanges the scaled gradients and then runs the check on
 the averages (identical on every rank: an Inf anywhere makes every rank skip).
 """
+from __future__ import annotations
+
 import sys
+from types import FrameType
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
 
-from ... import _errors
+from ... import _capi, _errors
 from .. import _exchange, _runtime
-from . import _legacy, _momentum
+from . import _legacy, _momentum, _wrapper
 
-def _inside_plain_loss_scale_optimizer():
+def _inside_plain_loss_scale_optimizer() -> bool:
     """True when a LossScaleOptimizer that is not ours is calling this wrapper's apply (model.compile
     wrapped it because the model's policy is mixed_float16): its finiteness check already ran locally."""
-    frame = sys._getframe(1)  # noqa: SLF001 - a bounded walk up the caller frames, at trace time
+    frame: Optional[FrameType] = sys._getframe(1)  # noqa: SLF001 - a bounded walk up the caller frames, at trace time
     for _ in range(8):
         if frame is None:
             return False
@@ -37,27 +41,20 @@ def _inside_plain_loss_scale_optimizer():
     return False
 
 
-class _GradexMixin:
+class _GradexMixin(_wrapper.WrapperAccessors):
     """What every gradex wrapper adds to a Keras optimizer class."""
 
-    def _gradex_setup(self, ref, local_sgd):
+    def _gradex_setup(self, ref: _runtime.Engine, local_sgd: bool) -> None:
         self._gradex_ref = ref
         self._gradex_local_sgd = local_sgd
 
-    def get_config(self):
-        config = super().get_config()
-        owned = getattr(self, "_gradex_owned_momentum", 0.0)
-        if owned:  # gradex runs the momentum; the optimizer's own setting is what a checkpoint records
-            config["momentum"] = owned
-        return config
-
-    def _gradex_exchange(self, grads, trainable_variables):
+    def _gradex_exchange(self, grads: Sequence[Any], trainable_variables: Sequence[Any]) -> List[Any]:
         variables = list(trainable_variables)
         keys = _exchange.unique_keys("grad", [_exchange.variable_key(v) for v in variables])
         dense = [_exchange.dense(g, v, k) for g, v, k in zip(grads, variables, keys)]
         return _exchange.exchange(dense, keys, self._gradex_ref)
 
-    def _gradex_end_step(self, trainable_variables, after):
+    def _gradex_end_step(self, trainable_variables: Sequence[Any], after: Sequence[Any]) -> None:
         ref = self._gradex_ref
         with tf.control_dependencies(after):
             average_now = _exchange.end_step(ref)
@@ -66,7 +63,7 @@ class _GradexMixin:
         variables = list(trainable_variables)
         keys = _exchange.unique_keys("param", [_exchange.variable_key(v) for v in variables])
 
-        def average():
+        def average() -> Any:
             values = _exchange.exchange([tf.convert_to_tensor(v) for v in variables], keys, ref, parameters=True)
             for v, value in zip(variables, values):
                 v.assign(value)
@@ -74,26 +71,14 @@ class _GradexMixin:
 
         tf.cond(average_now, average, lambda: tf.constant(False))
 
-    def _gradex_variables(self, trainable_variables):
+    def _gradex_variables(self, trainable_variables: Optional[Sequence[Any]]) -> List[Any]:
         if trainable_variables is not None:
             return list(trainable_variables)
-        return list(self._trainable_variables)
-
-    @property
-    def gradex_engine(self):
-        """The engine this optimizer exchanges through (a gxt.engine() object)."""
-        return self._gradex_ref
-
-    def gradex_state(self):
-        """This wrapper's compressor state (bytes) for checkpoints."""
-        return self._gradex_ref.save_state()
-
-    def load_gradex_state(self, blob):
-        self._gradex_ref.load_state(blob)
+        return list(self._trainable_variables)  # type: ignore[attr-defined]  # the Keras optimizer's
 
 
 class _DistributedApply(_GradexMixin):
-    def apply(self, grads, trainable_variables=None):
+    def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[Any]] = None) -> Any:
         if _inside_plain_loss_scale_optimizer():
             raise _errors.InvalidArgumentError(
                 "gradex: model.compile wrapped gxk.DistributedOptimizer in a LossScaleOptimizer (mixed_float16), "
@@ -102,49 +87,38 @@ class _DistributedApply(_GradexMixin):
                 "gxk.DistributedOptimizer, or pass it a keras.optimizers.LossScaleOptimizer")
         variables = self._gradex_variables(trainable_variables)
         averaged = self._gradex_exchange(list(grads), variables)
-        result = super().apply(averaged, trainable_variables)
+        result = super().apply(averaged, trainable_variables)  # type: ignore[misc]  # the optimizer's
         self._gradex_end_step(variables, [tf.convert_to_tensor(v) for v in variables])
         return result
 
 
 class _DistributedLossScaleApply(_GradexMixin):
-    def apply(self, grads, trainable_variables=None):
+    def apply(self, grads: Sequence[Any], trainable_variables: Optional[Sequence[Any]] = None) -> Any:
         variables = self._gradex_variables(trainable_variables)
         averaged = self._gradex_exchange(list(grads), variables)  # scaled: the check below sees averages
-        result = super().apply(averaged, trainable_variables)
+        result = super().apply(averaged, trainable_variables)  # type: ignore[misc]  # the optimizer's
         self._gradex_end_step(variables, [tf.convert_to_tensor(v) for v in variables])
         return result
 
 
-class _OwnedMomentumConfig:
-    """The inner optimizer of a loss-scaling wrapper whose momentum gradex took over: its config still says
-    the momentum the user gave."""
-
-    def get_config(self):
-        config = super().get_config()
-        if getattr(self, "_gradex_owned_momentum", 0.0):
-            config["momentum"] = self._gradex_owned_momentum
-        return config
+_classes: Dict[Tuple[type, type], Any] = {}
 
 
-_classes = {}
-
-
-def _subclass(base, mixin):
+def _subclass(base: type, mixin: type) -> Any:
     key = (base, mixin)
     if key not in _classes:
         _classes[key] = type(f"Distributed{base.__name__}", (mixin, base), {"__module__": __name__})
     return _classes[key]
 
 
-def _take_over_momentum(optimizer, momentum):
+def _take_over_momentum(optimizer: Any, momentum: float) -> None:
     """Runs `optimizer` (not built yet) without its momentum, which gradex now owns."""
     optimizer.momentum = 0.0
     optimizer._gradex_owned_momentum = momentum
 
 
-def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_warmup_steps=0,  # noqa: N802
-                         engine=None):
+def DistributedOptimizer(optimizer: Any, config: _capi.Config = None, local_sgd_period: int = 0,  # noqa: N802
+                         local_sgd_warmup_steps: int = 0, engine: Optional[_runtime.Engine] = None) -> Any:
     """Wraps a Keras 3 (or tf-keras) optimizer (Horovod's name). Momentum follows the optimizer
     (keras/_momentum.py): gradex takes SGD's momentum over and adds none to Adam-family optimizers.
     `config`: GRADEX_* overrides; the engine for the resulting configuration is created once and shared by
@@ -198,7 +172,7 @@ def DistributedOptimizer(optimizer, config=None, local_sgd_period=0, local_sgd_w
         loss_scale = True
     if loss_scale:
         if owned:  # a copy of the user's inner optimizer, so theirs keeps its momentum
-            inner = _subclass(type(inner), _OwnedMomentumConfig).from_config(inner.get_config())
+            inner = _subclass(type(inner), _wrapper.OwnedMomentumConfig).from_config(inner.get_config())
             _take_over_momentum(inner, owned)
         cls = _subclass(type(optimizer), _DistributedLossScaleApply)
         wrapped = cls(inner, initial_scale=optimizer.initial_scale,

@@ -10,6 +10,10 @@ The training horizon of GRADEX_POLICY=auto (the default; GRADEX_POLICY_HORIZON_S
 steps it will run (epochs x steps per epoch), so BroadcastGlobalVariablesCallback passes it to the engine of a
 gxk.DistributedOptimizer at the first epoch of every fit, and TrainingHorizonCallback does only that.
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
 import keras
 import tensorflow as tf
 
@@ -19,7 +23,7 @@ from .. import _exchange, _runtime
 from ._diloco import DiLoCoCallback  # noqa: F401  (gxk.callbacks.DiLoCoCallback)
 
 
-def pass_training_horizon(model, params, first_epoch):
+def pass_training_horizon(model: Any, params: Optional[Dict[str, Any]], first_epoch: int) -> Optional[int]:
     """Gives the engine of `model`'s gxk.DistributedOptimizer the steps this fit will still run,
     (epochs - first_epoch) x steps per epoch from model.fit's `params` (GRADEX_POLICY=auto's horizon rule,
     gradex_set_policy_horizon). Returns the steps passed, or None when the optimizer is not gradex's or
@@ -44,11 +48,15 @@ def pass_training_horizon(model, params, first_epoch):
 class _HorizonOnce:
     """Passes the training horizon at the first epoch of each model.fit (on_train_begin re-arms it)."""
 
-    def _horizon_arm(self):
+    model: Any  # keras.callbacks.Callback's
+    params: Any
+    horizon_steps: Optional[int]
+
+    def _horizon_arm(self) -> None:
         self._horizon_pending = True
         self.horizon_steps = None
 
-    def _horizon_pass(self, epoch):
+    def _horizon_pass(self, epoch: int) -> None:
         if getattr(self, "_horizon_pending", False):
             self._horizon_pending = False
             self.horizon_steps = pass_training_horizon(self.model, self.params, epoch)
@@ -59,10 +67,10 @@ class TrainingHorizonCallback(_HorizonOnce, keras.callbacks.Callback):
     model's gxk.DistributedOptimizer as GRADEX_POLICY=auto's training horizon (GRADEX_POLICY_HORIZON_STEPS), at
     the first epoch of every fit. BroadcastGlobalVariablesCallback does the same; use this one without it."""
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
         self._horizon_arm()
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._horizon_pass(epoch)
 
 
@@ -72,16 +80,16 @@ class BroadcastGlobalVariablesCallback(_HorizonOnce, keras.callbacks.Callback):
     model.fit's remaining steps to a gxk.DistributedOptimizer's engine as GRADEX_POLICY=auto's training
     horizon, as TrainingHorizonCallback does (`horizon=False`: not)."""
 
-    def __init__(self, root_rank=0, horizon=True):
+    def __init__(self, root_rank: int = 0, horizon: bool = True) -> None:
         super().__init__()
         self.root_rank = int(root_rank)
         self._done = False
         self._horizon = bool(horizon)
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._horizon_pass(epoch)
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if self._horizon:
             self._horizon_arm()
         if self._done:
@@ -100,7 +108,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of every epoch, replaces each numeric entry of `logs` (loss, metrics, val_*) by its average
     over the ranks (exact fp32), in one exchange. Place it before callbacks that read the logs."""
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         if not logs:
             return
         names = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "dtype"))
@@ -125,7 +133,8 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
     optimizer's own momentum is a constant of its traced step and cannot be changed per batch, so the
     correction is never applied (said once when it would have been)."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+    def __init__(self, initial_lr: float, warmup_epochs: float = 5, momentum_correction: bool = True,
+                 steps_per_epoch: Optional[int] = None, verbose: int = 0) -> None:
         super().__init__()
         if float(initial_lr) <= 0:
             raise _errors.InvalidArgumentError(f"gradex: initial_lr must be > 0, got {initial_lr}")
@@ -139,14 +148,14 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         self._epoch = 0
         self._done = False
 
-    def learning_rate_at(self, epoch):
+    def learning_rate_at(self, epoch: float) -> float:
         """The rate at fractional epoch `epoch` (initial_lr once the warm-up is over)."""
         if epoch >= self.warmup_epochs:
             return self.initial_lr
         size = gxt.size()
         return self.initial_lr / size * (epoch * (size - 1) / self.warmup_epochs + 1)
 
-    def _set(self, value):
+    def _set(self, value: float) -> None:
         optimizer = self.model.optimizer
         lr = optimizer.learning_rate
         if not hasattr(lr, "assign"):
@@ -160,10 +169,10 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
                               "optimizer's own momentum (a constant of its traced step); use SGD through "
                               "gxk.DistributedOptimizer, whose momentum gradex owns and which needs none")
 
-    def _steps(self):
+    def _steps(self) -> Optional[int]:
         return self.steps_per_epoch or (self.params or {}).get("steps")
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._epoch = epoch
         if self._done:
             return
@@ -175,14 +184,14 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         elif not self._steps():
             self._set(self.learning_rate_at(epoch))
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         steps = self._steps()
         if self._done or not steps:
             return
         self._set(self.learning_rate_at(self._epoch + batch / steps))
 
 
-def _own_momentum(optimizer):
+def _own_momentum(optimizer: Any) -> float:
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     try:
         return float(getattr(inner, "momentum", 0) or 0)
