@@ -169,11 +169,15 @@ std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
   return ladder;
 }
 
+bool int8_allowed(const ChoiceOptions& o, uint64_t step) {
+  return o.int8_available || (o.ramp_int8 && step < o.ramp_steps);
+}
+
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
                                 std::string* excluded_reason) {
   std::vector<Rung> rungs{{Codec::kFp32, 0}};
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
-  if (o.int8_available) rungs.push_back({Codec::kInt8, 0});
+  if (int8_allowed(o, step)) rungs.push_back({Codec::kInt8, 0});
   std::string why;
   const std::string sparse = o.sparse_codec == Codec::kDgc ? "DGC" : "the Adam codec";
   const double cap = ramp_cap(o, step);
@@ -382,7 +386,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   // The ladder's rungs in order (the union over tensors, which share one order).
   std::vector<Rung> ladder{{Codec::kFp32, 0}};
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
-  if (o.int8_available) ladder.push_back({Codec::kInt8, 0});
+  if (int8_allowed(o, step)) ladder.push_back({Codec::kInt8, 0});
   for (double s : o.ladder)
     ladder.push_back({o.sparse_codec, s});
   auto rank_of = [&](const Rung& r) {

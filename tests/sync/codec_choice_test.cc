@@ -156,6 +156,58 @@ TEST(CodecChoice, EightBitWhenSixteenIsExposedAndEightHidden) {
   EXPECT_EQ(find(choose_codecs(in, numbers(0.05), options(), 100), "big").rung.codec, Codec::kDgc);
 }
 
+// Inside the fidelity ramp the 8-bit rung is on the ladder without GRADEX_POLICY_INT8: where the
+// 16-bit ring cannot hide (and DGC at the ramp's 75% would send more than it at 4 ranks) the
+// ramp's first quarter sends 8-bit with error feedback; past the ramp the policy's own ladder.
+TEST(CodecChoice, RampSendsEightBitWhereSixteenCannotHide) {
+  const std::vector<TensorInput> in = {input("big", 4000000, 0, 0.0), input("small", 1000, 0, 0.1)};
+  ChoiceOptions o = options();
+  o.ramp_steps = 100;
+  o.int8_available = false;
+  const Snapshot link = numbers(0.64);  // 16-bit exposed, 8-bit hidden (see the test above)
+  EXPECT_TRUE(int8_allowed(o, 0));
+  EXPECT_TRUE(int8_allowed(o, 99));
+  EXPECT_FALSE(int8_allowed(o, 100));
+  const Plan early = choose_codecs(in, link, o, 0);
+  EXPECT_EQ(find(early, "big").rung, (Rung{Codec::kInt8, 0})) << early.describe();
+  EXPECT_EQ(early.exposed_s(), 0.0) << early.describe();
+  // Later quarters: 8-bit or DGC no harder than the cap, whichever the timeline prefers.
+  for (uint64_t step : {25u, 50u, 75u}) {
+    const Rung r = find(choose_codecs(in, link, o, step), "big").rung;
+    EXPECT_TRUE(r.codec == Codec::kInt8 ||
+                (r.codec == Codec::kDgc && r.sparsity <= ramp_cap(o, step)))
+        << rung_name(r) << " at " << step;
+  }
+  // Past the ramp the 8-bit rung is GRADEX_POLICY_INT8's: off, so DGC.
+  EXPECT_EQ(find(choose_codecs(in, link, o, 100), "big").rung.codec, Codec::kDgc);
+  // Without the ramp's 8-bit rung the first quarter pays the 16-bit ring.
+  ChoiceOptions off = o;
+  off.ramp_int8 = false;
+  EXPECT_FALSE(int8_allowed(off, 0));
+  const Plan dense = choose_codecs(in, link, off, 0);
+  EXPECT_EQ(find(dense, "big").rung, (Rung{Codec::kHalf, 0})) << dense.describe();
+  EXPECT_GT(dense.exposed_s(), 0.0);
+  EXPECT_LT(early.finish_s, dense.finish_s);
+}
+
+// Where the dense step hides, dense stays in the ramp; where the 8-bit route's CPU makes it no
+// cheaper than the 16-bit ring, 16-bit stays.
+TEST(CodecChoice, RampKeepsDenseWhereItHidesOrEightBitCostsMore) {
+  const std::vector<TensorInput> in = {input("big", 4000000, 0, 0.0), input("small", 1000, 0, 0.1)};
+  ChoiceOptions o = options();
+  o.ramp_steps = 100;
+  o.int8_available = false;
+  for (double gbit : {400.0, 10.0}) {
+    const Plan p = choose_codecs(in, numbers(gbit), o, 0);
+    EXPECT_NE(find(p, "big").rung.codec, Codec::kInt8) << gbit << "\n" << p.describe();
+    EXPECT_EQ(p.exposed_s(), 0.0) << p.describe();
+  }
+  Snapshot cpu_bound = numbers(0.64);
+  cpu_bound.codecs.encode_s[static_cast<size_t>(Codec::kInt8)] = 60e-9;  // 240 ms for "big"
+  const Plan p = choose_codecs(in, cpu_bound, o, 0);
+  EXPECT_EQ(find(p, "big").rung, (Rung{Codec::kHalf, 0})) << p.describe();
+}
+
 TEST(CodecChoice, OverridesWin) {
   std::vector<TensorInput> in = model();
   in[2].forced = Rung{Codec::kFp32, 0};  // layer3 dense by override, on a slow link
