@@ -194,15 +194,24 @@ struct UnitRecord {
   Codec codec = Codec::kFp32;
   std::vector<std::pair<uint64_t, double>> tensors;  // (elements, sparsity)
   double measured_s = 0;
+  // The part of measured_s spent in the unit's prepare and finish stages (its encode and decode);
+  // negative: not measured apart.
+  double stages_s = -1;
 };
 // The fewest records of a codec that set its factor (fewer: the common factor below).
 constexpr size_t kMinFactorRecords = 2;
 // Snapshot::codec_factor from `records`: per codec with at least kMinFactorRecords records, the
 // sum of their measured seconds over the sum of what rung_costs predicts for them from `numbers`
 // with every factor 1 and no calibration (a unit pays its collective's latency once), clamped to
-// [1/4, 16]. A codec without enough records gets the mean factor of those with enough (the load
-// that inflates what was measured inflates it too: pricing it at 1 would make the unmeasured codec
-// look cheap only because it was not used), or 1 when none has.
+// [1/4, 16]. A codec without enough records is priced from the others' (pricing it at 1 would make
+// it look cheap only because it was not used): a dense ring codec (fp32, 16-bit) takes the other
+// dense ring's factor when that one is measured (the same collective on the same link); any other
+// takes the mean, over the codecs with enough records, of what their encode and decode stages
+// measured over what was predicted for those stages (the load that inflates their CPU work
+// inflates its CPU work too, while a measured ring's slow transfer says nothing about another
+// codec's collective: on 4 ranks sharing 2 cores, 16-bit rings measured 2.4x their prediction in
+// their transfers while DGC, never measured then, would have inherited the 2.4x and stayed
+// unchosen); without stage times, the mean of the measured factors; 1 when none has records.
 std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
                                                    const Snapshot& numbers,
                                                    const ChoiceOptions& options);

@@ -427,6 +427,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     cost::UnitRecord record;
     record.codec = codec;
     record.measured_s = total;
+    record.stages_s = c.prepare_seconds + c.finish_seconds;
     for (const pipeline::Job* j : unit.jobs)
       record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.sparsity);
     unit_records_.push_back(std::move(record));
