@@ -170,7 +170,8 @@ std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
 }
 
 bool int8_allowed(const ChoiceOptions& o, uint64_t step) {
-  return o.int8_available || (o.ramp_int8 && step < o.ramp_steps);
+  return o.int8_available ||
+         (o.fidelity_int8 && !o.ladder.empty() && sparsity_cap(o, step) < o.ladder.back());
 }
 
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
@@ -406,7 +407,8 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   // The ladder's rungs in order (the union over tensors, which share one order).
   std::vector<Rung> ladder{{Codec::kFp32, 0}};
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
-  if (int8_allowed(o, step)) ladder.push_back({Codec::kInt8, 0});
+  // (From the options as given: `o`'s ladder is already capped, so no cap binds below its top.)
+  if (int8_allowed(options, step)) ladder.push_back({Codec::kInt8, 0});
   for (double s : o.ladder)
     ladder.push_back({o.sparse_codec, s});
   auto rank_of = [&](const Rung& r) {

@@ -41,12 +41,14 @@
 // choice stays cost-aware inside it: a link that hides a rung below the cap keeps it, and where
 // even the cap is exposed the step pays that (fidelity first). The cap is a function of the
 // agreed step alone, so every rank applies the same one; the planner re-plans at each quarter.
-// Inside the ramp the 8-bit rung (dense, 8-bit codes with error feedback: every coordinate moves
-// every step, at about half of 16-bit's bytes) is on the ladder even when int8_available is off
-// (ramp_int8): where the cost model says 16-bit cannot hide, a step at the ramp's start is not
-// left to pay the dense ring (at 4 ranks DGC's 75% sends more than the 16-bit ring, so the
-// ramp's first quarter had no cheaper rung), and where 16-bit hides, or the 8-bit route's CPU
-// makes it no cheaper, the choice stays 16-bit. Past the ramp, int8_available alone decides.
+// While a fidelity cap binds (the ramp's, or the horizon rule's below: the cap in force is under
+// the ladder's top) the 8-bit rung (dense, 8-bit codes with error feedback: every coordinate moves
+// every step, at about half of 16-bit's bytes, and its residual is a rounding error that the next
+// step sends) is on the ladder even when int8_available is off (fidelity_int8): where the cost
+// model says 16-bit cannot hide, such a step is not left to pay the dense ring (at 4 ranks DGC's
+// 75% sends more than the 16-bit ring, so the ramp's first quarter had no cheaper rung, nor have
+// the horizon rule's last dense steps), and where 16-bit hides, or the 8-bit route's CPU makes it
+// no cheaper, the choice stays 16-bit. Elsewhere int8_available alone decides.
 //
 // The end of training (the horizon rule, horizon_steps > 0: the number of exchange steps the
 // training will run, from the user or the plugin): error feedback delays a coordinate's update
@@ -86,9 +88,9 @@ struct ChoiceOptions {
   bool sparse_ring = false;                     // how DGC payloads travel (allgatherv_terms)
   bool half_available = true;                   // GRADEX_FP16=1
   bool int8_available = true;                   // GRADEX_POLICY_INT8: the 8-bit rung
-  // GRADEX_POLICY_RAMP_INT8: the 8-bit rung inside the fidelity ramp even without int8_available
-  // (see "Early training" above).
-  bool ramp_int8 = true;
+  // GRADEX_POLICY_FIDELITY_INT8: the 8-bit rung while a fidelity cap binds, even without
+  // int8_available (see "Early training" above).
+  bool fidelity_int8 = true;
   std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
   double slack = 0.05;                           // GRADEX_POLICY_SLACK
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
@@ -161,8 +163,8 @@ std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& options);
 // without repeats (none when the cap is 0). Idempotent.
 std::vector<double> ramped_ladder(const ChoiceOptions& options, uint64_t step);
 
-// Whether the 8-bit rung is on the ladder at agreed step `step`: int8_available, or inside the
-// fidelity ramp with ramp_int8.
+// Whether the 8-bit rung is on the ladder at agreed step `step`: int8_available, or with
+// fidelity_int8 where sparsity_cap is below the ladder's top (the ramp, the horizon rule).
 bool int8_allowed(const ChoiceOptions& options, uint64_t step);
 
 // The rungs a tensor may take under `options` at agreed step `step`, least compression first,

@@ -180,9 +180,20 @@ TEST(CodecChoice, RampSendsEightBitWhereSixteenCannotHide) {
   }
   // Past the ramp the 8-bit rung is GRADEX_POLICY_INT8's: off, so DGC.
   EXPECT_EQ(find(choose_codecs(in, link, o, 100), "big").rung.codec, Codec::kDgc);
+  // The horizon rule's last steps, dense for DGC, take the 8-bit rung the same way; past the
+  // horizon nothing binds.
+  ChoiceOptions end = o;
+  end.horizon_steps = 1000;
+  EXPECT_TRUE(int8_allowed(end, 100));  // the horizon caps at 1 - 10/900 < 99.9%
+  ChoiceOptions far = o;
+  far.horizon_steps = 100000;
+  EXPECT_FALSE(int8_allowed(far, 100));  // 1 - 10/99900 > 99.9%: no cap binds
+  const Plan last = choose_codecs(in, link, end, 990);
+  EXPECT_EQ(find(last, "big").rung, (Rung{Codec::kInt8, 0})) << last.describe();
+  EXPECT_FALSE(int8_allowed(end, 1000));
   // Without the ramp's 8-bit rung the first quarter pays the 16-bit ring.
   ChoiceOptions off = o;
-  off.ramp_int8 = false;
+  off.fidelity_int8 = false;
   EXPECT_FALSE(int8_allowed(off, 0));
   const Plan dense = choose_codecs(in, link, off, 0);
   EXPECT_EQ(find(dense, "big").rung, (Rung{Codec::kHalf, 0})) << dense.describe();
