@@ -341,8 +341,11 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
     }
   }
   if (measured_codecs == 0) return factor;
-  const double inherited = stage_codecs > 0 ? stage_sum / static_cast<double>(stage_codecs)
-                                            : sum / static_cast<double>(measured_codecs);
+  // The lesser of the two evidences: priced above either, an unmeasured codec might never be
+  // chosen, so never measured (loaded CPUs inflate the stages, CPU-bound rings the transfers).
+  double inherited = sum / static_cast<double>(measured_codecs);
+  if (stage_codecs > 0)
+    inherited = std::min(inherited, stage_sum / static_cast<double>(stage_codecs));
   for (size_t c = 0; c < factor.size(); ++c) {
     const auto codec = static_cast<Codec>(c);
     if (enough(codec)) continue;
