@@ -208,12 +208,13 @@ constexpr size_t kMinFactorRecords = 2;
 // [1/4, 16]. A codec without enough records is priced from the others' (pricing it at 1 would make
 // it look cheap only because it was not used): a dense ring codec (fp32, 16-bit) takes the other
 // dense ring's factor when that one is measured (the same collective on the same link); any other
-// takes the mean, over the codecs with enough records, of what their encode and decode stages
-// measured over what was predicted for those stages (the load that inflates their CPU work
-// inflates its CPU work too, while a measured ring's slow transfer says nothing about another
-// codec's collective: on 4 ranks sharing 2 cores, 16-bit rings measured 2.4x their prediction in
-// their transfers while DGC, never measured then, would have inherited the 2.4x and stayed
-// unchosen); without stage times, the mean of the measured factors; 1 when none has records.
+// takes the lesser of two means over the codecs with enough records: of their factors, and of what
+// their encode and decode stages measured over what was predicted for those stages. A loaded CPU
+// inflates the stages, a CPU-bound ring its transfers, and neither says much about another codec's
+// collective: on 4 ranks sharing 2 cores the 16-bit rings measured 2.4x their prediction in their
+// loopback transfers, and DGC, never measured, inherited the 2.4x and stayed unchosen; priced above
+// either evidence, an unmeasured codec might never be chosen, so never measured. 1 when no codec
+// has records.
 std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
                                                    const Snapshot& numbers,
                                                    const ChoiceOptions& options);
