@@ -170,8 +170,13 @@ std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
 }
 
 bool int8_allowed(const ChoiceOptions& o, uint64_t step) {
-  return o.int8_available ||
-         (o.fidelity_int8 && !o.ladder.empty() && sparsity_cap(o, step) < o.ladder.back());
+  if (o.int8_available) return true;
+  if (!o.fidelity_int8 || o.ladder.empty() || !(sparsity_cap(o, step) < o.ladder.back()))
+    return false;
+  // Only where the cap leaves no sparse rung that sends less than the 16-bit ring.
+  for (double s : ramped_ladder(o, step))
+    if ((1.0 - s) * 2.0 * o.world_size < 1.0) return false;
+  return true;
 }
 
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,

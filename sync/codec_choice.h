@@ -41,14 +41,18 @@
 // choice stays cost-aware inside it: a link that hides a rung below the cap keeps it, and where
 // even the cap is exposed the step pays that (fidelity first). The cap is a function of the
 // agreed step alone, so every rank applies the same one; the planner re-plans at each quarter.
-// While a fidelity cap binds (the ramp's, or the horizon rule's below: the cap in force is under
-// the ladder's top) the 8-bit rung (dense, 8-bit codes with error feedback: every coordinate moves
-// every step, at about half of 16-bit's bytes, and its residual is a rounding error that the next
-// step sends) is on the ladder even when int8_available is off (fidelity_int8): where the cost
-// model says 16-bit cannot hide, such a step is not left to pay the dense ring (at 4 ranks DGC's
-// 75% sends more than the 16-bit ring, so the ramp's first quarter had no cheaper rung, nor have
-// the horizon rule's last dense steps), and where 16-bit hides, or the 8-bit route's CPU makes it
-// no cheaper, the choice stays 16-bit. Elsewhere int8_available alone decides.
+// Where a fidelity cap binds (the ramp's, or the horizon rule's below) and leaves no sparse rung
+// that sends less than the 16-bit ring (every capped sparsity denser than 1/(2P)), the 8-bit rung
+// (dense, 8-bit codes with error feedback: every coordinate moves every step, at about half of
+// 16-bit's bytes, and its residual is a rounding error that the next step sends) is on the ladder
+// even when int8_available is off (fidelity_int8): where the cost model says 16-bit cannot hide,
+// such a step is not left to pay the dense ring (at 4 ranks DGC's 75% sends more than the 16-bit
+// ring, so the ramp's first quarter had no cheaper rung, nor have the horizon rule's last dense
+// steps), and where 16-bit hides, or the 8-bit route's CPU makes it no cheaper, the choice stays
+// 16-bit. Elsewhere int8_available alone decides. Off by default (GRADEX_POLICY_FIDELITY_INT8=0):
+// allowed at every capped step, the race's 100-250-step trainings ran 8-bit throughout and reached
+// their targets later than DGC under the cap (the 8-bit route's CPU on 2 shared cores is priced
+// low), and the narrower rule above is not measured yet.
 //
 // The end of training (the horizon rule, horizon_steps > 0: the number of exchange steps the
 // training will run, from the user or the plugin): error feedback delays a coordinate's update
@@ -164,7 +168,8 @@ std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& options);
 std::vector<double> ramped_ladder(const ChoiceOptions& options, uint64_t step);
 
 // Whether the 8-bit rung is on the ladder at agreed step `step`: int8_available, or with
-// fidelity_int8 where sparsity_cap is below the ladder's top (the ramp, the horizon rule).
+// fidelity_int8 where sparsity_cap is below the ladder's top (the ramp, the horizon rule) and every
+// sparsity of ramped_ladder is denser than 1/(2P).
 bool int8_allowed(const ChoiceOptions& options, uint64_t step);
 
 // The rungs a tensor may take under `options` at agreed step `step`, least compression first,

@@ -166,16 +166,17 @@ TEST(CodecChoice, RampSendsEightBitWhereSixteenCannotHide) {
   o.int8_available = false;
   const Snapshot link = numbers(0.64);  // 16-bit exposed, 8-bit hidden (see the test above)
   EXPECT_TRUE(int8_allowed(o, 0));
-  EXPECT_TRUE(int8_allowed(o, 99));
+  EXPECT_TRUE(int8_allowed(o, 24));
+  EXPECT_FALSE(int8_allowed(o, 25));  // DGC 93.75% sends less than the 16-bit ring
   EXPECT_FALSE(int8_allowed(o, 100));
   const Plan early = choose_codecs(in, link, o, 0);
   EXPECT_EQ(find(early, "big").rung, (Rung{Codec::kInt8, 0})) << early.describe();
   EXPECT_EQ(early.exposed_s(), 0.0) << early.describe();
-  // Later quarters: 8-bit or DGC no harder than the cap, whichever the timeline prefers.
+  // Later quarters leave a DGC rung cheaper than the ring: DGC no harder than the cap, no 8-bit.
   for (uint64_t step : {25u, 50u, 75u}) {
+    EXPECT_FALSE(int8_allowed(o, step)) << step;
     const Rung r = find(choose_codecs(in, link, o, step), "big").rung;
-    EXPECT_TRUE(r.codec == Codec::kInt8 ||
-                (r.codec == Codec::kDgc && r.sparsity <= ramp_cap(o, step)))
+    EXPECT_TRUE(r.codec == Codec::kDgc && r.sparsity <= ramp_cap(o, step))
         << rung_name(r) << " at " << step;
   }
   // Past the ramp the 8-bit rung is GRADEX_POLICY_INT8's: off, so DGC.
@@ -184,7 +185,7 @@ TEST(CodecChoice, RampSendsEightBitWhereSixteenCannotHide) {
   // horizon nothing binds.
   ChoiceOptions end = o;
   end.horizon_steps = 1000;
-  EXPECT_TRUE(int8_allowed(end, 100));  // the horizon caps at 1 - 10/900 < 99.9%
+  EXPECT_FALSE(int8_allowed(end, 100));  // capped at 1 - 10/900: DGC 90% still sends less
   ChoiceOptions far = o;
   far.horizon_steps = 100000;
   EXPECT_FALSE(int8_allowed(far, 100));  // 1 - 10/99900 > 99.9%: no cap binds
@@ -556,6 +557,15 @@ TEST(CodecChoice, UnmeasuredDgcIsNotPricedByTheRingsSlowTransfers) {
   for (const TensorChoice& c : second.tensors)
     EXPECT_EQ(c.rung.codec, Codec::kDgc) << second.describe();
   EXPECT_LT(second.finish_s, first.finish_s * 2.4);
+  // A loaded CPU the other way round (stages 1.5x, whole units 1.3x): the lesser, 1.3.
+  std::vector<UnitRecord> loaded;
+  for (const TensorInput& t : in) {
+    double e, m, d;
+    rung_costs(t, {Codec::kHalf, 0}, s, o, e, m, d);
+    for (int i = 0; i < 3; ++i)
+      loaded.push_back({Codec::kHalf, {{t.numel, 0.0}}, 1.3 * (e + m + d), 1.5 * (e + d)});
+  }
+  EXPECT_NEAR(measured_codec_factors(loaded, s, o)[static_cast<size_t>(Codec::kDgc)], 1.3, 1e-9);
   // The old rule (the mean of the measured factors) keeps 16-bit: what this test guards against.
   for (UnitRecord& r : records)
     r.stages_s = -1;
