@@ -169,11 +169,21 @@ std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
   return ladder;
 }
 
+bool int8_allowed(const ChoiceOptions& o, uint64_t step) {
+  if (o.int8_available) return true;
+  if (!o.fidelity_int8 || o.ladder.empty() || !(sparsity_cap(o, step) < o.ladder.back()))
+    return false;
+  // Only where the cap leaves no sparse rung that sends less than the 16-bit ring.
+  for (double s : ramped_ladder(o, step))
+    if ((1.0 - s) * 2.0 * o.world_size < 1.0) return false;
+  return true;
+}
+
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
                                 std::string* excluded_reason) {
   std::vector<Rung> rungs{{Codec::kFp32, 0}};
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
-  if (o.int8_available) rungs.push_back({Codec::kInt8, 0});
+  if (int8_allowed(o, step)) rungs.push_back({Codec::kInt8, 0});
   std::string why;
   const std::string sparse = o.sparse_codec == Codec::kDgc ? "DGC" : "the Adam codec";
   const double cap = ramp_cap(o, step);
@@ -294,38 +304,61 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
   raw.calibration = 1.0;
   raw.codec_factor.fill(1.0);
   std::array<double, kCodecs> measured{}, predicted{};
+  std::array<double, kCodecs> stages_measured{}, stages_predicted{};
   std::array<size_t, kCodecs> count{};
   for (const UnitRecord& r : records) {
-    double unit = 0;
+    double unit = 0, stages = 0;
     bool first = true;
     for (const auto& [numel, sparsity] : r.tensors) {
       TensorInput t;
       t.numel = numel;
       double e = 0, m = 0, d = 0, latency = 0;
-      const bool sparse = r.codec == Codec::kDgc || r.codec == Codec::kAdam;
-      rung_costs(t, Rung{r.codec, sparse ? sparsity : 0.0}, raw, options, e, m, d, &latency);
+      rung_costs(t, Rung{r.codec, is_sparse(r.codec) ? sparsity : 0.0}, raw, options, e, m, d,
+                 &latency);
       unit += e + m + d - (first ? 0.0 : latency);  // one collective: its latency paid once
+      stages += e + d;
       first = false;
     }
     if (!(unit > 0) || !(r.measured_s > 0) || !std::isfinite(r.measured_s)) continue;
     const auto c = static_cast<size_t>(r.codec);
     measured[c] += r.measured_s;
     predicted[c] += unit;
+    // (Not the 8-bit route's: its owner's sums, priced in its encode, run inside its transfer.)
+    if (r.codec != Codec::kInt8 && r.stages_s >= 0 && std::isfinite(r.stages_s) && stages > 0) {
+      stages_measured[c] += r.stages_s;
+      stages_predicted[c] += stages;
+    }
     ++count[c];
   }
+  auto enough = [&](Codec c) { return count[static_cast<size_t>(c)] >= kMinFactorRecords; };
   std::array<double, kCodecs> factor;
   factor.fill(1.0);
-  double sum = 0;
-  size_t measured_codecs = 0;
+  double sum = 0, stage_sum = 0;
+  size_t measured_codecs = 0, stage_codecs = 0;
   for (size_t c = 0; c < factor.size(); ++c) {
-    if (count[c] < kMinFactorRecords) continue;
+    if (!enough(static_cast<Codec>(c))) continue;
     factor[c] = std::clamp(measured[c] / predicted[c], 0.25, 16.0);
     sum += factor[c];
     ++measured_codecs;
+    if (stages_predicted[c] > 0) {
+      stage_sum += std::clamp(stages_measured[c] / stages_predicted[c], 0.25, 16.0);
+      ++stage_codecs;
+    }
   }
-  if (measured_codecs > 0)
-    for (size_t c = 0; c < factor.size(); ++c)
-      if (count[c] < kMinFactorRecords) factor[c] = sum / static_cast<double>(measured_codecs);
+  if (measured_codecs == 0) return factor;
+  // The lesser of the two evidences: priced above either, an unmeasured codec might never be
+  // chosen, so never measured (loaded CPUs inflate the stages, CPU-bound rings the transfers).
+  double inherited = sum / static_cast<double>(measured_codecs);
+  if (stage_codecs > 0)
+    inherited = std::min(inherited, stage_sum / static_cast<double>(stage_codecs));
+  for (size_t c = 0; c < factor.size(); ++c) {
+    const auto codec = static_cast<Codec>(c);
+    if (enough(codec)) continue;
+    factor[c] = inherited;
+    const Codec other_ring = codec == Codec::kFp32 ? Codec::kHalf : Codec::kFp32;
+    if ((codec == Codec::kFp32 || codec == Codec::kHalf) && enough(other_ring))
+      factor[c] = factor[static_cast<size_t>(other_ring)];
+  }
   return factor;
 }
 
@@ -382,7 +415,8 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   // The ladder's rungs in order (the union over tensors, which share one order).
   std::vector<Rung> ladder{{Codec::kFp32, 0}};
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
-  if (o.int8_available) ladder.push_back({Codec::kInt8, 0});
+  // (From the options as given: `o`'s ladder is already capped, so no cap binds below its top.)
+  if (int8_allowed(options, step)) ladder.push_back({Codec::kInt8, 0});
   for (double s : o.ladder)
     ladder.push_back({o.sparse_codec, s});
   auto rank_of = [&](const Rung& r) {

@@ -41,6 +41,18 @@
 // choice stays cost-aware inside it: a link that hides a rung below the cap keeps it, and where
 // even the cap is exposed the step pays that (fidelity first). The cap is a function of the
 // agreed step alone, so every rank applies the same one; the planner re-plans at each quarter.
+// Where a fidelity cap binds (the ramp's, or the horizon rule's below) and leaves no sparse rung
+// that sends less than the 16-bit ring (every capped sparsity denser than 1/(2P)), the 8-bit rung
+// (dense, 8-bit codes with error feedback: every coordinate moves every step, at about half of
+// 16-bit's bytes, and its residual is a rounding error that the next step sends) is on the ladder
+// even when int8_available is off (fidelity_int8): where the cost model says 16-bit cannot hide,
+// such a step is not left to pay the dense ring (at 4 ranks DGC's 75% sends more than the 16-bit
+// ring, so the ramp's first quarter had no cheaper rung, nor have the horizon rule's last dense
+// steps), and where 16-bit hides, or the 8-bit route's CPU makes it no cheaper, the choice stays
+// 16-bit. Elsewhere int8_available alone decides. Off by default (GRADEX_POLICY_FIDELITY_INT8=0):
+// allowed at every capped step, the race's 100-250-step trainings ran 8-bit throughout and reached
+// their targets later than DGC under the cap (the 8-bit route's CPU on 2 shared cores is priced
+// low), and the narrower rule above is not measured yet.
 //
 // The end of training (the horizon rule, horizon_steps > 0: the number of exchange steps the
 // training will run, from the user or the plugin): error feedback delays a coordinate's update
@@ -76,10 +88,13 @@ std::string rung_name(const Rung& r);
 
 struct ChoiceOptions {
   int world_size = 2;
-  PeerClass link_class = PeerClass::kSameHost;   // the class whose link bounds the collectives
-  bool sparse_ring = false;                      // how DGC payloads travel (allgatherv_terms)
-  bool half_available = true;                    // GRADEX_FP16=1
-  bool int8_available = true;                    // GRADEX_POLICY_INT8: the 8-bit rung
+  PeerClass link_class = PeerClass::kSameHost;  // the class whose link bounds the collectives
+  bool sparse_ring = false;                     // how DGC payloads travel (allgatherv_terms)
+  bool half_available = true;                   // GRADEX_FP16=1
+  bool int8_available = true;                   // GRADEX_POLICY_INT8: the 8-bit rung
+  // GRADEX_POLICY_FIDELITY_INT8: the 8-bit rung while a fidelity cap binds, even without
+  // int8_available (see "Early training" above).
+  bool fidelity_int8 = true;
   std::vector<double> ladder{0.9, 0.99, 0.999};  // DGC sparsities, ascending
   double slack = 0.05;                           // GRADEX_POLICY_SLACK
   uint64_t dense_steps = 0;                      // GRADEX_POLICY_DENSE_STEPS
@@ -152,6 +167,11 @@ std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& options);
 // without repeats (none when the cap is 0). Idempotent.
 std::vector<double> ramped_ladder(const ChoiceOptions& options, uint64_t step);
 
+// Whether the 8-bit rung is on the ladder at agreed step `step`: int8_available, or with
+// fidelity_int8 where sparsity_cap is below the ladder's top (the ramp, the horizon rule) and every
+// sparsity of ramped_ladder is denser than 1/(2P).
+bool int8_allowed(const ChoiceOptions& options, uint64_t step);
+
 // The rungs a tensor may take under `options` at agreed step `step`, least compression first,
 // with the reason any DGC rung was left out ("" when none was).
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& options, uint64_t step,
@@ -181,15 +201,25 @@ struct UnitRecord {
   Codec codec = Codec::kFp32;
   std::vector<std::pair<uint64_t, double>> tensors;  // (elements, sparsity)
   double measured_s = 0;
+  // The part of measured_s spent in the unit's prepare and finish stages (its encode and decode);
+  // negative: not measured apart.
+  double stages_s = -1;
 };
 // The fewest records of a codec that set its factor (fewer: the common factor below).
 constexpr size_t kMinFactorRecords = 2;
 // Snapshot::codec_factor from `records`: per codec with at least kMinFactorRecords records, the
 // sum of their measured seconds over the sum of what rung_costs predicts for them from `numbers`
 // with every factor 1 and no calibration (a unit pays its collective's latency once), clamped to
-// [1/4, 16]. A codec without enough records gets the mean factor of those with enough (the load
-// that inflates what was measured inflates it too: pricing it at 1 would make the unmeasured codec
-// look cheap only because it was not used), or 1 when none has.
+// [1/4, 16]. A codec without enough records is priced from the others' (pricing it at 1 would make
+// it look cheap only because it was not used): a dense ring codec (fp32, 16-bit) takes the other
+// dense ring's factor when that one is measured (the same collective on the same link); any other
+// takes the lesser of two means over the codecs with enough records: of their factors, and of what
+// their encode and decode stages measured over what was predicted for those stages. A loaded CPU
+// inflates the stages, a CPU-bound ring its transfers, and neither says much about another codec's
+// collective: on 4 ranks sharing 2 cores the 16-bit rings measured 2.4x their prediction in their
+// loopback transfers, and DGC, never measured, inherited the 2.4x and stayed unchosen; priced above
+// either evidence, an unmeasured codec might never be chosen, so never measured. 1 when no codec
+// has records.
 std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
                                                    const Snapshot& numbers,
                                                    const ChoiceOptions& options);

@@ -75,6 +75,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
+  p.choice.fidelity_int8 = config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
   if (options.adam_codec) adam_rungs(options, p.choice);
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
 }
@@ -426,6 +427,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     cost::UnitRecord record;
     record.codec = codec;
     record.measured_s = total;
+    record.stages_s = c.prepare_seconds + c.finish_seconds;
     for (const pipeline::Job* j : unit.jobs)
       record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.sparsity);
     unit_records_.push_back(std::move(record));

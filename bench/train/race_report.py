@@ -14,7 +14,9 @@ TORCH_HOOKS = ("torch_fp16", "powersgd_r1", "powersgd_r4")
 TASK_TITLES = {"short": "short horizon: gaussian mixture, MLP 32-2048-2048-20 (4.3 M parameters)",
                "mlp": "MLP 64-2048-2048-10 (4.3 M parameters)",
                "conv": "convnet with BatchNorm (2 conv + 2 FC layers, 5.3 M parameters)",
-               "long": "long horizon: 50-class teacher, MLP 64-1536-1536-1536-50 (4.9 M parameters)"}
+               "long": "long horizon: 50-class teacher, MLP 64-1536-1536-1536-50 (4.9 M parameters)",
+               "cnn": "held out: all-convolutional net (4 conv layers, 3.0 M parameters)",
+               "tfm": "held out: transformer classifier on 8-token sequences (2 layers, 1.6 M parameters)"}
 COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", "powersgd_r4": "tab:pink",
           "gradex_auto": "tab:red", "gradex_default": "tab:olive", "gradex_dgc": "tab:orange",
           "gradex_localsgd": "tab:blue", "nocomm": "tab:green", "keras_gradex_default": "tab:purple",

@@ -17,6 +17,20 @@ students, so that a gradient-exchange policy is judged on more than one shape of
          is the three-hidden-layer MLP 64-1536-1536-1536-50 (4.9 M parameters). Its fine-grained labels
          keep improving for well over 1,000 steps: about 1,100-1,300 of 1,600 steps.
 
+Two more tasks are held out from tuning (no setting of gradex's policy was chosen by looking at them; they
+judge whether what was tuned on the four above carries over to other kinds of model):
+
+  cnn    3x8x8 smooth random images -> a teacher convnet of its own (the conv task's kind, other weights);
+         the student is a small all-convolutional network whose parameters are in its convolutions
+         (3x3 conv 3->32 at 8x8, 32->128 at 4x4, 128->512 and 512->512 at 2x2, each with BatchNorm,
+         global average pooling,
+         a linear layer to 10 classes: 3.0 M parameters), so it computes several times more per parameter
+         than the MLPs. About 2/3 of 150 steps.
+  tfm    sequences of 8 tokens from a 64-token vocabulary -> a teacher that scores every (position, token)
+         pair (mostly the token's, partly its position's) and sums them over the sequence (10 classes); the student is a small transformer
+         classifier: token and position embeddings of width 256, two pre-norm encoder layers (4 heads,
+         feed-forward 1024), mean pooling, a linear layer (1.6 M parameters). About 2/3 of 150 steps.
+
 Every student is large enough that, with 16 examples per rank and step, exchanging its gradients over a
 1 Gbit/s link (a dense fp32 ring: about 0.2-0.25 s per step for 4 hosts) costs several times more than
 computing them on this machine (tens of ms): the exchange method then decides the time to accuracy.
@@ -34,7 +48,10 @@ SPECS = {
     "conv": {"inputs": (3, 8, 8), "classes": CLASSES, "train": TRAIN_SIZE},
     "short": {"inputs": (32,), "classes": 20, "train": TRAIN_SIZE},
     "long": {"inputs": (64,), "classes": 50, "train": 100_000},
+    "cnn": {"inputs": (3, 8, 8), "classes": CLASSES, "train": TRAIN_SIZE},
+    "tfm": {"inputs": (8,), "classes": CLASSES, "train": TRAIN_SIZE},
 }
+TOKENS = 64  # the tfm task's vocabulary
 TASKS = tuple(SPECS)  # the order fixes each task's data seed: new tasks go at the end
 
 
@@ -62,6 +79,20 @@ def _teacher_long(g):
     return lambda x: torch.tanh(torch.tanh(x @ w1) @ w2) @ w3
 
 
+def _teacher_tokens(g):
+    """Class scores summed over the sequence from a random score of every (position, token) pair: the label
+    depends mostly on which tokens occur and partly on where, which a transformer learns through its
+    position embeddings."""
+    seq = SPECS["tfm"]["inputs"][0]
+    # Mostly a score per token wherever it sits (quickly learnt), plus one per position (learnt later).
+    w = torch.randn(TOKENS, CLASSES, generator=g).repeat(seq, 1) + 0.5 * torch.randn(seq * TOKENS, CLASSES,
+                                                                                     generator=g)
+
+    def teacher(tokens):
+        return torch.nn.functional.one_hot(tokens, TOKENS).float().flatten(1) @ w
+    return teacher
+
+
 def _mixture(n, g, dim=32, classes=20, per_class=3, spread=0.55):
     """(x, y): n points of a mixture of classes*per_class gaussian clusters in `dim` dimensions, each class
     owning per_class of them: unit-variance noise around centres whose coordinates are N(0, (2*spread)^2),
@@ -77,6 +108,8 @@ def _mixture(n, g, dim=32, classes=20, per_class=3, spread=0.55):
 def _inputs(name, n, g):
     if name in ("mlp", "long"):
         return torch.randn(n, 64, generator=g)
+    if name == "tfm":
+        return torch.randint(0, TOKENS, (n, SPECS["tfm"]["inputs"][0]), generator=g)
     # Smooth images: white noise blurred by a fixed 3x3 kernel, rescaled to unit variance per pixel.
     noise = torch.randn(n, 3, 10, 10, generator=g)
     blur = torch.full((3, 1, 3, 3), 1.0 / 9)
@@ -99,7 +132,8 @@ def load(name):
     if name == "short":
         x, y = _mixture(n_train + TEST_SIZE, g)
         return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
-    teacher = {"mlp": _teacher_mlp, "conv": _teacher_conv, "long": _teacher_long}[name](g)
+    teacher = {"mlp": _teacher_mlp, "conv": _teacher_conv, "long": _teacher_long, "cnn": _teacher_conv,
+               "tfm": _teacher_tokens}[name](g)
     x = _inputs(name, n_train + TEST_SIZE, g)
     with torch.no_grad():
         y = teacher(x).argmax(dim=1)
@@ -128,7 +162,38 @@ def make_model(name, seed=0, hidden=2048):
             nn.Linear(32 * 4 * 4, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
             nn.Linear(hidden, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
             nn.Linear(hidden, CLASSES))
+    if name == "cnn":
+        c = hidden // 4  # 512 at the default width
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, c // 4, 3, padding=1), nn.BatchNorm2d(c // 4), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c // 4, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, CLASSES))
+    if name == "tfm":
+        return TokenClassifier(width=hidden // 8, layers=2, heads=4)
     raise ValueError(f"unknown task {name!r} (expected one of {', '.join(TASKS)})")
+
+
+class TokenClassifier(torch.nn.Module):
+    """The tfm task's student: token + position embeddings, pre-norm transformer encoder layers (no dropout:
+    every method must compute the same function), mean pooling over the sequence, a linear classifier."""
+
+    def __init__(self, width, layers, heads):
+        super().__init__()
+        nn = torch.nn
+        seq = SPECS["tfm"]["inputs"][0]
+        self.tokens = nn.Embedding(TOKENS, width)
+        self.positions = nn.Parameter(torch.randn(seq, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, CLASSES)
+
+    def forward(self, tokens):
+        h = self.encoder(self.tokens(tokens) + self.positions)
+        return self.head(self.norm(h).mean(dim=1))
 
 
 class Shard:

@@ -451,3 +451,27 @@ def test_race_keras_row_smoke_run_and_report(tmp_path):
     assert "Keras row" in text and "`keras_gradex_default`" in text and "ms/step" in text
     result = done.stdout.strip().splitlines()[-1]
     assert "ms_per_step_mlp_keras_gradex_default=" in result and "ttt_mlp_keras_gradex_dense_s=" in result
+
+
+@pytest.mark.parametrize("name", ["cnn", "tfm"])
+def test_race_held_out_tasks_are_deterministic_and_learnable(name):
+    """The held-out tasks (a convnet, a transformer classifier): the same data in every process, every class
+    present, and a tiny student trained for 100 steps (one process, 64 examples a step) clearly beats chance."""
+    torch = race_task.torch
+    x_train, y_train, x_test, y_test = race_task.load(name)
+    again = race_task.load(name)
+    assert torch_equal(x_train, again[0]) and torch_equal(y_test, again[3])
+    assert np.bincount(y_test.numpy(), minlength=10).min() > 0
+    model = race_task.make_model(name, seed=0, hidden=64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    shard = race_task.Shard(x_train, y_train, rank=0, world=1, batch=64, seed=0)
+    before = race_task.correct(model, x_test, y_test) / len(x_test)
+    for _ in range(100):
+        x, y = shard.next()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    after = race_task.correct(model, x_test, y_test) / len(x_test)
+    assert after > 0.2 and after > before + 0.1, (before, after)  # chance: 1/10
+    wide = race_task.make_model(name, seed=0)
+    assert 1_000_000 < sum(p.numel() for p in wide.parameters()) < 4_000_000
