@@ -1,5 +1,7 @@
 // UcxCommunicator::exchange_hello: the first messages between every pair of ranks, and with a job
 // secret a challenge-response in both directions (ucx_peer_auth.h, docs/security.md).
+#include <algorithm>
+
 #include "base/log.h"
 #include "comm/auth.h"
 #include "comm/ucx/ucx_communicator.h"
@@ -69,11 +71,15 @@ void UcxCommunicator::exchange_hello() {
                           std::to_string(h.world_size) + ", this rank with " +
                           std::to_string(size_));
     // The connections per peer are opened next (connect_stripes): both ends must open as many.
-    if (h.stripes != out.stripes)
-      throw MismatchError("connect: rank " + std::to_string(p) +
-                          " was started with GRADEX_STRIPES=" + stripes_text(h.stripes) +
-                          ", this rank with GRADEX_STRIPES=" + stripes_text(out.stripes) +
-                          " (it must be equal on every rank)");
+    // A configuration error, worded as the start-up agreement words a variable that differs.
+    if (h.stripes != out.stripes) {
+      const bool mine_first = rank_ < p;
+      throw ConfigError("connect: GRADEX_STRIPES: '" +
+                        stripes_text(mine_first ? out.stripes : h.stripes) + "' on ranks [" +
+                        std::to_string(std::min(rank_, p)) + "], '" +
+                        stripes_text(mine_first ? h.stripes : out.stripes) + "' on ranks [" +
+                        std::to_string(std::max(rank_, p)) + "] (it must be equal on every rank)");
+    }
     if ((h.has_secret != 0) != !secret.empty())
       refuse_peer(rank_, p, "",
                   h.has_secret ? "was started with a job secret and this rank without one"
