@@ -13,9 +13,9 @@
 #include "capi/options_config.h"
 #include "comm/communicator.h"
 #include "gradex/gradex.h"
+#include "outer/outer.h"
 #include "sync/options.h"
 #include "sync/policy_settings.h"
-#include "sync/outer/outer_options.h"
 
 namespace {
 

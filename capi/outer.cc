@@ -1,5 +1,5 @@
 // The C API of DiLoCo's outer optimization (gradex_outer_*): argument checks and exception ->
-// status conversion around sync/outer/OuterOptimizer.
+// status conversion around outer/OuterOptimizer.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,7 +12,7 @@
 #include "capi/options_config.h"
 #include "comm/launch.h"
 #include "gradex/gradex.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer.h"
 
 struct gradex_outer {
   std::unique_ptr<gradex::sync::outer::OuterOptimizer> outer;

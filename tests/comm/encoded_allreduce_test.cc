@@ -12,7 +12,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "sync/outer/codecs.h"
+#include "outer/outer.h"
 #include "tests/comm/rank_harness.h"
 #include "tests/comm/reference.h"
 

@@ -26,7 +26,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "sync/outer/outer_options.h"
+#include "outer/outer_options.h"
 
 namespace gradex::sync {
 class ByteReader;
@@ -128,10 +128,10 @@ class OuterOptimizer {
   // Finishes pending exchanges (bounded by the timeout) and leaves; idempotent.
   void shutdown();
 
-  // A new membership (torchft's quorum change), collective over the new members, every one of which must be a
-  // member of the old one (this object's state is kept; a newcomer cannot join a started DiLoCo
-  // object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if still
-  // running: within about 10 ms); the old communicator is torn down (old peers get the abort
+  // A new membership (torchft's quorum change), collective over the new members, every one of which
+  // must be a member of the old one (this object's state is kept; a newcomer cannot join a started
+  // DiLoCo object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if
+  // still running: within about 10 ms); the old communicator is torn down (old peers get the abort
   // notice); a new one bootstraps through `store` (a namespace without an earlier membership's
   // keys) and the start-up agreement runs again. Kept: the tensors, their fragments and schedule,
   // the step count and last merges, global copies, outer momenta, contribution residuals

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "outer/outer_options.h"
 #include "sync/byte_io.h"
-#include "sync/outer/outer_options.h"
 
 namespace gradex::sync::outer {
 

@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "compress/wire/checksum.h"
+#include "outer/fragment_exchange.h"
+#include "outer/outer_optimizer.h"
 #include "sync/byte_io.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_optimizer.h"
 
 namespace gradex::sync::outer {
 namespace {

@@ -5,9 +5,9 @@
 // step reaches the global copy through one more outer step.
 #include <cstring>
 
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_job.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/fragment_exchange.h"
+#include "outer/outer_job.h"
+#include "outer/outer_optimizer.h"
 
 namespace gradex::sync::outer {
 

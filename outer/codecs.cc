@@ -1,4 +1,4 @@
-#include "sync/outer/codecs.h"
+#include "outer/codecs.h"
 
 #include <cmath>
 #include <cstring>

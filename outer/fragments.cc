@@ -1,4 +1,4 @@
-#include "sync/outer/fragments.h"
+#include "outer/fragments.h"
 
 #include <string>
 

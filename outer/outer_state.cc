@@ -2,9 +2,9 @@
 // quantization residuals and the step count, checked against this job's shape on load.
 #include <cstring>
 
+#include "outer/fragment_exchange.h"
+#include "outer/outer_optimizer.h"
 #include "sync/byte_io.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_optimizer.h"
 
 namespace gradex::sync::outer {
 namespace {

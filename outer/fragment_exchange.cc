@@ -1,13 +1,13 @@
 // Compiled with -ffp-contract=off: the outer step must round identically on every rank and in the
 // reference computations of the tests.
-#include "sync/outer/fragment_exchange.h"
+#include "outer/fragment_exchange.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "base/error.h"
-#include "sync/outer/codecs.h"
+#include "outer/codecs.h"
 
 namespace gradex::sync::outer {
 namespace {

@@ -1,4 +1,4 @@
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer_optimizer.h"
 
 #include <chrono>
 #include <cstring>
@@ -7,11 +7,11 @@
 #include "base/log.h"
 #include "base/wall_time.h"
 #include "comm/collectives.h"
+#include "outer/codecs.h"
+#include "outer/fragment_exchange.h"
+#include "outer/fragments.h"
+#include "outer/outer_job.h"
 #include "sync/agreement.h"
-#include "sync/outer/codecs.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/fragments.h"
-#include "sync/outer/outer_job.h"
 
 namespace gradex::sync::outer {
 namespace {

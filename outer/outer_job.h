@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer_optimizer.h"
 
 namespace gradex::sync::outer {
 

@@ -1,4 +1,4 @@
-#include "sync/outer/outer_options.h"
+#include "outer/outer_options.h"
 
 #include <string>
 
