@@ -15,7 +15,7 @@
 #include "outer/outer.h"
 
 struct gradex_outer {
-  std::unique_ptr<gradex::sync::outer::OuterOptimizer> outer;
+  std::unique_ptr<gradex::outer::OuterOptimizer> outer;
   // As gradex_engine's: the store a reconfiguration may reuse, the current membership's prefix.
   std::shared_ptr<gradex::comm::Store> store;
   std::string prefix;
@@ -26,7 +26,7 @@ namespace {
 using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
 using gradex::capi::require;
-using gradex::sync::outer::OuterOptimizer;
+using gradex::outer::OuterOptimizer;
 
 OuterOptimizer& outer_of(gradex_outer_t* o) {
   if (o == nullptr || !o->outer) throw gradex::InvalidArgument("outer is NULL");

@@ -9,7 +9,7 @@
 #include "outer/outer_job.h"
 #include "outer/outer_optimizer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 int OuterOptimizer::synchronize_all() {
   require_started("synchronize_all()");
@@ -96,4 +96,4 @@ int OuterOptimizer::synchronize_all() {
   return exchanged;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -13,7 +13,7 @@
 #include "outer/outer_job.h"
 #include "sync/agreement.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
@@ -30,7 +30,7 @@ OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Stor
                           std::to_string(world_size) + " is out of range");
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm::comm_options_from_config(config_));
-  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
+  sync::agreement::require_agreement(comm_, config_, sync::agreement::Scope::kOuter, api_version_);
 }
 
 OuterOptimizer::~OuterOptimizer() {
@@ -373,7 +373,8 @@ void OuterOptimizer::reconfigure(std::shared_ptr<comm::Store> store, int rank, i
   try {
     comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                           comm::comm_options_from_config(config_));
-    agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
+    sync::agreement::require_agreement(comm_, config_, sync::agreement::Scope::kOuter,
+                                       api_version_);
   } catch (const Error& e) {
     comm_.reset();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -418,4 +419,4 @@ void OuterOptimizer::shutdown() {
   if (!failed) comm::barrier(*comm_);
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -33,7 +33,7 @@ class ByteReader;
 class ByteWriter;
 }  // namespace gradex::sync
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 class FragmentExchange;
 
@@ -151,8 +151,8 @@ class OuterOptimizer {
 
   // The tensor list both state formats carry (count, then key, numel and kind of each), so that a
   // state is never loaded into a job with other tensors; `what` names the format in errors.
-  void write_tensor_list(ByteWriter& w) const;
-  void check_tensor_list(ByteReader& r, const std::string& what) const;
+  void write_tensor_list(sync::ByteWriter& w) const;
+  void check_tensor_list(sync::ByteReader& r, const std::string& what) const;
   void begin(bool from_rank0);
   void drop_pending_after_failure();
   void require_started(const char* what) const;
@@ -194,4 +194,4 @@ class OuterOptimizer {
   std::thread worker_;
 };
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

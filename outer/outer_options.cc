@@ -4,7 +4,7 @@
 
 #include "base/error.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 OuterOptions outer_options_from_config(const config::Config& c) {
   OuterOptions o;
@@ -39,4 +39,4 @@ OuterOptions outer_options_from_config(const config::Config& c) {
   return o;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -20,8 +20,8 @@ namespace gradex::test {
 namespace {
 
 using comm::Communicator;
-using sync::outer::Fp32Codec;
-using sync::outer::QuantCodec;
+using outer::Fp32Codec;
+using outer::QuantCodec;
 
 struct CodecSpec {
   int bits;  // 32: fp32

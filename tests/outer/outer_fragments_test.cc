@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "outer/outer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 
 TEST(OuterFragments, ContiguousBalancedNonEmpty) {
@@ -70,4 +70,4 @@ TEST(OuterOptions, DelayMustBeBelowPeriod) {
 }
 
 }  // namespace
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -13,7 +13,7 @@
 #include "rank_checks.h"
 
 using namespace gradex::test;
-using gradex::sync::outer::TopkCodec;
+using gradex::outer::TopkCodec;
 
 namespace {
 
