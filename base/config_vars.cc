@@ -276,7 +276,7 @@ const std::vector<VarSpec>& registry() {
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},
     {"GRADEX_LOCALSGD_WARMUP_STEPS", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kEngine,
      "LocalSGD: fully synchronous steps before local steps begin (post-local SGD)."},
-    // --- DiLoCo outer optimization (sync/outer/) ---
+    // --- DiLoCo outer optimization (outer/) ---
     {"GRADEX_OUTER_PERIOD", VarType::kInt, "100", 1, 1e6, false, false, nullptr, kOuter,
      "DiLoCo: inner steps H between two synchronizations of a fragment (its pseudo-gradient "
      "theta_global - theta_local is averaged and an outer optimizer step applied)."},

@@ -13,9 +13,9 @@
 #include "capi/options_config.h"
 #include "comm/communicator.h"
 #include "gradex/gradex.h"
+#include "outer/outer.h"
 #include "sync/options.h"
 #include "sync/policy_settings.h"
-#include "sync/outer/outer_options.h"
 
 namespace {
 
@@ -77,6 +77,6 @@ extern "C" gradex_status_t gradex_check_config(size_t count, const char* const* 
     gradex::sync::resolve_policy(config);
     gradex::sync::engine_options_from_config(config);
     gradex::comm::comm_options_from_config(config);
-    gradex::sync::outer::outer_options_from_config(config);
+    gradex::outer::outer_options_from_config(config);
   });
 }

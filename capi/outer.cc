@@ -1,5 +1,5 @@
 // The C API of DiLoCo's outer optimization (gradex_outer_*): argument checks and exception ->
-// status conversion around sync/outer/OuterOptimizer.
+// status conversion around outer/OuterOptimizer.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,10 +12,10 @@
 #include "capi/options_config.h"
 #include "comm/launch.h"
 #include "gradex/gradex.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer.h"
 
 struct gradex_outer {
-  std::unique_ptr<gradex::sync::outer::OuterOptimizer> outer;
+  std::unique_ptr<gradex::outer::OuterOptimizer> outer;
   // As gradex_engine's: the store a reconfiguration may reuse, the current membership's prefix.
   std::shared_ptr<gradex::comm::Store> store;
   std::string prefix;
@@ -26,7 +26,7 @@ namespace {
 using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
 using gradex::capi::require;
-using gradex::sync::outer::OuterOptimizer;
+using gradex::outer::OuterOptimizer;
 
 OuterOptimizer& outer_of(gradex_outer_t* o) {
   if (o == nullptr || !o->outer) throw gradex::InvalidArgument("outer is NULL");

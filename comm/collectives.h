@@ -86,7 +86,7 @@ void barrier(Communicator& comm);
 
 // --- Encoded allreduce (reduce-scatter + allgather in a caller-defined compact format) ---
 
-// An encoding of fp32 values chosen above comm/ (sync/outer's block quantization, the engine's
+// An encoding of fp32 values chosen above comm/ (outer/'s block quantization, the engine's
 // 8-bit route); comm/ only moves and sums it. Encodings of element ranges cut at multiples of
 // granularity() must concatenate: the encoding of [a, b) is bytes [encoded_size(a),
 // encoded_size(b)) of the encoding of [0, b) whenever a is such a multiple.

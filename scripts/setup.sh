@@ -91,7 +91,7 @@ if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ];
   stamp=.venv/.gradex-install-stamp
   digest=$( { .venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))";
               .venv/bin/python -c "import importlib.metadata as m; print(m.version('tensorflow-cpu'))" 2>/dev/null || true;
-              find CMakeLists.txt pyproject.toml base comm compress sync capi include plugins python \
+              find CMakeLists.txt pyproject.toml base comm compress sync outer capi include plugins python \
                    -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
                    -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' -o -name py.typed \) \
                    -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort | xargs sha256sum; } | sha256sum)

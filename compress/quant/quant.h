@@ -1,6 +1,6 @@
 // Block-wise 8-bit and 4-bit quantization with per-block scales, error feedback, and a byte format
 // that a reduce-scatter can decode and sum in fp32 (DiLoCo's pseudo-gradients; see
-// sync/outer/). No UCX, no state beyond what the caller passes in.
+// outer/). No UCX, no state beyond what the caller passes in.
 //
 // Format of `count` elements: ceil(count / block) blocks back to back; block b holds
 //   [scale: fp32 or fp16, little-endian][codes: one byte per element (8-bit) or two per byte

@@ -276,7 +276,7 @@ gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t step
  * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
  * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or
  * exact fp32) and an outer SGD/Nesterov step updates theta_global, bit-identical on every rank (see
- * sync/outer/outer_optimizer.h). A gradex_outer_t has its own connections and background thread; it needs
+ * outer/outer_optimizer.h). A gradex_outer_t has its own connections and background thread; it needs
  * no engine. Its settings are the GRADEX_OUTER_* variables (environment or options->config_*). Calls on
  * one gradex_outer_t must come from one thread at a time. Registered tensors are fp32 host memory that the
  * caller owns and keeps at the same address until gradex_outer_destroy. */

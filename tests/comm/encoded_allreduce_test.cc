@@ -12,7 +12,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "sync/outer/codecs.h"
+#include "outer/outer.h"
 #include "tests/comm/rank_harness.h"
 #include "tests/comm/reference.h"
 
@@ -20,8 +20,8 @@ namespace gradex::test {
 namespace {
 
 using comm::Communicator;
-using sync::outer::Fp32Codec;
-using sync::outer::QuantCodec;
+using outer::Fp32Codec;
+using outer::QuantCodec;
 
 struct CodecSpec {
   int bits;  // 32: fp32

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 // Splits tensors of the given sizes into `fragments` contiguous non-empty groups; returns the
 // index of the first tensor of each group plus the total count at the end (fragments + 1
@@ -21,4 +21,4 @@ int64_t fragment_offset(int64_t f, int64_t fragments, int64_t period);
 // those with step mod H == fragment_offset(f). Fragment 0 is due at H, 2H, ...
 std::vector<int64_t> fragments_due(uint64_t step, int64_t fragments, int64_t period);
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

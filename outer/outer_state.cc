@@ -2,17 +2,17 @@
 // quantization residuals and the step count, checked against this job's shape on load.
 #include <cstring>
 
+#include "outer/fragment_exchange.h"
+#include "outer/outer_optimizer.h"
 #include "sync/byte_io.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_optimizer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 constexpr uint32_t kMagic = 0x4f585247;  // "GRXO"
 constexpr uint32_t kVersion = 1;
 }  // namespace
 
-void OuterOptimizer::write_tensor_list(ByteWriter& w) const {
+void OuterOptimizer::write_tensor_list(sync::ByteWriter& w) const {
   w.put<uint64_t>(tensors_.size());
   for (const auto& t : tensors_) {
     w.put_string(t.key);
@@ -21,7 +21,7 @@ void OuterOptimizer::write_tensor_list(ByteWriter& w) const {
   }
 }
 
-void OuterOptimizer::check_tensor_list(ByteReader& r, const std::string& what) const {
+void OuterOptimizer::check_tensor_list(sync::ByteReader& r, const std::string& what) const {
   const uint64_t count = r.get<uint64_t>();
   if (count != tensors_.size())
     throw StateError(what + ": saved with a tensor count of " + std::to_string(count) +
@@ -45,7 +45,7 @@ std::vector<uint8_t> OuterOptimizer::save_state() {
     pending_.pop_front();
     finish(job);
   }
-  ByteWriter w;
+  sync::ByteWriter w;
   w.put<uint32_t>(kMagic);
   w.put<uint32_t>(kVersion);
   w.put<int32_t>(world_);
@@ -69,7 +69,7 @@ void OuterOptimizer::load_state(const uint8_t* data, size_t size) {
   }
   if (!pending_.empty() && !failed)
     throw StateError("DiLoCo: load_state() with exchanges in flight; call synchronize() first");
-  ByteReader r(data, size, "DiLoCo state");
+  sync::ByteReader r(data, size, "DiLoCo state");
   if (r.get<uint32_t>() != kMagic) throw StateError("DiLoCo state: not a DiLoCo state blob");
   const uint32_t version = r.get<uint32_t>();
   if (version != kVersion)
@@ -102,4 +102,4 @@ void OuterOptimizer::load_state(const uint8_t* data, size_t size) {
   step_ = step;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

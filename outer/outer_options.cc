@@ -1,10 +1,10 @@
-#include "sync/outer/outer_options.h"
+#include "outer/outer_options.h"
 
 #include <string>
 
 #include "base/error.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 OuterOptions outer_options_from_config(const config::Config& c) {
   OuterOptions o;
@@ -39,4 +39,4 @@ OuterOptions outer_options_from_config(const config::Config& c) {
   return o;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

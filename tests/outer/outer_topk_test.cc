@@ -8,12 +8,12 @@
 #include <limits>
 
 #include "base/error.h"
+#include "outer/outer.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/outer/codecs.h"
 
 using namespace gradex::test;
-using gradex::sync::outer::TopkCodec;
+using gradex::outer::TopkCodec;
 
 namespace {
 

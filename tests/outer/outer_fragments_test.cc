@@ -3,10 +3,9 @@
 
 #include "base/config.h"
 #include "base/error.h"
-#include "sync/outer/fragments.h"
-#include "sync/outer/outer_options.h"
+#include "outer/outer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 
 TEST(OuterFragments, ContiguousBalancedNonEmpty) {
@@ -56,7 +55,8 @@ TEST(OuterOptions, DelayMustBeBelowPeriod) {
   auto c = config::Config::from_strings({"GRADEX_OUTER_PERIOD=4", "GRADEX_OUTER_DELAY=3"},
                                         config::Source::kApi);
   EXPECT_EQ(outer_options_from_config(c).delay, 3);
-  // 4-bit codes by default: they lost nothing against 8 bits on the LM race (docs/benchmark_details.md).
+  // 4-bit codes by default: they lost nothing against 8 bits on the LM race
+  // (docs/benchmark_details.md).
   EXPECT_EQ(outer_options_from_config(c).bits, 4);
   EXPECT_FALSE(outer_options_from_config(c).topk);
   auto bad = config::Config::from_strings({"GRADEX_OUTER_PERIOD=4", "GRADEX_OUTER_DELAY=4"},
@@ -70,4 +70,4 @@ TEST(OuterOptions, DelayMustBeBelowPeriod) {
 }
 
 }  // namespace
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -1,10 +1,10 @@
-#include "sync/outer/fragments.h"
+#include "outer/fragments.h"
 
 #include <string>
 
 #include "base/error.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 std::vector<size_t> split_fragments(const std::vector<uint64_t>& sizes, int64_t fragments) {
   const size_t F = static_cast<size_t>(fragments);
@@ -43,4 +43,4 @@ std::vector<int64_t> fragments_due(uint64_t step, int64_t fragments, int64_t per
   return due;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -7,7 +7,7 @@
 #include "compress/options.h"
 #include "compress/quant/quant.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 struct OuterOptions {
   int64_t period = 100;  // H
@@ -28,4 +28,4 @@ struct OuterOptions {
 // not below the period, an odd block).
 OuterOptions outer_options_from_config(const config::Config& config);
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

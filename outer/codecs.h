@@ -12,7 +12,7 @@
 #include "compress/quant/quant.h"
 #include "compress/wire/codec.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 // Identity: 4 bytes per element, bit-exact.
 class Fp32Codec : public comm::ChunkCodec {
@@ -91,4 +91,4 @@ class TopkCodec {
   compress::wire::DecodedPayload decoded_;
 };
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

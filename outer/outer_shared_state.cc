@@ -10,23 +10,23 @@
 #include <cstring>
 
 #include "compress/wire/checksum.h"
+#include "outer/fragment_exchange.h"
+#include "outer/outer_optimizer.h"
 #include "sync/byte_io.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_optimizer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 
 constexpr uint32_t kSharedMagic = 0x53585247;  // "GRXS"
 constexpr uint32_t kSharedVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + 4;
 
-void put_floats(ByteWriter& w, const std::vector<float>& v) {
+void put_floats(sync::ByteWriter& w, const std::vector<float>& v) {
   w.put<uint64_t>(v.size());
   if (!v.empty()) w.put_bytes(v.data(), 4 * v.size());
 }
 
-std::vector<float> get_floats(ByteReader& r, uint64_t expected, int64_t fragment,
+std::vector<float> get_floats(sync::ByteReader& r, uint64_t expected, int64_t fragment,
                               const char* what) {
   const uint64_t n = r.get<uint64_t>();
   if (n != expected)
@@ -48,7 +48,7 @@ std::vector<uint8_t> OuterOptimizer::save_shared_state() {
   if (!pending_.empty())
     throw StateError("DiLoCo: save_shared_state() with " + std::to_string(pending_.size()) +
                      " exchange(s) in flight; it is taken between exchanges");
-  ByteWriter p;
+  sync::ByteWriter p;
   p.put<int64_t>(options_.period);
   p.put<int64_t>(options_.fragments);
   p.put<int64_t>(options_.delay);
@@ -63,7 +63,7 @@ std::vector<uint8_t> OuterOptimizer::save_shared_state() {
     put_floats(p, fragments_[f]->momentum());
   }
   const std::vector<uint8_t>& payload = p.bytes();
-  ByteWriter w;
+  sync::ByteWriter w;
   w.put<uint32_t>(kSharedMagic);
   w.put<uint32_t>(kSharedVersion);
   w.put<uint64_t>(payload.size());
@@ -79,7 +79,7 @@ void OuterOptimizer::load_shared_state(const uint8_t* data, size_t size) {
     throw StateError("DiLoCo: load_shared_state() with " + std::to_string(pending_.size()) +
                      " exchange(s) in flight; it is loaded between exchanges");
   if (data == nullptr && size > 0) throw InvalidArgument("DiLoCo shared state: NULL buffer");
-  ByteReader h(data, size, "DiLoCo shared state");
+  sync::ByteReader h(data, size, "DiLoCo shared state");
   if (size < kHeaderBytes || h.get<uint32_t>() != kSharedMagic)
     throw StateError("DiLoCo shared state: not a DiLoCo shared state blob (" +
                      std::to_string(size) + " bytes, bad magic or too short)");
@@ -96,7 +96,7 @@ void OuterOptimizer::load_shared_state(const uint8_t* data, size_t size) {
   if (compress::wire::crc32c(payload, length) != crc)
     throw CorruptPayload("DiLoCo shared state: checksum mismatch (the blob is corrupt)");
 
-  ByteReader r(payload, length, "DiLoCo shared state");
+  sync::ByteReader r(payload, length, "DiLoCo shared state");
   auto expect = [](int64_t got, int64_t want, const char* what) {
     if (got != want)
       throw StateError(std::string("DiLoCo shared state: saved with ") + what + " " +
@@ -133,4 +133,4 @@ void OuterOptimizer::load_shared_state(const uint8_t* data, size_t size) {
   step_ = step;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

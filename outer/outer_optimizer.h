@@ -26,14 +26,14 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "sync/outer/outer_options.h"
+#include "outer/outer_options.h"
 
 namespace gradex::sync {
 class ByteReader;
 class ByteWriter;
 }  // namespace gradex::sync
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 class FragmentExchange;
 
@@ -128,10 +128,10 @@ class OuterOptimizer {
   // Finishes pending exchanges (bounded by the timeout) and leaves; idempotent.
   void shutdown();
 
-  // A new membership (torchft's quorum change), collective over the new members, every one of which must be a
-  // member of the old one (this object's state is kept; a newcomer cannot join a started DiLoCo
-  // object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if still
-  // running: within about 10 ms); the old communicator is torn down (old peers get the abort
+  // A new membership (torchft's quorum change), collective over the new members, every one of which
+  // must be a member of the old one (this object's state is kept; a newcomer cannot join a started
+  // DiLoCo object yet). Exchanges launched and not yet merged are dropped (fail with kAborted if
+  // still running: within about 10 ms); the old communicator is torn down (old peers get the abort
   // notice); a new one bootstraps through `store` (a namespace without an earlier membership's
   // keys) and the start-up agreement runs again. Kept: the tensors, their fragments and schedule,
   // the step count and last merges, global copies, outer momenta, contribution residuals
@@ -151,8 +151,8 @@ class OuterOptimizer {
 
   // The tensor list both state formats carry (count, then key, numel and kind of each), so that a
   // state is never loaded into a job with other tensors; `what` names the format in errors.
-  void write_tensor_list(ByteWriter& w) const;
-  void check_tensor_list(ByteReader& r, const std::string& what) const;
+  void write_tensor_list(sync::ByteWriter& w) const;
+  void check_tensor_list(sync::ByteReader& r, const std::string& what) const;
   void begin(bool from_rank0);
   void drop_pending_after_failure();
   void require_started(const char* what) const;
@@ -194,4 +194,4 @@ class OuterOptimizer {
   std::thread worker_;
 };
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

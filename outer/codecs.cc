@@ -1,4 +1,4 @@
-#include "sync/outer/codecs.h"
+#include "outer/codecs.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "compress/dgc/select.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 void Fp32Codec::encode(const float* values, size_t count, size_t, uint8_t* out) {
   if (count) std::memcpy(out, values, 4 * count);
@@ -107,4 +107,4 @@ void TopkCodec::decode_add(const uint8_t* in, size_t size, float* acc) {
     acc[idx[j]] += val[j];
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

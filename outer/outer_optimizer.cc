@@ -1,4 +1,4 @@
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer_optimizer.h"
 
 #include <chrono>
 #include <cstring>
@@ -7,13 +7,13 @@
 #include "base/log.h"
 #include "base/wall_time.h"
 #include "comm/collectives.h"
+#include "outer/codecs.h"
+#include "outer/fragment_exchange.h"
+#include "outer/fragments.h"
+#include "outer/outer_job.h"
 #include "sync/agreement.h"
-#include "sync/outer/codecs.h"
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/fragments.h"
-#include "sync/outer/outer_job.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
@@ -30,7 +30,7 @@ OuterOptimizer::OuterOptimizer(config::Config config, std::shared_ptr<comm::Stor
                           std::to_string(world_size) + " is out of range");
   comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                         comm::comm_options_from_config(config_));
-  agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
+  sync::agreement::require_agreement(comm_, config_, sync::agreement::Scope::kOuter, api_version_);
 }
 
 OuterOptimizer::~OuterOptimizer() {
@@ -373,7 +373,8 @@ void OuterOptimizer::reconfigure(std::shared_ptr<comm::Store> store, int rank, i
   try {
     comm_ = comm::create_ucx_communicator(std::move(store), rank, world_size,
                                           comm::comm_options_from_config(config_));
-    agreement::require_agreement(comm_, config_, agreement::Scope::kOuter, api_version_);
+    sync::agreement::require_agreement(comm_, config_, sync::agreement::Scope::kOuter,
+                                       api_version_);
   } catch (const Error& e) {
     comm_.reset();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -418,4 +419,4 @@ void OuterOptimizer::shutdown() {
   if (!failed) comm::barrier(*comm_);
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

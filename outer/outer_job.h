@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/outer_optimizer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 // One exchange: a fragment's contribution (fragment >= 0) and/or the buffers, averaged by the
 // worker; merged by the caller's thread at `merge_step`.
@@ -24,4 +24,4 @@ struct OuterOptimizer::Job {
   std::string message;
 };
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

@@ -1,15 +1,15 @@
 // Compiled with -ffp-contract=off: the outer step must round identically on every rank and in the
 // reference computations of the tests.
-#include "sync/outer/fragment_exchange.h"
+#include "outer/fragment_exchange.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "base/error.h"
-#include "sync/outer/codecs.h"
+#include "outer/codecs.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 namespace {
 
 uint64_t mix_seed(uint64_t seed, int rank, int64_t fragment, int role) {
@@ -19,12 +19,12 @@ uint64_t mix_seed(uint64_t seed, int rank, int64_t fragment, int role) {
   return x ^ (x >> 29);
 }
 
-void put_floats(ByteWriter& w, const std::vector<float>& v) {
+void put_floats(sync::ByteWriter& w, const std::vector<float>& v) {
   w.put<uint64_t>(v.size());
   if (!v.empty()) w.put_bytes(v.data(), 4 * v.size());
 }
 
-void get_floats(ByteReader& r, std::vector<float>& v, const char* what) {
+void get_floats(sync::ByteReader& r, std::vector<float>& v, const char* what) {
   const uint64_t n = r.get<uint64_t>();
   if (n != v.size())
     throw StateError(std::string("DiLoCo state: ") + what + " has " + std::to_string(n) +
@@ -152,7 +152,7 @@ void FragmentExchange::outer_step(const float* x) {
   }
 }
 
-void FragmentExchange::save(ByteWriter& w) const {
+void FragmentExchange::save(sync::ByteWriter& w) const {
   w.put<uint64_t>(round_);
   put_floats(w, global_);
   put_floats(w, momentum_);
@@ -176,7 +176,7 @@ void FragmentExchange::set_shared(uint64_t round, std::vector<float> global,
     std::fill(q->residual().begin(), q->residual().end(), 0.0f);
 }
 
-void FragmentExchange::load(ByteReader& r) {
+void FragmentExchange::load(sync::ByteReader& r) {
   round_ = r.get<uint64_t>();
   get_floats(r, global_, "a global copy");
   get_floats(r, momentum_, "an outer momentum");
@@ -193,4 +193,4 @@ void FragmentExchange::load(ByteReader& r) {
   }
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

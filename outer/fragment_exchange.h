@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "outer/outer_options.h"
 #include "sync/byte_io.h"
-#include "sync/outer/outer_options.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 class TopkCodec;
 
@@ -58,8 +58,8 @@ class FragmentExchange {
   // residuals restart at zero (the segment a rank owns depends on rank and world size).
   void set_membership(int rank, int world_size);
 
-  void save(ByteWriter& w) const;
-  void load(ByteReader& r);
+  void save(sync::ByteWriter& w) const;
+  void load(sync::ByteReader& r);
 
   // The part every member holds identically (OuterOptimizer::save_shared_state).
   const std::vector<float>& momentum() const { return momentum_; }
@@ -86,4 +86,4 @@ class FragmentExchange {
   uint64_t round_ = 0;
 };
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer

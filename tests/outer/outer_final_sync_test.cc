@@ -65,7 +65,7 @@ void unflat(Tensors& w, int f, const std::vector<float>& v) {
 }
 
 // DiLoCo with exact fp32 exchanges (GRADEX_OUTER_BITS=32), every rank simulated: what the outer
-// optimizer must compute (sync/outer/fragment_exchange.h, outer_optimizer.h), written out plainly.
+// optimizer must compute (outer/fragment_exchange.h, outer_optimizer.h), written out plainly.
 struct Reference {
   static constexpr int kPeriod = 8, kFragments = 2, kDelay = 3;
   static constexpr float kLr = 0.7f, kMomentum = 0.5f;

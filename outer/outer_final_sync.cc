@@ -5,11 +5,11 @@
 // step reaches the global copy through one more outer step.
 #include <cstring>
 
-#include "sync/outer/fragment_exchange.h"
-#include "sync/outer/outer_job.h"
-#include "sync/outer/outer_optimizer.h"
+#include "outer/fragment_exchange.h"
+#include "outer/outer_job.h"
+#include "outer/outer_optimizer.h"
 
-namespace gradex::sync::outer {
+namespace gradex::outer {
 
 int OuterOptimizer::synchronize_all() {
   require_started("synchronize_all()");
@@ -96,4 +96,4 @@ int OuterOptimizer::synchronize_all() {
   return exchanged;
 }
 
-}  // namespace gradex::sync::outer
+}  // namespace gradex::outer
