@@ -1,5 +1,5 @@
 """DiLoCo's keyword arguments as GRADEX_OUTER_* settings, shared by the torch (gx.DiLoCo) and Keras
-(gxk.callbacks.DiLoCoCallback) front ends of the one outer optimizer (_capi.Outer, sync/outer/)."""
+(gxk.callbacks.DiLoCoCallback) front ends of the one outer optimizer (_capi.Outer, outer/)."""
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -59,5 +59,5 @@ def outer_config(period: int, outer_lr: float, outer_momentum: float, fragments:
 
 
 def fragment_offset(fragment: int, fragments: int, period: int) -> int:
-    """The phase (step mod period) at which `fragment` starts its exchange (sync/outer/fragments.cc)."""
+    """The phase (step mod period) at which `fragment` starts its exchange (outer/fragments.cc)."""
     return (fragment * period // fragments) % period

@@ -173,7 +173,7 @@ def test_final_synchronize_merges_every_ranks_local_progress():
         assert r["reset"] == (0, True), "keep_local=False must reset to the global copy"
 
 
-# 8-bit codes take 4-bit's path through gx.DiLoCo (only GRADEX_OUTER_BITS differs; tests/sync/outer_test.cc streams
+# 8-bit codes take 4-bit's path through gx.DiLoCo (only GRADEX_OUTER_BITS differs; tests/outer/outer_test.cc streams
 # both widths): left to the opt-in stage.
 @pytest.mark.parametrize("bits", [pytest.param(8, marks=pytest.mark.slow), 4, "topk"])
 def test_streaming_global_copies_identical_and_on_schedule(bits):

@@ -87,7 +87,7 @@ def _streaming(rank, world, steps, codec):
 
 
 # 8-bit codes take 4-bit's path through the sharded DiLoCo (only GRADEX_OUTER_BITS differs;
-# tests/sync/outer_test.cc streams both widths): left to the opt-in stage.
+# tests/outer/outer_test.cc streams both widths): left to the opt-in stage.
 @pytest.mark.parametrize("codec,fraction", [({"bits": 4}, 0.2),
                                             pytest.param({"bits": 8}, 0.3, marks=pytest.mark.slow),
                                             ({"compression": "topk", "density": 0.1, "outer_momentum": 0.5}, 0.2)],

@@ -1,5 +1,5 @@
 """gradex's DiLoCo as the outer loop of a torchft job: torchft decides who takes part in each outer sync,
-whether it commits, and heals a replica that joins; gradex's outer optimizer (sync/outer/) averages the
+whether it commits, and heals a replica that joins; gradex's outer optimizer (outer/) averages the
 pseudo-gradients in 4 (default) or 8 bits and applies the outer Nesterov step.
 
     pg = gradex.torchft.ProcessGroupGradex(timeout=timedelta(seconds=10))

@@ -1,4 +1,4 @@
-"""DiLoCo for Keras 3: the same outer optimizer as gx.DiLoCo (_capi.Outer, sync/outer/), driven by a
+"""DiLoCo for Keras 3: the same outer optimizer as gx.DiLoCo (_capi.Outer, outer/), driven by a
 callback after every training batch.
 
     gxt.init()
