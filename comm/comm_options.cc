@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "base/config.h"
-#include "comm/auth.h"
+#include "comm/rendezvous/auth.h"
 #include "comm/communicator.h"
 
 namespace gradex::comm {

@@ -12,7 +12,7 @@
 namespace gradex::test {
 namespace {
 
-// The C view of comm/launch.h (its parsing is tested in tests/comm/launch_test.cc): fields, the
+// The C view of comm/rendezvous/launch.h (its parsing is tested in tests/comm/launch_test.cc): fields, the
 // "not given" markers, and a size without a rank as GRADEX_ERR_CONFIG.
 TEST(CapiLaunch, LaunchInfoFromTheEnvironment) {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",

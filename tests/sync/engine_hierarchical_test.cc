@@ -296,7 +296,7 @@ TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
 }
 
 // A same-host peer on shared memory dies between steps: every surviving rank's wait fails with a
-// peer error naming it (the process check, comm/host_identity.h), long before GRADEX_TIMEOUT_S
+// peer error naming it (the process check, comm/topology/host_identity.h), long before GRADEX_TIMEOUT_S
 // would end a hang; the run_ranks watchdog (180 s) would report a hang as a failure.
 TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
   const ScratchDir scratch;

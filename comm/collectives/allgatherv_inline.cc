@@ -13,7 +13,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
-#include "comm/allgatherv_prologue.h"
+#include "comm/collectives/allgatherv_prologue.h"
 #include "comm/collectives.h"
 
 namespace gradex::comm {
