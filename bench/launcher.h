@@ -25,7 +25,8 @@ namespace gradex::bench {
 // main() saves its arguments so spawned ranks re-run the same command line.
 void set_program_arguments(int argc, char** argv);
 
-// True when the environment names this process's rank (any launcher comm/rendezvous/launch.h knows).
+// True when the environment names this process's rank (any launcher comm/rendezvous/launch.h
+// knows).
 bool under_external_launcher();
 
 struct RankContext {

@@ -10,8 +10,8 @@
 #include "base/thread_buffer.h"
 #include "comm/collectives.h"
 #include "comm/collectives/group_communicator.h"
-#include "comm/hierarchical.h"
 #include "comm/collectives/reduce.h"
+#include "comm/hierarchical.h"
 
 namespace gradex::comm {
 namespace {

@@ -1,5 +1,5 @@
-// gradex-regions-probe: one rank of a job (launcher variables as torchrun sets them, GRADEX_* settings
-// from the environment) that connects, discovers the regions from measured round trips
+// gradex-regions-probe: one rank of a job (launcher variables as torchrun sets them, GRADEX_*
+// settings from the environment) that connects, discovers the regions from measured round trips
 // (comm/topology/regions.h) and prints them on rank 0:
 //   stripes <connections per peer>
 //   regions: <region of rank 0> <region of rank 1> ...

@@ -1,6 +1,6 @@
-// Regions from measured round trips (comm/topology/regions.h): the clustering as a pure function, and the
-// collective over forked ranks (measured across declared hosts on loopback: one region; declared
-// regions; a partial declaration refused on every rank).
+// Regions from measured round trips (comm/topology/regions.h): the clustering as a pure function,
+// and the collective over forked ranks (measured across declared hosts on loopback: one region;
+// declared regions; a partial declaration refused on every rank).
 #include "comm/topology/regions.h"
 
 #include <gtest/gtest.h>

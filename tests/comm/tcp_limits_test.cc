@@ -1,4 +1,5 @@
-// The kernel-limits line (comm/topology/tcp_limits.h) as a pure function of the limits and the path.
+// The kernel-limits line (comm/topology/tcp_limits.h) as a pure function of the limits and the
+// path.
 #include "comm/topology/tcp_limits.h"
 
 #include <gtest/gtest.h>
