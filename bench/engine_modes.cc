@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "bench/exchange_modes.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 #include "sync/engine.h"
 
 namespace gradex::bench {

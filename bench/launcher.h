@@ -18,14 +18,15 @@
 #include "base/config.h"
 #include "bench/args.h"
 #include "comm/communicator.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 
 namespace gradex::bench {
 
 // main() saves its arguments so spawned ranks re-run the same command line.
 void set_program_arguments(int argc, char** argv);
 
-// True when the environment names this process's rank (any launcher comm/launch.h knows).
+// True when the environment names this process's rank (any launcher comm/rendezvous/launch.h
+// knows).
 bool under_external_launcher();
 
 struct RankContext {

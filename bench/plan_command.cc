@@ -17,7 +17,7 @@
 #include "bench/result_line.h"
 #include "bench/stats.h"
 #include "comm/collectives.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 #include "sync/engine.h"
 
 namespace gradex::bench {

@@ -1,7 +1,7 @@
 // Adapts a framework-supplied gradex_store_t (C callbacks) to comm::Store.
 #pragma once
 
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 #include "gradex/gradex.h"
 
 namespace gradex::capi {

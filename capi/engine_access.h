@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/config.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 #include "gradex/gradex.h"
 #include "sync/engine.h"
 

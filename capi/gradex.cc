@@ -12,7 +12,7 @@
 #include "capi/engine_access.h"
 #include "capi/guarded.h"
 #include "capi/options_config.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "compress/backend/backend.h"
 #include "sync/engine.h"
 #include "sync/policy_settings.h"

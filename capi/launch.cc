@@ -1,6 +1,6 @@
 // The C API's launch information and the job's shared store (gradex_launch_info,
 // gradex_store_connect, gradex_store_destroy): what a plugin needs to join a launcher-started job
-// and bootstrap several engines through one authenticated store (comm/launch.h).
+// and bootstrap several engines through one authenticated store (comm/rendezvous/launch.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -12,7 +12,7 @@
 #include "capi/guarded.h"
 #include "capi/options_config.h"
 #include "comm/communicator.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "gradex/gradex.h"
 
 namespace {

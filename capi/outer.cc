@@ -10,7 +10,7 @@
 #include "capi/engine_access.h"
 #include "capi/guarded.h"
 #include "capi/options_config.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "gradex/gradex.h"
 #include "outer/outer.h"
 

@@ -23,7 +23,8 @@ void allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 // The same sum, bit for bit, as two phases of direct messages (a reduce-scatter to each segment's
 // owner, then an allgather from the owners): two message latencies whatever the world size, where
 // the ring chains 2(P-1), for the same bytes per rank; but P-1 messages reach every rank at once in
-// each phase (incast). For links where latency bounds a buffer (comm/direct_allreduce.cc).
+// each phase (incast). For links where latency bounds a buffer
+// (comm/collectives/direct_allreduce.cc).
 void direct_allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 
 // Every rank contributes a byte payload of any size (0 included); returns all payloads, indexed by
@@ -42,7 +43,7 @@ void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<
 void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
                      std::vector<Bytes>& result);
 
-// --- allgatherv in one round trip for small payloads (comm/allgatherv_inline.cc) ---
+// --- allgatherv in one round trip for small payloads (comm/collectives/allgatherv_inline.cc) ---
 
 // Which way an allgatherv_inline call moved the payloads.
 enum class AllgathervPath : uint8_t {

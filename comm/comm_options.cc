@@ -2,8 +2,8 @@
 #include <cmath>
 
 #include "base/config.h"
-#include "comm/auth.h"
 #include "comm/communicator.h"
+#include "comm/rendezvous/auth.h"
 
 namespace gradex::comm {
 

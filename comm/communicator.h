@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::config {
 class Config;
@@ -31,15 +31,16 @@ struct CommOptions {
   // GRADEX_SHM: peers on the same host use shared memory (faster; a dead peer is then detected by
   // the liveness check within `timeout` rather than at once).
   bool shared_memory = false;
-  // GRADEX_HOST_ID: replaces the derived host identity (comm/host_identity.h); "" = derived.
+  // GRADEX_HOST_ID: replaces the derived host identity (comm/topology/host_identity.h); "" =
+  // derived.
   std::string host_id;
   // GRADEX_HIERARCHICAL (auto / 1) with GRADEX_SHM not set to 0: when the job spans at least two
   // hosts and some host holds at least two ranks (auto; 1: whenever a peer shares the host), peers
   // on this rank's host use shared memory; their death is then detected by a process check
-  // (comm/host_identity.h, process_alive) within about 100 ms, as a PeerError.
+  // (comm/topology/host_identity.h, process_alive) within about 100 ms, as a PeerError.
   enum class HierarchicalShm { kOff, kAuto, kOn } hierarchical_shm = HierarchicalShm::kOff;
   // GRADEX_JOB_SECRET / GRADEX_JOB_SECRET_FILE, resolved ("" = none): when set, every peer proves
-  // knowledge of it before any message is accepted (comm/auth.h, docs/security.md).
+  // knowledge of it before any message is accepted (comm/rendezvous/auth.h, docs/security.md).
   std::string job_secret;
   // Test-only: false makes the UCX communicator ignore the worker's event fd, so that tests reach
   // the polling fallback of workers without one.
@@ -47,9 +48,9 @@ struct CommOptions {
   // GRADEX_STRIPES: TCP connections to each peer (striping, see kTagLaneShift). 0 = auto: 1 unless
   // the job spans hosts; then rank 0 measures the round trip to its farthest peer at connection and
   // every peer on another host gets as many connections as the kernel's socket buffers need to
-  // carry kStripeTargetBits at that round trip (comm/tcp_limits.h: stripes_for_path), at most
-  // kAutoStripesMax. N >= 1: N connections to every peer not reached through shared memory (the
-  // same on every rank).
+  // carry kStripeTargetBits at that round trip (comm/topology/tcp_limits.h: stripes_for_path), at
+  // most kAutoStripesMax. N >= 1: N connections to every peer not reached through shared memory
+  // (the same on every rank).
   int stripes = 0;
 };
 
@@ -69,7 +70,8 @@ constexpr int kStripesMax = static_cast<int>(kTagLanes);
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
 // GRADEX_ALLGATHER_INLINE_KB, GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL,
-// GRADEX_JOB_SECRET[_FILE], GRADEX_STRIPES). ConfigError for an unusable secret (comm/auth.h).
+// GRADEX_JOB_SECRET[_FILE], GRADEX_STRIPES). ConfigError for an unusable secret
+// (comm/rendezvous/auth.h).
 CommOptions comm_options_from_config(const config::Config& config);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
@@ -149,7 +151,7 @@ class Communicator {
     (void)message;
   }
 
-  // The host identity (comm/host_identity.h) of every rank, indexed by rank, as the ranks
+  // The host identity (comm/topology/host_identity.h) of every rank, indexed by rank, as the ranks
   // published them at connection: equal on every rank. Empty when the communicator cannot tell
   // (every rank is then taken to be a host of its own).
   virtual std::vector<std::string> rank_hosts() const { return {}; }

@@ -10,7 +10,7 @@
 
 #include "base/dtype.h"
 #include "comm/communicator.h"
-#include "comm/host_topology.h"
+#include "comm/topology/host_topology.h"
 
 namespace gradex::comm {
 

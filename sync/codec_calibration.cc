@@ -7,7 +7,7 @@
 
 #include "base/cpu_time.h"
 #include "base/log.h"
-#include "comm/reduce.h"
+#include "comm/collectives/reduce.h"
 #include "compress/backend/backend.h"
 #include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
@@ -96,7 +96,8 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
       case kFromHalf:
         backend->from_half(half.data(), values.data(), kN, half_type, 1.0f, false, *stream);
         break;
-      case kSumFp32:  // the rings' reduce-scatter sums on each wire type (comm/reduce.h)
+      case kSumFp32:  // the rings' reduce-scatter sums on each wire type
+                      // (comm/collectives/reduce.h)
         comm::sum_into(bucket.data(), values.data(), kN, DType::kFloat32);
         break;
       case kSumHalf:

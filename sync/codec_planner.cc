@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/collectives.h"
-#include "comm/host_identity.h"
+#include "comm/topology/host_identity.h"
 #include "compress/dgc/schedule.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"

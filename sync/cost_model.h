@@ -108,12 +108,13 @@ struct CodecCosts {
   // The Adam codec's payload bytes per selected value (what its units send: fp16 values and
   // Golomb-Rice indices by default, about 3).
   double adam_bytes_per_selected = 3.0;
-  // The collectives' own CPU work (comm/ring_allreduce.cc, comm/allgatherv.cc), measured alone at
-  // start-up from large samples (CodecPlanner::measure_codecs): seconds per element that the
-  // ring's reduce-scatter sums, per dense wire codec (fp32, 16-bit; unused for DGC), and seconds
-  // of the transport per byte that a rank sends and receives (one of each: the ring and the
-  // allgatherv receive what they send). A dense ring is CPU-bound where this exceeds the wire
-  // time (cost::collective_cpu_s). 0: not priced (nothing measured).
+  // The collectives' own CPU work (comm/collectives/ring_allreduce.cc,
+  // comm/collectives/allgatherv.cc), measured alone at start-up from large samples
+  // (CodecPlanner::measure_codecs): seconds per element that the ring's reduce-scatter sums, per
+  // dense wire codec (fp32, 16-bit; unused for DGC), and seconds of the transport per byte that a
+  // rank sends and receives (one of each: the ring and the allgatherv receive what they send). A
+  // dense ring is CPU-bound where this exceeds the wire time (cost::collective_cpu_s). 0: not
+  // priced (nothing measured).
   std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0, 0.0};
   double transport_s_per_byte = 0.0;
 };

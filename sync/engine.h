@@ -20,7 +20,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "comm/host_topology.h"
+#include "comm/topology/host_topology.h"
 #include "sync/codec_planner.h"
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"

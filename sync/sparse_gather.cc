@@ -6,8 +6,8 @@
 #include <string>
 
 #include "base/log.h"
-#include "comm/host_identity.h"
-#include "comm/tcp_limits.h"
+#include "comm/topology/host_identity.h"
+#include "comm/topology/tcp_limits.h"
 #include "sync/link_probe.h"
 
 namespace gradex::sync {

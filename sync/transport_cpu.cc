@@ -13,7 +13,7 @@
 
 #include "base/cpu_time.h"
 #include "base/log.h"
-#include "comm/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace gradex::sync::cost {
 namespace {

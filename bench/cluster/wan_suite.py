@@ -134,7 +134,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
           flush=True)
     if kind != "flat":
         # The region-hierarchical exchange's target (WAN bytes <= 0.55x flat, steps/s >= 1.5x) needs the
-        # regions (comm/regions.h) as the hierarchical exchange's upper tier, which it does not use yet.
+        # regions (comm/topology/regions.h) as the hierarchical exchange's upper tier, which it does not use yet.
         entry["targets"]["region_hierarchical_over_flat"] = None
         print("  targets: region-hierarchical over flat: not measured (the exchange has no region tier yet)",
               flush=True)

@@ -2,8 +2,8 @@
 // ucx_hello.cc) and teardown (bounded endpoint close).
 #include "comm/ucx/ucx_communicator.h"
 
-#include "comm/host_identity.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
+#include "comm/topology/host_identity.h"
 #include "comm/ucx/ucx_peer_auth.h"
 
 #include <algorithm>

@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "comm/socket.h"
+#include "comm/rendezvous/socket.h"
 #include "comm/ucx/ucx_handles.h"
 
 namespace gradex::comm::ucx {
@@ -212,7 +212,7 @@ class UcxCommunicator : public Communicator {
   // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
   // their requests, so abandon() releases those at once).
   std::vector<bool> shared_memory_peer_;
-  // Every rank's host identity and process identity (comm/host_identity.h), as published.
+  // Every rank's host identity and process identity (comm/topology/host_identity.h), as published.
   std::vector<std::string> rank_hosts_;
   std::vector<std::string> rank_processes_;
   Clock::time_point next_process_check_{};

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "base/log.h"
-#include "comm/auth.h"
+#include "comm/rendezvous/auth.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "comm/ucx/ucx_peer_auth.h"
 

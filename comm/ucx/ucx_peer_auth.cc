@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "comm/auth.h"
+#include "comm/rendezvous/auth.h"
 
 namespace gradex::comm::ucx {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm::ucx {
 

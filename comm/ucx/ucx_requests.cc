@@ -5,7 +5,7 @@
 #include "base/check.h"
 #include "base/log.h"
 
-#include "comm/host_identity.h"
+#include "comm/topology/host_identity.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "base/log.h"
-#include "comm/tcp_limits.h"
+#include "comm/topology/tcp_limits.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {

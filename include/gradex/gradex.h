@@ -363,9 +363,10 @@ gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void
 gradex_status_t gradex_check_config(size_t count, const char* const* names, const char* const* values);
 
 /* ---- Launch information and a shared job store (additive to API version 1) ---------------------------
- * What the launcher says about this process (comm/launch.h: torchrun, Open MPI, MPICH / Intel MPI / PMI,
- * Slurm; the innermost launcher wins). A rank or size given without the other is GRADEX_ERR_CONFIG, as
- * are malformed values. No launcher: rank 0 of 1, local rank 0 of 1, launcher "none". */
+ * What the launcher says about this process (comm/rendezvous/launch.h: torchrun, Open MPI, MPICH /
+ * Intel MPI / PMI, Slurm; the innermost launcher wins). A rank or size given without the other is
+ * GRADEX_ERR_CONFIG, as are malformed values. No launcher: rank 0 of 1, local rank 0 of 1, launcher
+ * "none". */
 typedef struct gradex_launch_info {
   int32_t rank;
   int32_t world_size;

@@ -30,7 +30,7 @@
 
 #include "base/config.h"
 #include "comm/communicator.h"
-#include "comm/host_topology.h"
+#include "comm/topology/host_topology.h"
 #include "sync/options.h"
 #include "sync/pipeline.h"
 #include "sync/sparse_gather.h"

@@ -20,7 +20,7 @@
 #include "base/error.h"
 #include "base/wall_time.h"
 #include "comm/collectives.h"
-#include "comm/group_communicator.h"
+#include "comm/collectives/group_communicator.h"
 #include "comm/hierarchical.h"
 #include "compress/backend/dgc_codec.h"
 #include "compress/backend/host_reselect.h"

@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "bench/average_check.h"
 #include "bench/gradient_gen.h"
-#include "comm/memory_store.h"
+#include "comm/rendezvous/memory_store.h"
 
 namespace gradex::bench {
 namespace {

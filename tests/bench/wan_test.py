@@ -10,7 +10,7 @@
     chose its connections per peer from it;
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
-    (gradex-regions-probe, comm/regions.h) are hosts {0, 1} and {2}.
+    (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}.
 
     wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench \
         --regions-probe build/bin/gradex-regions-probe
@@ -66,7 +66,7 @@ def expect(condition, message):
 
 def check_striping(log_path):
     """GRADEX_STRIPES=auto across this WAN: rank 0 timed the 20 ms round trip and chose the connections
-    per peer as comm/tcp_limits.h's stripes_for_path does (10 Gbit/s x round trip over one flow's
+    per peer as comm/topology/tcp_limits.h's stripes_for_path does (10 Gbit/s x round trip over one flow's
     window, rounded up, at most 4)."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     found = re.search(r"striping: round trip to the farthest peer ([0-9.]+) ms, one flow's window (\d+) B: "
@@ -81,7 +81,7 @@ def check_striping(log_path):
 
 def check_regions(args, log_dir):
     """3 hosts in 2 regions (10 Gbit/s and 0.25 ms inside, 10 ms one way between): the regions measured by
-    gradex-regions-probe (comm/regions.h) are {0, 1} and {2}."""
+    gradex-regions-probe (comm/topology/regions.h) are {0, 1} and {2}."""
     spec = WanSpec(hosts=3, rate="10gbit", delay="0.25ms", regions=[0, 0, 1], inter_rate="1gbit",
                    inter_delay="10ms", name=NAME, subnet=SUBNET)
     with Wan(spec, delayline=args.delayline, log_dir=log_dir) as wan:

@@ -12,10 +12,10 @@
 
 #include "base/config.h"
 #include "base/error.h"
-#include "comm/auth.h"
-#include "comm/memory_store.h"
-#include "comm/tcp_store.h"
-#include "comm/tcp_store_protocol.h"
+#include "comm/rendezvous/auth.h"
+#include "comm/rendezvous/memory_store.h"
+#include "comm/rendezvous/tcp_store.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 #include "comm/ucx/ucx_peer_auth.h"
 #include "tests/comm/rank_harness.h"
 

@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/memory_store.h"
+#include "comm/rendezvous/memory_store.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

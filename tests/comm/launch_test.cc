@@ -13,7 +13,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

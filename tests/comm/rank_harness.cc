@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "base/error.h"
-#include "comm/memory_store.h"
+#include "comm/rendezvous/memory_store.h"
 
 namespace gradex::test {
 

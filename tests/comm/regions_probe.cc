@@ -1,6 +1,6 @@
-// gradex-regions-probe: one rank of a job (launcher variables as torchrun sets them, GRADEX_* settings
-// from the environment) that connects, discovers the regions from measured round trips
-// (comm/regions.h) and prints them on rank 0:
+// gradex-regions-probe: one rank of a job (launcher variables as torchrun sets them, GRADEX_*
+// settings from the environment) that connects, discovers the regions from measured round trips
+// (comm/topology/regions.h) and prints them on rank 0:
 //   stripes <connections per peer>
 //   regions: <region of rank 0> <region of rank 1> ...
 //   rtt_ms: <host a> <host b> <round trip>     (one line per pair of hosts)
@@ -10,8 +10,8 @@
 
 #include "base/config.h"
 #include "comm/communicator.h"
-#include "comm/launch.h"
-#include "comm/regions.h"
+#include "comm/rendezvous/launch.h"
+#include "comm/topology/regions.h"
 
 int main() {
   using namespace gradex::comm;

@@ -1,12 +1,12 @@
-// Regions from measured round trips (comm/regions.h): the clustering as a pure function, and the
-// collective over forked ranks (measured across declared hosts on loopback: one region; declared
-// regions; a partial declaration refused on every rank).
-#include "comm/regions.h"
+// Regions from measured round trips (comm/topology/regions.h): the clustering as a pure function,
+// and the collective over forked ranks (measured across declared hosts on loopback: one region;
+// declared regions; a partial declaration refused on every rank).
+#include "comm/topology/regions.h"
 
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "base/error.h"
-#include "comm/memory_store.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/memory_store.h"
+#include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

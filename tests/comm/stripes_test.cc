@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "tests/comm/rank_harness.h"
 #include "tests/comm/reference.h"
 

@@ -1,5 +1,6 @@
-// The kernel-limits line (comm/tcp_limits.h) as a pure function of the limits and the path.
-#include "comm/tcp_limits.h"
+// The kernel-limits line (comm/topology/tcp_limits.h) as a pure function of the limits and the
+// path.
+#include "comm/topology/tcp_limits.h"
 
 #include <gtest/gtest.h>
 

@@ -1,16 +1,16 @@
-// libFuzzer target for the TCP store's server protocol (comm/tcp_store_core.h), socket-free: the
-// input is a stream of bytes from three clients. Byte 0: bit 0 gives the store a job secret, bit 1
-// lets client 0 skip authentication (so authenticated requests are explored with a secret too:
-// the fuzzer cannot forge HMACs). Then chunks [u8 client][u16 little-endian length][bytes], with
-// client 255 meaning "time passes" (tick). After every chunk each client's output must be a
-// sequence of well-formed frames (valid header, payload present); it is then consumed, as if sent.
-// A crash, a sanitizer report or an escaping exception is a bug.
+// libFuzzer target for the TCP store's server protocol (comm/rendezvous/tcp_store_core.h),
+// socket-free: the input is a stream of bytes from three clients. Byte 0: bit 0 gives the store a
+// job secret, bit 1 lets client 0 skip authentication (so authenticated requests are explored with
+// a secret too: the fuzzer cannot forge HMACs). Then chunks [u8 client][u16 little-endian
+// length][bytes], with client 255 meaning "time passes" (tick). After every chunk each client's
+// output must be a sequence of well-formed frames (valid header, payload present); it is then
+// consumed, as if sent. A crash, a sanitizer report or an escaping exception is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
 #include "base/log.h"
-#include "comm/tcp_store_core.h"
+#include "comm/rendezvous/tcp_store_core.h"
 
 using namespace gradex;
 using namespace gradex::comm;

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/auth.h"
-#include "comm/memory_store.h"
-#include "comm/tcp_store_protocol.h"
+#include "comm/rendezvous/auth.h"
+#include "comm/rendezvous/memory_store.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 #include "gradex/gradex.h"
 #include "sync/negotiator.h"
 #include "tests/fuzz/negotiate_script.h"

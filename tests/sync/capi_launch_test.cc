@@ -12,8 +12,8 @@
 namespace gradex::test {
 namespace {
 
-// The C view of comm/launch.h (its parsing is tested in tests/comm/launch_test.cc): fields, the
-// "not given" markers, and a size without a rank as GRADEX_ERR_CONFIG.
+// The C view of comm/rendezvous/launch.h (its parsing is tested in tests/comm/launch_test.cc):
+// fields, the "not given" markers, and a size without a rank as GRADEX_ERR_CONFIG.
 TEST(CapiLaunch, LaunchInfoFromTheEnvironment) {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                         "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",

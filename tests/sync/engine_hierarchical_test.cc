@@ -296,8 +296,9 @@ TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
 }
 
 // A same-host peer on shared memory dies between steps: every surviving rank's wait fails with a
-// peer error naming it (the process check, comm/host_identity.h), long before GRADEX_TIMEOUT_S
-// would end a hang; the run_ranks watchdog (180 s) would report a hang as a failure.
+// peer error naming it (the process check, comm/topology/host_identity.h), long before
+// GRADEX_TIMEOUT_S would end a hang; the run_ranks watchdog (180 s) would report a hang as a
+// failure.
 TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
   const ScratchDir scratch;
   const std::string& dir = scratch.path;

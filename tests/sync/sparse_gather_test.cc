@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 #include "sync/sparse_gather.h"
 #include "tests/comm/rank_harness.h"
 

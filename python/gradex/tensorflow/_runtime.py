@@ -1,7 +1,7 @@
 """The process's gradex state for TensorFlow: the job's store, its engines and their op-library slots.
 
 gxt.init() takes rank, size and local rank from the C API's launch information (torchrun, Open MPI, MPICH /
-Intel MPI / PMI, Slurm: comm/launch.h, the code every gradex bootstrap uses), connects to the job's store and
+Intel MPI / PMI, Slurm: comm/rendezvous/launch.h, the code every gradex bootstrap uses), connects to the job's store and
 creates two engines, collectively:
   - the collective engine: dense, fp32 on the wire, no momentum: exact averages (allreduce, metrics) and
     bit-exact broadcasts, whatever GRADEX_* says about gradients;

@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "base/thread_buffer.h"
 #include "comm/collectives.h"
-#include "comm/reduce.h"
+#include "comm/collectives/reduce.h"
 
 namespace gradex::comm {
 namespace {

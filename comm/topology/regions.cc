@@ -1,4 +1,4 @@
-#include "comm/regions.h"
+#include "comm/topology/regions.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/host_topology.h"
+#include "comm/topology/host_topology.h"
 
 namespace gradex::comm {
 namespace {

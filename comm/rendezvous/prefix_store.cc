@@ -1,6 +1,6 @@
 // make_prefix_store: a namespacing view over another store.
 #include "base/check.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm {
 namespace {

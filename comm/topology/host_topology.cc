@@ -1,4 +1,4 @@
-#include "comm/host_topology.h"
+#include "comm/topology/host_topology.h"
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 
 namespace gradex::comm {
 namespace {

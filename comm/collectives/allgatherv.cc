@@ -3,8 +3,8 @@
 // rank at fault; the payloads of a step are all in flight at once. Every received length is
 // checked (the size message and each payload): a disagreement, e.g. ranks that are not in the same
 // collective, fails with a MismatchError naming both ranks instead of misreading bytes.
-#include "comm/allgatherv_prologue.h"
 #include "comm/collectives.h"
+#include "comm/collectives/allgatherv_prologue.h"
 
 namespace gradex::comm {
 

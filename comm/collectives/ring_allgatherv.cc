@@ -14,8 +14,8 @@
 
 #include "base/check.h"
 #include "base/error.h"
-#include "comm/allgatherv_prologue.h"
 #include "comm/collectives.h"
+#include "comm/collectives/allgatherv_prologue.h"
 
 namespace gradex::comm {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm {
 

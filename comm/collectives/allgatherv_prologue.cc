@@ -1,4 +1,4 @@
-#include "comm/allgatherv_prologue.h"
+#include "comm/collectives/allgatherv_prologue.h"
 
 #include <unistd.h>
 

@@ -1,12 +1,12 @@
 // The TCP store server's request handling, without sockets: clients are byte streams in and out.
 // tcp_store_server.cc moves bytes between sockets and this core; the fuzzer drives it directly.
 //
-// Authentication (when the store has a job secret; comm/auth.h): a client's first frame must be a
-// hello carrying a 32-byte nonce; the server answers with its own nonce and a proof (HMAC of both
-// nonces), the client answers with its proof, and only then are set/get/wait/add accepted. Anything
-// else (no nonce, a wrong proof, another request first, an oversized frame, silence for 30 s) is
-// refused with an error reply naming the authentication failure, logged with the client's address,
-// and the connection is closed. Without a secret any client is served, as before.
+// Authentication (when the store has a job secret; comm/rendezvous/auth.h): a client's first frame
+// must be a hello carrying a 32-byte nonce; the server answers with its own nonce and a proof (HMAC
+// of both nonces), the client answers with its proof, and only then are set/get/wait/add accepted.
+// Anything else (no nonce, a wrong proof, another request first, an oversized frame, silence for 30
+// s) is refused with an error reply naming the authentication failure, logged with the client's
+// address, and the connection is closed. Without a secret any client is served, as before.
 #pragma once
 
 #include <atomic>
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/auth.h"
-#include "comm/socket.h"
-#include "comm/tcp_store_protocol.h"
+#include "comm/rendezvous/auth.h"
+#include "comm/rendezvous/socket.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 
 namespace gradex::comm {
 

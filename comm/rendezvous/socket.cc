@@ -1,4 +1,4 @@
-#include "comm/socket.h"
+#include "comm/rendezvous/socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>

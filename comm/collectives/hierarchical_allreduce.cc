@@ -9,9 +9,9 @@
 #include "base/error.h"
 #include "base/thread_buffer.h"
 #include "comm/collectives.h"
-#include "comm/group_communicator.h"
+#include "comm/collectives/group_communicator.h"
+#include "comm/collectives/reduce.h"
 #include "comm/hierarchical.h"
-#include "comm/reduce.h"
 
 namespace gradex::comm {
 namespace {

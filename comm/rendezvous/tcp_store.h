@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/socket.h"
-#include "comm/store.h"
+#include "comm/rendezvous/socket.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm {
 

@@ -1,5 +1,5 @@
 // StoreServerCore: the store's state machine (authentication, requests, parked waits).
-#include "comm/tcp_store_core.h"
+#include "comm/rendezvous/tcp_store_core.h"
 
 #include <algorithm>
 

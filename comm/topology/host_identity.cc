@@ -1,4 +1,4 @@
-#include "comm/host_identity.h"
+#include "comm/topology/host_identity.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "comm/group_communicator.h"
+#include "comm/collectives/group_communicator.h"
 
 #include <algorithm>
 

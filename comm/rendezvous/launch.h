@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm {
 

@@ -13,8 +13,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "comm/tcp_store.h"
-#include "comm/tcp_store_core.h"
+#include "comm/rendezvous/tcp_store.h"
+#include "comm/rendezvous/tcp_store_core.h"
 
 namespace gradex::comm {
 namespace {

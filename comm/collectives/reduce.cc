@@ -1,4 +1,4 @@
-#include "comm/reduce.h"
+#include "comm/collectives/reduce.h"
 
 #include <cstdint>
 

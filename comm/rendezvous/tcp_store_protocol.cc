@@ -1,4 +1,4 @@
-#include "comm/tcp_store_protocol.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 
 #include <cstring>
 

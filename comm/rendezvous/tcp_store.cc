@@ -1,11 +1,11 @@
 // The TcpStore client: one connection, one request at a time.
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/tcp_store.h"
 
 #include <algorithm>
 
 #include "base/error.h"
-#include "comm/auth.h"
-#include "comm/tcp_store_protocol.h"
+#include "comm/rendezvous/auth.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 
 namespace gradex::comm {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
+#include "comm/rendezvous/store.h"
 
 namespace gradex::comm::store_wire {
 
@@ -27,7 +27,7 @@ enum class Type : uint16_t {
   kGet = 3,   // u64 timeout ms, str key -> kOk(value) | kTimeout(key)
   kWait = 4,  // u64 timeout ms, u32 n, n x str key -> kOk | kTimeout(first missing key)
   kAdd = 5,   // i64 delta, str key -> kOk(i64 new value) | kError
-  kAuth = 6,  // 32-byte client proof -> kOk | kError (comm/tcp_store_core.h)
+  kAuth = 6,  // 32-byte client proof -> kOk | kError (comm/rendezvous/tcp_store_core.h)
   // responses
   kOk = 100,
   kTimeout = 101,

@@ -1,5 +1,5 @@
 // launch_info_from_environment / connect_tcp_store: the standalone (launcher-driven) bootstrap.
-#include "comm/launch.h"
+#include "comm/rendezvous/launch.h"
 
 #include <cstdlib>
 #include <string>
@@ -7,8 +7,8 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "comm/memory_store.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/memory_store.h"
+#include "comm/rendezvous/tcp_store.h"
 
 namespace gradex::comm {
 namespace {

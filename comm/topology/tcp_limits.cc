@@ -1,4 +1,4 @@
-#include "comm/tcp_limits.h"
+#include "comm/topology/tcp_limits.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
-#include "comm/memory_store.h"
+#include "comm/rendezvous/memory_store.h"
 
 #include <cstring>
 
 #include "base/error.h"
-#include "comm/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace gradex::comm {
 namespace {

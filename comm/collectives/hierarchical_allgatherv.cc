@@ -7,7 +7,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/group_communicator.h"
+#include "comm/collectives/group_communicator.h"
 #include "comm/hierarchical.h"
 
 namespace gradex::comm {
