@@ -90,18 +90,16 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 }
 
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
-  for (const PolicyOverride& o : options_.overrides) {
-    if (!pattern_matches(o.pattern, key)) continue;
-    if (o.int8) return cost::Rung{cost::Codec::kInt8, 0};
-    if (o.dense || o.sparsity == 0)
-      return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
-    return cost::Rung{planner_.choice.sparse_codec, o.sparsity};
-  }
-  return std::nullopt;
+  const std::optional<TensorPolicy> o = override_policy(options_, key);
+  if (!o) return std::nullopt;
+  if (o->int8) return cost::Rung{cost::Codec::kInt8, 0};
+  if (o->kind == ExchangeKind::kDense)
+    return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
+  return cost::Rung{planner_.choice.sparse_codec, o->sparsity};
 }
 
-TensorPolicy CodecPlanner::initial_policy(const std::string& key, uint64_t numel) const {
-  if (forced_rung(key)) return choose_policy(options_, key, numel);  // the override's
+TensorPolicy CodecPlanner::initial_policy(const std::string& key) const {
+  if (std::optional<TensorPolicy> o = override_policy(options_, key)) return *o;
   TensorPolicy p;
   p.reason = "GRADEX_POLICY=auto: dense until the first plan (at its first exchange)";
   return p;

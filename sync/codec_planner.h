@@ -81,7 +81,7 @@ class CodecPlanner {
 
   // The policy a tensor has until its first exchange: an override's, else dense on the configured
   // wire; the first plan replaces it before anything is sent.
-  TensorPolicy initial_policy(const std::string& key, uint64_t numel) const;
+  TensorPolicy initial_policy(const std::string& key) const;
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   void on_submit(const std::string& key);
   void on_end_step();

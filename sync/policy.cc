@@ -2,7 +2,7 @@
 
 namespace gradex::sync {
 
-TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel) {
+std::optional<TensorPolicy> override_policy(const EngineOptions& options, const std::string& key) {
   TensorPolicy p;
   for (const auto& o : options.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
@@ -20,6 +20,12 @@ TensorPolicy choose_policy(const EngineOptions& options, const std::string& key,
     p.reason = "override '" + o.pattern + "'";
     return p;
   }
+  return std::nullopt;
+}
+
+TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel) {
+  if (std::optional<TensorPolicy> forced = override_policy(options, key)) return *forced;
+  TensorPolicy p;
   if (numel < options.dense_threshold) {
     p.reason = "below GRADEX_DENSE_THRESHOLD";
     return p;

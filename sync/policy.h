@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "sync/options.h"
@@ -29,6 +30,11 @@ struct TensorPolicy {
 };
 
 TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel);
+
+// Candidate 1 alone: the policy of the first GRADEX_SPARSITY_OVERRIDES entry matching `key`, or
+// none. The one place overrides are matched: the fixed chain and GRADEX_POLICY=auto (which keeps
+// an overridden tensor as the override says) both read them here.
+std::optional<TensorPolicy> override_policy(const EngineOptions& options, const std::string& key);
 
 // The sparse exchange (allgather of index/value pairs) moves more bytes than a dense 16-bit ring
 // once density >= 1 / (2 * world_size); then a DGC tensor is sent dense for that step.

@@ -19,7 +19,7 @@
 namespace gradex::sync {
 struct EngineTestAccess {
   static void choice_hook(Engine& e, CodecPlanner::ChoiceHook hook) {
-    e.planner_->set_choice_hook(std::move(hook));
+    dynamic_cast<AutoPolicySource&>(*e.policy_).planner().set_choice_hook(std::move(hook));
   }
 };
 }  // namespace gradex::sync
