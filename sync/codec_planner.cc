@@ -389,7 +389,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
   cost::Terms terms;
   const double p = world_size_;
-  if (unit.route == pipeline::Route::kSparse) {
+  if (unit.path == route::Path::kSparse) {
     const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
     codec = planner_.choice.sparse_codec;
     terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
@@ -405,22 +405,21 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
       else
         model_.observe_dgc_payload(selected, unit.message.size() - framing);
     }
-  } else if (unit.jobs.front()->int8) {
+  } else if (unit.path == route::Path::kInt8) {
     codec = cost::Codec::kInt8;
     terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
   } else {
-    const bool half =
-        unit.route == pipeline::Route::kDense && half_on_wire && !unit.jobs.front()->full_precision;
+    const bool half = unit.path == route::Path::kDense && half_on_wire;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
     terms = cost::ring_allreduce_terms(static_cast<double>(elements) * (half ? 2 : 4), world_size_);
   }
-  if (unit.route != pipeline::Route::kFirstAverage)
+  if (unit.path != route::Path::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
   if (world_size_ > 1 && c.transfer_seconds > 0)
     model_.observe_transfer(link_class_, terms, c.transfer_seconds);
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && unit.route != pipeline::Route::kFirstAverage &&
+  if (world_size_ > 1 && unit.path != route::Path::kFirstAverage &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;
