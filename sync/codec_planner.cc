@@ -92,10 +92,7 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
   const std::optional<TensorPolicy> o = override_policy(options_, key);
   if (!o) return std::nullopt;
-  if (o->int8) return cost::Rung{cost::Codec::kInt8, 0};
-  if (o->kind == ExchangeKind::kDense)
-    return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
-  return cost::Rung{planner_.choice.sparse_codec, o->sparsity};
+  return rung_of(*o, planner_.choice.sparse_codec, options_.half_on_wire);
 }
 
 TensorPolicy CodecPlanner::initial_policy(const std::string& key) const {
@@ -142,17 +139,9 @@ uint64_t CodecPlanner::epoch_start(uint64_t epoch) const {
   return low;
 }
 
-TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {
-  TensorPolicy p;
-  p.reason = "GRADEX_POLICY=auto: " + cost::rung_name(rung);
-  if (cost::is_sparse(rung.codec)) {  // the engine's sparse codec (DGC, or Adam's)
-    p.kind = ExchangeKind::kSparse;
-    p.sparsity = rung.sparsity;
-  } else {
-    // fp32 on a 16-bit default wire travels in fp32 buckets of its own.
-    p.full_precision = rung.codec == cost::Codec::kFp32 && options_.half_on_wire;
-    p.int8 = rung.codec == cost::Codec::kInt8;
-  }
+TensorPolicy CodecPlanner::policy_for(const Rung& rung) const {
+  TensorPolicy p = policy_of(rung, options_.half_on_wire);
+  p.reason = "GRADEX_POLICY=auto: " + rung_name(rung);
   return p;
 }
 
@@ -368,7 +357,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     applied->second = e;
     auto it = choice_.find(job.id.key);
     if (it == choice_.end() || forced_rung(job.id.key)) continue;  // overrides win
-    const TensorPolicy to = policy_of(it->second);
+    const TensorPolicy to = policy_for(it->second);
     TensorState& t = *job.tensor;
     if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
         to.full_precision != t.policy.full_precision || to.int8 != t.policy.int8) {

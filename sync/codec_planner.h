@@ -133,7 +133,8 @@ class CodecPlanner {
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // What sync/codec_calibration.h measures at start-up: this planner's settings.
   CalibrationSettings calibration() const;
-  TensorPolicy policy_of(const cost::Rung& rung) const;
+  // A rung as the policy it applies (sync/policy.h: policy_of), with its reason.
+  TensorPolicy policy_for(const Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 
   config::Config config_;
