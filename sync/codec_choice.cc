@@ -96,13 +96,6 @@ std::string format_ms(double s) {
 
 }  // namespace
 
-std::string rung_name(const Rung& r) {
-  if (!is_sparse(r.codec)) return codec_name(r.codec);
-  char b[48];
-  std::snprintf(b, sizeof b, "%s %g%%", codec_name(r.codec), r.sparsity * 100.0);
-  return b;
-}
-
 double ramp_cap(const ChoiceOptions& o, uint64_t step) {
   if (o.ramp_steps == 0 || step >= o.ramp_steps || o.ladder.empty()) return 1.0;
   compress::DgcOptions ramp;

@@ -77,14 +77,9 @@
 
 namespace gradex::sync::cost {
 
-struct Rung {
-  Codec codec = Codec::kFp32;
-  double sparsity = 0;  // sparse codecs (kDgc, kAdam) only
-  bool operator==(const Rung& o) const { return codec == o.codec && sparsity == o.sparsity; }
-  bool operator!=(const Rung& o) const { return !(*this == o); }
-};
-// "fp32", "16-bit", "dgc 99.9%", "adam 98%".
-std::string rung_name(const Rung& r);
+// Rungs are the policy vocabulary's (sync/policy.h).
+using sync::Rung;
+using sync::rung_name;
 
 struct ChoiceOptions {
   int world_size = 2;

@@ -90,18 +90,13 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 }
 
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
-  for (const PolicyOverride& o : options_.overrides) {
-    if (!pattern_matches(o.pattern, key)) continue;
-    if (o.int8) return cost::Rung{cost::Codec::kInt8, 0};
-    if (o.dense || o.sparsity == 0)
-      return cost::Rung{options_.half_on_wire ? cost::Codec::kHalf : cost::Codec::kFp32, 0};
-    return cost::Rung{planner_.choice.sparse_codec, o.sparsity};
-  }
-  return std::nullopt;
+  const std::optional<TensorPolicy> o = override_policy(options_, key);
+  if (!o) return std::nullopt;
+  return rung_of(*o, planner_.choice.sparse_codec, options_.half_on_wire);
 }
 
-TensorPolicy CodecPlanner::initial_policy(const std::string& key, uint64_t numel) const {
-  if (forced_rung(key)) return choose_policy(options_, key, numel);  // the override's
+TensorPolicy CodecPlanner::initial_policy(const std::string& key) const {
+  if (std::optional<TensorPolicy> o = override_policy(options_, key)) return *o;
   TensorPolicy p;
   p.reason = "GRADEX_POLICY=auto: dense until the first plan (at its first exchange)";
   return p;
@@ -144,17 +139,9 @@ uint64_t CodecPlanner::epoch_start(uint64_t epoch) const {
   return low;
 }
 
-TensorPolicy CodecPlanner::policy_of(const cost::Rung& rung) const {
-  TensorPolicy p;
-  p.reason = "GRADEX_POLICY=auto: " + cost::rung_name(rung);
-  if (cost::is_sparse(rung.codec)) {  // the engine's sparse codec (DGC, or Adam's)
-    p.kind = ExchangeKind::kSparse;
-    p.sparsity = rung.sparsity;
-  } else {
-    // fp32 on a 16-bit default wire travels in fp32 buckets of its own.
-    p.full_precision = rung.codec == cost::Codec::kFp32 && options_.half_on_wire;
-    p.int8 = rung.codec == cost::Codec::kInt8;
-  }
+TensorPolicy CodecPlanner::policy_for(const Rung& rung) const {
+  TensorPolicy p = policy_of(rung, options_.half_on_wire);
+  p.reason = "GRADEX_POLICY=auto: " + rung_name(rung);
   return p;
 }
 
@@ -370,7 +357,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     applied->second = e;
     auto it = choice_.find(job.id.key);
     if (it == choice_.end() || forced_rung(job.id.key)) continue;  // overrides win
-    const TensorPolicy to = policy_of(it->second);
+    const TensorPolicy to = policy_for(it->second);
     TensorState& t = *job.tensor;
     if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
         to.full_precision != t.policy.full_precision || to.int8 != t.policy.int8) {
@@ -391,7 +378,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
   cost::Terms terms;
   const double p = world_size_;
-  if (unit.route == pipeline::Route::kSparse) {
+  if (unit.path == route::Path::kSparse) {
     const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
     codec = planner_.choice.sparse_codec;
     terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
@@ -407,22 +394,21 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
       else
         model_.observe_dgc_payload(selected, unit.message.size() - framing);
     }
-  } else if (unit.jobs.front()->int8) {
+  } else if (unit.path == route::Path::kInt8) {
     codec = cost::Codec::kInt8;
     terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
   } else {
-    const bool half =
-        unit.route == pipeline::Route::kDense && half_on_wire && !unit.jobs.front()->full_precision;
+    const bool half = unit.path == route::Path::kDense && half_on_wire;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
     terms = cost::ring_allreduce_terms(static_cast<double>(elements) * (half ? 2 : 4), world_size_);
   }
-  if (unit.route != pipeline::Route::kFirstAverage)
+  if (unit.path != route::Path::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
   if (world_size_ > 1 && c.transfer_seconds > 0)
     model_.observe_transfer(link_class_, terms, c.transfer_seconds);
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && unit.route != pipeline::Route::kFirstAverage &&
+  if (world_size_ > 1 && unit.path != route::Path::kFirstAverage &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;

@@ -81,7 +81,7 @@ class CodecPlanner {
 
   // The policy a tensor has until its first exchange: an override's, else dense on the configured
   // wire; the first plan replaces it before anything is sent.
-  TensorPolicy initial_policy(const std::string& key, uint64_t numel) const;
+  TensorPolicy initial_policy(const std::string& key) const;
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   void on_submit(const std::string& key);
   void on_end_step();
@@ -133,7 +133,8 @@ class CodecPlanner {
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // What sync/codec_calibration.h measures at start-up: this planner's settings.
   CalibrationSettings calibration() const;
-  TensorPolicy policy_of(const cost::Rung& rung) const;
+  // A rung as the policy it applies (sync/policy.h: policy_of), with its reason.
+  TensorPolicy policy_for(const Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 
   config::Config config_;

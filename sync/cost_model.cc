@@ -23,22 +23,6 @@ const char* peer_class_name(PeerClass c) {
   return c == PeerClass::kSameHost ? "same-host" : "other-host";
 }
 
-const char* codec_name(Codec c) {
-  switch (c) {
-    case Codec::kFp32:
-      return "fp32";
-    case Codec::kHalf:
-      return "16-bit";
-    case Codec::kDgc:
-      return "dgc";
-    case Codec::kInt8:
-      return "8-bit";
-    case Codec::kAdam:
-      return "adam";
-  }
-  return "?";
-}
-
 Terms int8_allreduce_terms(double elements, int world_size) {
   if (world_size < 2) return {};
   const double p = world_size;

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "sync/policy.h"
+
 namespace gradex::sync::cost {
 
 enum class PeerClass : uint8_t { kSameHost = 0, kOtherHost = 1 };
@@ -80,17 +82,11 @@ class LinkFit {
   uint64_t samples_ = 0;
 };
 
-// kInt8: the dense 8-bit route (sync/int8_exchange.h), on the ladder between 16-bit and DGC.
-// kAdam: the sparse codec of GRADEX_OPTIMIZER=adam (compress/backend/adam_codec.h, with
-// GRADEX_ADAM_TRANSFORM=dct dct_adam_codec.h): under that optimizer it takes DGC's place as the
-// sparse rung (a run has one sparse codec: the engine gives every sparse tensor the Adam codec).
-enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3, kAdam = 4 };
-constexpr int kCodecs = 5;
-const char* codec_name(Codec c);
-// A codec that selects values (DGC, Adam) rather than sending every element.
-inline bool is_sparse(Codec c) {
-  return c == Codec::kDgc || c == Codec::kAdam;
-}
+// The codecs are the policy vocabulary's (sync/policy.h).
+using sync::Codec;
+using sync::codec_name;
+using sync::is_sparse;
+using sync::kCodecs;
 
 struct CodecCosts {
   // Seconds per element of the tensor, except DGC's decode: seconds per received selected value

@@ -65,7 +65,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   rank_ = rank;
   world_size_ = world_size;
   path_->set_world_size(world_size);
-  if (planner_) planner_->on_reconfigure(world_size);
+  policy_->on_reconfigure(world_size);
   // Layout and link model belong to the membership: recomputed for the new communicator (whose
   // address may equal the old one's, so the pointer check in hierarchy() alone is not enough).
   hierarchy_.reset();
@@ -188,12 +188,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.numel = numel;
   t.dtype = dtype;
   t.rows = rows;
-  t.policy = choose_policy(options_, key, numel);
-  // GRADEX_POLICY=auto: host tensors start dense (or as overridden) until the first plan; CUDA
-  // tensors keep the fixed chain's policy (their switches are not exercised yet).
-  if (planner_ && !cuda) t.policy = planner_->initial_policy(key, numel);
-  if (planner_ && cuda) t.policy.reason += " (a CUDA tensor: GRADEX_POLICY=auto keeps it fixed)";
-  if (planner_) planner_->on_register(key, numel, rows);
+  t.policy = policy_->on_register(key, numel, rows, cuda);
   path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
                  << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
@@ -236,7 +231,7 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     return h;
   }
   in_flight_[id] = h;
-  if (planner_ && kind == WorkKind::kGradient) planner_->on_submit(key);  // ready time
+  if (kind == WorkKind::kGradient) policy_->on_submit(key);  // ready time
   to_announce_.push_back({id, t->second.numel, t->second.dtype});
   wake_.signal();
   return h;
@@ -330,7 +325,7 @@ float Engine::step_clip_scale() const {
 bool Engine::end_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   step_clip_scale_ = -1.0f;
-  if (planner_) planner_->on_end_step();
+  policy_->on_end_step();
   ++completed_steps_;
   stats_.steps = completed_steps_;
   last_step_stats_ = stats_.minus(stats_at_last_step_);

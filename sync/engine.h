@@ -21,10 +21,10 @@
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
-#include "sync/codec_planner.h"
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"
 #include "sync/options.h"
+#include "sync/policy_source.h"
 #include "sync/sparse_gather.h"
 #include "sync/stats.h"
 #include "sync/stats_report.h"
@@ -252,8 +252,9 @@ class Engine {
   SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s};
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;
-  // GRADEX_POLICY=auto (null: fixed). Initialized here, after config_, options_ and world_size_.
-  std::unique_ptr<CodecPlanner> planner_ = CodecPlanner::create(config_, options_, world_size_);
+  // Every tensor's policy: GRADEX_POLICY's source (sync/policy_source.h). Initialized here, after
+  // config_, options_ and world_size_.
+  std::unique_ptr<PolicySource> policy_ = PolicySource::create(config_, options_, world_size_);
   LocalSgdSchedule localsgd_;
 
   mutable std::mutex mutex_;

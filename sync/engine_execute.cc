@@ -124,7 +124,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  if (planner_) planner_->before_routes(*comm_, jobs, *path_, mutex_);
+  policy_->before_routes(*comm_, jobs, *path_, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
   // cuts the same units (sync/route/route.h). The counters advance here: only this thread reads
@@ -237,7 +237,7 @@ void Engine::complete_unit(Unit& unit) {
       complete(job->id, ErrorCode::kOk, "");
   }
   const pipeline::UnitCounters& c = unit.counters;
-  if (planner_) planner_->observe_unit(unit, options_.half_on_wire);  // measured times
+  policy_->observe_unit(unit, options_.half_on_wire);  // measured times
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;

@@ -6,19 +6,11 @@
 namespace gradex::sync {
 
 void Engine::set_policy_horizon(uint64_t steps) {
-  if (planner_) planner_->set_horizon(steps);
+  policy_->set_horizon(steps);
 }
 
 std::string Engine::explain() const {
-  std::string out;
-  if (planner_) {
-    out = planner_->explain();
-    out += "current policies:\n";
-  } else {
-    out =
-        "GRADEX_POLICY=fixed: GRADEX_SPARSITY_OVERRIDES, dense below GRADEX_DENSE_THRESHOLD, "
-        "else DGC at GRADEX_SPARSITY\n";
-  }
+  std::string out = policy_->explain();
   std::lock_guard<std::mutex> lock(mutex_);
   char line[512];
   for (const auto& [key, t] : tensors_) {

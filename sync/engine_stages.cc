@@ -26,16 +26,15 @@ using detail::from_float;
 using detail::to_float;
 using detail::work_name;
 using pipeline::Job;
-using pipeline::Route;
 using pipeline::Unit;
+using route::Path;
 namespace wire = compress::wire;
-
 
 }  // namespace
 
 void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   TensorState& t = *job.tensor;
-  if (job.route == Route::kFirstAverage) {
+  if (job.path == Path::kFirstAverage) {
     // Full values in fp32, which also establishes an identical anchor everywhere.
     job.values = job.data;
     job.values_dtype = t.dtype;
@@ -54,9 +53,9 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     return;
   }
   if (job.absent)
-    path_->prepare_absent(t, job.data, job.step, job.route == Route::kSparse, payload_out);
+    path_->prepare_absent(t, job.data, job.step, job.path == Path::kSparse, payload_out);
   else
-    path_->prepare(t, job.data, job.clip, job.step, job.route == Route::kSparse, payload_out);
+    path_->prepare(t, job.data, job.clip, job.step, job.path == Path::kSparse, payload_out);
   job.values = path_->values(t, job.data);
   job.values_dtype = DType::kFloat32;
 }
@@ -77,9 +76,10 @@ namespace {
 // Elements a job's prepare stage computes on (0: it only points at the caller's buffer): the
 // weights by which a unit's jobs are spread over the pool.
 uint64_t prepare_work(const Job& job, const EngineOptions& options) {
-  if (job.route == Route::kFirstAverage) return 0;
-  const bool dense_gradient = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
-                              route::path_of(job) != route::Path::kDgcDenseStep && !job.absent;
+  if (job.path == Path::kFirstAverage) return 0;
+  const bool dense_gradient = job.id.kind == WorkKind::kGradient &&
+                              route::dense_allreduce(job.path) && job.path != Path::kDgcDenseStep &&
+                              !job.absent;
   if (dense_gradient && options.momentum <= 0 && options.clip_norm <= 0) return 0;
   return job.tensor->numel;
 }
@@ -87,7 +87,7 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
 // The same for the finish stage: a sparse sum, parameters and anchors, a 16-bit tensor's cast back
 // (a dense fp32 gradient's average is already in place).
 uint64_t finish_work(const Job& job) {
-  const bool in_place = job.id.kind == WorkKind::kGradient && job.route == Route::kDense &&
+  const bool in_place = job.id.kind == WorkKind::kGradient && route::dense_allreduce(job.path) &&
                         job.tensor->dtype == DType::kFloat32;
   return in_place ? 0 : job.tensor->numel;
 }
@@ -133,7 +133,7 @@ void Engine::prepare_unit(Unit& unit) {
   // A DGC unit's message frames one payload per tensor, in job order.
   std::vector<uint8_t>& m = unit.message;
   m.clear();
-  const bool sparse = unit.route == Route::kSparse;
+  const bool sparse = unit.path == Path::kSparse;
   ThreadPool& pool = shared_pool();
   // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
   // also split inside its DGC step, compress/dgc/parallel.h). Spread, every payload is encoded into
@@ -169,10 +169,10 @@ void Engine::prepare_unit(Unit& unit) {
 void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
   TensorState& t = *job.tensor;
   if (job.id.kind == WorkKind::kGradient) {
-    path_->finish(t, job.data, payloads, job.route == Route::kSparse);
+    path_->finish(t, job.data, payloads, job.path == Path::kSparse);
     return;
   }
-  if (job.route == Route::kFirstAverage) {
+  if (job.path == Path::kFirstAverage) {
     t.anchor.resize(t.numel);
     to_float(job.data, t.dtype, t.numel, t.anchor.data());
   } else if (job.id.kind == WorkKind::kAverage) {
@@ -186,7 +186,7 @@ void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
 void Engine::finish_unit(Unit& unit) {
   auto t0 = Clock::now();
   std::vector<std::vector<wire::PayloadSpan>> payloads(unit.jobs.size());
-  if (unit.route == Route::kSparse) {
+  if (unit.path == Path::kSparse) {
     // One message per rank, or per host under the hierarchical exchange (its host payloads,
     // sync/route/sparse_hierarchical.cc); summed in that order either way.
     const bool per_host = hierarchy_ != nullptr;

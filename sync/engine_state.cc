@@ -141,7 +141,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     bool has_codec = r.get<uint8_t>() != 0;
     // GRADEX_POLICY=auto starts every host tensor dense: a saved DGC state is restored into it (its
     // dense steps flush the residual until a plan makes it DGC again).
-    p.adopt = has_codec && planner_ && !path_->has_dgc(t) && !t.backend->cuda;
+    p.adopt = has_codec && !path_->has_dgc(t) && policy_->adopts_saved_codec(t.backend->cuda);
     if (has_codec != path_->has_dgc(t) && !p.adopt)
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");

@@ -29,17 +29,17 @@ namespace {
 // Greedy packing in round order by the fusion rule the dense exchange applies to one call's items
 // (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
 // a job larger than the limit travels alone.
-void add_buckets(std::vector<Job>& jobs, Route route, bool full_precision, size_t elem,
-                 size_t fusion_bytes, std::deque<Unit>& units, bool int8 = false) {
+void add_buckets(std::vector<Job>& jobs, route::Path path, size_t elem, size_t fusion_bytes,
+                 std::deque<Unit>& units) {
   const size_t limit = fusion_limit(fusion_bytes, elem);
   Unit* open = nullptr;
   size_t bytes = 0;
   for (Job& j : jobs) {
-    if (j.route != route || j.full_precision != full_precision || j.int8 != int8) continue;
+    if (route::unit_path(j.path) != path) continue;
     const size_t b = j.tensor->numel * elem;
     if (open == nullptr || bytes + b > limit) {
       open = &units.emplace_back();
-      open->route = route;
+      open->path = path;
       bytes = 0;
     }
     open->jobs.push_back(&j);
@@ -51,22 +51,22 @@ void add_buckets(std::vector<Job>& jobs, Route route, bool full_precision, size_
 
 std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
   std::deque<Unit> units;
-  add_buckets(jobs, Route::kDense, false, dtype_size(options.dense_wire), options.fusion_bytes,
-              units);
+  using route::Path;
+  add_buckets(jobs, Path::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
   // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
-  add_buckets(jobs, Route::kDense, true, 4, options.fusion_bytes, units);
+  add_buckets(jobs, Path::kDenseFp32, 4, options.fusion_bytes, units);
   // The 8-bit route (sync/int8_exchange.h): buckets of their own, one byte per element.
-  add_buckets(jobs, Route::kDense, false, 1, options.fusion_bytes, units, true);
-  add_buckets(jobs, Route::kFirstAverage, false, 4, options.fusion_bytes, units);
+  add_buckets(jobs, Path::kInt8, 1, options.fusion_bytes, units);
+  add_buckets(jobs, Path::kFirstAverage, 4, options.fusion_bytes, units);
   const uint64_t group = options.sparse_group_elements;
   Unit* open = nullptr;
   uint64_t elements = 0;
   for (Job& j : jobs) {
-    if (j.route != Route::kSparse) continue;
+    if (j.path != Path::kSparse) continue;
     const uint64_t n = j.tensor->numel;
     if (open == nullptr || elements >= group || n >= group) {
       open = &units.emplace_back();
-      open->route = Route::kSparse;
+      open->path = Path::kSparse;
       open->finish_on_pool = true;  // decoding may overlap the next unit's transfer
       elements = 0;
     }

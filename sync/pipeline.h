@@ -26,6 +26,7 @@
 #include "base/dtype.h"
 #include "comm/communicator.h"
 #include "sync/negotiator.h"
+#include "sync/route/path.h"
 #include "sync/tensor_state.h"
 
 namespace gradex {
@@ -34,12 +35,6 @@ class ThreadPool;
 
 namespace gradex::sync::pipeline {
 
-enum class Route : uint8_t {
-  kDense,         // fused ring allreduce on the dense wire type (16-bit with GRADEX_FP16)
-  kFirstAverage,  // LocalSGD's first parameter average: fused, fp32 on the wire
-  kSparse,        // a DGC sparse step: encoded payload in an allgatherv
-};
-
 // One tensor's work in a round. Fields below "prepare" are written by the stages in order.
 struct Job {
   WorkId id;
@@ -47,11 +42,9 @@ struct Job {
   void* data = nullptr;  // the caller's buffer
   float clip = -1.0f;    // the step's clipping factor captured at submission (-1: none)
   uint64_t step = 0;     // the agreed exchange counter of this exchange (gradients)
-  Route route = Route::kDense;
-  bool dgc_dense_step = false;  // a DGC tensor sent densely this step (early warm-up)
-  bool full_precision = false;  // kDense on fp32 although the dense wire is 16-bit (policy)
-  bool int8 = false;            // kDense on the 8-bit route (policy; sync/int8_exchange.h)
-  bool absent = false;          // Engine::submit_absent: zeros sent, the tensor's state untouched
+  // How its bytes travel (route::assign, from agreed data only).
+  route::Path path = route::Path::kDense;
+  bool absent = false;  // Engine::submit_absent: zeros sent, the tensor's state untouched
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
@@ -76,7 +69,9 @@ struct UnitCounters {
 
 // One collective's worth of jobs.
 struct Unit {
-  Route route = Route::kDense;
+  // Its jobs' route::unit_path (plan never mixes paths in a unit); never kDgcDenseStep, and
+  // kSparse even where the hierarchical exchange carries it (route::path_of decides that).
+  route::Path path = route::Path::kDense;
   std::vector<Job*> jobs;             // round order
   std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
@@ -100,11 +95,11 @@ struct PlanOptions {
 };
 
 // Cuts `jobs` (the round's order) into units, in the order they travel:
-//   1. kDense jobs in round order, packed greedily into buckets of at most fusion_bytes wire bytes
-//      (a larger tensor travels alone) — the fusion rule of sync/dense_exchange.h, so each unit
-//      is exactly one bucket of the dense exchange; jobs with full_precision (fp32 on a 16-bit
-//      wire) after them, packed the same way in buckets of their own; then jobs with int8 (the
-//      8-bit route), packed the same way at one byte per element;
+//   1. kDense and kDgcDenseStep jobs in round order, packed greedily into buckets of at most
+//      fusion_bytes wire bytes (a larger tensor travels alone) — the fusion rule of
+//      sync/dense_exchange.h, so each unit is exactly one bucket of the dense exchange; kDenseFp32
+//      jobs (fp32 on a 16-bit wire) after them, packed the same way in buckets of their own; then
+//      kInt8 jobs (the 8-bit route), packed the same way at one byte per element;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).

@@ -1,22 +1,23 @@
 // Routes: every path a tensor's bytes can take on the wire, one file each under sync/route/, behind
-// one interface. The engine asks select() for a unit's route object and runs it; it never reads the
-// job flags that encode a route (pipeline::Job::int8, full_precision, dgc_dense_step): only
-// assign() writes them and path_of() reads them (select.cc).
+// one interface. Each job carries its path (pipeline::Job::path, sync/route/path.h), which only
+// assign() writes; pipeline::plan packs units by it and the engine asks select() for a unit's
+// route object and runs it.
 //
-//   path                  file                      what travels
-//   kDense                dense.cc                  fused allreduce on the dense wire type (fp32,
-//   or
-//                                                   16-bit with GRADEX_FP16/BF16): ring, direct or
-//                                                   hierarchical (sync/dense_exchange.h)
-//   kDgcDenseStep         (rides kDense buckets)    a DGC tensor sent densely (its warm-up steps)
-//   kDenseFp32            dense_fp32.cc             the auto policy's fp32 rung on a 16-bit wire
-//   kInt8                 int8.cc                   8-bit blocks with error feedback through
-//                                                   comm::encoded_allreduce (sync/int8_exchange.h)
-//   kFirstAverage         first_average.cc          LocalSGD's first parameter average, fp32
-//   kSparse               sparse.cc                 DGC payloads in one allgatherv
-//   (sync/sparse_gather.h) kSparseHierarchical   sparse_hierarchical.cc    DGC host sums
-//   re-selected per host, then gathered
-//                                                   across hosts (GRADEX_HIERARCHICAL)
+// clang-format off
+//   path                 file                     what travels
+//   kDense               dense.cc                 fused allreduce on the dense wire type (fp32, or
+//                                                 16-bit with GRADEX_FP16/BF16): ring, direct or
+//                                                 hierarchical (sync/dense_exchange.h)
+//   kDgcDenseStep        (rides kDense buckets)   a DGC tensor sent densely (its warm-up steps)
+//   kDenseFp32           dense_fp32.cc            the auto policy's fp32 rung on a 16-bit wire
+//   kInt8                int8.cc                  8-bit blocks with error feedback through
+//                                                 comm::encoded_allreduce (sync/int8_exchange.h)
+//   kFirstAverage        first_average.cc         LocalSGD's first parameter average, fp32
+//   kSparse              sparse.cc                DGC payloads in one allgatherv
+//                                                 (sync/sparse_gather.h)
+//   kSparseHierarchical  sparse_hierarchical.cc   DGC host sums re-selected per host, then
+//                                                 gathered across hosts (GRADEX_HIERARCHICAL)
+// clang-format on
 //
 // A route's transfer has four steps, run in order on the progress thread for one unit (one
 // collective's worth of jobs, sync/pipeline.h): plan (collectives the route agrees on before the
@@ -33,6 +34,7 @@
 #include "comm/topology/host_topology.h"
 #include "sync/options.h"
 #include "sync/pipeline.h"
+#include "sync/route/path.h"
 #include "sync/sparse_gather.h"
 #include "sync/tensor_state.h"
 
@@ -41,17 +43,6 @@ class BackendPath;  // sync/backend_path.h
 }
 
 namespace gradex::sync::route {
-
-enum class Path : uint8_t {
-  kDense,
-  kDgcDenseStep,
-  kDenseFp32,
-  kInt8,
-  kFirstAverage,
-  kSparse,
-  kSparseHierarchical,
-};
-const char* path_name(Path path);
 
 // What a route reads and drives: the engine's state for the current membership.
 struct Context {
@@ -74,10 +65,10 @@ class Transfer {
   virtual void finish(pipeline::Unit& unit, Context& ctx) const { (void)unit, (void)ctx; }
 };
 
-// Sets a job's route from agreed data only (the work kind, the tensor's policy and anchor, whether
+// Sets a job's path from agreed data only (the work kind, the tensor's policy and anchor, whether
 // this is a DGC sparse step), so that every rank cuts the same units.
 void assign(pipeline::Job& job, const TensorState& tensor, bool sparse_step);
-// The path of one job (kDgcDenseStep for a DGC tensor's dense step).
+// The path of one job (kDgcDenseStep for a DGC tensor's dense step): job.path.
 Path path_of(const pipeline::Job& job);
 // The path of a unit's collective: its jobs' (pipeline::plan never mixes paths in a unit), with
 // kDgcDenseStep riding kDense and kSparse hierarchical when `hosts` is set.

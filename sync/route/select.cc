@@ -1,6 +1,5 @@
-// Route selection: the one place that writes and reads the job fields encoding a route
-// (pipeline::Job::route, int8, full_precision, dgc_dense_step; pipeline::plan packs units by them)
-// and maps a path to its route object.
+// Route selection: the one place that writes a job's path (pipeline::Job::path; pipeline::plan
+// packs units by it), and the map from a unit's path to its route object.
 #include "base/check.h"
 #include "sync/route/routes.h"
 
@@ -27,41 +26,29 @@ const char* path_name(Path path) {
 }
 
 void assign(pipeline::Job& job, const TensorState& t, bool sparse_step) {
-  using pipeline::Route;
   if (job.id.kind == WorkKind::kAverage) {
-    job.route = t.anchor.empty() ? Route::kFirstAverage : Route::kDense;
-    return;
+    // Parameter averages: the first fp32 (it sets the anchor), later ones on the dense wire.
+    job.path = t.anchor.empty() ? Path::kFirstAverage : Path::kDense;
+  } else if (sparse_step) {
+    job.path = Path::kSparse;
+  } else if (t.policy.kind == ExchangeKind::kSparse) {
+    job.path = Path::kDgcDenseStep;
+  } else if (t.policy.int8) {
+    job.path = Path::kInt8;
+  } else if (t.policy.full_precision) {
+    job.path = Path::kDenseFp32;
+  } else {
+    job.path = Path::kDense;
   }
-  if (sparse_step) {
-    job.route = Route::kSparse;
-    return;
-  }
-  job.route = Route::kDense;
-  job.dgc_dense_step = t.policy.kind == ExchangeKind::kSparse;
-  job.full_precision = t.policy.kind == ExchangeKind::kDense && t.policy.full_precision;
-  job.int8 =
-      t.policy.kind == ExchangeKind::kDense && t.policy.int8 && job.id.kind == WorkKind::kGradient;
 }
 
 Path path_of(const pipeline::Job& job) {
-  switch (job.route) {
-    case pipeline::Route::kFirstAverage:
-      return Path::kFirstAverage;
-    case pipeline::Route::kSparse:
-      return Path::kSparse;
-    case pipeline::Route::kDense:
-      break;
-  }
-  if (job.int8) return Path::kInt8;
-  if (job.full_precision) return Path::kDenseFp32;
-  if (job.dgc_dense_step) return Path::kDgcDenseStep;
-  return Path::kDense;
+  return job.path;
 }
 
 Path path_of(const pipeline::Unit& unit, const comm::HostTopology* hosts) {
   GX_CHECK(!unit.jobs.empty());
-  const Path p = path_of(*unit.jobs.front());
-  if (p == Path::kDgcDenseStep) return Path::kDense;
+  const Path p = unit_path(unit.path);
   if (p == Path::kSparse && hosts != nullptr) return Path::kSparseHierarchical;
   return p;
 }

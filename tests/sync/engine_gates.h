@@ -36,12 +36,12 @@ namespace gradex::test {
 
 // Holds the progress thread before the transfer of a unit holding a gated key until the test
 // releases it (bounded: after 60 s it goes on and the test's own checks fail). Also records every
-// unit that travelled: its route, keys and this rank's message (DGC units), and which thread is
+// unit that travelled: its path, keys and this rank's message (DGC units), and which thread is
 // the progress thread.
 class Gates {
  public:
   struct Sent {
-    sync::pipeline::Route route;
+    sync::route::Path path;
     std::vector<std::string> keys;
     std::vector<uint8_t> message;
   };
@@ -53,7 +53,7 @@ class Gates {
   void on_transfer(const sync::pipeline::Unit& unit) {
     std::unique_lock<std::mutex> lock(mutex_);
     progress_thread_ = std::this_thread::get_id();
-    Sent s{unit.route, {}, unit.message};
+    Sent s{unit.path, {}, unit.message};
     for (const auto* job : unit.jobs)
       s.keys.push_back(job->id.key);
     sent_.push_back(s);

@@ -25,8 +25,8 @@
 #include "sync/pipeline.h"
 
 using namespace gradex::test;
-using gradex::sync::pipeline::Route;
 using gradex::sync::pipeline::Unit;
+using gradex::sync::route::Path;
 
 // One round holds a large DGC tensor and a small dense one. The progress thread is held before the
 // DGC tensor's allgather: by then the dense handle has completed with the exact average, and the
@@ -77,9 +77,9 @@ TEST(EnginePipeline, DenseHandleCompletesWhileSparseIsStillInFlight) {
                      nonzero << " non-zero elements in the DGC average");
         // The round travelled as two units: the dense bucket first, then the DGC tensor.
         auto sent = gates->sent();
-        RANK_REQUIRE(sent.size() == 3 && sent[1].route == Route::kDense &&
+        RANK_REQUIRE(sent.size() == 3 && sent[1].path == Path::kDense &&
                          sent[1].keys == std::vector<std::string>{"small"} &&
-                         sent[2].route == Route::kSparse,
+                         sent[2].path == Path::kSparse,
                      sent.size() << " transfers");
         return "";
       });
@@ -216,9 +216,9 @@ TEST(EnginePipeline, ManyDgcTensorsInOneRoundMatchEachCodecAlone) {
         auto sent = gates->sent();
         std::vector<std::string> order;
         size_t groups = 0, lone = 0, first = sent.size();
-        while (first > 0 && sent[first - 1].route == Route::kSparse)
+        while (first > 0 && sent[first - 1].path == Path::kSparse)
           --first;
-        RANK_REQUIRE(first >= 1 && sent[first - 1].route == Route::kDense &&
+        RANK_REQUIRE(first >= 1 && sent[first - 1].path == Path::kDense &&
                          sent[first - 1].keys == (std::vector<std::string>{"d", "w.dense"}),
                      "the dense bucket did not travel first");
         for (size_t i = first; i < sent.size(); ++i) {

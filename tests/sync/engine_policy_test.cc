@@ -19,7 +19,7 @@
 namespace gradex::sync {
 struct EngineTestAccess {
   static void choice_hook(Engine& e, CodecPlanner::ChoiceHook hook) {
-    e.planner_->set_choice_hook(std::move(hook));
+    dynamic_cast<AutoPolicySource&>(*e.policy_).planner().set_choice_hook(std::move(hook));
   }
 };
 }  // namespace gradex::sync
@@ -465,7 +465,7 @@ TEST(EnginePolicy, FixedIsTodaysPolicy) {
 TEST(EnginePolicy, Fp32JobsTravelInBucketsOfTheirOwn) {
   using gradex::sync::pipeline::Job;
   using gradex::sync::pipeline::PlanOptions;
-  using gradex::sync::pipeline::Route;
+  using gradex::sync::route::Path;
   std::vector<gradex::sync::TensorState> tensors(4);
   const uint64_t sizes[] = {100, 100, 100, 100};
   const bool fp32[] = {false, true, false, true};
@@ -475,8 +475,7 @@ TEST(EnginePolicy, Fp32JobsTravelInBucketsOfTheirOwn) {
     tensors[i].numel = sizes[i];
     jobs[i].id = {gradex::sync::WorkKind::kGradient, tensors[i].key};
     jobs[i].tensor = &tensors[i];
-    jobs[i].route = Route::kDense;
-    jobs[i].full_precision = fp32[i];
+    jobs[i].path = fp32[i] ? Path::kDenseFp32 : Path::kDense;
   }
   PlanOptions o;
   o.fusion_bytes = 400;  // two 16-bit tensors (200 bytes each), one fp32 tensor (400 bytes)
@@ -494,7 +493,7 @@ TEST(EnginePolicy, Fp32JobsTravelInBucketsOfTheirOwn) {
   auto units = gradex::sync::pipeline::plan(jobs, o);
   EXPECT_EQ(keys(units), (K{{"a", "c"}, {"b"}, {"d"}}));
   for (Job& j : jobs)
-    j.full_precision = false;
+    j.path = Path::kDense;
   units = gradex::sync::pipeline::plan(jobs, o);
   EXPECT_EQ(keys(units), (K{{"a", "b"}, {"c", "d"}}));
 }

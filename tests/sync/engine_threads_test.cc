@@ -25,7 +25,7 @@
 #include "typed_tensors.h"
 
 using namespace gradex::test;
-using gradex::sync::pipeline::Route;
+using gradex::sync::route::Path;
 
 namespace {
 
@@ -134,7 +134,7 @@ std::string run_steps(RankContext& ctx, const std::string& out_file,
   }
   size_t sparse_units = 0;
   for (const Gates::Sent& s : gates->sent()) {
-    if (s.route != Route::kSparse) continue;
+    if (s.path != Path::kSparse) continue;
     ++sparse_units;
     for (const std::string& k : s.keys)
       messages.add(k.data(), k.size());

@@ -19,17 +19,19 @@
 namespace gradex::sync::pipeline {
 namespace {
 
+using route::Path;
+
 struct Round {
   std::deque<TensorState> tensors;
   std::vector<Job> jobs;
-  void add(const std::string& key, uint64_t numel, Route route) {
+  void add(const std::string& key, uint64_t numel, Path path) {
     TensorState& t = tensors.emplace_back();
     t.key = key;
     t.numel = numel;
     Job j;
     j.id = {WorkKind::kGradient, key};
     j.tensor = &t;
-    j.route = route;
+    j.path = path;
     jobs.push_back(std::move(j));
   }
 };
@@ -46,16 +48,16 @@ std::vector<std::vector<std::string>> keys_of(const std::deque<Unit>& units) {
 
 TEST(PipelinePlan, DenseBucketsFirstThenFirstAveragesThenSparseGroups) {
   Round r;
-  r.add("a", 100, Route::kSparse);  // 100 elements: grouped with the next
-  r.add("b", 300, Route::kDense);   // 600 wire bytes at 2 bytes per element
-  r.add("c", 50, Route::kSparse);   // group of a, c: 150 >= 120 closes it
-  r.add("d", 200, Route::kDense);   // 600 + 400 > 800: a new bucket
-  r.add("e", 1000, Route::kDense);  // larger than a bucket: alone
-  r.add("f", 500, Route::kSparse);  // larger than a group: alone
-  r.add("g", 10, Route::kFirstAverage);
-  r.add("h", 30, Route::kSparse);         // the last group, unfilled
-  r.add("i", 100, Route::kDense);         // 2000 + 200 > 800: a new bucket
-  r.add("j", 150, Route::kFirstAverage);  // 4 bytes per element: 40 + 600 <= 800
+  r.add("a", 100, Path::kSparse);  // 100 elements: grouped with the next
+  r.add("b", 300, Path::kDense);   // 600 wire bytes at 2 bytes per element
+  r.add("c", 50, Path::kSparse);   // group of a, c: 150 >= 120 closes it
+  r.add("d", 200, Path::kDense);   // 600 + 400 > 800: a new bucket
+  r.add("e", 1000, Path::kDense);  // larger than a bucket: alone
+  r.add("f", 500, Path::kSparse);  // larger than a group: alone
+  r.add("g", 10, Path::kFirstAverage);
+  r.add("h", 30, Path::kSparse);         // the last group, unfilled
+  r.add("i", 100, Path::kDense);         // 2000 + 200 > 800: a new bucket
+  r.add("j", 150, Path::kFirstAverage);  // 4 bytes per element: 40 + 600 <= 800
   PlanOptions o;
   o.fusion_bytes = 800;
   o.dense_wire = DType::kFloat16;
@@ -63,11 +65,11 @@ TEST(PipelinePlan, DenseBucketsFirstThenFirstAveragesThenSparseGroups) {
   std::deque<Unit> units = plan(r.jobs, o);
   using K = std::vector<std::vector<std::string>>;
   EXPECT_EQ(keys_of(units), (K{{"b"}, {"d"}, {"e"}, {"i"}, {"g", "j"}, {"a", "c"}, {"f"}, {"h"}}));
-  const Route routes[] = {Route::kDense,        Route::kDense,  Route::kDense,  Route::kDense,
-                          Route::kFirstAverage, Route::kSparse, Route::kSparse, Route::kSparse};
+  const Path routes[] = {Path::kDense,        Path::kDense,  Path::kDense,  Path::kDense,
+                         Path::kFirstAverage, Path::kSparse, Path::kSparse, Path::kSparse};
   for (size_t i = 0; i < units.size(); ++i) {
-    EXPECT_EQ(units[i].route, routes[i]) << "unit " << i;
-    EXPECT_EQ(units[i].finish_on_pool, routes[i] == Route::kSparse) << "unit " << i;
+    EXPECT_EQ(units[i].path, routes[i]) << "unit " << i;
+    EXPECT_EQ(units[i].finish_on_pool, routes[i] == Path::kSparse) << "unit " << i;
   }
   EXPECT_EQ(units[5].elements(), 150u);
   EXPECT_EQ(units[5].keys(), "'a', 'c'");

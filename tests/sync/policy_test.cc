@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <vector>
+
 #include "base/error.h"
 #include "sync/localsgd.h"
 
@@ -79,4 +82,48 @@ TEST(LocalSgd, ScheduleFollowsWarmupAndPeriod) {
   LocalSgdSchedule off(0, 5);
   EXPECT_TRUE(off.exchanges_gradients(100));
   EXPECT_FALSE(off.average_after(8));
+}
+
+// The applied policy and the rung are two spellings of one policy: every rung the cost model can
+// choose maps to a policy and back, on either dense wire.
+TEST(Policy, RungsAndPoliciesConvertBothWays) {
+  for (bool half : {true, false}) {
+    for (Codec sparse : {Codec::kDgc, Codec::kAdam}) {
+      const std::vector<Rung> rungs = {
+          {Codec::kFp32, 0}, {Codec::kInt8, 0}, {sparse, 0.9}, {sparse, 0.999}};
+      for (const Rung& r : rungs) {
+        const TensorPolicy p = policy_of(r, half);
+        EXPECT_EQ(p.kind == ExchangeKind::kSparse, is_sparse(r.codec)) << rung_name(r);
+        EXPECT_EQ(rung_of(p, sparse, half), r) << rung_name(r) << (half ? " on 16-bit" : "");
+      }
+      // kHalf is the 16-bit wire's default; on an fp32 wire the default dense rung is fp32.
+      if (half)
+        EXPECT_EQ(rung_of(policy_of({Codec::kHalf, 0}, half), sparse, half).codec, Codec::kHalf);
+      EXPECT_EQ(rung_of(TensorPolicy{}, sparse, half).codec, half ? Codec::kHalf : Codec::kFp32);
+      EXPECT_TRUE(policy_of({Codec::kFp32, 0}, half).full_precision == half);
+    }
+  }
+  EXPECT_EQ(rung_name({Codec::kDgc, 0.999}), "dgc 99.9%");
+  EXPECT_EQ(rung_name({Codec::kInt8, 0}), "8-bit");
+}
+
+// Overrides are matched in one place: the fixed chain's first candidate is exactly
+// override_policy, and a tensor no entry matches has none.
+TEST(Policy, OverridePolicyIsTheChainsFirstCandidate) {
+  EngineOptions o;
+  o.dense_threshold = 16384;
+  o.sparsity = 0.999;
+  o.overrides = parse_policy_overrides("embed:0.99, bn:dense, fc*:int8, head*bias:0");
+  for (const char* key : {"word_embed.weight", "layer.bn.weight", "fc.weight", "head.x.bias"}) {
+    const std::optional<TensorPolicy> forced = override_policy(o, key);
+    ASSERT_TRUE(forced.has_value()) << key;
+    const TensorPolicy chain = choose_policy(o, key, 1 << 20);
+    EXPECT_EQ(forced->kind, chain.kind) << key;
+    EXPECT_EQ(forced->sparsity, chain.sparsity) << key;
+    EXPECT_EQ(forced->int8, chain.int8) << key;
+    EXPECT_EQ(forced->reason, chain.reason) << key;
+  }
+  EXPECT_FALSE(override_policy(o, "conv1.weight").has_value());
+  EXPECT_EQ(override_policy(o, "fc.weight")->int8, true);
+  EXPECT_EQ(override_policy(o, "head.x.bias")->kind, ExchangeKind::kDense);  // sparsity 0: dense
 }

@@ -1,0 +1,109 @@
+// Where every tensor's exchange policy comes from: one interface, two implementations, chosen
+// once by GRADEX_POLICY. The engine calls the source at each point a policy may be decided or fed
+// (registration, submission, step end, routing, unit completion, reconfiguration, state restore,
+// explain) and never asks which one it holds.
+//   FixedPolicySource  GRADEX_POLICY=fixed: the chain of sync/policy.h, decided at registration
+//                      and never changed; every other call is a no-op.
+//   AutoPolicySource   GRADEX_POLICY=auto: the cost model's agreed plans (sync/codec_planner.h).
+// Both honour GRADEX_SPARSITY_OVERRIDES through the one matcher, override_policy (sync/policy.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "comm/communicator.h"
+#include "sync/codec_planner.h"
+#include "sync/options.h"
+#include "sync/policy.h"
+
+namespace gradex::sync {
+
+class BackendPath;
+
+namespace pipeline {
+struct Job;
+struct Unit;
+}  // namespace pipeline
+
+class PolicySource {
+ public:
+  // GRADEX_POLICY's source. ConfigError for an invalid GRADEX_POLICY_LADDER.
+  static std::unique_ptr<PolicySource> create(const config::Config& config,
+                                              const EngineOptions& options, int world_size);
+  virtual ~PolicySource() = default;
+
+  // Engine::register_tensor (state mutex held): the tensor's policy until a plan changes it.
+  virtual TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                                   bool cuda) = 0;
+  // Engine::enqueue, a gradient submitted for exchange (state mutex held).
+  virtual void on_submit(const std::string& key) { (void)key; }
+  // Engine::end_step (state mutex held).
+  virtual void on_end_step() {}
+  // Engine::reconfigure, a new membership (progress thread stopped).
+  virtual void on_reconfigure(int world_size) { (void)world_size; }
+  // Progress thread, before routing `jobs` (this round's ready work); may be collective and may
+  // switch the jobs' policies (CodecPlanner::before_routes). `state_mutex` is the engine's.
+  virtual void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
+                             BackendPath& path, std::mutex& state_mutex) {
+    (void)comm, (void)jobs, (void)path, (void)state_mutex;
+  }
+  // Any thread, when a unit completes: its measured times.
+  virtual void observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
+    (void)unit, (void)half_on_wire;
+  }
+  // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
+  virtual void set_horizon(uint64_t steps) { (void)steps; }
+  // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
+  // (its dense steps then flush the residual), because a later plan may make it DGC again.
+  virtual bool adopts_saved_codec(bool cuda) const = 0;
+  // The head of Engine::explain, before the per-tensor lines.
+  virtual std::string explain() const = 0;
+};
+
+class FixedPolicySource final : public PolicySource {
+ public:
+  explicit FixedPolicySource(const EngineOptions& options) : options_(options) {}
+  TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                           bool cuda) override;
+  bool adopts_saved_codec(bool) const override { return false; }
+  std::string explain() const override;
+
+ private:
+  EngineOptions options_;
+};
+
+class AutoPolicySource final : public PolicySource {
+ public:
+  AutoPolicySource(const EngineOptions& options, std::unique_ptr<CodecPlanner> planner)
+      : options_(options), planner_(std::move(planner)) {}
+  // Host tensors start as CodecPlanner::initial_policy says; CUDA tensors keep the fixed chain's
+  // policy (their switches are not exercised on a GPU yet).
+  TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                           bool cuda) override;
+  void on_submit(const std::string& key) override { planner_->on_submit(key); }
+  void on_end_step() override { planner_->on_end_step(); }
+  void on_reconfigure(int world_size) override { planner_->on_reconfigure(world_size); }
+  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
+                     std::mutex& state_mutex) override {
+    planner_->before_routes(comm, jobs, path, state_mutex);
+  }
+  void observe_unit(const pipeline::Unit& unit, bool half_on_wire) override {
+    planner_->observe_unit(unit, half_on_wire);
+  }
+  void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }
+  // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.
+  bool adopts_saved_codec(bool cuda) const override { return !cuda; }
+  std::string explain() const override;
+
+  CodecPlanner& planner() { return *planner_; }  // tests: CodecPlanner::set_choice_hook
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<CodecPlanner> planner_;
+};
+
+}  // namespace gradex::sync
