@@ -37,15 +37,8 @@ void direct_payloads(Communicator& comm, const char* operation, uint64_t tag, co
 }  // namespace detail
 
 void allgatherv(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result) {
-  const int r = comm.rank();
-  thread_local std::vector<uint64_t> sizes;
-  uint64_t tag = 0;
-  if (!detail::allgatherv_prologue(comm, "allgatherv", "allgatherv sizes", data, bytes, result,
-                                   sizes, &tag))
-    return;
-  for (size_t q = 0; q < sizes.size(); ++q)
-    if (q != static_cast<size_t>(r)) result[q].resize(sizes[q]);
-  detail::direct_payloads(comm, "allgatherv", tag + 1, data, sizes, result);
+  detail::two_round_allgatherv(comm, "allgatherv", "allgatherv sizes", data, bytes, result,
+                               detail::direct_payloads);
 }
 
 std::vector<Bytes> allgatherv(Communicator& comm, const void* data, size_t bytes) {

@@ -81,4 +81,17 @@ bool allgatherv_prologue(Communicator& comm, const char* operation, const char* 
   return true;
 }
 
+void two_round_allgatherv(Communicator& comm, const char* operation, const char* sizes_operation,
+                          const void* data, size_t bytes, std::vector<Bytes>& result,
+                          PayloadPhase payloads) {
+  const int r = comm.rank();
+  thread_local std::vector<uint64_t> sizes;
+  uint64_t tag = 0;
+  if (!allgatherv_prologue(comm, operation, sizes_operation, data, bytes, result, sizes, &tag))
+    return;
+  for (size_t q = 0; q < sizes.size(); ++q)
+    if (q != static_cast<size_t>(r)) result[q].resize(sizes[q]);
+  payloads(comm, operation, tag + 1, data, sizes, result);
+}
+
 }  // namespace gradex::comm::detail

@@ -47,4 +47,15 @@ void direct_payloads(Communicator& comm, const char* operation, uint64_t tag, co
 void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, const void* data,
                    const std::vector<uint64_t>& travel, std::vector<Bytes>& result);
 
+// A payload phase above (direct_payloads or ring_payloads).
+using PayloadPhase = void (*)(Communicator& comm, const char* operation, uint64_t tag,
+                              const void* data, const std::vector<uint64_t>& travel,
+                              std::vector<Bytes>& result);
+
+// The two-round allgatherv: the sizes (allgatherv_prologue), every peer's slot sized to its
+// payload, then the whole payloads through `payloads` from tag + 1.
+void two_round_allgatherv(Communicator& comm, const char* operation, const char* sizes_operation,
+                          const void* data, size_t bytes, std::vector<Bytes>& result,
+                          PayloadPhase payloads);
+
 }  // namespace gradex::comm::detail

@@ -92,15 +92,8 @@ void ring_payloads(Communicator& comm, const char* operation, uint64_t tag, cons
 
 void ring_allgatherv(Communicator& comm, const void* data, size_t bytes,
                      std::vector<Bytes>& result) {
-  const int r = comm.rank();
-  thread_local std::vector<uint64_t> sizes;
-  uint64_t tag = 0;
-  if (!detail::allgatherv_prologue(comm, "ring_allgatherv", "ring_allgatherv sizes", data, bytes,
-                                   result, sizes, &tag))
-    return;
-  for (size_t q = 0; q < sizes.size(); ++q)
-    if (q != static_cast<size_t>(r)) result[q].resize(sizes[q]);
-  detail::ring_payloads(comm, "ring_allgatherv", tag + 1, data, sizes, result);
+  detail::two_round_allgatherv(comm, "ring_allgatherv", "ring_allgatherv sizes", data, bytes,
+                               result, detail::ring_payloads);
 }
 
 std::vector<Bytes> ring_allgatherv(Communicator& comm, const void* data, size_t bytes) {
