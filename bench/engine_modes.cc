@@ -92,7 +92,13 @@ std::string codec_mix_of_plan(const std::string& text) {
   std::istringstream lines(text);
   std::string line;
   bool in_table = false;
-  std::map<std::string, std::pair<int, double>> mix;  // codec -> (tensors, values)
+  struct Mix {
+    int tensors = 0;
+    double values = 0;
+    int floored = 0;  // dense because every sparse rung would keep too few values (its floor)
+    int hidden = 0;   // dense because the cost model found no rung that shortens the step
+  };
+  std::map<std::string, Mix> mix;  // codec -> its tensors
   while (std::getline(lines, line)) {
     if (line.rfind("tensor ", 0) == 0) {
       in_table = true;
@@ -103,16 +109,28 @@ std::string codec_mix_of_plan(const std::string& text) {
     std::string name, codec, sparsity;
     double elements = 0;
     if (!(fields >> name >> elements >> codec)) break;  // the table ends at its first non-row
-    if ((codec == "dgc" || codec == "adam") && fields >> sparsity) codec += " " + sparsity;
-    auto& [tensors, values] = mix[codec];
-    ++tensors;
-    values += elements;
+    const bool sparse = codec == "dgc" || codec == "adam";
+    if (sparse && fields >> sparsity) codec += " " + sparsity;
+    Mix& m = mix[codec];
+    ++m.tensors;
+    m.values += elements;
+    // The row's reason (sync/codec_choice.cc: allowed_rungs) says when the floor of values a sparse
+    // rung keeps, not the cost model, kept the tensor off every sparse rung.
+    if (sparse) continue;
+    if (line.find("too small for any sparse rung") != std::string::npos)
+      ++m.floored;
+    else if (line.find("least compression") != std::string::npos)
+      ++m.hidden;
   }
   std::ostringstream out;
   out.precision(3);
-  for (const auto& [codec, counts] : mix)
-    out << (out.tellp() > 0 ? ", " : "") << codec << " " << counts.first << " tensors ("
-        << counts.second / 1e6 << " M values)";
+  for (const auto& [codec, m] : mix) {
+    out << (out.tellp() > 0 ? ", " : "") << codec << " " << m.tensors << " tensors ("
+        << m.values / 1e6 << " M values";
+    if (m.floored > 0) out << "; " << m.floored << " too small for any sparse rung";
+    if (m.hidden > 0) out << "; " << m.hidden << " whose exchange the cost model predicts hidden";
+    out << ")";
+  }
   return out.str();
 }
 
@@ -127,12 +145,14 @@ std::vector<ModeSpec> engine_modes() {
       // ranks sends more than a dense 16-bit ring, so the cost model sends 16-bit there).
       {"auto",
        "GRADEX_POLICY=auto (the default) in its steady state, past the early-training ramp "
-       "(GRADEX_POLICY_RAMP_STEPS=0 unless set): per-tensor codec from the cost model, momentum 0.9",
+       "(GRADEX_POLICY_RAMP_STEPS=0 unless set): per-tensor codec from the cost model, momentum "
+       "0.9",
        engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}},
                       {{"GRADEX_POLICY_RAMP_STEPS", "0"}})},
       {"auto_ramp",
        "GRADEX_POLICY=auto (the default) inside the first quarter of its early-training ramp "
-       "(GRADEX_POLICY_RAMP_STEPS' default: DGC capped at 75% for its first 25 steps), momentum 0.9",
+       "(GRADEX_POLICY_RAMP_STEPS' default: DGC capped at 75% for its first 25 steps), momentum "
+       "0.9",
        engine_factory({{"GRADEX_POLICY", "auto"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"fixed",
        "GRADEX_POLICY=fixed: DGC 99.9% for large tensors, fused fp16 for small, "

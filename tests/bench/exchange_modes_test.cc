@@ -80,10 +80,12 @@ TEST(ExchangeModes, TableAndSelection) {
   }
   // "all" is every mode except the named-only ones (in_all false: reproductions of old paths).
   size_t in_all = 0;
-  for (const ModeSpec& m : exchange_modes()) in_all += m.in_all ? 1 : 0;
+  for (const ModeSpec& m : exchange_modes())
+    in_all += m.in_all ? 1 : 0;
   EXPECT_LT(in_all, exchange_modes().size());
   EXPECT_EQ(select_modes("all").size(), in_all);
-  for (const ModeSpec* m : select_modes("all")) EXPECT_TRUE(m->in_all);
+  for (const ModeSpec* m : select_modes("all"))
+    EXPECT_TRUE(m->in_all);
   EXPECT_EQ(select_modes("dgc999_2round").size(), 1u);
   auto two = select_modes("dense_fp16,dense_fp32");
   ASSERT_EQ(two.size(), 2u);
@@ -91,6 +93,25 @@ TEST(ExchangeModes, TableAndSelection) {
   EXPECT_THROW(select_modes("dense_fp8"), InvalidArgument);
   EXPECT_THROW(select_modes("dense_fp32,dense_fp32"), InvalidArgument);
   EXPECT_THROW(select_modes(""), InvalidArgument);
+}
+
+// The demo's "auto codecs" line: tensors and values per codec, and why the dense ones stayed
+// dense (the sparse rungs' floor of kept values, or the cost model), read from the plan's rows.
+TEST(ExchangeModes, CodecMixCountsCodecsAndWhyTensorsStayDense) {
+  const std::string plan =
+      "GRADEX_POLICY=auto: re-evaluated every 20 steps\n"
+      "tensor  elements codec  ready_ms enc_ms comm_ms done_ms meas_ms why\n"
+      "bn1.bias 64 16-bit 0.1 0.0 1.4 1.5 - least compression: not on the exposed tail, or no "
+      "rung is cheaper; dense: too small for any sparse rung: dgc 90% would keep 6 < "
+      "GRADEX_POLICY_MIN_SELECTED values\n"
+      "l.conv 147456 16-bit 0.1 0.0 3.2 9.1 1.3 least compression: not on the exposed tail, or "
+      "no rung is cheaper; dense: dgc 99.9% would keep 37 < GRADEX_POLICY_MIN_SELECTED values\n"
+      "fc 2048000 dgc 99.9% 0.1 0.6 1.0 2.0 1.9 exposed tail: raised\n"
+      "w 1000000 dgc 99.9% 0.1 0.6 1.0 2.0 1.9 exposed tail: raised\n";
+  EXPECT_EQ(codec_mix_of_plan(plan),
+            "16-bit 2 tensors (0.148 M values; 1 too small for any sparse rung; 1 "
+            "whose exchange the cost model predicts hidden), dgc 99.9% 2 tensors (3.05 M values)");
+  EXPECT_EQ(codec_mix_of_plan("GRADEX_POLICY=fixed\ntensor x\n"), "");
 }
 
 }  // namespace
