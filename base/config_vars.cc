@@ -64,6 +64,19 @@ const std::vector<VarSpec>& registry() {
      "Same-host peers then use shared memory (unless GRADEX_SHM=0 is set), watched by a process "
      "check. auto: on when the job spans at least two hosts and some host holds at least two "
      "ranks; 1: always (one host: reduce inside it only); 0: the flat ring over all ranks."},
+    {"GRADEX_HIERARCHY_TIER", VarType::kChoice, "auto", 0, 0, false, false, "auto|host|region",
+     kEngine,
+     "The groups the hierarchical exchange (GRADEX_HIERARCHICAL) reduces inside before the slow "
+     "tier. host: the machines (GRADEX_HOST_ID). region: groups of hosts whose round trips cluster "
+     "(measured at start-up between every pair of hosts, a WAN's tens of ms against a LAN's "
+     "fraction of one), or as GRADEX_REGION declares: inside a region over its fast links, one "
+     "payload per region and lane across. auto: regions when they are declared, or when the job "
+     "has at least 3 hosts and the measured regions are at least 5 ms apart with some region "
+     "holding two hosts or more; else hosts."},
+    {"GRADEX_REGION", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
+     "Declares this rank's region: ranks with equal names form one region of the hierarchical "
+     "exchange (GRADEX_HIERARCHY_TIER), without measuring round trips. Set it on every rank or on "
+     "none (a job with some ranks declaring and others not stops at start-up naming both)."},
     {"GRADEX_STALL_WARN_S", VarType::kFloat, "60", 0, 86400, false, false, nullptr, kPerRank,
      "When some ranks have submitted a tensor and others have not for this many seconds, rank 0 "
      "logs which ranks are late and which keys they miss (then at most once per this interval), "

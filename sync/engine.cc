@@ -12,6 +12,7 @@
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/engine_internal.h"
+#include "sync/exchange_layout.h"
 #include "sync/policy_settings.h"
 
 namespace gradex::sync {
@@ -55,6 +56,10 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
       std::move(store), rank, world_size, comm_options(config_, options_));
   // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
   agreement::require_agreement(comm, config_, agreement::Scope::kEngine, api_version_);
+  // The hierarchical exchange's groups (hosts, or regions measured here): collective, so at the
+  // same point on every rank, before any unit.
+  ExchangeLayout layout = exchange_layout(*comm, config_, options_);
+  if (rank == 0) GX_LOG(kInfo) << "exchange layout: " << layout.description;
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -66,11 +71,15 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   world_size_ = world_size;
   path_->set_world_size(world_size);
   policy_->on_reconfigure(world_size);
-  // Layout and link model belong to the membership: recomputed for the new communicator (whose
-  // address may equal the old one's, so the pointer check in hierarchy() alone is not enough).
-  hierarchy_.reset();
-  hierarchy_comm_ = nullptr;
+  // Layout and link model belong to the membership.
+  hierarchy_ = std::move(layout.groups);
+  layout_description_ = std::move(layout.description);
   sparse_gather_.reset();
+}
+
+std::string Engine::layout_description() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return layout_description_;
 }
 
 void Engine::reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size) {

@@ -103,6 +103,9 @@ class Engine {
   // Each tensor's codec with the reason; under GRADEX_POLICY=auto the newest plan with its
   // predicted and measured times (sync/codec_planner.h). gradex_explain, gradex-bench plan.
   std::string explain() const;
+  // The hierarchical exchange's layout for this membership, in words (sync/exchange_layout.h):
+  // "flat (...)" or "hierarchical over regions (...)" / "... host(s) as groups".
+  std::string layout_description() const;
   // GRADEX_POLICY=auto: `steps` more exchange steps from the next one (0: no horizon rule), set
   // identically on every rank before its next submissions (CodecPlanner::set_horizon). No effect
   // under GRADEX_POLICY=fixed.
@@ -242,11 +245,11 @@ class Engine {
   int rank_;
   int world_size_;
   std::unique_ptr<comm::Communicator> comm_;
-  // The host layout of comm_ when the hierarchical exchange is on for it (GRADEX_HIERARCHICAL),
-  // else null; computed by hierarchy() for the communicator it was computed for.
+  // The groups of comm_'s hierarchical exchange (hosts or regions, sync/exchange_layout.h) when
+  // it is on for this membership, else null; set by connect().
   std::unique_ptr<comm::HostTopology> hierarchy_;
-  const comm::Communicator* hierarchy_comm_ = nullptr;
-  const comm::HostTopology* hierarchy();
+  std::string layout_description_;
+  const comm::HostTopology* hierarchy() const { return hierarchy_.get(); }
   std::unique_ptr<Negotiator> negotiator_;
   // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
   SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s};

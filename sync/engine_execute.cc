@@ -201,22 +201,6 @@ void Engine::transfer(Unit& unit) {
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
 }
 
-const comm::HostTopology* Engine::hierarchy() {
-  if (hierarchy_comm_ != comm_.get()) {
-    hierarchy_comm_ = comm_.get();
-    hierarchy_.reset();
-    if (options_.hierarchical != EngineOptions::Hierarchical::kOff && comm_ != nullptr) {
-      // Every rank sees the hosts every rank published (Communicator::rank_hosts), so the choice
-      // and the layout are the same everywhere.
-      auto t = std::make_unique<comm::HostTopology>(
-          comm::host_topology(comm_->rank_hosts(), comm_->size()));
-      if (options_.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(*t))
-        hierarchy_ = std::move(t);
-    }
-  }
-  return hierarchy_.get();
-}
-
 void Engine::complete_unit(Unit& unit) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Job* job : unit.jobs) {

@@ -18,10 +18,15 @@
 #include "capi/engine_access.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
+#include "sync/exchange_layout.h"
 
 using namespace gradex::test;
 
 namespace {
+
+// Four hosts of one rank each, in two declared regions (ranks 0, 1 and 2, 3).
+const std::vector<std::string> k4x1 = {"a", "b", "c", "d"};
+const std::vector<std::string> kEastWest = {"east", "east", "west", "west"};
 
 // Hosts of the emulated layouts, by rank: 2 hosts x 2 ranks (contiguous), 3 hosts x 2 ranks with
 // each host's ranks spread apart (rank order is not host order).
@@ -60,14 +65,17 @@ std::vector<float> read_floats(const std::string& path) {
 
 // One engine per rank with its host override; fn runs with it. Each rank writes what `fn` leaves
 // in `out` to dir/<tag>.<rank>.
+// `regions`, when given, is each rank's GRADEX_REGION.
 std::vector<std::string> run_hosts(
     const std::vector<std::string>& hosts, std::vector<std::string> env,
     const std::function<std::string(RankContext&, std::vector<float>& out)>& fn,
-    const std::string& dir, const std::string& tag) {
+    const std::string& dir, const std::string& tag, const std::vector<std::string>& regions = {}) {
   return run_ranks(
       static_cast<int>(hosts.size()), env,
       [&](RankContext& ctx) -> std::string {
         ::setenv("GRADEX_HOST_ID", hosts[static_cast<size_t>(ctx.rank)].c_str(), 1);
+        if (!regions.empty())
+          ::setenv("GRADEX_REGION", regions[static_cast<size_t>(ctx.rank)].c_str(), 1);
         std::string error;
         if (create_engine(ctx.rank, ctx.world, &ctx.engine, &error) != GRADEX_OK) return error;
         std::vector<float> out;
@@ -333,4 +341,64 @@ TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
         dir, "dead");
     EXPECT_EQ(failures(results), "");
   }
+}
+
+// Regions as the hierarchical exchange's groups (sync/exchange_layout.h).
+TEST(ExchangeLayout, RegionTopologyGroupsRanksByRegion) {
+  const gradex::comm::HostTopology t = gradex::sync::region_topology({0, 1, 0, 1, 1});
+  ASSERT_EQ(t.host_count(), 2);
+  EXPECT_EQ(t.hosts[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(t.hosts[1], (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(t.local_index, (std::vector<int>{0, 0, 1, 1, 2}));
+  EXPECT_TRUE(gradex::comm::hierarchy_pays(t));
+}
+
+TEST(ExchangeLayout, NearestRegionRoundTripIsTheSmallestAcrossRegions) {
+  // Hosts 0, 1 in region 0 (0.5 ms apart), host 2 in region 1: 40 ms from host 0, 60 from host 1
+  // (one direction measured lower: the larger counts).
+  const std::vector<std::vector<double>> rtt = {{0, 0.5, 40}, {0.5, 0, 60}, {45, 60, 0}};
+  const gradex::comm::HostTopology hosts = gradex::comm::host_topology({"a", "b", "c"}, 3);
+  EXPECT_DOUBLE_EQ(gradex::sync::nearest_region_rtt_ms(rtt, hosts, {0, 0, 1}), 45.0);
+  EXPECT_TRUE(std::isinf(gradex::sync::nearest_region_rtt_ms(rtt, hosts, {0, 0, 0})));
+}
+
+// Four hosts of one rank each: the host layout has nothing to reduce inside a host (flat), the
+// declared regions make two groups of two. Results stay exact (integer sums) and bit-identical;
+// GRADEX_HIERARCHY_TIER=host keeps the flat exchange; measured on loopback (every host a fraction
+// of a millisecond from the others) auto finds no WAN and stays flat.
+TEST(EngineHierarchical, DeclaredRegionsAreTheGroupsAndResultsStayExact) {
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
+  auto expect_layout = [](const std::string& want,
+                          std::function<std::string(RankContext&, std::vector<float>&)> inner) {
+    return [want, inner](RankContext& ctx, std::vector<float>& out) -> std::string {
+      const std::string layout = gradex::capi::engine_of(ctx.engine).layout_description();
+      RANK_REQUIRE(layout.rfind(want, 0) == 0,
+                   "layout '" << layout << "', expected '" << want << "...'");
+      return inner(ctx, out);
+    };
+  };
+  const std::string regions = "hierarchical over regions (declared): rank -> region 0 0 1 1";
+  ASSERT_EQ(failures(run_hosts(k4x1, kDenseFp32, expect_layout(regions, dense_steps(true)), dir,
+                               "int_regions", kEastWest)),
+            "");
+  EXPECT_EQ(identical_across_ranks(dir, "int_regions", 4), "");
+  auto host_tier = kDenseFp32;
+  host_tier.push_back("GRADEX_HIERARCHY_TIER=host");
+  ASSERT_EQ(failures(run_hosts(k4x1, host_tier, expect_layout("flat (4 host(s)", dense_steps(true)),
+                               dir, "int_hosts", kEastWest)),
+            "");
+  EXPECT_EQ(identical_across_ranks(dir, "int_hosts", 4), "");
+  ASSERT_EQ(
+      failures(run_hosts(k4x1, kDenseFp32, expect_layout("flat (4 host(s)", dense_steps(true)), dir,
+                         "int_measured")),
+      "");
+  // A DGC run through the regions' re-selection: every rank ends with the same averages.
+  auto dgc = std::vector<std::string>{"GRADEX_POLICY=fixed", "GRADEX_SPARSITY=0.99",
+                                      "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_FP16=0"};
+  ASSERT_EQ(failures(run_hosts(k4x1, dgc, expect_layout(regions, dense_steps(false)), dir,
+                               "dgc_regions", kEastWest)),
+            "");
+  EXPECT_EQ(identical_across_ranks(dir, "dgc_regions", 4), "");
 }

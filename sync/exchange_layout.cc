@@ -1,0 +1,108 @@
+#include "sync/exchange_layout.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include "base/log.h"
+#include "comm/topology/regions.h"
+
+namespace gradex::sync {
+
+comm::HostTopology region_topology(const std::vector<int>& region_of_rank) {
+  std::vector<std::string> labels;
+  labels.reserve(region_of_rank.size());
+  for (int region : region_of_rank)
+    labels.push_back("region " + std::to_string(region));
+  return comm::host_topology(labels, static_cast<int>(region_of_rank.size()));
+}
+
+double nearest_region_rtt_ms(const std::vector<std::vector<double>>& host_rtt_ms,
+                             const comm::HostTopology& hosts,
+                             const std::vector<int>& region_of_rank) {
+  double nearest = std::numeric_limits<double>::infinity();
+  const size_t H = static_cast<size_t>(hosts.host_count());
+  if (host_rtt_ms.size() != H) return nearest;
+  auto region_of_host = [&](size_t h) {
+    return region_of_rank[static_cast<size_t>(hosts.hosts[h][0])];
+  };
+  for (size_t a = 0; a < H; ++a)
+    for (size_t b = a + 1; b < H; ++b)
+      if (region_of_host(a) != region_of_host(b))
+        nearest = std::min(nearest, std::max(host_rtt_ms[a][b], host_rtt_ms[b][a]));
+  return nearest;
+}
+
+namespace {
+
+// At least two regions, and some region holds two hosts or more: reducing inside a region then
+// saves WAN bytes (a region of one host each is the host layout again).
+bool regions_pay(const comm::HostTopology& hosts, const std::vector<int>& region_of_rank) {
+  std::set<int> regions(region_of_rank.begin(), region_of_rank.end());
+  if (regions.size() < 2) return false;
+  std::vector<int> hosts_in(static_cast<size_t>(*regions.rbegin()) + 1, 0);  // regions 0..R-1
+  for (const auto& h : hosts.hosts)
+    ++hosts_in[static_cast<size_t>(region_of_rank[static_cast<size_t>(h[0])])];
+  return *std::max_element(hosts_in.begin(), hosts_in.end()) >= 2;
+}
+
+std::string describe(const std::vector<int>& region_of_rank) {
+  std::string s;
+  for (int r : region_of_rank)
+    s += (s.empty() ? "" : " ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& config,
+                               const EngineOptions& options) {
+  ExchangeLayout layout;
+  if (options.hierarchical == EngineOptions::Hierarchical::kOff) {
+    layout.description = "flat (GRADEX_HIERARCHICAL=0)";
+    return layout;
+  }
+  const int P = comm.size();
+  comm::HostTopology hosts = comm::host_topology(comm.rank_hosts(), P);
+  const std::string& tier = config.get_string("GRADEX_HIERARCHY_TIER");
+  const std::string& declared = config.get_string("GRADEX_REGION");
+  // Whether regions are looked for: the same on every rank (the tier is agreed, the host count
+  // is from the identities every rank published; a partial declaration fails in
+  // discover_regions on every rank).
+  const bool look = tier == "region" || (tier == "auto" && hosts.host_count() >= 3) ||
+                    (tier == "auto" && !declared.empty());
+  comm::HostTopology groups = hosts;
+  if (look && P > 1) {
+    const comm::RegionMap map = comm::discover_regions(comm, declared);
+    const double nearest = nearest_region_rtt_ms(map.host_rtt_ms, hosts, map.region_of_rank);
+    const bool wan = map.declared || nearest >= kWanRttMs;
+    if (regions_pay(hosts, map.region_of_rank) && (tier == "region" || wan)) {
+      groups = region_topology(map.region_of_rank);
+      layout.regions = true;
+      char rtt[64] = "";
+      if (!map.declared) std::snprintf(rtt, sizeof rtt, ", nearest %.1f ms apart", nearest);
+      layout.description = std::string("regions (") + (map.declared ? "declared" : "measured") +
+                           rtt + "): rank -> region " + describe(map.region_of_rank);
+    } else if (tier == "region") {
+      GX_LOG(kWarn) << "GRADEX_HIERARCHY_TIER=region: the job's hosts form "
+                    << (map.region_of_rank.empty() ? 0
+                                                   : *std::max_element(map.region_of_rank.begin(),
+                                                                       map.region_of_rank.end()) +
+                                                         1)
+                    << " region(s) with no region of two hosts or more (rank -> region "
+                    << describe(map.region_of_rank) << "): the hosts are the tier";
+    }
+  }
+  if (!layout.regions)
+    layout.description = std::to_string(hosts.host_count()) + " host(s) as groups";
+  if (options.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(groups)) {
+    layout.groups = std::make_unique<comm::HostTopology>(std::move(groups));
+    layout.description = "hierarchical over " + layout.description;
+  } else {
+    layout.description = "flat (" + layout.description + ": nothing to reduce inside a group)";
+  }
+  return layout;
+}
+
+}  // namespace gradex::sync
