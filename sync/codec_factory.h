@@ -20,7 +20,8 @@ namespace gradex::sync {
 // momentum-corrected gradients with error feedback, SGD family) or Codec::kAdam (top-k of a
 // decaying first-moment buffer, GRADEX_OPTIMIZER=adam; on the chunked DCT when
 // GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam_dct_chunk). The engine's tensors run
-// sparse_codec(options). SparseCodecKind is the same enum under the name callers used before.
+// sparse_codec(options). SparseCodecKind names the same enum (SparseCodecKind::kDgc is
+// Codec::kDgc).
 using SparseCodecKind = Codec;
 
 // The options of a sparse tensor's codec at `sparsity`: no clipping inside the codec (the engine
