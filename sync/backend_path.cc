@@ -49,14 +49,14 @@ void BackendPath::attach(TensorState& t, bool cuda) {
   auto d = std::make_unique<BackendTensor>();
   d->cuda = cuda;
   // The policy's sparsity (an override may differ from GRADEX_SPARSITY).
-  if (t.policy.kind == ExchangeKind::kSparse) d->dgc_options = dgc_options(t.policy.sparsity);
+  if (is_sparse(t.policy.rung.codec)) d->dgc_options = dgc_options(t.policy.rung.sparsity);
   t.backend = std::move(d);
   if (!cuda) bind(t, be::get_backend(host_backend_));
 }
 
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   compress::DgcOptions o =
-      sparse_codec_options(sparse_codec_kind(options_), config_, options_, world_size_, sparsity);
+      sparse_codec_options(sparse_codec(options_), config_, options_, world_size_, sparsity);
   // The prepare stage spreads a unit's tensors over the pool (Engine::prepare_unit); a unit holds
   // about GRADEX_SPARSE_GROUP_MB of gradient (a larger tensor travels alone), so a tensor larger
   // than a 1/(2T) share of that is split across threads too. Splitting never changes a result.
@@ -67,7 +67,7 @@ compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
 
 std::unique_ptr<be::DgcCodec> BackendPath::make_codec(const TensorState& t,
                                                       const compress::DgcOptions& options) const {
-  return make_sparse_codec(sparse_codec_kind(options_), *t.backend->backend, t.key, t.numel, t.rows,
+  return make_sparse_codec(sparse_codec(options_), *t.backend->backend, t.key, t.numel, t.rows,
                            options, compress::wire_options_from_config(config_), options_);
 }
 
@@ -75,7 +75,7 @@ void BackendPath::bind(TensorState& t, be::BackendPtr backend) {
   BackendTensor& d = *t.backend;
   d.backend = std::move(backend);
   if (t.dtype != DType::kFloat32) d.f32 = d.backend->allocate(std::max<size_t>(t.numel, 1) * 4);
-  if (t.policy.kind == ExchangeKind::kSparse) {
+  if (is_sparse(t.policy.rung.codec)) {
     d.dgc = make_codec(t, d.dgc_options);
     if (!d.pending_state.empty()) {
       std::vector<uint8_t> blob = std::move(d.pending_state);
@@ -296,14 +296,14 @@ uint64_t BackendPath::local_step(TensorState& t, void* data, float step_clip, bo
   return bad;
 }
 
-void BackendPath::switch_policy(TensorState& t, const TensorPolicy& to) {
+void BackendPath::switch_policy(TensorState& t, const AppliedPolicy& to) {
   BackendTensor& d = *t.backend;
-  const bool same_codec = d.dgc && d.dgc_options.sparsity == to.sparsity;
-  if (to.kind == ExchangeKind::kSparse && !same_codec) {
+  const bool same_codec = d.dgc && d.dgc_options.sparsity == to.rung.sparsity;
+  if (is_sparse(to.rung.codec) && !same_codec) {
     if (!d.backend)
       throw InvalidArgument("tensor '" + t.key +
                             "': its policy cannot change before its first submission");
-    const compress::DgcOptions options = dgc_options(to.sparsity);
+    const compress::DgcOptions options = dgc_options(to.rung.sparsity);
     std::unique_ptr<be::DgcCodec> codec = make_codec(t, options);
     Lane& l = lane(*d.backend);
     wait_ready(t, l);  // the previous exchange's stages are done with u and v
@@ -328,7 +328,7 @@ void BackendPath::switch_policy(TensorState& t, const TensorPolicy& to) {
 // --- checkpoints and diagnostics ----------------------------------------------------------------
 
 bool BackendPath::has_dgc(const TensorState& t) const {
-  return t.policy.kind == ExchangeKind::kSparse || (t.backend && t.backend->dgc);
+  return is_sparse(t.policy.rung.codec) || (t.backend && t.backend->dgc);
 }
 
 std::vector<float> BackendPath::download(TensorState& t, const float* src, size_t n) {

@@ -129,7 +129,7 @@ class BackendPath {
   //                   u + v, empties v and keeps u (the residual is flushed through the dense
   //                   path).
   // The tensor's backend must be bound (true for any tensor in a round).
-  void switch_policy(TensorState& t, const TensorPolicy& to);
+  void switch_policy(TensorState& t, const AppliedPolicy& to);
 
   // Checkpoints and diagnostics (engine idle): host copies in DgcCompressor's formats. A tensor
   // has DGC state when its policy is DGC or when it kept its state across a switch to dense.

@@ -1,5 +1,6 @@
 #include "sync/codec_factory.h"
 
+#include "base/check.h"
 #include "compress/backend/adam_codec.h"
 #include "compress/backend/dct_adam_codec.h"
 
@@ -7,28 +8,29 @@ namespace gradex::sync {
 
 namespace be = compress::backend;
 
-compress::DgcOptions sparse_codec_options(SparseCodecKind kind, const config::Config& config,
+compress::DgcOptions sparse_codec_options(Codec kind, const config::Config& config,
                                           const EngineOptions& options, int world_size,
                                           double sparsity) {
   compress::DgcOptions o = compress::dgc_options_from_config(config, world_size);
   o.sparsity = sparsity;
   o.clip_norm = 0;
-  if (kind == SparseCodecKind::kAdam) {
+  if (kind == Codec::kAdam) {
     o.momentum = 0;
     o.residual_dct_chunk = options.adam_dct_chunk;
   }
   return o;
 }
 
-std::unique_ptr<be::DgcCodec> make_sparse_codec(SparseCodecKind kind, be::Backend& backend,
+std::unique_ptr<be::DgcCodec> make_sparse_codec(Codec kind, be::Backend& backend,
                                                 const std::string& key, uint64_t numel,
                                                 uint64_t rows, const compress::DgcOptions& dgc,
                                                 const compress::WireOptions& wire,
                                                 const EngineOptions& options) {
-  if (kind == SparseCodecKind::kAdam && options.adam_dct_chunk > 0)
+  GX_CHECK(is_sparse(kind));
+  if (kind == Codec::kAdam && options.adam_dct_chunk > 0)
     return std::make_unique<be::DctAdamCodec>(backend, key, numel, rows, dgc, wire,
                                               options.adam_decay);
-  if (kind == SparseCodecKind::kAdam)
+  if (kind == Codec::kAdam)
     return std::make_unique<be::AdamCodec>(backend, key, numel, dgc, wire, options.adam_decay);
   return std::make_unique<be::DgcCodec>(backend, key, numel, dgc, wire);
 }

@@ -12,24 +12,22 @@
 #include "compress/backend/dgc_codec.h"
 #include "compress/options.h"
 #include "sync/options.h"
+#include "sync/policy.h"
 
 namespace gradex::sync {
 
-enum class SparseCodecKind {
-  kDgc,   // top-k of momentum-corrected gradients with error feedback (SGD family)
-  kAdam,  // top-k of a decaying first-moment buffer (GRADEX_OPTIMIZER=adam), on the chunked DCT
-          // when GRADEX_ADAM_TRANSFORM=dct (blocks of at most options.adam_dct_chunk)
-};
-
-// The kind the engine runs for sparse tensors under `options`.
-inline SparseCodecKind sparse_codec_kind(const EngineOptions& options) {
-  return options.adam_codec ? SparseCodecKind::kAdam : SparseCodecKind::kDgc;
-}
+// `kind` is a sparse codec of the policy vocabulary (sync/policy.h): Codec::kDgc (top-k of
+// momentum-corrected gradients with error feedback, SGD family) or Codec::kAdam (top-k of a
+// decaying first-moment buffer, GRADEX_OPTIMIZER=adam; on the chunked DCT when
+// GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam_dct_chunk). The engine's tensors run
+// sparse_codec(options). SparseCodecKind names the same enum (SparseCodecKind::kDgc is
+// Codec::kDgc).
+using SparseCodecKind = Codec;
 
 // The options of a sparse tensor's codec at `sparsity`: no clipping inside the codec (the engine
 // clips by the whole step's norm); the Adam codec takes no momentum (the optimizer keeps its
 // moments) and runs on the DCT's blocks when options.adam_dct_chunk > 0.
-compress::DgcOptions sparse_codec_options(SparseCodecKind kind, const config::Config& config,
+compress::DgcOptions sparse_codec_options(Codec kind, const config::Config& config,
                                           const EngineOptions& options, int world_size,
                                           double sparsity);
 
@@ -37,8 +35,8 @@ compress::DgcOptions sparse_codec_options(SparseCodecKind kind, const config::Co
 // on `backend`. `dgc` carries the sparsity and momentum; `options` the Adam codec's decay and
 // transform.
 std::unique_ptr<compress::backend::DgcCodec> make_sparse_codec(
-    SparseCodecKind kind, compress::backend::Backend& backend, const std::string& key,
-    uint64_t numel, uint64_t rows, const compress::DgcOptions& dgc,
-    const compress::WireOptions& wire, const EngineOptions& options);
+    Codec kind, compress::backend::Backend& backend, const std::string& key, uint64_t numel,
+    uint64_t rows, const compress::DgcOptions& dgc, const compress::WireOptions& wire,
+    const EngineOptions& options);
 
 }  // namespace gradex::sync

@@ -51,7 +51,7 @@ void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions&
   // GRADEX_OPTIMIZER=adam: the engine gives every sparse tensor the Adam codec, so the sparse
   // rung is that codec at its own sparsity (none with GRADEX_ADAM_SPARSITY=0: AdamW kept dense),
   // priced by its own measurements, not DGC at GRADEX_POLICY_LADDER's sparsities.
-  choice.sparse_codec = cost::Codec::kAdam;
+  choice.sparse_codec = sparse_codec(options);
   choice.ladder.clear();
   if (options.adam_sparsity > 0) choice.ladder.push_back(options.adam_sparsity);
   // The fidelity ramp and the floors apply as to DGC. The horizon rule does not while the codec
@@ -90,16 +90,15 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
 }
 
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
-  const std::optional<TensorPolicy> o = override_policy(options_, key);
+  const std::optional<AppliedPolicy> o = override_policy(options_, key);
   if (!o) return std::nullopt;
-  return rung_of(*o, planner_.choice.sparse_codec, options_.half_on_wire);
+  return o->rung;
 }
 
-TensorPolicy CodecPlanner::initial_policy(const std::string& key) const {
-  if (std::optional<TensorPolicy> o = override_policy(options_, key)) return *o;
-  TensorPolicy p;
-  p.reason = "GRADEX_POLICY=auto: dense until the first plan (at its first exchange)";
-  return p;
+AppliedPolicy CodecPlanner::initial_policy(const std::string& key) const {
+  if (std::optional<AppliedPolicy> o = override_policy(options_, key)) return *o;
+  return {default_dense_rung(options_),
+          "GRADEX_POLICY=auto: dense until the first plan (at its first exchange)"};
 }
 
 uint64_t CodecPlanner::first_refine() const {
@@ -139,10 +138,8 @@ uint64_t CodecPlanner::epoch_start(uint64_t epoch) const {
   return low;
 }
 
-TensorPolicy CodecPlanner::policy_for(const Rung& rung) const {
-  TensorPolicy p = policy_of(rung, options_.half_on_wire);
-  p.reason = "GRADEX_POLICY=auto: " + rung_name(rung);
-  return p;
+AppliedPolicy CodecPlanner::policy_for(const Rung& rung) const {
+  return {canonical_rung(rung, options_), "GRADEX_POLICY=auto: " + rung_name(rung)};
 }
 
 void CodecPlanner::on_register(const std::string& key, uint64_t numel, uint64_t rows) {
@@ -357,15 +354,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     applied->second = e;
     auto it = choice_.find(job.id.key);
     if (it == choice_.end() || forced_rung(job.id.key)) continue;  // overrides win
-    const TensorPolicy to = policy_for(it->second);
+    const AppliedPolicy to = policy_for(it->second);
     TensorState& t = *job.tensor;
-    if (to.kind != t.policy.kind || to.sparsity != t.policy.sparsity ||
-        to.full_precision != t.policy.full_precision || to.int8 != t.policy.int8) {
+    if (to.rung != t.policy.rung) {
       GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
       path.switch_policy(t, to);
       // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
       // along in its transfer, Engine::transfer).
-      if (to.kind == ExchangeKind::kSparse) path.int8_to_dgc_residual(t, world_size_);
+      if (is_sparse(to.rung.codec)) path.int8_to_dgc_residual(t, world_size_);
     }
   }
 }
@@ -384,7 +380,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
     uint64_t selected = 0;
     for (const pipeline::Job* j : unit.jobs)
-      selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.sparsity);
+      selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.rung.sparsity);
     // DGC's decode is per received value; the Adam codec's per element (cost::CodecCosts).
     decoded = adam ? 0 : selected * static_cast<uint64_t>(world_size_);
     const size_t framing = 4 + 8 * unit.jobs.size();
@@ -415,7 +411,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     record.measured_s = total;
     record.stages_s = c.prepare_seconds + c.finish_seconds;
     for (const pipeline::Job* j : unit.jobs)
-      record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.sparsity);
+      record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.rung.sparsity);
     unit_records_.push_back(std::move(record));
   }
   for (const pipeline::Job* j : unit.jobs) {

@@ -81,7 +81,7 @@ class CodecPlanner {
 
   // The policy a tensor has until its first exchange: an override's, else dense on the configured
   // wire; the first plan replaces it before anything is sent.
-  TensorPolicy initial_policy(const std::string& key) const;
+  AppliedPolicy initial_policy(const std::string& key) const;
   void on_register(const std::string& key, uint64_t numel, uint64_t rows);
   void on_submit(const std::string& key);
   void on_end_step();
@@ -98,7 +98,8 @@ class CodecPlanner {
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
-  // `state_mutex` (the engine's) is held while policies change (policy_of, explain read them).
+  // `state_mutex` (the engine's) is held while policies change (Engine::applied_policy and explain
+  // read them).
   void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
                      std::mutex& state_mutex);
   // Any thread, when a unit completes: its measured times feed the model.
@@ -133,8 +134,8 @@ class CodecPlanner {
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
   // What sync/codec_calibration.h measures at start-up: this planner's settings.
   CalibrationSettings calibration() const;
-  // A rung as the policy it applies (sync/policy.h: policy_of), with its reason.
-  TensorPolicy policy_for(const Rung& rung) const;
+  // A chosen rung as the policy it applies (sync/policy.h: canonical_rung), with its reason.
+  AppliedPolicy policy_for(const Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
 
   config::Config config_;

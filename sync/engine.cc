@@ -200,8 +200,7 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
   t.policy = policy_->on_register(key, numel, rows, cuda);
   path_->attach(t, cuda);
   GX_LOG(kDebug) << "registered '" << key << "' (" << numel << " x " << dtype_name(dtype)
-                 << "): " << (t.policy.kind == ExchangeKind::kSparse ? "DGC" : "dense") << ", "
-                 << t.policy.reason;
+                 << "): " << rung_name(t.policy.rung) << ", " << t.policy.reason;
   tensors_.emplace(key, std::move(t));
 }
 
@@ -353,7 +352,7 @@ Stats Engine::stats(bool last_step) const {
   return last_step ? last_step_stats_ : stats_;
 }
 
-TensorPolicy Engine::policy_of(const std::string& key) const {
+AppliedPolicy Engine::applied_policy(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");

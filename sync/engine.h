@@ -99,7 +99,7 @@ class Engine {
   bool exchanges_gradients() const;
   Stats stats(bool last_step) const;
   // The policy chosen for a registered tensor (for tests and gradex-bench).
-  TensorPolicy policy_of(const std::string& key) const;
+  AppliedPolicy applied_policy(const std::string& key) const;
   // Each tensor's codec with the reason; under GRADEX_POLICY=auto the newest plan with its
   // predicted and measured times (sync/codec_planner.h). gradex_explain, gradex-bench plan.
   std::string explain() const;
@@ -292,7 +292,7 @@ class Engine {
   // snapshot_state()'s buffers (mutex_).
   struct TensorSnapshot {
     bool taken = false;
-    ExchangeKind policy = ExchangeKind::kDense;
+    bool sparse = false;  // the tensor's codec was sparse (a switch since refuses the rollback)
     bool has_dgc = false;
     bool in_state = false;     // the DGC state keeps its own snapshot (BackendPath::snapshot_dgc)
     std::vector<uint8_t> dgc;  // else DGC's state blob (BackendPath::save_dgc)

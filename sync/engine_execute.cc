@@ -133,8 +133,8 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     TensorState& t = *job.tensor;
     const bool gradient = job.id.kind != WorkKind::kAverage;
     const bool sparse_step =
-        gradient && t.policy.kind == ExchangeKind::kSparse && path_->sparse_step(t, job.step);
-    route::assign(job, t, sparse_step);
+        gradient && is_sparse(t.policy.rung.codec) && path_->sparse_step(t, job.step);
+    route::assign(job, t, sparse_step, options_.half_on_wire);
     if (gradient) ++t.step;
   }
 

@@ -14,12 +14,9 @@ std::string Engine::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
   char line[512];
   for (const auto& [key, t] : tensors_) {
-    std::string codec =
-        t.policy.kind == ExchangeKind::kSparse
-            ? (options_.adam_codec ? "adam " : "dgc ") +
-                  std::to_string(t.policy.sparsity * 100.0).substr(0, 6) + "%"
-        : t.policy.int8 ? "8-bit"
-                        : (t.policy.full_precision || !options_.half_on_wire ? "fp32" : "16-bit");
+    const Rung& r = t.policy.rung;
+    std::string codec = codec_name(r.codec);
+    if (is_sparse(r.codec)) codec += " " + std::to_string(r.sparsity * 100.0).substr(0, 6) + "%";
     std::snprintf(line, sizeof line, "  %-32s %12llu %-12s %s\n", key.c_str(),
                   static_cast<unsigned long long>(t.numel), codec.c_str(), t.policy.reason.c_str());
     out += line;

@@ -1,8 +1,9 @@
 // Engine::snapshot_state / rollback_state: step transactions for torchft's commit protocol: a
 // step that does not commit leaves gradex's state as if it never ran. The snapshot holds
 // every per-tensor value a step changes (DGC's complete state, dense momentum, the 8-bit route's
-// residuals, exchange counter, LocalSGD anchor) and the engine's step count, in buffers kept from one snapshot to the next: on
-// host memory a snapshot is a few memcpys and allocates nothing after the first.
+// residuals, exchange counter, LocalSGD anchor) and the engine's step count, in buffers kept from
+// one snapshot to the next: on host memory a snapshot is a few memcpys and allocates nothing after
+// the first.
 #include <cstring>
 
 #include "compress/dgc/compressor.h"
@@ -20,7 +21,7 @@ void Engine::snapshot_state() {
                      "reconfigure first)");
   for (auto& [key, t] : tensors_) {
     TensorSnapshot& s = snapshot_.tensors[key];  // kept between snapshots: no new buffers
-    s.policy = t.policy.kind;
+    s.sparse = is_sparse(t.policy.rung.codec);
     s.has_dgc = path_->has_dgc(t);
     if (s.has_dgc) {
       // Kept inside the DGC state itself (CPU: a copy of u, v and the threshold history into
@@ -58,7 +59,7 @@ void Engine::rollback_state() {
     auto it = snapshot_.tensors.find(key);
     if (it == snapshot_.tensors.end() || !it->second.taken) continue;  // registered since
     const TensorSnapshot& s = it->second;
-    if (s.policy != t.policy.kind || s.has_dgc != path_->has_dgc(t) ||
+    if (s.sparse != is_sparse(t.policy.rung.codec) || s.has_dgc != path_->has_dgc(t) ||
         (s.in_state && !path_->dgc_snapshot_taken(t)))
       throw StateError("rollback: tensor '" + key +
                        "' changed its policy since the snapshot (GRADEX_POLICY=auto switched it); "

@@ -4,52 +4,37 @@
 
 namespace gradex::sync {
 
-std::optional<TensorPolicy> override_policy(const EngineOptions& options, const std::string& key) {
-  TensorPolicy p;
+namespace {
+
+// Sparse at sparsity `s` with the run's sparse codec, or dense on the default wire when `s` is 0
+// (nothing to compress): the fixed chain's and the overrides' one rule, each with its reasons.
+AppliedPolicy at_sparsity(const EngineOptions& options, double s, std::string sparse_reason,
+                          std::string dense_reason) {
+  if (s == 0) return {default_dense_rung(options), std::move(dense_reason)};
+  return {Rung{sparse_codec(options), s}, std::move(sparse_reason)};
+}
+
+}  // namespace
+
+std::optional<AppliedPolicy> override_policy(const EngineOptions& options, const std::string& key) {
   for (const auto& o : options.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
-    if (o.int8) {
-      p.int8 = true;
-      p.reason = "override '" + o.pattern + "': int8";
-      return p;
-    }
-    if (o.dense || o.sparsity == 0) {
-      p.reason = "override '" + o.pattern + "': dense";
-      return p;
-    }
-    p.kind = ExchangeKind::kSparse;
-    p.sparsity = o.sparsity;
-    p.reason = "override '" + o.pattern + "'";
-    return p;
+    const std::string name = "override '" + o.pattern + "'";
+    if (o.int8) return AppliedPolicy{Rung{Codec::kInt8, 0}, name + ": int8"};
+    return at_sparsity(options, o.dense ? 0 : o.sparsity, name, name + ": dense");
   }
   return std::nullopt;
 }
 
-TensorPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel) {
-  if (std::optional<TensorPolicy> forced = override_policy(options, key)) return *forced;
-  TensorPolicy p;
-  if (numel < options.dense_threshold) {
-    p.reason = "below GRADEX_DENSE_THRESHOLD";
-    return p;
-  }
-  if (options.adam_codec) {  // GRADEX_OPTIMIZER=adam: the Adam codec's own sparsity
-    if (options.adam_sparsity == 0) {
-      p.reason = "GRADEX_ADAM_SPARSITY=0";
-      return p;
-    }
-    p.kind = ExchangeKind::kSparse;
-    p.sparsity = options.adam_sparsity;
-    p.reason = "GRADEX_OPTIMIZER=adam: Adam codec at GRADEX_ADAM_SPARSITY";
-    return p;
-  }
-  if (options.sparsity == 0) {
-    p.reason = "GRADEX_SPARSITY=0";
-    return p;
-  }
-  p.kind = ExchangeKind::kSparse;
-  p.sparsity = options.sparsity;
-  p.reason = "GRADEX_SPARSITY";
-  return p;
+AppliedPolicy choose_policy(const EngineOptions& options, const std::string& key, uint64_t numel) {
+  if (std::optional<AppliedPolicy> forced = override_policy(options, key)) return *forced;
+  if (numel < options.dense_threshold)
+    return {default_dense_rung(options), "below GRADEX_DENSE_THRESHOLD"};
+  if (options.adam_codec)  // GRADEX_OPTIMIZER=adam: the Adam codec's own sparsity
+    return at_sparsity(options, options.adam_sparsity,
+                       "GRADEX_OPTIMIZER=adam: Adam codec at GRADEX_ADAM_SPARSITY",
+                       "GRADEX_ADAM_SPARSITY=0");
+  return at_sparsity(options, options.sparsity, "GRADEX_SPARSITY", "GRADEX_SPARSITY=0");
 }
 
 const char* codec_name(Codec c) {
@@ -75,24 +60,14 @@ std::string rung_name(const Rung& r) {
   return b;
 }
 
-TensorPolicy policy_of(const Rung& rung, bool half_on_wire) {
-  TensorPolicy p;
-  if (is_sparse(rung.codec)) {  // the engine's sparse codec (DGC, or Adam's)
-    p.kind = ExchangeKind::kSparse;
-    p.sparsity = rung.sparsity;
-  } else {
-    // fp32 on a 16-bit default wire travels in fp32 buckets of its own.
-    p.full_precision = rung.codec == Codec::kFp32 && half_on_wire;
-    p.int8 = rung.codec == Codec::kInt8;
-  }
-  return p;
+Rung default_dense_rung(const EngineOptions& options) {
+  return Rung{options.half_on_wire ? Codec::kHalf : Codec::kFp32, 0};
 }
 
-Rung rung_of(const TensorPolicy& policy, Codec sparse_codec, bool half_on_wire) {
-  if (policy.kind == ExchangeKind::kSparse) return Rung{sparse_codec, policy.sparsity};
-  if (policy.int8) return Rung{Codec::kInt8, 0};
-  if (policy.full_precision || !half_on_wire) return Rung{Codec::kFp32, 0};
-  return Rung{Codec::kHalf, 0};
+Rung canonical_rung(const Rung& r, const EngineOptions& options) {
+  if (is_sparse(r.codec)) return Rung{sparse_codec(options), r.sparsity};
+  if (r.codec == Codec::kHalf) return default_dense_rung(options);
+  return Rung{r.codec, 0};
 }
 
 bool sparse_is_cheaper(double density, int world_size) {

@@ -9,8 +9,8 @@ std::unique_ptr<PolicySource> PolicySource::create(const config::Config& config,
   return std::make_unique<AutoPolicySource>(options, std::move(planner));
 }
 
-TensorPolicy FixedPolicySource::on_register(const std::string& key, uint64_t numel, uint64_t,
-                                            bool) {
+AppliedPolicy FixedPolicySource::on_register(const std::string& key, uint64_t numel, uint64_t,
+                                             bool) {
   return choose_policy(options_, key, numel);
 }
 
@@ -19,9 +19,9 @@ std::string FixedPolicySource::explain() const {
          "else DGC at GRADEX_SPARSITY\n";
 }
 
-TensorPolicy AutoPolicySource::on_register(const std::string& key, uint64_t numel, uint64_t rows,
-                                           bool cuda) {
-  TensorPolicy p;
+AppliedPolicy AutoPolicySource::on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                                            bool cuda) {
+  AppliedPolicy p;
   if (cuda) {
     p = choose_policy(options_, key, numel);
     p.reason += " (a CUDA tensor: GRADEX_POLICY=auto keeps it fixed)";

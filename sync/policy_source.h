@@ -37,8 +37,8 @@ class PolicySource {
   virtual ~PolicySource() = default;
 
   // Engine::register_tensor (state mutex held): the tensor's policy until a plan changes it.
-  virtual TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
-                                   bool cuda) = 0;
+  virtual AppliedPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                                    bool cuda) = 0;
   // Engine::enqueue, a gradient submitted for exchange (state mutex held).
   virtual void on_submit(const std::string& key) { (void)key; }
   // Engine::end_step (state mutex held).
@@ -67,8 +67,8 @@ class PolicySource {
 class FixedPolicySource final : public PolicySource {
  public:
   explicit FixedPolicySource(const EngineOptions& options) : options_(options) {}
-  TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
-                           bool cuda) override;
+  AppliedPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                            bool cuda) override;
   bool adopts_saved_codec(bool) const override { return false; }
   std::string explain() const override;
 
@@ -82,8 +82,8 @@ class AutoPolicySource final : public PolicySource {
       : options_(options), planner_(std::move(planner)) {}
   // Host tensors start as CodecPlanner::initial_policy says; CUDA tensors keep the fixed chain's
   // policy (their switches are not exercised on a GPU yet).
-  TensorPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
-                           bool cuda) override;
+  AppliedPolicy on_register(const std::string& key, uint64_t numel, uint64_t rows,
+                            bool cuda) override;
   void on_submit(const std::string& key) override { planner_->on_submit(key); }
   void on_end_step() override { planner_->on_end_step(); }
   void on_reconfigure(int world_size) override { planner_->on_reconfigure(world_size); }

@@ -19,7 +19,7 @@ struct TensorState {
   uint64_t numel = 0;
   DType dtype = DType::kFloat32;
   uint64_t rows = 0;  // output rows when the plugin registered them (0: unknown)
-  TensorPolicy policy;
+  AppliedPolicy policy;
   // The tensor's state in its backend (sync/backend_path.h): DGC's u and v, or the dense
   // momentum; set at registration.
   std::unique_ptr<BackendTensor> backend;

@@ -65,9 +65,10 @@ class Transfer {
   virtual void finish(pipeline::Unit& unit, Context& ctx) const { (void)unit, (void)ctx; }
 };
 
-// Sets a job's path from agreed data only (the work kind, the tensor's policy and anchor, whether
-// this is a DGC sparse step), so that every rank cuts the same units.
-void assign(pipeline::Job& job, const TensorState& tensor, bool sparse_step);
+// Sets a job's path from agreed data only (the work kind, the tensor's rung and anchor, whether
+// this is a DGC sparse step, whether the dense wire is 16-bit: sync/policy.h), so that every rank
+// cuts the same units.
+void assign(pipeline::Job& job, const TensorState& tensor, bool sparse_step, bool half_on_wire);
 // The path of one job (kDgcDenseStep for a DGC tensor's dense step): job.path.
 Path path_of(const pipeline::Job& job);
 // The path of a unit's collective: its jobs' (pipeline::plan never mixes paths in a unit), with

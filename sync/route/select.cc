@@ -25,17 +25,17 @@ const char* path_name(Path path) {
   return "?";
 }
 
-void assign(pipeline::Job& job, const TensorState& t, bool sparse_step) {
+void assign(pipeline::Job& job, const TensorState& t, bool sparse_step, bool half_on_wire) {
   if (job.id.kind == WorkKind::kAverage) {
     // Parameter averages: the first fp32 (it sets the anchor), later ones on the dense wire.
     job.path = t.anchor.empty() ? Path::kFirstAverage : Path::kDense;
   } else if (sparse_step) {
     job.path = Path::kSparse;
-  } else if (t.policy.kind == ExchangeKind::kSparse) {
+  } else if (is_sparse(t.policy.rung.codec)) {
     job.path = Path::kDgcDenseStep;
-  } else if (t.policy.int8) {
+  } else if (t.policy.rung.codec == Codec::kInt8) {
     job.path = Path::kInt8;
-  } else if (t.policy.full_precision) {
+  } else if (own_fp32_buckets(t.policy.rung, half_on_wire)) {
     job.path = Path::kDenseFp32;
   } else {
     job.path = Path::kDense;

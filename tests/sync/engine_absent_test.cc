@@ -76,8 +76,8 @@ std::string run_rank(RankContext& ctx, Mode mode, const std::string& dir) {
   RANK_OK(gradex_register_tensor(ctx.engine, "dense32", kDense, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
   RANK_OK(gradex_register_tensor(ctx.engine, "dense16", kDense, GRADEX_FLOAT16, GRADEX_DEVICE_CPU));
   RANK_OK(gradex_register_tensor(ctx.engine, "dgc", kDgc, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
-  RANK_REQUIRE(engine.policy_of("dgc").kind == gradex::sync::ExchangeKind::kSparse, "dgc policy");
-  RANK_REQUIRE(engine.policy_of("dense32").kind != gradex::sync::ExchangeKind::kSparse, "policy");
+  RANK_REQUIRE(gradex::sync::is_sparse(engine.applied_policy("dgc").rung.codec), "dgc policy");
+  RANK_REQUIRE(!gradex::sync::is_sparse(engine.applied_policy("dense32").rung.codec), "policy");
   const std::vector<uint8_t> fresh = engine.save_state();
   std::vector<Snapshot> before(3);
   uint64_t absent_sparse = 0, absent_dense_dgc = 0;

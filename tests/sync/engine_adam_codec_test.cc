@@ -232,16 +232,18 @@ TEST(EngineAdamCodec, PolicyGivesCompressedTensorsTheAdamSparsity) {
   o.adam_codec = true;
   o.adam_sparsity = 0.98;
   o.overrides = gradex::sync::parse_policy_overrides("embed:0.9,norm:dense");
-  using gradex::sync::ExchangeKind;
-  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).kind, ExchangeKind::kSparse);
-  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).sparsity, 0.98);
-  EXPECT_EQ(choose_policy(o, "fc.bias", 100).kind, ExchangeKind::kDense);
-  EXPECT_EQ(choose_policy(o, "embed.weight", 100000).sparsity, 0.9);  // overrides still win
-  EXPECT_EQ(choose_policy(o, "norm.weight", 100000).kind, ExchangeKind::kDense);
+  using gradex::sync::Codec;
+  using gradex::sync::Rung;
+  const Rung dense{Codec::kHalf, 0};
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).rung, (Rung{Codec::kAdam, 0.98}));
+  EXPECT_EQ(choose_policy(o, "fc.bias", 100).rung, dense);
+  // Overrides still win on sparsity; a sparse tensor's codec is the Adam codec whatever decided.
+  EXPECT_EQ(choose_policy(o, "embed.weight", 100000).rung, (Rung{Codec::kAdam, 0.9}));
+  EXPECT_EQ(choose_policy(o, "norm.weight", 100000).rung, dense);
   o.adam_sparsity = 0;
-  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).kind, ExchangeKind::kDense);
-  o.adam_codec = false;
-  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).sparsity, 0.999);  // no optimizer known: DGC
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).rung, dense);
+  o.adam_codec = false;  // no optimizer known: DGC
+  EXPECT_EQ(choose_policy(o, "fc.weight", 100000).rung, (Rung{Codec::kDgc, 0.999}));
 }
 
 // GRADEX_SPARSITY set explicitly (and GRADEX_ADAM_SPARSITY not) is the user's choice for the Adam
@@ -253,8 +255,8 @@ TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
   EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
   c.set("GRADEX_SPARSITY", "0");
   EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.0);
-  EXPECT_EQ(choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).kind,
-            gradex::sync::ExchangeKind::kDense);
+  EXPECT_FALSE(gradex::sync::is_sparse(
+      choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).rung.codec));
   c.set("GRADEX_ADAM_SPARSITY", "0.995");
   EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.995);
 }

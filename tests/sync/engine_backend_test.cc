@@ -81,7 +81,7 @@ std::string train(RankContext& ctx, const std::string& backend, const ScratchDir
     RANK_OK(gradex_register_tensor(ctx.engine, t.key, t.n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
   auto& engine = gradex::capi::engine_of(ctx.engine);
   for (const TensorSpec& t : kTensors)
-    RANK_REQUIRE((engine.policy_of(t.key).kind == gradex::sync::ExchangeKind::kSparse) == t.dgc,
+    RANK_REQUIRE(gradex::sync::is_sparse(engine.applied_policy(t.key).rung.codec) == t.dgc,
                  t.key << " has the wrong policy");
   for (int step = 0; step < kSteps; ++step) {
     std::string err = train_step(ctx, step, dir.file(backend, "out", ctx.rank));

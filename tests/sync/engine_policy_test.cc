@@ -107,8 +107,8 @@ TEST(EnginePolicy, ErrorFeedbackStaysExactAcrossSwitches) {
         }
         RANK_REQUIRE(residual_after_flush == 0,
                      "residual after the dense step: " << residual_after_flush);
-        gradex::sync::TensorPolicy p = engine.policy_of("w");
-        RANK_REQUIRE(p.kind == gradex::sync::ExchangeKind::kSparse && p.sparsity == 0.999,
+        const gradex::sync::AppliedPolicy p = engine.applied_policy("w");
+        RANK_REQUIRE(p.rung == (gradex::sync::Rung{gradex::sync::Codec::kDgc, 0.999}),
                      "final policy " << p.reason);
         gradex_stats_t s;
         RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
@@ -267,8 +267,8 @@ TEST(EnginePolicy, CheckpointWithDgcStateRestoresIntoAuto) {
         for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;)
           blob.insert(blob.end(), buf, buf + got);
         std::fclose(f);
-        RANK_REQUIRE(engine.policy_of("w").kind == gradex::sync::ExchangeKind::kDense,
-                     "auto starts dense: " << engine.policy_of("w").reason);
+        RANK_REQUIRE(!gradex::sync::is_sparse(engine.applied_policy("w").rung.codec),
+                     "auto starts dense: " << engine.applied_policy("w").reason);
         engine.load_state(blob.data(), blob.size());
         const std::vector<float> v = engine.residual_of("w");
         const std::vector<float> u = engine.momentum_of("w");
@@ -445,11 +445,11 @@ TEST(EnginePolicy, FixedIsTodaysPolicy) {
             {"small", 100}, {"big", 1000000}, {"emb.weight", 500000}, {"norm.weight", 900000}};
         for (const auto& [key, n] : cases) {
           RANK_OK(gradex_register_tensor(ctx.engine, key, n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
-          const gradex::sync::TensorPolicy want =
+          const gradex::sync::AppliedPolicy want =
               gradex::sync::choose_policy(engine.options(), key, n);
-          const gradex::sync::TensorPolicy got = engine.policy_of(key);
-          RANK_REQUIRE(got.kind == want.kind && got.sparsity == want.sparsity &&
-                           got.reason == want.reason && !got.full_precision,
+          const gradex::sync::AppliedPolicy got = engine.applied_policy(key);
+          RANK_REQUIRE(got.rung == want.rung && got.reason == want.reason &&
+                           !gradex::sync::own_fp32_buckets(got.rung, engine.options().half_on_wire),
                        key << ": " << got.reason << " vs " << want.reason);
         }
         RANK_REQUIRE(engine.explain().find("GRADEX_POLICY=fixed") != std::string::npos,

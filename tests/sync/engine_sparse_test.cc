@@ -157,13 +157,14 @@ TEST(EngineSparse, OverridesChooseThePolicyByName) {
                                        GRADEX_DEVICE_CPU));
         RANK_OK(
             gradex_register_tensor(ctx.engine, "fc.bias", 10, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
-        using gradex::sync::ExchangeKind;
-        RANK_REQUIRE(engine.policy_of("layer1.bn.weight").kind == ExchangeKind::kDense, "bn");
-        auto embed = engine.policy_of("embeddings.word");
-        RANK_REQUIRE(embed.kind == ExchangeKind::kSparse && embed.sparsity == 0.9, "embed");
-        auto fc = engine.policy_of("fc.weight");
-        RANK_REQUIRE(fc.kind == ExchangeKind::kSparse && fc.sparsity == 0.999, "fc");
-        RANK_REQUIRE(engine.policy_of("fc.bias").kind == ExchangeKind::kDense, "bias");
+        using gradex::sync::Codec;
+        using gradex::sync::Rung;
+        const Rung dense = gradex::sync::default_dense_rung(engine.options());
+        RANK_REQUIRE(engine.applied_policy("layer1.bn.weight").rung == dense, "bn");
+        RANK_REQUIRE(engine.applied_policy("embeddings.word").rung == (Rung{Codec::kDgc, 0.9}),
+                     "embed");
+        RANK_REQUIRE(engine.applied_policy("fc.weight").rung == (Rung{Codec::kDgc, 0.999}), "fc");
+        RANK_REQUIRE(engine.applied_policy("fc.bias").rung == dense, "bias");
         return "";
       });
   EXPECT_EQ(failures(results), "");

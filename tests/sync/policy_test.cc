@@ -16,27 +16,30 @@ TEST(Policy, ChainOrderOverridesThresholdSparsity) {
   o.dense_threshold = 16384;
   o.sparsity = 0.999;
   o.overrides = parse_policy_overrides("embed:0.99, bn:dense ,head*bias:0");
-  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).kind, ExchangeKind::kSparse);
-  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).sparsity, 0.999);
-  EXPECT_EQ(choose_policy(o, "conv1.bias", 64).kind, ExchangeKind::kDense);
-  EXPECT_EQ(choose_policy(o, "word_embed.weight", 10).kind,
-            ExchangeKind::kSparse);  // override wins
-  EXPECT_EQ(choose_policy(o, "word_embed.weight", 10).sparsity, 0.99);
-  EXPECT_EQ(choose_policy(o, "layer.bn.weight", 1 << 20).kind, ExchangeKind::kDense);
-  EXPECT_EQ(choose_policy(o, "head.x.bias", 1 << 20).kind, ExchangeKind::kDense);
+  const Rung dense{Codec::kHalf, 0};  // the default 16-bit wire
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).rung, (Rung{Codec::kDgc, 0.999}));
+  EXPECT_EQ(choose_policy(o, "conv1.bias", 64).rung, dense);
+  EXPECT_EQ(choose_policy(o, "word_embed.weight", 10).rung,
+            (Rung{Codec::kDgc, 0.99}));  // override wins
+  EXPECT_EQ(choose_policy(o, "layer.bn.weight", 1 << 20).rung, dense);
+  EXPECT_EQ(choose_policy(o, "head.x.bias", 1 << 20).rung, dense);
   o.sparsity = 0;
-  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).kind, ExchangeKind::kDense);
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).rung, dense);
+  EXPECT_EQ(choose_policy(o, "conv1.weight", 100000).reason, "GRADEX_SPARSITY=0");
+  // On an fp32 wire the dense rung is fp32: that wire itself.
+  o.half_on_wire = false;
+  EXPECT_EQ(choose_policy(o, "conv1.bias", 64).rung, (Rung{Codec::kFp32, 0}));
 }
 
 TEST(Policy, Int8OverrideIsDenseOnTheEightBitRoute) {
   EngineOptions o;
   o.overrides = parse_policy_overrides("fc*:int8, fc.bias:dense");
-  const TensorPolicy p = choose_policy(o, "fc.weight", 1 << 20);
-  EXPECT_EQ(p.kind, ExchangeKind::kDense);
-  EXPECT_TRUE(p.int8);
+  const AppliedPolicy p = choose_policy(o, "fc.weight", 1 << 20);
+  EXPECT_EQ(p.rung, (Rung{Codec::kInt8, 0}));
+  EXPECT_FALSE(is_sparse(p.rung.codec));
   EXPECT_EQ(p.reason, "override 'fc*': int8");
-  EXPECT_TRUE(choose_policy(o, "fc.bias", 10).int8);  // first match wins
-  EXPECT_FALSE(choose_policy(o, "conv.weight", 10).int8);
+  EXPECT_EQ(choose_policy(o, "fc.bias", 10).rung.codec, Codec::kInt8);  // first match wins
+  EXPECT_NE(choose_policy(o, "conv.weight", 10).rung.codec, Codec::kInt8);
   try {
     parse_policy_overrides("x:int4");
     ADD_FAILURE() << "int4 accepted";
@@ -84,23 +87,37 @@ TEST(LocalSgd, ScheduleFollowsWarmupAndPeriod) {
   EXPECT_FALSE(off.average_after(8));
 }
 
-// The applied policy and the rung are two spellings of one policy: every rung the cost model can
-// choose maps to a policy and back, on either dense wire.
-TEST(Policy, RungsAndPoliciesConvertBothWays) {
+// Every rung a run applies has one encoding (canonical_rung), so equal rungs are the same policy:
+// the dense codecs name the precision on the wire (kHalf only on a 16-bit wire, where kFp32 is
+// fp32 buckets of their own; on an fp32 wire kFp32 is the wire itself), and a sparse rung takes
+// the run's one sparse codec.
+TEST(Policy, AppliedRungsHaveOneEncoding) {
   for (bool half : {true, false}) {
-    for (Codec sparse : {Codec::kDgc, Codec::kAdam}) {
-      const std::vector<Rung> rungs = {
-          {Codec::kFp32, 0}, {Codec::kInt8, 0}, {sparse, 0.9}, {sparse, 0.999}};
-      for (const Rung& r : rungs) {
-        const TensorPolicy p = policy_of(r, half);
-        EXPECT_EQ(p.kind == ExchangeKind::kSparse, is_sparse(r.codec)) << rung_name(r);
-        EXPECT_EQ(rung_of(p, sparse, half), r) << rung_name(r) << (half ? " on 16-bit" : "");
+    for (bool adam : {false, true}) {
+      EngineOptions o;
+      o.half_on_wire = half;
+      o.adam_codec = adam;
+      const Codec sparse = adam ? Codec::kAdam : Codec::kDgc;
+      EXPECT_EQ(sparse_codec(o), sparse);
+      const Rung wire = default_dense_rung(o);
+      EXPECT_EQ(wire, (Rung{half ? Codec::kHalf : Codec::kFp32, 0}));
+      EXPECT_EQ(canonical_rung({Codec::kHalf, 0}, o), wire);
+      EXPECT_EQ(canonical_rung({Codec::kFp32, 0}, o), (Rung{Codec::kFp32, 0}));
+      EXPECT_EQ(own_fp32_buckets(canonical_rung({Codec::kFp32, 0}, o), half), half);
+      EXPECT_FALSE(own_fp32_buckets(wire, half));
+      EXPECT_EQ(canonical_rung({Codec::kInt8, 0.5}, o), (Rung{Codec::kInt8, 0}));
+      for (Codec c : {Codec::kDgc, Codec::kAdam})
+        EXPECT_EQ(canonical_rung({c, 0.999}, o), (Rung{sparse, 0.999})) << codec_name(c);
+      // Canonical rungs are fixed points, and what the fixed chain applies is canonical.
+      for (const Rung& r : {wire, Rung{Codec::kFp32, 0}, Rung{Codec::kInt8, 0}, Rung{sparse, 0.9}})
+        EXPECT_EQ(canonical_rung(r, o), r) << rung_name(r);
+      o.overrides = parse_policy_overrides("a:dense, b:int8, c:0.9, d:0");
+      for (const char* key : {"a", "b", "c", "d", "e"}) {
+        const Rung r = choose_policy(o, key, 1 << 20).rung;
+        EXPECT_EQ(canonical_rung(r, o), r) << key;
       }
-      // kHalf is the 16-bit wire's default; on an fp32 wire the default dense rung is fp32.
-      if (half)
-        EXPECT_EQ(rung_of(policy_of({Codec::kHalf, 0}, half), sparse, half).codec, Codec::kHalf);
-      EXPECT_EQ(rung_of(TensorPolicy{}, sparse, half).codec, half ? Codec::kHalf : Codec::kFp32);
-      EXPECT_TRUE(policy_of({Codec::kFp32, 0}, half).full_precision == half);
+      EXPECT_EQ(choose_policy(o, "c", 1).rung, (Rung{sparse, 0.9}));
+      EXPECT_EQ(choose_policy(o, "e", 1 << 20).rung.codec, sparse);
     }
   }
   EXPECT_EQ(rung_name({Codec::kDgc, 0.999}), "dgc 99.9%");
@@ -115,15 +132,15 @@ TEST(Policy, OverridePolicyIsTheChainsFirstCandidate) {
   o.sparsity = 0.999;
   o.overrides = parse_policy_overrides("embed:0.99, bn:dense, fc*:int8, head*bias:0");
   for (const char* key : {"word_embed.weight", "layer.bn.weight", "fc.weight", "head.x.bias"}) {
-    const std::optional<TensorPolicy> forced = override_policy(o, key);
+    const std::optional<AppliedPolicy> forced = override_policy(o, key);
     ASSERT_TRUE(forced.has_value()) << key;
-    const TensorPolicy chain = choose_policy(o, key, 1 << 20);
-    EXPECT_EQ(forced->kind, chain.kind) << key;
-    EXPECT_EQ(forced->sparsity, chain.sparsity) << key;
-    EXPECT_EQ(forced->int8, chain.int8) << key;
+    const AppliedPolicy chain = choose_policy(o, key, 1 << 20);
+    EXPECT_EQ(forced->rung, chain.rung) << key;
     EXPECT_EQ(forced->reason, chain.reason) << key;
   }
   EXPECT_FALSE(override_policy(o, "conv1.weight").has_value());
-  EXPECT_EQ(override_policy(o, "fc.weight")->int8, true);
-  EXPECT_EQ(override_policy(o, "head.x.bias")->kind, ExchangeKind::kDense);  // sparsity 0: dense
+  EXPECT_EQ(override_policy(o, "fc.weight")->rung.codec, Codec::kInt8);
+  EXPECT_EQ(override_policy(o, "head.x.bias")->rung, (Rung{Codec::kHalf, 0}));  // sparsity 0: dense
+  EXPECT_EQ(override_policy(o, "head.x.bias")->reason, "override 'head*bias': dense");
+  EXPECT_EQ(override_policy(o, "word_embed.weight")->reason, "override 'embed'");
 }

@@ -18,43 +18,30 @@ namespace {
 struct Case {
   std::string key;
   WorkKind kind;
-  TensorPolicy policy;
+  Rung rung;
   bool anchored;     // a LocalSGD anchor exists (parameter averages)
   bool sparse_step;  // the DGC schedule says this step is sparse
   Path want;
 };
 
-TensorPolicy dense() {
-  return {};
-}
-TensorPolicy fp32() {
-  TensorPolicy p;
-  p.full_precision = true;
-  return p;
-}
-TensorPolicy int8() {
-  TensorPolicy p;
-  p.int8 = true;
-  return p;
-}
-TensorPolicy dgc() {
-  TensorPolicy p;
-  p.kind = ExchangeKind::kSparse;
-  p.sparsity = 0.99;
-  return p;
-}
+// The cases run on a 16-bit dense wire, where kHalf is that wire and kFp32 travels apart.
+constexpr bool kHalfWire = true;
+const Rung dense{Codec::kHalf, 0};
+const Rung fp32{Codec::kFp32, 0};
+const Rung int8{Codec::kInt8, 0};
+const Rung dgc{Codec::kDgc, 0.99};
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
-      {"dense", WorkKind::kGradient, dense(), false, false, Path::kDense},
-      {"fp32", WorkKind::kGradient, fp32(), false, false, Path::kDenseFp32},
-      {"int8", WorkKind::kGradient, int8(), false, false, Path::kInt8},
-      {"dgc_sparse", WorkKind::kGradient, dgc(), false, true, Path::kSparse},
-      {"dgc_warmup", WorkKind::kGradient, dgc(), false, false, Path::kDgcDenseStep},
-      {"first_average", WorkKind::kAverage, dense(), false, false, Path::kFirstAverage},
-      {"average", WorkKind::kAverage, dense(), true, false, Path::kDense},
+      {"dense", WorkKind::kGradient, dense, false, false, Path::kDense},
+      {"fp32", WorkKind::kGradient, fp32, false, false, Path::kDenseFp32},
+      {"int8", WorkKind::kGradient, int8, false, false, Path::kInt8},
+      {"dgc_sparse", WorkKind::kGradient, dgc, false, true, Path::kSparse},
+      {"dgc_warmup", WorkKind::kGradient, dgc, false, false, Path::kDgcDenseStep},
+      {"first_average", WorkKind::kAverage, dense, false, false, Path::kFirstAverage},
+      {"average", WorkKind::kAverage, dense, true, false, Path::kDense},
       // The 8-bit route is for gradients: a parameter average of an 'int8' tensor is dense.
-      {"int8_average", WorkKind::kAverage, int8(), true, false, Path::kDense},
+      {"int8_average", WorkKind::kAverage, int8, true, false, Path::kDense},
   };
   return c;
 }
@@ -67,12 +54,12 @@ struct Round {
       TensorState& t = tensors.emplace_back();
       t.key = c.key;
       t.numel = 1000;
-      t.policy = c.policy;
+      t.policy.rung = c.rung;
       if (c.anchored) t.anchor.assign(t.numel, 0.0f);
       pipeline::Job j;
       j.id = {c.kind, c.key};
       j.tensor = &t;
-      assign(j, t, c.sparse_step);
+      assign(j, t, c.sparse_step, kHalfWire);
       jobs.push_back(std::move(j));
     }
   }
@@ -82,6 +69,27 @@ TEST(Route, EveryPathIsReachedFromItsPolicy) {
   Round r;
   for (size_t i = 0; i < cases().size(); ++i)
     EXPECT_EQ(path_of(r.jobs[i]), cases()[i].want) << cases()[i].key;
+}
+
+// On an fp32 dense wire kFp32 is the dense wire itself (sync/policy.h: canonical_rung): the fused
+// buckets, not fp32 buckets of their own. The Adam codec's tensors take DGC's paths.
+TEST(Route, OnAnFp32WireFp32IsTheDenseWire) {
+  TensorState t;
+  t.key = "w";
+  t.numel = 1000;
+  pipeline::Job j;
+  j.id = {WorkKind::kGradient, t.key};
+  j.tensor = &t;
+  t.policy.rung = fp32;
+  assign(j, t, false, false);
+  EXPECT_EQ(path_of(j), Path::kDense);
+  assign(j, t, false, true);
+  EXPECT_EQ(path_of(j), Path::kDenseFp32);
+  t.policy.rung = {Codec::kAdam, 0.98};
+  assign(j, t, false, false);
+  EXPECT_EQ(path_of(j), Path::kDgcDenseStep);
+  assign(j, t, true, false);
+  EXPECT_EQ(path_of(j), Path::kSparse);
 }
 
 TEST(Route, UnitsHoldOnePathAndGetItsRouteObject) {
