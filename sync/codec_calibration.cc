@@ -52,9 +52,9 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   std::vector<float> int8_residual(kN, 0.0f);
   const double sparsity = s.dgc_sparsity;
   const compress::DgcOptions dgc =
-      sparse_codec_options(SparseCodecKind::kDgc, s.config, s.options, s.world_size, sparsity);
+      sparse_codec_options(Codec::kDgc, s.config, s.options, s.world_size, sparsity);
   const std::unique_ptr<be::DgcCodec> probe =
-      make_sparse_codec(SparseCodecKind::kDgc, *backend, "gradex.probe", kN, 0, dgc,
+      make_sparse_codec(Codec::kDgc, *backend, "gradex.probe", kN, 0, dgc,
                         compress::wire_options_from_config(s.config), s.options);
   be::DgcCodec& codec = *probe;
   std::vector<uint8_t> payload;
@@ -171,9 +171,9 @@ void calibrate_adam_codec(cost::CostModel& model, const CalibrationSettings& s) 
   }
   const double sparsity = s.adam_sparsity;
   const compress::DgcOptions dgc =
-      sparse_codec_options(SparseCodecKind::kAdam, s.config, s.options, s.world_size, sparsity);
+      sparse_codec_options(Codec::kAdam, s.config, s.options, s.world_size, sparsity);
   const std::unique_ptr<be::DgcCodec> codec =
-      make_sparse_codec(SparseCodecKind::kAdam, *backend, "gradex.probe.adam", kN, kRows, dgc,
+      make_sparse_codec(Codec::kAdam, *backend, "gradex.probe.adam", kN, kRows, dgc,
                         compress::wire_options_from_config(s.config), s.options);
   constexpr int kRepeats = 5;
   auto least = [&](auto&& body) {

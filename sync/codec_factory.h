@@ -20,9 +20,7 @@ namespace gradex::sync {
 // momentum-corrected gradients with error feedback, SGD family) or Codec::kAdam (top-k of a
 // decaying first-moment buffer, GRADEX_OPTIMIZER=adam; on the chunked DCT when
 // GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam_dct_chunk). The engine's tensors run
-// sparse_codec(options). SparseCodecKind names the same enum (SparseCodecKind::kDgc is
-// Codec::kDgc).
-using SparseCodecKind = Codec;
+// sparse_codec(options).
 
 // The options of a sparse tensor's codec at `sparsity`: no clipping inside the codec (the engine
 // clips by the whole step's norm); the Adam codec takes no momentum (the optimizer keeps its
