@@ -9,6 +9,12 @@ os.environ.setdefault("GRADEX_POLICY", "fixed")
 
 try:
     import gradex.torch  # noqa: F401
+    import torch
+
+    # scripts/test.sh runs three pytest-xdist workers on a 2-core machine, each spawning ranks: a second
+    # intra-op thread in every worker only spins against them (an in-process 100-step training took 150 s
+    # beside the other workers where it takes 7 s alone). Rank processes set their own thread counts.
+    torch.set_num_threads(1)
     _missing = None
 except ImportError as exc:  # reported, not skipped silently: the tests then fail with the reason
     _missing = exc
