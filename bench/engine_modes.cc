@@ -128,7 +128,8 @@ std::string codec_mix_of_plan(const std::string& text) {
     out << (out.tellp() > 0 ? ", " : "") << codec << " " << m.tensors << " tensors ("
         << m.values / 1e6 << " M values";
     if (m.floored > 0) out << "; " << m.floored << " too small for any sparse rung";
-    if (m.hidden > 0) out << "; " << m.hidden << " whose exchange the cost model predicts hidden";
+    if (m.hidden > 0)
+      out << "; " << m.hidden << " the cost model kept (hidden, or no cheaper rung)";
     out << ")";
   }
   return out.str();

@@ -25,12 +25,16 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   // Each is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), on a tensor small enough to stay on
   // this thread (the kernels split work over the pool from 2^18 elements): the cost of the work
   // itself, not the time other programs took the core. Wall time read up to 10x too high on a
-  // shared 2-core host. Even CPU time moves with the load (caches and memory bandwidth shared
-  // with other programs: DGC's encode read 0.66-1.95 ns per element between runs), and which
-  // codec looked cheap then depended on which measurement the load fell on. So every measurement
-  // runs once per round, kRounds interleaved rounds, and each codec's number is the median of its
-  // rounds: the codecs are compared over the same stretch of time, and a round that a burst of
-  // load hit moves no median.
+  // shared 2-core host. Even CPU time moves with the load (caches, memory bandwidth and a core's
+  // sibling thread shared with other programs: DGC's encode read 0.66-1.95 ns per element between
+  // runs, 2.7-2.9 with four ranks calibrating on two cores), and which codec looked cheap then
+  // depended on which measurement the load fell on. So every measurement runs once per round,
+  // kRounds interleaved rounds, and each codec's number is the least of its rounds: load only ever
+  // adds to a sample, so the least is the nearest to the work's own cost for every codec alike (a
+  // median of seven still priced DGC at 2.4x its cost with four ranks on two cores, and the plan
+  // flipped between 16-bit everywhere and DGC from run to run). What contention a step really
+  // sees comes from its units' measured times (observe_unit, Snapshot::codec_factor), as for
+  // every later sample (CostModel::observe_codec also keeps the least).
   namespace be = compress::backend;
   // Just under the codec's parallel threshold (2^18): one thread, fixed costs amortised.
   constexpr size_t kN = (1u << 18) - 1024;
@@ -131,23 +135,22 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
       samples[static_cast<size_t>(m)].push_back(thread_cpu_seconds() - a);
     }
   }
-  auto median = [&](int m) {
-    std::vector<double>& v = samples[static_cast<size_t>(m)];
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+  auto least = [&](int m) {
+    const std::vector<double>& v = samples[static_cast<size_t>(m)];
+    return *std::min_element(v.begin(), v.end());
   };
-  const double momentum_s = s.options.momentum > 0 ? median(kMomentum) : 0.0;
-  model.observe_codec(cost::Codec::kFp32, kN, momentum_s + median(kGather), median(kDivide));
-  model.observe_codec(cost::Codec::kHalf, kN, momentum_s + median(kToHalf), median(kFromHalf));
-  model.observe_reduce(cost::Codec::kFp32, kN, median(kSumFp32));
-  model.observe_reduce(cost::Codec::kHalf, kN, median(kSumHalf));
+  const double momentum_s = s.options.momentum > 0 ? least(kMomentum) : 0.0;
+  model.observe_codec(cost::Codec::kFp32, kN, momentum_s + least(kGather), least(kDivide));
+  model.observe_codec(cost::Codec::kHalf, kN, momentum_s + least(kToHalf), least(kFromHalf));
+  model.observe_reduce(cost::Codec::kFp32, kN, least(kSumFp32));
+  model.observe_reduce(cost::Codec::kHalf, kN, least(kSumHalf));
   // The 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of 1/P,
   // then the decode of every segment.
   const double owner = 1.0 / static_cast<double>(std::max(s.world_size, 1));
   model.observe_codec(cost::Codec::kInt8, kN,
-                      momentum_s + median(kInt8Encode) * (1.0 + owner) + median(kInt8Sum),
-                      median(kInt8Decode));
-  model.observe_codec(cost::Codec::kDgc, kN, median(kDgcEncode), median(kDgcDecode),
+                      momentum_s + least(kInt8Encode) * (1.0 + owner) + least(kInt8Sum),
+                      least(kInt8Decode));
+  model.observe_codec(cost::Codec::kDgc, kN, least(kDgcEncode), least(kDgcDecode),
                       compress::dgc::target_count(kN, sparsity));
 }
 
