@@ -491,10 +491,12 @@ void Engine::coalesce_submissions(std::vector<Announcement>& announce, bool& lea
 }
 
 void Engine::finalize_announcements(std::vector<Announcement>& announce) {
-  // A submission can be answered before it is announced: rank 0's timeout abort of its key (or a
-  // mismatch verdict) completes the handle in the round during which it was queued. Announcing it
-  // afterwards would leave a table entry with no handle behind; of a key resubmitted since, the
-  // newest announcement is the one that counts.
+  // A submission can be answered before it is announced: rank 0's timeout abort of its key, or a
+  // mismatch verdict, completes the handle in the round during which it was queued. An aborted
+  // key's entry is gone, and announcing it would leave an entry with no handle behind; a
+  // mismatched key's entry waits for every rank's announcement, so it is announced all the same
+  // (else the entry stays until rank 0's timeout abort, and every rank's shutdown waits that
+  // long). Of a key resubmitted since, the newest announcement is the one that counts.
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<WorkId, size_t> newest;
   for (size_t i = 0; i < announce.size(); ++i)
@@ -503,7 +505,8 @@ void Engine::finalize_announcements(std::vector<Announcement>& announce) {
   kept.reserve(announce.size());
   for (size_t i = 0; i < announce.size(); ++i) {
     Announcement& a = announce[i];
-    if (newest[a.id] != i || !in_flight_.count(a.id)) continue;
+    if (newest[a.id] != i) continue;
+    if (!in_flight_.count(a.id) && !negotiator_->awaits_announcement(a.id)) continue;
     // A parameter average's counter says whether this rank holds a LocalSGD anchor (the first
     // average sends full values, later ones deltas): ranks that differ fail as a mismatch.
     if (a.id.kind == WorkKind::kAverage) a.step = tensors_.at(a.id.key).anchor.empty() ? 0 : 1;

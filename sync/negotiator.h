@@ -101,6 +101,13 @@ class Negotiator {
 
   // Keys announced by some ranks but not yet by all.
   size_t outstanding() const { return table_.size(); }
+  // Whether `id` was failed as a mismatch before this rank announced it: its entry stays until
+  // every rank has announced (so that a late rank gets the mismatch, not a timeout), and this
+  // rank's announcement is what completes it, although the verdict already answered its handle.
+  bool awaits_announcement(const WorkId& id) const {
+    auto it = table_.find(id);
+    return it != table_.end() && it->second.mismatched && it->second.numel[comm_.rank()] < 0;
+  }
   // The earliest time at which a round on this rank decides something by its clock alone, with
   // nothing announced: rank 0's abort of a key that waited longer than the timeout, or its stall
   // report. time_point::max() when there is none (every other rank; an empty table). An engine with

@@ -294,5 +294,29 @@ TEST(Negotiator, PeerWithAnotherFormatVersionIsRefusedByName) {
         << errors[r];
 }
 
+// Ranks 0 and 1 announce a key with different sizes before rank 2 does: every rank gets the
+// mismatch at once, and the entry waits for rank 2's announcement (awaits_announcement on rank 2
+// alone), which completes it and leaves nothing outstanding anywhere; then every rank may leave in
+// one round. (The engine announces such a key although the verdict already answered its handle:
+// an entry left waiting kept every rank's shutdown waiting for rank 0's timeout abort.)
+TEST(Negotiator, MismatchBeforeARankAnnouncedWaitsForItsAnnouncementThenLeavesNothing) {
+  expect_agreement(3, [&](comm::Communicator& comm, std::string& log) {
+    Negotiator n(comm, milliseconds(60000));
+    const WorkId id{WorkKind::kGradient, "w"};
+    const Announcement a{id, comm.rank() == 1 ? 101u : 100u, DType::kFloat32, 0};
+    RoundResult r = n.round(comm.rank() == 2 ? std::vector<Announcement>{} : std::vector{a}, false);
+    ASSERT_EQ(r.failed.size(), 1u);
+    EXPECT_EQ(r.failed[0].code, ErrorCode::kMismatch);
+    EXPECT_EQ(n.outstanding(), 1u);
+    EXPECT_EQ(n.awaits_announcement(id), comm.rank() == 2);
+    log += summary(r);
+    r = n.round(comm.rank() == 2 ? std::vector{a} : std::vector<Announcement>{}, true);
+    log += summary(r);
+    EXPECT_EQ(n.outstanding(), 0u);
+    EXPECT_FALSE(n.awaits_announcement(id));
+    EXPECT_TRUE(r.all_leaving);
+  });
+}
+
 }  // namespace
 }  // namespace gradex::test
