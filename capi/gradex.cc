@@ -19,9 +19,10 @@
 
 namespace {
 
-using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
+using gradex::capi::load_state_entry;
 using gradex::capi::require;
+using gradex::capi::save_state_entry;
 
 thread_local std::string g_last_error;
 
@@ -40,6 +41,19 @@ bool is_cuda(gradex_device_t d) {
   if (d != GRADEX_DEVICE_CPU && d != GRADEX_DEVICE_CUDA)
     throw gradex::InvalidArgument("unknown device type " + std::to_string(static_cast<int>(d)));
   return d == GRADEX_DEVICE_CUDA;
+}
+
+// The gradex_submit* family: the engine, the key and the handle checked, then `submit(engine)`'s
+// handle written.
+template <typename Submit>
+gradex_status_t submit_entry(const char* function, gradex_engine_t* engine, const char* key,
+                             gradex_handle_t* handle, Submit&& submit) {
+  return guarded(function, [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = submit(e);
+  });
 }
 
 void copy_out(const std::string& text, char* buffer, size_t capacity, size_t* length) {
@@ -153,44 +167,31 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
 
 gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
                               gradex_handle_t* handle) {
-  return guarded("gradex_submit", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit(key, data);
-  });
+  return submit_entry("gradex_submit", engine, key, handle,
+                      [&](gradex::sync::Engine& e) { return e.submit(key, data); });
 }
 
 gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_device_t device, int device_index, void* stream,
                                      gradex_handle_t* handle) {
-  return guarded("gradex_submit_device", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_device(key, data, is_cuda(device), device_index, stream);
+  return submit_entry("gradex_submit_device", engine, key, handle, [&](gradex::sync::Engine& e) {
+    return e.submit_device(key, data, is_cuda(device), device_index, stream);
   });
 }
 
 gradex_status_t gradex_submit_absent(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_handle_t* handle) {
-  return guarded("gradex_submit_absent", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_absent(key, data);
-  });
+  return submit_entry("gradex_submit_absent", engine, key, handle,
+                      [&](gradex::sync::Engine& e) { return e.submit_absent(key, data); });
 }
 
 gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char* key, void* data,
                                             gradex_device_t device, int device_index, void* stream,
                                             gradex_handle_t* handle) {
-  return guarded("gradex_submit_device_absent", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
-  });
+  return submit_entry(
+      "gradex_submit_device_absent", engine, key, handle, [&](gradex::sync::Engine& e) {
+        return e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
+      });
 }
 
 gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream) {
@@ -297,19 +298,13 @@ gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_
 
 gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t capacity,
                                   size_t* length) {
-  return guarded("gradex_save_state", [&] {
-    auto& e = engine_of(engine);
-    require(length, "length");
-    copy_state_out(e.save_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_save_state", engine, engine_of, &gradex::sync::Engine::save_state,
+                          buffer, capacity, length);
 }
 
 gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, size_t length) {
-  return guarded("gradex_load_state", [&] {
-    auto& e = engine_of(engine);
-    require(buffer, "buffer");
-    e.load_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_load_state", engine, engine_of, &gradex::sync::Engine::load_state,
+                          buffer, length);
 }
 
 gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char* key,

@@ -1,10 +1,11 @@
 // What every C API entry point shares (capi/gradex.cc, capi/outer.cc): exceptions become a status
 // plus the thread's gradex_last_error() message, NULL arguments are named, and serialized state is
-// copied out in the documented two-call form. Internal to libgradex.
+// copied out in the documented two-call form (and in, by the same checks). Internal to libgradex.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -48,6 +49,30 @@ inline void copy_state_out(const std::vector<uint8_t>& state, void* buffer, size
                           std::to_string(state.size()) + " needed)");
   if (buffer != nullptr) std::memcpy(buffer, state.data(), state.size());
   *length = state.size();
+}
+
+// The save/load pair of a handle's serialized state (engine, outer optimizer, its shared part):
+// `object_of(handle)` resolves the handle (throwing for a NULL one), then the state is copied out
+// (`save`, a member returning std::vector<uint8_t>) or in (`load`, a member taking bytes and a
+// size).
+template <typename Handle, typename ObjectOf, typename Save>
+gradex_status_t save_state_entry(const char* function, Handle* handle, ObjectOf&& object_of,
+                                 Save save, void* buffer, size_t capacity, size_t* length) {
+  return guarded(function, [&] {
+    auto& object = object_of(handle);
+    require(length, "length");
+    copy_state_out(std::invoke(save, object), buffer, capacity, length);
+  });
+}
+
+template <typename Handle, typename ObjectOf, typename Load>
+gradex_status_t load_state_entry(const char* function, Handle* handle, ObjectOf&& object_of,
+                                 Load load, const void* buffer, size_t length) {
+  return guarded(function, [&] {
+    auto& object = object_of(handle);
+    require(buffer, "buffer");
+    std::invoke(load, object, static_cast<const uint8_t*>(buffer), length);
+  });
 }
 
 }  // namespace gradex::capi

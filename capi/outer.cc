@@ -23,9 +23,10 @@ struct gradex_outer {
 
 namespace {
 
-using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
+using gradex::capi::load_state_entry;
 using gradex::capi::require;
+using gradex::capi::save_state_entry;
 using gradex::outer::OuterOptimizer;
 
 OuterOptimizer& outer_of(gradex_outer_t* o) {
@@ -213,37 +214,25 @@ gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key,
 
 gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity,
                                         size_t* length) {
-  return guarded("gradex_outer_save_state", [&] {
-    auto& o = outer_of(outer);
-    require(length, "length");
-    copy_state_out(o.save_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_outer_save_state", outer, outer_of, &OuterOptimizer::save_state,
+                          buffer, capacity, length);
 }
 
 gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length) {
-  return guarded("gradex_outer_load_state", [&] {
-    auto& o = outer_of(outer);
-    require(buffer, "buffer");
-    o.load_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_outer_load_state", outer, outer_of, &OuterOptimizer::load_state,
+                          buffer, length);
 }
 
 gradex_status_t gradex_outer_save_shared_state(gradex_outer_t* outer, void* buffer, size_t capacity,
                                                size_t* length) {
-  return guarded("gradex_outer_save_shared_state", [&] {
-    auto& o = outer_of(outer);
-    require(length, "length");
-    copy_state_out(o.save_shared_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_outer_save_shared_state", outer, outer_of,
+                          &OuterOptimizer::save_shared_state, buffer, capacity, length);
 }
 
 gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void* buffer,
                                                size_t length) {
-  return guarded("gradex_outer_load_shared_state", [&] {
-    auto& o = outer_of(outer);
-    require(buffer, "buffer");
-    o.load_shared_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_outer_load_shared_state", outer, outer_of,
+                          &OuterOptimizer::load_shared_state, buffer, length);
 }
 
 }  // extern "C"
