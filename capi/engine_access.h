@@ -30,6 +30,22 @@ void membership_of(const gradex_engine_options_t& options, const config::Config&
                    const char* default_prefix, std::shared_ptr<comm::Store>* store,
                    std::string* prefix);
 
+// gradex_engine_create / gradex_outer_create: the first membership. Rank and world size are the
+// options' (both given, or both < 0: the launcher's environment); the store is options.store, else
+// the environment's TCP store (authenticated with config's job secret), under options.store_prefix
+// or `default_prefix`.
+struct FirstMembership {
+  std::shared_ptr<comm::Store> store;  // prefixed: what the engine or outer optimizer uses
+  int rank = -1;
+  int world_size = -1;
+  // For a later reconfiguration: options.store's wrapper (null for the TCP store, which it cannot
+  // reuse) and the prefix.
+  std::shared_ptr<comm::Store> reusable_store;
+  std::string prefix;
+};
+FirstMembership first_membership(const gradex_engine_options_t& options,
+                                 const config::Config& config, const char* default_prefix);
+
 sync::Engine& engine_of(gradex_engine_t* engine);
 
 // Sets the calling thread's gradex_last_error() message (for C API functions in other files).

@@ -19,9 +19,10 @@
 
 namespace {
 
-using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
+using gradex::capi::load_state_entry;
 using gradex::capi::require;
+using gradex::capi::save_state_entry;
 
 thread_local std::string g_last_error;
 
@@ -40,6 +41,19 @@ bool is_cuda(gradex_device_t d) {
   if (d != GRADEX_DEVICE_CPU && d != GRADEX_DEVICE_CUDA)
     throw gradex::InvalidArgument("unknown device type " + std::to_string(static_cast<int>(d)));
   return d == GRADEX_DEVICE_CUDA;
+}
+
+// The gradex_submit* family: the engine, the key and the handle checked, then `submit(engine)`'s
+// handle written.
+template <typename Submit>
+gradex_status_t submit_entry(const char* function, gradex_engine_t* engine, const char* key,
+                             gradex_handle_t* handle, Submit&& submit) {
+  return guarded(function, [&] {
+    auto& e = engine_of(engine);
+    require(key, "key");
+    require(handle, "handle");
+    *handle = submit(e);
+  });
 }
 
 void copy_out(const std::string& text, char* buffer, size_t capacity, size_t* length) {
@@ -82,53 +96,15 @@ void gradex_engine_options_init(gradex_engine_options_t* options) {
 
 gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
                                      gradex_engine_t** engine) {
-  return guarded("gradex_engine_create", [&] {
-    require(options, "options");
-    require(engine, "engine");
-    auto config = gradex::capi::config_from_options(*options);
-    // Settings that cannot start an engine fail here, on every rank, before any rank waits for
-    // another in the bootstrap (a rank that failed after serving the store would leave its peers
-    // waiting for it until their timeout).
-    gradex::sync::resolve_policy(config);
-    gradex::sync::engine_options_from_config(config);
-    auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
-    int rank = options->rank, world = options->world_size;
-    if ((rank < 0) != (world < 0))
-      throw gradex::InvalidArgument("rank and world_size must both be given or both be < 0");
-    gradex::comm::LaunchInfo info;
-    if (rank < 0 || options->store == nullptr) info = gradex::comm::launch_info_from_environment();
-    if (rank < 0) {
-      rank = info.rank;
-      world = info.world_size;
-    } else {
-      info.rank = rank;
-      info.world_size = world;
-    }
-    std::shared_ptr<gradex::comm::Store> store;
-    auto created = std::make_unique<gradex_engine>();
-    if (options->store != nullptr) {
-      store = std::make_shared<gradex::capi::CallbackStore>(*options->store);
-      created->store = store;  // a later reconfiguration may reuse it
-    } else {
-      store = gradex::comm::connect_tcp_store(
-          info, timeout, gradex::comm::comm_options_from_config(config).job_secret);
-    }
-    created->prefix = options->store_prefix ? options->store_prefix : "gradex/";
-    store = gradex::comm::make_prefix_store(store, created->prefix);
-    created->engine = std::make_unique<gradex::sync::Engine>(std::move(config), std::move(store),
-                                                             rank, world, GRADEX_API_VERSION);
-    *engine = created.release();
-  });
+  return gradex::capi::create_entry("gradex_engine_create", options, engine, "engine", "gradex/",
+                                    &gradex_engine::engine, [](const gradex::config::Config& c) {
+                                      gradex::sync::resolve_policy(c);
+                                      gradex::sync::engine_options_from_config(c);
+                                    });
 }
 
 gradex_status_t gradex_engine_destroy(gradex_engine_t* engine) {
-  if (engine == nullptr) return GRADEX_OK;
-  gradex_status_t status = guarded("gradex_engine_destroy", [&] {
-    if (engine->engine) engine->engine->shutdown();
-  });
-  delete engine;
-  return status;
+  return gradex::capi::destroy_entry("gradex_engine_destroy", engine, &gradex_engine::engine);
 }
 
 gradex_status_t gradex_engine_rank(const gradex_engine_t* engine, int32_t* rank,
@@ -153,44 +129,31 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
 
 gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
                               gradex_handle_t* handle) {
-  return guarded("gradex_submit", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit(key, data);
-  });
+  return submit_entry("gradex_submit", engine, key, handle,
+                      [&](gradex::sync::Engine& e) { return e.submit(key, data); });
 }
 
 gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_device_t device, int device_index, void* stream,
                                      gradex_handle_t* handle) {
-  return guarded("gradex_submit_device", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_device(key, data, is_cuda(device), device_index, stream);
+  return submit_entry("gradex_submit_device", engine, key, handle, [&](gradex::sync::Engine& e) {
+    return e.submit_device(key, data, is_cuda(device), device_index, stream);
   });
 }
 
 gradex_status_t gradex_submit_absent(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_handle_t* handle) {
-  return guarded("gradex_submit_absent", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_absent(key, data);
-  });
+  return submit_entry("gradex_submit_absent", engine, key, handle,
+                      [&](gradex::sync::Engine& e) { return e.submit_absent(key, data); });
 }
 
 gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char* key, void* data,
                                             gradex_device_t device, int device_index, void* stream,
                                             gradex_handle_t* handle) {
-  return guarded("gradex_submit_device_absent", [&] {
-    auto& e = engine_of(engine);
-    require(key, "key");
-    require(handle, "handle");
-    *handle = e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
-  });
+  return submit_entry(
+      "gradex_submit_device_absent", engine, key, handle, [&](gradex::sync::Engine& e) {
+        return e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
+      });
 }
 
 gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream) {
@@ -275,19 +238,13 @@ gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_
     auto& e = engine_of(engine);
     require(stats, "stats");
     gradex::sync::Stats s = e.stats(last_step != 0);
-    gradex_stats_t out{};
-    out.steps = s.steps;
+    gradex_stats_t out = gradex::capi::common_stats(s);
     out.tensors = s.tensors;
-    out.bytes_sent = s.bytes_sent;
-    out.bytes_received = s.bytes_received;
-    out.dense_bytes = s.dense_bytes;
     out.sparse_exchanges = s.sparse_exchanges;
     out.dense_fallbacks = s.dense_fallbacks;
     out.saturated = s.saturated;
-    out.nonfinite = s.nonfinite;
     out.parameter_averages = s.parameter_averages;
     out.compress_seconds = s.compress_seconds;
-    out.communicate_seconds = s.communicate_seconds;
     out.decode_seconds = s.decode_seconds;
     out.compression_ratio = s.compression_ratio();
     out.control_bytes = s.control_bytes;
@@ -297,19 +254,13 @@ gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_
 
 gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t capacity,
                                   size_t* length) {
-  return guarded("gradex_save_state", [&] {
-    auto& e = engine_of(engine);
-    require(length, "length");
-    copy_state_out(e.save_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_save_state", engine, engine_of, &gradex::sync::Engine::save_state,
+                          buffer, capacity, length);
 }
 
 gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, size_t length) {
-  return guarded("gradex_load_state", [&] {
-    auto& e = engine_of(engine);
-    require(buffer, "buffer");
-    e.load_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_load_state", engine, engine_of, &gradex::sync::Engine::load_state,
+                          buffer, length);
 }
 
 gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char* key,

@@ -1,6 +1,7 @@
 // The C API of membership changes and step transactions: gradex_engine_reconfigure,
 // gradex_engine_abort, gradex_state_snapshot and gradex_state_rollback around sync::Engine, and the
-// store and configuration checks that gradex_outer_reconfigure shares.
+// store and configuration checks that gradex_outer_reconfigure shares, and the first membership
+// that gradex_engine_create and gradex_outer_create share.
 #include <memory>
 #include <string>
 
@@ -9,6 +10,8 @@
 #include "capi/callback_store.h"
 #include "capi/engine_access.h"
 #include "capi/guarded.h"
+#include "comm/communicator.h"
+#include "comm/rendezvous/launch.h"
 #include "gradex/gradex.h"
 
 namespace gradex::capi {
@@ -53,6 +56,34 @@ void membership_of(const gradex_engine_options_t& options, const config::Config&
     *store = std::make_shared<CallbackStore>(*options.store);
   }
   *prefix = new_prefix;
+}
+
+FirstMembership first_membership(const gradex_engine_options_t& options,
+                                 const config::Config& config, const char* default_prefix) {
+  FirstMembership m;
+  m.rank = options.rank;
+  m.world_size = options.world_size;
+  if ((m.rank < 0) != (m.world_size < 0))
+    throw InvalidArgument("rank and world_size must both be given or both be < 0");
+  comm::LaunchInfo info;
+  if (m.rank < 0 || options.store == nullptr) info = comm::launch_info_from_environment();
+  if (m.rank < 0) {
+    m.rank = info.rank;
+    m.world_size = info.world_size;
+  } else {
+    info.rank = m.rank;
+    info.world_size = m.world_size;
+  }
+  std::shared_ptr<comm::Store> store;
+  if (options.store != nullptr) {
+    store = std::make_shared<CallbackStore>(*options.store);
+    m.reusable_store = store;
+  } else {
+    store = comm::connect_tcp_store(info, comm::comm_options_from_config(config));
+  }
+  m.prefix = options.store_prefix ? options.store_prefix : default_prefix;
+  m.store = comm::make_prefix_store(store, m.prefix);
+  return m;
 }
 
 }  // namespace gradex::capi

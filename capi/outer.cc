@@ -23,9 +23,10 @@ struct gradex_outer {
 
 namespace {
 
-using gradex::capi::copy_state_out;
 using gradex::capi::guarded;
+using gradex::capi::load_state_entry;
 using gradex::capi::require;
+using gradex::capi::save_state_entry;
 using gradex::outer::OuterOptimizer;
 
 OuterOptimizer& outer_of(gradex_outer_t* o) {
@@ -35,49 +36,14 @@ OuterOptimizer& outer_of(gradex_outer_t* o) {
 
 constexpr const char* kDefaultPrefix = "gradex/outer/";
 
-// Configuration, rank, world size and bootstrap store exactly as gradex_engine_create finds them.
-void create(const gradex_engine_options_t& options, gradex_outer& created) {
-  auto config = gradex::capi::config_from_options(options);
-  auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config.get_float("GRADEX_TIMEOUT_S") * 1000.0));
-  int rank = options.rank, world = options.world_size;
-  if ((rank < 0) != (world < 0))
-    throw gradex::InvalidArgument("rank and world_size must both be given or both be < 0");
-  gradex::comm::LaunchInfo info;
-  if (rank < 0 || options.store == nullptr) info = gradex::comm::launch_info_from_environment();
-  if (rank < 0) {
-    rank = info.rank;
-    world = info.world_size;
-  } else {
-    info.rank = rank;
-    info.world_size = world;
-  }
-  std::shared_ptr<gradex::comm::Store> store;
-  if (options.store != nullptr) {
-    store = std::make_shared<gradex::capi::CallbackStore>(*options.store);
-    created.store = store;  // a later reconfiguration may reuse it
-  } else {
-    store = gradex::comm::connect_tcp_store(info, timeout);
-  }
-  created.prefix = options.store_prefix ? options.store_prefix : kDefaultPrefix;
-  store = gradex::comm::make_prefix_store(store, created.prefix);
-  created.outer = std::make_unique<OuterOptimizer>(std::move(config), std::move(store), rank, world,
-                                                   GRADEX_API_VERSION);
-}
-
 }  // namespace
 
 extern "C" {
 
 gradex_status_t gradex_outer_create(const gradex_engine_options_t* options,
                                     gradex_outer_t** outer) {
-  return guarded("gradex_outer_create", [&] {
-    require(options, "options");
-    require(outer, "outer");
-    auto created = std::make_unique<gradex_outer>();
-    create(*options, *created);
-    *outer = created.release();
-  });
+  return gradex::capi::create_entry("gradex_outer_create", options, outer, "outer", kDefaultPrefix,
+                                    &gradex_outer::outer, [](const gradex::config::Config&) {});
 }
 
 gradex_status_t gradex_outer_reconfigure(gradex_outer_t* outer,
@@ -97,12 +63,7 @@ gradex_status_t gradex_outer_reconfigure(gradex_outer_t* outer,
 }
 
 gradex_status_t gradex_outer_destroy(gradex_outer_t* outer) {
-  if (outer == nullptr) return GRADEX_OK;
-  gradex_status_t status = guarded("gradex_outer_destroy", [&] {
-    if (outer->outer) outer->outer->shutdown();
-  });
-  delete outer;
-  return status;
+  return gradex::capi::destroy_entry("gradex_outer_destroy", outer, &gradex_outer::outer);
 }
 
 gradex_status_t gradex_outer_add_tensor(gradex_outer_t* outer, const char* key, float* data,
@@ -155,14 +116,8 @@ gradex_status_t gradex_outer_get_stats(gradex_outer_t* outer, int last_step,
     if (last_step != 0)
       throw gradex::InvalidArgument("per-step statistics are not kept for DiLoCo (last_step=0)");
     auto s = o.stats();
-    gradex_stats_t out{};
-    out.steps = s.steps;
+    gradex_stats_t out = gradex::capi::common_stats(s);
     out.parameter_averages = s.syncs;
-    out.bytes_sent = s.bytes_sent;
-    out.bytes_received = s.bytes_received;
-    out.dense_bytes = s.dense_bytes;
-    out.nonfinite = s.nonfinite;
-    out.communicate_seconds = s.communicate_seconds;
     out.decode_seconds = s.wait_seconds;
     out.compression_ratio =
         s.bytes_sent ? static_cast<double>(s.dense_bytes) / static_cast<double>(s.bytes_sent) : 0;
@@ -213,37 +168,25 @@ gradex_status_t gradex_outer_fragment_of(gradex_outer_t* outer, const char* key,
 
 gradex_status_t gradex_outer_save_state(gradex_outer_t* outer, void* buffer, size_t capacity,
                                         size_t* length) {
-  return guarded("gradex_outer_save_state", [&] {
-    auto& o = outer_of(outer);
-    require(length, "length");
-    copy_state_out(o.save_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_outer_save_state", outer, outer_of, &OuterOptimizer::save_state,
+                          buffer, capacity, length);
 }
 
 gradex_status_t gradex_outer_load_state(gradex_outer_t* outer, const void* buffer, size_t length) {
-  return guarded("gradex_outer_load_state", [&] {
-    auto& o = outer_of(outer);
-    require(buffer, "buffer");
-    o.load_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_outer_load_state", outer, outer_of, &OuterOptimizer::load_state,
+                          buffer, length);
 }
 
 gradex_status_t gradex_outer_save_shared_state(gradex_outer_t* outer, void* buffer, size_t capacity,
                                                size_t* length) {
-  return guarded("gradex_outer_save_shared_state", [&] {
-    auto& o = outer_of(outer);
-    require(length, "length");
-    copy_state_out(o.save_shared_state(), buffer, capacity, length);
-  });
+  return save_state_entry("gradex_outer_save_shared_state", outer, outer_of,
+                          &OuterOptimizer::save_shared_state, buffer, capacity, length);
 }
 
 gradex_status_t gradex_outer_load_shared_state(gradex_outer_t* outer, const void* buffer,
                                                size_t length) {
-  return guarded("gradex_outer_load_shared_state", [&] {
-    auto& o = outer_of(outer);
-    require(buffer, "buffer");
-    o.load_shared_state(static_cast<const uint8_t*>(buffer), length);
-  });
+  return load_state_entry("gradex_outer_load_shared_state", outer, outer_of,
+                          &OuterOptimizer::load_shared_state, buffer, length);
 }
 
 }  // extern "C"

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <string>
 
-#include "base/check.h"
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "comm/collectives/allgatherv_prologue.h"
@@ -49,14 +48,11 @@ const char* allgatherv_path_name(AllgathervPath path) {
 AllgathervPath allgatherv_inline(Communicator& comm, const void* data, size_t bytes,
                                  std::vector<Bytes>& result, const AllgathervOptions& options,
                                  const char* operation) {
+  uint64_t tag = 0;
+  if (!detail::take_own_slot(comm, data, bytes, result, &tag)) return AllgathervPath::kLocal;
   const int P = comm.size();
   const int r = comm.rank();
-  GX_CHECK(data != nullptr || bytes == 0);
-  result.resize(static_cast<size_t>(P));
   const auto* mine = static_cast<const uint8_t*>(data);
-  result[static_cast<size_t>(r)].assign(mine, mine + bytes);
-  if (P == 1) return AllgathervPath::kLocal;
-  const uint64_t tag = comm.next_collective_tag();
   const size_t max = options.inline_max_bytes;
 
   // This thread's buffers, kept between calls: a receive slot per peer at the posted maximum (its

@@ -46,17 +46,23 @@ void check_announced_sizes(const char* operation, const std::vector<uint64_t>& s
   }
 }
 
+bool take_own_slot(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result,
+                   uint64_t* tag) {
+  GX_CHECK(data != nullptr || bytes == 0);
+  result.resize(static_cast<size_t>(comm.size()));
+  const auto* p = static_cast<const uint8_t*>(data);
+  result[static_cast<size_t>(comm.rank())].assign(p, p + bytes);
+  if (comm.size() == 1) return false;
+  *tag = comm.next_collective_tag();
+  return true;
+}
+
 bool allgatherv_prologue(Communicator& comm, const char* operation, const char* sizes_operation,
                          const void* data, size_t bytes, std::vector<Bytes>& result,
                          std::vector<uint64_t>& sizes, uint64_t* tag) {
+  if (!take_own_slot(comm, data, bytes, result, tag)) return false;
   const int P = comm.size();
   const int r = comm.rank();
-  GX_CHECK(data != nullptr || bytes == 0);
-  result.resize(static_cast<size_t>(P));
-  const auto* p = static_cast<const uint8_t*>(data);
-  result[static_cast<size_t>(r)].assign(p, p + bytes);
-  if (P == 1) return false;
-  *tag = comm.next_collective_tag();
 
   // Sizes as uint64 values in host order (all ranks run the same build).
   sizes.assign(static_cast<size_t>(P), 0);

@@ -12,11 +12,16 @@
 
 namespace gradex::comm::detail {
 
-// `result` becomes P slots (their buffers are reused), this rank's holding a copy of its payload;
-// `sizes` gets every rank's payload size. Returns false, having taken no tag, when P == 1: there
-// is nothing to exchange. Otherwise *tag is the collective's tag: the sizes used `tag`, the
-// payloads may use tag + 1 onwards. sizes_operation names the size exchange in timeouts and peer
-// errors ("allgatherv sizes"). A size message of the wrong length is a MismatchError
+// What every allgatherv starts with: `result` becomes P slots (their buffers are reused), this
+// rank's holding a copy of its payload. Returns false, having taken no tag, when P == 1: there is
+// nothing to exchange; otherwise *tag is the collective's tag.
+bool take_own_slot(Communicator& comm, const void* data, size_t bytes, std::vector<Bytes>& result,
+                   uint64_t* tag);
+
+// take_own_slot, then `sizes` gets every rank's payload size. Returns false, having taken no tag,
+// when P == 1: there is nothing to exchange. Otherwise *tag is the collective's tag: the sizes used
+// `tag`, the payloads may use tag + 1 onwards. sizes_operation names the size exchange in timeouts
+// and peer errors ("allgatherv sizes"). A size message of the wrong length is a MismatchError
 // "<operation>: rank r received N bytes of size from rank q, expected 8: ...".
 bool allgatherv_prologue(Communicator& comm, const char* operation, const char* sizes_operation,
                          const void* data, size_t bytes, std::vector<Bytes>& result,

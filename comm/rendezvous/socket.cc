@@ -183,18 +183,23 @@ Fd connect_tcp_with_retry(const std::string& host, uint16_t port, Clock::time_po
                          " (check MASTER_ADDR/MASTER_PORT and that rank 0 is running)");
 }
 
-bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline,
-              const std::string& what) {
-  const char* p = static_cast<const char*>(data);
+namespace {
+
+// What send_all and recv_all share: wait (up to the deadline) until fd is ready for `events`, then
+// move bytes with io(p, left) (a non-blocking ::send or ::recv), until all have moved. Interrupted
+// or not-ready calls poll again; any other failure is a TransportError "<verb> <what> failed".
+template <typename Pointer, typename Io>
+bool transfer_all(int fd, short events, Pointer p, size_t bytes, Clock::time_point deadline,
+                  const char* verb, const std::string& what, Io io) {
   while (bytes > 0) {
-    pollfd pfd{fd, POLLOUT, 0};
+    pollfd pfd{fd, events, 0};
     int rc = poll(&pfd, 1, poll_timeout_ms(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) return false;
-    ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = io(p, bytes);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      throw TransportError("sending to " + what + " failed: " + std::strerror(errno));
+      throw TransportError(verb + (" " + what) + " failed: " + std::strerror(errno));
     }
     p += n;
     bytes -= static_cast<size_t>(n);
@@ -202,24 +207,24 @@ bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline
   return true;
 }
 
+}  // namespace
+
+bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline,
+              const std::string& what) {
+  return transfer_all(fd, POLLOUT, static_cast<const char*>(data), bytes, deadline, "sending to",
+                      what, [fd](const char* p, size_t left) {
+                        return ::send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+                      });
+}
+
 bool recv_all(int fd, void* data, size_t bytes, Clock::time_point deadline,
               const std::string& what) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = poll(&pfd, 1, poll_timeout_ms(deadline));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) return false;
-    ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
-    if (n == 0) throw TransportError(what + " closed the connection");
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      throw TransportError("receiving from " + what + " failed: " + std::strerror(errno));
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
+  return transfer_all(fd, POLLIN, static_cast<char*>(data), bytes, deadline, "receiving from", what,
+                      [fd, &what](char* p, size_t left) {
+                        ssize_t n = ::recv(fd, p, left, MSG_DONTWAIT);
+                        if (n == 0) throw TransportError(what + " closed the connection");
+                        return n;
+                      });
 }
 
 }  // namespace gradex::comm

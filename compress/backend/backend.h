@@ -97,6 +97,14 @@ struct DgcStepInfo {
   size_t saturated = 0;  // values clamped to the 16-bit range
 };
 
+// The report of step `step` (target sparsity `sparsity`, `count` elements selected) from the
+// selection's own record, which names the other fields alike (dgc::Selection,
+// thrust_dgc::StepResult).
+template <typename Record>
+DgcStepInfo step_info_of(uint64_t step, double sparsity, size_t count, const Record& r) {
+  return DgcStepInfo{step, sparsity, count, r.threshold, r.rounds, r.exact, r.saturated};
+}
+
 // Per-tensor DGC state (u, v) in backend memory, with compress/dgc's semantics (see
 // compress/dgc/compressor.h for the step, the dense step and the schedule).
 class DgcState {
@@ -194,44 +202,61 @@ class Backend {
 
   // --- DGC --------------------------------------------------------------------------------------
   // Zeroed u and v for numel elements; InvalidArgument for bad options or numel > 2^32.
-  virtual DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) = 0;
+  DgcStatePtr create_dgc(size_t numel, const DgcOptions& options);
 
-  // --- 16-bit casts (dense path)
-  // ------------------------------------------------------------------ out[i] = to16(in[i] *
-  // scale), type fp16 or bf16; waits for the counts.
-  virtual CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
-                             Stream& stream) = 0;
+  // --- 16-bit casts (dense path) -----------------------------------------------------------------
+  // out[i] = to16(in[i] * scale), type fp16 or bf16; waits for the counts.
+  CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                     Stream& stream);
   // out[i] = from16(in[i]) * scale, or out[i] += that when `add`. Queued.
-  virtual void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale,
-                         bool add, Stream& stream) = 0;
+  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                 Stream& stream);
   // NaN or Inf elements of x (the negotiation's non-finite flag); waits for the count.
-  virtual size_t count_nonfinite(const float* x, size_t n, Stream& stream) = 0;
+  size_t count_nonfinite(const float* x, size_t n, Stream& stream);
   // Sum of x[i]^2 accumulated in double (the clipping norm's square); NaN when x holds NaN or
   // Inf. Summation order differs between backends (equal to rounding, not bit for bit). Waits.
-  virtual double sum_squares(const float* x, size_t n, Stream& stream) = 0;
+  double sum_squares(const float* x, size_t n, Stream& stream);
   // Replaces NaN and Inf elements of x by +0 (GRADEX_NONFINITE=zero). Queued.
-  virtual void zero_nonfinite(float* x, size_t n, Stream& stream) = 0;
+  void zero_nonfinite(float* x, size_t n, Stream& stream);
 
-  // --- momentum outside DGC's sparse steps
-  // --------------------------------------------------------- In place over n floats, s =
-  // grad_scale: u <- m*u + s*g; g <- u (Nesterov: g <- s*g + m*u with the new u); m == 0: g <- s*g
-  // and u is not touched (may be null). Queued.
-  virtual void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
-                              float grad_scale, Stream& stream) = 0;
+  // --- momentum outside DGC's sparse steps -------------------------------------------------------
+  // In place over n floats, s = grad_scale: u <- m*u + s*g; g <- u (Nesterov: g <- s*g + m*u with
+  // the new u); m == 0: g <- s*g and u is not touched (may be null). Queued.
+  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
+                      Stream& stream);
 
-  // --- dense fusion
-  // ------------------------------------------------------------------------------- bucket[e.offset
-  // + j] = e.data[j] for every entry (gather) and back (scatter). Entries must not overlap in the
-  // bucket. Queued.
-  virtual void gather(const FusionEntry* entries, size_t count, float* bucket, Stream& stream) = 0;
-  virtual void scatter(const float* bucket, const FusionEntry* entries, size_t count,
-                       Stream& stream) = 0;
+  // --- dense fusion ------------------------------------------------------------------------------
+  // bucket[e.offset + j] = e.data[j] for every entry (gather) and back (scatter). Entries must not
+  // overlap in the bucket. Queued.
+  void gather(const FusionEntry* entries, size_t count, float* bucket, Stream& stream);
+  void scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream& stream);
 
   // --- received sparse payloads ------------------------------------------------------------------
   // out[indices[j]] += scale * values[j] for j < count; indices strictly increasing and < numel
   // (decoded and validated by wire::decode). indices/values in backend memory. Queued.
-  virtual void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
-                           size_t numel, float scale, Stream& stream) = 0;
+  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                   size_t numel, float scale, Stream& stream);
+
+ protected:
+  // The operations above, as each backend implements them. The public calls check the arguments
+  // first, the same way for every backend (validate.h: InvalidArgument naming the backend and
+  // the call), so these receive only arguments that passed; to_half is not called for n == 0.
+  virtual DgcStatePtr do_create_dgc(size_t numel, const DgcOptions& options) = 0;
+  virtual CastCounts do_to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                                Stream& stream) = 0;
+  virtual void do_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale,
+                            bool add, Stream& stream) = 0;
+  virtual size_t do_count_nonfinite(const float* x, size_t n, Stream& stream) = 0;
+  virtual double do_sum_squares(const float* x, size_t n, Stream& stream) = 0;
+  virtual void do_zero_nonfinite(float* x, size_t n, Stream& stream) = 0;
+  virtual void do_apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
+                                 float grad_scale, Stream& stream) = 0;
+  virtual void do_gather(const FusionEntry* entries, size_t count, float* bucket,
+                         Stream& stream) = 0;
+  virtual void do_scatter(const float* bucket, const FusionEntry* entries, size_t count,
+                          Stream& stream) = 0;
+  virtual void do_scatter_add(const uint32_t* indices, const float* values, size_t count,
+                              float* out, size_t numel, float scale, Stream& stream) = 0;
 };
 using BackendPtr = std::shared_ptr<Backend>;
 
@@ -249,7 +274,8 @@ bool backend_available(DeviceType type);
 //   extern "C" Backend* gradex_backend_cuda_create(int device, char* err, size_t err_size);
 // (null plus a message on failure). Bump when Backend's layout changes.
 // 2: DgcState::save_state / load_state. 3: DgcState::step_and_clear. 4: DgcOptions gained
-// residual_dct_chunk (create_dgc takes DgcOptions).
-constexpr int kCudaBackendAbi = 4;
+// residual_dct_chunk (create_dgc takes DgcOptions). 5: the operations' argument checks moved into
+// Backend's public (non-virtual) calls; the backend implements the protected do_* calls.
+constexpr int kCudaBackendAbi = 5;
 
 }  // namespace gradex::compress::backend

@@ -62,15 +62,7 @@ class CpuDgc final : public DgcState {
  private:
   DgcStepInfo report(const Selection& s) {
     sel_ = &s;
-    DgcStepInfo info;
-    info.step = s.step;
-    info.sparsity = s.sparsity;
-    info.count = s.indices.size();
-    info.threshold = s.threshold;
-    info.rounds = s.rounds;
-    info.exact = s.exact;
-    info.saturated = s.saturated;
-    return info;
+    return step_info_of(s.step, s.sparsity, s.indices.size(), s);
   }
 
   DgcCompressor dgc_;
@@ -80,50 +72,32 @@ class CpuDgc final : public DgcState {
   bool has_checkpoint_ = false;
 };
 
-class CpuBackend final : public HostBackend {
- public:
-  DeviceType type() const override { return DeviceType::kCpu; }
-  std::string name() const override { return "cpu"; }
-
-  DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
-    check_dgc(numel, options, "cpu create_dgc");
-    return std::make_unique<CpuDgc>(numel, options);
-  }
-
-  CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
-                     Stream&) override {
-    require_half_type(type, "cpu to_half");
-    require_pointers(n, "cpu to_half", in, out);
+class CpuBackend final : public HostBackend<DeviceType::kCpu, CpuDgc> {
+ protected:
+  CastCounts do_to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                        Stream&) override {
     half::CastStats s = half::to_half(in, out, n, type, scale);
     return {s.saturated, s.nonfinite};
   }
-  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
-                 Stream&) override {
-    require_half_type(type, "cpu from_half");
-    require_pointers(n, "cpu from_half", in, out);
+  void do_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                    Stream&) override {
     if (add)
       half::add_from_half(in, out, n, type, scale);
     else
       half::from_half(in, out, n, type, scale);
   }
   // compress/half's scans: bit tests, split over the worker pool for large tensors.
-  size_t count_nonfinite(const float* x, size_t n, Stream&) override {
-    require_pointers(n, "cpu count_nonfinite", x);
+  size_t do_count_nonfinite(const float* x, size_t n, Stream&) override {
     return half::count_nonfinite(x, n);
   }
 
-  double sum_squares(const float* x, size_t n, Stream&) override {
-    require_pointers(n, "cpu sum_squares", x);
+  double do_sum_squares(const float* x, size_t n, Stream&) override {
     return dgc::sum_squares(x, 0, n);
   }
-  void zero_nonfinite(float* x, size_t n, Stream&) override {
-    require_pointers(n, "cpu zero_nonfinite", x);
-    half::zero_nonfinite(x, n);
-  }
+  void do_zero_nonfinite(float* x, size_t n, Stream&) override { half::zero_nonfinite(x, n); }
   // The same expressions, in the same order, as DGC's update kernel (compress/dgc/kernels.cc).
-  void apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
-                      Stream&) override {
-    check_momentum(g, u, n, m, "cpu apply_momentum");
+  void do_apply_momentum(float* g, float* u, size_t n, float m, bool nesterov, float s,
+                         Stream&) override {
     if (m == 0.0f) {
       if (s != 1.0f)
         for (size_t i = 0; i < n; ++i)
@@ -138,23 +112,19 @@ class CpuBackend final : public HostBackend {
     }
   }
 
-  void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
-    check_fusion(entries, count, bucket, "cpu gather");
+  void do_gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
     for (size_t i = 0; i < count; ++i)
       if (entries[i].numel)
         std::memcpy(bucket + entries[i].offset, entries[i].data, entries[i].numel * 4);
   }
-  void scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
-    check_fusion(entries, count, bucket, "cpu scatter");
+  void do_scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
     for (size_t i = 0; i < count; ++i)
       if (entries[i].numel)
         std::memcpy(entries[i].data, bucket + entries[i].offset, entries[i].numel * 4);
   }
 
-  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
-                   size_t numel, float scale, Stream&) override {
-    require_pointers(count, "cpu scatter_add", indices, values);
-    require_pointers(count, "cpu scatter_add", out);
+  void do_scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                      size_t numel, float scale, Stream&) override {
     for (size_t j = 0; j < count; ++j) {
       const uint32_t i = indices[j];
       if (i >= numel)

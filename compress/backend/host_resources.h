@@ -55,10 +55,14 @@ inline void host_fill_zero(void* dst, size_t bytes) {
 }
 
 // What the host backends share: host memory for device and staging buffers alike, streams and
-// events that are already complete, copies and fills on the caller's thread. Subclasses supply
-// the kernels (DGC state, casts, reductions) and their identity.
+// events that are already complete, copies and fills on the caller's thread, the identity (device
+// type `Type`, named as device_type_name names it) and DGC states of type `State` (constructed
+// from numel and options). Subclasses supply the kernels (casts, reductions, fusion).
+template <DeviceType Type, typename State>
 class HostBackend : public Backend {
  public:
+  DeviceType type() const override { return Type; }
+  std::string name() const override { return device_type_name(Type); }
   bool host_accessible() const override { return true; }
   BufferPtr allocate(size_t bytes) override { return HostBuffer::make(bytes); }
   BufferPtr allocate_staging(size_t bytes) override { return HostBuffer::make(bytes); }
@@ -69,6 +73,11 @@ class HostBackend : public Backend {
     host_copy(dst, src, bytes);
   }
   void fill_zero(void* dst, size_t bytes, Stream&) override { host_fill_zero(dst, bytes); }
+
+ protected:
+  DgcStatePtr do_create_dgc(size_t numel, const DgcOptions& options) override {
+    return std::make_unique<State>(numel, options);
+  }
 };
 
 }  // namespace gradex::compress::backend

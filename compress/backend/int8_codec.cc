@@ -122,30 +122,35 @@ void validate(const uint8_t* in, size_t size, size_t count, const std::string& w
   }
 }
 
-void decode_add(const uint8_t* in, size_t count, float* acc) {
-  for (size_t begin = 0; begin < count; begin += kInt8Block) {
-    const size_t n = std::min(kInt8Block, count - begin);
-    float s;
-    std::memcpy(&s, in, 4);
-    const int8_t* codes = reinterpret_cast<const int8_t*>(in + 4);
-    float* a = acc + begin;
-    for (size_t i = 0; i < n; ++i)
-      a[i] += static_cast<float>(codes[i]) * s;
-    in += 4 + n;
-  }
-}
+namespace {
 
-void decode(const uint8_t* in, size_t count, float* out) {
+// The block walk both decodes share: each block's scale, then out[i] (+)= code * scale.
+template <bool Add>
+void decode_blocks(const uint8_t* in, size_t count, float* out) {
   for (size_t begin = 0; begin < count; begin += kInt8Block) {
     const size_t n = std::min(kInt8Block, count - begin);
     float s;
     std::memcpy(&s, in, 4);
     const int8_t* codes = reinterpret_cast<const int8_t*>(in + 4);
     float* o = out + begin;
-    for (size_t i = 0; i < n; ++i)
-      o[i] = static_cast<float>(codes[i]) * s;
+    for (size_t i = 0; i < n; ++i) {
+      if constexpr (Add)
+        o[i] += static_cast<float>(codes[i]) * s;
+      else
+        o[i] = static_cast<float>(codes[i]) * s;
+    }
     in += 4 + n;
   }
+}
+
+}  // namespace
+
+void decode_add(const uint8_t* in, size_t count, float* acc) {
+  decode_blocks<true>(in, count, acc);
+}
+
+void decode(const uint8_t* in, size_t count, float* out) {
+  decode_blocks<false>(in, count, out);
 }
 
 }  // namespace gradex::compress::backend::int8

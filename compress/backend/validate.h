@@ -1,5 +1,7 @@
 // Argument checks shared by every backend, so that a bad call fails the same way (InvalidArgument
-// naming the operation and what was wrong) whichever backend runs it. They read only host values:
+// naming the operation and what was wrong) whichever backend runs it. Backend's public calls run
+// them (their definitions are in validate.cc); a backend runs them itself only for its own
+// entries (a DGC state's step, the CUDA backend's copies). They read only host values:
 // device data is validated before it reaches a backend (wire::decode validates payloads).
 #pragma once
 
@@ -11,6 +13,17 @@
 #include "compress/options.h"
 
 namespace gradex::compress::backend {
+
+// "<backend> <call>" (e.g. "cpu to_half"), the operation a check names, composed without
+// allocating (calls are truncated to fit).
+class OpName {
+ public:
+  OpName(DeviceType backend, const char* call);
+  operator const char*() const { return text_; }
+
+ private:
+  char text_[48];
+};
 
 // Throws unless type is kFloat16 or kBFloat16.
 void require_half_type(DType type, const char* op);

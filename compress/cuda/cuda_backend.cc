@@ -105,53 +105,43 @@ class CudaBackend final : public backend::Backend {
     check(cudaMemsetAsync(dst, 0, bytes, native_stream(stream)), "cudaMemsetAsync");
   }
 
-  backend::DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
-    backend::check_dgc(numel, options, "cuda create_dgc");
+ protected:
+  backend::DgcStatePtr do_create_dgc(size_t numel, const DgcOptions& options) override {
     return std::make_unique<CudaDgc>(numel, options, device_);
   }
 
-  backend::CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
-                              backend::Stream& stream) override {
-    backend::require_half_type(type, "cuda to_half");
-    backend::require_pointers(n, "cuda to_half", in, out);
-    if (n == 0) return {};
+  backend::CastCounts do_to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                                 backend::Stream& stream) override {
     DeviceGuard guard(device_);
     thrust_dgc::CastCounts c = cuda::to_half(in, out, n, type, scale, native_stream(stream));
     return {c.saturated, c.nonfinite};
   }
-  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
-                 backend::Stream& stream) override {
-    backend::require_half_type(type, "cuda from_half");
-    backend::require_pointers(n, "cuda from_half", in, out);
+  void do_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                    backend::Stream& stream) override {
     DeviceGuard guard(device_);
     cuda::from_half(in, out, n, type == DType::kBFloat16, scale, add, native_stream(stream));
   }
-  size_t count_nonfinite(const float* x, size_t n, backend::Stream& stream) override {
-    backend::require_pointers(n, "cuda count_nonfinite", x);
+  size_t do_count_nonfinite(const float* x, size_t n, backend::Stream& stream) override {
     DeviceGuard guard(device_);
     return cuda::count_nonfinite(x, n, native_stream(stream));
   }
 
-  double sum_squares(const float* x, size_t n, backend::Stream& stream) override {
-    backend::require_pointers(n, "cuda sum_squares", x);
+  double do_sum_squares(const float* x, size_t n, backend::Stream& stream) override {
     DeviceGuard guard(device_);
     return cuda::sum_squares(x, n, native_stream(stream));
   }
-  void zero_nonfinite(float* x, size_t n, backend::Stream& stream) override {
-    backend::require_pointers(n, "cuda zero_nonfinite", x);
+  void do_zero_nonfinite(float* x, size_t n, backend::Stream& stream) override {
     DeviceGuard guard(device_);
     cuda::zero_nonfinite(x, n, native_stream(stream));
   }
-  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
-                      backend::Stream& stream) override {
-    backend::check_momentum(g, u, n, momentum, "cuda apply_momentum");
+  void do_apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
+                         float grad_scale, backend::Stream& stream) override {
     DeviceGuard guard(device_);
     cuda::apply_momentum(g, u, n, momentum, nesterov, grad_scale, native_stream(stream));
   }
 
-  void gather(const backend::FusionEntry* entries, size_t count, float* bucket,
-              backend::Stream& stream) override {
-    backend::check_fusion(entries, count, bucket, "cuda gather");
+  void do_gather(const backend::FusionEntry* entries, size_t count, float* bucket,
+                 backend::Stream& stream) override {
     DeviceGuard guard(device_);
     for (size_t i = 0; i < count; ++i)
       if (entries[i].numel)
@@ -159,9 +149,8 @@ class CudaBackend final : public backend::Backend {
                               cudaMemcpyDeviceToDevice, native_stream(stream)),
               "gather");
   }
-  void scatter(const float* bucket, const backend::FusionEntry* entries, size_t count,
-               backend::Stream& stream) override {
-    backend::check_fusion(entries, count, bucket, "cuda scatter");
+  void do_scatter(const float* bucket, const backend::FusionEntry* entries, size_t count,
+                  backend::Stream& stream) override {
     DeviceGuard guard(device_);
     for (size_t i = 0; i < count; ++i)
       if (entries[i].numel)
@@ -170,10 +159,8 @@ class CudaBackend final : public backend::Backend {
               "scatter");
   }
 
-  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
-                   size_t numel, float scale, backend::Stream& stream) override {
-    backend::require_pointers(count, "cuda scatter_add", indices, values);
-    backend::require_pointers(count, "cuda scatter_add", out);
+  void do_scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                      size_t numel, float scale, backend::Stream& stream) override {
     DeviceGuard guard(device_);
     cuda::scatter_add(indices, values, count, out, scale, native_stream(stream));
   }

@@ -123,75 +123,82 @@ void ChunkedDct::transform(const float* in, float* out, bool inverse, ThreadPool
   pool.parallel_for(pieces, [&](int p) { run(p, pieces); });
 }
 
-// Columns first (the strip's columns are the lanes, no transpose), into the tile's strip; then
-// each block row of the strip, transposed into lanes, and its coefficients back to the block.
-void ChunkedDct::forward_tile(const float* x, float* out, uint64_t grid_row, uint64_t first,
-                              uint64_t last, float* work) const {
-  const size_t width = static_cast<size_t>(last - first) * bc_;
-  float* strip = work;
-  float* packed_in = strip + static_cast<size_t>(br_) * tile_blocks_ * bc_;
+// The work area of a tile (work_floats()): a strip of br rows of the tile's width, the packed
+// lanes in and out of the transform along block rows, and the 1-D transforms' work.
+struct ChunkedDct::TileWork {
+  float *strip, *packed_in, *packed_out, *lane_work;
+};
+
+ChunkedDct::TileWork ChunkedDct::tile_work(float* work) const {
+  float* packed_in = work + static_cast<size_t>(br_) * tile_blocks_ * bc_;
   float* packed_out = packed_in + static_cast<size_t>(bc_) * kLanes;
-  float* lane_work = packed_out + static_cast<size_t>(bc_) * kLanes;
-  const float* top = x + grid_row * br_ * cols_ + first * bc_;
-  const float* rows_in = top;
-  size_t rows_stride = cols_;
-  if (br_ > 1) {
-    for (size_t c = 0; c < width; c += kLanes)
-      row_dct_.forward(top + c, cols_, strip + c, width, std::min(kLanes, width - c), lane_work);
-    rows_in = strip;
-    rows_stride = width;
-  }
-  const size_t vectors = static_cast<size_t>(last - first) * br_;  // (block, row), rows fastest
-  const size_t block_size = static_cast<size_t>(br_) * bc_;
-  float* block0 = out + (grid_row * grid_cols_ + first) * block_size;
+  return {work, packed_in, packed_out, packed_out + static_cast<size_t>(bc_) * kLanes};
+}
+
+// `vectors` (block b, row i) vectors of bc floats, rows fastest, read at src + b * src_block + i *
+// src_row, gathered kLanes at a time into lanes, transformed and scattered to dst + b * dst_block
+// + i * dst_row.
+void ChunkedDct::along_block_rows(bool inverse, size_t vectors, const float* src, size_t src_block,
+                                  size_t src_row, float* dst, size_t dst_block, size_t dst_row,
+                                  const TileWork& w) const {
   for (size_t v0 = 0; v0 < vectors; v0 += kLanes) {
     const size_t lanes = std::min(kLanes, vectors - v0);
     to_lanes(
         [&](size_t v) {
           const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
-          return rows_in + i * rows_stride + b * bc_;
+          return src + b * src_block + i * src_row;
         },
-        bc_, lanes, packed_in);
-    col_dct_.forward(packed_in, lanes, packed_out, lanes, lanes, lane_work);
-    from_lanes(packed_out, bc_, lanes, [&](size_t v) {
+        bc_, lanes, w.packed_in);
+    if (inverse)
+      col_dct_.inverse(w.packed_in, lanes, w.packed_out, lanes, lanes, w.lane_work);
+    else
+      col_dct_.forward(w.packed_in, lanes, w.packed_out, lanes, lanes, w.lane_work);
+    from_lanes(w.packed_out, bc_, lanes, [&](size_t v) {
       const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
-      return block0 + b * block_size + i * bc_;
+      return dst + b * dst_block + i * dst_row;
     });
   }
+}
+
+// Columns first (the strip's columns are the lanes, no transpose), into the tile's strip; then
+// each block row of the strip, transposed into lanes, and its coefficients back to the block.
+void ChunkedDct::forward_tile(const float* x, float* out, uint64_t grid_row, uint64_t first,
+                              uint64_t last, float* work) const {
+  const TileWork w = tile_work(work);
+  const size_t width = static_cast<size_t>(last - first) * bc_;
+  const float* top = x + grid_row * br_ * cols_ + first * bc_;
+  const float* rows_in = top;
+  size_t rows_stride = cols_;
+  if (br_ > 1) {
+    for (size_t c = 0; c < width; c += kLanes)
+      row_dct_.forward(top + c, cols_, w.strip + c, width, std::min(kLanes, width - c),
+                       w.lane_work);
+    rows_in = w.strip;
+    rows_stride = width;
+  }
+  const size_t block_size = static_cast<size_t>(br_) * bc_;
+  float* block0 = out + (grid_row * grid_cols_ + first) * block_size;
+  along_block_rows(false, static_cast<size_t>(last - first) * br_, rows_in, bc_, rows_stride,
+                   block0, block_size, bc_, w);
 }
 
 // The forward tile's steps backwards: each block row's inverse into the strip (or, for one-row
 // blocks, straight into the tensor), then the strip's columns into the tensor.
 void ChunkedDct::inverse_tile(const float* coefficients, float* out, uint64_t grid_row,
                               uint64_t first, uint64_t last, float* work) const {
+  const TileWork w = tile_work(work);
   const size_t width = static_cast<size_t>(last - first) * bc_;
-  float* strip = work;
-  float* packed_in = strip + static_cast<size_t>(br_) * tile_blocks_ * bc_;
-  float* packed_out = packed_in + static_cast<size_t>(bc_) * kLanes;
-  float* lane_work = packed_out + static_cast<size_t>(bc_) * kLanes;
   float* top = out + grid_row * br_ * cols_ + first * bc_;
-  float* rows_out = br_ > 1 ? strip : top;
+  float* rows_out = br_ > 1 ? w.strip : top;
   const size_t rows_stride = br_ > 1 ? width : cols_;
-  const size_t vectors = static_cast<size_t>(last - first) * br_;
   const size_t block_size = static_cast<size_t>(br_) * bc_;
   const float* block0 = coefficients + (grid_row * grid_cols_ + first) * block_size;
-  for (size_t v0 = 0; v0 < vectors; v0 += kLanes) {
-    const size_t lanes = std::min(kLanes, vectors - v0);
-    to_lanes(
-        [&](size_t v) {
-          const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
-          return block0 + b * block_size + i * bc_;
-        },
-        bc_, lanes, packed_in);
-    col_dct_.inverse(packed_in, lanes, packed_out, lanes, lanes, lane_work);
-    from_lanes(packed_out, bc_, lanes, [&](size_t v) {
-      const size_t b = (v0 + v) / br_, i = (v0 + v) % br_;
-      return rows_out + i * rows_stride + b * bc_;
-    });
-  }
+  along_block_rows(true, static_cast<size_t>(last - first) * br_, block0, block_size, bc_, rows_out,
+                   bc_, rows_stride, w);
   if (br_ > 1)
     for (size_t c = 0; c < width; c += kLanes)
-      row_dct_.inverse(strip + c, width, top + c, cols_, std::min(kLanes, width - c), lane_work);
+      row_dct_.inverse(w.strip + c, width, top + c, cols_, std::min(kLanes, width - c),
+                       w.lane_work);
 }
 
 }  // namespace gradex::compress::dct

@@ -68,6 +68,12 @@ class ChunkedDct {
   void inverse_tile(const float* coefficients, float* out, uint64_t grid_row, uint64_t first,
                     uint64_t last, float* work) const;
   size_t work_floats() const;
+  struct TileWork;  // a tile's work area, split (chunked_dct.cc)
+  TileWork tile_work(float* work) const;
+  // The 1-D transform along block rows, forward or inverse, shared by both tile directions.
+  void along_block_rows(bool inverse, size_t vectors, const float* src, size_t src_block,
+                        size_t src_row, float* dst, size_t dst_block, size_t dst_row,
+                        const TileWork& w) const;
 
   size_t numel_;
   uint64_t rows_, cols_;

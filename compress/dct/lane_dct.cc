@@ -17,16 +17,13 @@ void negate_row(const float* __restrict in, float* __restrict out, size_t lanes)
     out[w] = -in[w];
 }
 
+}  // namespace
+
 // The work area of a transform (work_floats): two complex planes of `plane` floats each, the
 // FFT's input and output as split real and imaginary parts, then the FFT's scratch.
-struct WorkPlanes {
+struct LaneDct::Planes {
   float *re0, *im0, *re1, *im1, *scratch;
 };
-WorkPlanes split_work(float* work, size_t plane) {
-  return {work, work + plane, work + 2 * plane, work + 3 * plane, work + 4 * plane};
-}
-
-}  // namespace
 
 LaneDct::LaneDct(uint32_t n)
     : n_(n), half_(n % 2 == 0 ? n / 2 : n), fft_(n == 0 ? 1 : (n % 2 == 0 ? n / 2 : n)) {
@@ -70,12 +67,29 @@ size_t LaneDct::work_floats(size_t lanes) const {
 
 void LaneDct::forward(const float* in, size_t in_stride, float* out, size_t out_stride,
                       size_t lanes, float* work) const {
-  const size_t L = lanes, rows = static_cast<size_t>(half_) + 1;
+  run(&LaneDct::forward_planes, in, in_stride, out, out_stride, lanes, work);
+}
+
+void LaneDct::inverse(const float* in, size_t in_stride, float* out, size_t out_stride,
+                      size_t lanes, float* work) const {
+  run(&LaneDct::inverse_planes, in, in_stride, out, out_stride, lanes, work);
+}
+
+void LaneDct::run(Direction direction, const float* in, size_t in_stride, float* out,
+                  size_t out_stride, size_t lanes, float* work) const {
   if (n_ == 1) {
-    copy_row(in, out, L);
+    copy_row(in, out, lanes);
     return;
   }
-  auto [re0, im0, re1, im1, scratch] = split_work(work, rows * L);
+  const size_t plane = (static_cast<size_t>(half_) + 1) * lanes;
+  const Planes p{work, work + plane, work + 2 * plane, work + 3 * plane, work + 4 * plane};
+  (this->*direction)(in, in_stride, out, out_stride, lanes, p);
+}
+
+void LaneDct::forward_planes(const float* in, size_t in_stride, float* out, size_t out_stride,
+                             size_t lanes, const Planes& p) const {
+  const size_t L = lanes;
+  auto [re0, im0, re1, im1, scratch] = p;
   const uint32_t n = n_, h = half_;
   if (n % 2 == 0) {
     for (uint32_t m = 0; m < h; ++m) {
@@ -132,14 +146,10 @@ void LaneDct::forward(const float* in, size_t in_stride, float* out, size_t out_
   }
 }
 
-void LaneDct::inverse(const float* in, size_t in_stride, float* out, size_t out_stride,
-                      size_t lanes, float* work) const {
-  const size_t L = lanes, rows = static_cast<size_t>(half_) + 1;
-  if (n_ == 1) {
-    copy_row(in, out, L);
-    return;
-  }
-  auto [re0, im0, re1, im1, scratch] = split_work(work, rows * L);
+void LaneDct::inverse_planes(const float* in, size_t in_stride, float* out, size_t out_stride,
+                             size_t lanes, const Planes& p) const {
+  const size_t L = lanes;
+  auto [re0, im0, re1, im1, scratch] = p;
   const uint32_t n = n_, h = half_;
   // V'_k = g_k (X_k - i X_n-k), k <= n/2, into (vr, vi): (re1, im1) for even n, straight into the
   // FFT's input, conjugated, for odd n.

@@ -37,6 +37,18 @@ class LaneDct {
                float* work) const;
 
  private:
+  struct Planes;  // the work area, split (lane_dct.cc)
+  using Direction = void (LaneDct::*)(const float*, size_t, float*, size_t, size_t,
+                                      const Planes&) const;
+  // What forward() and inverse() share: n == 1 is the identity; otherwise the work area is split
+  // and `direction` runs.
+  void run(Direction direction, const float* in, size_t in_stride, float* out, size_t out_stride,
+           size_t lanes, float* work) const;
+  void forward_planes(const float* in, size_t in_stride, float* out, size_t out_stride,
+                      size_t lanes, const Planes& p) const;
+  void inverse_planes(const float* in, size_t in_stride, float* out, size_t out_stride,
+                      size_t lanes, const Planes& p) const;
+
   uint32_t n_, half_;  // half_: n/2 for even n, n for odd n (the FFT's length)
   LaneFft fft_;
   std::vector<uint32_t> perm_;  // v_q = x_perm[q]

@@ -65,65 +65,46 @@ class OmpDgc final : public BufferedDgcState {
   std::vector<float> val_, sample_, mag_;
 };
 
-class OmpBackend final : public HostBackend {
- public:
-  DeviceType type() const override { return DeviceType::kThrustOmp; }
-  std::string name() const override { return "thrust-omp"; }
-
-  DgcStatePtr create_dgc(size_t numel, const DgcOptions& options) override {
-    check_dgc(numel, options, "thrust-omp create_dgc");
-    return std::make_unique<OmpDgc>(numel, options);
-  }
-
-  CastCounts to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
-                     Stream&) override {
-    require_half_type(type, "thrust-omp to_half");
-    require_pointers(n, "thrust-omp to_half", in, out);
-    if (n == 0) return {};
+class OmpBackend final : public HostBackend<DeviceType::kThrustOmp, OmpDgc> {
+ protected:
+  CastCounts do_to_half(const float* in, uint16_t* out, size_t n, DType type, float scale,
+                        Stream&) override {
     OmpPolicy policy;
     thrust_dgc::CastCounts c =
         thrust_dgc::cast_to_half(policy, in, out, n, scale, type == DType::kBFloat16);
     return {c.saturated, c.nonfinite};
   }
-  void from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
-                 Stream&) override {
-    require_half_type(type, "thrust-omp from_half");
-    require_pointers(n, "thrust-omp from_half", in, out);
+  void do_from_half(const uint16_t* in, float* out, size_t n, DType type, float scale, bool add,
+                    Stream&) override {
     OmpPolicy policy;
     thrust_dgc::from_half(policy, in, out, n, type == DType::kBFloat16, scale, add);
   }
-  size_t count_nonfinite(const float* x, size_t n, Stream&) override {
-    require_pointers(n, "thrust-omp count_nonfinite", x);
+  size_t do_count_nonfinite(const float* x, size_t n, Stream&) override {
     OmpPolicy policy;
     return thrust_dgc::count_nonfinite(policy, x, n);
   }
 
-  double sum_squares(const float* x, size_t n, Stream&) override {
-    require_pointers(n, "thrust-omp sum_squares", x);
+  double do_sum_squares(const float* x, size_t n, Stream&) override {
     OmpPolicy policy;
     return thrust_dgc::sum_squares(policy, x, n);
   }
-  void zero_nonfinite(float* x, size_t n, Stream&) override {
-    require_pointers(n, "thrust-omp zero_nonfinite", x);
+  void do_zero_nonfinite(float* x, size_t n, Stream&) override {
     OmpPolicy policy;
     thrust_dgc::zero_nonfinite(policy, x, n);
   }
-  void apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov, float grad_scale,
-                      Stream&) override {
-    check_momentum(g, u, n, momentum, "thrust-omp apply_momentum");
+  void do_apply_momentum(float* g, float* u, size_t n, float momentum, bool nesterov,
+                         float grad_scale, Stream&) override {
     OmpPolicy policy;
     thrust_dgc::apply_momentum(policy, g, u, n, momentum, nesterov, grad_scale);
   }
 
-  void gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
-    check_fusion(entries, count, bucket, "thrust-omp gather");
+  void do_gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {
     for (size_t i = 0; i < count; ++i) {
       const FusionEntry& e = entries[i];
       if (e.numel) thrust::copy(thrust::omp::par, e.data, e.data + e.numel, bucket + e.offset);
     }
   }
-  void scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
-    check_fusion(entries, count, bucket, "thrust-omp scatter");
+  void do_scatter(const float* bucket, const FusionEntry* entries, size_t count, Stream&) override {
     for (size_t i = 0; i < count; ++i) {
       const FusionEntry& e = entries[i];
       if (e.numel)
@@ -131,10 +112,8 @@ class OmpBackend final : public HostBackend {
     }
   }
 
-  void scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
-                   size_t numel, float scale, Stream&) override {
-    require_pointers(count, "thrust-omp scatter_add", indices, values);
-    require_pointers(count, "thrust-omp scatter_add", out);
+  void do_scatter_add(const uint32_t* indices, const float* values, size_t count, float* out,
+                      size_t numel, float scale, Stream&) override {
     // Host memory: the bounds can be checked here (the CUDA backend relies on wire::decode).
     for (size_t j = 0; j < count; ++j)
       if (indices[j] >= numel)

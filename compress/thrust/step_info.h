@@ -12,15 +12,7 @@ namespace gradex::compress::thrust_dgc {
 
 inline backend::DgcStepInfo step_info(const StepResult& r, const DgcOptions& options,
                                       uint64_t step) {
-  backend::DgcStepInfo info;
-  info.step = step;
-  info.sparsity = dgc::sparsity_at(options, step);
-  info.count = r.count;
-  info.threshold = r.threshold;
-  info.rounds = r.rounds;
-  info.exact = r.exact;
-  info.saturated = r.saturated;
-  return info;
+  return backend::step_info_of(step, dgc::sparsity_at(options, step), r.count, r);
 }
 
 }  // namespace gradex::compress::thrust_dgc

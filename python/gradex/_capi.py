@@ -181,6 +181,28 @@ def check(status: int) -> None:
         raise _errors.error_for_status(status, last_error())
 
 
+def read_out(fn: Callable[..., int], handle: Optional[int]) -> bytes:
+    """What a C call in the two-call form, fn(handle, buffer, capacity, &length), copies out: its length
+    first (buffer NULL), then the bytes."""
+    length = ctypes.c_size_t()
+    check(fn(handle, None, 0, ctypes.byref(length)))
+    buf = ctypes.create_string_buffer(max(length.value, 1))
+    check(fn(handle, buf, length.value, ctypes.byref(length)))
+    return buf.raw[:length.value]
+
+
+def read_text(fn: Callable[..., int], handle: Optional[int]) -> str:
+    """read_out of a NUL-terminated text."""
+    return read_out(fn, handle).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def write_in(fn: Callable[..., int], handle: Optional[int], blob: bytes) -> None:
+    """fn(handle, buffer, length) with a copy of blob (never a NULL buffer, even when blob is empty)."""
+    blob = bytes(blob)
+    buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
+    check(fn(handle, buf, len(blob)))
+
+
 class _StoreCallbacks:
     """What the engine's store callbacks run on: the store, the buffers handed to the engine and the last failure.
     It references no callback object, so an adapter and its callbacks form no reference cycle: the store (and the
@@ -458,17 +480,10 @@ class Engine:
         return out
 
     def save_state(self) -> bytes:
-        c = lib()
-        length = ctypes.c_size_t()
-        check(c.gradex_save_state(self._engine(), None, 0, ctypes.byref(length)))
-        buf = ctypes.create_string_buffer(max(length.value, 1))
-        check(c.gradex_save_state(self._engine(), buf, length.value, ctypes.byref(length)))
-        return buf.raw[:length.value]
+        return read_out(lib().gradex_save_state, self._engine())
 
     def load_state(self, blob: bytes) -> None:
-        blob = bytes(blob)
-        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
-        check(lib().gradex_load_state(self._engine(), buf, len(blob)))
+        write_in(lib().gradex_load_state, self._engine(), blob)
 
     def describe_config(self) -> str:
         return describe_config(self)
@@ -476,23 +491,12 @@ class Engine:
     def explain(self) -> str:
         """Each tensor's codec and why (gradex_explain); with GRADEX_POLICY=auto the newest plan: the agreed
         link, codec and step numbers and per tensor its choice with predicted and measured times."""
-        c = lib()
-        length = ctypes.c_size_t()
-        check(c.gradex_explain(self._engine(), None, 0, ctypes.byref(length)))
-        buf = ctypes.create_string_buffer(max(length.value, 1))
-        check(c.gradex_explain(self._engine(), buf, length.value, ctypes.byref(length)))
-        return buf.value.decode("utf-8", "replace")
+        return read_text(lib().gradex_explain, self._engine())
 
 
 def describe_config(engine: Optional[Engine] = None) -> str:
     """The effective configuration with help text (engine None: the environment's)."""
-    c = lib()
-    ptr = engine._engine() if engine is not None else None
-    length = ctypes.c_size_t()
-    check(c.gradex_describe_config(ptr, None, 0, ctypes.byref(length)))
-    buf = ctypes.create_string_buffer(max(length.value, 1))
-    check(c.gradex_describe_config(ptr, buf, length.value, ctypes.byref(length)))
-    return buf.value.decode("utf-8", "replace")
+    return read_text(lib().gradex_describe_config, engine._engine() if engine is not None else None)
 
 
 # The DiLoCo binding and the launcher's view of the job live in their own modules (they import the names

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from . import _errors
 from ._capi import (Config, Signatures, _Options, _Stats, _check_with_store, _create_collectively, _keep_store,
-                    _membership_options, check, lib_with)
+                    _membership_options, check, lib_with, read_out, write_in)
 
 # --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
 
@@ -134,28 +134,14 @@ class Outer:
         return f.value
 
     def save_state(self) -> bytes:
-        c = _outer_lib()
-        length = ctypes.c_size_t()
-        check(c.gradex_outer_save_state(self._outer(), None, 0, ctypes.byref(length)))
-        buf = ctypes.create_string_buffer(max(length.value, 1))
-        check(c.gradex_outer_save_state(self._outer(), buf, length.value, ctypes.byref(length)))
-        return buf.raw[:length.value]
+        return read_out(_outer_lib().gradex_outer_save_state, self._outer())
 
     def load_state(self, blob: bytes) -> None:
-        blob = bytes(blob)
-        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
-        check(_outer_lib().gradex_outer_load_state(self._outer(), buf, len(blob)))
+        write_in(_outer_lib().gradex_outer_load_state, self._outer(), blob)
 
     def save_shared_state(self) -> bytes:
         """The outer state every member holds identically (gradex_outer_save_shared_state): bytes."""
-        c = _outer_lib()
-        length = ctypes.c_size_t()
-        check(c.gradex_outer_save_shared_state(self._outer(), None, 0, ctypes.byref(length)))
-        buf = ctypes.create_string_buffer(max(length.value, 1))
-        check(c.gradex_outer_save_shared_state(self._outer(), buf, length.value, ctypes.byref(length)))
-        return buf.raw[:length.value]
+        return read_out(_outer_lib().gradex_outer_save_shared_state, self._outer())
 
     def load_shared_state(self, blob: bytes) -> None:
-        blob = bytes(blob)
-        buf = ctypes.create_string_buffer(blob, max(len(blob), 1))
-        check(_outer_lib().gradex_outer_load_shared_state(self._outer(), buf, len(blob)))
+        write_in(_outer_lib().gradex_outer_load_shared_state, self._outer(), blob)

@@ -14,87 +14,73 @@ finalizer (close_quietly).
 from __future__ import annotations
 
 import re
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 
 class GradexError(RuntimeError):
-    """A gradex call failed; `status` is the gradex_status_t value, `str(e)` the engine's message."""
+    """A gradex call failed; `status` is the gradex_status_t value, `str(e)` the engine's message.
+
+    A subclass names its code in its class line (`class PeerError(GradexError, status=4, name="PEER")`);
+    one that names none keeps its base's."""
 
     status = 8  # GRADEX_ERR_INTERNAL unless a subclass says otherwise
     name = "INTERNAL"
+
+    def __init_subclass__(cls, status: Optional[int] = None, name: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if name is not None:
+            cls.name = name
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-class InvalidArgumentError(GradexError, ValueError):
-    status = 1
-    name = "INVALID_ARGUMENT"
+class InvalidArgumentError(GradexError, ValueError, status=1, name="INVALID_ARGUMENT"):
+    """An argument is outside what the call accepts."""
 
 
-class ConfigError(GradexError, ValueError):
+class ConfigError(GradexError, ValueError, status=2, name="CONFIG"):
     """A GRADEX_* value (environment or API) is invalid."""
 
-    status = 2
-    name = "CONFIG"
 
-
-class TimeoutError(GradexError):  # noqa: A001 - gradex.TimeoutError, deliberately like the builtin's name
+# gradex.TimeoutError: deliberately like the builtin's name.
+class TimeoutError(GradexError, status=3, name="TIMEOUT"):  # noqa: A001
     """A peer stalled or never submitted within GRADEX_TIMEOUT_S."""
 
-    status = 3
-    name = "TIMEOUT"
 
-
-class PeerError(GradexError):
+class PeerError(GradexError, status=4, name="PEER"):
     """A peer died or failed."""
 
-    status = 4
-    name = "PEER"
+
+class CorruptError(GradexError, status=5, name="CORRUPT"):
+    """A received payload failed validation."""
 
 
-class CorruptError(GradexError):
-    status = 5
-    name = "CORRUPT"
-
-
-class MismatchError(GradexError):
+class MismatchError(GradexError, status=6, name="MISMATCH"):
     """Ranks disagree on tensor keys, sizes or dtypes."""
 
-    status = 6
-    name = "MISMATCH"
+
+class TransportError(GradexError, status=7, name="TRANSPORT"):
+    """The transport (UCX, sockets) failed."""
 
 
-class TransportError(GradexError):
-    status = 7
-    name = "TRANSPORT"
+class InternalError(GradexError, status=8, name="INTERNAL"):
+    """A broken invariant inside gradex."""
 
 
-class InternalError(GradexError):
-    status = 8
-    name = "INTERNAL"
-
-
-class StateError(GradexError):
+class StateError(GradexError, status=9, name="STATE"):
     """Saved compressor state cannot be restored here."""
 
-    status = 9
-    name = "STATE"
 
-
-class VersionError(GradexError):
+class VersionError(GradexError, status=10, name="VERSION"):
     """The gradex library and this package disagree on the C API version."""
 
-    status = 10
-    name = "VERSION"
 
-
-class AbortedError(GradexError):
+class AbortedError(GradexError, status=11, name="ABORTED"):
     """The work was aborted (Engine.abort on this rank or a peer, or a reconfiguration ended it)."""
-
-    status = 11
-    name = "ABORTED"
 
 
 _CLASSES = (InvalidArgumentError, ConfigError, TimeoutError, PeerError, CorruptError, MismatchError,

@@ -28,7 +28,7 @@ import pickle
 import socket
 import struct
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -258,16 +258,23 @@ def allreduce_(tensor: torch.Tensor, op: str = Average) -> torch.Tensor:
         return tensor
 
 
-def _same_everywhere(layout: bytes, operation: str) -> None:
-    """MismatchError on every rank when ranks describe their tensors differently."""
+def require_same_layout(layout: bytes, operation: str, allgather: Callable[[torch.Tensor], List[torch.Tensor]],
+                        what: str) -> None:
+    """MismatchError on every rank unless every rank's `layout` is the same: a 16-byte digest of it gathered with
+    `allgather` (every rank's uint8 tensor, in rank order). `what` says what the ranks passed differently."""
     digest = hashlib.sha256(layout).digest()[:16]
-    digests = _allgather_bytes(torch.frombuffer(bytearray(digest), dtype=torch.uint8))
+    digests = allgather(torch.frombuffer(bytearray(digest), dtype=torch.uint8))
     groups: Dict[bytes, List[int]] = {}
     for r, d in enumerate(digests):
         groups.setdefault(bytes(d.tolist()), []).append(r)
     if len(groups) > 1:
-        raise _errors.MismatchError(f"gradex: {operation}: ranks passed different tensors (names, shapes or "
-                                    f"dtypes); groups of ranks that agree: {sorted(groups.values())}")
+        raise _errors.MismatchError(f"gradex: {operation}: ranks passed {what}; groups of ranks that agree: "
+                                    f"{sorted(groups.values())}")
+
+
+def _same_everywhere(layout: bytes, operation: str) -> None:
+    """MismatchError on every rank when ranks describe their tensors differently."""
+    require_same_layout(layout, operation, _allgather_bytes, "different tensors (names, shapes or dtypes)")
 
 
 def _broadcast_tensors(tensors: List[torch.Tensor], root_rank: int, operation: str,

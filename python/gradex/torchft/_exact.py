@@ -13,12 +13,13 @@ time, in the same order on every rank (ProcessGroupGradex runs them on one worke
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 from .. import _capi, _errors
 from ..torch import _integration as _gxt
+from ..torch.collectives import require_same_layout
 
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large transfers
 
@@ -97,12 +98,5 @@ def check_same_layout(engine: _capi.Engine, tensors: Sequence[torch.Tensor], ope
     if engine.world_size == 1:
         return
     layout = repr([(tuple(t.shape), str(t.dtype)) for t in tensors]).encode()
-    import hashlib
-    digest = torch.frombuffer(bytearray(hashlib.sha256(layout).digest()[:16]), dtype=torch.uint8)
-    digests = allgather_bytes(engine, digest)
-    groups: Dict[bytes, List[int]] = {}
-    for r, d in enumerate(digests):
-        groups.setdefault(bytes(d.tolist()), []).append(r)
-    if len(groups) > 1:
-        raise _errors.MismatchError(f"gradex: {operation}: ranks passed tensors of different shapes or dtypes; "
-                                    f"groups of ranks that agree: {sorted(groups.values())}")
+    require_same_layout(layout, operation, lambda t: allgather_bytes(engine, t),
+                        "tensors of different shapes or dtypes")

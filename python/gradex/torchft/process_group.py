@@ -442,12 +442,19 @@ class ProcessGroupGradex(ProcessGroup):
             generation.p2p_store = create_store_client(generation.store_addr, generation.timeout)
         return generation.p2p_store
 
-    def send(self, tensors: List[torch.Tensor], dst_rank: int, tag: int) -> _work.GradexWork:
+    def _next_p2p_sequence(self, direction: str, peer: int, tag: int) -> Optional[int]:
+        """The number of this (direction, peer, tag) message in the current generation, counted alike at both
+        ends so that their store keys match; None without a generation (the operation then fails at issue)."""
         with self._issue_lock:
             generation = self._generation
-            if generation is not None:
-                seq = generation.sequence[("send", dst_rank, tag)]
-                generation.sequence[("send", dst_rank, tag)] += 1
+            if generation is None:
+                return None
+            seq: int = generation.sequence[(direction, peer, tag)]
+            generation.sequence[(direction, peer, tag)] += 1
+            return seq
+
+    def send(self, tensors: List[torch.Tensor], dst_rank: int, tag: int) -> _work.GradexWork:
+        seq = self._next_p2p_sequence("send", dst_rank, tag)
         payload = b"".join(_exact.as_bytes(t).numpy().tobytes() for t in tensors)
 
         def body(generation: _Generation) -> None:
@@ -456,11 +463,7 @@ class ProcessGroupGradex(ProcessGroup):
         return self._issue("send", tensors, body, p2p=True)
 
     def recv(self, tensors: List[torch.Tensor], src_rank: int, tag: int) -> _work.GradexWork:
-        with self._issue_lock:
-            generation = self._generation
-            if generation is not None:
-                seq = generation.sequence[("recv", src_rank, tag)]
-                generation.sequence[("recv", src_rank, tag)] += 1
+        seq = self._next_p2p_sequence("recv", src_rank, tag)
 
         def body(generation: _Generation) -> None:
             key = f"gradex/p2p/{src_rank}-{generation.rank}/{tag}/{seq}"
