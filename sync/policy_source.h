@@ -8,26 +8,13 @@
 // Both honour GRADEX_SPARSITY_OVERRIDES through the one matcher, override_policy (sync/policy.h).
 #pragma once
 
-#include <cstdint>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
 
-#include "base/config.h"
-#include "comm/communicator.h"
+// AutoPolicySource holds the planner; its header also declares what the interface names
+// (BackendPath, pipeline::Job and Unit, the communicator, options and policy vocabulary).
 #include "sync/codec_planner.h"
-#include "sync/options.h"
-#include "sync/policy.h"
 
 namespace gradex::sync {
-
-class BackendPath;
-
-namespace pipeline {
-struct Job;
-struct Unit;
-}  // namespace pipeline
 
 class PolicySource {
  public:
