@@ -147,9 +147,10 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
         print(f"  delay line: {gb:.2f} GB relayed with {entry['relay']['cpu_s']:.1f} CPU s, "
               f"{entry['relay']['queue_drops']} queue drops", flush=True)
     entry["targets"] = targets(entry["modes"])
-    print("\n".join(table(entry)), flush=True)
-    print("  targets: " + ", ".join(f"{k} {v:.2f}" for k, v in entry["targets"].items() if v is not None),
-          flush=True)
+    if entry["modes"]:
+        print("\n".join(table(entry)), flush=True)
+        print("  targets: " + ", ".join(f"{k} {v:.2f}" for k, v in entry["targets"].items() if v is not None),
+              flush=True)
     if "region_compare" in entry:
         compare = entry["region_compare"]
         compare["summary"] = region_summary(compare["rounds"])
