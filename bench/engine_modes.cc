@@ -1,6 +1,7 @@
 // Exchange modes driven through the sync engine (the path a framework plugin takes): each mode
 // opens its own engine with a few GRADEX_* settings on top of the environment's, registers the
 // model's tensors by name and submits them every step, as a plugin would after backward.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -21,8 +22,10 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 class EngineMode : public ExchangeMode {
  public:
   // `settings` override the environment; `defaults` apply where the environment is silent.
-  EngineMode(ModeContext& ctx, const Settings& settings, const Settings& defaults)
-      : model_(ctx.model) {
+  // `averages16`: the mode's output is the average through a 16-bit wire (checked by the harness
+  // at dense_fp16's tolerance); otherwise it is not the average and is not checked.
+  EngineMode(ModeContext& ctx, const Settings& settings, const Settings& defaults, bool averages16)
+      : model_(ctx.model), world_(ctx.comm.size()), averages16_(averages16) {
     config::Config config = ctx.config;
     for (const auto& [name, value] : settings)
       config.set(name, value);
@@ -45,7 +48,11 @@ class EngineMode : public ExchangeMode {
     if (engine_->end_step() && local_sgd_) exchange(grads, /*average=*/true);
   }
 
-  std::optional<Tolerance> tolerance() const override { return std::nullopt; }
+  std::optional<Tolerance> tolerance() const override {
+    if (!averages16_) return std::nullopt;
+    const double p = world_;
+    return Tolerance{std::ldexp(1.0, -11) * (p + 2), std::ldexp(1.0, -24) * (p + 2)};
+  }
 
   std::optional<uint64_t> bytes_sent() const override {
     sync::Stats s = engine_->stats(false);
@@ -73,15 +80,18 @@ class EngineMode : public ExchangeMode {
   }
 
   const ModelProfile& model_;
+  const int world_;
+  const bool averages16_;
   std::unique_ptr<sync::Engine> engine_;
   bool local_sgd_ = false;
   std::vector<uint64_t> handles_;
 };
 
 std::function<std::unique_ptr<ExchangeMode>(ModeContext&)> engine_factory(Settings settings,
-                                                                          Settings defaults = {}) {
-  return [settings, defaults](ModeContext& ctx) {
-    return std::make_unique<EngineMode>(ctx, settings, defaults);
+                                                                          Settings defaults = {},
+                                                                          bool averages16 = false) {
+  return [settings, defaults, averages16](ModeContext& ctx) {
+    return std::make_unique<EngineMode>(ctx, settings, defaults, averages16);
   };
 }
 
@@ -183,6 +193,17 @@ std::vector<ModeSpec> engine_modes() {
                        {"GRADEX_MOMENTUM", "0.9"},
                        {"GRADEX_ALLGATHER_INLINE_KB", "0"},
                        {"GRADEX_SPARSE_COLLECTIVE", "ring"}}),
+       /*in_all=*/false},
+      // The engine's dense route for every tensor: the exchange the hierarchical layouts (hosts or
+      // regions as groups, GRADEX_HIERARCHICAL) apply to, where dense_fp16 bypasses the engine.
+      {"engine16",
+       "engine, every tensor dense on the 16-bit wire (GRADEX_SPARSITY_OVERRIDES=*:dense, "
+       "GRADEX_FP16=1), no momentum: the average, through the engine's (hierarchical) layout",
+       engine_factory({{"GRADEX_POLICY", "fixed"},
+                       {"GRADEX_SPARSITY_OVERRIDES", "*:dense"},
+                       {"GRADEX_FP16", "1"},
+                       {"GRADEX_MOMENTUM", "0"}},
+                      {}, /*averages16=*/true),
        /*in_all=*/false},
       {"int8",
        "engine, every tensor on the dense 8-bit route (GRADEX_SPARSITY_OVERRIDES=*:int8), "

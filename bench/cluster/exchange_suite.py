@@ -59,9 +59,10 @@ def run_tool(tool, argv, network, args, model, log_dir, *, steps, warmup, extra_
         print_progress_line(f"[{model} {network.label}] {tool} {mode} step {step}/{total}")
 
     started = time.monotonic()
+    wan_wire = {}
     stdout, wire = run_ranks(network, args.hosts, argv, warmup=warmup, steps=steps,
                              timeout_s=args.run_timeout_s, log_dir=log_dir, label=label,
-                             display=display, extra_env=extra_env)
+                             display=display, extra_env=extra_env, wan_wire=wan_wire)
     print_progress_line("")
     result = parse_result(stdout)
     modes = modes_of(result)
@@ -70,6 +71,8 @@ def run_tool(tool, argv, network, args, model, log_dir, *, steps, warmup, extra_
         metrics["tool"] = "torch" if tool == "torch" else "gradex"
         metrics["self_wire_bytes"] = own
         metrics["wire_bytes"] = wire.get(mode)
+        if mode in wan_wire:  # networks that count what crosses between regions (wan.py)
+            metrics["wan_bytes"] = wan_wire[mode]
         metrics["steps"], metrics["warmup"] = steps, warmup
         if extra_env:
             metrics["env"] = dict(extra_env)

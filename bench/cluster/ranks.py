@@ -32,17 +32,28 @@ class RankFailure(RuntimeError):
 class WireMeter:
     """Kernel byte counters sampled at the progress boundaries of rank 0: per mode, bytes per step and
     rank (per_step) and, on networks that count each host's link, [(tx, rx)] bytes per step of every
-    host (per_host)."""
+    host (per_host).
+
+    On networks that count what crosses between regions (wan_bytes() not None: the WAN's delay line),
+    per_wan holds each mode's WAN bytes per step, all hosts together, counted between the progress
+    lines of its first and last measured steps (each printed as that step starts, before its
+    gradients and barrier), so that only whole steps are counted: not the results' gathering, the
+    engine's shutdown nor the next mode's start-up (connections, probes), which the per_step window
+    includes. Needs two measured steps or more; with one, the per_step window is used."""
 
     def __init__(self, network, warmup, steps, ranks):
         self.network, self.warmup, self.steps, self.ranks = network, warmup, steps, ranks
         self.current, self.start, self.start_hosts, self.per_step, self.per_host = None, None, None, {}, {}
         self.by_host = hasattr(network, "host_bytes")
+        self.by_wan = getattr(network, "wan_bytes", lambda: None)() is not None
+        self.wan_samples, self.per_wan = [], {}
 
     def on_progress(self, mode, step):
         if mode != self.current:
             self._close()
-            self.current, self.start, self.start_hosts = mode, None, None
+            self.current, self.start, self.start_hosts, self.wan_samples = mode, None, None, []
+        if step > self.warmup and self.by_wan:
+            self.wan_samples.append(self.network.wan_bytes())
         if step == self.warmup + 1 and self.network.counted:
             if self.by_host:
                 self.start_hosts = self.network.host_bytes()
@@ -51,6 +62,12 @@ class WireMeter:
                 self.start = self.network.bytes_sent()
 
     def _close(self):
+        if self.current is not None and self.by_wan and self.wan_samples:
+            if len(self.wan_samples) >= 2:
+                self.per_wan[self.current] = ((self.wan_samples[-1] - self.wan_samples[0]) /
+                                              (len(self.wan_samples) - 1))
+            else:
+                self.per_wan[self.current] = (self.network.wan_bytes() - self.wan_samples[0]) / self.steps
         if self.current is not None and self.start is not None:
             if self.by_host:
                 now = self.network.host_bytes()
@@ -61,6 +78,7 @@ class WireMeter:
                 delta = self.network.bytes_sent() - self.start
             self.per_step[self.current] = delta / self.steps / self.ranks  # per step and rank
         self.start = None
+        self.wan_samples = []
 
     def finish(self):
         self._close()
@@ -113,10 +131,12 @@ def _read_progress(master_fd, meter, display, log_path):
 
 
 def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label, extra_env=None,
-              display=None, host_wire=None):
+              display=None, host_wire=None, wan_wire=None):
     """Runs argv as `world` ranks on `network`. Returns (rank 0's stdout, {mode: wire bytes per step
     and rank} — empty when the network has no counters); fills host_wire (a dict, when given) with
-    {mode: [(tx, rx) bytes per step of each host]} on networks that count each host's link.
+    {mode: [(tx, rx) bytes per step of each host]} on networks that count each host's link, and
+    wan_wire (a dict, when given) with {mode: bytes per step that crossed between regions} on
+    networks that count them (WireMeter).
     RankFailure when a rank fails or the run exceeds timeout_s; every rank is gone when this returns
     or raises."""
     os.makedirs(log_dir, exist_ok=True)
@@ -157,6 +177,8 @@ def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label,
         meter.finish()
         if host_wire is not None:
             host_wire.update(meter.per_host)
+        if wan_wire is not None:
+            wan_wire.update(meter.per_wan)
         if failed:
             time.sleep(0.5)  # let a peer's own message land in its log before it is killed
             _kill_all(procs)

@@ -250,6 +250,13 @@ class Wan:
     def bytes_sent(self) -> int:
         return sum(tx for tx, _ in self.host_bytes())
 
+    def wan_bytes(self) -> Optional[int]:
+        """IP bytes that crossed between regions so far (the delay line's count of what its
+        inter-region pipes accepted, both directions); None on a WAN of one region."""
+        if not self.spec.multi_region or self.relay is None:
+            return None
+        return self.stats().get("wan_bytes")
+
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Wan":
         self.up()

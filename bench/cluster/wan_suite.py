@@ -15,6 +15,16 @@ GRADEX_POLICY=fixed, auto alone under GRADEX_POLICY=auto), remove the WAN. Per m
 
     wan_suite.py --out docs/wan/results.json --topologies flat,regions --steps 3 --warmup 1
 
+On a topology of several regions the suite then compares the region-hierarchical exchange with the
+flat one side by side (--region-modes, engine modes: the hierarchical layouts are the engine's):
+each round runs the modes once under GRADEX_HIERARCHICAL=0 (flat) and once under the default layout
+(regions measured at start-up and used as the hierarchical exchange's groups; rank 0's `exchange
+layout:` line is checked and kept), alternating which goes first. Per mode and layout: step_ms and
+wan_bytes, the IP bytes per step that crossed between regions (the delay line's count of what its
+inter-region pipes accepted, both directions, over whole measured steps: ranks.py's WireMeter); the
+targets region_over_flat_steps_per_s (flat step / region step) and region_over_flat_wan_bytes, of
+--region-target-mode, medians over the rounds.
+
 Topologies: flat = --hosts hosts in one region (--rate, --delay: each host's NIC and the one-way
 delay between any two); regions = 2 regions of --hosts/2 hosts (--region-rate, --region-delay inside
 a region; --rate, --delay between them, on one pipe per direction shared by the region's hosts);
@@ -24,6 +34,7 @@ for the region pairs that differ, e.g. --regions 0,0,1,2 --inter-pairs '0-2:1gbi
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -37,6 +48,11 @@ import wan  # noqa: E402
 from ranks import RankFailure  # noqa: E402
 
 MODES = "dense_fp32,dense_fp16,dgc99,dgc999,fixed,auto"
+REGION_MODES = "engine16,dgc999,fixed"
+# Ends each comparison program: the per-host byte window of the last mode closes when it starts (see
+# exchange_suite.gradex_runs); LocalSGD every 8 steps sends nothing in the few steps it runs.
+REGION_SENTINEL = "localsgd8"
+LAYOUTS = (("flat", {gradex_vars.HIERARCHICAL: "0"}), ("region", {}))
 
 
 def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
@@ -123,22 +139,154 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
                 print("  FAILED: " + message, file=sys.stderr, flush=True)
                 data["failures"].append(message.splitlines()[0])
             save(args.out, data)
+        if spec.multi_region and args.region_modes and args.region_rounds > 0:
+            run_region_compare(args, kind, network, names, entry, data, rtt, measured["line_bits"])
         entry["relay"] = network.stats()
         entry["relay"]["cpu_s"] = network.relay_cpu_s()
         gb = entry["relay"]["delivered_bytes"] / 1e9
         print(f"  delay line: {gb:.2f} GB relayed with {entry['relay']['cpu_s']:.1f} CPU s, "
               f"{entry['relay']['queue_drops']} queue drops", flush=True)
     entry["targets"] = targets(entry["modes"])
-    print("\n".join(table(entry)), flush=True)
-    print("  targets: " + ", ".join(f"{k} {v:.2f}" for k, v in entry["targets"].items() if v is not None),
-          flush=True)
-    if kind != "flat":
-        # The region-hierarchical exchange's target (WAN bytes <= 0.55x flat, steps/s >= 1.5x) needs the
-        # regions (comm/topology/regions.h) as the hierarchical exchange's upper tier, which it does not use yet.
-        entry["targets"]["region_hierarchical_over_flat"] = None
-        print("  targets: region-hierarchical over flat: not measured (the exchange has no region tier yet)",
+    if entry["modes"]:
+        print("\n".join(table(entry)), flush=True)
+        print("  targets: " + ", ".join(f"{k} {v:.2f}" for k, v in entry["targets"].items() if v is not None),
               flush=True)
+    if "region_compare" in entry:
+        compare = entry["region_compare"]
+        compare["summary"] = region_summary(compare["rounds"])
+        entry["targets"].update(region_targets(compare["summary"], args.region_target_mode))
+        print("\n".join(region_table(compare["summary"])), flush=True)
+        print(f"  targets ({args.region_target_mode}): region over flat: WAN bytes "
+              f"{fmt_ratio(entry['targets']['region_over_flat_wan_bytes'])} (<= 0.55), steps/s "
+              f"{fmt_ratio(entry['targets']['region_over_flat_steps_per_s'])} (>= 1.5)", flush=True)
     save(args.out, data)
+
+
+def fmt_ratio(value) -> str:
+    return f"{value:.2f}" if value is not None else "–"
+
+
+def layout_lines(log_path: str) -> List[str]:
+    """The distinct `exchange layout: ...` lines rank 0 logged (one per engine it opened)."""
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    found = []
+    for match in re.finditer(r"exchange layout: ([^\r\n]*)", text):
+        if match.group(1) not in found:
+            found.append(match.group(1))
+    return found
+
+
+def layout_ok(label: str, lines: List[str]) -> bool:
+    """Whether every engine took the layout the comparison names: flat under GRADEX_HIERARCHICAL=0,
+    hierarchical over measured regions by default."""
+    want = "flat (GRADEX_HIERARCHICAL=0)" if label == "flat" else "hierarchical over regions (measured"
+    return bool(lines) and all(line.startswith(want) for line in lines)
+
+
+def run_region_compare(args, kind, network, names, entry, data, rtt, line_bits) -> None:
+    """Rounds of the region modes flat and region-hierarchical, side by side on one WAN (module doc)."""
+    modes = [m for m in args.region_modes.split(",") if m]
+    compare = entry.setdefault("region_compare", {"modes": modes, "rounds": [],
+                                                  "target_mode": args.region_target_mode})
+    suite_args = argparse.Namespace(hosts=args.hosts, run_timeout_s=args.run_timeout_s)
+    user_env = dict(item.split("=", 1) for item in args.env)
+    for number in range(args.region_rounds):
+        layouts = LAYOUTS if number % 2 == 0 else tuple(reversed(LAYOUTS))
+        result = {"order": [label for label, _ in layouts]}
+        for label, layout_env in layouts:
+            tool = f"gradex_{label}"
+            argv = [args.bench, "exchange", "--modes", ",".join(modes + [REGION_SENTINEL]), "--model",
+                    args.model, "--steps", str(args.steps), "--warmup", str(args.warmup), "--idle-s", "0"]
+            env = {**gradex_vars.policy_env(names, "fixed"), **layout_env, "GRADEX_LOG_LEVEL": "info",
+                   **user_env}
+            try:
+                found, _ = exchange_suite.run_tool(tool, argv, network, suite_args, args.model, args.log_dir,
+                                                   steps=args.steps, warmup=args.warmup, extra_env=env)
+            except (RankFailure, OSError) as e:
+                message = f"wan {kind} region comparison round {number + 1} {label}: {e}"
+                print("  FAILED: " + message, file=sys.stderr, flush=True)
+                data["failures"].append(message.splitlines()[0])
+                continue
+            found.pop(REGION_SENTINEL, None)
+            derive(found, rtt, line_bits)
+            lines = layout_lines(os.path.join(args.log_dir,
+                                              f"{args.model}.{network.label}.{tool}.rank0.stderr.log"))
+            result[label] = {"modes": found, "layouts": lines, "layout_ok": layout_ok(label, lines)}
+            if not result[label]["layout_ok"]:
+                message = f"wan {kind} region comparison round {number + 1} {label}: layout {lines}"
+                print("  WRONG LAYOUT: " + message, file=sys.stderr, flush=True)
+                data["failures"].append(message)
+            print(f"  {label}: " + "; ".join(f"{m} {v.get('step_ms', 0):.0f} ms, WAN "
+                                             f"{(v.get('wan_bytes') or 0) / 1e6:.2f} MB/step"
+                                             for m, v in found.items()) +
+                  f" ({lines[0] if lines else 'no layout line'})", flush=True)
+        compare["rounds"].append(result)
+        save(args.out, data)
+
+
+def region_summary(rounds: List[dict]) -> Dict[str, dict]:
+    """Per mode over the rounds that ran both layouts: each layout's step_ms and wan_bytes, and the
+    ratios region over flat of each round (steps/s: flat step / region step; WAN bytes: region / flat),
+    as lists in round order."""
+    out: Dict[str, dict] = {}
+    for r in rounds:
+        if "flat" not in r or "region" not in r:
+            continue
+        for mode, flat in r["flat"]["modes"].items():
+            region = r["region"]["modes"].get(mode)
+            if not region:
+                continue
+            m = out.setdefault(mode, {"flat_step_ms": [], "region_step_ms": [], "flat_wan_bytes": [],
+                                      "region_wan_bytes": [], "steps_per_s_ratio": [], "wan_bytes_ratio": []})
+            m["flat_step_ms"].append(flat.get("step_ms"))
+            m["region_step_ms"].append(region.get("step_ms"))
+            m["flat_wan_bytes"].append(flat.get("wan_bytes"))
+            m["region_wan_bytes"].append(region.get("wan_bytes"))
+            if flat.get("step_ms") and region.get("step_ms"):
+                m["steps_per_s_ratio"].append(flat["step_ms"] / region["step_ms"])
+            if flat.get("wan_bytes") and region.get("wan_bytes") is not None:
+                m["wan_bytes_ratio"].append(region["wan_bytes"] / flat["wan_bytes"])
+    return out
+
+
+def median(values: List[float]):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def region_targets(summary: Dict[str, dict], mode: str) -> Dict[str, object]:
+    """The region tier's targets (WAN bytes <= 0.55x flat, steps/s >= 1.5x) of `mode`, medians over the
+    rounds, and every compared mode's medians under region_over_flat."""
+    per_mode = {m: {"wan_bytes": median(v["wan_bytes_ratio"]), "steps_per_s": median(v["steps_per_s_ratio"])}
+                for m, v in summary.items()}
+    chosen = per_mode.get(mode, {})
+    return {"region_over_flat_wan_bytes": chosen.get("wan_bytes"),
+            "region_over_flat_steps_per_s": chosen.get("steps_per_s"),
+            "region_over_flat_mode": mode, "region_over_flat": per_mode}
+
+
+def region_table(summary: Dict[str, dict]) -> List[str]:
+    """Markdown rows of the comparison: ranges over the rounds (min–max)."""
+    def span(values, scale=1.0, spec=".0f"):
+        values = [v * scale for v in values if v is not None]
+        if not values:
+            return "–"
+        lo, hi = min(values), max(values)
+        return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}–{hi:{spec}}"
+    lines = ["| mode | flat: step (ms) | region: step (ms) | steps/s, region ÷ flat | flat: WAN MB per step | "
+             "region: WAN MB per step | WAN bytes, region ÷ flat |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for mode, m in summary.items():
+        lines.append(f"| {mode} | {span(m['flat_step_ms'])} | {span(m['region_step_ms'])} | "
+                     f"{span(m['steps_per_s_ratio'], spec='.2f')} | {span(m['flat_wan_bytes'], 1e-6, '.2f')} | "
+                     f"{span(m['region_wan_bytes'], 1e-6, '.2f')} | {span(m['wan_bytes_ratio'], spec='.2f')} |")
+    return lines
 
 
 def targets(modes: Dict[str, dict]) -> Dict[str, float]:
@@ -189,6 +337,13 @@ def main() -> int:
     p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
     p.add_argument("--model", default="resnet50")
     p.add_argument("--modes", default=MODES)
+    p.add_argument("--region-modes", default=REGION_MODES,
+                   help="engine modes compared flat against region-hierarchical on topologies of several "
+                        "regions ('' for none)")
+    p.add_argument("--region-rounds", type=int, default=2,
+                   help="rounds of that comparison (each: both layouts, alternating which goes first)")
+    p.add_argument("--region-target-mode", default="engine16",
+                   help="the mode whose ratios are the region tier's targets")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--auto-extra-warmup", type=int, default=4)

@@ -33,8 +33,9 @@ TEST(Topology, OneRegionIsNicToNicWithTheDelay) {
   ASSERT_EQ(path.size(), 2u);
   EXPECT_EQ(path[0].delay_ns, 25000000);
   EXPECT_EQ(path[1].delay_ns, 0);
-  EXPECT_EQ(topo.path(1, 2)[1].pipe, path[1].pipe);  // one downlink per receiver
-  EXPECT_EQ(topo.path(0, 1)[0].pipe, path[0].pipe);  // one uplink per sender
+  EXPECT_FALSE(path[0].inter_region || path[1].inter_region);  // no WAN hop in one region
+  EXPECT_EQ(topo.path(1, 2)[1].pipe, path[1].pipe);            // one downlink per receiver
+  EXPECT_EQ(topo.path(0, 1)[0].pipe, path[0].pipe);            // one uplink per sender
 }
 
 TEST(Topology, RegionsShareOnePipePerDirection) {
@@ -49,6 +50,11 @@ TEST(Topology, RegionsShareOnePipePerDirection) {
   ASSERT_EQ(across.size(), 3u);
   EXPECT_EQ(across[1].delay_ns, 25000000);
   EXPECT_DOUBLE_EQ(across[1].pipe->rate_bps(), 1e9);
+  EXPECT_TRUE(across[1].inter_region);  // the WAN hop, and only it
+  EXPECT_FALSE(across[0].inter_region);
+  EXPECT_FALSE(across[2].inter_region);
+  EXPECT_FALSE(topo.path(0, 1)[0].inter_region);
+  EXPECT_FALSE(topo.path(0, 1)[1].inter_region);
   EXPECT_EQ(topo.path(1, 3)[1].pipe, across[1].pipe);  // region 0 -> 1: shared
   EXPECT_NE(topo.path(2, 0)[1].pipe, across[1].pipe);  // the other direction: its own
 }

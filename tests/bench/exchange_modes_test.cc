@@ -40,14 +40,15 @@ double run_mode(const std::string& mode_name, int world, int steps) {
         GradientGenerator gen(model, r);
         AverageChecker checker(model, world, GradientOptions{});
         std::vector<float> grads(model.total_numel);
-        uint64_t before = comm->bytes_sent();
+        auto sent = [&] { return mode->bytes_sent().value_or(comm->bytes_sent()); };
+        uint64_t before = sent();
         for (int step = 0; step < steps; ++step) {
           gen.generate(step, grads.data());
           mode->step(grads.data(), grads.size());
           ASSERT_TRUE(mode->tolerance().has_value());
           EXPECT_LE(checker.check(mode_name, step, grads.data(), *mode->tolerance()), 1.0);
         }
-        bytes_per_step[r] = double(comm->bytes_sent() - before) / steps;
+        bytes_per_step[r] = double(sent() - before) / steps;
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -67,6 +68,16 @@ TEST(ExchangeModes, DenseModesDeliverTheAverage) {
     const double ring = 2.0 * (world - 1) / world * params;  // elements each rank sends
     EXPECT_NEAR(run_mode("dense_fp32", world, 3), ring * 4, ring * 0.05) << world;
     EXPECT_NEAR(run_mode("dense_fp16", world, 3), ring * 2, ring * 0.05) << world;
+  }
+}
+
+// The engine's dense 16-bit route: the average within 16-bit rounding, and about a 16-bit ring's
+// bytes (the engine's own communicator; its negotiation adds a little).
+TEST(ExchangeModes, Engine16DeliversTheAverageOnA16BitWire) {
+  const double params = static_cast<double>(test_model().total_numel);
+  for (int world : {2, 3}) {
+    const double ring = 2.0 * (world - 1) / world * params;
+    EXPECT_NEAR(run_mode("engine16", world, 3), ring * 2, ring * 0.25) << world;
   }
 }
 

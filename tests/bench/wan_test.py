@@ -25,6 +25,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "cluster"))
@@ -81,7 +82,9 @@ def check_striping(log_path):
 
 def check_regions(args, log_dir):
     """3 hosts in 2 regions (10 Gbit/s and 0.25 ms inside, 10 ms one way between): the regions measured by
-    gradex-regions-probe (comm/topology/regions.h) are {0, 1} and {2}."""
+    gradex-regions-probe (comm/topology/regions.h) are {0, 1} and {2}; the delay line's count of bytes
+    between regions is every byte host 2 (alone in its region) sent or received, and nothing of what
+    hosts 0 and 1 exchange."""
     spec = WanSpec(hosts=3, rate="10gbit", delay="0.25ms", regions=[0, 0, 1], inter_rate="1gbit",
                    inter_delay="10ms", name=NAME, subnet=SUBNET)
     with Wan(spec, delayline=args.delayline, log_dir=log_dir) as wan:
@@ -98,6 +101,16 @@ def check_regions(args, log_dir):
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+        time.sleep(0.5)  # the probes' last packets (their connections' close) delivered
+        host2 = sum(wan.host_bytes()[2])
+        wan_bytes = wan.wan_bytes()
+        expect(wan_bytes == host2 > 0, f"WAN bytes {wan_bytes}: host 2's bytes {host2}, after the probe")
+        wan.ping(0, 1, count=10, interval_s=0.01)
+        expect(wan.wan_bytes() == wan_bytes, "pings inside a region cross no WAN")
+        wan.ping(0, 2, count=10, interval_s=0.01)
+        host2_after = sum(wan.host_bytes()[2])
+        expect(wan.wan_bytes() - wan_bytes == host2_after - host2 >= 20 * 28,
+               f"pings across: {wan.wan_bytes() - wan_bytes} WAN bytes, host 2 {host2_after - host2}")
     expect(all(p.returncode == 0 for p in procs), "gradex-regions-probe ran on every host:\n" + "\n".join(outputs))
     out = outputs[0]
     expect("regions: 0 0 1\n" in out, f"hosts 0 and 1 form a region, host 2 another:\n{out}")

@@ -29,6 +29,7 @@ try:
     import race_report  # noqa: E402
     import task as race_task  # noqa: E402
     import train_suite  # noqa: E402
+    import wan_suite  # noqa: E402
     from ranks import PROGRESS, WireMeter, parse_result, run_ranks  # noqa: E402
     from network import Cluster, RootLoopback  # noqa: E402
 finally:
@@ -122,6 +123,47 @@ def test_wire_meter_counts_each_hosts_link():
     meter.finish()
     assert meter.per_host["auto"] == [(100, 0), (0, 100)]
     assert meter.per_step["auto"] == 200 / 2 / 4
+
+
+class FakeWan(FakeNetwork):
+    def __init__(self):
+        super().__init__()
+        self.wan = 0
+
+    def wan_bytes(self):
+        return self.wan
+
+
+def test_wire_meter_counts_wan_bytes_over_whole_measured_steps():
+    net = FakeWan()
+    meter = WireMeter(net, warmup=1, steps=3, ranks=4)
+    for step in range(1, 5):
+        meter.on_progress("engine16", step)
+        net.wan += 50 if step > 1 else 5000  # the warm-up step costs more
+    net.wan += 7000  # after the last step: results, shutdown, the next engine's start-up
+    meter.on_progress("sentinel", 1)
+    meter.finish()
+    assert meter.per_wan["engine16"] == 50  # steps 2..4: two whole steps between their starts
+
+
+def test_region_comparison_ratios_and_layout_check():
+    rounds = [{"flat": {"modes": {"engine16": {"step_ms": 900.0, "wan_bytes": 150.0}}}, "region": {
+                  "modes": {"engine16": {"step_ms": 600.0, "wan_bytes": 100.0}}}},
+              {"flat": {"modes": {"engine16": {"step_ms": 1000.0, "wan_bytes": 150.0}}}},  # no region run
+              {"flat": {"modes": {"engine16": {"step_ms": 800.0, "wan_bytes": 160.0}}}, "region": {
+                  "modes": {"engine16": {"step_ms": 800.0, "wan_bytes": 80.0}}}}]
+    summary = wan_suite.region_summary(rounds)
+    assert summary["engine16"]["steps_per_s_ratio"] == [1.5, 1.0]
+    assert summary["engine16"]["wan_bytes_ratio"] == [100 / 150, 0.5]
+    targets = wan_suite.region_targets(summary, "engine16")
+    assert targets["region_over_flat_steps_per_s"] == 1.25
+    assert abs(targets["region_over_flat_wan_bytes"] - (100 / 150 + 0.5) / 2) < 1e-12
+    assert wan_suite.region_targets(summary, "dgc999")["region_over_flat_wan_bytes"] is None
+    assert wan_suite.layout_ok("region", ["hierarchical over regions (measured, nearest 50.1 ms apart): "
+                                          "rank -> region 0 0 1 1"])
+    assert not wan_suite.layout_ok("region", ["hierarchical over 4 host(s) as groups"])
+    assert not wan_suite.layout_ok("region", [])
+    assert wan_suite.layout_ok("flat", ["flat (GRADEX_HIERARCHICAL=0)"])
 
 
 def test_cluster_places_ranks_host_by_host(monkeypatch):

@@ -67,7 +67,7 @@ Topology::Topology(const TopologySpec& spec) : spec_(spec) {
         path = {{up[s], spec.intra.delay_ns}, {down[d], 0}};
       } else {
         path = {{up[s], 0},
-                {inter[rs * regions + rd], inter_spec[rs * regions + rd].delay_ns},
+                {inter[rs * regions + rd], inter_spec[rs * regions + rd].delay_ns, true},
                 {down[d], 0}};
       }
     }

@@ -39,9 +39,11 @@ class Pipe {
 };
 
 // One step of a path: serialize through `pipe`, then wait `delay_ns` before the next step.
+// `inter_region`: the pipe between two regions (what the relay counts as WAN traffic).
 struct Hop {
   Pipe* pipe;
   int64_t delay_ns;
+  bool inter_region = false;
 };
 
 // Hosts in regions. Every host has an uplink and a downlink at the intra-region rate (its NIC,

@@ -125,6 +125,10 @@ void Relay::advance(uint32_t slot, uint32_t hop, int64_t at_ns) {
     free_slot(slot);
     return;
   }
+  if (path[hop].inter_region) {
+    ++counters_.wan_packets;
+    counters_.wan_bytes += p.bytes.size();
+  }
   events_.push({departs + path[hop].delay_ns, seq_++, slot, hop + 1});
 }
 
@@ -167,7 +171,8 @@ std::string Relay::stats_line() const {
       << " delivered_packets=" << c.delivered_packets << " delivered_bytes=" << c.delivered_bytes
       << " queue_drops=" << c.queue_drops << " loss_drops=" << c.loss_drops
       << " blackhole_drops=" << c.blackhole_drops << " unroutable=" << c.unroutable
-      << " write_errors=" << c.write_errors << " in_flight=" << in_flight_;
+      << " write_errors=" << c.write_errors << " wan_packets=" << c.wan_packets
+      << " wan_bytes=" << c.wan_bytes << " in_flight=" << in_flight_;
   return out.str();
 }
 

@@ -28,6 +28,10 @@ struct RelayOptions {
 
 struct RelayCounters {
   uint64_t read_packets = 0, read_bytes = 0, delivered_packets = 0, delivered_bytes = 0;
+  // Packets and IP bytes that a pipe between two regions accepted (both directions, every region
+  // pair): what crossed the WAN, counted once per packet however many hosts share the pipe. A
+  // packet dropped later at its receiver's downlink still counts (it used the WAN).
+  uint64_t wan_packets = 0, wan_bytes = 0;
   uint64_t queue_drops = 0, loss_drops = 0, blackhole_drops = 0, unroutable = 0, write_errors = 0;
 };
 
@@ -37,7 +41,7 @@ class Relay {
   explicit Relay(RelayOptions options);
   // Serves until "quit" or end of input on `control_in`, answering each command with one line on
   // `control_out`:
-  //   stats              "stats read_packets=N read_bytes=N ... in_flight=N"
+  //   stats              "stats read_packets=N read_bytes=N ... wan_bytes=N in_flight=N"
   //   loss P             set the loss probability (0..1)        -> "ok"
   //   blackhole H        drop every packet from or to host H    -> "ok"
   //   restore H          stop doing so                          -> "ok"
