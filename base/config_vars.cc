@@ -71,8 +71,9 @@ const std::vector<VarSpec>& registry() {
      "(measured at start-up between every pair of hosts, a WAN's tens of ms against a LAN's "
      "fraction of one), or as GRADEX_REGION declares: inside a region over its fast links, one "
      "payload per region and lane across. auto: regions when they are declared, or when the job "
-     "has at least 3 hosts and the measured regions are at least 5 ms apart with some region "
-     "holding two hosts or more; else hosts."},
+     "has at least 3 hosts and the measured regions are at least 5 ms apart, some region holds "
+     "two hosts or more and every region as many ranks as the others (a smaller region would run "
+     "the missing lanes one after another); else hosts."},
     {"GRADEX_REGION", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
      "Declares this rank's region: ranks with equal names form one region of the hierarchical "
      "exchange (GRADEX_HIERARCHY_TIER), without measuring round trips. Set it on every rank or on "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "base/log.h"
@@ -47,6 +48,19 @@ bool regions_pay(const comm::HostTopology& hosts, const std::vector<int>& region
   return *std::max_element(hosts_in.begin(), hosts_in.end()) >= 2;
 }
 
+// Every region holds as many ranks as every other. The hierarchical collectives run one
+// cross-group collective per local index, and a group smaller than the largest runs the missing
+// indices' collectives on its own ranks one after another: with a region of one host beside one of
+// two (hosts in regions 0, 0, 1, 2 at 20-150 ms), DGC steps ran at 0.65x the flat exchange's rate.
+bool regions_even(const std::vector<int>& region_of_rank) {
+  std::map<int, int> ranks_in;
+  for (int r : region_of_rank)
+    ++ranks_in[r];
+  for (const auto& [region, ranks] : ranks_in)
+    if (ranks != ranks_in.begin()->second) return false;
+  return true;
+}
+
 std::string describe(const std::vector<int>& region_of_rank) {
   std::string s;
   for (int r : region_of_rank)
@@ -77,13 +91,24 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
     const comm::RegionMap map = comm::discover_regions(comm, declared);
     const double nearest = nearest_region_rtt_ms(map.host_rtt_ms, hosts, map.region_of_rank);
     const bool wan = map.declared || nearest >= kWanRttMs;
-    if (regions_pay(hosts, map.region_of_rank) && (tier == "region" || wan)) {
+    const bool even = regions_even(map.region_of_rank);
+    if (regions_pay(hosts, map.region_of_rank) && (tier == "region" || (wan && even))) {
       groups = region_topology(map.region_of_rank);
       layout.regions = true;
       char rtt[64] = "";
       if (!map.declared) std::snprintf(rtt, sizeof rtt, ", nearest %.1f ms apart", nearest);
       layout.description = std::string("regions (") + (map.declared ? "declared" : "measured") +
                            rtt + "): rank -> region " + describe(map.region_of_rank);
+    } else if (tier == "auto" && wan && regions_pay(hosts, map.region_of_rank)) {
+      // A warning when the user declared the regions (they are not used), else information.
+      const std::string message = "GRADEX_HIERARCHY_TIER=auto: the regions (rank -> region " +
+                                  describe(map.region_of_rank) +
+                                  ") hold unequal numbers of ranks; the hosts are the tier "
+                                  "(GRADEX_HIERARCHY_TIER=region uses the regions all the same)";
+      if (map.declared)
+        GX_LOG(kWarn) << message;
+      else
+        GX_LOG(kInfo) << message;
     } else if (tier == "region") {
       GX_LOG(kWarn) << "GRADEX_HIERARCHY_TIER=region: the job's hosts form "
                     << (map.region_of_rank.empty() ? 0

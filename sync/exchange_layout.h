@@ -8,8 +8,9 @@
 //                                  across, so one payload per region and lane crosses the WAN.
 //   auto                           regions when declared, or when measured on a job of 3 hosts or
 //                                  more, at least kWanRttMs apart, some region holding 2 hosts or
-//                                  more (otherwise there is nothing to reduce inside a region);
-//                                  else hosts.
+//                                  more (otherwise there is nothing to reduce inside a region), and
+//                                  every region as many ranks as the others (an uneven layout runs
+//                                  a small region's missing lanes one after another); else hosts.
 // Either layout is used when it pays (comm::hierarchy_pays: two groups or more, one with two ranks
 // or more) or GRADEX_HIERARCHICAL=1. Collective: every rank of `comm` calls it at the same point
 // (the engine, right after the start-up agreement), and every rank gets the same layout.

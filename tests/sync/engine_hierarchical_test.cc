@@ -365,7 +365,8 @@ TEST(ExchangeLayout, NearestRegionRoundTripIsTheSmallestAcrossRegions) {
 // Four hosts of one rank each: the host layout has nothing to reduce inside a host (flat), the
 // declared regions make two groups of two. Results stay exact (integer sums) and bit-identical;
 // GRADEX_HIERARCHY_TIER=host keeps the flat exchange; measured on loopback (every host a fraction
-// of a millisecond from the others) auto finds no WAN and stays flat.
+// of a millisecond from the others) auto finds no WAN and stays flat; regions of unequal size are
+// used only when GRADEX_HIERARCHY_TIER=region says so.
 TEST(EngineHierarchical, DeclaredRegionsAreTheGroupsAndResultsStayExact) {
   const ScratchDir scratch;
   const std::string& dir = scratch.path;
@@ -394,6 +395,22 @@ TEST(EngineHierarchical, DeclaredRegionsAreTheGroupsAndResultsStayExact) {
       failures(run_hosts(k4x1, kDenseFp32, expect_layout("flat (4 host(s)", dense_steps(true)), dir,
                          "int_measured")),
       "");
+  // Regions of unequal size (3 ranks and 1): auto keeps the hosts (flat here), the region tier
+  // forced uses them.
+  const std::vector<std::string> uneven = {"east", "east", "east", "west"};
+  ASSERT_EQ(
+      failures(run_hosts(k4x1, kDenseFp32, expect_layout("flat (4 host(s)", dense_steps(true)), dir,
+                         "int_uneven_auto", uneven)),
+      "");
+  auto region_tier = kDenseFp32;
+  region_tier.push_back("GRADEX_HIERARCHY_TIER=region");
+  ASSERT_EQ(failures(run_hosts(
+                k4x1, region_tier,
+                expect_layout("hierarchical over regions (declared): rank -> region 0 0 0 1",
+                              dense_steps(true)),
+                dir, "int_uneven_region", uneven)),
+            "");
+  EXPECT_EQ(identical_across_ranks(dir, "int_uneven_region", 4), "");
   // A DGC run through the regions' re-selection: every rank ends with the same averages.
   auto dgc = std::vector<std::string>{"GRADEX_POLICY=fixed", "GRADEX_SPARSITY=0.99",
                                       "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_FP16=0"};
