@@ -106,7 +106,7 @@ std::string codec_mix_of_plan(const std::string& text) {
     int tensors = 0;
     double values = 0;
     int floored = 0;  // dense because every sparse rung would keep too few values (its floor)
-    int hidden = 0;   // dense because the cost model found no rung that shortens the step
+    int by_model = 0;  // dense by the cost model's choice
   };
   std::map<std::string, Mix> mix;  // codec -> its tensors
   while (std::getline(lines, line)) {
@@ -129,8 +129,8 @@ std::string codec_mix_of_plan(const std::string& text) {
     if (sparse) continue;
     if (line.find("too small for any sparse rung") != std::string::npos)
       ++m.floored;
-    else if (line.find("least compression") != std::string::npos)
-      ++m.hidden;
+    else
+      ++m.by_model;  // the cost model's choice: hidden, no cheaper rung, or as far as the link needs
   }
   std::ostringstream out;
   out.precision(3);
@@ -138,8 +138,8 @@ std::string codec_mix_of_plan(const std::string& text) {
     out << (out.tellp() > 0 ? ", " : "") << codec << " " << m.tensors << " tensors ("
         << m.values / 1e6 << " M values";
     if (m.floored > 0) out << "; " << m.floored << " too small for any sparse rung";
-    if (m.hidden > 0)
-      out << "; " << m.hidden << " the cost model kept (hidden, or no cheaper rung)";
+    if (m.by_model > 0)
+      out << "; " << m.by_model << " left dense by the cost model (the link needs no more)";
     out << ")";
   }
   return out.str();

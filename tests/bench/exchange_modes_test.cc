@@ -122,7 +122,7 @@ TEST(ExchangeModes, CodecMixCountsCodecsAndWhyTensorsStayDense) {
   EXPECT_EQ(
       codec_mix_of_plan(plan),
       "16-bit 2 tensors (0.148 M values; 1 too small for any sparse rung; 1 "
-      "the cost model kept (hidden, or no cheaper rung)), dgc 99.9% 2 tensors (3.05 M values)");
+      "left dense by the cost model (the link needs no more)), dgc 99.9% 2 tensors (3.05 M values)");
   EXPECT_EQ(codec_mix_of_plan("GRADEX_POLICY=fixed\ntensor x\n"), "");
 }
 
