@@ -215,11 +215,8 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
       rungs.push_back({o.sparse_codec, s});
     }
   }
-  // A floor that excluded every sparse rung (the lowest one included) is said as such: the tensor
-  // is too small to compress, whatever the link (gradex-bench's codec summary counts these).
-  const bool any_sparse =
-      std::any_of(rungs.begin(), rungs.end(), [](const Rung& r) { return is_sparse(r.codec); });
-  if (!any_sparse && why.find(" would keep ") != std::string::npos)
+  // A floor that excluded every sparse rung (they come last) says so: too small to compress.
+  if (!is_sparse(rungs.back().codec) && why.find(" would keep ") != std::string::npos)
     why = "too small for any sparse rung: " + why;
   if (excluded_reason) *excluded_reason = why;
   return rungs;

@@ -95,13 +95,24 @@ def worker(ckpt_dir, log_dir, start_from, kill):
 
 
 def _free_port_pair():
-    """A port p with p and p + 1 free a moment ago (one store per torchrun attempt)."""
+    """A port p with p and p + 1 free a moment ago (one store per torchrun attempt), drawn below the
+    kernel's ephemeral range: ports that tests bind as port 0 come from that range, and one freed here
+    could be handed to another test (pytest-xdist runs three at once) before this run's rank 0 binds it.
+    A first attempt that fails at start-up leaves no log and torchrun's restart runs the whole job: seen
+    once in a full run, and a taken port is the one start-up failure this test's own code invites."""
+    import random
     import socket
-    for _ in range(100):
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(10000, max(10002, low - 2))
         with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
             try:
+                a.bind(("127.0.0.1", p))
                 b.bind(("127.0.0.1", p + 1))
             except OSError:
                 continue
@@ -122,7 +133,7 @@ def _torchrun(tmp, name, start_from, kill):
     env.pop("WORLD_SIZE", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
-    return ckpt, logs
+    return ckpt, logs, proc
 
 
 def _read(logs, rank, attempt):
@@ -131,10 +142,10 @@ def _read(logs, rank, attempt):
 
 
 def test_killed_rank_resumes_bit_identically(tmp_path):
-    ckpt, logs = _torchrun(tmp_path, "crashed", None, kill=True)
+    ckpt, logs, proc = _torchrun(tmp_path, "crashed", None, kill=True)
     # The first attempt died after KILL_AFTER steps on rank 1, and a second attempt finished the run.
     first = _read(logs, 1, 0)
-    assert [e["step"] for e in first] == list(range(1, KILL_AFTER + 1))
+    assert [e["step"] for e in first] == list(range(1, KILL_AFTER + 1)), proc.stderr[-6000:]
     resumed = {r: _read(logs, r, 1) for r in (0, 1)}
     for r in (0, 1):
         assert [e["step"] for e in resumed[r]] == list(range(CHECKPOINT_EVERY + 1, TOTAL_STEPS + 1)), \
@@ -145,7 +156,7 @@ def test_killed_rank_resumes_bit_identically(tmp_path):
     # An uninterrupted run from the same checkpoint (kept as it was written, before the crash).
     start = tmp_path / "start"
     shutil.copytree(ckpt / f"step{CHECKPOINT_EVERY}", start)
-    _, ref_logs = _torchrun(tmp_path, "reference", start, kill=False)
+    _, ref_logs, _ = _torchrun(tmp_path, "reference", start, kill=False)
     for r in (0, 1):
         reference = _read(ref_logs, r, 0)
         assert [e["step"] for e in reference] == [e["step"] for e in resumed[r]]
