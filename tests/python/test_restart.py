@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from free_ports import free_ports
+
 TOTAL_STEPS = 12
 CHECKPOINT_EVERY = 4
 KILL_AFTER = 6  # rank 1 dies after this step on the first attempt: the last checkpoint is step 4
@@ -94,32 +96,6 @@ def worker(ckpt_dir, log_dir, start_from, kill):
     dist.destroy_process_group()
 
 
-def _free_port_pair():
-    """A port p with p and p + 1 free a moment ago (one store per torchrun attempt), drawn below the
-    kernel's ephemeral range: ports that tests bind as port 0 come from that range, and one freed here
-    could be handed to another test (pytest-xdist runs three at once) before this run's rank 0 binds it.
-    A first attempt that fails at start-up leaves no log and torchrun's restart runs the whole job: seen
-    once in a full run, and a taken port is the one start-up failure this test's own code invites."""
-    import random
-    import socket
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = random.Random()
-    for _ in range(200):
-        p = rng.randrange(10000, max(10002, low - 2))
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-            return p
-    raise RuntimeError("no pair of free ports")
-
-
 def _torchrun(tmp, name, start_from, kill):
     ckpt, logs = tmp / name / "ckpt", tmp / name / "logs"
     ckpt.mkdir(parents=True)
@@ -128,7 +104,7 @@ def _torchrun(tmp, name, start_from, kill):
     cmd = [str(runner)] if runner.exists() else [sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.5",
             __file__, "WORKER", str(ckpt), str(logs), str(start_from or ""), "1" if kill else "0"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", GRADEX_TEST_BASE_PORT=str(_free_port_pair()))
+    env = dict(os.environ, OMP_NUM_THREADS="1", GRADEX_TEST_BASE_PORT=str(free_ports(2)))
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)

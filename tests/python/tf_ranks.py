@@ -10,7 +10,6 @@ fails shows its traceback and stderr. `may_die`: ranks allowed to die without re
 """
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,11 +17,7 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from free_ports import free_port  # noqa: F401  (the tests call ranks.free_port())
 
 
 def _tail(path, limit=6000):

@@ -11,17 +11,12 @@ itself is a fresh interpreter (never a fork of the test process, which may hold 
 each rank starts from the environment the test process has at run() time, as a spawned rank would.
 """
 import os
-import socket
 import time
 import traceback
 
 import torch.multiprocessing as mp
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from free_ports import free_port  # noqa: F401  (the tests call ranks.free_port())
 
 
 EXIT = "torch_ranks.EXIT"  # returned by fn: the rank reports, then leaves at once (a peer dying mid-job)
