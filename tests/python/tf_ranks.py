@@ -15,9 +15,9 @@ import sys
 import tempfile
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
 from free_ports import free_port  # noqa: F401  (the tests call ranks.free_port())
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _tail(path, limit=6000):
