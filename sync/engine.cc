@@ -59,7 +59,9 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   // The hierarchical exchange's groups (hosts, or regions measured here): collective, so at the
   // same point on every rank, before any unit.
   ExchangeLayout layout = exchange_layout(*comm, config_, options_);
-  if (rank == 0) GX_LOG(kInfo) << "exchange layout: " << layout.description;
+  if (rank == 0) {
+    GX_LOG(kInfo) << "exchange layout: " << layout.description;
+  }
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   std::lock_guard<std::mutex> lock(mutex_);

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
-#include <map>
-#include <set>
 
 #include "base/log.h"
 #include "comm/topology/regions.h"
@@ -37,27 +35,13 @@ double nearest_region_rtt_ms(const std::vector<std::vector<double>>& host_rtt_ms
 
 namespace {
 
-// At least two regions, and some region holds two hosts or more: reducing inside a region then
-// saves WAN bytes (a region of one host each is the host layout again).
-bool regions_pay(const comm::HostTopology& hosts, const std::vector<int>& region_of_rank) {
-  std::set<int> regions(region_of_rank.begin(), region_of_rank.end());
-  if (regions.size() < 2) return false;
-  std::vector<int> hosts_in(static_cast<size_t>(*regions.rbegin()) + 1, 0);  // regions 0..R-1
-  for (const auto& h : hosts.hosts)
-    ++hosts_in[static_cast<size_t>(region_of_rank[static_cast<size_t>(h[0])])];
-  return *std::max_element(hosts_in.begin(), hosts_in.end()) >= 2;
-}
-
 // Every region holds as many ranks as every other. The hierarchical collectives run one
 // cross-group collective per local index, and a group smaller than the largest runs the missing
 // indices' collectives on its own ranks one after another: with a region of one host beside one of
 // two (hosts in regions 0, 0, 1, 2 at 20-150 ms), DGC steps ran at 0.65x the flat exchange's rate.
-bool regions_even(const std::vector<int>& region_of_rank) {
-  std::map<int, int> ranks_in;
-  for (int r : region_of_rank)
-    ++ranks_in[r];
-  for (const auto& [region, ranks] : ranks_in)
-    if (ranks != ranks_in.begin()->second) return false;
+bool groups_even(const comm::HostTopology& groups) {
+  for (const auto& g : groups.hosts)
+    if (g.size() != groups.hosts[0].size()) return false;
   return true;
 }
 
@@ -78,28 +62,31 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
     return layout;
   }
   const int P = comm.size();
-  comm::HostTopology hosts = comm::host_topology(comm.rank_hosts(), P);
+  comm::HostTopology groups = comm::host_topology(comm.rank_hosts(), P);
+  const int host_count = groups.host_count();
+  layout.description = std::to_string(host_count) + " host(s) as groups";
   const std::string& tier = config.get_string("GRADEX_HIERARCHY_TIER");
   const std::string& declared = config.get_string("GRADEX_REGION");
   // Whether regions are looked for: the same on every rank (the tier is agreed, the host count
   // is from the identities every rank published; a partial declaration fails in
   // discover_regions on every rank).
-  const bool look = tier == "region" || (tier == "auto" && hosts.host_count() >= 3) ||
-                    (tier == "auto" && !declared.empty());
-  comm::HostTopology groups = hosts;
+  const bool look = tier == "region" || (tier == "auto" && (host_count >= 3 || !declared.empty()));
   if (look && P > 1) {
     const comm::RegionMap map = comm::discover_regions(comm, declared);
-    const double nearest = nearest_region_rtt_ms(map.host_rtt_ms, hosts, map.region_of_rank);
+    comm::HostTopology by_region = region_topology(map.region_of_rank);
+    // A region is a union of hosts, so fewer regions than hosts means some region holds two hosts
+    // or more: reducing inside regions then saves WAN bytes (one host each is the host layout).
+    const int regions = by_region.host_count();
+    const bool pays = regions >= 2 && regions < host_count;
+    const double nearest = nearest_region_rtt_ms(map.host_rtt_ms, groups, map.region_of_rank);
     const bool wan = map.declared || nearest >= kWanRttMs;
-    const bool even = regions_even(map.region_of_rank);
-    if (regions_pay(hosts, map.region_of_rank) && (tier == "region" || (wan && even))) {
-      groups = region_topology(map.region_of_rank);
-      layout.regions = true;
+    if (pays && (tier == "region" || (wan && groups_even(by_region)))) {
       char rtt[64] = "";
       if (!map.declared) std::snprintf(rtt, sizeof rtt, ", nearest %.1f ms apart", nearest);
       layout.description = std::string("regions (") + (map.declared ? "declared" : "measured") +
                            rtt + "): rank -> region " + describe(map.region_of_rank);
-    } else if (tier == "auto" && wan && regions_pay(hosts, map.region_of_rank)) {
+      groups = std::move(by_region);
+    } else if (pays && wan) {
       // A warning when the user declared the regions (they are not used), else information.
       const std::string message = "GRADEX_HIERARCHY_TIER=auto: the regions (rank -> region " +
                                   describe(map.region_of_rank) +
@@ -110,17 +97,11 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
       else
         GX_LOG(kInfo) << message;
     } else if (tier == "region") {
-      GX_LOG(kWarn) << "GRADEX_HIERARCHY_TIER=region: the job's hosts form "
-                    << (map.region_of_rank.empty() ? 0
-                                                   : *std::max_element(map.region_of_rank.begin(),
-                                                                       map.region_of_rank.end()) +
-                                                         1)
+      GX_LOG(kWarn) << "GRADEX_HIERARCHY_TIER=region: the job's hosts form " << regions
                     << " region(s) with no region of two hosts or more (rank -> region "
                     << describe(map.region_of_rank) << "): the hosts are the tier";
     }
   }
-  if (!layout.regions)
-    layout.description = std::to_string(hosts.host_count()) + " host(s) as groups";
   if (options.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(groups)) {
     layout.groups = std::make_unique<comm::HostTopology>(std::move(groups));
     layout.description = "hierarchical over " + layout.description;

@@ -32,8 +32,7 @@ constexpr double kWanRttMs = 5.0;
 
 struct ExchangeLayout {
   std::unique_ptr<comm::HostTopology> groups;  // null: the flat exchange
-  bool regions = false;                        // the groups are regions, not hosts
-  std::string description;                     // for the log and gradex_explain
+  std::string description;                     // for the log (Engine::layout_description)
 };
 
 ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& config,
