@@ -8,7 +8,6 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <sstream>
 
 #include "process_ranks.h"
 #include "rank_checks.h"
@@ -16,14 +15,6 @@
 using namespace gradex::test;
 
 namespace {
-
-gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer) {
-  gradex_engine_options_t options;
-  gradex_engine_options_init(&options);
-  options.rank = rank;
-  options.world_size = world;
-  return gradex_outer_create(&options, outer);
-}
 
 // Two fragments with period 8: w0 alone (fragment 0), w1 and w2 (fragment 1).
 constexpr int kTensors = 3;
@@ -186,13 +177,6 @@ uint64_t fnv(const Tensors& w) {
   return h;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 // Final syncs at steps that meet every case (an exchange in flight with and without inner steps
@@ -321,10 +305,10 @@ TEST(OuterFinalSync, FourBitIdenticalAcrossRanksAndResumable) {
       },
       std::chrono::seconds(120), false);
   ASSERT_EQ(failures(results), "");
-  const std::string first = read_file(dir + "/rank0");
+  const std::string first = read_text_file(dir + "/rank0");
   EXPECT_FALSE(first.empty());
   for (int r = 1; r < world; ++r)
-    EXPECT_EQ(read_file(dir + "/rank" + std::to_string(r)), first) << "rank " << r;
+    EXPECT_EQ(read_text_file(dir + "/rank" + std::to_string(r)), first) << "rank " << r;
 }
 
 TEST(OuterFinalSync, NullOuterRejected) {

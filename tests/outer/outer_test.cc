@@ -10,7 +10,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "process_ranks.h"
 #include "rank_checks.h"
@@ -18,14 +17,6 @@
 using namespace gradex::test;
 
 namespace {
-
-gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer) {
-  gradex_engine_options_t options;
-  gradex_engine_options_init(&options);
-  options.rank = rank;
-  options.world_size = world;
-  return gradex_outer_create(&options, outer);
-}
 
 // Three parameter tensors (odd sizes, spanning quantization blocks) and one buffer.
 struct Model {
@@ -71,13 +62,6 @@ uint64_t fnv(const std::vector<float>& v, uint64_t h = 1469598103934665603ull) {
 std::string temp_dir() {
   char tmpl[] = "/tmp/gradex_outer_XXXXXX";
   return ::mkdtemp(tmpl);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -217,11 +201,11 @@ void check_streaming(const std::string& bits, const std::string& rounding,
       },
       std::chrono::seconds(180), false);
   ASSERT_EQ(failures(results), "");
-  const std::string first = read_file(dir + "/rank0");
+  const std::string first = read_text_file(dir + "/rank0");
   EXPECT_NE(first.find("final"), std::string::npos);
   EXPECT_GT(std::count(first.begin(), first.end(), '\n'), 90);
   for (int r = 1; r < world; ++r)
-    EXPECT_EQ(read_file(dir + "/rank" + std::to_string(r)), first) << "rank " << r;
+    EXPECT_EQ(read_text_file(dir + "/rank" + std::to_string(r)), first) << "rank " << r;
 }
 
 TEST(Outer, EightBitStreamingGlobalCopiesIdentical) {

@@ -80,14 +80,6 @@ TEST(OuterTopk, ForeignOrCorruptPayloadsAreRejected) {
   EXPECT_THROW(TopkCodec(1.5, 10, 0, {}), gradex::ConfigError);
 }
 
-gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer) {
-  gradex_engine_options_t options;
-  gradex_engine_options_init(&options);
-  options.rank = rank;
-  options.world_size = world;
-  return gradex_outer_create(&options, outer);
-}
-
 // Density 1 sends every non-zero entry of delta, so with lr 1 and no momentum each sync must give
 // exactly theta_global - (0 + d_0 + d_1 + d_2) / 3 with d_q = theta_global - theta_local_q: the
 // dense fp32 average of the pseudo-gradients in rank order.

@@ -9,7 +9,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <limits>
 
 #include "capi/engine_access.h"
@@ -44,11 +43,6 @@ std::string temp_dir() {
 void append_file(const std::string& path, const void* data, size_t bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::app);
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 struct Snapshot {
@@ -153,10 +147,10 @@ std::string run_job(Mode mode) {
   auto results =
       run_ranks(kWorld, kEnv, [&](RankContext& ctx) { return run_rank(ctx, mode, dir); });
   EXPECT_EQ(failures(results), "");
-  const std::string first = read_file(dir + "/rank0");
+  const std::string first = read_text_file(dir + "/rank0");
   EXPECT_EQ(first.size(), kSteps * (kDense * 6 + kDgc * 4));
   for (int r = 1; r < kWorld; ++r)
-    EXPECT_TRUE(read_file(dir + "/rank" + std::to_string(r)) == first)
+    EXPECT_TRUE(read_text_file(dir + "/rank" + std::to_string(r)) == first)
         << "rank " << r << " received other results than rank 0";
   return first;
 }

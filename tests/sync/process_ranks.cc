@@ -10,6 +10,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 namespace gradex::test {
 namespace {
@@ -47,6 +49,19 @@ gradex_status_t create_engine(int rank, int world, gradex_engine_t** engine, std
   gradex_status_t s = gradex_engine_create(&options, engine);
   if (s != GRADEX_OK && error) *error = gradex_last_error();
   return s;
+}
+
+gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer) {
+  gradex_engine_options_t options;
+  gradex_engine_options_init(&options);
+  options.rank = rank;
+  options.world_size = world;
+  return gradex_outer_create(&options, outer);
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 std::vector<std::string> run_ranks(int world, const std::vector<std::string>& env,

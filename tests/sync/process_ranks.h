@@ -30,6 +30,12 @@ std::vector<std::string> run_ranks(int world, const std::vector<std::string>& en
 // Creates an engine for rank/world from the environment's MASTER_ADDR/MASTER_PORT (set by
 // run_ranks), or returns the status with the message in `error`.
 gradex_status_t create_engine(int rank, int world, gradex_engine_t** engine, std::string* error);
+// The same for an outer optimizer (gradex_outer_create); the message stays in gradex_last_error().
+gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer);
+
+// A whole file's bytes ("" when it cannot be read): results that ranks leave for the test to
+// compare.
+std::string read_text_file(const std::string& path);
 
 // Joins the failure messages of all ranks ("" when every rank succeeded).
 std::string failures(const std::vector<std::string>& results);
