@@ -7,33 +7,13 @@
 #include <cstdint>
 #include <string>
 
+#include "base/fd.h"
+
 namespace gradex::comm {
 
 using Clock = std::chrono::steady_clock;
 
-// Owns a file descriptor; closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using gradex::Fd;  // base/fd.h
 
 // "host:port" for messages (brackets around IPv6 literals).
 std::string host_port(const std::string& host, uint16_t port);

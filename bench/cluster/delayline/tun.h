@@ -1,26 +1,14 @@
-// File descriptors the relay owns: an RAII wrapper, and TUN devices opened inside named network
-// namespaces (those of `ip netns add`, under /run/netns).
+// TUN devices opened inside named network namespaces (those of `ip netns add`, under /run/netns),
+// owned by the relay as file descriptors (base/fd.h).
 #pragma once
 
 #include <string>
 
+#include "base/fd.h"
+
 namespace gradex::delayline {
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd();
-  int get() const { return fd_; }
-  int release();
-
- private:
-  int fd_ = -1;
-};
+using gradex::Fd;
 
 // Creates TUN device `dev` (IFF_TUN | IFF_NO_PI: bare IP packets; non-persistent, so it disappears
 // with the returned descriptor) inside network namespace /run/netns/<netns> and returns its
