@@ -23,15 +23,6 @@ using namespace gradex::test;
 
 namespace {
 
-gradex_store_t* connect_store(int process, int processes) {
-  gradex_engine_options_t o;
-  gradex_engine_options_init(&o);
-  o.rank = process;
-  o.world_size = processes;
-  gradex_store_t* store = nullptr;
-  return gradex_store_connect(&o, &store) == GRADEX_OK ? store : nullptr;
-}
-
 gradex_status_t create(gradex_store_t* store, const char* prefix, int rank, int world,
                        gradex_outer_t** outer, const char* bits = nullptr) {
   gradex_engine_options_t o;
@@ -57,19 +48,6 @@ gradex_status_t reconfigure(gradex_outer_t* outer, const char* prefix, int rank,
   o.world_size = world;
   o.store_prefix = prefix;  // the store given at creation
   return gradex_outer_reconfigure(outer, &o);
-}
-
-void store_set(gradex_store_t* s, const std::string& key, const std::string& value) {
-  s->set(s->context, key.c_str(), value.data(), value.size());
-}
-
-std::string store_get(gradex_store_t* s, const std::string& key) {
-  void* value = nullptr;
-  size_t length = 0;
-  if (s->get(s->context, key.c_str(), 120000, &value, &length) != 0) return "";
-  std::string out(static_cast<const char*>(value), length);
-  s->release(s->context, value);
-  return out;
 }
 
 std::string shared_state(gradex_outer_t* outer, gradex_status_t* status) {

@@ -33,16 +33,6 @@ constexpr uint64_t kDenseN = 300;    // dense, with gradex's momentum
 const std::vector<std::string> kEnv = {"GRADEX_TIMEOUT_S=300", "GRADEX_DENSE_THRESHOLD=1024",
                                        "GRADEX_SPARSITY=0.99", "GRADEX_MOMENTUM=0.9"};
 
-gradex_store_t* connect_store(int process, int processes, std::string* error) {
-  gradex_engine_options_t o;
-  gradex_engine_options_init(&o);
-  o.rank = process;
-  o.world_size = processes;
-  gradex_store_t* store = nullptr;
-  if (gradex_store_connect(&o, &store) != GRADEX_OK) *error = gradex_last_error();
-  return store;
-}
-
 gradex_status_t create(gradex_store_t* store, const char* prefix, int rank, int world,
                        gradex_engine_t** engine) {
   gradex_engine_options_t o;
@@ -61,20 +51,6 @@ gradex_status_t reconfigure(gradex_engine_t* engine, const char* prefix, int ran
   o.world_size = world;
   o.store_prefix = prefix;  // store NULL: the one given at creation
   return gradex_engine_reconfigure(engine, &o);
-}
-
-void store_set(gradex_store_t* s, const std::string& key, const std::string& value) {
-  s->set(s->context, key.c_str(), value.data(), value.size());
-}
-
-// "" when the key could not be read within 120 s.
-std::string store_get(gradex_store_t* s, const std::string& key) {
-  void* value = nullptr;
-  size_t length = 0;
-  if (s->get(s->context, key.c_str(), 120000, &value, &length) != 0) return "";
-  std::string out(static_cast<const char*>(value), length);
-  s->release(s->context, value);
-  return out;
 }
 
 // Every process of `members` has reached `name`.

@@ -59,6 +59,32 @@ gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer) {
   return gradex_outer_create(&options, outer);
 }
 
+gradex_store_t* connect_store(int process, int processes, std::string* error) {
+  gradex_engine_options_t o;
+  gradex_engine_options_init(&o);
+  o.rank = process;
+  o.world_size = processes;
+  gradex_store_t* store = nullptr;
+  if (gradex_store_connect(&o, &store) != GRADEX_OK) {
+    if (error) *error = gradex_last_error();
+    return nullptr;
+  }
+  return store;
+}
+
+void store_set(gradex_store_t* s, const std::string& key, const std::string& value) {
+  s->set(s->context, key.c_str(), value.data(), value.size());
+}
+
+std::string store_get(gradex_store_t* s, const std::string& key) {
+  void* value = nullptr;
+  size_t length = 0;
+  if (s->get(s->context, key.c_str(), 120000, &value, &length) != 0) return "";
+  std::string out(static_cast<const char*>(value), length);
+  s->release(s->context, value);
+  return out;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});

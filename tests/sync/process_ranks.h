@@ -33,6 +33,13 @@ gradex_status_t create_engine(int rank, int world, gradex_engine_t** engine, std
 // The same for an outer optimizer (gradex_outer_create); the message stays in gradex_last_error().
 gradex_status_t create_outer(int rank, int world, gradex_outer_t** outer);
 
+// A connection to the launcher's TCP store (gradex_store_connect) as process `process` of
+// `processes`, or nullptr with the message in `error` (when given).
+gradex_store_t* connect_store(int process, int processes, std::string* error = nullptr);
+// The store's set and get (a get waits up to 120 s; "" when the key could not be read by then).
+void store_set(gradex_store_t* s, const std::string& key, const std::string& value);
+std::string store_get(gradex_store_t* s, const std::string& key);
+
 // A whole file's bytes ("" when it cannot be read): results that ranks leave for the test to
 // compare.
 std::string read_text_file(const std::string& path);
