@@ -14,6 +14,7 @@
 #include "sync/backend_lane.h"
 #include "sync/backend_tensor.h"
 #include "sync/codec_factory.h"
+#include "sync/gather_rider.h"
 #include "sync/policy.h"
 
 namespace gradex::sync {
@@ -266,6 +267,43 @@ void BackendPath::finish(TensorState& t, void* data,
   }
   store_values(t, data, l);
   if (d.done) d.done->record(*l.stream);
+}
+
+uint64_t BackendPath::encode_rider(TensorState& t, void* data, DType wire,
+                                   std::vector<uint8_t>& payload_out) {
+  BackendTensor& d = *t.backend;
+  Lane& l = lane(*d.backend, Stage::kPrepare);
+  const float* x = values(t, data);
+  be::BufferPtr host;
+  if (!d.backend->host_accessible()) {
+    host = d.backend->allocate_staging(t.numel * 4);
+    d.backend->copy(host->data(), x, t.numel * 4, *l.stream);
+    x = host->as<float>();
+  }
+  l.synchronize();  // the prepare stage's work on the values is done
+  return rider::encode(x, t.numel, t.key, wire, world_size_, payload_out);
+}
+
+bool BackendPath::finish_rider(TensorState& t, void* data,
+                               const std::vector<compress::wire::PayloadSpan>& payloads,
+                               DType wire) {
+  BackendTensor& d = *t.backend;
+  Lane& l = lane(*d.backend, Stage::kFinish);
+  wait_ready(t, l);
+  float* x = values(t, data);
+  bool nonfinite = false;
+  if (d.backend->host_accessible()) {
+    l.synchronize();
+    nonfinite = rider::average(payloads, t.key, t.numel, wire, x);
+  } else {
+    be::BufferPtr host = d.backend->allocate_staging(t.numel * 4);
+    nonfinite = rider::average(payloads, t.key, t.numel, wire, host->as<float>());
+    d.backend->copy(x, host->data(), t.numel * 4, *l.stream);
+    l.synchronize();  // the staging buffer dies here
+  }
+  store_values(t, data, l);
+  if (d.done) d.done->record(*l.stream);
+  return nonfinite;
 }
 
 void BackendPath::return_to_residual(TensorState& t,

@@ -112,6 +112,14 @@ class BackendPath {
   // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
   void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,
               bool sparse);
+  // A dense gradient riding a DGC unit's gather (sync/gather_rider.h), after prepare(): its
+  // values in full as one payload of `wire` values appended to `payload_out` (prepare stage).
+  // Returns the count of values that saturated a 16-bit wire.
+  uint64_t encode_rider(TensorState& t, void* data, DType wire, std::vector<uint8_t>& payload_out);
+  // Its finish stage: the average of every rank's payload (rank order) into the values, then as
+  // finish(). Returns whether the average holds NaN or Inf.
+  bool finish_rider(TensorState& t, void* data,
+                    const std::vector<compress::wire::PayloadSpan>& payloads, DType wire);
   // The hierarchical exchange's DGC re-selection (progress thread, between prepare and finish):
   // `dropped` (host memory) is added into this rank's residual of the DGC tensor; returns once
   // done.

@@ -368,7 +368,17 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
 
 void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   if (unit.jobs.empty()) return;
-  const uint64_t elements = unit.elements();
+  // Riders (dense gradients in a DGC unit's gather, sync/gather_rider.h) are not the codec's
+  // work: their bytes count as the link's, their tensors and payloads are left out of the codec's
+  // samples (their encode and sum, a copy and an add per value, stay in the stage times).
+  std::vector<const pipeline::Job*> jobs;
+  uint64_t elements = 0;
+  for (const pipeline::Job* j : unit.jobs) {
+    if (j->rider) continue;
+    jobs.push_back(j);
+    elements += j->tensor->numel;
+  }
+  if (jobs.empty()) return;
   const pipeline::UnitCounters& c = unit.counters;
   cost::Codec codec = cost::Codec::kFp32;
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
@@ -379,16 +389,17 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     codec = planner_.choice.sparse_codec;
     terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
     uint64_t selected = 0;
-    for (const pipeline::Job* j : unit.jobs)
+    for (const pipeline::Job* j : jobs)
       selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.rung.sparsity);
     // DGC's decode is per received value; the Adam codec's per element (cost::CodecCosts).
     decoded = adam ? 0 : selected * static_cast<uint64_t>(world_size_);
-    const size_t framing = 4 + 8 * unit.jobs.size();
-    if (unit.message.size() > framing) {
+    const size_t framing = 4 + 8 * jobs.size();
+    const size_t message = unit.message.size() - unit.rider_message_bytes;
+    if (message > framing) {
       if (adam)
-        model_.observe_adam_payload(selected, unit.message.size() - framing);
+        model_.observe_adam_payload(selected, message - framing);
       else
-        model_.observe_dgc_payload(selected, unit.message.size() - framing);
+        model_.observe_dgc_payload(selected, message - framing);
     }
   } else if (unit.path == route::Path::kInt8) {
     codec = cost::Codec::kInt8;
@@ -410,11 +421,11 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     record.codec = codec;
     record.measured_s = total;
     record.stages_s = c.prepare_seconds + c.finish_seconds;
-    for (const pipeline::Job* j : unit.jobs)
+    for (const pipeline::Job* j : jobs)
       record.tensors.emplace_back(j->tensor->numel, j->tensor->policy.rung.sparsity);
     unit_records_.push_back(std::move(record));
   }
-  for (const pipeline::Job* j : unit.jobs) {
+  for (const pipeline::Job* j : jobs) {
     if (j->id.kind != WorkKind::kGradient || elements == 0) continue;
     const double share = total * static_cast<double>(j->tensor->numel) / elements;
     auto [it, fresh] = measured_s_.try_emplace(j->id.key, share);

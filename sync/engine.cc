@@ -519,7 +519,12 @@ void Engine::finalize_announcements(std::vector<Announcement>& announce) {
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left) {
   inspect(announce);
+  const auto t0 = Clock::now();
   RoundResult r = negotiator_->round(announce, leaving);
+  if (!r.ready.empty()) {
+    GX_LOG(kDebug) << "negotiation round: " << r.ready.size() << " ready in "
+                   << std::chrono::duration<double, std::milli>(Clock::now() - t0).count() << " ms";
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.control_bytes = negotiator_->control_bytes();

@@ -168,6 +168,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
   plan_options.sparse_group_elements = latency_bound_group() ? std::numeric_limits<uint64_t>::max()
                                                              : options_.sparse_group_bytes / 4;
+  plan_options.rider_bytes = rider_bytes();
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
@@ -186,6 +187,16 @@ bool Engine::latency_bound_group() const {
          config_.source_of("GRADEX_SPARSE_GROUP_MB") == config::Source::kDefault;
 }
 
+uint64_t Engine::rider_bytes() const {
+  // The hierarchical exchange re-selects DGC payloads per host: nothing dense can ride it.
+  if (hierarchy() != nullptr) return 0;
+  using Collective = EngineOptions::DenseCollective;
+  if (options_.dense_collective == Collective::kGather) return UINT64_MAX;
+  if (options_.dense_collective != Collective::kAuto) return 0;
+  const GatherModel* model = sparse_gather_.model();
+  return model != nullptr && model->latency_bound() ? model->rider_bytes() : 0;
+}
+
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
   route::Context ctx{*comm_, *path_, sparse_gather_, options_, config_, hierarchy(), world_size_};
@@ -199,6 +210,9 @@ void Engine::transfer(Unit& unit) {
   route.finish(unit, ctx);
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
+  GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << path_name(route.path())
+                 << ": " << comm_->bytes_sent() - sent_before << " bytes sent in "
+                 << unit.counters.transfer_seconds * 1e3 << " ms";
 }
 
 void Engine::complete_unit(Unit& unit) {

@@ -58,6 +58,7 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     path_->prepare(t, job.data, job.clip, job.step, job.path == Path::kSparse, payload_out);
   job.values = path_->values(t, job.data);
   job.values_dtype = DType::kFloat32;
+  if (job.rider) job.saturated = path_->encode_rider(t, job.data, job.rider_wire, payload_out);
 }
 
 void Engine::prepare_named(Job& job, std::vector<uint8_t>& payload_out) {
@@ -80,7 +81,7 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
   const bool dense_gradient = job.id.kind == WorkKind::kGradient &&
                               route::dense_allreduce(job.path) && job.path != Path::kDgcDenseStep &&
                               !job.absent;
-  if (dense_gradient && options.momentum <= 0 && options.clip_norm <= 0) return 0;
+  if (dense_gradient && !job.rider && options.momentum <= 0 && options.clip_norm <= 0) return 0;
   return job.tensor->numel;
 }
 
@@ -88,7 +89,7 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
 // (a dense fp32 gradient's average is already in place).
 uint64_t finish_work(const Job& job) {
   const bool in_place = job.id.kind == WorkKind::kGradient && route::dense_allreduce(job.path) &&
-                        job.tensor->dtype == DType::kFloat32;
+                        job.tensor->dtype == DType::kFloat32 && !job.rider;
   return in_place ? 0 : job.tensor->numel;
 }
 
@@ -133,6 +134,7 @@ void Engine::prepare_unit(Unit& unit) {
   // A DGC unit's message frames one payload per tensor, in job order.
   std::vector<uint8_t>& m = unit.message;
   m.clear();
+  unit.rider_message_bytes = 0;
   const bool sparse = unit.path == Path::kSparse;
   ThreadPool& pool = shared_pool();
   // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
@@ -150,17 +152,21 @@ void Engine::prepare_unit(Unit& unit) {
     if (sparse) {
       wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
       for (Job* job : unit.jobs) {
+        const size_t before = m.size();
         const size_t at = wire::begin_payload(m);
         m.insert(m.end(), job->payload.begin(), job->payload.end());
         wire::end_payload(m, at);
+        if (job->rider) unit.rider_message_bytes += m.size() - before;
       }
     }
   } else {
     if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
     for (Job* job : unit.jobs) {
+      const size_t before = m.size();
       const size_t at = sparse ? wire::begin_payload(m) : 0;
       prepare_named(*job, m);
       if (sparse) wire::end_payload(m, at);
+      if (job->rider) unit.rider_message_bytes += m.size() - before;
     }
   }
   unit.counters.prepare_seconds += seconds_since(t0);
@@ -168,6 +174,10 @@ void Engine::prepare_unit(Unit& unit) {
 
 void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
   TensorState& t = *job.tensor;
+  if (job.rider) {
+    job.nonfinite_result = path_->finish_rider(t, job.data, payloads, job.rider_wire);
+    return;
+  }
   if (job.id.kind == WorkKind::kGradient) {
     path_->finish(t, job.data, payloads, job.path == Path::kSparse);
     return;
@@ -216,6 +226,11 @@ void Engine::finish_unit(Unit& unit) {
   else
     for (size_t j = 0; j < unit.jobs.size(); ++j)
       finish_job(j);
+  for (const Job* job : unit.jobs) {
+    if (job->saturated == 0) continue;
+    unit.counters.saturated += job->saturated;
+    if (unit.counters.first_saturated.empty()) unit.counters.first_saturated = job->tensor->key;
+  }
   unit.counters.finish_seconds += seconds_since(t0);
   complete_unit(unit);
 }

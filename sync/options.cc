@@ -103,6 +103,7 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   const std::string& dense_collective = c.get_string("GRADEX_DENSE_COLLECTIVE");
   o.dense_collective = dense_collective == "ring"     ? EngineOptions::DenseCollective::kRing
                        : dense_collective == "direct" ? EngineOptions::DenseCollective::kDirect
+                       : dense_collective == "gather" ? EngineOptions::DenseCollective::kGather
                                                       : EngineOptions::DenseCollective::kAuto;
   const std::string& hierarchical = c.get_string("GRADEX_HIERARCHICAL");
   o.hierarchical = hierarchical == "0"   ? EngineOptions::Hierarchical::kOff

@@ -35,7 +35,7 @@ void add_buckets(std::vector<Job>& jobs, route::Path path, size_t elem, size_t f
   Unit* open = nullptr;
   size_t bytes = 0;
   for (Job& j : jobs) {
-    if (route::unit_path(j.path) != path) continue;
+    if (route::unit_path(j.path) != path || j.rider) continue;
     const size_t b = j.tensor->numel * elem;
     if (open == nullptr || bytes + b > limit) {
       open = &units.emplace_back();
@@ -47,11 +47,35 @@ void add_buckets(std::vector<Job>& jobs, route::Path path, size_t elem, size_t f
   }
 }
 
+// Marks the riders (see plan()); returns whether there are any.
+bool choose_riders(std::vector<Job>& jobs, const PlanOptions& options) {
+  using route::Path;
+  if (options.rider_bytes == 0) return false;
+  if (std::none_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.path == Path::kSparse; }))
+    return false;
+  uint64_t bytes = 0;
+  bool any = false;
+  for (Job& j : jobs) {
+    const bool dense = j.path == Path::kDense || j.path == Path::kDenseFp32;
+    if (!dense || j.id.kind != WorkKind::kGradient || j.absent || !j.tensor->int8_residual.empty())
+      continue;
+    const DType wire = j.path == Path::kDense ? options.dense_wire : DType::kFloat32;
+    const uint64_t b = j.tensor->numel * dtype_size(wire);
+    if (bytes + b > options.rider_bytes) break;  // round order: a prefix rides
+    bytes += b;
+    j.rider = true;
+    j.rider_wire = wire;
+    any = true;
+  }
+  return any;
+}
+
 }  // namespace
 
 std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
   std::deque<Unit> units;
   using route::Path;
+  const bool riders = choose_riders(jobs, options);
   add_buckets(jobs, Path::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
   // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
   add_buckets(jobs, Path::kDenseFp32, 4, options.fusion_bytes, units);
@@ -72,6 +96,12 @@ std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
     }
     open->jobs.push_back(&j);
     elements += n;
+  }
+  if (riders) {
+    Unit& first = *std::find_if(units.begin(), units.end(),
+                                [](const Unit& u) { return u.path == Path::kSparse; });
+    for (Job& j : jobs)
+      if (j.rider) first.jobs.push_back(&j);
   }
   return units;
 }

@@ -45,6 +45,10 @@ struct Job {
   // How its bytes travel (route::assign, from agreed data only).
   route::Path path = route::Path::kDense;
   bool absent = false;  // Engine::submit_absent: zeros sent, the tensor's state untouched
+  // A dense gradient riding its round's DGC gather (sync/gather_rider.h; plan() decides), with
+  // its dense route's wire type.
+  bool rider = false;
+  DType rider_wire = DType::kFloat32;
   // prepare:
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
@@ -52,7 +56,8 @@ struct Job {
   // A sparse job prepared beside others (Engine::prepare_unit spreads a unit over the pool): its
   // payload, framed into the unit's message in job order once every job is prepared.
   std::vector<uint8_t> payload;
-  // transfer (dense):
+  uint64_t saturated = 0;  // a rider's values that saturated its 16-bit wire
+  // transfer (dense), finish (riders):
   bool nonfinite_result = false;  // the average holds NaN/Inf
 };
 
@@ -69,12 +74,14 @@ struct UnitCounters {
 
 // One collective's worth of jobs.
 struct Unit {
-  // Its jobs' route::unit_path (plan never mixes paths in a unit); never kDgcDenseStep, and
-  // kSparse even where the hierarchical exchange carries it (route::path_of decides that).
+  // Its jobs' route::unit_path (plan never mixes paths in a unit, but for riders: dense jobs in a
+  // kSparse unit, sync/gather_rider.h); never kDgcDenseStep, and kSparse even where the
+  // hierarchical exchange carries it (route::path_of decides that).
   route::Path path = route::Path::kDense;
   std::vector<Job*> jobs;             // round order
   std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
+  uint64_t rider_message_bytes = 0;   // sparse: the riders' share of `message`, framing included
   UnitCounters counters;
   // Scheduling (run()): who runs the prepare / finish stage, and their outcomes.
   bool finish_on_pool = false;
@@ -92,6 +99,9 @@ struct PlanOptions {
   size_t fusion_bytes = 64u << 20;     // GRADEX_FUSION_MB
   DType dense_wire = DType::kFloat16;  // wire type of kDense buckets
   uint64_t sparse_group_elements = 0;  // GRADEX_SPARSE_GROUP_MB / 4 bytes (0: one tensor each)
+  // Riders (sync/gather_rider.h): at most this many wire bytes of dense gradients ride the
+  // round's first DGC unit (0: none).
+  uint64_t rider_bytes = 0;
 };
 
 // Cuts `jobs` (the round's order) into units, in the order they travel:
@@ -103,6 +113,9 @@ struct PlanOptions {
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).
+// With rider_bytes and at least one kSparse job, the kDense and kDenseFp32 gradients (neither
+// absent nor carrying 8-bit residuals) ride the first kSparse unit instead, in round order while
+// their wire bytes stay within rider_bytes, after that unit's DGC jobs; the rest go to buckets.
 // Dense work goes first: small buckets complete before the large DGC tensors' payloads travel, and
 // the DGC tensors compress on the pool meanwhile.
 std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options);

@@ -75,6 +75,14 @@ double GatherModel::dense_direct_seconds(uint64_t bytes) const {
   return t;
 }
 
+uint64_t GatherModel::rider_bytes() const {
+  const double P = world_size;
+  const double extra_per_byte = (P - 1) * (P - 2) / P * link.beta_s_per_byte;
+  if (world_size < 3 || extra_per_byte <= 0) return kRiderMaxBytes;
+  return static_cast<uint64_t>(
+      std::min(2 * link.alpha_s / extra_per_byte, static_cast<double>(kRiderMaxBytes)));
+}
+
 void SparseGather::agree(comm::Communicator& comm) {
   if (mode_ == EngineOptions::SparseCollective::kAuto) agree_model(comm);
 }
@@ -102,7 +110,9 @@ void SparseGather::agree_model(comm::Communicator& comm) {
     std::call_once(said, [rtt_s, flows] {
       const std::string advice =
           comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits, flows);
-      if (!advice.empty()) GX_LOG(kWarn) << advice;
+      if (!advice.empty()) {
+        GX_LOG(kWarn) << advice;
+      }
     });
   }
   model_ = std::move(model);

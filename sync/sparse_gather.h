@@ -64,6 +64,13 @@ struct GatherModel {
   // The largest inline payload worth one round on a latency-bound link: what the link moves in
   // one latency, at most kLatencyInlineMax (receives of this size are posted for every peer).
   static constexpr size_t kLatencyInlineMax = 1u << 20;
+  // The most wire bytes of dense gradients per rank worth riding a DGC unit's gather
+  // (sync/gather_rider.h): riding, each rank receives (P-1) times their bytes where an allreduce
+  // moves 2(P-1)/P times them, and saves at least the direct exchange's 2 message latencies; so
+  // while (P-1)(P-2)/P * bytes * beta <= 2 alpha (no limit below three ranks, where the bytes are
+  // the same), at most kRiderMaxBytes.
+  static constexpr uint64_t kRiderMaxBytes = uint64_t{64} << 20;
+  uint64_t rider_bytes() const;
   bool dense_direct_for(uint64_t bytes) const {
     return world_size > 2 &&
            dense_direct_seconds(bytes) < kDenseDirectGain * dense_ring_seconds(bytes);

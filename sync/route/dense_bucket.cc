@@ -9,7 +9,9 @@
 namespace gradex::sync::route {
 
 void plan_dense(Context& ctx) {
-  const bool dense_auto = ctx.options.dense_collective == EngineOptions::DenseCollective::kAuto;
+  using Collective = EngineOptions::DenseCollective;
+  const bool dense_auto = ctx.options.dense_collective == Collective::kAuto ||
+                          ctx.options.dense_collective == Collective::kGather;
   if (dense_auto && ctx.world_size > 2 && ctx.hosts == nullptr) ctx.gather.agree_model(ctx.comm);
 }
 
@@ -27,7 +29,8 @@ void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire) {
     items.push_back({job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
   DenseExchangeOptions options{
       o.fusion_bytes, o.half_on_wire && !fp32_wire, o.half_type, o.nonfinite, ctx.hosts, {}};
-  const bool dense_auto = o.dense_collective == EngineOptions::DenseCollective::kAuto;
+  const bool dense_auto = o.dense_collective == EngineOptions::DenseCollective::kAuto ||
+                          o.dense_collective == EngineOptions::DenseCollective::kGather;
   if (o.dense_collective == EngineOptions::DenseCollective::kDirect) {
     options.direct_for = [](uint64_t) { return true; };
   } else if (const GatherModel* model = ctx.gather.model(); dense_auto && model) {

@@ -14,7 +14,8 @@
 //                                                 comm::encoded_allreduce (sync/int8_exchange.h)
 //   kFirstAverage        first_average.cc         LocalSGD's first parameter average, fp32
 //   kSparse              sparse.cc                DGC payloads in one allgatherv
-//                                                 (sync/sparse_gather.h)
+//                                                 (sync/sparse_gather.h), and the dense
+//                                                 gradients riding it (sync/gather_rider.h)
 //   kSparseHierarchical  sparse_hierarchical.cc   DGC host sums re-selected per host, then
 //                                                 gathered across hosts (GRADEX_HIERARCHICAL)
 // clang-format on

@@ -3,8 +3,11 @@
 // gradex's momentum, 3 and 4 ranks. Each tensor is its own bucket (GRADEX_FUSION_MB=0): with more
 // than two ranks a fused bucket's segments depend on which tensors a round happened to hold, so
 // only unfused results are comparable across runs (comm/'s tests cover any buffer).
+// gather: dense gradients ride the round's DGC gather (sync/gather_rider.h): the average on every
+// rank, the same bits everywhere, the DGC tensor's results unchanged, and the allgather's bytes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -71,8 +74,8 @@ TEST(EngineDenseCollective, DirectAllreduceGivesTheRingsBits) {
       std::vector<std::string> digests[2];
       int which = 0;
       for (const char* collective : {"ring", "direct"}) {
-        const std::string prefix = dir + "/" + collective + "-" + fp16 + "-" +
-                                   std::to_string(world) + "-";
+        const std::string prefix =
+            dir + "/" + collective + "-" + fp16 + "-" + std::to_string(world) + "-";
         auto results = run_ranks(
             world,
             {"GRADEX_SPARSITY=0", std::string("GRADEX_FP16=") + fp16, "GRADEX_MOMENTUM=0.9",
@@ -86,6 +89,105 @@ TEST(EngineDenseCollective, DirectAllreduceGivesTheRingsBits) {
       EXPECT_EQ(digests[0], digests[1]) << world << " ranks, GRADEX_FP16=" << fp16;
       for (int r = 1; r < world; ++r)  // the average is the same bits on every rank
         EXPECT_EQ(digests[1][static_cast<size_t>(r)], digests[1][0]);
+    }
+  }
+}
+
+namespace {
+
+// One DGC tensor and two small dense ones (GRADEX_DENSE_THRESHOLD) submitted together, 3 steps.
+// Writes the digest of the dense averages, of the DGC tensor's and this rank's bytes sent.
+std::string run_mixed(RankContext& ctx, const std::string& out_prefix, double tolerance) {
+  const std::vector<std::pair<const char*, size_t>> tensors = {
+      {"big.weight", 60000}, {"a.bias", 37}, {"b.weight", 5000}};
+  for (const auto& [key, n] : tensors)
+    RANK_OK(gradex_register_tensor(ctx.engine, key, n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+  Digest dense, sparse;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> g;
+    std::vector<gradex_handle_t> h(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      g.push_back(test_vector(70 + i, ctx.rank, step, tensors[i].second));
+    for (size_t i = 0; i < tensors.size(); ++i)
+      RANK_OK(gradex_submit(ctx.engine, tensors[i].first, g[i].data(), &h[i]));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      RANK_OK(gradex_wait(ctx.engine, h[i]));
+      (i == 0 ? sparse : dense).add(g[i].data(), g[i].size() * 4);
+    }
+    RANK_OK(gradex_end_step(ctx.engine, nullptr));
+    for (size_t i = 1; i < tensors.size(); ++i) {  // no momentum: the plain average
+      double worst = 0;
+      for (size_t j = 0; j < tensors[i].second; ++j) {
+        double want = 0;
+        for (int r = 0; r < ctx.world; ++r)
+          want += test_value(70 + i, r, step, j);
+        worst = std::max(worst, std::fabs(g[i][j] - want / ctx.world));
+      }
+      RANK_REQUIRE(worst < tolerance, tensors[i].first << " at step " << step
+                                                       << " differs from the average by " << worst);
+    }
+  }
+  gradex_stats_t stats;
+  RANK_OK(gradex_get_stats(ctx.engine, 0, &stats));
+  std::ofstream(out_prefix + std::to_string(ctx.rank))
+      << dense.h << " " << sparse.h << " " << stats.bytes_sent;
+  return "";
+}
+
+}  // namespace
+
+TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
+  char dir_template[] = "/tmp/gradex-dense-riders-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  for (int world : {3, 4}) {
+    for (const char* fp16 : {"0", "1"}) {
+      struct Run {
+        std::vector<std::string> dense, sparse;
+        std::vector<uint64_t> sent;
+      } runs[2];
+      int which = 0;
+      for (const char* collective : {"ring", "gather"}) {
+        const std::string prefix =
+            dir + "/" + collective + "-" + fp16 + "-" + std::to_string(world) + "-";
+        auto results =
+            run_ranks(world,
+                      {"GRADEX_POLICY=fixed", "GRADEX_SPARSITY=0.99", "GRADEX_WARMUP_STEPS=0",
+                       "GRADEX_DENSE_THRESHOLD=10000", "GRADEX_MOMENTUM=0",
+                       std::string("GRADEX_FP16=") + fp16,
+                       std::string("GRADEX_DENSE_COLLECTIVE=") + collective},
+                      [&](RankContext& ctx) {
+                        return run_mixed(ctx, prefix, std::string(fp16) == "1" ? 2e-3 : 1e-6);
+                      });
+        ASSERT_EQ(failures(results), "") << collective;
+        for (int r = 0; r < world; ++r) {
+          std::ifstream in(prefix + std::to_string(r));
+          std::string d, sp;
+          uint64_t sent = 0;
+          in >> d >> sp >> sent;
+          runs[which].dense.push_back(d);
+          runs[which].sparse.push_back(sp);
+          runs[which].sent.push_back(sent);
+        }
+        ++which;
+      }
+      const std::string what = std::to_string(world) + " ranks, GRADEX_FP16=" + fp16;
+      for (int r = 1; r < world; ++r) {  // the riders' average: the same bits on every rank
+        EXPECT_EQ(runs[1].dense[static_cast<size_t>(r)], runs[1].dense[0]) << what;
+        EXPECT_EQ(runs[1].sparse[static_cast<size_t>(r)], runs[1].sparse[0]) << what;
+      }
+      EXPECT_EQ(runs[1].sparse, runs[0].sparse) << what << ": riding changed the DGC tensor";
+      // Riding, a rank sends its dense values to each of the P-1 others (plus a bitmap and
+      // framing) where the ring sends 2(P-1)/P of them, in each step whose negotiation round
+      // made the three tensors ready together (the submissions race the progress thread: at
+      // least one of the 3 steps, all ranks alike) of 5037 values.
+      const double wire = 5037.0 * (std::string(fp16) == "1" ? 2 : 4);
+      const double extra = wire * ((world - 1) - 2.0 * (world - 1) / world);
+      for (int r = 0; r < world; ++r) {
+        const double got = static_cast<double>(runs[1].sent[static_cast<size_t>(r)]) -
+                           static_cast<double>(runs[0].sent[static_cast<size_t>(r)]);
+        EXPECT_GE(got, 0.95 * extra) << what << ", rank " << r;
+        EXPECT_LE(got, 3 * (1.1 * extra + 700.0 * (world - 1))) << what << ", rank " << r;
+      }
     }
   }
 }

@@ -81,6 +81,54 @@ TEST(PipelinePlan, DenseBucketsFirstThenFirstAveragesThenSparseGroups) {
   EXPECT_EQ(keys_of(units), (K{{"b", "d", "e", "i"}, {"g", "j"}, {"a"}, {"c"}, {"f"}, {"h"}}));
 }
 
+// Riders (sync/gather_rider.h): with a byte budget and a DGC job in the round, a prefix (round
+// order) of the dense gradients that fit rides the first sparse unit after its DGC jobs, each with
+// its route's wire type; absent ones, parameter averages, DGC dense steps and 8-bit residual
+// holders never ride; without a DGC job, or without a budget, nothing rides.
+TEST(PipelinePlan, DenseGradientsRideTheFirstSparseUnitWithinTheBudget) {
+  Round r;
+  r.add("a", 100, Path::kDense);     // 200 bytes at 2 bytes per element
+  r.add("b", 50, Path::kDenseFp32);  // 200 bytes: 400
+  r.add("c", 1000, Path::kSparse);
+  r.add("d", 10, Path::kDgcDenseStep);  // its bucket
+  r.add("e", 20, Path::kDense);         // absent: its bucket
+  r.jobs.back().absent = true;
+  r.add("f", 30, Path::kDense);  // 60 bytes: 460
+  r.add("g", 40, Path::kDense);  // 8-bit residuals to fold: its bucket
+  r.tensors.back().int8_residual.assign(40, 0.0f);
+  r.add("h", 2000, Path::kSparse);
+  r.add("i", 100, Path::kDense);  // 460 + 200 > 600: the budget ends here
+  r.add("j", 1, Path::kDense);    // a prefix rides: after i, nothing does
+  PlanOptions o;
+  o.fusion_bytes = 1 << 20;
+  o.dense_wire = DType::kFloat16;
+  o.sparse_group_elements = 1500;
+  o.rider_bytes = 600;
+  std::deque<Unit> units = plan(r.jobs, o);
+  using K = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(keys_of(units), (K{{"d", "e", "g", "i", "j"}, {"c", "a", "b", "f"}, {"h"}}));
+  EXPECT_EQ(units[1].path, Path::kSparse);
+  for (const Job& j : r.jobs) {
+    const bool rides = j.id.key == "a" || j.id.key == "b" || j.id.key == "f";
+    EXPECT_EQ(j.rider, rides) << j.id.key;
+    if (rides)
+      EXPECT_EQ(j.rider_wire, j.id.key == "b" ? DType::kFloat32 : DType::kFloat16) << j.id.key;
+  }
+
+  for (Job& j : r.jobs)
+    j.rider = false;
+  o.rider_bytes = 0;
+  units = plan(r.jobs, o);
+  EXPECT_EQ(keys_of(units), (K{{"a", "d", "e", "f", "g", "i", "j"}, {"b"}, {"c"}, {"h"}}));
+
+  Round dense_only;
+  dense_only.add("x", 10, Path::kDense);
+  o.rider_bytes = 1 << 20;
+  units = plan(dense_only.jobs, o);
+  EXPECT_EQ(keys_of(units), (K{{"x"}}));
+  EXPECT_FALSE(dense_only.jobs[0].rider);
+}
+
 // Stages that log (unit, stage, thread) and can be told to fail or to wait.
 struct Recorder {
   std::mutex mutex;

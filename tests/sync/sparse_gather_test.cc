@@ -107,6 +107,21 @@ TEST(GatherModel, DenseBucketsGoDirectWhereLatencyOutweighsTheirBytes) {
   EXPECT_FALSE(model(25e-3, 8e-9, false, 2).dense_direct_for(small));
 }
 
+// Riders: a dense byte riding the gather costs (P-1)(P-2)/P bytes more received than in an
+// allreduce; they ride while that costs at most the 2 latencies a collective of their own needs.
+TEST(GatherModel, RidersFitWhatTheSavedLatenciesPayFor) {
+  // 4 ranks, 25 ms, 45 ns per byte (the probe's fit on the emulated WAN): 2 * 25 ms / (1.5 * 45
+  // ns).
+  EXPECT_NEAR(static_cast<double>(model(25e-3, 45e-9, true, 4).rider_bytes()),
+              2 * 25e-3 / (1.5 * 45e-9), 1.0);
+  // More ranks, fewer bytes: 16 ranks pay 13.125 times a byte's time per byte.
+  EXPECT_NEAR(static_cast<double>(model(25e-3, 45e-9, true, 16).rider_bytes()),
+              2 * 25e-3 / (13.125 * 45e-9), 1.0);
+  // Two ranks receive the same bytes either way; an infinitely fast link has no limit: the cap.
+  EXPECT_EQ(model(25e-3, 45e-9, true, 2).rider_bytes(), GatherModel::kRiderMaxBytes);
+  EXPECT_EQ(model(25e-3, 0, true, 4).rider_bytes(), GatherModel::kRiderMaxBytes);
+}
+
 // --- forked ranks ---
 
 constexpr int kOk = 0;
