@@ -144,16 +144,20 @@ TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
       struct Run {
         std::vector<std::string> dense, sparse;
         std::vector<uint64_t> sent;
-      } runs[2];
+      } runs[3];
       int which = 0;
-      for (const char* collective : {"ring", "gather"}) {
+      // The last run takes the riders' staging and stream order through the CUDA backend's code
+      // (Thrust on OpenMP).
+      const std::pair<const char*, const char*> variants[] = {
+          {"ring", "cpu"}, {"gather", "cpu"}, {"gather", "thrust-omp"}};
+      for (const auto& [collective, backend] : variants) {
         const std::string prefix =
-            dir + "/" + collective + "-" + fp16 + "-" + std::to_string(world) + "-";
+            dir + "/" + collective + "-" + backend + "-" + fp16 + "-" + std::to_string(world) + "-";
         auto results =
             run_ranks(world,
                       {"GRADEX_POLICY=fixed", "GRADEX_SPARSITY=0.99", "GRADEX_WARMUP_STEPS=0",
                        "GRADEX_DENSE_THRESHOLD=10000", "GRADEX_MOMENTUM=0",
-                       std::string("GRADEX_FP16=") + fp16,
+                       std::string("GRADEX_FP16=") + fp16, std::string("GRADEX_BACKEND=") + backend,
                        std::string("GRADEX_DENSE_COLLECTIVE=") + collective},
                       [&](RankContext& ctx) {
                         return run_mixed(ctx, prefix, std::string(fp16) == "1" ? 2e-3 : 1e-6);
@@ -176,18 +180,22 @@ TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
         EXPECT_EQ(runs[1].sparse[static_cast<size_t>(r)], runs[1].sparse[0]) << what;
       }
       EXPECT_EQ(runs[1].sparse, runs[0].sparse) << what << ": riding changed the DGC tensor";
+      for (int r = 1; r < world; ++r)  // on the Thrust backend too
+        EXPECT_EQ(runs[2].dense[static_cast<size_t>(r)], runs[2].dense[0]) << what << ", thrust";
       // Riding, a rank sends its dense values to each of the P-1 others (plus a bitmap and
       // framing) where the ring sends 2(P-1)/P of them, in each step whose negotiation round
       // made the three tensors ready together (the submissions race the progress thread: at
       // least one of the 3 steps, all ranks alike) of 5037 values.
       const double wire = 5037.0 * (std::string(fp16) == "1" ? 2 : 4);
       const double extra = wire * ((world - 1) - 2.0 * (world - 1) / world);
-      for (int r = 0; r < world; ++r) {
-        const double got = static_cast<double>(runs[1].sent[static_cast<size_t>(r)]) -
-                           static_cast<double>(runs[0].sent[static_cast<size_t>(r)]);
-        EXPECT_GE(got, 0.95 * extra) << what << ", rank " << r;
-        EXPECT_LE(got, 3 * (1.1 * extra + 700.0 * (world - 1))) << what << ", rank " << r;
-      }
+      for (int k : {1, 2})
+        for (int r = 0; r < world; ++r) {
+          const double got = static_cast<double>(runs[k].sent[static_cast<size_t>(r)]) -
+                             static_cast<double>(runs[0].sent[static_cast<size_t>(r)]);
+          EXPECT_GE(got, 0.95 * extra) << what << ", run " << k << ", rank " << r;
+          EXPECT_LE(got, 3 * (1.1 * extra + 700.0 * (world - 1)))
+              << what << ", run " << k << ", rank " << r;
+        }
     }
   }
 }
