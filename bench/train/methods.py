@@ -17,10 +17,10 @@ optimizer momentum it runs with, and what it does after each optimizer step.
                    are this machine's compute bound (its accuracy means nothing: ranks never average)
 
 Optimizer (--optimizer): sgd, the race's own (SGD momentum 0.9, as above), or adamw: torch.optim.AdamW
-(weight decay 0.01) in every method, handed to gradex as a user would (gx.State(model, optimizer=opt)), so
-gradex adds no momentum of its own and configures itself for an Adam-family optimizer (GRADEX_OPTIMIZER=adam);
-gradex_localsgd's optimizer owns its moments under either. gradex_dgc is DGC with gradex's momentum
-correction, which exists only for SGD momentum: it is rejected under adamw (ADAMW_UNSUPPORTED).
+(weight decay 0.01) in every method, handed to gradex's hook as a user would (gx.State(model,
+optimizer=opt)), so that gradex adds no momentum of its own and configures itself for an Adam-family
+optimizer (GRADEX_OPTIMIZER=adam); gradex_localsgd's optimizer owns its moments under either. gradex_dgc is
+DGC with gradex's momentum correction, which exists only for SGD momentum: rejected under adamw.
 
 The Keras row of the race is not set up here: keras_gradex_default and keras_gradex_dense run
 bench/train/keras_rank.py (train_suite.py's PROGRAMS), Keras 3 + gxk.DistributedOptimizer.
@@ -36,17 +36,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "baselines"))
 from modes import _noop_hook, serialized_hook  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm")
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
-OPTIMIZERS = ("sgd", "adamw")
-ADAMW_WEIGHT_DECAY = 0.01
-# Methods that cannot run under AdamW, and why (a user's optimizer is never changed to suit a method).
-ADAMW_UNSUPPORTED = {
-    "gradex_dgc": "gradex_dgc is DGC with gradex's momentum correction, which exists only for SGD momentum "
-                  "(gradex adds no momentum to an AdamW optimizer); use gradex_default or gradex_auto, whose "
-                  "policy compresses with the Adam codec under AdamW"}
+GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc")  # gx.hook methods: gradex owns SGD's momentum
 SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
 
 
@@ -57,15 +53,17 @@ class Method:
     def __init__(self, name, model, args):
         self.name, self.gradex, self._lsgd, self.policy = name, None, None, None
         self.optimizer_name = getattr(args, "optimizer", "sgd")
-        if self.optimizer_name not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer_name!r} (expected one of {', '.join(OPTIMIZERS)})")
         if self.optimizer_name == "adamw" and name in ADAMW_UNSUPPORTED:
             raise ValueError(f"--optimizer adamw: {ADAMW_UNSUPPORTED[name]}")
         self.ddp = DistributedDataParallel(model)
-        if self.optimizer_name == "adamw":
-            self._setup_adamw(name, args)
-            return
-        momentum = GRADEX_MOMENTUM
+        if self.optimizer_name == "sgd":
+            # gradex applies GRADEX_MOMENTUM itself (docs/pytorch.md): the optimizer then runs at momentum 0.
+            momentum = 0.0 if name in GRADEX_HOOKS else GRADEX_MOMENTUM
+            self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=args.lr, momentum=momentum)
+        elif self.optimizer_name == "adamw":
+            self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=args.lr, weight_decay=ADAMW_WEIGHT_DECAY)
+        else:
+            raise ValueError(f"unknown optimizer {self.optimizer_name!r} (expected one of {', '.join(OPTIMIZERS)})")
         if name == "torch_fp16":
             self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         elif name.startswith("powersgd_r"):
@@ -73,43 +71,16 @@ class Method:
                 process_group=None, matrix_approximation_rank=int(name[len("powersgd_r"):]),
                 start_powerSGD_iter=max(2, args.sync_warmup), use_error_feedback=True, warm_start=True)
             self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
-        elif name in ("gradex_auto", "gradex_default", "gradex_dgc"):
+        elif name in GRADEX_HOOKS:
             import gradex.torch as gx
             config = {"gradex_auto": auto_policy_config(args.steps), "gradex_default": {},
                       "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0}}[name]
             self.policy = config.get("GRADEX_POLICY", "default")
-            # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
-            config = dict(config, GRADEX_MOMENTUM=GRADEX_MOMENTUM)
-            self.gradex = _gx_state(gx, self.ddp, config)
-            self.ddp.register_comm_hook(self.gradex, gx.hook)
-            momentum = 0.0  # gradex applies GRADEX_MOMENTUM itself: docs/pytorch.md
-        elif name == "gradex_localsgd":
-            import gradex.torch as gx
-            self._lsgd = gx.LocalSGD(self.ddp, period=args.period, warmup_steps=args.sync_warmup,
-                                     config={"GRADEX_SPARSITY": 0, "GRADEX_MOMENTUM": 0})
-            self.gradex = self._lsgd
-        elif name == "nocomm":
-            self.ddp.register_comm_hook(None, _noop_hook)
-        elif name != "ddp":
-            raise ValueError(f"unknown method {name!r} (expected one of {', '.join(METHODS)})")
-        self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=args.lr, momentum=momentum)
-
-    def _setup_adamw(self, name, args):
-        """Every method under AdamW: the optimizer exists first, so that gradex's hook learns it the public
-        way (gx.State(model, optimizer=opt)) and adds no momentum (docs/pytorch.md)."""
-        self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=args.lr, weight_decay=ADAMW_WEIGHT_DECAY)
-        if name == "torch_fp16":
-            self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        elif name.startswith("powersgd_r"):
-            state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=int(name[len("powersgd_r"):]),
-                start_powerSGD_iter=max(2, args.sync_warmup), use_error_feedback=True, warm_start=True)
-            self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
-        elif name in ("gradex_auto", "gradex_default"):
-            import gradex.torch as gx
-            config = auto_policy_config(args.steps) if name == "gradex_auto" else {}
-            self.policy = config.get("GRADEX_POLICY", "default")
-            self.gradex = gx.State(self.ddp, config=config, optimizer=self.optimizer)
+            if self.optimizer_name == "sgd":
+                # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
+                self.gradex = _gx_state(gx, self.ddp, dict(config, GRADEX_MOMENTUM=GRADEX_MOMENTUM))
+            else:  # the public route: gradex learns the optimizer and sets itself up for it
+                self.gradex = gx.State(self.ddp, config=config, optimizer=self.optimizer)
             self.ddp.register_comm_hook(self.gradex, gx.hook)
         elif name == "gradex_localsgd":
             import gradex.torch as gx
@@ -123,11 +94,11 @@ class Method:
 
     def settings(self):
         """What the record states about the optimizer: its name and class, and the momentum and optimizer
-        family gradex's engine runs with (None without gradex), as the engine reports them."""
+        family gradex's engine runs with as the engine reports them (None without gradex)."""
         out = {"optimizer": self.optimizer_name, "optimizer_class": type(self.optimizer).__name__,
                "gradex_momentum": None, "gradex_optimizer": None}
         if self.gradex is not None:
-            text = self.gradex.engine.describe_config()
+            text = self.gradex.engine.describe_config()  # "NAME=value    [source; ...]" lines
             momentum = re.search(r"(?m)^GRADEX_MOMENTUM=(\S+)", text)
             family = re.search(r"(?m)^GRADEX_OPTIMIZER=(\S+)", text)
             out["gradex_momentum"] = float(momentum.group(1)) if momentum else None

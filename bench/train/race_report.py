@@ -17,6 +17,7 @@ TASK_TITLES = {"short": "short horizon: gaussian mixture, MLP 32-2048-2048-20 (4
                "long": "long horizon: 50-class teacher, MLP 64-1536-1536-1536-50 (4.9 M parameters)",
                "cnn": "held out: all-convolutional net (4 conv layers, 3.0 M parameters)",
                "tfm": "held out: transformer classifier on 8-token sequences (2 layers, 1.6 M parameters)"}
+OPTIMIZER_TITLES = {"sgd": "SGD momentum 0.9", "adamw": "AdamW (weight decay 0.01)"}  # train_suite.py --optimizer
 COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", "powersgd_r4": "tab:pink",
           "gradex_auto": "tab:red", "gradex_default": "tab:olive", "gradex_dgc": "tab:orange",
           "gradex_localsgd": "tab:blue", "nocomm": "tab:green", "keras_gradex_default": "tab:purple",
@@ -259,8 +260,9 @@ def _task_lines(train, rel, label, task, entry, reference_entry, is_reference):
     plot = f"race_{task}" if is_reference else f"race_{task}_{tag(label)}"
     lines = [f"#### {TASK_TITLES.get(task, task)}, {label}", "",
              f"{train['hosts']} hosts at {label}; target test accuracy {entry['target']:.2f} "
-             f"(5,000 test examples); {entry['steps']} steps per seed, cosine learning rate from "
-             f"{entry['lr']:g}. Median over seeds, (min–max) when there are several."
+             f"(5,000 test examples); {entry['steps']} steps per seed, "
+             f"{OPTIMIZER_TITLES[entry.get('optimizer', 'sgd')]}, cosine learning rate from {entry['lr']:g}. "
+             "Median over seeds, (min–max) when there are several."
              + ("" if is_reference else " Rows marked *derived* ran only to time their steps here: their "
                 "arithmetic does not depend on the link, so their steps to target and accuracy are those of "
                 "the reference rate, and their time to target is those steps ÷ their steps/s here."), "",

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""One rank of the training race of bench/run: data-parallel SGD on one task (task.py) with one
-gradient-exchange method (methods.py), for a fixed number of steps, once per seed, noting when the test
-accuracy first reaches the target.
+"""One rank of the training race of bench/run: data-parallel training (SGD momentum, or AdamW) on one task
+(task.py) with one gradient-exchange method (methods.py), for a fixed number of steps, once per seed, noting
+when the test accuracy first reaches the target.
 
 Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME set:
 
     train_rank.py --task mlp --method gradex_default --seeds 0,1,2 --steps 250 --target 0.7 --out r.json
+
+--optimizer picks SGD with momentum 0.9 (the default) or AdamW in every method (methods.py); the record
+states it, with the momentum and optimizer family gradex's engine ran with.
 
 Every seed trains from its own initial weights and data order with the same cosine learning-rate
 schedule over --steps steps (so every method and seed ends with the same schedule, and "final accuracy"
@@ -39,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402
 from tx_counter import TxCounter  # noqa: E402
 from methods import METHODS, Method  # noqa: E402
+from optimizers import OPTIMIZERS  # noqa: E402
 
 
 def evaluate(model, x_test, y_test, rank, world):
@@ -110,6 +114,7 @@ def train_one_seed(args, seed, data, rank, world):
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
         "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
+        **method.settings(),
     }
     method.close()
     dist.barrier()
@@ -123,6 +128,8 @@ def main():
     p.add_argument("--seeds", default="0", help="comma-separated")
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16, help="per rank")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                   help="sgd: SGD momentum 0.9; adamw: AdamW, weight decay 0.01 (methods.py)")
     p.add_argument("--lr", type=float, default=0.05, help="peak of the cosine schedule")
     p.add_argument("--steps", type=int, default=250)
     p.add_argument("--target", type=float, required=True)

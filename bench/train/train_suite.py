@@ -25,6 +25,11 @@ The long task (`long`, > 1,000 steps) is in no mode: add it with --tasks (about 
 ddp + gradex_auto at 1 Gbit/s on a quiet 2-core machine). Neither are the held-out tasks `cnn` and `tfm`
 (task.py: judged on, never tuned on): add them with --tasks (a few minutes per seed and method).
 
+Optimizer: --optimizer sgd (the default: SGD momentum 0.9, TASK_SETTINGS' learning rates) or adamw (AdamW,
+weight decay 0.01, in every method, at ADAMW_LR's peak learning rates; the same targets). Under adamw a
+method that exists only for SGD (optimizers.py: gradex_dgc) or another framework's program is
+rejected when named in --methods and left out of a mode's methods, with a line saying so.
+
 A method that is not a methods.py method runs the program named in PROGRAMS (same command line and
 output contract as train_rank.py): other frameworks' ranks. The Keras row (keras_rank.py:
 keras_gradex_default, keras_gradex_dense) runs on the MLP task only, at the reference rate only.
@@ -45,6 +50,7 @@ import machine  # noqa: E402
 from network import Cluster, RootLoopback  # noqa: E402
 from wan import Wan, WanSpec  # noqa: E402
 from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
+from optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense")
@@ -64,6 +70,9 @@ TASK_SETTINGS = {
     "cnn": {"steps": 150, "lr": 0.05, "target": 0.65},
     "tfm": {"steps": 150, "lr": 0.05, "target": 0.60},
 }
+# AdamW's peak learning rate per task: AdamW's customary 1e-3 everywhere, not tuned on any task (the
+# targets and step counts stay TASK_SETTINGS').
+ADAMW_LR = {task: 1e-3 for task in TASK_SETTINGS}
 NOCOMM_STEPS = 60  # the compute bound needs no accuracy: a short run
 QUICK_METHODS = ("ddp", "gradex_auto", "nocomm")
 MODES = {
@@ -84,6 +93,25 @@ MODE_NOTES = {
 # The Keras row: Keras 3 + gradex's default policy vs Keras + dense fp32 gradex (keras_rank.py).
 PROGRAMS = {"keras_gradex_default": "keras_rank.py", "keras_gradex_dense": "keras_rank.py"}
 PROGRAM_TASKS = {"keras_gradex_default": ("mlp",), "keras_gradex_dense": ("mlp",)}
+
+
+def task_settings(task, optimizer="sgd"):
+    """TASK_SETTINGS[task] for this optimizer: its peak learning rate, and the optimizer's name."""
+    settings = dict(TASK_SETTINGS[task], optimizer=optimizer)
+    if optimizer == "adamw":
+        settings["lr"] = ADAMW_LR[task]
+    return settings
+
+
+def unsupported(method, optimizer):
+    """Why `method` cannot run under `optimizer`, or None when it can."""
+    if optimizer == "sgd":
+        return None
+    if method in PROGRAMS:
+        return f"{method} runs {PROGRAMS[method]}, which trains with SGD only"
+    return ADAMW_UNSUPPORTED.get(method)
+
+
 def summarize(records):
     """Median and spread (min, max) over seeds; a seed that missed the target counts as infinitely late
     for time and steps to target (a median or maximum that is infinite is stored as None)."""
@@ -111,7 +139,14 @@ def plan(args):
     for t in tasks:
         if t not in TASK_SETTINGS:
             raise ValueError(f"unknown task {t!r} (expected one of {', '.join(TASK_SETTINGS)})")
-    methods = args.methods.split(",") if args.methods else mode.get("methods", METHODS)
+    optimizer = getattr(args, "optimizer", "sgd")
+    if args.methods:
+        methods = args.methods.split(",")
+        for m in methods:
+            if unsupported(m, optimizer):
+                raise ValueError(f"--optimizer {optimizer}: {unsupported(m, optimizer)}")
+    else:
+        methods = [m for m in mode.get("methods", METHODS) if not unsupported(m, optimizer)]
     seeds = {}
     for m in methods:
         if args.seeds:
@@ -146,7 +181,8 @@ def rates_of(args):
 
 
 def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, iface="eth0"):
-    mode, settings = MODES[args.mode], TASK_SETTINGS[task]
+    optimizer = getattr(args, "optimizer", "sgd")
+    mode, settings = MODES[args.mode], task_settings(task, optimizer)
     steps = mode.get("steps", NOCOMM_STEPS if method == "nocomm" else settings["steps"])
     if rate_only:
         steps = mode.get("rate_only_steps", RATE_ONLY_STEPS)
@@ -154,6 +190,8 @@ def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, ifa
     argv = [args.python, str(HERE / program), "--task", task, "--method", method,
             "--seeds", ",".join(map(str, seeds)), "--steps", str(steps), "--lr", str(settings["lr"]),
             "--target", str(settings["target"]), "--out", out_path]
+    if program == "train_rank.py":
+        argv += ["--optimizer", optimizer]
     if "hidden" in mode:
         argv += ["--hidden", str(mode["hidden"])]
     for key in ("eval_every", "coarse_margin"):
@@ -181,12 +219,21 @@ def main():
     p.add_argument("--tasks", default="", help=f"override the mode's tasks ({','.join(TASK_SETTINGS)})")
     p.add_argument("--methods", default="", help="override the mode's methods")
     p.add_argument("--seeds", default="", help="override every method's seeds, e.g. 0,1,2")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                   help="sgd: SGD momentum 0.9 (the race's default); adamw: AdamW in every method")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-run" / "logs"))
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: kill the ranks, keep results
 
-    runs = plan(args)
+    try:
+        runs = plan(args)
+    except ValueError as e:
+        p.error(str(e))
+    if args.optimizer != "sgd" and not args.methods:
+        left_out = [m for m in MODES[args.mode].get("methods", METHODS) if unsupported(m, args.optimizer)]
+        for m in left_out:
+            print(f"--optimizer {args.optimizer}: {m} left out: {unsupported(m, args.optimizer)}", flush=True)
     rates = rates_of(args)
     if args.wan:
         wan = Wan(wan_spec(args), log_dir=args.log_dir)
@@ -204,9 +251,10 @@ def main():
 def race(args, runs, rates, networks):
     """Runs every planned run on its network; writes args.out after each; 1 if any failed."""
     data = {"reference": rates[0], "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
+            "optimizer": args.optimizer,
             "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                if k in ("rates", "delay", "wan", "hosts", "mode", "tasks", "methods", "seeds")
-                                and v),
+                                if (k in ("rates", "delay", "wan", "hosts", "mode", "tasks", "methods", "seeds")
+                                    and v) or (k == "optimizer" and v != "sgd")),
             "note": MODE_NOTES[args.mode], "networks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
     started_all, shaped = time.monotonic(), None
@@ -216,7 +264,7 @@ def race(args, runs, rates, networks):
             network.shape()
             shaped = rate
         tasks = data["networks"].setdefault(network.label, {"tasks": {}})["tasks"]
-        entry = tasks.setdefault(task, {**TASK_SETTINGS[task], "methods": {}})
+        entry = tasks.setdefault(task, {**task_settings(task, args.optimizer), "methods": {}})
         label = f"train.{network.label}.{task}.{method}.s{seed}"
         out_path = os.path.join(args.log_dir, f"{label}.json")
         if os.path.exists(out_path):

@@ -442,6 +442,56 @@ def test_race_smoke_run_and_report(tmp_path):
     assert "ttt_mlp_ddp_s=" in result and "steps_to_target_mlp_ddp=" in result
 
 
+def _race_smoke(tmp_path, name, *options):
+    """train_suite.py's smoke mode on 2 ranks on the loopback; its results file."""
+    out = tmp_path / f"{name}.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(out), "--root-loopback",
+         "--hosts", "2", "--mode", "smoke", "--log-dir", str(tmp_path / "logs"), *options],
+        capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())
+
+
+def test_race_optimizer_reaches_the_ranks(tmp_path):
+    """--optimizer adamw: every rank trains with torch.optim.AdamW at ADAMW_LR, gradex's hook learns it through
+    gx.State(optimizer=) and runs without momentum of its own, for the Adam family; the results say so. Without
+    --optimizer the race stays SGD, gradex owning its momentum 0.9. A method that exists only for SGD is
+    rejected under adamw (named) or left out of the mode's methods (not named)."""
+    train = _race_smoke(tmp_path, "adamw", "--optimizer", "adamw", "--methods", "ddp,gradex_default")
+    assert train["optimizer"] == "adamw" and "--optimizer adamw" in train["command"]
+    entry = train["networks"]["loopback"]["tasks"]["mlp"]
+    assert entry["optimizer"] == "adamw" and entry["lr"] == train_suite.ADAMW_LR["mlp"] != 0.05
+    records = {m: r["seeds"][0] for m, r in entry["methods"].items()}
+    assert {m: (r["optimizer"], r["optimizer_class"]) for m, r in records.items()} == {
+        "ddp": ("adamw", "AdamW"), "gradex_default": ("adamw", "AdamW")}
+    assert records["gradex_default"]["gradex_momentum"] == 0.0
+    assert records["gradex_default"]["gradex_optimizer"] == "adam"
+    assert records["gradex_default"]["gradex_stats"]["steps"] == 6 and records["ddp"]["gradex_momentum"] is None
+    assert "AdamW (weight decay 0.01), cosine learning rate from 0.001." in "\n".join(
+        race_report.tables({**train, "machine": {}}, "benchmarks"))
+    train = _race_smoke(tmp_path, "sgd", "--methods", "gradex_default")
+    assert train["optimizer"] == "sgd" and "--optimizer" not in train["command"]
+    entry = train["networks"]["loopback"]["tasks"]["mlp"]
+    (record,) = entry["methods"]["gradex_default"]["seeds"]
+    assert entry["lr"] == 0.05 and (record["optimizer"], record["optimizer_class"]) == ("sgd", "SGD")
+    assert record["gradex_momentum"] == 0.9 and record["gradex_optimizer"] == "unknown"
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(tmp_path / "no.json"),
+         "--root-loopback", "--hosts", "2", "--mode", "smoke", "--optimizer", "adamw", "--methods",
+         "ddp,gradex_dgc"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--optimizer adamw: gradex_dgc is DGC" in done.stderr
+    assert not (tmp_path / "no.json").exists()
+
+    class Args:
+        mode, tasks, methods, seeds, rates, root_loopback, optimizer = "full", "mlp", "", "0", "1gbit", False, "adamw"
+    methods = {m for _, _, m, _, _ in train_suite.plan(Args)}
+    assert methods == set(train_suite.METHODS) - {"gradex_dgc", "keras_gradex_default", "keras_gradex_dense"}
+    Args.optimizer = "sgd"
+    assert {m for _, _, m, _, _ in train_suite.plan(Args)} == set(train_suite.METHODS)
+
+
 def test_race_rate_only_run(tmp_path):
     """A link-independent method at a non-reference rate: train_rank.py --no-eval times its steps and
     evaluates nothing (2 ranks on the loopback, the short task's tiny student)."""
