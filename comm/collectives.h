@@ -51,6 +51,9 @@ enum class AllgathervPath : uint8_t {
   kOneRound = 1,  // every payload travelled inline with its size: one round trip
   kDirect = 2,    // payloads above the maximum followed directly, in a second round
   kRing = 3,      // payloads above the maximum followed around the ring
+  // allgatherv_unsized (no size round), as the caller chose it:
+  kDirectUnsized = 4,  // every payload directly, in one round
+  kRingUnsized = 5,    // every payload around the ring
 };
 const char* allgatherv_path_name(AllgathervPath path);
 
@@ -78,6 +81,17 @@ struct AllgathervOptions {
 AllgathervPath allgatherv_inline(Communicator& comm, const void* data, size_t bytes,
                                  std::vector<Bytes>& result, const AllgathervOptions& options,
                                  const char* operation = "allgatherv");
+
+// --- allgatherv without a size round (comm/collectives/allgatherv_unsized.cc) ---
+
+// The allgatherv contract in one round of payloads (no size round), on a communicator that
+// receives messages of unknown length (Communicator::receives_any_length; InternalError
+// otherwise): directly (one message latency; P-1 payloads into every rank at once) or, with
+// `ring`, around the ring (P-1 message latencies, one payload per link at a time). A payload
+// longer than `max_bytes` is a MismatchError naming the ranks. Every rank passes the same `ring`.
+void allgatherv_unsized(Communicator& comm, const void* data, size_t bytes,
+                        std::vector<Bytes>& result, bool ring, size_t max_bytes,
+                        const char* operation = "allgatherv");
 
 // Copies `bytes` bytes from `root`'s buffer into every other rank's buffer.
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);

@@ -101,6 +101,18 @@ class Communicator {
   virtual RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
 
+  // Whether irecv_any_length works on this communicator.
+  virtual bool receives_any_length() const { return false; }
+  // A receive of the next message from `peer` with `tag` whose length the caller does not know:
+  // `out` is resized to the message's length when it arrives (a probe finds it) and filled; it
+  // must stay valid until the request completes. recv_length gives the length. A message longer
+  // than `max_bytes` is consumed whole and fails the wait with a MismatchError, as an irecv into
+  // a short buffer does. Only where receives_any_length(); InternalError otherwise.
+  virtual RequestPtr irecv_any_length(int peer, uint64_t tag, Bytes& out, size_t max_bytes) {
+    (void)peer, (void)tag, (void)out, (void)max_bytes;
+    throw InternalError("this communicator cannot receive a message of unknown length");
+  }
+
   // Drives progress once; returns true if anything happened.
   virtual bool progress() = 0;
   // True when `request` has completed (successfully). Throws PeerError if it failed.

@@ -128,16 +128,35 @@ comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
   }
   comm::AllgathervOptions options;
   options.inline_max_bytes = comm.options().allgather_inline_bytes;
+  comm::AllgathervPath path;
   if (mode_ == Mode::kAuto && comm.size() > 1) {
     agree(comm);
     const GatherModel* model = model_.get();
+    if (model->latency_bound() && comm.receives_any_length() &&
+        last_sizes_.size() == static_cast<size_t>(comm.size())) {
+      // No size round: the direct exchange or the ring as the model prices the last gather's
+      // sizes (every rank holds them all, so every rank runs the same collective).
+      const bool ring = model->ring_for(last_sizes_);
+      comm::allgatherv_unsized(comm, message.data(), message.size(), received, ring,
+                               kUnsizedMaxBytes, "sparse allgatherv");
+      remember_sizes(received);
+      return ring ? comm::AllgathervPath::kRingUnsized : comm::AllgathervPath::kDirectUnsized;
+    }
     options.inline_max_bytes = model->inline_max(options.inline_max_bytes);
     options.ring_for = [model](const std::vector<uint64_t>& following) {
       return model->ring_for(following);
     };
   }
-  return comm::allgatherv_inline(comm, message.data(), message.size(), received, options,
+  path = comm::allgatherv_inline(comm, message.data(), message.size(), received, options,
                                  "sparse allgatherv");
+  remember_sizes(received);
+  return path;
+}
+
+void SparseGather::remember_sizes(const std::vector<comm::Bytes>& received) {
+  last_sizes_.resize(received.size());
+  for (size_t q = 0; q < received.size(); ++q)
+    last_sizes_[q] = received[q].size();
 }
 
 }  // namespace gradex::sync

@@ -86,7 +86,9 @@ class SparseGather {
   // into `received`, by rank. GRADEX_SPARSE_COLLECTIVE=ring: the two-round ring_allgatherv;
   // direct: allgatherv_inline, the payloads above the inline maximum directly; auto:
   // allgatherv_inline with the model's inline maximum and ring_for (the first call agrees the
-  // model first: the link probe).
+  // model first: the link probe); on a latency-bound link whose communicator receives messages
+  // of unknown length, every gather after the first is comm::allgatherv_unsized (no size round),
+  // direct or around the ring as ring_for prices the previous gather's sizes.
   comm::AllgathervPath gather(comm::Communicator& comm, const std::vector<uint8_t>& message,
                               std::vector<comm::Bytes>& received);
 
@@ -98,15 +100,27 @@ class SparseGather {
   void agree_model(comm::Communicator& comm);
 
   // Forgets the agreed model: a new membership (Engine::connect) probes its own links again.
-  void reset() { model_.reset(); }
+  void reset() {
+    model_.reset();
+    last_sizes_.clear();
+  }
+
+  // The largest payload an unsized gather accepts from a peer (a longer one is a MismatchError):
+  // a bound against a corrupt length, far above any DGC unit's message.
+  static constexpr size_t kUnsizedMaxBytes = size_t{1} << 31;
 
   // The agreed model (auto, after the first gather); null before.
   const GatherModel* model() const { return model_.get(); }
 
  private:
+  void remember_sizes(const std::vector<comm::Bytes>& received);
+
   EngineOptions::SparseCollective mode_;
   double port_queue_s_;
   std::unique_ptr<GatherModel> model_;
+  // Every rank's payload size in the last gather (identical on every rank: an allgatherv's
+  // result), the prediction an unsized gather is chosen by.
+  std::vector<uint64_t> last_sizes_;
 };
 
 }  // namespace gradex::sync

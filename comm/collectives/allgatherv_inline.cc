@@ -41,6 +41,10 @@ const char* allgatherv_path_name(AllgathervPath path) {
       return "direct";
     case AllgathervPath::kRing:
       return "ring";
+    case AllgathervPath::kDirectUnsized:
+      return "direct, no size round";
+    case AllgathervPath::kRingUnsized:
+      return "ring, no size round";
   }
   return "?";
 }

@@ -47,6 +47,11 @@ class UcxRequest : public Request {
   ucs_status_t status_ = UCS_INPROGRESS;
   ucp_tag_recv_info_t info_{};
   size_t posted_bytes_ = 0;  // a receive's buffer size
+  // irecv_any_length: until the probe finds the message, no UCX receive exists (handle_ null).
+  bool probing_ = false;
+  uint64_t probe_tag_ = 0;
+  Bytes* any_length_out_ = nullptr;
+  size_t any_length_max_ = 0;
 };
 
 constexpr uint32_t kControlMagic = 0x43584747;  // "GGXC"
@@ -86,6 +91,8 @@ class UcxCommunicator : public Communicator {
 
   RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
   RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  bool receives_any_length() const override { return true; }
+  RequestPtr irecv_any_length(int peer, uint64_t tag, Bytes& out, size_t max_bytes) override;
   bool progress() override;
   bool test(Request& request, const char* operation) override;
   void wait_all(std::vector<RequestPtr>& requests, const char* operation) override;
@@ -143,6 +150,9 @@ class UcxCommunicator : public Communicator {
   // --- requests (ucx_requests.cc) ---
   // Polls a request's UCX status once; true when it is no longer in flight.
   bool poll_request(UcxRequest& request);
+  // An irecv_any_length request's probe: once its message has arrived, sizes the caller's buffer
+  // and starts the UCX receive of that message. False while nothing has arrived.
+  bool take_probed_message(UcxRequest& request);
   // Cancels every in-flight request, force-closing endpoints whose sends cannot be cancelled,
   // and progresses until UCX has let go of all of them (bounded).
   void abandon(const std::vector<UcxRequest*>& requests);

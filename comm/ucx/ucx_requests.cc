@@ -83,7 +83,49 @@ RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t byt
   return req;
 }
 
+RequestPtr UcxCommunicator::irecv_any_length(int peer, uint64_t tag, Bytes& out, size_t max_bytes) {
+  take_interrupt("receive", {});
+  check_usable("receive", peer);
+  GX_CHECK_LT(tag, kUserTagLimit);
+  std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, true));
+  req->probing_ = true;
+  req->probe_tag_ = wire_tag(tag, peer);
+  req->any_length_out_ = &out;
+  req->any_length_max_ = max_bytes;
+  return req;
+}
+
+bool UcxCommunicator::take_probed_message(UcxRequest& r) {
+  ucp_tag_recv_info_t info{};
+  // Full mask: exactly this peer's message with this tag; removed from UCX's unexpected queue, so
+  // it is this request's alone.
+  ucp_tag_message_h message =
+      ucp_tag_probe_nb(worker_->get(), r.probe_tag_, ~uint64_t{0}, /*remove=*/1, &info);
+  if (message == nullptr) return false;
+  r.probing_ = false;
+  // A longer message than the caller allows is received truncated (UCX consumes it whole and
+  // reports UCS_ERR_MESSAGE_TRUNCATED: the MismatchError of a short buffer).
+  const size_t bytes = std::min(info.length, r.any_length_max_);
+  r.any_length_out_->resize(bytes);
+  r.posted_bytes_ = bytes;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the length comes from the request test
+  ucs_status_ptr_t st =
+      ucp_tag_msg_recv_nbx(worker_->get(), r.any_length_out_->data(), bytes, message, &param);
+  if (st == nullptr) {
+    r.status_ = UCS_OK;
+    r.info_ = info;
+    bytes_received_ += info.length;
+  } else if (UCS_PTR_IS_ERR(st)) {
+    r.status_ = UCS_PTR_STATUS(st);
+  } else {
+    r.handle_ = st;
+  }
+  return true;
+}
+
 bool UcxCommunicator::poll_request(UcxRequest& r) {
+  if (r.probing_ && !take_probed_message(r)) return false;
   if (r.handle_ == nullptr) return true;
   ucs_status_t st = r.is_recv_ ? ucp_tag_recv_request_test(r.handle_, &r.info_)
                                : ucp_request_check_status(r.handle_);

@@ -38,6 +38,11 @@ class CountingCommunicator : public comm::Communicator {
   comm::RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
     return inner_.irecv(peer, tag, data, bytes);
   }
+  bool receives_any_length() const override { return inner_.receives_any_length(); }
+  comm::RequestPtr irecv_any_length(int peer, uint64_t tag, comm::Bytes& out,
+                                    size_t max_bytes) override {
+    return inner_.irecv_any_length(peer, tag, out, max_bytes);
+  }
   bool progress() override { return inner_.progress(); }
   bool test(comm::Request& r, const char* op) override { return inner_.test(r, op); }
   void wait_all(std::vector<comm::RequestPtr>& r, const char* op) override {

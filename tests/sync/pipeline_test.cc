@@ -111,8 +111,9 @@ TEST(PipelinePlan, DenseGradientsRideTheFirstSparseUnitWithinTheBudget) {
   for (const Job& j : r.jobs) {
     const bool rides = j.id.key == "a" || j.id.key == "b" || j.id.key == "f";
     EXPECT_EQ(j.rider, rides) << j.id.key;
-    if (rides)
+    if (rides) {
       EXPECT_EQ(j.rider_wire, j.id.key == "b" ? DType::kFloat32 : DType::kFloat16) << j.id.key;
+    }
   }
 
   for (Job& j : r.jobs)
