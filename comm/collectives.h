@@ -89,6 +89,9 @@ AllgathervPath allgatherv_inline(Communicator& comm, const void* data, size_t by
 // otherwise): directly (one message latency; P-1 payloads into every rank at once) or, with
 // `ring`, around the ring (P-1 message latencies, one payload per link at a time). A payload
 // longer than `max_bytes` is a MismatchError naming the ranks. Every rank passes the same `ring`.
+// The largest payload the engine's unsized gathers accept from a peer: a bound against a corrupt
+// length, far above any payload they carry.
+constexpr size_t kUnsizedMaxBytes = size_t{1} << 31;
 void allgatherv_unsized(Communicator& comm, const void* data, size_t bytes,
                         std::vector<Bytes>& result, bool ring, size_t max_bytes,
                         const char* operation = "allgatherv");

@@ -29,7 +29,8 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
 // Same contract and result as allgatherv (every rank's payload, indexed by rank, byte for byte).
 // (1) For each local index i, the ranks that represent it on every host (local rank i mod L_h)
 // run an allgatherv over the hosts of the payload of the rank with local index i (empty where a
-// host has fewer ranks): each payload crosses each host's link once per remote host instead of
+// host has fewer ranks; allgatherv_unsized, direct, where comm receives messages of unknown
+// length: no size round): each payload crosses each host's link once per remote host instead of
 // once per remote rank. (2) Inside each host every rank sends the payloads it holds (its own and
 // those it received) to the others in one allgatherv of framed records. Takes 1 + L tags.
 void hierarchical_allgatherv(Communicator& comm, const HostTopology& topology, const void* data,

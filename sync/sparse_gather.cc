@@ -138,7 +138,7 @@ comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
       // sizes (every rank holds them all, so every rank runs the same collective).
       const bool ring = model->ring_for(last_sizes_);
       comm::allgatherv_unsized(comm, message.data(), message.size(), received, ring,
-                               kUnsizedMaxBytes, "sparse allgatherv");
+                               comm::kUnsizedMaxBytes, "sparse allgatherv");
       remember_sizes(received);
       return ring ? comm::AllgathervPath::kRingUnsized : comm::AllgathervPath::kDirectUnsized;
     }

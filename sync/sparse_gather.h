@@ -105,10 +105,6 @@ class SparseGather {
     last_sizes_.clear();
   }
 
-  // The largest payload an unsized gather accepts from a peer (a longer one is a MismatchError):
-  // a bound against a corrupt length, far above any DGC unit's message.
-  static constexpr size_t kUnsizedMaxBytes = size_t{1} << 31;
-
   // The agreed model (auto, after the first gather); null before.
   const GatherModel* model() const { return model_.get(); }
 

@@ -22,6 +22,10 @@ class GroupCommunicator final : public Communicator {
   const CommOptions& options() const override { return parent_.options(); }
   RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override;
   RequestPtr irecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  bool receives_any_length() const override { return parent_.receives_any_length(); }
+  RequestPtr irecv_any_length(int peer, uint64_t tag, Bytes& out, size_t max_bytes) override {
+    return parent_.irecv_any_length(parent_rank(peer), tag, out, max_bytes);
+  }
   bool progress() override { return parent_.progress(); }
   bool test(Request& request, const char* operation) override {
     return parent_.test(request, operation);

@@ -57,7 +57,13 @@ void hierarchical_allgatherv(Communicator& comm, const HostTopology& topology, c
       group.push_back(host[i % host.size()]);
     GroupCommunicator hosts(comm, std::move(group), {tag_cross[i]});
     const bool mine = i == my_index;
-    allgatherv(hosts, mine ? data : nullptr, mine ? bytes : 0, gathered);
+    // Directly either way; without a size round where receives learn their length on arrival
+    // (the same messages and bursts, one message latency fewer: across regions, a round trip).
+    if (hosts.receives_any_length())
+      allgatherv_unsized(hosts, mine ? data : nullptr, mine ? bytes : 0, gathered, false,
+                         kUnsizedMaxBytes, "hierarchical allgatherv across hosts");
+    else
+      allgatherv(hosts, mine ? data : nullptr, mine ? bytes : 0, gathered);
     for (size_t g = 0; g < topology.hosts.size(); ++g) {
       const auto& host = topology.hosts[g];
       if (static_cast<int>(g) == h || i >= host.size()) continue;
