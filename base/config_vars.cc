@@ -250,11 +250,13 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_SPARSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct", kEngine,
      "How the sparse payloads of a round are gathered: ring (each link carries one payload at a "
      "time; two rounds), direct (every rank sends to every other at once: P-1 payloads on each "
-     "uplink, which overflows switch ports at 8 hosts and more; payloads up to "
-     "GRADEX_ALLGATHER_INLINE_KB in one round trip) or auto: direct, or for the payloads above "
-     "the inline maximum the ring where the cost model (the link probe's alpha and beta, agreed "
-     "from rank 0, and every rank's payload size) predicts it faster, counting an overflow of "
-     "GRADEX_PORT_QUEUE_MS across hosts as a retransmission timeout. Same results either way."},
+     "uplink, which overflows switch ports at 8 hosts and more; one round trip, the receivers "
+     "learning each payload's length on arrival) or auto: direct, or for the payloads above "
+     "the inline maximum (GRADEX_ALLGATHER_INLINE_KB) the ring where the cost model (the link "
+     "probe's alpha and beta, agreed from rank 0, and every rank's payload size) predicts it "
+     "faster, counting an overflow of GRADEX_PORT_QUEUE_MS across hosts as a retransmission "
+     "timeout; on a latency-bound link (5 ms or more) auto skips the size round from the second "
+     "gather on, pricing the previous gather's sizes. Same results either way."},
     {"GRADEX_DENSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct|gather", kEngine,
      "How a dense bucket is summed: ring (2(P-1) message latencies, one message in and out of each "
      "rank at a time), direct (a reduce-scatter to each segment's owner and an allgather from it: "

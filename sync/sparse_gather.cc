@@ -126,6 +126,12 @@ comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
     comm::ring_allgatherv(comm, message.data(), message.size(), received);
     return comm.size() > 1 ? comm::AllgathervPath::kRing : comm::AllgathervPath::kLocal;
   }
+  if (mode_ == Mode::kDirect && comm.size() > 1 && comm.receives_any_length()) {
+    comm::allgatherv_unsized(comm, message.data(), message.size(), received, /*ring=*/false,
+                             comm::kUnsizedMaxBytes, "sparse allgatherv");
+    remember_sizes(received);
+    return comm::AllgathervPath::kDirectUnsized;
+  }
   comm::AllgathervOptions options;
   options.inline_max_bytes = comm.options().allgather_inline_bytes;
   comm::AllgathervPath path;

@@ -84,8 +84,9 @@ class SparseGather {
 
   // Collective (the progress thread, every rank in the same unit order): every rank's `message`
   // into `received`, by rank. GRADEX_SPARSE_COLLECTIVE=ring: the two-round ring_allgatherv;
-  // direct: allgatherv_inline, the payloads above the inline maximum directly; auto:
-  // allgatherv_inline with the model's inline maximum and ring_for (the first call agrees the
+  // direct: comm::allgatherv_unsized's direct exchange where the communicator receives messages
+  // of unknown length, else allgatherv_inline, the payloads above the inline maximum directly;
+  // auto: allgatherv_inline with the model's inline maximum and ring_for (the first call agrees the
   // model first: the link probe); on a latency-bound link whose communicator receives messages
   // of unknown length, every gather after the first is comm::allgatherv_unsized (no size round),
   // direct or around the ring as ring_for prices the previous gather's sizes.

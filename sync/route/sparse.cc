@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/wall_time.h"
 #include "sync/route/routes.h"
 
@@ -26,7 +27,9 @@ class SparseRoute : public Transfer {
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      ctx.gather.gather(ctx.comm, unit.message, unit.received);
+      const comm::AllgathervPath path = ctx.gather.gather(ctx.comm, unit.message, unit.received);
+      GX_LOG(kDebug) << "sparse gather of [" << unit.keys() << "]: " << unit.message.size()
+                     << " bytes, " << comm::allgatherv_path_name(path);
     } catch (const Error& e) {
       throw Error(e.code(), "sparse exchange of [" + unit.keys() + "]: " + e.what());
     }
