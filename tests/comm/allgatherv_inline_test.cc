@@ -6,12 +6,9 @@
 
 #include <atomic>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/rendezvous/memory_store.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {
@@ -110,34 +107,22 @@ INSTANTIATE_TEST_SUITE_P(Comm, InlineWorld, ::testing::Range(1, 9));
 // while the others run allgatherv_inline with payloads of `size` bytes.
 std::vector<std::string> run_with_rogue(
     int P, const std::function<void(Communicator&, uint64_t tag)>& rogue, size_t size = 10) {
-  auto store = std::make_shared<comm::MemoryStore>();
-  std::mutex mutex;
-  std::vector<std::string> errors(static_cast<size_t>(P));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CommOptions options = test_options();
-      options.timeout = std::chrono::milliseconds(5000);
-      try {
-        auto c = comm::create_ucx_communicator(store, r, P, options);
-        if (r == 1) {
-          rogue(*c, c->next_collective_tag());
-        } else {
-          std::vector<uint8_t> mine(size, 3);
-          std::vector<comm::Bytes> all;
-          comm::AllgathervOptions o;
-          o.inline_max_bytes = kMax;
-          comm::allgatherv_inline(*c, mine.data(), mine.size(), all, o, "test gather");
+  comm::CommOptions options = test_options();
+  options.timeout = std::chrono::milliseconds(5000);
+  return rank_errors(
+      P,
+      [&](Communicator& c) {
+        if (c.rank() == 1) {
+          rogue(c, c.next_collective_tag());
+          return;
         }
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return errors;
+        std::vector<uint8_t> mine(size, 3);
+        std::vector<comm::Bytes> all;
+        comm::AllgathervOptions o;
+        o.inline_max_bytes = kMax;
+        comm::allgatherv_inline(c, mine.data(), mine.size(), all, o, "test gather");
+      },
+      options);
 }
 
 // The rogue sends `message` to every peer and receives what they send, so nothing hangs.
@@ -219,29 +204,18 @@ TEST(AllgathervInline, SizeBeyondThisHostsMemoryIsCorruptBeforeAnyAllocation) {
 // The inline maximum must be agreed: ranks with different maxima fail with a mismatch (on the
 // rank whose posted receive is too short), never with a truncated or misread payload.
 TEST(AllgathervInline, RanksWithDifferentMaximaFailLoudly) {
-  auto store = std::make_shared<comm::MemoryStore>();
-  std::vector<std::string> errs(3);
-  std::mutex mutex;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CommOptions options = test_options();
-      options.timeout = std::chrono::milliseconds(5000);
-      try {
-        auto c = comm::create_ucx_communicator(store, r, 3, options);
-        std::vector<uint8_t> mine(r == 1 ? 150 : 10, 9);
+  comm::CommOptions options = test_options();
+  options.timeout = std::chrono::milliseconds(5000);
+  const auto errs = rank_errors(
+      3,
+      [](Communicator& c) {
+        std::vector<uint8_t> mine(c.rank() == 1 ? 150 : 10, 9);
         std::vector<comm::Bytes> all;
         comm::AllgathervOptions o;
-        o.inline_max_bytes = r == 1 ? 200 : kMax;
-        comm::allgatherv_inline(*c, mine.data(), mine.size(), all, o, "test gather");
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        errs[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads)
-    t.join();
+        o.inline_max_bytes = c.rank() == 1 ? 200 : kMax;
+        comm::allgatherv_inline(c, mine.data(), mine.size(), all, o, "test gather");
+      },
+      options);
   expect_detected(errs, "longer than the 108 bytes expected");
 }
 

@@ -5,12 +5,8 @@
 // communicator that cannot receive unknown lengths an InternalError.
 #include <gtest/gtest.h>
 
-#include <mutex>
-#include <thread>
-
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "comm/rendezvous/memory_store.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {
@@ -68,26 +64,10 @@ INSTANTIATE_TEST_SUITE_P(Comm, UnsizedWorld, ::testing::Range(1, 9));
 
 // Every rank's error (empty: none) when rank r runs fn(comm, r) with a 3 s timeout.
 std::vector<std::string> errors_of(int P, const std::function<void(Communicator&, int)>& fn) {
-  auto store = std::make_shared<comm::MemoryStore>();
-  std::mutex mutex;
-  std::vector<std::string> errors(static_cast<size_t>(P));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r) {
-    threads.emplace_back([&, r] {
-      comm::CommOptions options = test_options();
-      options.timeout = std::chrono::milliseconds(3000);
-      try {
-        auto c = comm::create_ucx_communicator(store, r, P, options);
-        fn(*c, r);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return errors;
+  comm::CommOptions options = test_options();
+  options.timeout = std::chrono::milliseconds(3000);
+  return rank_errors(
+      P, [&](Communicator& c) { fn(c, c.rank()); }, options);
 }
 
 TEST(AllgathervUnsized, PayloadAboveTheMaximumIsAMismatchNamingItsSender) {

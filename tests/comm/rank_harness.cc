@@ -26,12 +26,14 @@ comm::CommOptions test_options() {
   return o;
 }
 
-void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& fn,
-               const comm::CommOptions& options) {
+namespace {
+
+// fn(comm) in one thread per rank, each with its own UCX communicator over one in-memory store;
+// failed(rank, exception) for a rank that threw (from that rank's thread). Joins every thread.
+void in_rank_threads(int world_size, const comm::CommOptions& options,
+                     const std::function<void(comm::Communicator&)>& fn,
+                     const std::function<void(int, std::exception_ptr)>& failed) {
   auto store = std::make_shared<comm::MemoryStore>();
-  std::mutex mutex;
-  std::exception_ptr first;
-  int first_rank = -1;
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
@@ -39,22 +41,53 @@ void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& f
         auto comm = comm::create_ucx_communicator(store, r, world_size, options);
         fn(*comm);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first) {
-          first = std::current_exception();
-          first_rank = r;
-        }
+        failed(r, std::current_exception());
       }
     });
   }
   for (auto& t : threads)
     t.join();
+}
+
+}  // namespace
+
+void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& fn,
+               const comm::CommOptions& options) {
+  std::mutex mutex;
+  std::exception_ptr first;
+  int first_rank = -1;
+  in_rank_threads(world_size, options, fn, [&](int r, std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!first) {
+      first = e;
+      first_rank = r;
+    }
+  });
   if (!first) return;
   try {
     std::rethrow_exception(first);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(first_rank) + ": " + e.what());
   }
+}
+
+std::vector<std::string> rank_errors(int world_size,
+                                     const std::function<void(comm::Communicator&)>& fn,
+                                     const comm::CommOptions& options) {
+  std::mutex mutex;
+  std::vector<std::string> errors(static_cast<size_t>(world_size));
+  in_rank_threads(world_size, options, fn, [&](int r, std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      std::lock_guard<std::mutex> lock(mutex);
+      errors[static_cast<size_t>(r)] = error.what();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      errors[static_cast<size_t>(r)] = "not a gradex error";
+    }
+  });
+  return errors;
 }
 
 uint16_t free_port() {

@@ -23,6 +23,12 @@ comm::CommOptions test_options();
 void run_ranks(int world_size, const std::function<void(comm::Communicator&)>& fn,
                const comm::CommOptions& options = test_options());
 
+// Runs fn(comm) for every rank as run_ranks does, and returns each rank's gradex::Error message
+// by rank ("" for a rank that threw none): for tests of failures that several ranks report.
+std::vector<std::string> rank_errors(int world_size,
+                                     const std::function<void(comm::Communicator&)>& fn,
+                                     const comm::CommOptions& options = test_options());
+
 // Forwards everything to `inner` and counts the messages sent (isend calls): how tests see how many
 // messages, hence round trips, a collective takes.
 class CountingCommunicator : public comm::Communicator {
