@@ -95,6 +95,14 @@ TEST(EngineDenseCollective, DirectAllreduceGivesTheRingsBits) {
 
 namespace {
 
+// The Thrust-on-OpenMP backend's run is left out of ThreadSanitizer builds (scripts/tsan.sh):
+// libgomp is not instrumented, so its barriers look like races between its threads.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kRunThrust = false;
+#else
+constexpr bool kRunThrust = true;
+#endif
+
 // One DGC tensor and two small dense ones (GRADEX_DENSE_THRESHOLD) submitted together, 3 steps.
 // Writes the digest of the dense averages, of the DGC tensor's and this rank's bytes sent.
 std::string run_mixed(RankContext& ctx, const std::string& out_prefix, double tolerance) {
@@ -151,6 +159,7 @@ TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
       const std::pair<const char*, const char*> variants[] = {
           {"ring", "cpu"}, {"gather", "cpu"}, {"gather", "thrust-omp"}};
       for (const auto& [collective, backend] : variants) {
+        if (!kRunThrust && std::string(backend) == "thrust-omp") break;  // the last variant
         const std::string prefix =
             dir + "/" + collective + "-" + backend + "-" + fp16 + "-" + std::to_string(world) + "-";
         auto results =
@@ -180,7 +189,7 @@ TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
         EXPECT_EQ(runs[1].sparse[static_cast<size_t>(r)], runs[1].sparse[0]) << what;
       }
       EXPECT_EQ(runs[1].sparse, runs[0].sparse) << what << ": riding changed the DGC tensor";
-      for (int r = 1; r < world; ++r)  // on the Thrust backend too
+      for (int r = 1; r < world && kRunThrust; ++r)  // on the Thrust backend too
         EXPECT_EQ(runs[2].dense[static_cast<size_t>(r)], runs[2].dense[0]) << what << ", thrust";
       // Riding, a rank sends its dense values to each of the P-1 others (plus a bitmap and
       // framing) where the ring sends 2(P-1)/P of them, in each step whose negotiation round
@@ -188,7 +197,7 @@ TEST(EngineDenseCollective, DenseGradientsRideTheDgcGather) {
       // least one of the 3 steps, all ranks alike) of 5037 values.
       const double wire = 5037.0 * (std::string(fp16) == "1" ? 2 : 4);
       const double extra = wire * ((world - 1) - 2.0 * (world - 1) / world);
-      for (int k : {1, 2})
+      for (int k = 1; k <= (kRunThrust ? 2 : 1); ++k)
         for (int r = 0; r < world; ++r) {
           const double got = static_cast<double>(runs[k].sent[static_cast<size_t>(r)]) -
                              static_cast<double>(runs[0].sent[static_cast<size_t>(r)]);
