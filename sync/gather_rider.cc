@@ -1,6 +1,5 @@
 #include "sync/gather_rider.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -75,9 +74,7 @@ bool average(const std::vector<wire::PayloadSpan>& payloads, const std::string& 
           std::to_string(view.header.numel) + " as " + dtype_name(view.header.value_dtype));
     wire::add_range(view, out, n, weight, 0, n);
   }
-  for (uint64_t i = 0; i < n; ++i)
-    if (!std::isfinite(out[i])) return true;
-  return false;
+  return compress::half::count_nonfinite(out, n) > 0;
 }
 
 }  // namespace gradex::sync::rider

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/log.h"
@@ -118,6 +119,19 @@ void SparseGather::agree_model(comm::Communicator& comm) {
   model_ = std::move(model);
 }
 
+std::optional<bool> SparseGather::unsized_ring(comm::Communicator& comm) {
+  using Mode = EngineOptions::SparseCollective;
+  if (comm.size() < 2 || !comm.receives_any_length()) return std::nullopt;
+  if (mode_ == Mode::kDirect) return false;
+  if (mode_ != Mode::kAuto) return std::nullopt;
+  agree(comm);
+  // The direct exchange or the ring as the model prices the last gather's sizes (every rank holds
+  // them all, so every rank runs the same collective); the first gather learns them.
+  if (!model_->latency_bound() || last_sizes_.size() != static_cast<size_t>(comm.size()))
+    return std::nullopt;
+  return model_->ring_for(last_sizes_);
+}
+
 comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
                                           const std::vector<uint8_t>& message,
                                           std::vector<comm::Bytes>& received) {
@@ -126,35 +140,25 @@ comm::AllgathervPath SparseGather::gather(comm::Communicator& comm,
     comm::ring_allgatherv(comm, message.data(), message.size(), received);
     return comm.size() > 1 ? comm::AllgathervPath::kRing : comm::AllgathervPath::kLocal;
   }
-  if (mode_ == Mode::kDirect && comm.size() > 1 && comm.receives_any_length()) {
-    comm::allgatherv_unsized(comm, message.data(), message.size(), received, /*ring=*/false,
-                             comm::kUnsizedMaxBytes, "sparse allgatherv");
-    remember_sizes(received);
-    return comm::AllgathervPath::kDirectUnsized;
-  }
-  comm::AllgathervOptions options;
-  options.inline_max_bytes = comm.options().allgather_inline_bytes;
   comm::AllgathervPath path;
-  if (mode_ == Mode::kAuto && comm.size() > 1) {
-    agree(comm);
-    const GatherModel* model = model_.get();
-    if (model->latency_bound() && comm.receives_any_length() &&
-        last_sizes_.size() == static_cast<size_t>(comm.size())) {
-      // No size round: the direct exchange or the ring as the model prices the last gather's
-      // sizes (every rank holds them all, so every rank runs the same collective).
-      const bool ring = model->ring_for(last_sizes_);
-      comm::allgatherv_unsized(comm, message.data(), message.size(), received, ring,
-                               comm::kUnsizedMaxBytes, "sparse allgatherv");
-      remember_sizes(received);
-      return ring ? comm::AllgathervPath::kRingUnsized : comm::AllgathervPath::kDirectUnsized;
+  if (const std::optional<bool> ring = unsized_ring(comm)) {
+    comm::allgatherv_unsized(comm, message.data(), message.size(), received, *ring,
+                             comm::kUnsizedMaxBytes, "sparse allgatherv");
+    path = *ring ? comm::AllgathervPath::kRingUnsized : comm::AllgathervPath::kDirectUnsized;
+  } else {
+    comm::AllgathervOptions options;
+    options.inline_max_bytes = comm.options().allgather_inline_bytes;
+    if (mode_ == Mode::kAuto && comm.size() > 1) {
+      agree(comm);
+      const GatherModel* model = model_.get();
+      options.inline_max_bytes = model->inline_max(options.inline_max_bytes);
+      options.ring_for = [model](const std::vector<uint64_t>& following) {
+        return model->ring_for(following);
+      };
     }
-    options.inline_max_bytes = model->inline_max(options.inline_max_bytes);
-    options.ring_for = [model](const std::vector<uint64_t>& following) {
-      return model->ring_for(following);
-    };
+    path = comm::allgatherv_inline(comm, message.data(), message.size(), received, options,
+                                   "sparse allgatherv");
   }
-  path = comm::allgatherv_inline(comm, message.data(), message.size(), received, options,
-                                 "sparse allgatherv");
   remember_sizes(received);
   return path;
 }

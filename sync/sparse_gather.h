@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -110,6 +111,11 @@ class SparseGather {
   const GatherModel* model() const { return model_.get(); }
 
  private:
+  // Whether this gather skips the size round (comm::allgatherv_unsized), and then whether around
+  // the ring: always directly under GRADEX_SPARSE_COLLECTIVE=direct; under auto on a latency-bound
+  // link once a gather's sizes are known. nullopt: the sized collectives. Collective under auto
+  // (the first call agrees the model).
+  std::optional<bool> unsized_ring(comm::Communicator& comm);
   void remember_sizes(const std::vector<comm::Bytes>& received);
 
   EngineOptions::SparseCollective mode_;

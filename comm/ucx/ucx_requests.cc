@@ -112,11 +112,8 @@ bool UcxCommunicator::take_probed_message(UcxRequest& r) {
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the length comes from the request test
   ucs_status_ptr_t st =
       ucp_tag_msg_recv_nbx(worker_->get(), r.any_length_out_->data(), bytes, message, &param);
-  if (st == nullptr) {
-    r.status_ = UCS_OK;
-    r.info_ = info;
-    bytes_received_ += info.length;
-  } else if (UCS_PTR_IS_ERR(st)) {
+  GX_CHECK(st != nullptr);  // NO_IMM_CMPL: UCX always hands back a request or an error
+  if (UCS_PTR_IS_ERR(st)) {
     r.status_ = UCS_PTR_STATUS(st);
   } else {
     r.handle_ = st;
