@@ -272,10 +272,12 @@ const std::vector<VarSpec>& registry() {
      "exchange keeps its own collectives."},
     {"GRADEX_PORT_QUEUE_MS", VarType::kFloat, "1", 0, 1000, false, false, nullptr, kEngine,
      "How much traffic a switch port between hosts buffers, in milliseconds at the link's measured "
-     "bandwidth. GRADEX_SPARSE_COLLECTIVE=auto sends payloads directly only while what one rank "
-     "receives at once fits it (beyond, TCP incast drops packets and waits for retransmission "
-     "timeouts), and caps the inline maximum across hosts to fit it. Ignored when every rank is on "
-     "one host."},
+     "bandwidth. The auto collectives send payloads directly only while what one rank receives at "
+     "once fits it (beyond, TCP incast drops packets and waits for retransmission timeouts), and "
+     "cap the inline maximum across hosts to fit it. Left unset, the link probe also measures an "
+     "incast burst (1 MiB from every rank on another host than rank 0 at once, at most 16 MiB) and "
+     "prices arrivals up to its size at what it cost beyond its transfer; set, the value is taken "
+     "as written and no burst is measured. Ignored when every rank is on one host."},
     {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,
      "Which backend computes on tensors in host memory: cpu (the CPU kernels) or thrust-omp (the "
      "CUDA backend's Thrust code on OpenMP; the same results, slow, for tests). classic is the old "

@@ -256,7 +256,8 @@ class Engine {
   const comm::HostTopology* hierarchy() const { return hierarchy_.get(); }
   std::unique_ptr<Negotiator> negotiator_;
   // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
-  SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s};
+  SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s,
+                              options_.port_queue_explicit};
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;
   // Every tensor's policy: GRADEX_POLICY's source (sync/policy_source.h). Initialized here, after

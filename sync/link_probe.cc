@@ -28,6 +28,41 @@ std::vector<uint8_t> broadcast_bytes(comm::Communicator& comm, std::vector<uint8
   return bytes;
 }
 
+// Rank 0's part of the incast burst: the fastest of `timed` bursts (after one untimed one) of
+// `each` bytes from every rank in `senders` at once, each started by a one-byte message from rank
+// 0. The senders' part: answer each start with `each` bytes. Other ranks do nothing.
+double time_burst(comm::Communicator& comm, const std::vector<int>& senders, size_t each,
+                  int timed) {
+  const uint64_t tag = comm.next_collective_tag();
+  const int me = comm.rank();
+  const bool sends = std::find(senders.begin(), senders.end(), me) != senders.end();
+  if (me != 0 && !sends) return 0;
+  uint8_t start = 1;
+  std::vector<uint8_t> data(me == 0 ? each * senders.size() : each, 0x3c);
+  double fastest = 0;
+  for (int rep = 0; rep <= timed; ++rep) {
+    const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
+    std::vector<comm::RequestPtr> reqs;
+    if (me != 0) {
+      reqs.push_back(comm.irecv(0, t, &start, 1));
+      comm.wait_all(reqs, "link probe burst");
+      reqs.clear();
+      reqs.push_back(comm.isend(0, t + 1, data.data(), each));
+      comm.wait_all(reqs, "link probe burst");
+      continue;
+    }
+    for (size_t i = 0; i < senders.size(); ++i)
+      reqs.push_back(comm.irecv(senders[i], t + 1, data.data() + i * each, each));
+    const auto t0 = Clock::now();
+    for (int q : senders)
+      reqs.push_back(comm.isend(q, t, &start, 1));
+    comm.wait_all(reqs, "link probe burst");
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
+  }
+  return fastest;
+}
+
 }  // namespace
 
 PeerClass collective_class(const std::vector<std::string>& hosts) {
@@ -111,6 +146,26 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     transport_cpu_s = transport_cpu[(transport_cpu.size() - 1) * 3 / 4];
     transport_bytes = 2 * largest;
   }
+  // The incast burst: the rule every rank derives from the hosts alone, so that all call it or
+  // none.
+  constexpr auto kOther = static_cast<size_t>(PeerClass::kOtherHost);
+  uint64_t burst_bytes = 0;
+  double burst_extra_s = 0;
+  if (options.burst_bytes_per_sender > 0 && peer[kOther] >= 0) {
+    std::vector<int> senders;
+    for (int r = 1; r < world; ++r)
+      if (result.hosts[static_cast<size_t>(r)] != result.hosts[0]) senders.push_back(r);
+    const size_t each =
+        std::min(options.burst_bytes_per_sender, options.burst_total_max_bytes / senders.size());
+    if (each > 0) {
+      const double fastest = time_burst(comm, senders, each, 2);
+      if (me == 0) {
+        burst_bytes = static_cast<uint64_t>(each) * senders.size();
+        const LinkParams p = fits[kOther].params(LinkParams{});
+        burst_extra_s = std::max(0.0, fastest - p.seconds(2.0, static_cast<double>(burst_bytes)));
+      }
+    }
+  }
   ByteWriter w;
   for (int c = 0; c < kPeerClasses; ++c) {
     const LinkParams p = fits[static_cast<size_t>(c)].params(LinkParams{});
@@ -120,6 +175,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   w.put<uint64_t>(transport_bytes);
   w.put<double>(transport_cpu_s);
+  w.put<uint64_t>(burst_bytes);
+  w.put<double>(burst_extra_s);
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
   for (LinkParams& p : result.link) {
@@ -129,6 +186,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   result.transport_bytes = r.get<uint64_t>();
   result.transport_cpu_s = r.get<double>();
+  result.burst_bytes = r.get<uint64_t>();
+  result.burst_extra_s = r.get<double>();
   r.expect_end();
   return result;
 }

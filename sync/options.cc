@@ -110,6 +110,7 @@ EngineOptions engine_options_from_config(const config::Config& c) {
                    : hierarchical == "1" ? EngineOptions::Hierarchical::kOn
                                          : EngineOptions::Hierarchical::kAuto;
   o.port_queue_s = c.get_float("GRADEX_PORT_QUEUE_MS") / 1000.0;
+  o.port_queue_explicit = c.source_of("GRADEX_PORT_QUEUE_MS") != config::Source::kDefault;
   o.sparse_group_bytes = static_cast<size_t>(c.get_float("GRADEX_SPARSE_GROUP_MB") * (1 << 20));
   o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
   o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");

@@ -62,8 +62,9 @@ struct EngineOptions {
   // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
   enum class Hierarchical { kAuto, kOff, kOn } hierarchical = Hierarchical::kAuto;
   // GRADEX_PORT_QUEUE_MS, in seconds: what a switch port between hosts buffers (auto's incast
-  // term).
+  // term), and whether the user set it (then it is taken as written: no measured incast burst).
   double port_queue_s = 1e-3;
+  bool port_queue_explicit = false;
   // The planner's rank-count guess of the transfer's latency terms (sync/codec_planner.cc); the
   // engine itself chooses per unit (sync/sparse_gather.h).
   static constexpr int kSparseRingMinRanks = 8;

@@ -29,9 +29,15 @@ double GatherModel::direct_seconds(const std::vector<uint64_t>& following) const
   }
   const double uplink = static_cast<double>(P - 1) * static_cast<double>(largest);
   const double downlink = static_cast<double>(total - smallest);  // the busiest receiver's
-  double t = link.seconds(1.0, std::max(uplink, downlink));
-  if (crosses_hosts && downlink * link.beta_s_per_byte > port_queue_s) t += kIncastPenalty;
-  return t;
+  return link.seconds(1.0, std::max(uplink, downlink)) + incast_seconds(downlink);
+}
+
+double GatherModel::incast_seconds(double arriving) const {
+  if (!crosses_hosts || arriving <= 0) return 0;
+  const double rule = arriving * link.beta_s_per_byte > port_queue_s ? kIncastPenalty : 0;
+  if (burst_bytes > 0 && arriving <= static_cast<double>(burst_bytes))
+    return std::min(rule, burst_extra_s);
+  return rule;
 }
 
 double GatherModel::ring_seconds(const std::vector<uint64_t>& following) const {
@@ -56,7 +62,12 @@ size_t GatherModel::inline_max(size_t configured) const {
                                           in_one_latency, static_cast<double>(kLatencyInlineMax))));
   }
   if (!crosses_hosts || world_size < 2) return configured;
-  const double fits = port_queue_s / link.beta_s_per_byte / static_cast<double>(world_size - 1);
+  const double senders = static_cast<double>(world_size - 1);
+  if (absorbs(senders * static_cast<double>(configured))) return configured;
+  double fits = port_queue_s / link.beta_s_per_byte;
+  if (burst_bytes > 0 && burst_extra_s <= link.alpha_s)
+    fits = std::max(fits, static_cast<double>(burst_bytes));
+  fits /= senders;
   if (!(fits < static_cast<double>(configured))) return configured;
   return static_cast<size_t>(std::max(0.0, std::floor(fits)));
 }
@@ -71,9 +82,7 @@ double GatherModel::dense_direct_seconds(uint64_t bytes) const {
   const double P = world_size;
   if (world_size < 2) return 0;
   const double incoming = (P - 1) / P * static_cast<double>(bytes);  // per rank and phase
-  double t = link.seconds(2, 2 * incoming);
-  if (crosses_hosts && incoming * link.beta_s_per_byte > port_queue_s) t += 2 * kIncastPenalty;
-  return t;
+  return link.seconds(2, 2 * incoming) + 2 * incast_seconds(incoming);
 }
 
 uint64_t GatherModel::rider_bytes() const {
@@ -90,17 +99,22 @@ void SparseGather::agree(comm::Communicator& comm) {
 
 void SparseGather::agree_model(comm::Communicator& comm) {
   if (comm.size() < 2 || model_) return;
+  cost::ProbeOptions options;
+  if (!port_queue_explicit_) options.burst_bytes_per_sender = kBurstBytesPerSender;
   const cost::ProbeResult probe =
-      cost::probe_links(comm, comm::host_identity(comm.options().host_id));
+      cost::probe_links(comm, comm::host_identity(comm.options().host_id), options);
   auto model = std::make_unique<GatherModel>();
   const cost::PeerClass cls = cost::collective_class(probe.hosts);
   model->link = probe.link[static_cast<size_t>(cls)];
   model->crosses_hosts = cls == cost::PeerClass::kOtherHost;
   model->port_queue_s = port_queue_s_;
   model->world_size = comm.size();
+  model->burst_bytes = probe.burst_bytes;
+  model->burst_extra_s = probe.burst_extra_s;
   GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " alpha "
                  << model->link.alpha_s * 1e6 << " us, beta " << model->link.beta_s_per_byte * 1e9
-                 << " ns/B, inline maximum "
+                 << " ns/B, incast burst " << model->burst_bytes << " B cost "
+                 << model->burst_extra_s * 1e3 << " ms beyond its transfer, inline maximum "
                  << model->inline_max(comm.options().allgather_inline_bytes) << " B";
   // Across regions the kernel's TCP settings, not the link, often cap the exchange: said once,
   // with the fix, by rank 0 (whose numbers every rank plans from).

@@ -24,9 +24,8 @@ namespace gradex::sync {
 // The alpha-beta model of an allgatherv's payload round, on the link class the collective crosses.
 // `following[q]` is the bytes of rank q's payload still to move (0: none).
 //   direct: one message latency; the busiest link is the largest sender's uplink (P-1 copies of
-//           its payload) or the busiest receiver's downlink (everything the others send). Across
-//           hosts, when what one rank receives at once outlasts port_queue_s at the link's rate,
-//           the switch port drops the tail and TCP waits a retransmission timeout (kIncastPenalty).
+//           its payload) or the busiest receiver's downlink (everything the others send), plus,
+//           across hosts, the incast's cost (incast_seconds).
 //   ring:   P-1 hops of latency; the busiest link carries every payload but its receiver's.
 struct GatherModel {
   static constexpr double kIncastPenalty = 0.2;  // s: Linux's minimum TCP retransmission timeout
@@ -34,6 +33,21 @@ struct GatherModel {
   bool crosses_hosts = false;
   double port_queue_s = 1e-3;
   int world_size = 1;
+  // The link probe's incast burst (sync/link_probe.h; 0 bytes: not measured, or
+  // GRADEX_PORT_QUEUE_MS set explicitly): that many bytes arrived at once and took burst_extra_s
+  // longer than the link's fit predicts for one sender.
+  uint64_t burst_bytes = 0;
+  double burst_extra_s = 0;
+
+  // What `arriving` bytes sent to one rank at once cost beyond their transfer, across hosts. The
+  // rule: a retransmission timeout when the bytes outlast port_queue_s at the link's rate (the
+  // switch port drops the tail and TCP waits), else nothing. Up to the measured burst's size at
+  // most what the burst cost beyond its transfer (a smaller burst overflows no more): a path
+  // that absorbed the burst lowers the rule's price to what was measured, never raises it.
+  double incast_seconds(double arriving) const;
+  // The one-round inline burst's test (inline_max): true when `arriving` bytes at once cost no
+  // more than one latency beyond their transfer.
+  bool absorbs(double arriving) const { return incast_seconds(arriving) <= link.alpha_s; }
 
   double direct_seconds(const std::vector<uint64_t>& following) const;
   double ring_seconds(const std::vector<uint64_t>& following) const;
@@ -41,13 +55,13 @@ struct GatherModel {
   bool ring_for(const std::vector<uint64_t>& following) const;
   // The inline maximum for this link: `configured` (on a latency-bound link, at least what the
   // link moves in one latency, up to kLatencyInlineMax), capped across hosts so that the one-round
-  // exchange's burst ((P-1) inline payloads into one rank) fits the port's queue.
+  // exchange's burst ((P-1) inline payloads into one rank) is absorbed: it fits the port's queue
+  // or the measured burst that cost nothing.
   size_t inline_max(size_t configured) const;
 
   // A dense allreduce of `bytes` (the bucket on the wire). Both move 2(P-1)/P of it through each
   // rank; the ring pays 2(P-1) message latencies, the direct exchange (comm::direct_allreduce_sum)
-  // 2, plus, across hosts, a retransmission timeout when one phase's (P-1) segments arriving at
-  // once overflow the port's queue.
+  // 2, plus, across hosts, the incast's cost of each phase's (P-1) segments arriving at once.
   double dense_ring_seconds(uint64_t bytes) const;
   double dense_direct_seconds(uint64_t bytes) const;
   // The direct exchange when predicted at least kDenseDirectGain faster (the results are the same
@@ -80,8 +94,13 @@ struct GatherModel {
 
 class SparseGather {
  public:
-  SparseGather(EngineOptions::SparseCollective mode, double port_queue_s)
-      : mode_(mode), port_queue_s_(port_queue_s) {}
+  // `port_queue_explicit`: GRADEX_PORT_QUEUE_MS was set, so the model takes it as written and
+  // the probe measures no incast burst.
+  SparseGather(EngineOptions::SparseCollective mode, double port_queue_s, bool port_queue_explicit)
+      : mode_(mode), port_queue_s_(port_queue_s), port_queue_explicit_(port_queue_explicit) {}
+  // The bytes each other-host rank sends in the probe's incast burst (at most 16 MiB in all): at 4
+  // ranks 3 MiB, about a latency-bound DGC 99% gather's downlink.
+  static constexpr size_t kBurstBytesPerSender = size_t{1} << 20;
 
   // Collective (the progress thread, every rank in the same unit order): every rank's `message`
   // into `received`, by rank. GRADEX_SPARSE_COLLECTIVE=ring: the two-round ring_allgatherv;
@@ -120,6 +139,7 @@ class SparseGather {
 
   EngineOptions::SparseCollective mode_;
   double port_queue_s_;
+  bool port_queue_explicit_;
   std::unique_ptr<GatherModel> model_;
   // Every rank's payload size in the last gather (identical on every rank: an allgatherv's
   // result), the prediction an unsized gather is chosen by.

@@ -7,7 +7,9 @@
     blackholed host answers nothing, both undone on command;
   - a small gradex exchange (gradex-bench exchange, DGC 99.9 %, 1 step after 1 warm-up) completes
     over it, its step longer than one round trip, and GRADEX_STRIPES=auto timed the round trip and
-    chose its connections per peer from it;
+    chose its connections per peer from it; the sparse gather's model measured the incast burst
+    (1 MiB from the other host) and, the link being latency-bound, the gathers after the first
+    skipped the size round (sync/sparse_gather.h);
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}.
@@ -78,6 +80,21 @@ def check_striping(log_path):
     want = 1 if window <= 0 else min(4, max(1, math.ceil(10e9 / 8 * rtt_ms / 1e3 / window)))
     expect(count == want, f"{count} connections per peer for a {window} B window at {rtt_ms:.2f} ms "
                           f"(expected {want})")
+
+
+def check_sparse_gather(log_path):
+    """The sparse gather's model (GRADEX_SPARSE_COLLECTIVE=auto) across this 10 ms link: rank 0 measured the
+    incast burst from its one other-host peer, and every sparse gather after the first (whose sizes price
+    the choice) ran without a size round; the first ran with one."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    model = re.search(r"sparse gather model: other-host alpha ([0-9.e+-]+) us, .* incast burst (\d+) B", text)
+    expect(model is not None, f"rank 0 logs the sparse gather's model ({log_path})")
+    expect(float(model.group(1)) >= 5000 and int(model.group(2)) == 1 << 20,
+           f"a latency-bound model (alpha {float(model.group(1)) / 1e3:.1f} ms) with a 1 MiB incast burst")
+    paths = re.findall(r"sparse gather of \[[^]]*\]: \d+ bytes, (.*)", text)
+    expect(len(paths) >= 2 and "no size round" not in paths[0]
+           and all("no size round" in p for p in paths[1:]),
+           f"the first sparse gather sized, the later ones without a size round: {paths}")
 
 
 def check_regions(args, log_dir):
@@ -163,10 +180,11 @@ def main():
             argv = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "1",
                     "--warmup", "1", "--idle-s", "0"]
             stdout, _ = run_ranks(wan, 2, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir,
-                                  label="wan_test", extra_env={"GRADEX_LOG_LEVEL": "info"})
+                                  label="wan_test", extra_env={"GRADEX_LOG_LEVEL": "debug"})
             step_ms = float(parse_result(stdout)["dgc999_step_ms"])
             expect(step_ms >= 20.0, f"a DGC 99.9 % exchange over the WAN: {step_ms:.0f} ms per step")
             check_striping(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
+            check_sparse_gather(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)

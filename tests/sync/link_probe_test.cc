@@ -53,6 +53,43 @@ TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
   EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
 }
 
+// The incast burst: every rank on another host than rank 0 sends at once (here ranks 1-3; rank 1
+// shares no host with rank 0 although ranks 1 and 2 share one), each its share of the total
+// maximum; every rank returns rank 0's numbers. A job on one host measures none.
+TEST(LinkProbe, TimesTheIncastBurstFromEveryOtherHostRank) {
+  const std::vector<std::string> hosts{"hostA", "hostB", "hostB", "hostC"};
+  std::mutex m;
+  std::vector<ProbeResult> results(4);
+  test::run_ranks(4, [&](comm::Communicator& comm) {
+    ProbeOptions o;
+    o.repeats = 1;
+    o.burst_bytes_per_sender = 64u << 10;
+    o.burst_total_max_bytes = 150000;
+    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
+    std::lock_guard<std::mutex> lock(m);
+    results[static_cast<size_t>(comm.rank())] = r;
+  });
+  for (const ProbeResult& r : results) {
+    EXPECT_EQ(r.burst_bytes, 150000u);  // 3 senders of min(64 KiB, 150000 / 3)
+    EXPECT_GE(r.burst_extra_s, 0.0);
+    EXPECT_LT(r.burst_extra_s, 10.0);
+    EXPECT_EQ(r.burst_extra_s, results[0].burst_extra_s);
+  }
+  std::vector<ProbeResult> one_host(3);
+  test::run_ranks(3, [&](comm::Communicator& comm) {
+    ProbeOptions o;
+    o.repeats = 1;
+    o.burst_bytes_per_sender = 64u << 10;
+    ProbeResult r = probe_links(comm, "same", o);
+    std::lock_guard<std::mutex> lock(m);
+    one_host[static_cast<size_t>(comm.rank())] = r;
+  });
+  for (const ProbeResult& r : one_host) {
+    EXPECT_EQ(r.burst_bytes, 0u);
+    EXPECT_EQ(r.burst_extra_s, 0.0);
+  }
+}
+
 TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
   constexpr int kRanks = 3;
   std::vector<std::string> local_plans(kRanks), agreed_plans(kRanks);

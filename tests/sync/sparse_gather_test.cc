@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "comm/rendezvous/launch.h"
 #include "sync/sparse_gather.h"
@@ -64,6 +65,71 @@ TEST(GatherModel, IncastAcrossHostsBeyondThePortQueueGoesAroundTheRing) {
   // The same burst on one host (no switch port) stays direct; a deeper queue (5 ms) keeps it too.
   EXPECT_FALSE(model(50e-6, 8e-9, false, 8).ring_for(std::vector<uint64_t>(8, 32 << 10)));
   EXPECT_FALSE(model(50e-6, 8e-9, true, 8, 5e-3).ring_for(std::vector<uint64_t>(8, 32 << 10)));
+}
+
+// The probe's incast burst: up to its size, what it cost beyond its transfer caps the port-queue
+// rule's price; beyond its size the rule alone applies.
+TEST(GatherModel, AMeasuredBurstPricesTheIncastUpToItsSize) {
+  // The emulated WAN's numbers: 25 ms, the probe's 45 ns/B, 4 ranks sending 240 KB each.
+  const std::vector<uint64_t> dgc999(4, 240000);
+  GatherModel m = model(25e-3, 45e-9, true, 4);
+  // Unmeasured: 720 KB arriving outlast 1 ms at 45 ns/B: a retransmission timeout, so the ring.
+  EXPECT_NEAR(m.incast_seconds(720000), GatherModel::kIncastPenalty, 1e-12);
+  EXPECT_TRUE(m.ring_for(dgc999));
+  // A 3 MiB burst that arrived as fast as one sender's transfer: no incast cost, direct.
+  m.burst_bytes = 3u << 20;
+  m.burst_extra_s = 0;
+  EXPECT_EQ(m.incast_seconds(720000), 0.0);
+  EXPECT_FALSE(m.ring_for(dgc999));
+  EXPECT_NEAR(m.direct_seconds(dgc999), 25e-3 + 720000 * 45e-9, 1e-12);
+  // One that waited 50 ms: arrivals up to its size that the queue does not hold pay that; those
+  // it holds (20 KB at 45 ns/B: 0.9 ms) nothing.
+  m.burst_extra_s = 0.05;
+  EXPECT_EQ(m.incast_seconds(720000), 0.05);
+  EXPECT_EQ(m.incast_seconds(20000), 0.0);
+  // A dearer burst than the rule's timeout never raises the price: the rule's, and the ring.
+  m.burst_extra_s = 0.3;
+  EXPECT_EQ(m.incast_seconds(720000), GatherModel::kIncastPenalty);
+  EXPECT_TRUE(m.ring_for(dgc999));
+  // Beyond the burst's size the port-queue rule: 10 MB at 45 ns/B outlast 1 ms.
+  m.burst_extra_s = 0;
+  EXPECT_EQ(m.incast_seconds(10e6), GatherModel::kIncastPenalty);
+  // On one host no port is crossed, measured or not.
+  m.crosses_hosts = false;
+  m.burst_extra_s = 0.3;
+  EXPECT_EQ(m.incast_seconds(720000), 0.0);
+}
+
+TEST(GatherModel, AnAbsorbedBurstRaisesTheInlineMaximumAndTheDenseDirectChoice) {
+  // 4 ranks, 25 ms, 8 ns/B: the 1 ms queue holds 125 kB, a third of it per sender.
+  GatherModel m = model(25e-3, 8e-9, true, 4);
+  EXPECT_EQ(m.inline_max(4 << 10), size_t{125000 / 3});
+  EXPECT_FALSE(m.dense_direct_for(100u << 20));
+  // A 3 MiB burst that cost nothing: the latency's 1 MiB ceiling fits (3 x 1 MiB arriving).
+  m.burst_bytes = 3u << 20;
+  EXPECT_EQ(m.inline_max(4 << 10), size_t{1} << 20);
+  // A dense bucket whose segments (3/4 of 4 MiB per phase) fit the burst goes direct; one of
+  // 100 MB exceeds it (the rule: timeouts) and stays on the ring.
+  EXPECT_TRUE(m.dense_direct_for(4u << 20));
+  EXPECT_FALSE(m.dense_direct_for(100u << 20));
+  // A burst that cost more than a latency is not absorbed: the queue's cap again.
+  m.burst_extra_s = 0.05;
+  EXPECT_EQ(m.inline_max(4 << 10), size_t{125000 / 3});
+  EXPECT_NEAR(m.dense_direct_seconds(4u << 20), 2 * 25e-3 + 2 * 3.0 * (1 << 20) * 8e-9 + 2 * 0.05,
+              1e-9);
+}
+
+// A GRADEX_PORT_QUEUE_MS the user wrote is taken as written (SparseGatherProcesses.
+// AnExplicitPortQueueMeasuresNoBurst: the gather then measures no burst).
+TEST(GatherModel, AnExplicitPortQueueIsTakenAsWritten) {
+  using config::Config;
+  using config::Source;
+  EXPECT_FALSE(sync::engine_options_from_config(Config::from_strings({}, Source::kEnvironment))
+                   .port_queue_explicit);
+  const sync::EngineOptions o = sync::engine_options_from_config(
+      Config::from_strings({"GRADEX_PORT_QUEUE_MS=1"}, Source::kEnvironment));
+  EXPECT_TRUE(o.port_queue_explicit);
+  EXPECT_EQ(o.port_queue_s, 1e-3);
 }
 
 TEST(GatherModel, InlineMaximumIsCappedAcrossHostsToFitThePortQueue) {
@@ -128,7 +194,9 @@ constexpr int kOk = 0;
 constexpr int kExpectedFailure = 10;
 constexpr int kWrong = 20;
 
-std::unique_ptr<comm::Communicator> bootstrap(int rank, int world, uint16_t port, Millis timeout) {
+// `host_id`: the rank's host identity ("": derived; every forked rank then shares this host).
+std::unique_ptr<comm::Communicator> bootstrap(int rank, int world, uint16_t port, Millis timeout,
+                                              const std::string& host_id = "") {
   comm::LaunchInfo info;
   info.rank = rank;
   info.world_size = world;
@@ -138,6 +206,7 @@ std::unique_ptr<comm::Communicator> bootstrap(int rank, int world, uint16_t port
   o.timeout = timeout;
   o.ring_chunk_bytes = 16 << 10;
   o.allgather_inline_bytes = 4 << 10;
+  o.host_id = host_id;
   return comm::create_ucx_communicator(store, rank, world, o);
 }
 
@@ -163,12 +232,14 @@ std::string paths_of(const std::string& report) {
   return at == std::string::npos ? "" : report.substr(at, report.find('\n', at) - at);
 }
 
+// Every rank a host of its own (GRADEX_HOST_ID), so that the probe measures the incast burst and
+// the model prices the crossing of hosts.
 TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
   const int P = 4;
   const uint16_t port = free_port();
   ProcessGroup group(P, [&](int rank) {
-    auto comm = bootstrap(rank, P, port, Millis(20000));
-    SparseGather gather(Mode::kAuto, 1e-3);
+    auto comm = bootstrap(rank, P, port, Millis(20000), "host" + std::to_string(rank));
+    SparseGather gather(Mode::kAuto, 1e-3, false);
     gather.agree(*comm);  // the probe: rank 0's numbers for every rank
     const GatherModel& m = *gather.model();
     // The sizes of every rank in every round are known to every rank (a function of both), so
@@ -191,9 +262,14 @@ TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
       }
     };
     std::string paths = "paths:";
-    char numbers[96];
-    std::snprintf(numbers, sizeof numbers, "alpha=%a beta=%a ", m.link.alpha_s,
-                  m.link.beta_s_per_byte);
+    if (!m.crosses_hosts || m.burst_bytes != 3 * SparseGather::kBurstBytesPerSender) {
+      report("the model does not cross hosts or measured no burst of 3 MiB");
+      return kWrong;
+    }
+    char numbers[160];
+    std::snprintf(numbers, sizeof numbers, "alpha=%a beta=%a burst=%llu extra=%a ", m.link.alpha_s,
+                  m.link.beta_s_per_byte, static_cast<unsigned long long>(m.burst_bytes),
+                  m.burst_extra_s);
     report(numbers);
     for (int round = 0; round < 8; ++round) {
       std::vector<uint8_t> mine = payload(rank, size_of(rank, round), round);
@@ -241,6 +317,30 @@ TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
   }
 }
 
+// GRADEX_PORT_QUEUE_MS set: ranks on distinct hosts agree a model that crosses hosts without the
+// burst (EveryRankTakesTheModelsPathForEveryUnit measures it when the setting is left unset).
+TEST(SparseGatherProcesses, AnExplicitPortQueueMeasuresNoBurst) {
+  const int P = 3;
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    auto comm = bootstrap(rank, P, port, Millis(20000), "host" + std::to_string(rank));
+    const sync::EngineOptions o = sync::engine_options_from_config(
+        config::Config::from_strings({"GRADEX_PORT_QUEUE_MS=1"}, config::Source::kEnvironment));
+    SparseGather gather(Mode::kAuto, o.port_queue_s, o.port_queue_explicit);
+    gather.agree(*comm);
+    const GatherModel& m = *gather.model();
+    report(m.crosses_hosts && m.burst_bytes == 0 && m.port_queue_s == 1e-3 ? "as written"
+                                                                           : "burst measured");
+    return kOk;
+  });
+  auto results = group.wait(std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), static_cast<size_t>(P));
+  for (const auto& c : results) {
+    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
+    EXPECT_EQ(c.report.find("as written"), 0u) << describe(results);
+  }
+}
+
 // Ranks loop over one-round and two-round gathers; rank 2 is SIGKILLed in the middle: every other
 // rank fails within the timeout (never a hang) with an error naming a peer. A survivor whose
 // exchange with rank 2 had already completed may first see another survivor leave after its own
@@ -252,7 +352,7 @@ TEST(SparseGatherProcesses, KilledRankFailsTheOthersWithinTheTimeout) {
   const uint16_t port = free_port();
   ProcessGroup group(P, [&](int rank) {
     auto comm = bootstrap(rank, P, port, timeout);
-    SparseGather gather(Mode::kAuto, 1e-3);
+    SparseGather gather(Mode::kAuto, 1e-3, false);
     for (int round = 0;; ++round) {
       try {
         std::vector<uint8_t> mine =
