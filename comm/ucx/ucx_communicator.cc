@@ -213,7 +213,7 @@ void UcxCommunicator::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status
   if (slot->error != UCS_OK) return;
   slot->error = status;
   UcxCommunicator* self = slot->self;
-  if (self->closing_) {
+  if (self->closing_ || self->leaving_) {
     GX_LOG(kDebug) << "endpoint to rank " << slot->rank
                    << " reported an error while closing: " << ucs_status_string(status);
   } else {
@@ -284,6 +284,7 @@ UcxCommunicator::~UcxCommunicator() {
 // last collective would make that peer's endpoint fail (tcp reports the disconnect). Bounded; on
 // failure the endpoints are simply force-closed.
 void UcxCommunicator::goodbye_barrier() {
+  leaving_ = true;
   CommOptions saved = options_;
   options_.timeout = std::min<Millis>(options_.timeout, Millis(30000));
   try {

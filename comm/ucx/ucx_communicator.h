@@ -248,6 +248,10 @@ class UcxCommunicator : public Communicator {
   Clock::time_point abort_seen_{};  // when the notice arrived
   Clock::time_point abort_grace_until_{};  // pending requests may complete until then (kAbortGrace)
   bool notified_peers_ = false;            // this rank's abort notice went out (at most once)
+  // From the goodbye barrier on: a peer that completed the barrier may close its endpoints
+  // before this rank has, which tcp reports here as an endpoint error. Such errors are logged at
+  // debug level; a barrier that fails for them says so itself ("closing without every rank").
+  bool leaving_ = false;
   bool closing_ = false;
 
   // interrupt() from another thread: set once, acted on by the owning thread (take_interrupt).
