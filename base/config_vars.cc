@@ -275,7 +275,8 @@ const std::vector<VarSpec>& registry() {
      "bandwidth. The auto collectives send payloads directly only while what one rank receives at "
      "once fits it (beyond, TCP incast drops packets and waits for retransmission timeouts), and "
      "cap the inline maximum across hosts to fit it. Left unset, the link probe also measures an "
-     "incast burst (1 MiB from every rank on another host than rank 0 at once, at most 16 MiB) and "
+     "incast burst (1 MiB from every rank on another host than rank 0 at once, at most 16 MiB and "
+     "what the link's fit moves in 0.25 s) and "
      "prices arrivals up to its size at what it cost beyond its transfer; set, the value is taken "
      "as written and no burst is measured. Ignored when every rank is on one host."},
     {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,

@@ -14,6 +14,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A sender refuses a start message asking for more (corrupt or hostile): ProbeOptions' default
+// total, all of it from one sender.
+constexpr uint64_t kBurstMaxPerSender = uint64_t{16} << 20;
+
 // Sub-tags of the probe's collective tag: one per (class, size, repeat, direction).
 uint64_t sub_tag(int cls, size_t size_index, int repeat, int direction) {
   return static_cast<uint64_t>(((cls * 64 + static_cast<int>(size_index)) * 256 + repeat) * 2 +
@@ -29,25 +33,31 @@ std::vector<uint8_t> broadcast_bytes(comm::Communicator& comm, std::vector<uint8
 }
 
 // Rank 0's part of the incast burst: the fastest of `timed` bursts (after one untimed one) of
-// `each` bytes from every rank in `senders` at once, each started by a one-byte message from rank
-// 0. The senders' part: answer each start with `each` bytes. Other ranks do nothing.
-double time_burst(comm::Communicator& comm, const std::vector<int>& senders, size_t each,
+// `each` bytes (rank 0's number) from every rank in `senders` at once, each started by a message
+// from rank 0 that carries `each`. The senders' part: answer each start with that many bytes.
+// Other ranks do nothing.
+double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uint64_t each,
                   int timed) {
   const uint64_t tag = comm.next_collective_tag();
   const int me = comm.rank();
   const bool sends = std::find(senders.begin(), senders.end(), me) != senders.end();
   if (me != 0 && !sends) return 0;
-  uint8_t start = 1;
-  std::vector<uint8_t> data(me == 0 ? each * senders.size() : each, 0x3c);
+  uint64_t start = each;
+  std::vector<uint8_t> data;
+  if (me == 0) data.assign(std::max<uint64_t>(1, each * senders.size()), 0x3c);
   double fastest = 0;
   for (int rep = 0; rep <= timed; ++rep) {
     const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
     std::vector<comm::RequestPtr> reqs;
     if (me != 0) {
-      reqs.push_back(comm.irecv(0, t, &start, 1));
+      reqs.push_back(comm.irecv(0, t, &start, sizeof start));
       comm.wait_all(reqs, "link probe burst");
+      if (start > kBurstMaxPerSender)
+        throw CorruptPayload("link probe burst: rank 0 asked for " + std::to_string(start) +
+                             " bytes");
+      data.resize(std::max<uint64_t>(1, start), 0x3c);
       reqs.clear();
-      reqs.push_back(comm.isend(0, t + 1, data.data(), each));
+      reqs.push_back(comm.isend(0, t + 1, data.data(), start));
       comm.wait_all(reqs, "link probe burst");
       continue;
     }
@@ -55,7 +65,7 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, siz
       reqs.push_back(comm.irecv(senders[i], t + 1, data.data() + i * each, each));
     const auto t0 = Clock::now();
     for (int q : senders)
-      reqs.push_back(comm.isend(q, t, &start, 1));
+      reqs.push_back(comm.isend(q, t, &start, sizeof start));
     comm.wait_all(reqs, "link probe burst");
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
@@ -155,15 +165,18 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     std::vector<int> senders;
     for (int r = 1; r < world; ++r)
       if (result.hosts[static_cast<size_t>(r)] != result.hosts[0]) senders.push_back(r);
-    const size_t each =
-        std::min(options.burst_bytes_per_sender, options.burst_total_max_bytes / senders.size());
-    if (each > 0) {
-      const double fastest = time_burst(comm, senders, each, 2);
-      if (me == 0) {
-        burst_bytes = static_cast<uint64_t>(each) * senders.size();
-        const LinkParams p = fits[kOther].params(LinkParams{});
-        burst_extra_s = std::max(0.0, fastest - p.seconds(2.0, static_cast<double>(burst_bytes)));
-      }
+    // Rank 0 sizes it (its fit bounds the time) and tells the senders in each start message.
+    const LinkParams fit = fits[kOther].params(LinkParams{});
+    double each = static_cast<double>(
+        std::min(options.burst_bytes_per_sender, options.burst_total_max_bytes / senders.size()));
+    if (fit.beta_s_per_byte > 0)
+      each = std::min(each, options.burst_max_seconds / fit.beta_s_per_byte /
+                                static_cast<double>(senders.size()));
+    const auto bytes = std::min<uint64_t>(static_cast<uint64_t>(each), kBurstMaxPerSender);
+    const double fastest = time_burst(comm, senders, bytes, 2);
+    if (me == 0 && bytes > 0) {
+      burst_bytes = bytes * senders.size();
+      burst_extra_s = std::max(0.0, fastest - fit.seconds(2.0, static_cast<double>(burst_bytes)));
     }
   }
   ByteWriter w;

@@ -16,9 +16,12 @@ struct ProbeOptions {
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
   int repeats = 7;  // timed round trips per size, after one untimed one
   // The incast burst: every rank on another host than rank 0 sends this many bytes to rank 0 at
-  // once (at most burst_total_max_bytes in all), twice after one untimed burst. 0: not measured.
+  // once (at most burst_total_max_bytes in all, and at most what the other-host fit moves in
+  // burst_max_seconds, so that a slow link spends a bounded start-up on it), twice after one
+  // untimed burst. 0: not measured.
   size_t burst_bytes_per_sender = 0;
   size_t burst_total_max_bytes = 16u << 20;
+  double burst_max_seconds = 0.25;
 };
 
 // Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:

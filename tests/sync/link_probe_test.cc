@@ -75,6 +75,24 @@ TEST(LinkProbe, TimesTheIncastBurstFromEveryOtherHostRank) {
     EXPECT_LT(r.burst_extra_s, 10.0);
     EXPECT_EQ(r.burst_extra_s, results[0].burst_extra_s);
   }
+  // A link whose fit moves little in burst_max_seconds gets a smaller burst: here 1 us at the
+  // loopback's rate, far below 150000 bytes, and still one equal share from every sender.
+  std::vector<ProbeResult> short_burst(4);
+  test::run_ranks(4, [&](comm::Communicator& comm) {
+    ProbeOptions o;
+    o.repeats = 1;
+    o.burst_bytes_per_sender = 64u << 10;
+    o.burst_total_max_bytes = 150000;
+    o.burst_max_seconds = 1e-6;
+    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
+    std::lock_guard<std::mutex> lock(m);
+    short_burst[static_cast<size_t>(comm.rank())] = r;
+  });
+  for (const ProbeResult& r : short_burst) {
+    EXPECT_LT(r.burst_bytes, 150000u);
+    EXPECT_EQ(r.burst_bytes % 3, 0u);
+    EXPECT_EQ(r.burst_bytes, short_burst[0].burst_bytes);
+  }
   std::vector<ProbeResult> one_host(3);
   test::run_ranks(3, [&](comm::Communicator& comm) {
     ProbeOptions o;
