@@ -13,17 +13,26 @@
 namespace gradex::sync::cost {
 namespace {
 
+// probe_links on one rank per entry of `hosts` (that rank's host identity), ranks as threads: every
+// rank's result, by rank.
+std::vector<ProbeResult> probe_every_rank(const std::vector<std::string>& hosts,
+                                          const ProbeOptions& options) {
+  std::mutex m;
+  std::vector<ProbeResult> results(hosts.size());
+  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& comm) {
+    const auto rank = static_cast<size_t>(comm.rank());
+    ProbeResult r = probe_links(comm, hosts[rank], options);
+    std::lock_guard<std::mutex> lock(m);
+    results[rank] = std::move(r);
+  });
+  return results;
+}
+
 TEST(LinkProbe, MeasuresEachClassAndAgrees) {
   const std::vector<std::string> hosts{"hostA", "hostA", "hostB"};
-  std::mutex m;
-  std::vector<ProbeResult> results(3);
-  test::run_ranks(3, [&](comm::Communicator& comm) {
-    ProbeOptions o;
-    o.repeats = 2;
-    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
-    std::lock_guard<std::mutex> lock(m);
-    results[static_cast<size_t>(comm.rank())] = r;
-  });
+  ProbeOptions o;
+  o.repeats = 2;
+  const std::vector<ProbeResult> results = probe_every_rank(hosts, o);
   for (const ProbeResult& r : results) {
     EXPECT_EQ(r.hosts, hosts);
     EXPECT_EQ(collective_class(r.hosts), PeerClass::kOtherHost);
@@ -44,10 +53,7 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
 }
 
 TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
-  std::vector<ProbeResult> results(2);
-  test::run_ranks(2, [&](comm::Communicator& comm) {
-    results[static_cast<size_t>(comm.rank())] = probe_links(comm, "same");
-  });
+  const std::vector<ProbeResult> results = probe_every_rank({"same", "same"}, ProbeOptions{});
   EXPECT_TRUE(results[1].link[0].measured);
   EXPECT_FALSE(results[1].link[1].measured);
   EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
@@ -58,17 +64,11 @@ TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
 // maximum; every rank returns rank 0's numbers. A job on one host measures none.
 TEST(LinkProbe, TimesTheIncastBurstFromEveryOtherHostRank) {
   const std::vector<std::string> hosts{"hostA", "hostB", "hostB", "hostC"};
-  std::mutex m;
-  std::vector<ProbeResult> results(4);
-  test::run_ranks(4, [&](comm::Communicator& comm) {
-    ProbeOptions o;
-    o.repeats = 1;
-    o.burst_bytes_per_sender = 64u << 10;
-    o.burst_total_max_bytes = 150000;
-    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
-    std::lock_guard<std::mutex> lock(m);
-    results[static_cast<size_t>(comm.rank())] = r;
-  });
+  ProbeOptions o;
+  o.repeats = 1;
+  o.burst_bytes_per_sender = 64u << 10;
+  o.burst_total_max_bytes = 150000;
+  const std::vector<ProbeResult> results = probe_every_rank(hosts, o);
   for (const ProbeResult& r : results) {
     EXPECT_EQ(r.burst_bytes, 150000u);  // 3 senders of min(64 KiB, 150000 / 3)
     EXPECT_GE(r.burst_extra_s, 0.0);
@@ -77,31 +77,19 @@ TEST(LinkProbe, TimesTheIncastBurstFromEveryOtherHostRank) {
   }
   // A link whose fit moves little in burst_max_seconds gets a smaller burst: here 1 us at the
   // loopback's rate, far below 150000 bytes, and still one equal share from every sender.
-  std::vector<ProbeResult> short_burst(4);
-  test::run_ranks(4, [&](comm::Communicator& comm) {
-    ProbeOptions o;
-    o.repeats = 1;
-    o.burst_bytes_per_sender = 64u << 10;
-    o.burst_total_max_bytes = 150000;
-    o.burst_max_seconds = 1e-6;
-    ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
-    std::lock_guard<std::mutex> lock(m);
-    short_burst[static_cast<size_t>(comm.rank())] = r;
-  });
+  ProbeOptions short_options = o;
+  short_options.burst_max_seconds = 1e-6;
+  const std::vector<ProbeResult> short_burst = probe_every_rank(hosts, short_options);
   for (const ProbeResult& r : short_burst) {
     EXPECT_LT(r.burst_bytes, 150000u);
     EXPECT_EQ(r.burst_bytes % 3, 0u);
     EXPECT_EQ(r.burst_bytes, short_burst[0].burst_bytes);
   }
-  std::vector<ProbeResult> one_host(3);
-  test::run_ranks(3, [&](comm::Communicator& comm) {
-    ProbeOptions o;
-    o.repeats = 1;
-    o.burst_bytes_per_sender = 64u << 10;
-    ProbeResult r = probe_links(comm, "same", o);
-    std::lock_guard<std::mutex> lock(m);
-    one_host[static_cast<size_t>(comm.rank())] = r;
-  });
+  ProbeOptions one_host_options;
+  one_host_options.repeats = 1;
+  one_host_options.burst_bytes_per_sender = 64u << 10;
+  const std::vector<ProbeResult> one_host =
+      probe_every_rank({"same", "same", "same"}, one_host_options);
   for (const ProbeResult& r : one_host) {
     EXPECT_EQ(r.burst_bytes, 0u);
     EXPECT_EQ(r.burst_extra_s, 0.0);
