@@ -274,11 +274,12 @@ const std::vector<VarSpec>& registry() {
      "How much traffic a switch port between hosts buffers, in milliseconds at the link's measured "
      "bandwidth. The auto collectives send payloads directly only while what one rank receives at "
      "once fits it (beyond, TCP incast drops packets and waits for retransmission timeouts), and "
-     "cap the inline maximum across hosts to fit it. Left unset, the link probe also measures an "
-     "incast burst (1 MiB from every rank on another host than rank 0 at once, at most 16 MiB and "
-     "what the link's fit moves in 0.25 s) and "
-     "prices arrivals up to its size at what it cost beyond its transfer; set, the value is taken "
-     "as written and no burst is measured. Ignored when every rank is on one host."},
+     "cap the inline maximum across hosts to fit it. Left unset, the link probe also measures two "
+     "incast bursts (1 MiB, then 4 MiB from every rank on another host than rank 0 at once, each "
+     "at most 16 MiB in all and what the link's fit moves in 0.5 s) and prices arrivals up to a "
+     "burst's size at what the smallest burst at least that large cost beyond its transfer; set, "
+     "the value is taken as written and no burst is measured. Ignored when every rank is on one "
+     "host."},
     {"GRADEX_BACKEND", VarType::kChoice, "cpu", 0, 0, false, false, "cpu|thrust-omp|classic", kPerRank,
      "Which backend computes on tensors in host memory: cpu (the CPU kernels) or thrust-omp (the "
      "CUDA backend's Thrust code on OpenMP; the same results, slow, for tests). classic is the old "

@@ -17,6 +17,8 @@ using Clock = std::chrono::steady_clock;
 // A sender refuses a start message asking for more (corrupt or hostile): ProbeOptions' default
 // total, all of it from one sender.
 constexpr uint64_t kBurstMaxPerSender = uint64_t{16} << 20;
+// Nor does any rank take part in more bursts than this.
+constexpr uint64_t kBurstMaxCount = 8;
 
 // Sub-tags of the probe's collective tag: one per (class, size, repeat, direction).
 uint64_t sub_tag(int cls, size_t size_index, int repeat, int direction) {
@@ -156,27 +158,39 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     transport_cpu_s = transport_cpu[(transport_cpu.size() - 1) * 3 / 4];
     transport_bytes = 2 * largest;
   }
-  // The incast burst: the rule every rank derives from the hosts alone, so that all call it or
+  // The incast bursts: the rule every rank derives from the hosts alone, so that all call them or
   // none.
   constexpr auto kOther = static_cast<size_t>(PeerClass::kOtherHost);
-  uint64_t burst_bytes = 0;
-  double burst_extra_s = 0;
-  if (options.burst_bytes_per_sender > 0 && peer[kOther] >= 0) {
+  std::vector<IncastBurst> bursts;
+  if (!options.burst_bytes_per_sender.empty() && peer[kOther] >= 0) {
     std::vector<int> senders;
     for (int r = 1; r < world; ++r)
       if (result.hosts[static_cast<size_t>(r)] != result.hosts[0]) senders.push_back(r);
-    // Rank 0 sizes it (its fit bounds the time) and tells the senders in each start message.
+    // Rank 0 sizes each (its fit bounds the time) and tells the senders in each start message;
+    // the other ranks take part in as many bursts as rank 0 times.
     const LinkParams fit = fits[kOther].params(LinkParams{});
-    double each = static_cast<double>(
-        std::min(options.burst_bytes_per_sender, options.burst_total_max_bytes / senders.size()));
-    if (fit.beta_s_per_byte > 0)
-      each = std::min(each, options.burst_max_seconds / fit.beta_s_per_byte /
-                                static_cast<double>(senders.size()));
-    const auto bytes = std::min<uint64_t>(static_cast<uint64_t>(each), kBurstMaxPerSender);
-    const double fastest = time_burst(comm, senders, bytes, 2);
-    if (me == 0 && bytes > 0) {
-      burst_bytes = bytes * senders.size();
-      burst_extra_s = std::max(0.0, fastest - fit.seconds(2.0, static_cast<double>(burst_bytes)));
+    std::vector<uint64_t> sizes;  // per sender, ascending and distinct (rank 0's)
+    for (size_t wanted : options.burst_bytes_per_sender) {
+      double each =
+          static_cast<double>(std::min(wanted, options.burst_total_max_bytes / senders.size()));
+      if (fit.beta_s_per_byte > 0)
+        each = std::min(each, options.burst_max_seconds / fit.beta_s_per_byte /
+                                  static_cast<double>(senders.size()));
+      const auto bytes = std::min<uint64_t>(static_cast<uint64_t>(each), kBurstMaxPerSender);
+      if (bytes > 0 && (sizes.empty() || bytes > sizes.back())) sizes.push_back(bytes);
+    }
+    uint64_t count = sizes.size();
+    comm::broadcast(comm, &count, sizeof count, 0);
+    if (count > kBurstMaxCount)
+      throw CorruptPayload("link probe: rank 0 asked for " + std::to_string(count) + " bursts");
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t each = me == 0 ? sizes[i] : 0;  // the senders learn it from rank 0
+      const double fastest = time_burst(comm, senders, each, 2);
+      if (me == 0) {
+        const uint64_t total = each * senders.size();
+        bursts.push_back(
+            {total, std::max(0.0, fastest - fit.seconds(2.0, static_cast<double>(total)))});
+      }
     }
   }
   ByteWriter w;
@@ -188,8 +202,11 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   w.put<uint64_t>(transport_bytes);
   w.put<double>(transport_cpu_s);
-  w.put<uint64_t>(burst_bytes);
-  w.put<double>(burst_extra_s);
+  w.put<uint64_t>(bursts.size());
+  for (const IncastBurst& b : bursts) {
+    w.put<uint64_t>(b.bytes);
+    w.put<double>(b.extra_s);
+  }
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
   for (LinkParams& p : result.link) {
@@ -199,8 +216,15 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   result.transport_bytes = r.get<uint64_t>();
   result.transport_cpu_s = r.get<double>();
-  result.burst_bytes = r.get<uint64_t>();
-  result.burst_extra_s = r.get<double>();
+  const auto count = r.get<uint64_t>();
+  if (count > kBurstMaxCount)
+    throw CorruptPayload("link probe result: " + std::to_string(count) + " bursts");
+  for (uint64_t i = 0; i < count; ++i) {
+    IncastBurst b;
+    b.bytes = r.get<uint64_t>();
+    b.extra_s = r.get<double>();
+    result.bursts.push_back(b);
+  }
   r.expect_end();
   return result;
 }

@@ -11,17 +11,28 @@
 
 namespace gradex::sync::cost {
 
+// One incast burst: `bytes` arrived at rank 0 from every other-host rank at once, and the fastest
+// of its timed bursts took `extra_s` longer than the other-host fit predicts for the same bytes
+// from one sender (a start message's latency, then the data's; never below 0). A port that
+// overflowed and waited for a retransmission shows here as that wait; a path that absorbed the
+// burst as about 0.
+struct IncastBurst {
+  uint64_t bytes = 0;
+  double extra_s = 0;
+};
+
 struct ProbeOptions {
   // Message sizes of the ping-pongs (two or more distinct sizes separate alpha from beta).
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
   int repeats = 7;  // timed round trips per size, after one untimed one
-  // The incast burst: every rank on another host than rank 0 sends this many bytes to rank 0 at
-  // once (at most burst_total_max_bytes in all, and at most what the other-host fit moves in
-  // burst_max_seconds, so that a slow link spends a bounded start-up on it), twice after one
-  // untimed burst. 0: not measured.
-  size_t burst_bytes_per_sender = 0;
+  // The incast bursts: for each size, ascending, every rank on another host than rank 0 sends
+  // that many bytes to rank 0 at once (at most burst_total_max_bytes in all, and at most what the
+  // other-host fit moves in burst_max_seconds, so that a slow link spends a bounded start-up on
+  // it), twice after one untimed burst. A size that those caps bring down to a smaller one's is
+  // not measured again. Empty: none measured.
+  std::vector<size_t> burst_bytes_per_sender;
   size_t burst_total_max_bytes = 16u << 20;
-  double burst_max_seconds = 0.25;
+  double burst_max_seconds = 0.5;
 };
 
 // Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:
@@ -39,19 +50,15 @@ struct ProbeResult {
   // nothing measured (one rank).
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
-  // Rank 0's incast burst (ProbeOptions::burst_bytes_per_sender from every other-host rank at
-  // once): the bytes that arrived together (0: not measured), and how much longer its fastest
-  // burst took than the other-host fit predicts for the same bytes from one sender (a start
-  // message's latency, then the data's; never below 0). A port that overflowed and waited for a
-  // retransmission shows here as that wait; a path that absorbed the burst as about 0.
-  uint64_t burst_bytes = 0;
-  double burst_extra_s = 0;
+  // Rank 0's incast bursts (ProbeOptions::burst_bytes_per_sender), ascending by size, none when
+  // not measured.
+  std::vector<IncastBurst> bursts;
 };
 
 // Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with the first
 // peer of each class (same host, other host) at every size and fits alpha and beta per class
 // (LinkFit) and times its own CPU over the largest messages; the other ranks only answer or wait.
-// Then, if asked and some rank is on another host, rank 0 times the incast burst. Every rank
+// Then, if asked and some rank is on another host, rank 0 times the incast bursts. Every rank
 // returns rank 0's result.
 ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
                         const ProbeOptions& options = {});

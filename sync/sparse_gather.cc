@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,8 +36,8 @@ double GatherModel::direct_seconds(const std::vector<uint64_t>& following) const
 double GatherModel::incast_seconds(double arriving) const {
   if (!crosses_hosts || arriving <= 0) return 0;
   const double rule = arriving * link.beta_s_per_byte > port_queue_s ? kIncastPenalty : 0;
-  if (burst_bytes > 0 && arriving <= static_cast<double>(burst_bytes))
-    return std::min(rule, burst_extra_s);
+  for (const cost::IncastBurst& b : bursts)
+    if (arriving <= static_cast<double>(b.bytes)) return std::min(rule, b.extra_s);
   return rule;
 }
 
@@ -65,8 +66,10 @@ size_t GatherModel::inline_max(size_t configured) const {
   const double senders = static_cast<double>(world_size - 1);
   if (absorbs(senders * static_cast<double>(configured))) return configured;
   double fits = port_queue_s / link.beta_s_per_byte;
-  if (burst_bytes > 0 && burst_extra_s <= link.alpha_s)
-    fits = std::max(fits, static_cast<double>(burst_bytes));
+  for (const cost::IncastBurst& b : bursts) {
+    if (b.extra_s > link.alpha_s) break;
+    fits = std::max(fits, static_cast<double>(b.bytes));
+  }
   fits /= senders;
   if (!(fits < static_cast<double>(configured))) return configured;
   return static_cast<size_t>(std::max(0.0, std::floor(fits)));
@@ -100,7 +103,9 @@ void SparseGather::agree(comm::Communicator& comm) {
 void SparseGather::agree_model(comm::Communicator& comm) {
   if (comm.size() < 2 || model_) return;
   cost::ProbeOptions options;
-  if (!port_queue_explicit_) options.burst_bytes_per_sender = kBurstBytesPerSender;
+  if (!port_queue_explicit_)
+    options.burst_bytes_per_sender.assign(std::begin(kBurstBytesPerSender),
+                                          std::end(kBurstBytesPerSender));
   const cost::ProbeResult probe =
       cost::probe_links(comm, comm::host_identity(comm.options().host_id), options);
   auto model = std::make_unique<GatherModel>();
@@ -109,12 +114,14 @@ void SparseGather::agree_model(comm::Communicator& comm) {
   model->crosses_hosts = cls == cost::PeerClass::kOtherHost;
   model->port_queue_s = port_queue_s_;
   model->world_size = comm.size();
-  model->burst_bytes = probe.burst_bytes;
-  model->burst_extra_s = probe.burst_extra_s;
+  model->bursts = probe.bursts;
+  std::string bursts;
+  for (const cost::IncastBurst& b : model->bursts)
+    bursts += " " + std::to_string(b.bytes) + " B cost " + std::to_string(b.extra_s * 1e3) + " ms,";
   GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " alpha "
                  << model->link.alpha_s * 1e6 << " us, beta " << model->link.beta_s_per_byte * 1e9
-                 << " ns/B, incast burst " << model->burst_bytes << " B cost "
-                 << model->burst_extra_s * 1e3 << " ms beyond its transfer, inline maximum "
+                 << " ns/B, incast bursts" << (bursts.empty() ? " none," : bursts)
+                 << " beyond their transfer, inline maximum "
                  << model->inline_max(comm.options().allgather_inline_bytes) << " B";
   // Across regions the kernel's TCP settings, not the link, often cap the exchange: said once,
   // with the fix, by rank 0 (whose numbers every rank plans from).

@@ -17,6 +17,7 @@
 
 #include "comm/collectives.h"
 #include "sync/cost_model.h"
+#include "sync/link_probe.h"
 #include "sync/options.h"
 
 namespace gradex::sync {
@@ -33,17 +34,17 @@ struct GatherModel {
   bool crosses_hosts = false;
   double port_queue_s = 1e-3;
   int world_size = 1;
-  // The link probe's incast burst (sync/link_probe.h; 0 bytes: not measured, or
-  // GRADEX_PORT_QUEUE_MS set explicitly): that many bytes arrived at once and took burst_extra_s
+  // The link probe's incast bursts, ascending by size (sync/link_probe.h; none: not measured, or
+  // GRADEX_PORT_QUEUE_MS set explicitly): each one's bytes arrived at once and took its extra_s
   // longer than the link's fit predicts for one sender.
-  uint64_t burst_bytes = 0;
-  double burst_extra_s = 0;
+  std::vector<cost::IncastBurst> bursts;
 
   // What `arriving` bytes sent to one rank at once cost beyond their transfer, across hosts. The
   // rule: a retransmission timeout when the bytes outlast port_queue_s at the link's rate (the
-  // switch port drops the tail and TCP waits), else nothing. Up to the measured burst's size at
-  // most what the burst cost beyond its transfer (a smaller burst overflows no more): a path
-  // that absorbed the burst lowers the rule's price to what was measured, never raises it.
+  // switch port drops the tail and TCP waits), else nothing. Up to a measured burst's size at
+  // most what the smallest burst at least that large cost beyond its transfer (a smaller burst
+  // overflows no more): a path that absorbed a burst lowers the rule's price to what was
+  // measured, never raises it.
   double incast_seconds(double arriving) const;
   // The one-round inline burst's test (inline_max): true when `arriving` bytes at once cost no
   // more than one latency beyond their transfer.
@@ -56,7 +57,8 @@ struct GatherModel {
   // The inline maximum for this link: `configured` (on a latency-bound link, at least what the
   // link moves in one latency, up to kLatencyInlineMax), capped across hosts so that the one-round
   // exchange's burst ((P-1) inline payloads into one rank) is absorbed: it fits the port's queue
-  // or a measured burst that cost at most one latency.
+  // or measured bursts that each cost at most one latency (the smallest ones up to the first
+  // that cost more).
   size_t inline_max(size_t configured) const;
 
   // A dense allreduce of `bytes` (the bucket on the wire). Both move 2(P-1)/P of it through each
@@ -98,10 +100,14 @@ class SparseGather {
   // the probe measures no incast burst.
   SparseGather(EngineOptions::SparseCollective mode, double port_queue_s, bool port_queue_explicit)
       : mode_(mode), port_queue_s_(port_queue_s), port_queue_explicit_(port_queue_explicit) {}
-  // The bytes each other-host rank sends in the probe's incast burst (at most 16 MiB in all, and
-  // what the link moves in 0.25 s): at 4 ranks 3 MiB, four times what a ResNet-50 DGC 99.9%
-  // gather brings into one rank.
-  static constexpr size_t kBurstBytesPerSender = size_t{1} << 20;
+  // The bytes each other-host rank sends in the probe's incast bursts (at most 16 MiB in all,
+  // and what the link moves in 0.5 s). The first: at 4 ranks 3 MiB, four times what a ResNet-50
+  // DGC 99.9% gather brings into one rank. The second: at 4 ranks 12 MiB, what a phase of the
+  // direct dense allreduce brings into one rank from a 16-bit bucket of up to 8M elements ((P-1)/P
+  // of it at once), such as a few-million-parameter model's dense early steps; left unmeasured,
+  // such a phase was priced at the rule's retransmission timeout and went around the ring (its
+  // 2(P-1) latencies across regions).
+  static constexpr size_t kBurstBytesPerSender[] = {size_t{1} << 20, size_t{4} << 20};
 
   // Collective (the progress thread, every rank in the same unit order): every rank's `message`
   // into `received`, by rank. GRADEX_SPARSE_COLLECTIVE=ring: the two-round ring_allgatherv;

@@ -59,41 +59,46 @@ TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
   EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
 }
 
-// The incast burst: every rank on another host than rank 0 sends at once (here ranks 1-3; rank 1
+// The incast bursts: every rank on another host than rank 0 sends at once (here ranks 1-3; rank 1
 // shares no host with rank 0 although ranks 1 and 2 share one), each its share of the total
-// maximum; every rank returns rank 0's numbers. A job on one host measures none.
-TEST(LinkProbe, TimesTheIncastBurstFromEveryOtherHostRank) {
+// maximum, once per size; a size that the caps bring down to a smaller one's is measured once;
+// every rank returns rank 0's numbers. A job on one host measures none.
+TEST(LinkProbe, TimesTheIncastBurstsFromEveryOtherHostRank) {
   const std::vector<std::string> hosts{"hostA", "hostB", "hostB", "hostC"};
   ProbeOptions o;
   o.repeats = 1;
-  o.burst_bytes_per_sender = 64u << 10;
+  o.burst_bytes_per_sender = {16u << 10, 64u << 10};
   o.burst_total_max_bytes = 150000;
   const std::vector<ProbeResult> results = probe_every_rank(hosts, o);
   for (const ProbeResult& r : results) {
-    EXPECT_EQ(r.burst_bytes, 150000u);  // 3 senders of min(64 KiB, 150000 / 3)
-    EXPECT_GE(r.burst_extra_s, 0.0);
-    EXPECT_LT(r.burst_extra_s, 10.0);
-    EXPECT_EQ(r.burst_extra_s, results[0].burst_extra_s);
+    ASSERT_EQ(r.bursts.size(), 2u);
+    EXPECT_EQ(r.bursts[0].bytes, 3u * (16u << 10));
+    EXPECT_EQ(r.bursts[1].bytes, 150000u);  // 3 senders of min(64 KiB, 150000 / 3)
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_GE(r.bursts[i].extra_s, 0.0);
+      EXPECT_LT(r.bursts[i].extra_s, 10.0);
+      EXPECT_EQ(r.bursts[i].extra_s, results[0].bursts[i].extra_s);
+    }
   }
-  // A link whose fit moves little in burst_max_seconds gets a smaller burst: here 1 us at the
-  // loopback's rate, far below 150000 bytes, and still one equal share from every sender.
+  // A link whose fit moves little in burst_max_seconds gets smaller bursts: here 0.1 us at the
+  // loopback's rate, far below either size, so both sizes come down to one burst, still one
+  // equal share from every sender.
   ProbeOptions short_options = o;
-  short_options.burst_max_seconds = 1e-6;
+  short_options.burst_max_seconds = 1e-7;
   const std::vector<ProbeResult> short_burst = probe_every_rank(hosts, short_options);
   for (const ProbeResult& r : short_burst) {
-    EXPECT_LT(r.burst_bytes, 150000u);
-    EXPECT_EQ(r.burst_bytes % 3, 0u);
-    EXPECT_EQ(r.burst_bytes, short_burst[0].burst_bytes);
+    ASSERT_EQ(r.bursts.size(), 1u);
+    EXPECT_LT(r.bursts[0].bytes, 3u * (16u << 10));
+    EXPECT_EQ(r.bursts[0].bytes % 3, 0u);
+    EXPECT_EQ(r.bursts[0].bytes, short_burst[0].bursts[0].bytes);
   }
   ProbeOptions one_host_options;
   one_host_options.repeats = 1;
-  one_host_options.burst_bytes_per_sender = 64u << 10;
+  one_host_options.burst_bytes_per_sender = {64u << 10};
   const std::vector<ProbeResult> one_host =
       probe_every_rank({"same", "same", "same"}, one_host_options);
-  for (const ProbeResult& r : one_host) {
-    EXPECT_EQ(r.burst_bytes, 0u);
-    EXPECT_EQ(r.burst_extra_s, 0.0);
-  }
+  for (const ProbeResult& r : one_host)
+    EXPECT_TRUE(r.bursts.empty());
 }
 
 TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {

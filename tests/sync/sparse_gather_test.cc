@@ -67,8 +67,8 @@ TEST(GatherModel, IncastAcrossHostsBeyondThePortQueueGoesAroundTheRing) {
   EXPECT_FALSE(model(50e-6, 8e-9, true, 8, 5e-3).ring_for(std::vector<uint64_t>(8, 32 << 10)));
 }
 
-// The probe's incast burst: up to its size, what it cost beyond its transfer caps the port-queue
-// rule's price; beyond its size the rule alone applies.
+// The probe's incast bursts: up to a burst's size, what the smallest burst at least as large cost
+// beyond its transfer caps the port-queue rule's price; beyond the largest the rule alone applies.
 TEST(GatherModel, AMeasuredBurstPricesTheIncastUpToItsSize) {
   // The emulated WAN's numbers: 25 ms, the probe's 45 ns/B, 4 ranks sending 240 KB each.
   const std::vector<uint64_t> dgc999(4, 240000);
@@ -77,26 +77,31 @@ TEST(GatherModel, AMeasuredBurstPricesTheIncastUpToItsSize) {
   EXPECT_NEAR(m.incast_seconds(720000), GatherModel::kIncastPenalty, 1e-12);
   EXPECT_TRUE(m.ring_for(dgc999));
   // A 3 MiB burst that arrived as fast as one sender's transfer: no incast cost, direct.
-  m.burst_bytes = 3u << 20;
-  m.burst_extra_s = 0;
+  m.bursts = {{3u << 20, 0}};
   EXPECT_EQ(m.incast_seconds(720000), 0.0);
   EXPECT_FALSE(m.ring_for(dgc999));
   EXPECT_NEAR(m.direct_seconds(dgc999), 25e-3 + 720000 * 45e-9, 1e-12);
   // One that waited 50 ms: arrivals up to its size that the queue does not hold pay that; those
   // it holds (20 KB at 45 ns/B: 0.9 ms) nothing.
-  m.burst_extra_s = 0.05;
+  m.bursts[0].extra_s = 0.05;
   EXPECT_EQ(m.incast_seconds(720000), 0.05);
   EXPECT_EQ(m.incast_seconds(20000), 0.0);
   // A dearer burst than the rule's timeout never raises the price: the rule's, and the ring.
-  m.burst_extra_s = 0.3;
+  m.bursts[0].extra_s = 0.3;
   EXPECT_EQ(m.incast_seconds(720000), GatherModel::kIncastPenalty);
   EXPECT_TRUE(m.ring_for(dgc999));
   // Beyond the burst's size the port-queue rule: 10 MB at 45 ns/B outlast 1 ms.
-  m.burst_extra_s = 0;
+  m.bursts[0].extra_s = 0;
   EXPECT_EQ(m.incast_seconds(10e6), GatherModel::kIncastPenalty);
+  // A second, larger burst prices what lies between the two sizes; the smaller one still prices
+  // what it covers, and beyond the larger the rule applies again.
+  m.bursts = {{3u << 20, 0}, {12u << 20, 0.02}};
+  EXPECT_EQ(m.incast_seconds(720000), 0.0);
+  EXPECT_EQ(m.incast_seconds(10e6), 0.02);
+  EXPECT_EQ(m.incast_seconds(20e6), GatherModel::kIncastPenalty);
   // On one host no port is crossed, measured or not.
   m.crosses_hosts = false;
-  m.burst_extra_s = 0.3;
+  m.bursts = {{3u << 20, 0.3}};
   EXPECT_EQ(m.incast_seconds(720000), 0.0);
 }
 
@@ -106,17 +111,25 @@ TEST(GatherModel, AnAbsorbedBurstRaisesTheInlineMaximumAndTheDenseDirectChoice) 
   EXPECT_EQ(m.inline_max(4 << 10), size_t{125000 / 3});
   EXPECT_FALSE(m.dense_direct_for(100u << 20));
   // A 3 MiB burst that cost nothing: the latency's 1 MiB ceiling fits (3 x 1 MiB arriving).
-  m.burst_bytes = 3u << 20;
+  m.bursts = {{3u << 20, 0}};
   EXPECT_EQ(m.inline_max(4 << 10), size_t{1} << 20);
   // A dense bucket whose segments (3/4 of 4 MiB per phase) fit the burst goes direct; one of
   // 100 MB exceeds it (the rule: timeouts) and stays on the ring.
   EXPECT_TRUE(m.dense_direct_for(4u << 20));
   EXPECT_FALSE(m.dense_direct_for(100u << 20));
   // A burst that cost more than a latency is not absorbed: the queue's cap again.
-  m.burst_extra_s = 0.05;
+  m.bursts[0].extra_s = 0.05;
   EXPECT_EQ(m.inline_max(4 << 10), size_t{125000 / 3});
   EXPECT_NEAR(m.dense_direct_seconds(4u << 20), 2 * 25e-3 + 2 * 3.0 * (1 << 20) * 8e-9 + 2 * 0.05,
               1e-9);
+  // A larger burst absorbed beside it does not lift the inline maximum past the smaller one that
+  // was not (arrivals up to 3 MiB are priced by the smaller), but brings a bucket whose phases
+  // lie between the two sizes (3/4 of 12 MB: 9 MB) direct: the WAN's dense early steps.
+  m.bursts = {{3u << 20, 0.05}, {12u << 20, 0}};
+  EXPECT_EQ(m.inline_max(4 << 10), size_t{125000 / 3});
+  EXPECT_TRUE(m.dense_direct_for(12000000));
+  m.bursts = {{3u << 20, 0}};
+  EXPECT_FALSE(m.dense_direct_for(12000000));
 }
 
 // A GRADEX_PORT_QUEUE_MS the user wrote is taken as written (SparseGatherProcesses.
@@ -262,14 +275,16 @@ TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
       }
     };
     std::string paths = "paths:";
-    if (!m.crosses_hosts || m.burst_bytes != 3 * SparseGather::kBurstBytesPerSender) {
-      report("the model does not cross hosts or measured no burst of 3 MiB");
+    // The bursts: every sender's share at each size (3 senders: 3 and 12 MiB).
+    if (!m.crosses_hosts || m.bursts.size() != 2 ||
+        m.bursts[0].bytes != 3 * SparseGather::kBurstBytesPerSender[0] ||
+        m.bursts[1].bytes != 3 * SparseGather::kBurstBytesPerSender[1]) {
+      report("the model does not cross hosts or measured no bursts of 3 and 12 MiB");
       return kWrong;
     }
-    char numbers[160];
-    std::snprintf(numbers, sizeof numbers, "alpha=%a beta=%a burst=%llu extra=%a ", m.link.alpha_s,
-                  m.link.beta_s_per_byte, static_cast<unsigned long long>(m.burst_bytes),
-                  m.burst_extra_s);
+    char numbers[200];
+    std::snprintf(numbers, sizeof numbers, "alpha=%a beta=%a extra=%a,%a ", m.link.alpha_s,
+                  m.link.beta_s_per_byte, m.bursts[0].extra_s, m.bursts[1].extra_s);
     report(numbers);
     for (int round = 0; round < 8; ++round) {
       std::vector<uint8_t> mine = payload(rank, size_of(rank, round), round);
@@ -329,8 +344,8 @@ TEST(SparseGatherProcesses, AnExplicitPortQueueMeasuresNoBurst) {
     SparseGather gather(Mode::kAuto, o.port_queue_s, o.port_queue_explicit);
     gather.agree(*comm);
     const GatherModel& m = *gather.model();
-    report(m.crosses_hosts && m.burst_bytes == 0 && m.port_queue_s == 1e-3 ? "as written"
-                                                                           : "burst measured");
+    report(m.crosses_hosts && m.bursts.empty() && m.port_queue_s == 1e-3 ? "as written"
+                                                                         : "burst measured");
     return kOk;
   });
   auto results = group.wait(std::chrono::seconds(60));
