@@ -1,11 +1,14 @@
 // Exchange modes driven through the sync engine (the path a framework plugin takes): each mode
 // opens its own engine with a few GRADEX_* settings on top of the environment's, registers the
 // model's tensors by name and submits them every step, as a plugin would after backward.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,7 +28,11 @@ class EngineMode : public ExchangeMode {
   // `averages16`: the mode's output is the average through a 16-bit wire (checked by the harness
   // at dense_fp16's tolerance); otherwise it is not the average and is not checked.
   EngineMode(ModeContext& ctx, const Settings& settings, const Settings& defaults, bool averages16)
-      : model_(ctx.model), world_(ctx.comm.size()), averages16_(averages16) {
+      : model_(ctx.model),
+        world_(ctx.comm.size()),
+        averages16_(averages16),
+        groups_(std::max(1, ctx.submit_groups)),
+        group_gap_(std::chrono::duration<double, std::milli>(ctx.group_gap_ms)) {
     config::Config config = ctx.config;
     for (const auto& [name, value] : settings)
       config.set(name, value);
@@ -66,11 +73,17 @@ class EngineMode : public ExchangeMode {
   std::string codec_mix() const override { return codec_mix_of_plan(engine_->explain()); }
 
  private:
-  // Submits every tensor (in profile order, as backward would hand them over), then waits for all.
+  // Submits every tensor (in profile order, as backward would hand them over; gradients in
+  // groups_ groups of consecutive tensors, group_gap_ apart), then waits for all.
   void exchange(float* base, bool average) {
     handles_.clear();
     int64_t offset = 0;
-    for (const TensorSpec& t : model_.tensors) {
+    const size_t n = model_.tensors.size();
+    for (size_t i = 0; i < n; ++i) {
+      const TensorSpec& t = model_.tensors[i];
+      const size_t group = i * static_cast<size_t>(groups_) / n;
+      if (!average && i > 0 && group != (i - 1) * static_cast<size_t>(groups_) / n)
+        std::this_thread::sleep_for(group_gap_);
       float* data = base + offset;
       handles_.push_back(average ? engine_->average(t.name, data) : engine_->submit(t.name, data));
       offset += t.numel;
@@ -82,6 +95,8 @@ class EngineMode : public ExchangeMode {
   const ModelProfile& model_;
   const int world_;
   const bool averages16_;
+  const int groups_;
+  const std::chrono::duration<double, std::milli> group_gap_;
   std::unique_ptr<sync::Engine> engine_;
   bool local_sgd_ = false;
   std::vector<uint64_t> handles_;
@@ -105,7 +120,7 @@ std::string codec_mix_of_plan(const std::string& text) {
   struct Mix {
     int tensors = 0;
     double values = 0;
-    int floored = 0;  // dense because every sparse rung would keep too few values (its floor)
+    int floored = 0;   // dense because every sparse rung would keep too few values (its floor)
     int by_model = 0;  // dense by the cost model's choice
   };
   std::map<std::string, Mix> mix;  // codec -> its tensors
@@ -130,7 +145,8 @@ std::string codec_mix_of_plan(const std::string& text) {
     if (line.find("too small for any sparse rung") != std::string::npos)
       ++m.floored;
     else
-      ++m.by_model;  // the cost model's choice: hidden, no cheaper rung, or as far as the link needs
+      ++m.by_model;  // the cost model's choice: hidden, no cheaper rung, or as far as the link
+                     // needs
   }
   std::ostringstream out;
   out.precision(3);

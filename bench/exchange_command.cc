@@ -33,6 +33,8 @@ struct ExchangeSettings {
   int warmup = 5;
   double idle_s = 2;        // 0: no idle measurement
   bool interleave = false;  // the modes take turns step by step instead of one after another
+  int submit_groups = 1;    // ModeContext::submit_groups
+  double group_gap_ms = 0;
   GradientOptions gradients;
 };
 
@@ -48,7 +50,7 @@ struct ModeReport {
   double wire_bytes = 0;   // per step per rank, mean over ranks
   double check_error = 0;  // worst |error| / tolerance over the checks (0: not an average)
   double control_bytes =
-      -1;  // negotiation bytes per step per rank (-1: the mode does not negotiate)
+      -1;                 // negotiation bytes per step per rank (-1: the mode does not negotiate)
   std::string codec_mix;  // this rank's (ExchangeMode::codec_mix)
 };
 
@@ -82,8 +84,10 @@ struct ModeRun {
   double check_error = 0;
 };
 
-ModeRun start_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model) {
-  ModeContext mode_ctx{ctx.comm, model, ctx.config, ctx.store, spec.name};
+ModeRun start_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model,
+                   const ExchangeSettings& s) {
+  ModeContext mode_ctx{ctx.comm,  model,           ctx.config,    ctx.store,
+                       spec.name, s.submit_groups, s.group_gap_ms};
   ModeRun run;
   run.spec = &spec;
   run.mode = spec.create(mode_ctx);
@@ -240,7 +244,7 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
     // first mode of a round was seen to pay for the previous round's leftovers).
     std::vector<ModeRun> runs;
     for (const ModeSpec* spec : s.modes)
-      runs.push_back(start_mode(ctx, *spec, model));
+      runs.push_back(start_mode(ctx, *spec, model, s));
     for (int step = 0; step < total; ++step) {
       progress.update("interleaved", step, total);
       for (size_t i = 0; i < runs.size(); ++i)
@@ -253,7 +257,7 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
     runs.clear();
   } else {
     for (const ModeSpec* spec : s.modes) {
-      ModeRun run = start_mode(ctx, *spec, model);
+      ModeRun run = start_mode(ctx, *spec, model, s);
       for (int step = 0; step < total; ++step) {
         progress.update(spec->name, step, total);
         run_step(ctx, run, step, s, gen, checker, grads);
@@ -284,6 +288,8 @@ int run_exchange(const Args& args) {
   s.warmup = static_cast<int>(args.get_int("warmup", 0, 1000000));
   s.idle_s = args.get_float("idle-s", 0.0, 3600.0);
   s.interleave = args.get_switch("interleave");
+  s.submit_groups = static_cast<int>(args.get_int("groups", 1, 1000000));
+  s.group_gap_ms = args.get_float("group-gap-ms", 0.0, 60000.0);
   s.gradients.seed = static_cast<uint64_t>(args.get_int("seed", 0, INT64_MAX));
   s.gradients.shared_fraction = args.get_float("shared-fraction", 0.0, 1.0);
   LaunchOptions launch = launch_options_from_args(args, "gradex-bench exchange");
@@ -305,6 +311,10 @@ std::vector<FlagSpec> exchange_flags() {
       {"seed", "1", "seed of the synthetic gradients"},
       {"idle-s", "2", "seconds of idle engine whose CPU is measured (0: skip)"},
       {"shared-fraction", "0.3", "share of the gradient variance common to all ranks"},
+      {"groups", "1",
+       "the engine's modes submit a step's tensors in this many groups of consecutive tensors, as "
+       "a framework's buckets come out of the backward pass"},
+      {"group-gap-ms", "0", "milliseconds between those groups (compute between buckets)"},
       {"interleave", "",
        "open every mode's engine at once and run them step by step in turn (ratios between "
        "modes on a noisy machine)",

@@ -24,6 +24,10 @@ struct ModeContext {
   const config::Config& config;
   std::shared_ptr<comm::Store> store;  // for modes that bootstrap their own engine
   std::string name;                    // the mode's name (a store namespace of its own)
+  // The engine's modes hand a step's tensors over in this many groups of consecutive tensors
+  // (as a framework's buckets come out of the backward pass), `group_gap_ms` apart.
+  int submit_groups = 1;
+  double group_gap_ms = 0;
 };
 
 class ExchangeMode {

@@ -241,7 +241,10 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     return h;
   }
   in_flight_[id] = h;
-  if (kind == WorkKind::kGradient) policy_->on_submit(key);  // ready time
+  if (kind == WorkKind::kGradient) {
+    policy_->on_submit(key);  // ready time
+    timeline_.on_submit(key, Clock::now());
+  }
   to_announce_.push_back({id, t->second.numel, t->second.dtype});
   wake_.signal();
   return h;
@@ -479,15 +482,26 @@ void Engine::run() {
 void Engine::coalesce_submissions(std::vector<Announcement>& announce, bool& leaving) {
   const GatherModel* model = sparse_gather_.model();
   if (model == nullptr || !model->latency_bound()) return;
-  const auto limit =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                         std::min(kCoalesceMaxS, model->link.alpha_s * kCoalesceLatencyShare)));
+  auto seconds = [](double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const auto quiet_limit =
+      Clock::now() + seconds(std::min(kCoalesceMaxS, model->link.alpha_s * kCoalesceLatencyShare));
+  const auto window = seconds(model->link.alpha_s * kCoalesceExpectLatencies);
   size_t seen = announce.size();
-  while (Clock::now() < limit) {
+  while (!leaving) {
+    const auto now = Clock::now();
+    bool expecting = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      expecting = timeline_.expects_more(window, now);
+    }
+    if (!expecting && now >= quiet_limit) break;
     std::this_thread::sleep_for(kCoalesceQuiet);
     take_announcements(announce, leaving);
-    if (announce.size() == seen) break;
+    const bool grew = announce.size() != seen;
     seen = announce.size();
+    if (!grew && !expecting) break;
   }
   finalize_announcements(announce);
 }

@@ -28,6 +28,7 @@
 #include "sync/sparse_gather.h"
 #include "sync/stats.h"
 #include "sync/stats_report.h"
+#include "sync/submission_timeline.h"
 #include "sync/tensor_state.h"
 #include "sync/wake_event.h"
 
@@ -191,10 +192,15 @@ class Engine {
   // submissions arriving together (a framework handing over a step's tensors one call after
   // another) join the round of the first, the thread waiting while new ones keep coming (a quiet
   // kCoalesceQuiet ends it), at most kCoalesceLatencyShare of the latency and kCoalesceMaxS.
-  // Elsewhere a round starts at once.
+  // Beyond that it also waits for the groups that the previous step says come soon
+  // (SubmissionTimeline: the keys submitted there within kCoalesceExpectLatencies message
+  // latencies of the step's first submission), at most that long after this step's first: a
+  // group left to a round of its own costs its negotiation and its unit's latencies, at least
+  // two message latencies, against at most one waited. Elsewhere a round starts at once.
   void coalesce_submissions(std::vector<Announcement>& announce, bool& leaving);
   static constexpr double kCoalesceMaxS = 2e-3;
   static constexpr double kCoalesceLatencyShare = 0.1;
+  static constexpr double kCoalesceExpectLatencies = 1.0;
   static constexpr std::chrono::microseconds kCoalesceQuiet{250};
   void finalize_announcements(std::vector<Announcement>& announce);
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
@@ -273,6 +279,7 @@ class Engine {
   std::map<uint64_t, Handle> handles_;
   std::map<WorkId, uint64_t> in_flight_;  // work id -> handle
   std::vector<Announcement> to_announce_;
+  SubmissionTimeline timeline_;  // this rank's gradient submissions (coalesce_submissions)
   uint64_t next_handle_ = 1;
   uint64_t completed_steps_ = 0;
   float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none

@@ -102,6 +102,17 @@ def check_sparse_gather(log_path):
            f"the first sparse gather sized, the later ones without a size round: {paths}")
 
 
+def check_grouped_steps(log_path):
+    """ResNet-50's 161 tensors handed over in two groups 3 ms apart, across 10 ms one way: the first
+    step(s) negotiate each group in a round of its own; once the link model is latency-bound and the
+    previous step showed the second group 3 ms behind the first, a step's round waits for it
+    (sync/submission_timeline.h), so the last steps are one round of 161 tensors each."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    rounds = [int(n) for n in re.findall(r"negotiation round: (\d+) ready", text)]
+    expect(len(rounds) >= 4 and rounds[-2:] == [161, 161],
+           f"the last two steps' tensors in one negotiation round each: rounds of {rounds}")
+
+
 def check_regions(args, log_dir):
     """3 hosts in 2 regions (10 Gbit/s and 0.25 ms inside, 10 ms one way between): the regions measured by
     gradex-regions-probe (comm/topology/regions.h) are {0, 1} and {2}; the delay line's count of bytes
@@ -190,6 +201,12 @@ def main():
             expect(step_ms >= 20.0, f"a DGC 99.9 % exchange over the WAN: {step_ms:.0f} ms per step")
             check_striping(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
             check_sparse_gather(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
+
+            groups = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "2",
+                      "--warmup", "2", "--idle-s", "0", "--groups", "2", "--group-gap-ms", "3"]
+            run_ranks(wan, 2, groups, warmup=2, steps=2, timeout_s=120, log_dir=log_dir, label="wan_groups",
+                      extra_env={"GRADEX_LOG_LEVEL": "debug"})
+            check_grouped_steps(pathlib.Path(log_dir) / "wan_groups.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
