@@ -18,6 +18,7 @@
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/pipeline.h"
+#include "sync/submission_timeline.h"
 
 namespace gradex::sync {
 namespace {
@@ -161,12 +162,20 @@ std::vector<cost::TensorInput> CodecPlanner::inputs_of(
     const cost::Snapshot& numbers, const std::map<std::string, cost::Rung>* rungs) const {
   std::vector<cost::TensorInput> inputs;
   inputs.reserve(numbers.tensors.size());
+  // On a latency-bound link the engine negotiates the submissions that come within its window of
+  // a step's first in one round, and they travel in one unit: the timeline plans them ready
+  // together.
+  std::vector<double> ready;
+  for (const cost::TensorTiming& t : numbers.tensors)
+    ready.push_back(t.ready_s);
+  coalesce_ready_times(ready, coalesce_window_s_);
+  size_t index = 0;
   for (const cost::TensorTiming& t : numbers.tensors) {
     cost::TensorInput in;
     in.key = t.key;
     in.numel = t.numel;
     in.rows = t.rows;
-    in.ready_s = t.ready_s;
+    in.ready_s = ready[index++];
     in.forced = forced_rung(t.key);
     if (in.forced) in.forced_reason = "GRADEX_SPARSITY_OVERRIDES";
     if (rungs) {  // the plan in force: every tensor as it is

@@ -94,6 +94,9 @@ class CodecPlanner {
   // it absolute from their agreed step and re-plans there; every rank must call it alike before
   // submitting that step, so every rank re-plans in the same round.
   void set_horizon(uint64_t steps);
+  // Progress thread: PolicySource::set_coalesce_window. The timeline then plans the submissions
+  // within it of a step's first as ready together (coalesce_ready_times).
+  void set_coalesce_window(double seconds) { coalesce_window_s_ = seconds; }
   uint64_t horizon() const;
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
@@ -155,7 +158,9 @@ class CodecPlanner {
   ChoiceHook choice_hook_;
   // set_horizon's value until the progress thread applies it (-1: none pending).
   std::atomic<int64_t> pending_horizon_{-1};
-  std::atomic<uint64_t> horizon_steps_{0};  // planner_.choice.horizon_steps, for explain()
+  std::atomic<uint64_t> horizon_steps_{0};
+  double coalesce_window_s_ =
+      0;  // progress thread (set_coalesce_window)  // planner_.choice.horizon_steps, for explain()
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;

@@ -194,13 +194,12 @@ class Engine {
   // kCoalesceQuiet ends it), at most kCoalesceLatencyShare of the latency and kCoalesceMaxS.
   // Beyond that it also waits for the groups that the previous step says come soon
   // (SubmissionTimeline: the keys submitted there within kCoalesceExpectLatencies message
-  // latencies of the step's first submission), at most that long after this step's first: a
-  // group left to a round of its own costs its negotiation and its unit's latencies, at least
-  // two message latencies, against at most one waited. Elsewhere a round starts at once.
+  // latencies of the step's first submission), at most that long after this step's first (the
+  // auto policy's timeline plans with the same grouping: coalesce_ready_times). Elsewhere a round
+  // starts at once.
   void coalesce_submissions(std::vector<Announcement>& announce, bool& leaving);
   static constexpr double kCoalesceMaxS = 2e-3;
   static constexpr double kCoalesceLatencyShare = 0.1;
-  static constexpr double kCoalesceExpectLatencies = 1.0;
   static constexpr std::chrono::microseconds kCoalesceQuiet{250};
   void finalize_announcements(std::vector<Announcement>& announce);
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when

@@ -124,6 +124,10 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
+  const GatherModel* link = sparse_gather_.model();
+  policy_->set_coalesce_window(link != nullptr && link->latency_bound()
+                                   ? link->link.alpha_s * kCoalesceExpectLatencies
+                                   : 0.0);
   policy_->before_routes(*comm_, jobs, *path_, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank

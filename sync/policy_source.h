@@ -44,6 +44,10 @@ class PolicySource {
   }
   // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
   virtual void set_horizon(uint64_t steps) { (void)steps; }
+  // Progress thread, before each before_routes: how close to a step's first submission the
+  // others must come to share its negotiation round (Engine::coalesce_submissions on a
+  // latency-bound link; 0: none), from the agreed link model, so the same on every rank.
+  virtual void set_coalesce_window(double seconds) { (void)seconds; }
   // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
   // (its dense steps then flush the residual), because a later plan may make it DGC again.
   virtual bool adopts_saved_codec(bool cuda) const = 0;
@@ -82,6 +86,7 @@ class AutoPolicySource final : public PolicySource {
     planner_->observe_unit(unit, half_on_wire);
   }
   void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }
+  void set_coalesce_window(double seconds) override { planner_->set_coalesce_window(seconds); }
   // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.
   bool adopts_saved_codec(bool cuda) const override { return !cuda; }
   std::string explain() const override;

@@ -1,5 +1,7 @@
 #include "sync/submission_timeline.h"
 
+#include <algorithm>
+
 namespace gradex::sync {
 
 void SubmissionTimeline::on_submit(const std::string& key, Clock::time_point at) {
@@ -17,6 +19,16 @@ bool SubmissionTimeline::expects_more(Clock::duration window, Clock::time_point 
   for (const auto& [key, seen] : keys_)
     if (seen.step + 1 == step_ && seen.offset <= window) return true;
   return false;
+}
+
+void coalesce_ready_times(std::vector<double>& ready_s, double window_s) {
+  if (ready_s.empty() || !(window_s > 0)) return;
+  const double first = *std::min_element(ready_s.begin(), ready_s.end());
+  double last = first;
+  for (double r : ready_s)
+    if (r - first <= window_s) last = std::max(last, r);
+  for (double& r : ready_s)
+    if (r - first <= window_s) r = last;
 }
 
 }  // namespace gradex::sync

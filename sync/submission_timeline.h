@@ -17,8 +17,20 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace gradex::sync {
+
+// The window, in message latencies of the agreed link: a round waits for what the previous step
+// submitted within this much of its first submission. A group left to a round of its own costs
+// its negotiation and its unit's latencies, at least two; waiting costs at most one.
+constexpr double kCoalesceExpectLatencies = 1.0;
+
+// The ready times the cost model's timeline should plan a latency-bound step with
+// (sync/codec_choice.h): the submissions within `window_s` of the earliest travel in its
+// negotiation round and unit (Engine::coalesce_submissions), so they become ready together, at the
+// last of them; later ones keep their times. Relative order is kept for the rest.
+void coalesce_ready_times(std::vector<double>& ready_s, double window_s);
 
 class SubmissionTimeline {
  public:

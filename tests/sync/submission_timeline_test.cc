@@ -55,5 +55,19 @@ TEST(SubmissionTimeline, LateOrAbsentGroupsAreNotWaitedFor) {
   EXPECT_FALSE(t.expects_more(window, t3 + milliseconds(1)));
 }
 
+// What the auto policy's timeline plans with: the submissions within the window of the earliest
+// become ready at the last of them; later ones keep their times.
+TEST(CoalesceReadyTimes, TheFirstWindowBecomesReadyTogether) {
+  std::vector<double> ready{0.015, 0.0003, 0.0150, 0.040, 0.0149};
+  coalesce_ready_times(ready, 0.025);
+  EXPECT_EQ(ready, (std::vector<double>{0.015, 0.015, 0.015, 0.040, 0.015}));
+  std::vector<double> none{0.001, 0.002};
+  coalesce_ready_times(none, 0);  // no window: as measured
+  EXPECT_EQ(none, (std::vector<double>{0.001, 0.002}));
+  std::vector<double> empty;
+  coalesce_ready_times(empty, 0.025);
+  EXPECT_TRUE(empty.empty());
+}
+
 }  // namespace
 }  // namespace gradex::sync
