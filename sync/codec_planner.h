@@ -158,9 +158,8 @@ class CodecPlanner {
   ChoiceHook choice_hook_;
   // set_horizon's value until the progress thread applies it (-1: none pending).
   std::atomic<int64_t> pending_horizon_{-1};
-  std::atomic<uint64_t> horizon_steps_{0};
-  double coalesce_window_s_ =
-      0;  // progress thread (set_coalesce_window)  // planner_.choice.horizon_steps, for explain()
+  std::atomic<uint64_t> horizon_steps_{0};  // planner_.choice.horizon_steps, for explain()
+  double coalesce_window_s_ = 0;            // progress thread (set_coalesce_window)
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;
