@@ -266,11 +266,11 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
   Terms terms;
   switch (rung.codec) {
     case Codec::kFp32:
-      terms = ring_allreduce_terms(4.0 * n, o.world_size);
+    case Codec::kHalf: {
+      const double bytes = (rung.codec == Codec::kFp32 ? 4.0 : 2.0) * n;
+      terms = dense_allreduce_terms(bytes, o.world_size, o.dense_direct_max_bytes);
       break;
-    case Codec::kHalf:
-      terms = ring_allreduce_terms(2.0 * n, o.world_size);
-      break;
+    }
     case Codec::kInt8:
       terms = int8_allreduce_terms(n, o.world_size);
       break;

@@ -85,8 +85,12 @@ struct ChoiceOptions {
   int world_size = 2;
   PeerClass link_class = PeerClass::kSameHost;  // the class whose link bounds the collectives
   bool sparse_ring = false;                     // how DGC payloads travel (allgatherv_terms)
-  bool half_available = true;                   // GRADEX_FP16=1
-  bool int8_available = true;                   // GRADEX_POLICY_INT8: the 8-bit rung
+  // Dense tensors of up to this many wire bytes are summed by the direct reduce-scatter +
+  // allgather (dense_allreduce_terms), larger ones around the ring: the engine's choice on a
+  // latency-bound link (GatherModel::dense_direct_max_bytes). 0: the ring.
+  uint64_t dense_direct_max_bytes = 0;
+  bool half_available = true;  // GRADEX_FP16=1
+  bool int8_available = true;  // GRADEX_POLICY_INT8: the 8-bit rung
   // GRADEX_POLICY_FIDELITY_INT8: the 8-bit rung while a fidelity cap binds, even without
   // int8_available (see "Early training" above).
   bool fidelity_int8 = true;

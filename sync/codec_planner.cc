@@ -190,6 +190,7 @@ std::vector<cost::TensorInput> CodecPlanner::inputs_of(
 
 cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) const {
   cost::ChoiceOptions o = planner_.choice;
+  o.dense_direct_max_bytes = dense_direct_max_bytes_.load();
   o.link_class = link_class_;
   o.one_lane = numbers.one_lane;
   return o;
@@ -416,7 +417,8 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   } else {
     const bool half = unit.path == route::Path::kDense && half_on_wire;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
-    terms = cost::ring_allreduce_terms(static_cast<double>(elements) * (half ? 2 : 4), world_size_);
+    const double bytes = static_cast<double>(elements) * (half ? 2 : 4);
+    terms = cost::dense_allreduce_terms(bytes, world_size_, dense_direct_max_bytes_.load());
   }
   if (unit.path != route::Path::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);

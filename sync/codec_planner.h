@@ -94,9 +94,14 @@ class CodecPlanner {
   // it absolute from their agreed step and re-plans there; every rank must call it alike before
   // submitting that step, so every rank re-plans in the same round.
   void set_horizon(uint64_t steps);
-  // Progress thread: PolicySource::set_coalesce_window. The timeline then plans the submissions
-  // within it of a step's first as ready together (coalesce_ready_times).
-  void set_coalesce_window(double seconds) { coalesce_window_s_ = seconds; }
+  // Progress thread: PolicySource::set_link_paths. The timeline then plans the submissions within
+  // the window of a step's first as ready together (coalesce_ready_times), and prices dense
+  // tensors up to the size with the direct exchange's latencies (ChoiceOptions), as are the
+  // measured dense units of up to that size.
+  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes) {
+    coalesce_window_s_ = coalesce_window_s;
+    dense_direct_max_bytes_.store(dense_direct_max_bytes);
+  }
   uint64_t horizon() const;
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
@@ -159,7 +164,9 @@ class CodecPlanner {
   // set_horizon's value until the progress thread applies it (-1: none pending).
   std::atomic<int64_t> pending_horizon_{-1};
   std::atomic<uint64_t> horizon_steps_{0};  // planner_.choice.horizon_steps, for explain()
-  double coalesce_window_s_ = 0;            // progress thread (set_coalesce_window)
+  double coalesce_window_s_ = 0;            // progress thread (set_link_paths)
+  // set_link_paths' (read by observe_unit on any thread; choice_options puts it in the plan's).
+  std::atomic<uint64_t> dense_direct_max_bytes_{0};
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;

@@ -35,6 +35,12 @@ Terms ring_allreduce_terms(double bytes, int world_size) {
   return {2.0 * (p - 1), 2.0 * (p - 1) / p * bytes};
 }
 
+Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_bytes) {
+  Terms terms = ring_allreduce_terms(bytes, world_size);
+  if (bytes <= static_cast<double>(direct_max_bytes) && world_size > 1) terms.latency = 2.0;
+  return terms;
+}
+
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring) {
   if (world_size < 2) return {};
   const double p = world_size;

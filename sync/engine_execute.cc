@@ -124,10 +124,18 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  const GatherModel* link = sparse_gather_.model();
-  policy_->set_coalesce_window(link != nullptr && link->latency_bound()
-                                   ? link->link.alpha_s * kCoalesceExpectLatencies
-                                   : 0.0);
+  if (const GatherModel* link = sparse_gather_.model(); link != nullptr && link->latency_bound()) {
+    // The flat layout's dense collectives choose direct buckets by the model
+    // (route/dense_bucket.cc).
+    using Dense = EngineOptions::DenseCollective;
+    const Dense mode = options_.dense_collective;
+    const uint64_t direct_max = hierarchy_ != nullptr || mode == Dense::kRing ? 0
+                                : mode == Dense::kDirect                      ? UINT64_MAX
+                                                         : link->dense_direct_max_bytes();
+    policy_->set_link_paths(link->link.alpha_s * kCoalesceExpectLatencies, direct_max);
+  } else {
+    policy_->set_link_paths(0, 0);
+  }
   policy_->before_routes(*comm_, jobs, *path_, mutex_);
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank

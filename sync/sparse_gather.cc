@@ -88,6 +88,17 @@ double GatherModel::dense_direct_seconds(uint64_t bytes) const {
   return link.seconds(2, 2 * incoming) + 2 * incast_seconds(incoming);
 }
 
+uint64_t GatherModel::dense_direct_max_bytes() const {
+  if (!dense_direct_for(1)) return 0;
+  uint64_t yes = 1, no = uint64_t{1} << 40;
+  if (dense_direct_for(no)) return no;
+  while (no - yes > 1) {
+    const uint64_t mid = yes + (no - yes) / 2;
+    (dense_direct_for(mid) ? yes : no) = mid;
+  }
+  return yes;
+}
+
 uint64_t GatherModel::rider_bytes() const {
   const double P = world_size;
   const double extra_per_byte = (P - 1) * (P - 2) / P * link.beta_s_per_byte;

@@ -92,6 +92,10 @@ struct GatherModel {
     return world_size > 2 &&
            dense_direct_seconds(bytes) < kDenseDirectGain * dense_ring_seconds(bytes);
   }
+  // The largest bucket (wire bytes, below 2^40) that dense_direct_for sends directly, taking the
+  // direct buckets to be the smaller ones (the ring's latencies weigh most on them, the incast's
+  // price on the larger); 0: none.
+  uint64_t dense_direct_max_bytes() const;
 };
 
 class SparseGather {

@@ -295,6 +295,28 @@ TEST(CodecChoice, DeterministicWhateverTheInputOrder) {
   EXPECT_EQ(a.describe().size() > 0, true);
 }
 
+// On a latency-bound link the engine sums dense buckets up to dense_direct_max_bytes directly: the
+// timeline prices such a tensor with the direct exchange's 2 latencies instead of the ring's
+// 2(P-1), and larger ones with the ring's.
+TEST(CodecChoice, DenseTensorsUpToTheDirectSizeTakeTheDirectLatencies) {
+  Snapshot n = numbers(1);
+  for (LinkParams& l : n.link)
+    l.alpha_s = 25e-3;
+  ChoiceOptions o = options();
+  const TensorInput t = input("w", 1000000, 0, 0.0);
+  double encode = 0, comm_ring = 0, comm_direct = 0, decode = 0, latency_ring = 0,
+         latency_direct = 0;
+  rung_costs(t, Rung{Codec::kHalf, 0}, n, o, encode, comm_ring, decode, &latency_ring);
+  o.dense_direct_max_bytes = 2000000;  // the 16-bit tensor's 2 MB: direct
+  rung_costs(t, Rung{Codec::kHalf, 0}, n, o, encode, comm_direct, decode, &latency_direct);
+  EXPECT_NEAR(latency_ring, 6 * 25e-3, 1e-12);
+  EXPECT_NEAR(latency_direct, 2 * 25e-3, 1e-12);
+  EXPECT_NEAR(comm_ring - comm_direct, 4 * 25e-3, 1e-9);  // the same bytes either way
+  double latency_fp32 = 0;
+  rung_costs(t, Rung{Codec::kFp32, 0}, n, o, encode, comm_direct, decode, &latency_fp32);
+  EXPECT_NEAR(latency_fp32, 6 * 25e-3, 1e-12);  // 4 MB: beyond the size, the ring
+}
+
 TEST(CodecChoice, NoHalfRungWithoutFp16) {
   ChoiceOptions o = options();
   o.half_available = false;

@@ -186,6 +186,22 @@ TEST(GatherModel, DenseBucketsGoDirectWhereLatencyOutweighsTheirBytes) {
   EXPECT_FALSE(model(25e-3, 8e-9, false, 2).dense_direct_for(small));
 }
 
+// The largest direct bucket, what the auto policy prices dense tensors by: on one host at 25 ms
+// where the direct exchange stops being 10% faster than the ring (2a + 1.5 b B < 0.9 (6a + 1.5 b
+// B): B < 3.4 a / (0.15 b) = 70.8 MB at 8 ns/B); across hosts up to the bucket whose phase fits
+// the largest absorbed burst (4/3 of 12 MiB); none for two ranks.
+TEST(GatherModel, TheLargestDirectBucketIsWhereTheChoiceTurns) {
+  const GatherModel wan = model(25e-3, 8e-9, false, 4);
+  const uint64_t turn = wan.dense_direct_max_bytes();
+  EXPECT_NEAR(static_cast<double>(turn), 3.4 * 25e-3 / (0.15 * 8e-9), 2.0);
+  EXPECT_TRUE(wan.dense_direct_for(turn));
+  EXPECT_FALSE(wan.dense_direct_for(turn + 1));
+  GatherModel hosts = model(25e-3, 8e-9, true, 4);
+  hosts.bursts = {{3u << 20, 0}, {12u << 20, 0}};
+  EXPECT_EQ(hosts.dense_direct_max_bytes(), uint64_t{16} << 20);  // 3/4 of it: 12 MiB at once
+  EXPECT_EQ(model(25e-3, 8e-9, false, 2).dense_direct_max_bytes(), 0u);
+}
+
 // Riders: a dense byte riding the gather costs (P-1)(P-2)/P bytes more received than in an
 // allreduce; they ride while that costs at most the 2 latencies a collective of their own needs.
 TEST(GatherModel, RidersFitWhatTheSavedLatenciesPayFor) {
