@@ -145,8 +145,7 @@ std::string codec_mix_of_plan(const std::string& text) {
     if (line.find("too small for any sparse rung") != std::string::npos)
       ++m.floored;
     else
-      ++m.by_model;  // the cost model's choice: hidden, no cheaper rung, or as far as the link
-                     // needs
+      ++m.by_model;  // the cost model's: hidden, no cheaper rung, or as far as the link needs
   }
   std::ostringstream out;
   out.precision(3);
