@@ -240,7 +240,7 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
     case Codec::kAdam: {
       const double k = static_cast<double>(selected_count(numel, rung.sparsity));
       return allgatherv_terms(k * sparse_bytes_per_selected(rung.codec, c), o.world_size,
-                              o.sparse_ring)
+                              o.sparse_ring, o.sparse_unsized)
                  .bytes *
              c.transport_s_per_byte;
     }
@@ -278,7 +278,7 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
     case Codec::kAdam: {
       const double k = static_cast<double>(selected_count(t.numel, rung.sparsity));
       terms = allgatherv_terms(k * sparse_bytes_per_selected(rung.codec, numbers.codecs),
-                               o.world_size, o.sparse_ring);
+                               o.world_size, o.sparse_ring, o.sparse_unsized);
       break;
     }
   }

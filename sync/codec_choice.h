@@ -85,6 +85,7 @@ struct ChoiceOptions {
   int world_size = 2;
   PeerClass link_class = PeerClass::kSameHost;  // the class whose link bounds the collectives
   bool sparse_ring = false;                     // how DGC payloads travel (allgatherv_terms)
+  bool sparse_unsized = false;                  // ... and without their size round
   // Dense tensors of up to this many wire bytes are summed by the direct reduce-scatter +
   // allgather (dense_allreduce_terms), larger ones around the ring: the engine's choice on a
   // latency-bound link (GatherModel::dense_direct_max_bytes). 0: the ring.

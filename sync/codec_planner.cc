@@ -191,6 +191,7 @@ std::vector<cost::TensorInput> CodecPlanner::inputs_of(
 cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) const {
   cost::ChoiceOptions o = planner_.choice;
   o.dense_direct_max_bytes = dense_direct_max_bytes_.load();
+  o.sparse_unsized = sparse_unsized_.load();
   o.link_class = link_class_;
   o.one_lane = numbers.one_lane;
   return o;
@@ -397,7 +398,10 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   if (unit.path == route::Path::kSparse) {
     const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
     codec = planner_.choice.sparse_codec;
-    terms = {planner_.choice.sparse_ring ? p - 1 : 2.0, static_cast<double>(c.received_bytes)};
+    terms = {
+        cost::allgatherv_terms(1, world_size_, planner_.choice.sparse_ring, sparse_unsized_.load())
+            .latency,
+        static_cast<double>(c.received_bytes)};
     uint64_t selected = 0;
     for (const pipeline::Job* j : jobs)
       selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.rung.sparsity);

@@ -97,10 +97,13 @@ class CodecPlanner {
   // Progress thread: PolicySource::set_link_paths. The timeline then plans the submissions within
   // the window of a step's first as ready together (coalesce_ready_times), and prices dense
   // tensors up to the size with the direct exchange's latencies (ChoiceOptions), as are the
-  // measured dense units of up to that size.
-  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes) {
+  // measured dense units of up to that size; a DGC gather without its size round is priced (and
+  // its measured units fitted) with the latencies it takes (cost::allgatherv_terms).
+  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
+                      bool sparse_unsized) {
     coalesce_window_s_ = coalesce_window_s;
     dense_direct_max_bytes_.store(dense_direct_max_bytes);
+    sparse_unsized_.store(sparse_unsized);
   }
   uint64_t horizon() const;
 
@@ -167,6 +170,7 @@ class CodecPlanner {
   double coalesce_window_s_ = 0;            // progress thread (set_link_paths)
   // set_link_paths' (read by observe_unit on any thread; choice_options puts it in the plan's).
   std::atomic<uint64_t> dense_direct_max_bytes_{0};
+  std::atomic<bool> sparse_unsized_{false};
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;

@@ -41,10 +41,10 @@ Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_by
   return terms;
 }
 
-Terms allgatherv_terms(double payload_bytes, int world_size, bool ring) {
+Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized) {
   if (world_size < 2) return {};
   const double p = world_size;
-  return {ring ? p - 1 : 2.0, (p - 1) * payload_bytes};
+  return {ring ? p - 1 : unsized ? 1.0 : 2.0, (p - 1) * payload_bytes};
 }
 
 void LinkFit::add(double a, double b, double t) {

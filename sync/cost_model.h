@@ -62,8 +62,9 @@ Terms ring_allreduce_terms(double bytes, int world_size);
 Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_bytes);
 // An allgatherv in which every rank contributes `payload_bytes`: each rank's link carries the P-1
 // payloads of the others; the ring takes P-1 steps, the direct exchange a size round and a data
-// round.
-Terms allgatherv_terms(double payload_bytes, int world_size, bool ring);
+// round, or the data round alone when receives learn the sizes on arrival (`unsized`:
+// comm::allgatherv_unsized).
+Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized = false);
 // The 8-bit route's direct reduce-scatter + allgather of `elements` (sync/int8_exchange.h): two
 // rounds of P-1 concurrent messages, each rank's link carrying 2(P-1)/P of the encoding.
 Terms int8_allreduce_terms(double elements, int world_size);

@@ -132,9 +132,14 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     const uint64_t direct_max = hierarchy_ != nullptr || mode == Dense::kRing ? 0
                                 : mode == Dense::kDirect                      ? UINT64_MAX
                                                          : link->dense_direct_max_bytes();
-    policy_->set_link_paths(link->link.alpha_s * kCoalesceExpectLatencies, direct_max);
+    // DGC gathers skip their size round from a unit's second gather on (SparseGather::gather),
+    // as they do at every step that is planned (the first is the probe's).
+    using Sparse = EngineOptions::SparseCollective;
+    const bool unsized = hierarchy_ == nullptr && comm_->receives_any_length() &&
+                         options_.sparse_collective != Sparse::kRing;
+    policy_->set_link_paths(link->link.alpha_s * kCoalesceExpectLatencies, direct_max, unsized);
   } else {
-    policy_->set_link_paths(0, 0);
+    policy_->set_link_paths(0, 0, false);
   }
   policy_->before_routes(*comm_, jobs, *path_, mutex_);
 

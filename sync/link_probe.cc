@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "base/cpu_time.h"
 #include "base/error.h"
@@ -75,6 +76,63 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uin
   return fastest;
 }
 
+// Round trips rank 0 times with each candidate of farthest_other_host_peer, after an untimed one.
+constexpr int kFarthestPings = 2;
+
+// The peer rank 0 probes for the other-host class: of the lowest rank on each host other than
+// rank 0's, the one whose fastest round trip (8 bytes) is the longest (ties: the lowest rank). A
+// flat collective waits on its slowest link, and the lowest-ranked other-host peer may share rank
+// 0's region while the other hosts are an ocean away: that peer's link would make the model a
+// LAN's. Collective over every rank (the candidates answer rank 0's pings, then every rank takes
+// rank 0's choice from a broadcast); a single candidate is chosen without a message. -1 when every
+// rank shares rank 0's host.
+int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::string>& hosts) {
+  std::vector<int> candidates;
+  std::set<std::string> seen{hosts[0]};
+  for (size_t r = 1; r < hosts.size(); ++r)
+    if (seen.insert(hosts[r]).second) candidates.push_back(static_cast<int>(r));
+  if (candidates.size() < 2) return candidates.empty() ? -1 : candidates.front();
+  const uint64_t tag = comm.next_collective_tag();
+  const int me = comm.rank();
+  uint64_t ping = 0;
+  int32_t chosen = candidates.front();
+  if (me == 0) {
+    double longest = -1;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      double fastest = 0;
+      for (int rep = 0; rep <= kFarthestPings; ++rep) {
+        const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
+        std::vector<comm::RequestPtr> reqs;
+        const auto t0 = Clock::now();
+        reqs.push_back(comm.irecv(candidates[i], t + 1, &ping, sizeof ping));
+        reqs.push_back(comm.isend(candidates[i], t, &ping, sizeof ping));
+        comm.wait_all(reqs, "link probe: round trip to each host");
+        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
+      }
+      if (fastest > longest) {
+        longest = fastest;
+        chosen = candidates[i];
+      }
+    }
+  } else if (std::find(candidates.begin(), candidates.end(), me) != candidates.end()) {
+    for (int rep = 0; rep <= kFarthestPings; ++rep) {
+      const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
+      std::vector<comm::RequestPtr> reqs;
+      reqs.push_back(comm.irecv(0, t, &ping, sizeof ping));
+      comm.wait_all(reqs, "link probe: round trip to each host");
+      reqs.clear();
+      reqs.push_back(comm.isend(0, t + 1, &ping, sizeof ping));
+      comm.wait_all(reqs, "link probe: round trip to each host");
+    }
+  }
+  comm::broadcast(comm, &chosen, sizeof chosen, 0);
+  if (std::find(candidates.begin(), candidates.end(), chosen) == candidates.end())
+    throw CorruptPayload("link probe: rank 0 chose rank " + std::to_string(chosen) +
+                         ", which is not the lowest rank of another host");
+  return chosen;
+}
+
 }  // namespace
 
 PeerClass collective_class(const std::vector<std::string>& hosts) {
@@ -93,14 +151,12 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   const int me = comm.rank();
   for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
     result.hosts.emplace_back(b.begin(), b.end());
-  // The peer rank 0 measures for each class: the lowest-ranked one of that class (-1: none).
-  std::array<int, kPeerClasses> peer{-1, -1};
-  for (int r = 1; r < world; ++r) {
-    const auto c = static_cast<size_t>(result.hosts[static_cast<size_t>(r)] == result.hosts[0]
-                                           ? PeerClass::kSameHost
-                                           : PeerClass::kOtherHost);
-    if (peer[c] < 0) peer[c] = r;
-  }
+  // The peer rank 0 measures for each class (-1: none): the lowest rank on its own host, and the
+  // farthest host's lowest rank.
+  std::array<int, kPeerClasses>& peer = result.peers;
+  for (int r = 1; r < world && peer[0] < 0; ++r)
+    if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[0] = r;
+  peer[static_cast<size_t>(PeerClass::kOtherHost)] = farthest_other_host_peer(comm, result.hosts);
   const uint64_t tag = comm.next_collective_tag();
   size_t largest = 0;
   for (size_t s : options.sizes)

@@ -40,7 +40,10 @@ struct ProbeOptions {
 PeerClass collective_class(const std::vector<std::string>& hosts);
 
 struct ProbeResult {
-  std::vector<std::string> hosts;             // every rank's host identity, by rank
+  std::vector<std::string> hosts;  // every rank's host identity, by rank
+  // The rank each class was measured with (-1: no such rank), by class: the lowest rank on rank
+  // 0's host, and of the lowest rank on each other host the one farthest from rank 0.
+  std::array<int, kPeerClasses> peers{-1, -1};
   std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
   // Rank 0's CPU over the largest size's timed round trips (its thread's CPU clock: the
   // transport's copies, protocol and progress work, not the time spent asleep waiting for the
@@ -55,9 +58,11 @@ struct ProbeResult {
   std::vector<IncastBurst> bursts;
 };
 
-// Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with the first
-// peer of each class (same host, other host) at every size and fits alpha and beta per class
-// (LinkFit) and times its own CPU over the largest messages; the other ranks only answer or wait.
+// Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with one peer
+// of each class (ProbeResult::peers: on another host, the farthest host, found by a round trip to
+// each, since a flat collective waits on its slowest link) at every size and fits alpha and beta
+// per class (LinkFit) and times its own CPU over the largest messages; the other ranks only answer
+// or wait.
 // Then, if asked and some rank is on another host, rank 0 times the incast bursts. Every rank
 // returns rank 0's result.
 ProbeResult probe_links(comm::Communicator& comm, const std::string& host,

@@ -47,9 +47,11 @@ class PolicySource {
   // Progress thread, before each before_routes, from the agreed link model (so the same on every
   // rank): on a latency-bound link, how close to a step's first submission the others must come
   // to share its negotiation round (Engine::coalesce_submissions), and the largest dense bucket
-  // summed by the direct exchange (GatherModel::dense_direct_max_bytes); 0 and 0 elsewhere.
-  virtual void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes) {
-    (void)coalesce_window_s, (void)dense_direct_max_bytes;
+  // summed by the direct exchange (GatherModel::dense_direct_max_bytes), and whether a DGC gather
+  // skips its size round (SparseGather: comm::allgatherv_unsized); 0, 0 and false elsewhere.
+  virtual void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
+                              bool sparse_unsized) {
+    (void)coalesce_window_s, (void)dense_direct_max_bytes, (void)sparse_unsized;
   }
   // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
   // (its dense steps then flush the residual), because a later plan may make it DGC again.
@@ -89,8 +91,9 @@ class AutoPolicySource final : public PolicySource {
     planner_->observe_unit(unit, half_on_wire);
   }
   void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }
-  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes) override {
-    planner_->set_link_paths(coalesce_window_s, dense_direct_max_bytes);
+  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
+                      bool sparse_unsized) override {
+    planner_->set_link_paths(coalesce_window_s, dense_direct_max_bytes, sparse_unsized);
   }
   // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.
   bool adopts_saved_codec(bool cuda) const override { return !cuda; }

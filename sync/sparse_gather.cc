@@ -129,9 +129,10 @@ void SparseGather::agree_model(comm::Communicator& comm) {
   std::string bursts;
   for (const cost::IncastBurst& b : model->bursts)
     bursts += " " + std::to_string(b.bytes) + " B cost " + std::to_string(b.extra_s * 1e3) + " ms,";
-  GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " alpha "
-                 << model->link.alpha_s * 1e6 << " us, beta " << model->link.beta_s_per_byte * 1e9
-                 << " ns/B, incast bursts" << (bursts.empty() ? " none," : bursts)
+  GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " (measured with rank "
+                 << probe.peers[static_cast<size_t>(cls)] << ") alpha " << model->link.alpha_s * 1e6
+                 << " us, beta " << model->link.beta_s_per_byte * 1e9 << " ns/B, incast bursts"
+                 << (bursts.empty() ? " none," : bursts)
                  << " beyond their transfer, inline maximum "
                  << model->inline_max(comm.options().allgather_inline_bytes) << " B";
   // Across regions the kernel's TCP settings, not the link, often cap the exchange: said once,

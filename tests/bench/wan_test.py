@@ -12,7 +12,8 @@
     skipped the size round (sync/sparse_gather.h);
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
-    (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}.
+    (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
+    there takes its link model from host 2 (the farthest), not from host 1 (the lowest-ranked).
 
     wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench \
         --regions-probe build/bin/gradex-regions-probe
@@ -87,7 +88,8 @@ def check_sparse_gather(log_path):
     incast bursts from its one other-host peer, and every sparse gather after the first (whose sizes price
     the choice) ran without a size round; the first ran with one."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    model = re.search(r"sparse gather model: other-host alpha ([0-9.e+-]+) us, .* incast bursts(( \d+ B cost "
+    model = re.search(r"sparse gather model: other-host \(measured with rank 1\) alpha ([0-9.e+-]+) us, .* "
+                      r"incast bursts(( \d+ B cost "
                       r"[0-9.]+ ms,)+) beyond", text)
     expect(model is not None, f"rank 0 logs the sparse gather's model with its incast bursts ({log_path})")
     bursts = [int(b) for b in re.findall(r"(\d+) B cost", model.group(2))]
@@ -144,6 +146,18 @@ def check_regions(args, log_dir):
         host2_after = sum(wan.host_bytes()[2])
         expect(wan.wan_bytes() - wan_bytes == host2_after - host2 >= 20 * 28,
                f"pings across: {wan.wan_bytes() - wan_bytes} WAN bytes, host 2 {host2_after - host2}")
+        # The flat exchange's link model is the far region's: rank 1, the lowest-ranked other host,
+        # is 0.25 ms away, but a flat collective waits on host 2's 10 ms.
+        argv = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "1",
+                "--warmup", "1", "--idle-s", "0"]
+        run_ranks(wan, 3, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir, label="wan_regions",
+                  extra_env={"GRADEX_LOG_LEVEL": "debug", "GRADEX_HIERARCHICAL": "0"})
+    log = pathlib.Path(log_dir) / "wan_regions.rank0.stderr.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    model = re.search(r"sparse gather model: other-host \(measured with rank (\d+)\) alpha ([0-9.e+-]+) us", text)
+    expect(model is not None and model.group(1) == "2" and float(model.group(2)) >= 5000,
+           f"the flat exchange's link model is the farthest host's (rank 2, 10 ms one way): "
+           f"{model.group(0) if model else 'no model line in ' + str(log)}")
     expect(all(p.returncode == 0 for p in procs), "gradex-regions-probe ran on every host:\n" + "\n".join(outputs))
     out = outputs[0]
     expect("regions: 0 0 1\n" in out, f"hosts 0 and 1 form a region, host 2 another:\n{out}")

@@ -317,6 +317,28 @@ TEST(CodecChoice, DenseTensorsUpToTheDirectSizeTakeTheDirectLatencies) {
   EXPECT_NEAR(latency_fp32, 6 * 25e-3, 1e-12);  // 4 MB: beyond the size, the ring
 }
 
+// A DGC gather without its size round (receives sized on arrival) is priced with its one data
+// round's latency; with the size round, two; around the ring, P - 1 either way.
+TEST(CodecChoice, AnUnsizedDgcGatherTakesOneLatency) {
+  Snapshot n = numbers(1);
+  for (LinkParams& l : n.link)
+    l.alpha_s = 25e-3;
+  ChoiceOptions o = options();
+  const TensorInput t = input("w", 1000000, 0, 0.0);
+  const Rung dgc{Codec::kDgc, 0.999};
+  double encode = 0, comm_sized = 0, comm_unsized = 0, decode = 0, latency_sized = 0,
+         latency_unsized = 0, latency_ring = 0;
+  rung_costs(t, dgc, n, o, encode, comm_sized, decode, &latency_sized);
+  o.sparse_unsized = true;
+  rung_costs(t, dgc, n, o, encode, comm_unsized, decode, &latency_unsized);
+  EXPECT_NEAR(latency_sized, 2 * 25e-3, 1e-12);
+  EXPECT_NEAR(latency_unsized, 25e-3, 1e-12);
+  EXPECT_NEAR(comm_sized - comm_unsized, 25e-3, 1e-9);  // the same bytes either way
+  o.sparse_ring = true;
+  rung_costs(t, dgc, n, o, encode, comm_unsized, decode, &latency_ring);
+  EXPECT_NEAR(latency_ring, (o.world_size - 1) * 25e-3, 1e-12);
+}
+
 TEST(CodecChoice, NoHalfRungWithoutFp16) {
   ChoiceOptions o = options();
   o.half_available = false;

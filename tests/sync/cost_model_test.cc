@@ -70,6 +70,10 @@ TEST(Terms, CollectiveShapes) {
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, true).latency, 3);
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, false).latency, 2);
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, false).bytes, 300);
+  // Receives that learn the sizes on arrival: the direct exchange is its data round alone.
+  EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, false, true).latency, 1);
+  EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, true, true).latency, 3);
+  EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, false, true).bytes, 300);
   EXPECT_DOUBLE_EQ(ring_allreduce_terms(1000, 1).seconds(LinkParams{}), 0);
 }
 

@@ -3,7 +3,9 @@
 // measured its own.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "sync/codec_choice.h"
 #include "sync/link_probe.h"
@@ -52,10 +54,60 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
   }
 }
 
+// Sends of one rank wait `delay` before they leave: that rank's host is far from every other.
+class FarRankCommunicator : public test::CountingCommunicator {
+ public:
+  FarRankCommunicator(comm::Communicator& inner, int far_rank, std::chrono::milliseconds delay)
+      : CountingCommunicator(inner), far_(inner.rank() == far_rank), delay_(delay) {}
+  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    if (far_) std::this_thread::sleep_for(delay_);
+    return CountingCommunicator::isend(peer, tag, data, bytes);
+  }
+
+ private:
+  bool far_;
+  std::chrono::milliseconds delay_;
+};
+
+// The other-host class is measured with the farthest host (a flat collective waits on its slowest
+// link), not the lowest-ranked one: here rank 3, whose every message leaves 20 ms late, while ranks
+// 1 and 2 (another host each) answer at loopback speed. Every rank learns the same peer and the
+// fit's latency is the far link's (about 10 ms a message; a loopback link fits tens of us). The
+// same-host class keeps the lowest rank on rank 0's host.
+TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
+  const std::vector<std::string> hosts{"near", "hostB", "hostC", "far", "near"};
+  constexpr int kFar = 3;
+  ProbeOptions o;
+  o.repeats = 2;
+  std::mutex m;
+  std::vector<ProbeResult> results(hosts.size());
+  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& inner) {
+    FarRankCommunicator comm(inner, kFar, std::chrono::milliseconds(20));
+    const auto rank = static_cast<size_t>(comm.rank());
+    ProbeResult r = probe_links(comm, hosts[rank], o);
+    std::lock_guard<std::mutex> lock(m);
+    results[rank] = std::move(r);
+  });
+  constexpr auto kOther = static_cast<size_t>(PeerClass::kOtherHost);
+  for (const ProbeResult& r : results) {
+    EXPECT_EQ(r.peers[kOther], kFar);
+    EXPECT_EQ(r.peers[static_cast<size_t>(PeerClass::kSameHost)], 4);
+    EXPECT_GT(r.link[kOther].alpha_s, 5e-3);
+    EXPECT_EQ(r.link[kOther].alpha_s, results[0].link[kOther].alpha_s);
+  }
+  // One other host: chosen without a round trip of its own.
+  const std::vector<ProbeResult> two = probe_every_rank({"a", "a", "b", "b"}, o);
+  for (const ProbeResult& r : two) {
+    EXPECT_EQ(r.peers[kOther], 2);
+    EXPECT_EQ(r.peers[static_cast<size_t>(PeerClass::kSameHost)], 1);
+  }
+}
+
 TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
   const std::vector<ProbeResult> results = probe_every_rank({"same", "same"}, ProbeOptions{});
   EXPECT_TRUE(results[1].link[0].measured);
   EXPECT_FALSE(results[1].link[1].measured);
+  EXPECT_EQ(results[1].peers[static_cast<size_t>(PeerClass::kOtherHost)], -1);
   EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
 }
 
