@@ -260,7 +260,8 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_DENSE_COLLECTIVE", VarType::kChoice, "auto", 0, 0, false, false, "auto|ring|direct|gather", kEngine,
      "How a dense bucket is summed: ring (2(P-1) message latencies, one message in and out of each "
      "rank at a time), direct (a reduce-scatter to each segment's owner and an allgather from it: "
-     "2 message latencies whatever the world size, P-1 messages into each rank at once) or auto: "
+     "2 message latencies whatever the world size, P-1 messages into each rank at once; two ranks "
+     "swap their buffers in 1) or auto: "
      "direct where the link model (the link probe's alpha and beta, agreed from rank 0, with "
      "GRADEX_PORT_QUEUE_MS's incast term across hosts) predicts it at least 10% faster, as on links "
      "whose latency outweighs a bucket's bytes. Same bits either way (the owner sums in the ring's "
@@ -269,7 +270,8 @@ const std::vector<VarSpec>& registry() {
      "full, summed in rank order on every rank (the same bits everywhere, not the ring's), while "
      "the extra bytes received cost less than the two message latencies saved. gather: every dense "
      "gradient of a round that has a DGC unit rides it, whatever its size. The hierarchical "
-     "exchange keeps its own collectives."},
+     "exchange takes the same choice for its step across hosts or regions (auto: direct there "
+     "only on a latency-bound link, always between two groups); nothing rides it."},
     {"GRADEX_PORT_QUEUE_MS", VarType::kFloat, "1", 0, 1000, false, false, nullptr, kEngine,
      "How much traffic a switch port between hosts buffers, in milliseconds at the link's measured "
      "bandwidth. The auto collectives send payloads directly only while what one rank receives at "

@@ -23,8 +23,9 @@ void allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 // The same sum, bit for bit, as two phases of direct messages (a reduce-scatter to each segment's
 // owner, then an allgather from the owners): two message latencies whatever the world size, where
 // the ring chains 2(P-1), for the same bytes per rank; but P-1 messages reach every rank at once in
-// each phase (incast). For links where latency bounds a buffer
-// (comm/collectives/direct_allreduce.cc).
+// each phase (incast). Two ranks swap their whole buffers in one message latency (the same bytes,
+// no incast; each sums the whole buffer where the ring sums half). For links where latency bounds
+// a buffer (comm/collectives/direct_allreduce.cc).
 void direct_allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype);
 
 // Every rank contributes a byte payload of any size (0 included); returns all payloads, indexed by

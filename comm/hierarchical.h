@@ -19,12 +19,14 @@ namespace gradex::comm {
 // s mod L_h. (1) Inside each host every rank sends each shard to its owner, which sums it in local
 // index order: acc = x_0, then acc = x_i + acc for i = 1 .. L_h-1 (sum_into: fp32 additions; 16-bit
 // values widened, added, rounded once per addition). (2) The owners of shard s on every host run
-// allreduce_sum (the flat ring, in host order) over their host sums. (3) Each owner sends its
-// reduced shard to the other ranks of its host, which store the bytes unchanged. The result is
-// bit-identical on every rank, and equal to the flat ring's up to the summation order. Takes
-// 2 + L of comm's collective tags on every rank.
+// allreduce_sum (the flat ring, in host order) over their host sums, or with `direct_across`
+// direct_allreduce_sum (the same bits in 2 message latencies, 1 between two hosts: for a tier
+// whose latency bounds the exchange, such as regions). (3) Each owner sends its reduced shard to
+// the other ranks of its host, which store the bytes unchanged. The result is bit-identical on
+// every rank, and equal to the flat ring's up to the summation order. Takes 2 + L of comm's
+// collective tags on every rank.
 void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology, void* data,
-                                size_t count, DType dtype);
+                                size_t count, DType dtype, bool direct_across = false);
 
 // Same contract and result as allgatherv (every rank's payload, indexed by rank, byte for byte).
 // (1) For each local index i, the ranks that represent it on every host (local rank i mod L_h)

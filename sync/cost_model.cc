@@ -37,7 +37,8 @@ Terms ring_allreduce_terms(double bytes, int world_size) {
 
 Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_bytes) {
   Terms terms = ring_allreduce_terms(bytes, world_size);
-  if (bytes <= static_cast<double>(direct_max_bytes) && world_size > 1) terms.latency = 2.0;
+  if (bytes <= static_cast<double>(direct_max_bytes) && world_size > 1)
+    terms.latency = world_size == 2 ? 1.0 : 2.0;  // two ranks swap their buffers
   return terms;
 }
 

@@ -57,8 +57,8 @@ struct Terms {
 // The ring allreduce of `bytes` over P ranks: 2(P-1) steps of bytes/P each.
 Terms ring_allreduce_terms(double bytes, int world_size);
 // The dense allreduce of `bytes`: up to `direct_max_bytes` the direct reduce-scatter + allgather's
-// terms (comm::direct_allreduce_sum: 2 message latencies, the same 2(P-1)/P of the bytes through
-// each rank), beyond it the ring's.
+// terms (comm::direct_allreduce_sum: 2 message latencies, 1 between two ranks, the same
+// 2(P-1)/P of the bytes through each rank), beyond it the ring's.
 Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_bytes);
 // An allgatherv in which every rank contributes `payload_bytes`: each rank's link carries the P-1
 // payloads of the others; the ring takes P-1 steps, the direct exchange a size round and a data

@@ -170,7 +170,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     const uint64_t sent_before = comm.bytes_sent();
     try {
       if (options.hierarchy != nullptr)
-        comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire);
+        comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire,
+                                         options.direct_for && options.direct_for(bytes));
       else if (options.direct_for && options.direct_for(bytes))
         comm::direct_allreduce_sum(comm, stage, bytes / elem, wire);
       else

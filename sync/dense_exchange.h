@@ -37,7 +37,8 @@ struct DenseExchangeOptions {
   bool half_on_wire = true;
   DType half_type = DType::kFloat16;
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
-  // Non-null: buckets are summed by comm::hierarchical_allreduce_sum over this layout.
+  // Non-null: buckets are summed by comm::hierarchical_allreduce_sum over this layout (its step
+  // across the hosts direct where direct_for says so for the bucket's wire bytes).
   const comm::HostTopology* hierarchy = nullptr;
   // Otherwise by comm::direct_allreduce_sum where this says so for the bucket's wire bytes (the
   // same bits as the ring, fewer message latencies), else by the ring. Null: the ring.

@@ -84,6 +84,8 @@ double GatherModel::dense_ring_seconds(uint64_t bytes) const {
 double GatherModel::dense_direct_seconds(uint64_t bytes) const {
   const double P = world_size;
   if (world_size < 2) return 0;
+  // Two ranks swap their buffers: one message of all of it each way, nothing at once.
+  if (world_size == 2) return link.seconds(1, static_cast<double>(bytes));
   const double incoming = (P - 1) / P * static_cast<double>(bytes);  // per rank and phase
   return link.seconds(2, 2 * incoming) + 2 * incast_seconds(incoming);
 }

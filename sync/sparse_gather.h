@@ -63,7 +63,8 @@ struct GatherModel {
 
   // A dense allreduce of `bytes` (the bucket on the wire). Both move 2(P-1)/P of it through each
   // rank; the ring pays 2(P-1) message latencies, the direct exchange (comm::direct_allreduce_sum)
-  // 2, plus, across hosts, the incast's cost of each phase's (P-1) segments arriving at once.
+  // 2, plus, across hosts, the incast's cost of each phase's (P-1) segments arriving at once; 1
+  // between two ranks (a swap of whole buffers).
   double dense_ring_seconds(uint64_t bytes) const;
   double dense_direct_seconds(uint64_t bytes) const;
   // The direct exchange when predicted at least kDenseDirectGain faster (the results are the same
@@ -89,7 +90,7 @@ struct GatherModel {
   static constexpr uint64_t kRiderMaxBytes = uint64_t{64} << 20;
   uint64_t rider_bytes() const;
   bool dense_direct_for(uint64_t bytes) const {
-    return world_size > 2 &&
+    return world_size > 1 &&
            dense_direct_seconds(bytes) < kDenseDirectGain * dense_ring_seconds(bytes);
   }
   // The largest bucket (wire bytes, below 2^40) that dense_direct_for sends directly, taking the

@@ -5,8 +5,9 @@
 // 2(P-1); the same bytes per rank ((P-1)/P of the buffer out and in, per phase), but P-1 messages
 // arrive at once at every rank in each phase, which only pays where latency, not a shallow switch
 // queue, bounds the exchange (the engine decides from the agreed link model:
-// sync/dense_exchange.h). The ring's order makes every result bit-identical to allreduce_sum's, so
-// the two are interchangeable at any step.
+// sync/dense_exchange.h). Two ranks swap their whole buffers instead, in one message latency: the
+// same bytes as the two phases' halves, and nothing arrives at once. The ring's order makes every
+// result bit-identical to allreduce_sum's, so the two are interchangeable at any step.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -42,11 +43,35 @@ void check_length(Communicator& comm, const Request& request, size_t expected, i
                       std::to_string(count) + " x " + dtype_name(dtype) + ")");
 }
 
+// Two ranks: each sends its whole buffer and sums both segments itself, each with the operands in
+// the ring's order (segment k: acc = x_k, then acc = x_(k+1) + acc), so both ranks hold the ring's
+// bits, NaN payloads included.
+void swap_and_sum(Communicator& comm, uint8_t* bytes, size_t count, DType dtype) {
+  const int r = comm.rank(), other = 1 - r;
+  const size_t elem = dtype_size(dtype);
+  const size_t whole = count * elem;
+  const uint64_t tag = comm.next_collective_tag();
+  // One element more than the buffer: a longer message is measured, not truncated.
+  uint8_t* theirs = thread_buffer<DirectSlotsTag>(whole + elem);
+  std::vector<RequestPtr> requests;
+  requests.push_back(comm.irecv(other, tag, theirs, whole + elem));
+  requests.push_back(comm.isend(other, tag, bytes, whole));
+  comm.wait_all(requests, "direct allreduce");
+  check_length(comm, *requests[0], whole, other, "exchange", count, dtype);
+  const size_t mine_begin = seg_begin(count, 2, r) * elem, mine_len = seg_len(count, 2, r);
+  const size_t their_begin = seg_begin(count, 2, other) * elem,
+               their_len = seg_len(count, 2, other);
+  sum_into(bytes + mine_begin, theirs + mine_begin, mine_len, dtype);
+  sum_into(theirs + their_begin, bytes + their_begin, their_len, dtype);
+  std::memcpy(bytes + their_begin, theirs + their_begin, their_len * elem);
+}
+
 }  // namespace
 
 void direct_allreduce_sum(Communicator& comm, void* data, size_t count, DType dtype) {
   const int P = comm.size(), r = comm.rank();
   if (P < 2 || count == 0) return;
+  if (P == 2) return swap_and_sum(comm, static_cast<uint8_t*>(data), count, dtype);
   auto* bytes = static_cast<uint8_t*>(data);
   const size_t elem = dtype_size(dtype);
   const size_t mine = seg_len(count, P, r) * elem;

@@ -32,7 +32,7 @@ struct IntraSlotsTag {};
 }  // namespace
 
 void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology, void* data,
-                                size_t count, DType dtype) {
+                                size_t count, DType dtype, bool direct_across) {
   const int P = comm.size();
   GX_CHECK_EQ(topology.world_size(), P);
   if (P == 1 || count == 0) return;
@@ -122,7 +122,10 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
     for (const auto& host : topology.hosts)
       owners.push_back(host[s % host.size()]);
     GroupCommunicator group(comm, std::move(owners), {tag_cross[s]});
-    allreduce_sum(group, bytes + sh.begin * elem, sh.count, dtype);
+    if (direct_across)
+      direct_allreduce_sum(group, bytes + sh.begin * elem, sh.count, dtype);
+    else
+      allreduce_sum(group, bytes + sh.begin * elem, sh.count, dtype);
   }
 
   // (3) Reduced shards from their owners to the other ranks of the host, stored unchanged.

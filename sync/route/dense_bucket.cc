@@ -12,7 +12,8 @@ void plan_dense(Context& ctx) {
   using Collective = EngineOptions::DenseCollective;
   const bool dense_auto = ctx.options.dense_collective == Collective::kAuto ||
                           ctx.options.dense_collective == Collective::kGather;
-  if (dense_auto && ctx.world_size > 2 && ctx.hosts == nullptr) ctx.gather.agree_model(ctx.comm);
+  // The model decides the direct exchange, flat or across a hierarchy's hosts (or regions).
+  if (dense_auto && ctx.world_size > 1) ctx.gather.agree_model(ctx.comm);
 }
 
 void fold_int8_residuals(pipeline::Unit& unit, Context& ctx) {
@@ -33,8 +34,15 @@ void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire) {
                           o.dense_collective == EngineOptions::DenseCollective::kGather;
   if (o.dense_collective == EngineOptions::DenseCollective::kDirect) {
     options.direct_for = [](uint64_t) { return true; };
-  } else if (const GatherModel* model = ctx.gather.model(); dense_auto && model) {
+  } else if (const GatherModel* model = ctx.gather.model(); dense_auto && model && !ctx.hosts) {
     options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
+  } else if (dense_auto && model && model->latency_bound()) {
+    // Across a hierarchy's groups on a latency-bound link: between two groups the direct exchange
+    // is one swap (no incast, the ring's bytes, half its latencies); between more, as priced.
+    const bool two_groups = ctx.hosts->hosts.size() == 2;
+    options.direct_for = [model, two_groups](uint64_t bytes) {
+      return two_groups || model->dense_direct_for(bytes);
+    };
   }
   // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
   std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);

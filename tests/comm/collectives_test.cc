@@ -71,7 +71,8 @@ TEST_P(WorldSize, DirectAllreduceGivesTheRingsBits) {
 }
 
 // Two phases of direct messages: P-1 sends per rank and phase, whatever the world size (the ring
-// sends 2(P-1) chunks' worth of steps, one after another).
+// sends 2(P-1) chunks' worth of steps, one after another); two ranks swap their buffers in one
+// message each.
 TEST(DirectAllreduce, TwoPhasesOfOneMessagePerPeer) {
   for (int P : {2, 3, 5}) {
     std::vector<uint64_t> sends(static_cast<size_t>(P));
@@ -84,7 +85,7 @@ TEST(DirectAllreduce, TwoPhasesOfOneMessagePerPeer) {
       sends[static_cast<size_t>(c.rank())] = counting.sends;
     });
     for (uint64_t s : sends)
-      EXPECT_EQ(s, 2u * static_cast<uint64_t>(P - 1)) << "P=" << P;
+      EXPECT_EQ(s, P == 2 ? 1u : 2u * static_cast<uint64_t>(P - 1)) << "P=" << P;
   }
 }
 

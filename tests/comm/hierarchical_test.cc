@@ -68,7 +68,13 @@ TEST(Hierarchical, AllreduceSumsAndIsIdenticalOnEveryRank) {
             std::memcpy(buf.data() + 2 * i, &h, 2);
           }
         }
+        std::vector<uint8_t> direct = buf;
         comm::hierarchical_allreduce_sum(c, topo, buf.data(), cs.count, cs.dtype);
+        // Direct across the hosts (one swap between two): the ring's bits.
+        comm::hierarchical_allreduce_sum(c, topo, direct.data(), cs.count, cs.dtype, true);
+        if (direct != buf)
+          throw std::runtime_error("direct across the hosts differs from the ring, count " +
+                                   std::to_string(cs.count));
         // The tag sequence is still aligned: a flat collective right after matches.
         float token = static_cast<float>(c.rank());
         comm::allreduce_sum(c, &token, 1, DType::kFloat32);

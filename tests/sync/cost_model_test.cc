@@ -65,6 +65,12 @@ TEST(LinkFit, ForgettingFollowsAChangedLink) {
 }
 
 TEST(Terms, CollectiveShapes) {
+  // The direct dense exchange: 2 latencies, 1 between two ranks (a swap); beyond its size, the
+  // ring.
+  EXPECT_DOUBLE_EQ(dense_allreduce_terms(1000, 4, 1000).latency, 2);
+  EXPECT_DOUBLE_EQ(dense_allreduce_terms(1000, 2, 1000).latency, 1);
+  EXPECT_DOUBLE_EQ(dense_allreduce_terms(1000, 2, 1000).bytes, 1000);
+  EXPECT_DOUBLE_EQ(dense_allreduce_terms(1001, 4, 1000).latency, 6);
   EXPECT_DOUBLE_EQ(ring_allreduce_terms(1000, 4).latency, 6);
   EXPECT_DOUBLE_EQ(ring_allreduce_terms(1000, 4).bytes, 1500);
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, true).latency, 3);

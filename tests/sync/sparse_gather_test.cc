@@ -182,14 +182,19 @@ TEST(GatherModel, DenseBucketsGoDirectWhereLatencyOutweighsTheirBytes) {
   EXPECT_TRUE(lan.dense_direct_for(4 << 10));
   // Across hosts a segment burst beyond the port queue pays the retransmission timeouts.
   EXPECT_FALSE(model(25e-3, 8e-9, true, 4).dense_direct_for(large));
-  // Two ranks: the ring is already two messages.
-  EXPECT_FALSE(model(25e-3, 8e-9, false, 2).dense_direct_for(small));
+  // Two ranks: the ring's two messages against one swap of the whole buffer (the same bytes).
+  const GatherModel pair = model(25e-3, 8e-9, false, 2);
+  EXPECT_NEAR(pair.dense_ring_seconds(small), 2 * 25e-3 + small * 8e-9, 1e-9);
+  EXPECT_NEAR(pair.dense_direct_seconds(small), 25e-3 + small * 8e-9, 1e-9);
+  EXPECT_TRUE(pair.dense_direct_for(small));
+  EXPECT_FALSE(pair.dense_direct_for(large));
 }
 
 // The largest direct bucket, what the auto policy prices dense tensors by: on one host at 25 ms
 // where the direct exchange stops being 10% faster than the ring (2a + 1.5 b B < 0.9 (6a + 1.5 b
 // B): B < 3.4 a / (0.15 b) = 70.8 MB at 8 ns/B); across hosts up to the bucket whose phase fits
-// the largest absorbed burst (4/3 of 12 MiB); none for two ranks.
+// the largest absorbed burst (4/3 of 12 MiB); for two ranks where one latency saved is still 10%
+// (a + b B < 0.9 (2a + b B): B < 8 a / b = 25 MB).
 TEST(GatherModel, TheLargestDirectBucketIsWhereTheChoiceTurns) {
   const GatherModel wan = model(25e-3, 8e-9, false, 4);
   const uint64_t turn = wan.dense_direct_max_bytes();
@@ -199,7 +204,8 @@ TEST(GatherModel, TheLargestDirectBucketIsWhereTheChoiceTurns) {
   GatherModel hosts = model(25e-3, 8e-9, true, 4);
   hosts.bursts = {{3u << 20, 0}, {12u << 20, 0}};
   EXPECT_EQ(hosts.dense_direct_max_bytes(), uint64_t{16} << 20);  // 3/4 of it: 12 MiB at once
-  EXPECT_EQ(model(25e-3, 8e-9, false, 2).dense_direct_max_bytes(), 0u);
+  EXPECT_NEAR(static_cast<double>(model(25e-3, 8e-9, false, 2).dense_direct_max_bytes()),
+              8 * 25e-3 / 8e-9, 2.0);
 }
 
 // Riders: a dense byte riding the gather costs (P-1)(P-2)/P bytes more received than in an
