@@ -45,19 +45,31 @@ void check_length(Communicator& comm, const Request& request, size_t expected, i
 
 // Two ranks: each sends its whole buffer and sums both segments itself, each with the operands in
 // the ring's order (segment k: acc = x_k, then acc = x_(k+1) + acc), so both ranks hold the ring's
-// bits, NaN payloads included.
+// bits, NaN payloads included. The buffer travels in one piece per connection to the peer (piece
+// i on lane i, comm/communicator.h), so that a striped path carries it on every TCP flow.
 void swap_and_sum(Communicator& comm, uint8_t* bytes, size_t count, DType dtype) {
   const int r = comm.rank(), other = 1 - r;
   const size_t elem = dtype_size(dtype);
   const size_t whole = count * elem;
   const uint64_t tag = comm.next_collective_tag();
-  // One element more than the buffer: a longer message is measured, not truncated.
+  const size_t pieces = std::clamp<size_t>(static_cast<size_t>(comm.connections_per_peer()), 1,
+                                           std::min<size_t>(count, kTagLanes));
+  auto piece_begin = [&](size_t i) { return count * i / pieces; };
+  // One element more than the buffer: a longer last piece is measured, not truncated (a longer
+  // earlier one fails the receive, naming the peer).
   uint8_t* theirs = thread_buffer<DirectSlotsTag>(whole + elem);
-  std::vector<RequestPtr> requests;
-  requests.push_back(comm.irecv(other, tag, theirs, whole + elem));
-  requests.push_back(comm.isend(other, tag, bytes, whole));
-  comm.wait_all(requests, "direct allreduce");
-  check_length(comm, *requests[0], whole, other, "exchange", count, dtype);
+  std::vector<RequestPtr> recvs, sends;
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t b = piece_begin(i), n = (piece_begin(i + 1) - b) * elem;
+    recvs.push_back(
+        comm.irecv(other, tag + tag_lane(i), theirs + b * elem, n + (i + 1 == pieces ? elem : 0)));
+    sends.push_back(comm.isend(other, tag + tag_lane(i), bytes + b * elem, n));
+  }
+  comm.wait_all(recvs, "direct allreduce");
+  for (size_t i = 0; i < pieces; ++i)
+    check_length(comm, *recvs[i], (piece_begin(i + 1) - piece_begin(i)) * elem, other, "exchange",
+                 count, dtype);
+  comm.wait_all(sends, "direct allreduce");  // this rank's buffer is summed into below
   const size_t mine_begin = seg_begin(count, 2, r) * elem, mine_len = seg_len(count, 2, r);
   const size_t their_begin = seg_begin(count, 2, other) * elem,
                their_len = seg_len(count, 2, other);

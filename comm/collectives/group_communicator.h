@@ -27,6 +27,8 @@ class GroupCommunicator final : public Communicator {
     return parent_.irecv_any_length(parent_rank(peer), tag, out, max_bytes);
   }
   bool progress() override { return parent_.progress(); }
+  // Every member's connections are the parent's (a member's lanes reach it over them).
+  int connections_per_peer() const override { return parent_.connections_per_peer(); }
   bool test(Request& request, const char* operation) override {
     return parent_.test(request, operation);
   }
