@@ -79,13 +79,44 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uin
 // Round trips rank 0 times with each candidate of farthest_other_host_peer, after an untimed one.
 constexpr int kFarthestPings = 2;
 
+// Rank 0's round trip to each of `peers` at once (8 bytes each way), in seconds: each the time to
+// its answer's arrival, as rank 0 sees it while it drives progress (at most the communicator's
+// timeout; then wait_all reports whoever did not answer).
+std::vector<double> round_trips(comm::Communicator& comm, const std::vector<int>& peers,
+                                uint64_t tag) {
+  const char* what = "link probe: round trip to each host";
+  std::vector<uint64_t> in(peers.size()), out(peers.size());
+  std::vector<comm::RequestPtr> recvs, sends;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    recvs.push_back(comm.irecv(peers[i], tag + 1, &in[i], sizeof in[i]));
+    sends.push_back(comm.isend(peers[i], tag, &out[i], sizeof out[i]));
+  }
+  std::vector<double> took(peers.size(), -1);
+  size_t left = peers.size();
+  const auto deadline = t0 + comm.options().timeout;
+  while (left > 0 && Clock::now() < deadline) {
+    comm.progress();
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (took[i] >= 0 || !comm.test(*recvs[i], what)) continue;
+      took[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+      --left;
+    }
+  }
+  comm.wait_all(recvs, what);
+  comm.wait_all(sends, what);
+  for (double& s : took)
+    if (s < 0) s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return took;
+}
+
 // The peer rank 0 probes for the other-host class: of the lowest rank on each host other than
-// rank 0's, the one whose fastest round trip (8 bytes) is the longest (ties: the lowest rank). A
-// flat collective waits on its slowest link, and the lowest-ranked other-host peer may share rank
-// 0's region while the other hosts are an ocean away: that peer's link would make the model a
-// LAN's. Collective over every rank (the candidates answer rank 0's pings, then every rank takes
-// rank 0's choice from a broadcast); a single candidate is chosen without a message. -1 when every
-// rank shares rank 0's host.
+// rank 0's, the one whose fastest round trip (8 bytes; every host pinged at once) is the longest
+// (ties: the lowest rank). A flat collective waits on its slowest link, and the lowest-ranked
+// other-host peer may share rank 0's region while the other hosts are an ocean away: that peer's
+// link would make the model a LAN's. Collective over every rank (the candidates answer rank 0's
+// pings, then every rank takes rank 0's choice from a broadcast); a single candidate is chosen
+// without a message. -1 when every rank shares rank 0's host.
 int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::string>& hosts) {
   std::vector<int> candidates;
   std::set<std::string> seen{hosts[0]};
@@ -97,21 +128,18 @@ int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::st
   uint64_t ping = 0;
   int32_t chosen = candidates.front();
   if (me == 0) {
+    std::vector<double> fastest;
+    for (int rep = 0; rep <= kFarthestPings; ++rep) {
+      const std::vector<double> took =
+          round_trips(comm, candidates, tag + static_cast<uint64_t>(rep) * 2);
+      if (rep == 1) fastest = took;
+      for (size_t i = 0; rep > 1 && i < took.size(); ++i)
+        fastest[i] = std::min(fastest[i], took[i]);
+    }
     double longest = -1;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      double fastest = 0;
-      for (int rep = 0; rep <= kFarthestPings; ++rep) {
-        const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
-        std::vector<comm::RequestPtr> reqs;
-        const auto t0 = Clock::now();
-        reqs.push_back(comm.irecv(candidates[i], t + 1, &ping, sizeof ping));
-        reqs.push_back(comm.isend(candidates[i], t, &ping, sizeof ping));
-        comm.wait_all(reqs, "link probe: round trip to each host");
-        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
-      }
-      if (fastest > longest) {
-        longest = fastest;
+      if (fastest[i] > longest) {
+        longest = fastest[i];
         chosen = candidates[i];
       }
     }
@@ -154,8 +182,9 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   // The peer rank 0 measures for each class (-1: none): the lowest rank on its own host, and the
   // farthest host's lowest rank.
   std::array<int, kPeerClasses>& peer = result.peers;
-  for (int r = 1; r < world && peer[0] < 0; ++r)
-    if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[0] = r;
+  constexpr auto kSame = static_cast<size_t>(PeerClass::kSameHost);
+  for (int r = 1; r < world && peer[kSame] < 0; ++r)
+    if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[kSame] = r;
   peer[static_cast<size_t>(PeerClass::kOtherHost)] = farthest_other_host_peer(comm, result.hosts);
   const uint64_t tag = comm.next_collective_tag();
   size_t largest = 0;
