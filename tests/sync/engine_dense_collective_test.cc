@@ -1,10 +1,11 @@
-// GRADEX_DENSE_COLLECTIVE: the direct allreduce (two message latencies) gives every dense bucket
-// the ring's bits, so the engine may choose either at any step: fp32 and 16-bit wires, with
-// gradex's momentum, 3 and 4 ranks. Each tensor is its own bucket (GRADEX_FUSION_MB=0): with more
-// than two ranks a fused bucket's segments depend on which tensors a round happened to hold, so
-// only unfused results are comparable across runs (comm/'s tests cover any buffer).
-// gather: dense gradients ride the round's DGC gather (sync/gather_rider.h): the average on every
-// rank, the same bits everywhere, the DGC tensor's results unchanged, and the allgather's bytes.
+// GRADEX_DENSE_COLLECTIVE: the direct allreduce (two message latencies; between two ranks one swap)
+// gives every dense bucket the ring's bits, so the engine may choose either at any step: fp32 and
+// 16-bit wires, with gradex's momentum, 2, 3 and 4 ranks. Each tensor is its own bucket
+// (GRADEX_FUSION_MB=0): with more than two ranks a fused bucket's segments depend on which tensors
+// a round happened to hold, so only unfused results are comparable across runs (comm/'s tests cover
+// any buffer). gather: dense gradients ride the round's DGC gather (sync/gather_rider.h): the
+// average on every rank, the same bits everywhere, the DGC tensor's results unchanged, and the
+// allgather's bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,7 +70,7 @@ std::string read(const std::string& path) {
 TEST(EngineDenseCollective, DirectAllreduceGivesTheRingsBits) {
   char dir_template[] = "/tmp/gradex-dense-collective-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
-  for (int world : {3, 4}) {
+  for (int world : {2, 3, 4}) {
     for (const char* fp16 : {"0", "1"}) {
       std::vector<std::string> digests[2];
       int which = 0;
