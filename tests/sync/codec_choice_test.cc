@@ -295,48 +295,57 @@ TEST(CodecChoice, DeterministicWhateverTheInputOrder) {
   EXPECT_EQ(a.describe().size() > 0, true);
 }
 
+// numbers(1) on a link of 25 ms one way (every peer class).
+Snapshot numbers_at_25ms() {
+  Snapshot n = numbers(1);
+  for (LinkParams& l : n.link)
+    l.alpha_s = 25e-3;
+  return n;
+}
+
+// rung_costs' communication seconds and latency of a 1M-element tensor on `rung`.
+struct Priced {
+  double comm_s = 0;
+  double latency_s = 0;
+};
+Priced priced(const Rung& rung, const Snapshot& n, const ChoiceOptions& o) {
+  const TensorInput t = input("w", 1000000, 0, 0.0);
+  double encode = 0, decode = 0;
+  Priced p;
+  rung_costs(t, rung, n, o, encode, p.comm_s, decode, &p.latency_s);
+  return p;
+}
+
 // On a latency-bound link the engine sums dense buckets up to dense_direct_max_bytes directly: the
 // timeline prices such a tensor with the direct exchange's 2 latencies instead of the ring's
 // 2(P-1), and larger ones with the ring's.
 TEST(CodecChoice, DenseTensorsUpToTheDirectSizeTakeTheDirectLatencies) {
-  Snapshot n = numbers(1);
-  for (LinkParams& l : n.link)
-    l.alpha_s = 25e-3;
+  const Snapshot n = numbers_at_25ms();
   ChoiceOptions o = options();
-  const TensorInput t = input("w", 1000000, 0, 0.0);
-  double encode = 0, comm_ring = 0, comm_direct = 0, decode = 0, latency_ring = 0,
-         latency_direct = 0;
-  rung_costs(t, Rung{Codec::kHalf, 0}, n, o, encode, comm_ring, decode, &latency_ring);
+  const Priced ring = priced(Rung{Codec::kHalf, 0}, n, o);
   o.dense_direct_max_bytes = 2000000;  // the 16-bit tensor's 2 MB: direct
-  rung_costs(t, Rung{Codec::kHalf, 0}, n, o, encode, comm_direct, decode, &latency_direct);
-  EXPECT_NEAR(latency_ring, 6 * 25e-3, 1e-12);
-  EXPECT_NEAR(latency_direct, 2 * 25e-3, 1e-12);
-  EXPECT_NEAR(comm_ring - comm_direct, 4 * 25e-3, 1e-9);  // the same bytes either way
-  double latency_fp32 = 0;
-  rung_costs(t, Rung{Codec::kFp32, 0}, n, o, encode, comm_direct, decode, &latency_fp32);
-  EXPECT_NEAR(latency_fp32, 6 * 25e-3, 1e-12);  // 4 MB: beyond the size, the ring
+  const Priced direct = priced(Rung{Codec::kHalf, 0}, n, o);
+  EXPECT_NEAR(ring.latency_s, 6 * 25e-3, 1e-12);
+  EXPECT_NEAR(direct.latency_s, 2 * 25e-3, 1e-12);
+  EXPECT_NEAR(ring.comm_s - direct.comm_s, 4 * 25e-3, 1e-9);  // the same bytes either way
+  // 4 MB: beyond the size, the ring
+  EXPECT_NEAR(priced(Rung{Codec::kFp32, 0}, n, o).latency_s, 6 * 25e-3, 1e-12);
 }
 
 // A DGC gather without its size round (receives sized on arrival) is priced with its one data
 // round's latency; with the size round, two; around the ring, P - 1 either way.
 TEST(CodecChoice, AnUnsizedDgcGatherTakesOneLatency) {
-  Snapshot n = numbers(1);
-  for (LinkParams& l : n.link)
-    l.alpha_s = 25e-3;
+  const Snapshot n = numbers_at_25ms();
   ChoiceOptions o = options();
-  const TensorInput t = input("w", 1000000, 0, 0.0);
   const Rung dgc{Codec::kDgc, 0.999};
-  double encode = 0, comm_sized = 0, comm_unsized = 0, decode = 0, latency_sized = 0,
-         latency_unsized = 0, latency_ring = 0;
-  rung_costs(t, dgc, n, o, encode, comm_sized, decode, &latency_sized);
+  const Priced sized = priced(dgc, n, o);
   o.sparse_unsized = true;
-  rung_costs(t, dgc, n, o, encode, comm_unsized, decode, &latency_unsized);
-  EXPECT_NEAR(latency_sized, 2 * 25e-3, 1e-12);
-  EXPECT_NEAR(latency_unsized, 25e-3, 1e-12);
-  EXPECT_NEAR(comm_sized - comm_unsized, 25e-3, 1e-9);  // the same bytes either way
+  const Priced unsized = priced(dgc, n, o);
+  EXPECT_NEAR(sized.latency_s, 2 * 25e-3, 1e-12);
+  EXPECT_NEAR(unsized.latency_s, 25e-3, 1e-12);
+  EXPECT_NEAR(sized.comm_s - unsized.comm_s, 25e-3, 1e-9);  // the same bytes either way
   o.sparse_ring = true;
-  rung_costs(t, dgc, n, o, encode, comm_unsized, decode, &latency_ring);
-  EXPECT_NEAR(latency_ring, (o.world_size - 1) * 25e-3, 1e-12);
+  EXPECT_NEAR(priced(dgc, n, o).latency_s, (o.world_size - 1) * 25e-3, 1e-12);
 }
 
 TEST(CodecChoice, NoHalfRungWithoutFp16) {
