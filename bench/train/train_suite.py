@@ -50,6 +50,7 @@ import machine  # noqa: E402
 from network import Cluster, RootLoopback  # noqa: E402
 from wan import Wan, WanSpec  # noqa: E402
 from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
+from exchange_suite import rate_bits  # noqa: E402
 from optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
@@ -248,6 +249,13 @@ def main():
     return race(args, runs, rates, networks)
 
 
+def seconds_per_step(network, rate_only):
+    """A run's time allowance per step: 2 s on links of 1 Gbit/s and more, 20 s on slower ones (DDP's fp32
+    step of the 4.3M-parameter MLP takes ~2.7 s at 100 Mbit/s) and where only the rate is measured."""
+    bits = rate_bits(getattr(network, "rate", None))
+    return 20.0 if rate_only or (bits is not None and bits < 1e9) else 2.0
+
+
 def race(args, runs, rates, networks):
     """Runs every planned run on its network; writes args.out after each; 1 if any failed."""
     data = {"reference": rates[0], "hosts": args.hosts, "mode": args.mode, "machine": machine.describe(),
@@ -278,7 +286,7 @@ def race(args, runs, rates, networks):
         started = time.monotonic()
         try:
             run_ranks(network, args.hosts, argv, warmup=0, steps=1, display=display, log_dir=args.log_dir,
-                      label=label, timeout_s=180 + steps * (20.0 if rate_only else 2.0))
+                      label=label, timeout_s=180 + steps * seconds_per_step(network, rate_only))
             print_progress_line("")
             with open(out_path) as f:
                 (record,) = json.load(f)["seeds"]
