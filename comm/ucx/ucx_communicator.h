@@ -159,6 +159,9 @@ class UcxCommunicator : public Communicator {
   // Throws (after abandoning `pending`) the error that makes progress impossible: a failed
   // endpoint, an abort notice from another rank, or an earlier failure of this communicator.
   void throw_if_failed(const char* operation, const std::vector<UcxRequest*>& pending);
+  // A peer that failed (its own error, or a third rank's) closes its endpoints at once; the abort
+  // notice naming the root cause may be just behind: progress up to 100 ms for it to arrive.
+  void await_abort_notice();
   // Records the first failure, tells the other ranks (abort notice) when `notify_peers`, abandons
   // `pending` and throws TimeoutError (code kTimeout) or PeerError.
   [[noreturn]] void fail(ErrorCode code, const std::string& operation, int peer,

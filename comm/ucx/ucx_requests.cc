@@ -233,6 +233,13 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
         std::string detail = status_detail(r->status_);
         if (ep_error != UCS_OK)
           detail += " (its endpoint failed: " + std::string(ucs_status_string(ep_error)) + ")";
+        // The root cause may be in a notice just behind the failure: raise it if it comes (no
+        // grace: what it overtook is this failed request).
+        await_abort_notice();
+        if (abort_from_ >= 0) {
+          abort_grace_until_ = Clock::now();
+          throw_if_failed(operation, pending);
+        }
         fail(ErrorCode::kPeer, operation, peer, detail, pending, true);
       }
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
@@ -282,13 +289,7 @@ void UcxCommunicator::throw_if_failed(const char* operation,
   int failed_peer = -1;
   for (int p = 0; p < size_ && failed_peer < 0; ++p)
     if (peers_[static_cast<size_t>(p)]->error != UCS_OK) failed_peer = p;
-  if (failed_peer >= 0 && abort_from_ < 0) {
-    // A peer that failed because of a third rank closes its endpoints at once; the abort notice
-    // naming the root cause may be just behind. Give it a moment to arrive.
-    auto until = Clock::now() + Millis(100);
-    while (abort_from_ < 0 && Clock::now() < until)
-      progress();
-  }
+  if (failed_peer >= 0) await_abort_notice();
   if (abort_from_ >= 0 && !pending.empty() && Clock::now() < abort_grace_until_)
     return;  // kAbortGrace: what the notice overtook may still arrive
   if (abort_from_ >= 0 && abort_blamed_ == abort_from_ && !abort_text_.empty()) {
@@ -323,6 +324,12 @@ void UcxCommunicator::throw_if_failed(const char* operation,
                    ucs_status_string(peers_[static_cast<size_t>(failed_peer)]->error),
          pending, true);
   }
+}
+
+void UcxCommunicator::await_abort_notice() {
+  const auto until = Clock::now() + Millis(100);
+  while (abort_from_ < 0 && Clock::now() < until)
+    progress();
 }
 
 void UcxCommunicator::check_shared_memory_peers() {
