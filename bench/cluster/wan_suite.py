@@ -106,9 +106,9 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
     key = kind + (f"_tcp{args.tcp_buffer_mib}m" if args.tcp_buffer_mib else "") + \
         "".join("_" + x.split("=")[0].rsplit(".", 1)[1] for x in args.host_sysctl) + \
         "".join("_" + x.replace("=", "_").lower() for x in args.env)
-    entry = data["topologies"].setdefault(key, {"spec": {k: v for k, v in vars(spec).items()}, "modes": {}})
-    print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up",
-          flush=True)
+    entry = data["topologies"].setdefault(key, {"spec": dict(vars(spec), link_mtu=spec.link_mtu()), "modes": {}})
+    print(f"[wan {kind}] {spec.label()}: {args.hosts} hosts, {args.steps} steps after {args.warmup} warm-up, "
+          f"MTU {spec.link_mtu()}", flush=True)
     with wan.Wan(spec, log_dir=args.log_dir) as network:
         measured = wan.check(network, seconds=args.flow_s)
         entry["measured"] = measured
@@ -326,7 +326,7 @@ def main() -> int:
     p.add_argument("--regions", default="", help="custom: the region of each host, e.g. 0,0,1,2")
     p.add_argument("--inter-pairs", default="", help="custom: region pairs that differ, e.g. 0-2:1gbit,75ms")
     p.add_argument("--loss", type=float, default=0.0)
-    p.add_argument("--mtu", type=int, default=65000)
+    p.add_argument("--mtu", type=int, default=0, help="TUN MTU (0: by the rate, WanSpec.link_mtu)")
     p.add_argument("--tcp-buffer-mib", type=int, default=0,
                    help="tcp_rmem/tcp_wmem max inside the emulated hosts (0: as the machine is set up)")
     p.add_argument("--host-sysctl", action="append", default=[],

@@ -240,6 +240,7 @@ def main():
         wan = Wan(wan_spec(args), log_dir=args.log_dir)
         networks = {wan.label: wan}
         wan.up()  # removed below, whatever happens
+        print(f"WAN {wan.label}: MTU {wan.spec.link_mtu()}", flush=True)
         try:
             return race(args, runs, rates, networks)
         finally:

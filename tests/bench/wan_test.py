@@ -167,12 +167,29 @@ def check_regions(args, log_dir):
            f"round trips 0.5 ms inside the region and 20 ms across it: {rtts}")
 
 
+def check_link_mtu():
+    """The MTU rule by rate (WanSpec.link_mtu), before anything is built."""
+    mtu = {rate: WanSpec(hosts=2, rate=rate, delay="1ms").link_mtu() for rate in ("100mbit", "1gbit", "10gbit")}
+    expect(mtu == {"100mbit": 1500, "1gbit": 9000, "10gbit": 65000},
+           f"the MTU follows the fastest pipe's rate: {mtu}")
+    regions = WanSpec(hosts=4, rate="10gbit", delay="0.25ms", regions=[0, 0, 1, 1], inter_rate="1gbit",
+                      inter_delay="25ms")
+    expect(regions.link_mtu() == 65000, "2 regions with 10 Gbit/s inside: MTU 65000")
+    expect(WanSpec(hosts=2, rate="100mbit", delay="1ms", mtu=9000).link_mtu() == 9000, "a given MTU wins")
+    try:
+        WanSpec(hosts=2, rate="100mbit", delay="1ms", mtu=100).validate()
+        raise AssertionError("an MTU of 100 was accepted")
+    except ValueError as e:
+        expect("mtu 100" in str(e), f"an MTU of 100 is refused: {e}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--delayline", required=True)
     p.add_argument("--bench", required=True)
     p.add_argument("--regions-probe", required=True)
     args = p.parse_args()
+    check_link_mtu()
     reason = skip_reason()
     if reason:
         print(f"wan_test: SKIP: {reason}")
