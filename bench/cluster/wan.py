@@ -126,10 +126,14 @@ class WanSpec:
             links.append((match.group(3), match.group(4)))
         return links
 
+    def rates_bits(self) -> List[float]:
+        """Every pipe's rate: the hosts' NICs and, across regions, the inter-region pipes."""
+        rates = [self.rate] + ([self.inter_rate] + [r for r, _ in self.pair_links()] if self.multi_region else [])
+        return [_rate_bits(r) for r in rates]
+
     def bottleneck_bits(self) -> float:
         """The slowest rate on the slowest path: the line rate a host's exchange traffic can reach."""
-        rates = [self.rate] + ([self.inter_rate] + [r for r, _ in self.pair_links()] if self.multi_region else [])
-        return min(_rate_bits(r) for r in rates)
+        return min(self.rates_bits())
 
     def link_mtu(self) -> int:
         """The TUN MTU the hosts use: `mtu` when given, else by the fastest pipe's rate. Below 1 Gbit/s
@@ -140,8 +144,7 @@ class WanSpec:
         64 KiB, and a four-connection exchange measured 503 ms a step against 275 ms at 9000 bytes."""
         if self.mtu:
             return self.mtu
-        rates = [self.rate] + ([self.inter_rate] + [r for r, _ in self.pair_links()] if self.multi_region else [])
-        fastest = max(_rate_bits(r) for r in rates)
+        fastest = max(self.rates_bits())
         return 1500 if fastest < 1e9 else 9000 if fastest <= 1e9 else 65000
 
     def max_one_way_s(self) -> float:
@@ -307,9 +310,10 @@ class Wan:
             _run(["ip", "netns", "add", ns])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        mtu = spec.link_mtu()
         argv = [self.delayline, "--netns", ",".join(self.namespace(h) for h in range(self.hosts)),
                 "--subnet", spec.subnet, "--dev", DEV, "--intra", f"{spec.rate},{spec.delay}",
-                "--mtu", str(spec.link_mtu()), "--queue-ms", str(spec.queue_ms), "--loss", str(spec.loss),
+                "--mtu", str(mtu), "--queue-ms", str(spec.queue_ms), "--loss", str(spec.loss),
                 "--seed", str(spec.seed)]
         if spec.multi_region:
             argv += ["--regions", ",".join(map(str, spec.regions)),
@@ -330,7 +334,7 @@ class Wan:
             # IPv4 only: no IPv6 autoconfiguration chatter through the relay.
             _run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{DEV}.disable_ipv6=1"],
                  check=False)
-            _run(["ip", "-n", ns, "link", "set", DEV, "mtu", str(spec.link_mtu()), "up"])
+            _run(["ip", "-n", ns, "link", "set", DEV, "mtu", str(mtu), "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(h)}/24", "dev", DEV])
             for setting in spec.host_sysctls():
                 # Per-namespace sysctls (net.ipv4.*): the emulated host's, never the machine's.

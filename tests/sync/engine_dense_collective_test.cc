@@ -104,13 +104,13 @@ constexpr bool kRunThrust = false;
 constexpr bool kRunThrust = true;
 #endif
 
-// One DGC tensor and two small dense ones (GRADEX_DENSE_THRESHOLD) submitted together, 3 steps.
-// Writes the digest of the dense averages, of the DGC tensor's and this rank's bytes sent.
 // Steps of run_mixed. Riding needs a step whose negotiation round found the three tensors ready
 // together, which the submissions race the progress thread for; under ThreadSanitizer's slowdown 3
 // steps sometimes had none (a timing artefact), so enough steps that some step does.
 constexpr int kMixedSteps = 10;
 
+// One DGC tensor and two small dense ones (GRADEX_DENSE_THRESHOLD) submitted together, kMixedSteps
+// steps. Writes the digest of the dense averages, of the DGC tensor's and this rank's bytes sent.
 std::string run_mixed(RankContext& ctx, const std::string& out_prefix, double tolerance) {
   const std::vector<std::pair<const char*, size_t>> tensors = {
       {"big.weight", 60000}, {"a.bias", 37}, {"b.weight", 5000}};
