@@ -62,6 +62,12 @@ void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions&
   if (options.adam_decay < 1.0f) choice.horizon_steps = 0;
 }
 
+bool fidelity_int8_enabled(const config::Config& config, const EngineOptions& options) {
+  if (config.source_of("GRADEX_POLICY_FIDELITY_INT8") != config::Source::kDefault)
+    return config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
+  return !options.adam_codec && config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
+}
+
 std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
                                                    const EngineOptions& options, int world_size) {
   if (config.get_string("GRADEX_POLICY") != "auto") return nullptr;
@@ -76,7 +82,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
-  p.choice.fidelity_int8 = config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
+  p.choice.fidelity_int8 = fidelity_int8_enabled(config, options);
   if (options.adam_codec) adam_rungs(options, p.choice);
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
 }

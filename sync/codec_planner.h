@@ -182,4 +182,9 @@ class CodecPlanner {
   std::vector<cost::UnitRecord> unit_records_;
 };
 
+// GRADEX_POLICY_FIDELITY_INT8 as the planner applies it: as set when set; by default on, except
+// under an Adam-family optimizer (EngineOptions::adam_codec), where the 8-bit rung under the caps
+// ended AdamW 1.1-1.4 points of final accuracy lower on the LAN race's held-out tasks.
+bool fidelity_int8_enabled(const config::Config& config, const EngineOptions& options);
+
 }  // namespace gradex::sync

@@ -22,6 +22,7 @@
 #include "compress/dct/chunked_dct.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
+#include "sync/codec_planner.h"
 #include "sync/policy.h"
 
 using namespace gradex::test;
@@ -259,4 +260,21 @@ TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
       choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).rung.codec));
   c.set("GRADEX_ADAM_SPARSITY", "0.995");
   EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.995);
+}
+
+// The 8-bit rung under the fidelity caps: on by default, off by default under an Adam-family
+// optimizer, and as the user set it either way.
+TEST(EngineAdamCodec, FidelityEightBitIsOffByDefaultOnlyUnderAdam) {
+  using gradex::config::Config;
+  using gradex::config::Source;
+  using gradex::sync::engine_options_from_config;
+  using gradex::sync::fidelity_int8_enabled;
+  Config sgd = Config::from_strings({}, Source::kEnvironment);
+  EXPECT_TRUE(fidelity_int8_enabled(sgd, engine_options_from_config(sgd)));
+  Config adam = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
+  EXPECT_FALSE(fidelity_int8_enabled(adam, engine_options_from_config(adam)));
+  adam.set("GRADEX_POLICY_FIDELITY_INT8", "1");
+  EXPECT_TRUE(fidelity_int8_enabled(adam, engine_options_from_config(adam)));
+  sgd.set("GRADEX_POLICY_FIDELITY_INT8", "0");
+  EXPECT_FALSE(fidelity_int8_enabled(sgd, engine_options_from_config(sgd)));
 }
