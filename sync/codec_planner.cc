@@ -400,7 +400,6 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   cost::Codec codec = cost::Codec::kFp32;
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
   cost::Terms terms;
-  const double p = world_size_;
   if (unit.path == route::Path::kSparse) {
     const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
     codec = planner_.choice.sparse_codec;

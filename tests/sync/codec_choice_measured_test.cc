@@ -443,7 +443,9 @@ TEST(CodecChoice, HorizonStagesAreWhereARungMustDrop) {
     const std::vector<Rung> r = allowed_rungs(input("w", 4000000, 0, 0), o, t);
     const bool dgc = r.back().codec == Codec::kDgc;
     EXPECT_EQ(dgc, t < 920) << t;
-    if (dgc) EXPECT_EQ(r.back().sparsity == 0.9, t < 901) << t << " " << rung_name(r.back());
+    if (dgc) {
+      EXPECT_EQ(r.back().sparsity == 0.9, t < 901) << t << " " << rung_name(r.back());
+    }
   }
 }
 
@@ -527,7 +529,9 @@ TEST(CodecChoice, AdamRunDenseOnAFastLinkAdamRungOnASlowOne) {
   for (double gbit : {10.0, 1.0}) {
     const Plan fast = choose_codecs(adam::transformer(), adam::adam_numbers(gbit), o, 200);
     // The embedding's gradient is ready last: its dense exchange is the step's tail.
-    if (gbit == 10.0) EXPECT_EQ(fast.exposed_s(), 0) << fast.describe();
+    if (gbit == 10.0) {
+      EXPECT_EQ(fast.exposed_s(), 0) << fast.describe();
+    }
     for (const TensorChoice& c : fast.tensors)
       EXPECT_FALSE(is_sparse(c.rung.codec)) << c.key << " at " << gbit << "\n" << fast.describe();
   }
@@ -536,7 +540,9 @@ TEST(CodecChoice, AdamRunDenseOnAFastLinkAdamRungOnASlowOne) {
     EXPECT_EQ(find(slow, key).rung, (Rung{Codec::kAdam, 0.98})) << key << "\n" << slow.describe();
   for (const TensorChoice& c : slow.tensors) {
     EXPECT_NE(c.rung.codec, Codec::kDgc) << c.key;
-    if (c.rung.codec == Codec::kAdam) EXPECT_EQ(c.rung.sparsity, 0.98) << c.key;
+    if (c.rung.codec == Codec::kAdam) {
+      EXPECT_EQ(c.rung.sparsity, 0.98) << c.key;
+    }
   }
   EXPECT_NE(slow.describe().find("adam 98%"), std::string::npos) << slow.describe();
   EXPECT_FALSE(is_sparse(find(slow, "norm").rung.codec)) << slow.describe();  // 5 < 128 values
