@@ -7,11 +7,16 @@
 # GX_CLUSTER_SUBNET below). Every link is shaped in both directions with a tbf at --rate (a
 # full-duplex NIC); --delay/--jitter add a netem delay on each host's egress, i.e. a one-way
 # host-to-host delay, when the kernel has sch_netem. Nothing is attached to the root namespace, so
-# the benchmark's traffic never leaves the cluster's namespaces.
+# the benchmark's traffic never leaves the cluster's namespaces. Every host runs TCP with --cc's
+# congestion control (default cubic, Linux's own default): a namespace otherwise inherits the
+# machine's, and this one's is bbr, whose start-up overshoots the links' 5 ms queues wherever
+# several flows share a link (measured: a direct 8-bit exchange at 100 Mbit/s ran at 45 % of the
+# rate with 100x the retransmissions it has under cubic). The name is added to the machine's
+# net.ipv4.tcp_allowed_congestion_control if missing (a namespace may only pick an allowed one).
 #
 # Usage:
 #   cluster.sh probe                     exit 0 when this machine can build the cluster; else say why, exit 3
-#   cluster.sh up --hosts P --rate R [--delay D [--jitter J]] [--owner PID] [--max-s S]
+#   cluster.sh up --hosts P --rate R [--delay D [--jitter J]] [--cc NAME] [--owner PID] [--max-s S]
 #       Builds the cluster (first removing a stale one whose owner is gone). With --owner, a detached
 #       watchdog tears it down when that process exits (even by SIGKILL) or after --max-s seconds.
 #   cluster.sh shape --rate R [--delay D [--jitter J]]    re-shapes every link of the running cluster
@@ -19,7 +24,8 @@
 #   cluster.sh status                    the hosts, their links' qdiscs and the owner
 #   cluster.sh down                      kills what runs inside the cluster's namespaces, deletes them
 #   cluster.sh help
-# R is a tc rate such as 1gbit, 10gbit, 25gbit or 500mbit; D and J are tc times such as 0.2ms.
+# R is a tc rate such as 1gbit, 10gbit, 25gbit or 500mbit; D and J are tc times such as 0.2ms; NAME is
+# one of net.ipv4.tcp_available_congestion_control (cubic, bbr, reno, ...) or 'machine' (the machine's).
 #
 # Exit status: 0 success, 2 usage error, 3 cannot build a cluster here (the reason is printed),
 # 4 another live benchmark owns the cluster, 1 anything else.
@@ -135,9 +141,9 @@ shape_link() {
   fi
 }
 
-# Parses --rate/--delay/--jitter (+ --hosts/--owner/--max-s for `up`) into globals.
+# Parses --rate/--delay/--jitter (+ --hosts/--cc/--owner/--max-s for `up`) into globals.
 parse_shape_args() {
-  RATE="" DELAY="" JITTER="" HOSTS="" OWNER="" MAX_S=""
+  RATE="" DELAY="" JITTER="" HOSTS="" OWNER="" MAX_S="" CC=""
   while [ $# -gt 0 ]; do
     case $1 in
       --rate) RATE=${2:?}; shift 2 ;;
@@ -146,6 +152,7 @@ parse_shape_args() {
       --hosts) HOSTS=${2:?}; shift 2 ;;
       --owner) OWNER=${2:?}; shift 2 ;;
       --max-s) MAX_S=${2:?}; shift 2 ;;
+      --cc) CC=${2:?}; shift 2 ;;
       *) usage "unknown option '$1'" ;;
     esac
   done
@@ -158,6 +165,28 @@ parse_shape_args() {
     exit 3
   fi
   return 0
+}
+
+# The congestion control the hosts run (--cc, default cubic; 'machine': the root namespace's),
+# checked against what the kernel offers; exits 2 naming the choices when it has no such module.
+congestion_control() {
+  local cc=${CC:-cubic} available
+  if [ "$cc" = machine ]; then cat /proc/sys/net/ipv4/tcp_congestion_control; return; fi
+  available=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control)
+  if ! grep -qw -- "$cc" <<<"$available"; then
+    modprobe "tcp_$cc" 2>/dev/null || true
+    available=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control)
+    grep -qw -- "$cc" <<<"$available" || usage "--cc $cc: this kernel offers $available"
+  fi
+  echo "$cc"
+}
+
+# Sets host namespace $1's congestion control to $2, first allowing it machine-wide if needed.
+set_congestion_control() {
+  local ns=$1 cc=$2 allowed
+  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
+  grep -qw -- "$cc" <<<"$allowed" || sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed $cc"
+  ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$cc"
 }
 
 shape_all() {
@@ -174,6 +203,8 @@ cmd_up() {
   [[ $HOSTS =~ ^[0-9]+$ ]] && [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le $MAX_HOSTS ] ||
     usage "--hosts must be an integer in [2, $MAX_HOSTS]"
   [ -z "$MAX_S" ] || [[ $MAX_S =~ ^[0-9]+$ ]] || usage "--max-s must be a whole number of seconds"
+  local cc
+  cc=$(congestion_control)
   cmd_probe
   if [ -n "$(hosts_of_cluster)" ] || ip netns list | awk '{print $1}' | grep -qx "$SWITCH"; then
     if owner_alive; then
@@ -200,15 +231,17 @@ cmd_up() {
     ip -n "$SWITCH" link set "p$i" master br0 up
     ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
+    set_congestion_control "$ns" "$cc"
   done
   echo "$HOSTS" >"$STATE_DIR/hosts"
+  echo "$cc" >"$STATE_DIR/cc"
   shape_all "$HOSTS"
   trap - ERR
   if [ -n "$OWNER" ]; then
     # Detached (own session, no inherited stdio) so that it outlives a killed owner.
     setsid "$0" _watchdog "$OWNER" "${MAX_S:-0}" "$(cat "$STATE_DIR/owner")" </dev/null >/dev/null 2>&1 &
   fi
-  echo "cluster: $HOSTS hosts ${HOST_PREFIX}0..${HOST_PREFIX}$((HOSTS - 1)) at $SUBNET.1..$SUBNET.$HOSTS, links $RATE${DELAY:+ + $DELAY delay}"
+  echo "cluster: $HOSTS hosts ${HOST_PREFIX}0..${HOST_PREFIX}$((HOSTS - 1)) at $SUBNET.1..$SUBNET.$HOSTS, links $RATE${DELAY:+ + $DELAY delay}, tcp $cc"
 }
 
 # Tears the cluster down once its owner is gone or after max_s seconds (0: no limit); quits silently
@@ -232,7 +265,7 @@ require_cluster() {
 
 cmd_shape() {
   parse_shape_args "$@"
-  [ -z "$HOSTS$OWNER$MAX_S" ] || usage "shape takes only --rate, --delay, --jitter"
+  [ -z "$HOSTS$OWNER$MAX_S$CC" ] || usage "shape takes only --rate, --delay, --jitter"
   shape_all "$(require_cluster)"
   echo "cluster: links now $RATE${DELAY:+ + $DELAY delay}"
 }
@@ -252,7 +285,7 @@ cmd_counters() {
 cmd_status() {
   local hosts i
   hosts=$(require_cluster)
-  echo "owner: $(cat "$STATE_DIR/owner"), shape: $(cat "$STATE_DIR/shape")"
+  echo "owner: $(cat "$STATE_DIR/owner"), shape: $(cat "$STATE_DIR/shape"), tcp: $(cat "$STATE_DIR/cc" 2>/dev/null || echo '?')"
   for ((i = 0; i < hosts; i++)); do
     echo "$HOST_PREFIX$i $SUBNET.$((i + 1)): $(ip netns exec "$HOST_PREFIX$i" tc qdisc show dev eth0 | tr '\n' ';')"
   done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks bench/cluster/cluster.sh end to end in about ten seconds: two hosts at 100 Mbit/s can reach
-# each other, the link is shaped (TCP goodput between 70 % and 105 % of the rate), the veth counters
-# see the bytes, a second `up` is refused while the owner lives, `down` leaves no gx-* namespace,
+# each other, the hosts run the congestion control asked for (cubic by default; an unknown one is
+# refused before anything is built), the link is shaped (TCP goodput between 70 % and 105 % of the
+# rate), the veth counters see the bytes, a second `up` is refused while the owner lives, `down` leaves no gx-* namespace,
 # and the watchdog removes the cluster once its owner dies.
 # Under GX_CLUSTER_NAME / GX_CLUSTER_SUBNET (cluster.sh's own variables) it checks a cluster of that name,
 # so that it can run beside another benchmark's cluster.
@@ -22,8 +23,16 @@ if ip netns list | grep -q "^$NAME-"; then
 fi
 trap '"$CLUSTER" down' EXIT
 
+status=0; "$CLUSTER" up --hosts 2 --rate 100mbit --cc no_such_cc >/dev/null 2>&1 || status=$?
+[ $status -eq 2 ] || fail "'up --cc no_such_cc' returned $status, expected 2 (usage)"
+no_gx_left || fail "'up' with an unknown --cc built namespaces"
+
 "$CLUSTER" up --hosts 2 --rate 100mbit --owner $$ --max-s 120 >/dev/null
 [ "$(ip netns list | grep -c "^$NAME-h")" -eq 2 ] || fail "expected 2 host namespaces"
+for h in 0 1; do
+  cc=$(ip netns exec "$NAME-h$h" cat /proc/sys/net/ipv4/tcp_congestion_control)
+  [ "$cc" = cubic ] || fail "host $h runs tcp '$cc', expected cubic (the default of --cc)"
+done
 
 # A second benchmark must not take over a cluster whose owner is alive.
 status=0; "$CLUSTER" up --hosts 2 --rate 1gbit >/dev/null 2>&1 || status=$?
