@@ -177,7 +177,9 @@ const std::vector<VarSpec>& registry() {
      "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: with 4 ranks on 2 shared cores "
      "at 1 Gbit/s the 8-bit exchange measured slower than the 16-bit ring although it sends half "
      "the bytes (it is CPU-bound there), and the cost model does not predict that yet. The 'int8' "
-     "override of GRADEX_SPARSITY_OVERRIDES works either way."},
+     "override of GRADEX_SPARSITY_OVERRIDES works either way. Unset under an Adam-family optimizer "
+     "(GRADEX_OPTIMIZER=adam) it is on, and takes the Adam codec's place on the ladder: see "
+     "GRADEX_ADAM_SPARSITY."},
     {"GRADEX_POLICY_FIDELITY_INT8", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: where a fidelity cap (the early-training ramp of "
      "GRADEX_POLICY_RAMP_STEPS, the end-of-training rule of GRADEX_POLICY_HORIZON_STEPS) leaves no "
@@ -187,8 +189,10 @@ const std::vector<VarSpec>& registry() {
      "model takes it only where a dense 16-bit step would not hide and 8-bit is cheaper. Across 4 "
      "hosts at 100 Mbit/s, 25 ms it took two race tasks to their targets 1.5-1.6x sooner than "
      "16-bit under the caps, at the same steps and final accuracy. 0: 16-bit under the caps. "
-     "Unset under an Adam-family optimizer (GRADEX_OPTIMIZER=adam) it is off: there it ended "
-     "AdamW 1.1-1.4 points lower on two race tasks."},
+     "Unset under an Adam-family optimizer (GRADEX_OPTIMIZER=adam) it is off: there the 8-bit "
+     "rung is on the ladder at every step unless GRADEX_POLICY_INT8=0, and with that setting "
+     "(Adam codec and 16-bit under the caps) it had ended AdamW 1.1-1.4 points lower on two race "
+     "tasks."},
     {"GRADEX_POLICY_MIN_PER_ROW", VarType::kFloat, "1", 0, 1e9, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: for tensors registered with their row count "
      "(gradex_register_tensor_rows), a DGC sparsity must keep at least this many values per row."},
@@ -225,7 +229,12 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.98", 0, 1, false, true, nullptr, kEngine,
      "Sparsity of the Adam codec (GRADEX_OPTIMIZER=adam): the fraction of a compressed tensor's "
      "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "
-     "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies."},
+     "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies. GRADEX_POLICY=auto "
+     "puts the Adam codec on its ladder only when this (or GRADEX_SPARSITY) is set or "
+     "GRADEX_POLICY_INT8=0; by default its compressed rung under Adam is 8-bit with error feedback, "
+     "which at 100 Mbit/s ended AdamW at most 0.5 points below DDP's final accuracy on two race "
+     "tasks (two seeds) where the Adam codec ended 0.5-1.2 below (at 0.68-0.73x the codec's steps "
+     "per second)."},
     {"GRADEX_ADAM_DECAY", VarType::kFloat, "0.9", 0, 1, false, false, nullptr, kEngine,
      "Decay b of the Adam codec's local buffer m <- b*m + g, of which the top-k is sent and "
      "subtracted: what is not sent fades by b per step. 1: DGC's error-feedback top-k without "

@@ -108,7 +108,9 @@ struct ChoiceOptions {
   // decodes then queue on one lane instead of overlapping.
   bool one_lane = false;
   // The codec of the sparse rungs: DGC, or with GRADEX_OPTIMIZER=adam the Adam codec, whose ladder
-  // is then its one sparsity (GRADEX_ADAM_SPARSITY; none when that is 0): CodecPlanner::adam_rungs.
+  // is then its one sparsity (GRADEX_ADAM_SPARSITY; none when that is 0): CodecPlanner::adam_rungs;
+  // by default auto leaves it off and takes the 8-bit rung instead (sync/codec_planner.h:
+  // adam_ladder).
   Codec sparse_codec = Codec::kDgc;
 };
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -62,6 +63,15 @@ void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions&
   if (options.adam_decay < 1.0f) choice.horizon_steps = 0;
 }
 
+AdamLadder adam_ladder(const config::Config& config) {
+  AdamLadder a;
+  const bool int8_given = config.source_of("GRADEX_POLICY_INT8") != config::Source::kDefault;
+  a.int8 = int8_given ? config.get_bool("GRADEX_POLICY_INT8") : true;
+  a.adam_codec = !a.int8 || config.source_of("GRADEX_ADAM_SPARSITY") != config::Source::kDefault ||
+                 config.source_of("GRADEX_SPARSITY") != config::Source::kDefault;
+  return a;
+}
+
 bool fidelity_int8_enabled(const config::Config& config, const EngineOptions& options) {
   if (config.source_of("GRADEX_POLICY_FIDELITY_INT8") != config::Source::kDefault)
     return config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
@@ -83,7 +93,20 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
   p.choice.fidelity_int8 = fidelity_int8_enabled(config, options);
-  if (options.adam_codec) adam_rungs(options, p.choice);
+  if (options.adam_codec) {
+    const AdamLadder adam = adam_ladder(config);
+    p.choice.int8_available = adam.int8;
+    adam_rungs(options, p.choice);
+    if (!adam.adam_codec) p.choice.ladder.clear();
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      GX_LOG(kInfo) << "auto policy under GRADEX_OPTIMIZER=adam: rungs fp32, 16-bit"
+                    << (adam.int8 ? ", 8-bit" : "")
+                    << (p.choice.ladder.empty()
+                            ? " (the Adam codec only when GRADEX_ADAM_SPARSITY is set)"
+                            : ", the Adam codec at " + fmt("%g", options.adam_sparsity));
+    });
+  }
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
 }
 

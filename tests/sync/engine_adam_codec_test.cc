@@ -278,3 +278,27 @@ TEST(EngineAdamCodec, FidelityEightBitIsOffByDefaultOnlyUnderAdam) {
   sgd.set("GRADEX_POLICY_FIDELITY_INT8", "0");
   EXPECT_FALSE(fidelity_int8_enabled(sgd, engine_options_from_config(sgd)));
 }
+
+// The auto policy's rungs under an Adam-family optimizer: by default 8-bit and no Adam codec; the
+// Adam codec when the user sets its sparsity or turns the 8-bit rung off; an explicit
+// GRADEX_POLICY_INT8 honoured either way.
+TEST(EngineAdamCodec, AutoLadderUnderAdamIsEightBitUnlessTheCodecIsAskedFor) {
+  using gradex::config::Config;
+  using gradex::config::Source;
+  using gradex::sync::adam_ladder;
+  Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
+  EXPECT_TRUE(adam_ladder(c).int8);
+  EXPECT_FALSE(adam_ladder(c).adam_codec);
+  Config sparsity = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_ADAM_SPARSITY=0.98"},
+                                         Source::kEnvironment);
+  EXPECT_TRUE(adam_ladder(sparsity).int8);
+  EXPECT_TRUE(adam_ladder(sparsity).adam_codec);
+  Config no_int8 = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_POLICY_INT8=0"},
+                                        Source::kEnvironment);
+  EXPECT_FALSE(adam_ladder(no_int8).int8);
+  EXPECT_TRUE(adam_ladder(no_int8).adam_codec);
+  Config int8 = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_POLICY_INT8=1"},
+                                     Source::kEnvironment);
+  EXPECT_TRUE(adam_ladder(int8).int8);
+  EXPECT_FALSE(adam_ladder(int8).adam_codec);
+}
