@@ -16,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "capi/engine_access.h"
 #include "compress/backend/backend.h"
@@ -285,20 +287,22 @@ TEST(EngineAdamCodec, FidelityEightBitIsOffByDefaultOnlyUnderAdam) {
 TEST(EngineAdamCodec, AutoLadderUnderAdamIsEightBitUnlessTheCodecIsAskedFor) {
   using gradex::config::Config;
   using gradex::config::Source;
-  using gradex::sync::adam_ladder;
-  Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
-  EXPECT_TRUE(adam_ladder(c).int8);
-  EXPECT_FALSE(adam_ladder(c).adam_codec);
-  Config sparsity = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_ADAM_SPARSITY=0.98"},
-                                         Source::kEnvironment);
-  EXPECT_TRUE(adam_ladder(sparsity).int8);
-  EXPECT_TRUE(adam_ladder(sparsity).adam_codec);
-  Config no_int8 = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_POLICY_INT8=0"},
-                                        Source::kEnvironment);
-  EXPECT_FALSE(adam_ladder(no_int8).int8);
-  EXPECT_TRUE(adam_ladder(no_int8).adam_codec);
-  Config int8 = Config::from_strings({"GRADEX_OPTIMIZER=adam", "GRADEX_POLICY_INT8=1"},
-                                     Source::kEnvironment);
-  EXPECT_TRUE(adam_ladder(int8).int8);
-  EXPECT_FALSE(adam_ladder(int8).adam_codec);
+  struct Case {
+    std::vector<std::string> settings;
+    bool int8, adam_codec;
+  };
+  const std::vector<Case> cases = {
+      {{}, true, false},
+      {{"GRADEX_ADAM_SPARSITY=0.98"}, true, true},
+      {{"GRADEX_POLICY_INT8=0"}, false, true},
+      {{"GRADEX_POLICY_INT8=1"}, true, false},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> settings = k.settings;
+    settings.push_back("GRADEX_OPTIMIZER=adam");
+    const gradex::sync::AdamLadder a =
+        gradex::sync::adam_ladder(Config::from_strings(settings, Source::kEnvironment));
+    EXPECT_EQ(a.int8, k.int8) << settings.front();
+    EXPECT_EQ(a.adam_codec, k.adam_codec) << settings.front();
+  }
 }
