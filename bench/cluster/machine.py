@@ -24,6 +24,24 @@ def _run(*argv):
         return ""
 
 
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def tcp_congestion_control():
+    """The emulated cluster's hosts' TCP congestion control (bench/cluster/cluster.sh --cc, from its state
+    directory; None when no cluster is up) and the machine's own: the hosts' decides how multi-flow
+    exchanges fare on the shaped links (docs/benchmarks.md, "the hosts' TCP")."""
+    name = os.environ.get("GX_CLUSTER_NAME", "gx")
+    state = "/run/gradex-cluster" if name == "gx" else f"/run/gradex-cluster-{name}"
+    return {"cluster": _read(os.path.join(state, "cc")),
+            "machine": _read("/proc/sys/net/ipv4/tcp_congestion_control")}
+
+
 def describe():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ucx = _run("ucx_info", "-v").splitlines()
@@ -44,4 +62,5 @@ def describe():
         "commit": _run("git", "-C", root, "rev-parse", "--short", "HEAD") or "unknown",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average_at_start": os.getloadavg()[0],
+        "tcp_congestion_control": tcp_congestion_control(),
     }
