@@ -102,8 +102,9 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
     std::call_once(said, [&] {
       GX_LOG(kInfo) << "auto policy under GRADEX_OPTIMIZER=adam: rungs fp32, 16-bit"
                     << (adam.int8 ? ", 8-bit" : "")
-                    << (p.choice.ladder.empty()
-                            ? " (the Adam codec only when GRADEX_ADAM_SPARSITY is set)"
+                    << (!adam.adam_codec ? " (the Adam codec only when GRADEX_ADAM_SPARSITY is set)"
+                        : p.choice.ladder.empty()
+                            ? " (GRADEX_ADAM_SPARSITY=0: no Adam codec rung)"
                             : ", the Adam codec at " + fmt("%g", options.adam_sparsity));
     });
   }
