@@ -118,8 +118,9 @@ def _gradex_default(model, args, opt):
 
 
 def _gradex_auto(ramp_steps=None):
-    """gradex_default under the cost model (GRADEX_POLICY=auto): per tensor fp32, 16-bit or the Adam codec at
-    GRADEX_ADAM_SPARSITY, the least compression the measured link needs. No GRADEX_POLICY_HORIZON_STEPS (a
+    """gradex_default under the cost model (GRADEX_POLICY=auto): per tensor fp32, 16-bit or the Adam ladder's
+    compressed rung (8-bit with error feedback unless the Adam codec is asked for), the least compression the
+    measured link needs. No GRADEX_POLICY_HORIZON_STEPS (a
     wall-clock budget has no known step count). ramp_steps: GRADEX_POLICY_RAMP_STEPS (None: its default)."""
     def make(model, args, opt):
         import gradex.torch as gx

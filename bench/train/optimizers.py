@@ -6,5 +6,5 @@ OPTIMIZERS = ("sgd", "adamw")  # sgd: SGD momentum 0.9, the race's default; adam
 ADAMW_WEIGHT_DECAY = 0.01
 ADAMW_UNSUPPORTED = {
     "gradex_dgc": "gradex_dgc is DGC with gradex's momentum correction, which exists only for SGD momentum "
-                  "(gradex adds no momentum to an AdamW optimizer); gradex_default and gradex_auto compress "
-                  "with the Adam codec under AdamW"}
+                  "(gradex adds no momentum to an AdamW optimizer); under AdamW gradex_default and gradex_auto "
+                  "compress through the auto policy's Adam ladder (8-bit with error feedback by default)"}
