@@ -113,9 +113,9 @@ const std::vector<VarSpec>& registry() {
      "The 16-bit type used when GRADEX_FP16=1: fp16 (more precision) or bf16 (fp32's range)."},
     {"GRADEX_SPARSITY_OVERRIDES", VarType::kString, "", 0, 0, false, false, nullptr, kEngine,
      "Per-tensor policy by name pattern, comma-separated 'pattern:value' pairs, first match wins; "
-     "value is a sparsity in [0, 1), 'dense', or 'int8' (dense with 8-bit codes and error "
-     "feedback on both hops of a reduce-scatter + allgather), e.g. "
-     "'embed:0.99,fc:0.999,bn:dense,head:int8'. A pattern "
+     "value is a sparsity in [0, 1), 'dense', 'int8' (dense with 8-bit codes and error "
+     "feedback on both hops of a reduce-scatter + allgather) or 'int4' (the same with 4-bit "
+     "codes), e.g. 'embed:0.99,fc:0.999,bn:dense,head:int8'. A pattern "
      "without glob characters matches as a substring of the tensor name; one with '*', '?' or "
      "'[...]' matches the whole name as a shell glob (fnmatch)."},
     {"GRADEX_NONFINITE", VarType::kChoice, "propagate", 0, 0, false, false, "propagate|zero|error", kEngine,
@@ -180,6 +180,12 @@ const std::vector<VarSpec>& registry() {
      "override of GRADEX_SPARSITY_OVERRIDES works either way. Unset under an Adam-family optimizer "
      "(GRADEX_OPTIMIZER=adam) it is on, and takes the Adam codec's place on the ladder: see "
      "GRADEX_ADAM_SPARSITY."},
+    {"GRADEX_POLICY_INT4", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the 4-bit rung after 8-bit (dense, 4-bit codes with error feedback on "
+     "the 8-bit route, about half of 8-bit's bytes), taken where 8-bit would not hide either; the "
+     "'int4' override of GRADEX_SPARSITY_OVERRIDES works either way. Off under SGD, whose rungs "
+     "past 8-bit are DGC's. Unset under an Adam-family optimizer (GRADEX_OPTIMIZER=adam) it is on "
+     "while the Adam codec is off the ladder (see GRADEX_ADAM_SPARSITY)."},
     {"GRADEX_POLICY_FIDELITY_INT8", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: where a fidelity cap (the early-training ramp of "
      "GRADEX_POLICY_RAMP_STEPS, the end-of-training rule of GRADEX_POLICY_HORIZON_STEPS) leaves no "
@@ -231,8 +237,9 @@ const std::vector<VarSpec>& registry() {
      "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "
      "GRADEX_SPARSITY is set explicitly and this is not, GRADEX_SPARSITY applies. GRADEX_POLICY=auto "
      "puts the Adam codec on its ladder only when this (or GRADEX_SPARSITY) is set or "
-     "GRADEX_POLICY_INT8=0; by default its compressed rung under Adam is 8-bit with error feedback, "
-     "which at 100 Mbit/s ended AdamW at most 0.5 points below DDP's final accuracy on two race "
+     "GRADEX_POLICY_INT8=0; by default its compressed rungs under Adam are 8-bit and then 4-bit "
+     "with error feedback (GRADEX_POLICY_INT4); 8-bit alone "
+     "at 100 Mbit/s ended AdamW at most 0.5 points below DDP's final accuracy on two race "
      "tasks (two seeds) where the Adam codec ended 0.5-1.2 below (at 0.68-0.73x the codec's steps "
      "per second)."},
     {"GRADEX_ADAM_DECAY", VarType::kFloat, "0.9", 0, 1, false, false, nullptr, kEngine,

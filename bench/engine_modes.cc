@@ -226,6 +226,13 @@ std::vector<ModeSpec> engine_modes() {
        engine_factory({{"GRADEX_POLICY", "fixed"},
                        {"GRADEX_SPARSITY_OVERRIDES", "*:int8"},
                        {"GRADEX_MOMENTUM", "0.9"}})},
+      {"int4",
+       "engine, every tensor on the dense 4-bit route (GRADEX_SPARSITY_OVERRIDES=*:int4), "
+       "momentum 0.9",
+       engine_factory({{"GRADEX_POLICY", "fixed"},
+                       {"GRADEX_SPARSITY_OVERRIDES", "*:int4"},
+                       {"GRADEX_MOMENTUM", "0.9"}}),
+       /*in_all=*/false},
       {"localsgd4", "engine, LocalSGD: parameters averaged every 4 steps, no gradient traffic",
        engine_factory({{"GRADEX_LOCALSGD_PERIOD", "4"}})},
       {"localsgd8", "engine, LocalSGD: parameters averaged every 8 steps, no gradient traffic",

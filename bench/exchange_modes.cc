@@ -62,15 +62,17 @@ class DenseFp16 : public ExchangeMode {
   std::vector<uint16_t> half_;
 };
 
-// Dense 8-bit (the engine's 'int8' route, sync/int8_exchange.h, without the engine): every
-// profile tensor encoded to 8-bit blocks with error feedback, a direct reduce-scatter whose owners
-// sum in fp32 and re-encode the average with error feedback of their own, a direct allgather. The
-// output is the average up to two 8-bit roundings whose errors are carried into the next step, so
-// no per-element tolerance against the exact average applies: step() checks that what every rank
-// received is finite instead (the engine tests check bit identity and the error-feedback sums).
-class Dense8 : public ExchangeMode {
+// Dense 8-bit or 4-bit (the engine's 'int8' / 'int4' route, sync/int8_exchange.h, without the
+// engine): every profile tensor encoded to blocks of that width with error feedback, a direct
+// reduce-scatter whose owners sum in fp32 and re-encode the average with error feedback of their
+// own, a direct allgather. The output is the average up to two roundings whose errors are carried
+// into the next step, so no per-element tolerance against the exact average applies: step() checks
+// that what every rank received is finite instead (the engine tests check bit identity and the
+// error-feedback sums).
+template <int Bits>
+class DenseQuantized : public ExchangeMode {
  public:
-  explicit Dense8(ModeContext& ctx)
+  explicit DenseQuantized(ModeContext& ctx)
       : comm_(ctx.comm),
         model_(ctx.model),
         residual_(ctx.model.total_numel, 0.0f),
@@ -87,9 +89,10 @@ class Dense8 : public ExchangeMode {
       offset += n;
     }
     sync::Int8Counters counters;
-    sync::int8_allreduce(comm_, items_, counters);
+    sync::int8_allreduce(comm_, items_, Bits, counters);
     if (counters.nonfinite != 0)
-      throw InternalError("dense8: " + std::to_string(counters.nonfinite) + " non-finite values");
+      throw InternalError("dense" + std::to_string(Bits) + ": " +
+                          std::to_string(counters.nonfinite) + " non-finite values");
   }
 
   std::optional<Tolerance> tolerance() const override { return std::nullopt; }
@@ -117,7 +120,11 @@ const std::vector<ModeSpec>& exchange_modes() {
       {"dense8",
        "8-bit blocks with error feedback: direct reduce-scatter (fp32 sums), owners re-encode, "
        "direct allgather (the engine's int8 route without the engine)",
-       factory<Dense8>()},
+       factory<DenseQuantized<8>>()},
+      {"dense4",
+       "4-bit blocks with error feedback, the same exchange as dense8 (the engine's int4 route "
+       "without the engine)",
+       factory<DenseQuantized<4>>(), /*in_all=*/false},
   };
   static const std::vector<ModeSpec> all = [] {
     std::vector<ModeSpec> v = modes;

@@ -96,14 +96,15 @@ class BackendPath {
   void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);
-  // The transfer of one 8-bit unit (progress thread, collective; sync/int8_path.cc):
-  // values[i] is tensors[i]'s fp32 values in backend memory; the residuals are the tensors'
-  // (absent[i]: an absent contribution's zeros, sent without the tensor's own residual).
+  // The transfer of one unit of the quantized route at `bits` (8 or 4; progress thread,
+  // collective; sync/int8_path.cc): values[i] is tensors[i]'s fp32 values in backend memory; the
+  // residuals are the tensors' (absent[i]: an absent contribution's zeros, sent without the
+  // tensor's own residual).
   void int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
-                    const std::vector<float*>& values, const std::vector<bool>& absent,
+                    const std::vector<float*>& values, const std::vector<bool>& absent, int bits,
                     Int8Counters& counters);
-  // A tensor leaving the 8-bit route: its residuals added into `values` (backend memory, the
-  // values about to be sent on another route) and dropped (progress thread).
+  // A tensor leaving the quantized route (8 or 4 bits): its residuals added into `values` (backend
+  // memory, the values about to be sent on another route) and dropped (progress thread).
   void int8_fold(TensorState& t, float* values, int world);
   // A tensor switched from the 8-bit route to DGC (engine lock held, before routing): its
   // residuals are added into DGC's residual and dropped.

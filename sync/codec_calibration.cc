@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "comm/collectives/reduce.h"
 #include "compress/backend/backend.h"
+#include "compress/backend/int4_codec.h"
 #include "compress/backend/int8_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/codec_factory.h"
@@ -54,6 +55,8 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   namespace q8 = be::int8;
   std::vector<uint8_t> int8_bytes(q8::encoded_size(kN));
   std::vector<float> int8_residual(kN, 0.0f);
+  namespace q4 = be::int4;
+  std::vector<uint8_t> int4_bytes(q4::encoded_size(kN));
   const double sparsity = s.dgc_sparsity;
   const compress::DgcOptions dgc =
       sparse_codec_options(Codec::kDgc, s.config, s.options, s.world_size, sparsity);
@@ -76,6 +79,9 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
     kInt8Encode,
     kInt8Sum,
     kInt8Decode,
+    kInt4Encode,
+    kInt4Sum,
+    kInt4Decode,
     kDgcEncode,
     kDgcDecode,
     kMeasures
@@ -116,6 +122,15 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
       case kInt8Decode:
         q8::decode(int8_bytes.data(), kN, values.data());
         break;
+      case kInt4Encode:
+        q4::encode(g.data(), int8_residual.data(), kN, int4_bytes.data());
+        break;
+      case kInt4Sum:
+        q4::decode_add(int4_bytes.data(), kN, values.data());
+        break;
+      case kInt4Decode:
+        q4::decode(int4_bytes.data(), kN, values.data());
+        break;
       case kDgcEncode:
         payload.clear();
         values = g;
@@ -144,12 +159,15 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   model.observe_codec(cost::Codec::kHalf, kN, momentum_s + least(kToHalf), least(kFromHalf));
   model.observe_reduce(cost::Codec::kFp32, kN, least(kSumFp32));
   model.observe_reduce(cost::Codec::kHalf, kN, least(kSumHalf));
-  // The 8-bit route: encode, the owner's sum of P pieces (N values in all) and re-encode of 1/P,
-  // then the decode of every segment.
+  // The quantized route at each width: encode, the owner's sum of P pieces (N values in all) and
+  // re-encode of 1/P, then the decode of every segment.
   const double owner = 1.0 / static_cast<double>(std::max(s.world_size, 1));
   model.observe_codec(cost::Codec::kInt8, kN,
                       momentum_s + least(kInt8Encode) * (1.0 + owner) + least(kInt8Sum),
                       least(kInt8Decode));
+  model.observe_codec(cost::Codec::kInt4, kN,
+                      momentum_s + least(kInt4Encode) * (1.0 + owner) + least(kInt4Sum),
+                      least(kInt4Decode));
   model.observe_codec(cost::Codec::kDgc, kN, least(kDgcEncode), least(kDgcDecode),
                       compress::dgc::target_count(kN, sparsity));
 }

@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <numeric>
 
-#include "compress/dgc/schedule.h"
-
 namespace gradex::sync::cost {
 namespace {
 
@@ -70,13 +68,14 @@ Timeline simulate(std::vector<TensorChoice>& c, const std::vector<size_t>& order
   return tl;
 }
 
-// A rung's place on the ladder (fp32, 16-bit, DGC sparsities ascending); a DGC sparsity not on
-// the ladder sits by its sparsity among them.
+// A rung's place on the ladder (fp32, 16-bit, 8-bit, 4-bit, DGC sparsities ascending); a DGC
+// sparsity not on the ladder sits by its sparsity among them.
 size_t ladder_rank(const Rung& r, const ChoiceOptions& o) {
   if (r.codec == Codec::kFp32) return 0;
   if (r.codec == Codec::kHalf) return 1;
   if (r.codec == Codec::kInt8) return 2;
-  size_t l = 3;  // a sparse codec (a run has one: DGC or Adam)
+  if (r.codec == Codec::kInt4) return 3;
+  size_t l = 4;  // a sparse codec (a run has one: DGC or Adam)
   for (double s : o.ladder)
     if (s < r.sparsity) ++l;
   return l;
@@ -96,87 +95,12 @@ std::string format_ms(double s) {
 
 }  // namespace
 
-double ramp_cap(const ChoiceOptions& o, uint64_t step) {
-  if (o.ramp_steps == 0 || step >= o.ramp_steps || o.ladder.empty()) return 1.0;
-  compress::DgcOptions ramp;
-  ramp.sparsity = o.ladder.back();
-  ramp.warmup_steps = static_cast<int64_t>(o.ramp_steps);
-  return compress::dgc::sparsity_at(ramp, step);
-}
-
-std::vector<uint64_t> ramp_stage_starts(const ChoiceOptions& o) {
-  std::vector<uint64_t> starts;
-  if (o.ramp_steps == 0) return starts;
-  // sparsity_at's stage is step * 4 / ramp_steps: quarter q starts at ceil(q * ramp_steps / 4).
-  for (uint64_t q = 1; q <= 4; ++q) {
-    const uint64_t s = (q * o.ramp_steps + 3) / 4;
-    if (s > 0 && (starts.empty() || s > starts.back())) starts.push_back(s);
-  }
-  return starts;
-}
-
-double horizon_cap(const ChoiceOptions& o, uint64_t step) {
-  if (o.horizon_steps == 0 || step >= o.horizon_steps) return 1.0;
-  const double left = static_cast<double>(o.horizon_steps - step);
-  return std::max(0.0, 1.0 - kHorizonDrains / left);
-}
-
-std::vector<uint64_t> horizon_stage_starts(const ChoiceOptions& o) {
-  std::vector<uint64_t> starts;
-  if (o.horizon_steps == 0) return starts;
-  // Sparsity s is allowed while horizon - step >= kHorizonDrains / (1 - s): the first step past
-  // that is where a plan must drop below s. The densities: every ladder rung's and 1/(2P).
-  std::vector<double> densities;
-  for (double s : o.ladder)
-    densities.push_back(1.0 - s);
-  for (double d : densities) {
-    // Allowed while horizon - step >= ceil(kHorizonDrains / d).
-    // (less a rounding margin: 1 - 0.9 is a hair under 0.1 in binary)
-    const double need = std::ceil(kHorizonDrains / d - 1e-9);
-    if (need <= static_cast<double>(o.horizon_steps))
-      starts.push_back(o.horizon_steps - static_cast<uint64_t>(need) + 1);
-  }
-  // Every DGC rung is denser than 1/(2P) once horizon - step <= kHorizonDrains * 2P: dense.
-  const double dense_left = std::floor(kHorizonDrains * 2.0 * std::max(o.world_size, 1));
-  if (dense_left < static_cast<double>(o.horizon_steps))
-    starts.push_back(o.horizon_steps - static_cast<uint64_t>(dense_left));
-  starts.push_back(o.horizon_steps);  // past the horizon: no cap
-  std::sort(starts.begin(), starts.end());
-  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-  starts.erase(std::remove(starts.begin(), starts.end(), uint64_t{0}), starts.end());
-  return starts;
-}
-
-double sparsity_cap(const ChoiceOptions& o, uint64_t step) {
-  return std::min(ramp_cap(o, step), horizon_cap(o, step));
-}
-
-std::vector<double> ramped_ladder(const ChoiceOptions& o, uint64_t step) {
-  const double cap = sparsity_cap(o, step);
-  std::vector<double> ladder;
-  for (double s : o.ladder) {
-    const double r = std::min(s, cap);
-    if (r <= 0) continue;
-    if (ladder.empty() || r > ladder.back()) ladder.push_back(r);
-  }
-  return ladder;
-}
-
-bool int8_allowed(const ChoiceOptions& o, uint64_t step) {
-  if (o.int8_available) return true;
-  if (!o.fidelity_int8 || o.ladder.empty() || !(sparsity_cap(o, step) < o.ladder.back()))
-    return false;
-  // Only where the cap leaves no sparse rung that sends less than the 16-bit ring.
-  for (double s : ramped_ladder(o, step))
-    if ((1.0 - s) * 2.0 * o.world_size < 1.0) return false;
-  return true;
-}
-
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
                                 std::string* excluded_reason) {
   std::vector<Rung> rungs{{Codec::kFp32, 0}};
   if (o.half_available) rungs.push_back({Codec::kHalf, 0});
   if (int8_allowed(o, step)) rungs.push_back({Codec::kInt8, 0});
+  if (o.int4_available) rungs.push_back({Codec::kInt4, 0});
   std::string why;
   const std::string sparse = o.sparse_codec == Codec::kDgc ? "DGC" : "the Adam codec";
   const double cap = ramp_cap(o, step);
@@ -245,7 +169,9 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
              c.transport_s_per_byte;
     }
     case Codec::kInt8:  // the owner's sums are in its encode cost; here only the transport
-      return int8_allreduce_terms(n, o.world_size).bytes * c.transport_s_per_byte;
+    case Codec::kInt4:
+      return int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec)).bytes *
+             c.transport_s_per_byte;
   }
   return 0;
 }
@@ -272,7 +198,8 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
       break;
     }
     case Codec::kInt8:
-      terms = int8_allreduce_terms(n, o.world_size);
+    case Codec::kInt4:
+      terms = int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec));
       break;
     case Codec::kDgc:
     case Codec::kAdam: {
@@ -320,7 +247,7 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
     measured[c] += r.measured_s;
     predicted[c] += unit;
     // (Not the 8-bit route's: its owner's sums, priced in its encode, run inside its transfer.)
-    if (r.codec != Codec::kInt8 && r.stages_s >= 0 && std::isfinite(r.stages_s) && stages > 0) {
+    if (!is_quantized(r.codec) && r.stages_s >= 0 && std::isfinite(r.stages_s) && stages > 0) {
       stages_measured[c] += r.stages_s;
       stages_predicted[c] += stages;
     }
@@ -413,6 +340,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   if (o.half_available) ladder.push_back({Codec::kHalf, 0});
   // (From the options as given: `o`'s ladder is already capped, so no cap binds below its top.)
   if (int8_allowed(options, step)) ladder.push_back({Codec::kInt8, 0});
+  if (o.int4_available) ladder.push_back({Codec::kInt4, 0});
   for (double s : o.ladder)
     ladder.push_back({o.sparse_codec, s});
   auto rank_of = [&](const Rung& r) {

@@ -15,8 +15,9 @@
 // bounds that delay (5%: auto's step within 1.05x of the fastest fixed mode's).
 //
 // The ladder of rungs, least compression first: fp32, 16-bit (when GRADEX_FP16=1), 8-bit (dense
-// with error feedback, ~1.03 bytes per element), then DGC at each sparsity of the ladder
-// (ascending). 8-bit counts as a dense rung below (it only rounds, and its error is fed back).
+// with error feedback, ~1.03 bytes per element), 4-bit (the same at ~0.53 bytes per element, when
+// int4_available), then DGC at each sparsity of the ladder (ascending). 8-bit and 4-bit count as
+// dense rungs below (they only round, and their error is fed back).
 // Every tensor starts at fp32. Raise: while the step is exposed, among the kCandidates raises (of
 // any tensor to any higher rung it may take) to a DGC rung and the kCandidates to a dense rung that
 // take most off the tensor's own encode + transfer + decode, the one that ends the step earliest on
@@ -91,8 +92,9 @@ struct ChoiceOptions {
   // allgather (dense_allreduce_terms), larger ones around the ring: the engine's choice on a
   // latency-bound link (GatherModel::dense_direct_max_bytes). 0: the ring.
   uint64_t dense_direct_max_bytes = 0;
-  bool half_available = true;  // GRADEX_FP16=1
-  bool int8_available = true;  // GRADEX_POLICY_INT8: the 8-bit rung
+  bool half_available = true;   // GRADEX_FP16=1
+  bool int8_available = true;   // GRADEX_POLICY_INT8: the 8-bit rung
+  bool int4_available = false;  // GRADEX_POLICY_INT4 as applied (codec_planner.h): the 4-bit rung
   // GRADEX_POLICY_FIDELITY_INT8: the 8-bit rung while a fidelity cap binds, even without
   // int8_available (see "Early training" above).
   bool fidelity_int8 = true;

@@ -69,6 +69,8 @@ AdamLadder adam_ladder(const config::Config& config) {
   a.int8 = int8_given ? config.get_bool("GRADEX_POLICY_INT8") : true;
   a.adam_codec = !a.int8 || config.source_of("GRADEX_ADAM_SPARSITY") != config::Source::kDefault ||
                  config.source_of("GRADEX_SPARSITY") != config::Source::kDefault;
+  const bool int4_given = config.source_of("GRADEX_POLICY_INT4") != config::Source::kDefault;
+  a.int4 = int4_given ? config.get_bool("GRADEX_POLICY_INT4") : a.int8 && !a.adam_codec;
   return a;
 }
 
@@ -92,16 +94,18 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.min_selected = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_MIN_SELECTED"));
   p.choice.min_per_row = config.get_float("GRADEX_POLICY_MIN_PER_ROW");
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
+  p.choice.int4_available = config.get_bool("GRADEX_POLICY_INT4");
   p.choice.fidelity_int8 = fidelity_int8_enabled(config, options);
   if (options.adam_codec) {
     const AdamLadder adam = adam_ladder(config);
     p.choice.int8_available = adam.int8;
+    p.choice.int4_available = adam.int4;
     adam_rungs(options, p.choice);
     if (!adam.adam_codec) p.choice.ladder.clear();
     static std::once_flag said;
     std::call_once(said, [&] {
       GX_LOG(kInfo) << "auto policy under GRADEX_OPTIMIZER=adam: rungs fp32, 16-bit"
-                    << (adam.int8 ? ", 8-bit" : "")
+                    << (adam.int8 ? ", 8-bit" : "") << (adam.int4 ? ", 4-bit" : "")
                     << (!adam.adam_codec ? " (the Adam codec only when GRADEX_ADAM_SPARSITY is set)"
                         : p.choice.ladder.empty()
                             ? " (GRADEX_ADAM_SPARSITY=0: no Adam codec rung)"
@@ -444,9 +448,10 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
       else
         model_.observe_dgc_payload(selected, message - framing);
     }
-  } else if (unit.path == route::Path::kInt8) {
-    codec = cost::Codec::kInt8;
-    terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_);
+  } else if (route::quantized_path(unit.path)) {
+    const int bits = route::quantized_path_bits(unit.path);
+    codec = bits == 4 ? cost::Codec::kInt4 : cost::Codec::kInt8;
+    terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_, bits);
   } else {
     const bool half = unit.path == route::Path::kDense && half_on_wire;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "compress/backend/int4_codec.h"
 #include "compress/backend/int8_codec.h"
 #include "sync/byte_io.h"
 
@@ -23,10 +24,12 @@ const char* peer_class_name(PeerClass c) {
   return c == PeerClass::kSameHost ? "same-host" : "other-host";
 }
 
-Terms int8_allreduce_terms(double elements, int world_size) {
+Terms int8_allreduce_terms(double elements, int world_size, int bits) {
   if (world_size < 2) return {};
   const double p = world_size;
-  return {2.0, 2.0 * (p - 1) / p * elements * compress::backend::int8::bytes_per_element()};
+  const double per_element = bits == 4 ? compress::backend::int4::bytes_per_element()
+                                       : compress::backend::int8::bytes_per_element();
+  return {2.0, 2.0 * (p - 1) / p * elements * per_element};
 }
 
 Terms ring_allreduce_terms(double bytes, int world_size) {

@@ -65,9 +65,10 @@ Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_by
 // round, or the data round alone when receives learn the sizes on arrival (`unsized`:
 // comm::allgatherv_unsized).
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized = false);
-// The 8-bit route's direct reduce-scatter + allgather of `elements` (sync/int8_exchange.h): two
-// rounds of P-1 concurrent messages, each rank's link carrying 2(P-1)/P of the encoding.
-Terms int8_allreduce_terms(double elements, int world_size);
+// The quantized route's direct reduce-scatter + allgather of `elements` at `bits` (8 or 4;
+// sync/int8_exchange.h): two rounds of P-1 concurrent messages, each rank's link carrying
+// 2(P-1)/P of the encoding.
+Terms int8_allreduce_terms(double elements, int world_size, int bits = 8);
 
 // Weighted least squares of t = a*alpha + b*beta with exponential forgetting: each new sample
 // multiplies the weight of the older ones by `forget` (1: plain least squares).
@@ -90,21 +91,23 @@ class LinkFit {
 // The codecs are the policy vocabulary's (sync/policy.h).
 using sync::Codec;
 using sync::codec_name;
+using sync::is_quantized;
 using sync::is_sparse;
 using sync::kCodecs;
+using sync::quantized_bits;
 
 struct CodecCosts {
   // Seconds per element of the tensor, except DGC's decode: seconds per received selected value
   // (its finish stage sums every rank's payload, k values each, whatever the tensor's size, so a
   // sparser rung decodes proportionally less). Defaults before any measurement (this machine's
   // order of magnitude).
-  // kInt8's encode: the contribution's encode and the owner's sum and re-encode (the route does
-  // both in its transfer); its decode: the allgather's decode.
+  // kInt8's and kInt4's encode: the contribution's encode and the owner's sum and re-encode (the
+  // route does both in its transfer); their decode: the allgather's decode.
   // kAdam's decode is per element of the tensor, for P payloads: its finish stage zeroes and, with
   // the DCT, transforms the whole tensor back, which outweighs the sum of the received values
   // (measured with the world's P payloads at start-up, then from the units).
-  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9, 3e-9, 20e-9};
-  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9, 1e-9, 20e-9};
+  std::array<double, kCodecs> encode_s{0.0, 0.6e-9, 4e-9, 3e-9, 20e-9, 3e-9};
+  std::array<double, kCodecs> decode_s{0.0, 0.6e-9, 5e-9, 1e-9, 20e-9, 1e-9};
   double dgc_bytes_per_selected = 6.0;  // fp32 value + ~2 bytes of coded index
   // The Adam codec's payload bytes per selected value (what its units send: fp16 values and
   // Golomb-Rice indices by default, about 3).
@@ -116,7 +119,7 @@ struct CodecCosts {
   // rank sends and receives (one of each: the ring and the allgatherv receive what they send). A
   // dense ring is CPU-bound where this exceeds the wire time (cost::collective_cpu_s). 0: not
   // priced (nothing measured).
-  std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0, 0.0};
+  std::array<double, kCodecs> reduce_s{0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   double transport_s_per_byte = 0.0;
 };
 
@@ -156,7 +159,7 @@ struct Snapshot {
   // codec whose start-up numbers were read on the wrong side of the load is corrected by what its
   // collectives cost in the steps since: a tensor put on a dense ring by a low first estimate of
   // the ring's CPU moves back to DGC once the rings are measured dearer.
-  std::array<double, kCodecs> codec_factor{1.0, 1.0, 1.0, 1.0, 1.0};
+  std::array<double, kCodecs> codec_factor{1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
   std::vector<TensorTiming> tensors;  // sorted by key
 
   std::vector<uint8_t> encode() const;

@@ -1,52 +1,77 @@
-// The dense 8-bit route's allreduce (contract in int8_exchange.h): comm's encoded allreduce
-// (comm/collectives.h, multi-buffer form) with compress/backend/int8_codec.h's block encoding on
-// both phases. The contribution codec of a tensor carries its residual, the result codec its owner
-// residual; comm/ moves, validates and sums, in the same fused messages and rank order for every
-// caller of the collective.
+// The dense quantized route's allreduce (contract in int8_exchange.h): comm's encoded allreduce
+// (comm/collectives.h, multi-buffer form) with compress/backend/int8_codec.h's (or int4_codec.h's)
+// block encoding on both phases. The contribution codec of a tensor carries its residual, the
+// result codec its owner residual; comm/ moves, validates and sums, in the same fused messages and
+// rank order for every caller of the collective.
 #include "sync/int8_exchange.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
+#include "base/check.h"
 #include "base/wall_time.h"
+#include "compress/backend/int4_codec.h"
 #include "compress/backend/int8_codec.h"
 
 namespace gradex::sync {
 namespace {
 
 namespace q8 = compress::backend::int8;
+namespace q4 = compress::backend::int4;
 using Clock = std::chrono::steady_clock;
+static_assert(q8::kInt8Block == q4::kInt4Block, "both widths must own the same segments");
 
-// 8-bit blocks with error feedback into `residual` (indexed by the buffer's element offset; null:
-// none kept). Counts the non-finite inputs and the codec's time: encoding and the owner's sums as
-// encode time, the decoding of averages as decode time.
-class Int8Codec : public comm::ChunkCodec {
+// One width's block codec: int8_codec.h's or int4_codec.h's functions.
+struct BlockFormat {
+  size_t (*encoded_size)(size_t count);
+  size_t (*encode)(const float* values, float* residual, size_t count, uint8_t* out);
+  void (*validate)(const uint8_t* in, size_t size, size_t count, const std::string& what);
+  void (*decode_add)(const uint8_t* in, size_t count, float* acc);
+  void (*decode)(const uint8_t* in, size_t count, float* out);
+};
+
+const BlockFormat& block_format(int bits) {
+  static const BlockFormat eight{q8::encoded_size, q8::encode, q8::validate, q8::decode_add,
+                                 q8::decode};
+  static const BlockFormat four{q4::encoded_size, q4::encode, q4::validate, q4::decode_add,
+                                q4::decode};
+  GX_CHECK(bits == 8 || bits == 4);
+  return bits == 4 ? four : eight;
+}
+
+// Blocks of one width with error feedback into `residual` (indexed by the buffer's element offset;
+// null: none kept). Counts the non-finite inputs and the codec's time: encoding and the owner's
+// sums as encode time, the decoding of averages as decode time.
+class QuantizedCodec : public comm::ChunkCodec {
  public:
-  Int8Codec(float* residual, Int8Counters& counters) : residual_(residual), counters_(counters) {}
+  QuantizedCodec(const BlockFormat& format, float* residual, Int8Counters& counters)
+      : format_(format), residual_(residual), counters_(counters) {}
   size_t granularity() const override { return q8::kInt8Block; }
-  size_t encoded_size(size_t count) const override { return q8::encoded_size(count); }
+  size_t encoded_size(size_t count) const override { return format_.encoded_size(count); }
   void encode(const float* values, size_t count, size_t offset, uint8_t* out) override {
     const auto t0 = Clock::now();
-    counters_.nonfinite += q8::encode(values, residual_ ? residual_ + offset : nullptr, count, out);
+    counters_.nonfinite +=
+        format_.encode(values, residual_ ? residual_ + offset : nullptr, count, out);
     counters_.encode_seconds += seconds_since(t0);
   }
   void decode_add(const uint8_t* in, size_t count, float* acc) const override {
     const auto t0 = Clock::now();
-    q8::decode_add(in, count, acc);
+    format_.decode_add(in, count, acc);
     counters_.encode_seconds += seconds_since(t0);
   }
   void decode(const uint8_t* in, size_t count, float* out) const override {
     const auto t0 = Clock::now();
-    q8::decode(in, count, out);
+    format_.decode(in, count, out);
     counters_.decode_seconds += seconds_since(t0);
   }
   void validate(const uint8_t* in, size_t bytes, size_t count,
                 const std::string& what) const override {
-    q8::validate(in, bytes, count, what);
+    format_.validate(in, bytes, count, what);
   }
 
  private:
+  const BlockFormat& format_;
   float* residual_;
   Int8Counters& counters_;
 };
@@ -67,19 +92,20 @@ void int8_fold_residuals(float* values, float* residual, float* owner_residual, 
   }
 }
 
-void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
+void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
                     Int8Counters& counters) {
   if (items.empty()) return;
+  const BlockFormat& format = block_format(bits);
   const auto t0 = Clock::now();
   const double codec_before = counters.encode_seconds + counters.decode_seconds;
-  std::vector<Int8Codec> contribution, owner;
+  std::vector<QuantizedCodec> contribution, owner;
   contribution.reserve(items.size());
   owner.reserve(items.size());
   std::vector<comm::EncodedBuffer> buffers(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     Int8Item& it = items[i];
-    contribution.emplace_back(it.residual, counters);
-    owner.emplace_back(it.owner_residual, counters);
+    contribution.emplace_back(format, it.residual, counters);
+    owner.emplace_back(format, it.owner_residual, counters);
     buffers[i] = {&contribution.back(),
                   &owner.back(),
                   it.values,
@@ -88,7 +114,7 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items,
                   "tensor '" + (it.key ? *it.key : std::string("?")) + "'"};
   }
   comm::EncodedAllreduceOptions options;
-  options.name = "8-bit";
+  options.name = bits == 4 ? "4-bit" : "8-bit";
   const float divisor = static_cast<float>(comm.size());
   options.transform = [divisor](size_t, float* values, size_t count, size_t) {
     for (size_t i = 0; i < count; ++i)

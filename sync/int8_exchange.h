@@ -1,7 +1,9 @@
-// The dense 8-bit route (policy 'int8': GRADEX_SPARSITY_OVERRIDES 'pattern:int8', the auto
-// policy's '8-bit' rung): an allreduce whose every hop moves compress/backend/int8_codec.h's
-// 8-bit block encoding, with error feedback on both quantizations, so that nothing a rank submits
-// is ever lost, only delayed.
+// The dense quantized route (policies 'int8' and 'int4': GRADEX_SPARSITY_OVERRIDES 'pattern:int8'
+// or 'pattern:int4', the auto policy's '8-bit' and '4-bit' rungs): an allreduce whose every hop
+// moves compress/backend/int8_codec.h's 8-bit (or int4_codec.h's 4-bit) block encoding, with error
+// feedback on both quantizations, so that nothing a rank submits is ever lost, only delayed. The
+// steps below are the same at both widths (both codecs have 128-element blocks, so a rank owns
+// the same elements at either, and a tensor moving between the widths keeps its residuals).
 //
 //   1. every rank encodes residual + values (its gradient, or its momentum-corrected gradient when
 //      gradex owns momentum) to 8 bits and keeps residual' = input - dequant(sent), exactly;
@@ -17,11 +19,13 @@
 // residual) + sum of every rank's residual == sum of everything submitted, up to the rounding of
 // the owner's fp32 sum and division (tests/sync/int8_exchange_test.cc).
 // One unit's tensors travel in one message per peer and phase (a fused bucket). Bytes on the wire:
-// 2 (P-1)/P x 1.03 bytes per element per rank (a ring allreduce's pattern at a quarter of fp32).
+// 2 (P-1)/P x 1.03 bytes per element per rank at 8 bits (a ring allreduce's pattern at a quarter
+// of fp32), 2 (P-1)/P x 0.53 at 4 bits.
 // A received piece of the wrong length or with an invalid scale or code is a CorruptPayload naming
 // the tensor and the rank, before anything is summed.
 // The collective is comm::encoded_allreduce (comm/collectives.h) with 8-bit codecs; this file
 // holds what is the route's own: the codecs' residuals, the division by P, the counters.
+// Code widths: 8 or 4 bits (anything else is a programming error).
 #pragma once
 
 #include <cstddef>
@@ -54,8 +58,10 @@ struct Int8Counters {
 // Elements of `numel` that rank k of `world` owns in the reduce-scatter.
 comm::Segment int8_segment(size_t numel, int world, int k);
 
-// The exchange above (collective: every rank the same items, sizes and order).
-void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, Int8Counters& counters);
+// The exchange above at `bits` (8 or 4; collective: every rank the same items, sizes, order and
+// width).
+void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
+                    Int8Counters& counters);
 
 // A residual pair folded into the values that are about to leave the 8-bit route (a tensor whose
 // policy changed, or a new membership): values[i] += residual[i] + world * owner_residual[i]; the

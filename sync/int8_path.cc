@@ -1,5 +1,5 @@
-// The backends' side of the dense 8-bit route (sync/int8_exchange.h; the route object is
-// sync/route/int8.cc): each tensor's values reach the exchange through its backend
+// The backends' side of the dense quantized route, 8 or 4 bits (sync/int8_exchange.h; the route
+// objects are sync/route/int8.cc): each tensor's values reach the exchange through its backend
 // (BackendPath::int8_average: host tensors in place, device tensors through host memory). The
 // residuals live in TensorState (host memory, saved with the engine's state).
 #include "sync/backend_lane.h"
@@ -33,7 +33,7 @@ void ready_residuals(TensorState& t, int world) {
 
 void BackendPath::int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
                                const std::vector<float*>& values, const std::vector<bool>& absent,
-                               Int8Counters& counters) {
+                               int bits, Int8Counters& counters) {
   const int world = comm.size();
   std::vector<Int8Item> items(tensors.size());
   std::vector<std::vector<float>> host(tensors.size());  // device tensors' values
@@ -51,7 +51,7 @@ void BackendPath::int8_average(comm::Communicator& comm, const std::vector<Tenso
     items[i] = {v, t.numel, absent[i] ? nullptr : t.int8_residual.data(),
                 t.int8_owner_residual.data(), &t.key};
   }
-  int8_allreduce(comm, items, counters);
+  int8_allreduce(comm, items, bits, counters);
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);

@@ -38,7 +38,7 @@ std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
     auto fail = [&](const std::string& why) {
       throw ConfigError("GRADEX_SPARSITY_OVERRIDES entry '" + entry + "' is invalid: " + why +
                         " (expected 'pattern:sparsity' with sparsity in [0, 1), "
-                        "'pattern:dense', or 'pattern:int8')");
+                        "'pattern:dense', 'pattern:int8' or 'pattern:int4')");
     };
     if (colon == std::string::npos) fail("no ':'");
     PolicyOverride o;
@@ -47,14 +47,14 @@ std::vector<PolicyOverride> parse_policy_overrides(const std::string& text) {
     if (o.pattern.empty()) fail("empty pattern");
     if (value == "dense") {
       o.dense = true;
-    } else if (value == "int8") {
+    } else if (value == "int8" || value == "int4") {
       o.dense = true;
-      o.int8 = true;
+      o.quant_bits = value == "int8" ? 8 : 4;
     } else {
       try {
         o.sparsity = config::parse_float_strict(value, "sparsity");
       } catch (const ConfigError&) {
-        fail("'" + value + "' is neither a number nor 'dense' or 'int8'");
+        fail("'" + value + "' is neither a number nor 'dense', 'int8' or 'int4'");
       }
       if (!(o.sparsity >= 0 && o.sparsity < 1)) fail("sparsity out of range");
     }

@@ -14,11 +14,12 @@ namespace gradex::sync {
 enum class NonFinitePolicy { kPropagate, kZero, kError };
 
 // One entry of GRADEX_SPARSITY_OVERRIDES: tensors whose name matches `pattern` get `sparsity`, or
-// go dense when `dense` is set, or dense on the 8-bit route (sync/int8_exchange.h) with `int8`.
+// go dense when `dense` is set, or dense on the quantized route (sync/int8_exchange.h) with
+// quant_bits codes ('int8': 8, 'int4': 4; 0: not that route).
 struct PolicyOverride {
   std::string pattern;
   bool dense = false;
-  bool int8 = false;
+  int quant_bits = 0;
   double sparsity = 0;
 };
 

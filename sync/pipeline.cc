@@ -79,8 +79,10 @@ std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
   add_buckets(jobs, Path::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
   // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
   add_buckets(jobs, Path::kDenseFp32, 4, options.fusion_bytes, units);
-  // The 8-bit route (sync/int8_exchange.h): buckets of their own, one byte per element.
+  // The quantized route (sync/int8_exchange.h): buckets of their own per code width, counted at
+  // one byte per element (4-bit buckets thus hold twice their wire bytes' worth).
   add_buckets(jobs, Path::kInt8, 1, options.fusion_bytes, units);
+  add_buckets(jobs, Path::kInt4, 1, options.fusion_bytes, units);
   add_buckets(jobs, Path::kFirstAverage, 4, options.fusion_bytes, units);
   const uint64_t group = options.sparse_group_elements;
   Unit* open = nullptr;

@@ -109,7 +109,8 @@ struct PlanOptions {
 //      fusion_bytes wire bytes (a larger tensor travels alone) — the fusion rule of
 //      sync/dense_exchange.h, so each unit is exactly one bucket of the dense exchange; kDenseFp32
 //      jobs (fp32 on a 16-bit wire) after them, packed the same way in buckets of their own; then
-//      kInt8 jobs (the 8-bit route), packed the same way at one byte per element;
+//      kInt8 and kInt4 jobs (the quantized route, a bucket per width), packed the same way at one
+//      byte per element;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).

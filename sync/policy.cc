@@ -20,7 +20,8 @@ std::optional<AppliedPolicy> override_policy(const EngineOptions& options, const
   for (const auto& o : options.overrides) {
     if (!pattern_matches(o.pattern, key)) continue;
     const std::string name = "override '" + o.pattern + "'";
-    if (o.int8) return AppliedPolicy{Rung{Codec::kInt8, 0}, name + ": int8"};
+    if (o.quant_bits == 8) return AppliedPolicy{Rung{Codec::kInt8, 0}, name + ": int8"};
+    if (o.quant_bits == 4) return AppliedPolicy{Rung{Codec::kInt4, 0}, name + ": int4"};
     return at_sparsity(options, o.dense ? 0 : o.sparsity, name, name + ": dense");
   }
   return std::nullopt;
@@ -49,6 +50,8 @@ const char* codec_name(Codec c) {
       return "8-bit";
     case Codec::kAdam:
       return "adam";
+    case Codec::kInt4:
+      return "4-bit";
   }
   return "?";
 }

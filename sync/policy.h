@@ -5,8 +5,8 @@
 //
 // GRADEX_POLICY=fixed's per-tensor policy: an ordered chain of candidates, the first that applies
 // wins.
-//   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense', 'int8' or a
-//      sparsity);
+//   1. a GRADEX_SPARSITY_OVERRIDES entry matching the tensor's name ('dense', 'int8', 'int4'
+//      or a sparsity);
 //   2. fewer elements than GRADEX_DENSE_THRESHOLD -> dense (fused, 16-bit or fp32 on the wire);
 //   3. otherwise DGC at GRADEX_SPARSITY (GRADEX_OPTIMIZER=adam: the Adam codec at
 //      GRADEX_ADAM_SPARSITY; a sparse tensor's codec is then the Adam codec whatever decided it).
@@ -30,17 +30,28 @@ namespace gradex::sync {
 //          policy's fp32 rung, sync/route/route.h).
 //   kInt8  the dense 8-bit route with error feedback (sync/int8_exchange.h), between 16-bit and
 //          DGC on the ladder.
+//   kInt4  the same route at 4 bits (about half of 8-bit's bytes), the rung after 8-bit.
+// kInt8 and kInt4 are the quantized codecs: one route, one pair of residuals per tensor (a
+// tensor moving between them keeps its residuals: both are the rounding error still owed).
 // The sparse codecs select values rather than send every element:
 //   kDgc   DGC top-k with momentum correction (SGD family).
 //   kAdam  the sparse codec of GRADEX_OPTIMIZER=adam (compress/backend/adam_codec.h, with
 //          GRADEX_ADAM_TRANSFORM=dct dct_adam_codec.h): under that optimizer it takes DGC's place.
 // A run has one sparse codec, sparse_codec(options).
-enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3, kAdam = 4 };
-constexpr int kCodecs = 5;
+enum class Codec : uint8_t { kFp32 = 0, kHalf = 1, kDgc = 2, kInt8 = 3, kAdam = 4, kInt4 = 5 };
+constexpr int kCodecs = 6;
 const char* codec_name(Codec c);
 // A codec that selects values (DGC, Adam) rather than sending every element.
 inline bool is_sparse(Codec c) {
   return c == Codec::kDgc || c == Codec::kAdam;
+}
+
+// A dense codec with block codes and error feedback (the quantized route), and its code width.
+inline bool is_quantized(Codec c) {
+  return c == Codec::kInt8 || c == Codec::kInt4;
+}
+inline int quantized_bits(Codec c) {
+  return c == Codec::kInt4 ? 4 : 8;
 }
 
 // The run's sparse codec: the Adam codec under GRADEX_OPTIMIZER=adam, else DGC. The one place
@@ -55,7 +66,7 @@ struct Rung {
   bool operator==(const Rung& o) const { return codec == o.codec && sparsity == o.sparsity; }
   bool operator!=(const Rung& o) const { return !(*this == o); }
 };
-// "fp32", "16-bit", "8-bit", "dgc 99.9%", "adam 98%".
+// "fp32", "16-bit", "8-bit", "4-bit", "dgc 99.9%", "adam 98%".
 std::string rung_name(const Rung& r);
 
 // The rung a run actually applies for `r`, in the one encoding every applied policy uses (so that

@@ -1,8 +1,9 @@
-// Route kInt8 (the policy 'int8', the auto policy's 8-bit rung): a bucket of 'int8' tensors in one
-// comm::encoded_allreduce of 8-bit blocks with error feedback on both quantizations
-// (sync/int8_exchange.h). Each tensor's values reach the exchange through its backend
-// (BackendPath::int8_average: host tensors in place, device tensors through host memory); the
-// residuals live in TensorState. Flat over all ranks, also under GRADEX_HIERARCHICAL.
+// Routes kInt8 and kInt4 (the policies 'int8' and 'int4', the auto policy's 8-bit and 4-bit rungs):
+// a bucket of such tensors in one comm::encoded_allreduce of 8-bit (or 4-bit) blocks with error
+// feedback on both quantizations (sync/int8_exchange.h). Each tensor's values reach the exchange
+// through its backend (BackendPath::int8_average: host tensors in place, device tensors through
+// host memory); the residuals live in TensorState. Flat over all ranks, also under
+// GRADEX_HIERARCHICAL.
 #include <atomic>
 #include <string>
 #include <vector>
@@ -16,15 +17,16 @@
 namespace gradex::sync::route {
 namespace {
 
-class Int8Route : public Transfer {
+class QuantizedRoute : public Transfer {
  public:
-  Path path() const override { return Path::kInt8; }
+  explicit QuantizedRoute(Path path) : path_(path), bits_(quantized_path_bits(path)) {}
+  Path path() const override { return path_; }
 
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     if (ctx.hosts != nullptr) {
       static std::atomic<bool> logged{false};
       if (!logged.exchange(true)) {
-        GX_LOG(kInfo) << "8-bit route: flat reduce-scatter + allgather over all ranks (the "
+        GX_LOG(kInfo) << "8-bit/4-bit route: flat reduce-scatter + allgather over all ranks (the "
                       << "hierarchical exchange applies to fp32/16-bit buckets and DGC only)";
       }
     }
@@ -38,10 +40,11 @@ class Int8Route : public Transfer {
     }
     Int8Counters c;
     try {
-      ctx.path.int8_average(ctx.comm, tensors, values, absent, c);
+      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, c);
     } catch (const Error& e) {
-      throw Error(e.code(), "8-bit dense bucket of " + std::to_string(unit.jobs.size()) +
-                                " tensor(s) [" + unit.keys() + "]: " + e.what());
+      throw Error(e.code(), std::to_string(bits_) + "-bit dense bucket of " +
+                                std::to_string(unit.jobs.size()) + " tensor(s) [" + unit.keys() +
+                                "]: " + e.what());
     }
     unit.counters.prepare_seconds += c.encode_seconds;
     unit.counters.finish_seconds += c.decode_seconds;
@@ -50,12 +53,21 @@ class Int8Route : public Transfer {
       for (pipeline::Job* job : unit.jobs)
         job->nonfinite_result = true;  // sent as 0: under GRADEX_NONFINITE=error the unit fails
   }
+
+ private:
+  const Path path_;
+  const int bits_;
 };
 
 }  // namespace
 
 const Transfer& int8_route() {
-  static const Int8Route route;
+  static const QuantizedRoute route(Path::kInt8);
+  return route;
+}
+
+const Transfer& int4_route() {
+  static const QuantizedRoute route(Path::kInt4);
   return route;
 }
 

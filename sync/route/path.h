@@ -12,6 +12,7 @@ enum class Path : uint8_t {
   kDgcDenseStep,
   kDenseFp32,
   kInt8,
+  kInt4,
   kFirstAverage,
   kSparse,
   kSparseHierarchical,
@@ -24,11 +25,19 @@ constexpr Path unit_path(Path path) {
   return path == Path::kDgcDenseStep ? Path::kDense : path;
 }
 
-// Whether a job of `path` travels in a fused dense allreduce of its values (16-bit, fp32 or 8-bit
-// on the wire), as opposed to a first average or a sparse allgather.
+// Whether a job of `path` travels in a fused dense allreduce of its values (16-bit, fp32, 8-bit or
+// 4-bit on the wire), as opposed to a first average or a sparse allgather.
 constexpr bool dense_allreduce(Path path) {
   return path == Path::kDense || path == Path::kDgcDenseStep || path == Path::kDenseFp32 ||
-         path == Path::kInt8;
+         path == Path::kInt8 || path == Path::kInt4;
+}
+
+// The quantized route's paths (sync/int8_exchange.h) and their code width.
+constexpr bool quantized_path(Path path) {
+  return path == Path::kInt8 || path == Path::kInt4;
+}
+constexpr int quantized_path_bits(Path path) {
+  return path == Path::kInt4 ? 4 : 8;
 }
 
 }  // namespace gradex::sync::route

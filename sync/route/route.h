@@ -12,6 +12,7 @@
 //   kDenseFp32           dense_fp32.cc            the auto policy's fp32 rung on a 16-bit wire
 //   kInt8                int8.cc                  8-bit blocks with error feedback through
 //                                                 comm::encoded_allreduce (sync/int8_exchange.h)
+//   kInt4                int8.cc                  the same at 4 bits
 //   kFirstAverage        first_average.cc         LocalSGD's first parameter average, fp32
 //   kSparse              sparse.cc                DGC payloads in one allgatherv
 //                                                 (sync/sparse_gather.h), and the dense

@@ -8,7 +8,8 @@ namespace gradex::sync::route {
 const Transfer& dense_route();                // dense.cc
 const Transfer& dense_fp32_route();           // dense_fp32.cc
 const Transfer& first_average_route();        // first_average.cc
-const Transfer& int8_route();                 // int8.cc
+const Transfer& int8_route();                 // int8.cc (8-bit codes)
+const Transfer& int4_route();                 // int8.cc (the same route at 4 bits)
 const Transfer& sparse_route();               // sparse.cc
 const Transfer& sparse_hierarchical_route();  // sparse_hierarchical.cc
 

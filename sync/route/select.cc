@@ -15,6 +15,8 @@ const char* path_name(Path path) {
       return "dense fp32";
     case Path::kInt8:
       return "8-bit";
+    case Path::kInt4:
+      return "4-bit";
     case Path::kFirstAverage:
       return "first average";
     case Path::kSparse:
@@ -33,8 +35,8 @@ void assign(pipeline::Job& job, const TensorState& t, bool sparse_step, bool hal
     job.path = Path::kSparse;
   } else if (is_sparse(t.policy.rung.codec)) {
     job.path = Path::kDgcDenseStep;
-  } else if (t.policy.rung.codec == Codec::kInt8) {
-    job.path = Path::kInt8;
+  } else if (is_quantized(t.policy.rung.codec)) {
+    job.path = t.policy.rung.codec == Codec::kInt4 ? Path::kInt4 : Path::kInt8;
   } else if (own_fp32_buckets(t.policy.rung, half_on_wire)) {
     job.path = Path::kDenseFp32;
   } else {
@@ -62,6 +64,8 @@ const Transfer& select(const pipeline::Unit& unit, const comm::HostTopology* hos
       return dense_fp32_route();
     case Path::kInt8:
       return int8_route();
+    case Path::kInt4:
+      return int4_route();
     case Path::kFirstAverage:
       return first_average_route();
     case Path::kSparse:

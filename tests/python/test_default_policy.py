@@ -95,22 +95,32 @@ def test_default_policy_with_adamw_trains_like_ddp():
     _check("adamw")
 
 
-def test_early_rung_trains_like_dense_at_equal_steps():
-    """The rung the fidelity ramp takes where a dense 16-bit step cannot hide (GRADEX_POLICY_FIDELITY_INT8): every
-    coordinate sent in 8 bits with error feedback, from the first step. Forced here on every tensor (a loopback
-    link hides 16-bit, so the cost model would not choose it), with SGD momentum: the loss follows DDP's step for
-    step, not only at the end."""
-    env = {"GRADEX_SPARSITY_OVERRIDES": "*:int8"}
-    out = ranks.run(_train, 2, env=_ENV, args=("sgd", env), timeout=300)
+def _check_quantized_rung(optimizer, override, rung):
+    """Every tensor forced onto a quantized rung (a loopback link hides 16-bit, so the cost model would not choose
+    it): the loss follows DDP's with the same optimizer step for step, not only at the end."""
+    out = ranks.run(_train, 2, env=_ENV, args=(optimizer, {"GRADEX_SPARSITY_OVERRIDES": f"*:{override}"}),
+                    timeout=300)
     assert out[0]["digest"] == out[1]["digest"], "ranks ended with different parameters"
     r = out[0]
     rows = [f for f in (line.split() for line in r["plan"].splitlines()) if len(f) > 2 and f[1].isdigit()]
-    assert rows and all(row[2] == "8-bit" for row in rows), r["plan"]
+    assert rows and all(row[2] == rung for row in rows), r["plan"]
     ddp, gx = r["ddp"], r["gradex"]
     assert sum(ddp[-5:]) < 0.8 * sum(ddp[:5]), ddp  # the task is learnt
     # Step for step: over every window of 5 steps the mean loss within 3 % of DDP's.
     worst = max(abs(sum(gx[i:i + 5]) - sum(ddp[i:i + 5])) / sum(ddp[i:i + 5]) for i in range(0, STEPS - 4))
-    print(f"\nearly rung (8-bit, error feedback): worst 5-step window {100 * worst:.3f} % from DDP's loss; "
-          f"last losses DDP {ddp[-1]:.5f}, gradex {gx[-1]:.5f}; {len(rows)} tensors on 8-bit")
-    assert gx != ddp  # 8-bit codes round: equal bits would mean the route did not run
+    print(f"\n{optimizer}, {rung} with error feedback: worst 5-step window {100 * worst:.3f} % from DDP's loss; "
+          f"last losses DDP {ddp[-1]:.5f}, gradex {gx[-1]:.5f}; {len(rows)} tensors on {rung}")
+    assert gx != ddp  # the codes round: equal bits would mean the route did not run
     assert worst <= 0.03, (ddp, gx)
+
+
+def test_early_rung_trains_like_dense_at_equal_steps():
+    """The rung the fidelity ramp takes where a dense 16-bit step cannot hide (GRADEX_POLICY_FIDELITY_INT8): every
+    coordinate sent in 8 bits with error feedback, from the first step, with SGD momentum."""
+    _check_quantized_rung("sgd", "int8", "8-bit")
+
+
+def test_adam_ladder_rungs_train_like_dense_at_equal_steps():
+    """The Adam ladder's compressed rungs, 8-bit and then 4-bit with error feedback, under AdamW."""
+    _check_quantized_rung("adamw", "int8", "8-bit")
+    _check_quantized_rung("adamw", "int4", "4-bit")

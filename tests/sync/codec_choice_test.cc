@@ -111,6 +111,40 @@ TEST(CodecChoice, EightBitWhenSixteenIsExposedAndEightHidden) {
   EXPECT_EQ(find(choose_codecs(in, numbers(0.05), options(), 100), "big").rung.codec, Codec::kDgc);
 }
 
+// The 4-bit rung (GRADEX_POLICY_INT4; by default under Adam with the codec off the ladder) comes
+// after 8-bit: a link on which 8-bit is exposed and 4-bit (about half its bytes) hides gets 4-bit;
+// where 8-bit hides the relax step keeps 8-bit; with no sparse rung a far slower link gets 4-bit,
+// the most the ladder has. Off by default.
+TEST(CodecChoice, FourBitWhenEightIsExposedAndFourHidden) {
+  const std::vector<TensorInput> in = {input("big", 4000000, 0, 0.0), input("small", 1000, 0, 0.1)};
+  EXPECT_FALSE(ChoiceOptions{}.int4_available);
+  ChoiceOptions o = options();
+  o.sparse_codec = Codec::kAdam;
+  o.ladder.clear();
+  o.int4_available = true;
+  // 0.32 Gbit/s, 4 ranks: 8-bit moves 6.2 MB on the critical link (155 ms, past the 107.5 ms
+  // deadline), 4-bit 3.2 MB (80 ms plus its codec: hidden).
+  const Snapshot link = numbers(0.32);
+  double e, m, d;
+  rung_costs(in[0], {Codec::kInt8, 0}, link, o, e, m, d);
+  ASSERT_GT(e + m + d, 0.1075);
+  rung_costs(in[0], {Codec::kInt4, 0}, link, o, e, m, d);
+  ASSERT_LT(e + m + d, 0.1);
+  const Plan p = choose_codecs(in, link, o, 100);
+  EXPECT_EQ(find(p, "big").rung, (Rung{Codec::kInt4, 0})) << p.describe();
+  EXPECT_EQ(p.exposed_s(), 0.0) << p.describe();
+  EXPECT_NE(p.describe().find("4-bit"), std::string::npos);
+  // Where 8-bit hides: 8-bit, not 4-bit.
+  EXPECT_EQ(find(choose_codecs(in, numbers(0.64), o, 100), "big").rung, (Rung{Codec::kInt8, 0}));
+  // Far slower: 4-bit, the top of a ladder without sparse rungs.
+  EXPECT_EQ(find(choose_codecs(in, numbers(0.01), o, 100), "big").rung, (Rung{Codec::kInt4, 0}));
+  // Without the rung the same link stays at 8-bit, exposed.
+  o.int4_available = false;
+  const Plan without = choose_codecs(in, link, o, 100);
+  EXPECT_EQ(find(without, "big").rung, (Rung{Codec::kInt8, 0})) << without.describe();
+  EXPECT_GT(without.exposed_s(), 0.0);
+}
+
 // Inside the fidelity ramp the 8-bit rung is on the ladder without GRADEX_POLICY_INT8: where the
 // 16-bit ring cannot hide (and DGC at the ramp's 75% would send more than it at 4 ranks) the
 // ramp's first quarter sends 8-bit with error feedback; past the ramp the policy's own ladder.

@@ -281,21 +281,23 @@ TEST(EngineAdamCodec, FidelityEightBitIsOffByDefaultOnlyUnderAdam) {
   EXPECT_FALSE(fidelity_int8_enabled(sgd, engine_options_from_config(sgd)));
 }
 
-// The auto policy's rungs under an Adam-family optimizer: by default 8-bit and no Adam codec; the
-// Adam codec when the user sets its sparsity or turns the 8-bit rung off; an explicit
-// GRADEX_POLICY_INT8 honoured either way.
+// The auto policy's rungs under an Adam-family optimizer: by default 8-bit, then 4-bit, and no
+// Adam codec; the Adam codec (and no 4-bit) when the user sets its sparsity or turns the 8-bit
+// rung off; an explicit GRADEX_POLICY_INT8 or GRADEX_POLICY_INT4 honoured either way.
 TEST(EngineAdamCodec, AutoLadderUnderAdamIsEightBitUnlessTheCodecIsAskedFor) {
   using gradex::config::Config;
   using gradex::config::Source;
   struct Case {
     std::vector<std::string> settings;
-    bool int8, adam_codec;
+    bool int8, int4, adam_codec;
   };
   const std::vector<Case> cases = {
-      {{}, true, false},
-      {{"GRADEX_ADAM_SPARSITY=0.98"}, true, true},
-      {{"GRADEX_POLICY_INT8=0"}, false, true},
-      {{"GRADEX_POLICY_INT8=1"}, true, false},
+      {{}, true, true, false},
+      {{"GRADEX_ADAM_SPARSITY=0.98"}, true, false, true},
+      {{"GRADEX_POLICY_INT8=0"}, false, false, true},
+      {{"GRADEX_POLICY_INT8=1"}, true, true, false},
+      {{"GRADEX_POLICY_INT4=0"}, true, false, false},
+      {{"GRADEX_ADAM_SPARSITY=0.98", "GRADEX_POLICY_INT4=1"}, true, true, true},
   };
   for (const Case& k : cases) {
     std::vector<std::string> settings = k.settings;
@@ -303,6 +305,7 @@ TEST(EngineAdamCodec, AutoLadderUnderAdamIsEightBitUnlessTheCodecIsAskedFor) {
     const gradex::sync::AdamLadder a =
         gradex::sync::adam_ladder(Config::from_strings(settings, Source::kEnvironment));
     EXPECT_EQ(a.int8, k.int8) << settings.front();
+    EXPECT_EQ(a.int4, k.int4) << settings.front();
     EXPECT_EQ(a.adam_codec, k.adam_codec) << settings.front();
   }
 }

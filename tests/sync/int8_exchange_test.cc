@@ -1,7 +1,7 @@
-// The dense 8-bit route's allreduce (sync/int8_exchange.h) over real UCX, ranks as threads, 1-4
-// ranks: bit-identical averages on every rank, exact error feedback (what was delivered plus
-// every residual is what was submitted), closeness to the exact mean, and refusal of a unit whose
-// pieces do not match.
+// The dense quantized route's allreduce (sync/int8_exchange.h) at 8 and 4 bits over real UCX,
+// ranks as threads, 1-4 ranks: bit-identical averages on every rank, exact error feedback (what
+// was delivered plus every residual is what was submitted), closeness to the exact mean, and
+// refusal of a unit whose pieces do not match.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +27,7 @@ float input(int rank, int round, size_t tensor, size_t i) {
   return d(rng);
 }
 
-void check_world(int P) {
+void check_world(int P, int bits) {
   const int rounds = 6;
   run_ranks(P, [&](comm::Communicator& c) {
     std::vector<std::vector<float>> residual, owner, delivered;  // delivered: sum of averages
@@ -47,7 +47,7 @@ void check_world(int P) {
         items.push_back({values[t].data(), kSizes[t], residual[t].data(), owner[t].data(), &key});
       }
       Int8Counters counters;
-      sync::int8_allreduce(c, items, counters);
+      sync::int8_allreduce(c, items, bits, counters);
       if (counters.nonfinite != 0) throw std::runtime_error("non-finite counted");
       for (size_t t = 0; t < kSizes.size(); ++t) {
         const size_t n = kSizes[t];
@@ -61,8 +61,8 @@ void check_world(int P) {
           for (int q = 0; q < P; ++q)
             mean += input(q, round, t, i);
           mean /= static_cast<float>(P);
-          // Two quantizations plus carried residuals: a few steps of (block max) / 127.
-          const float step = 6.0f * (1.0f + static_cast<float>(t)) / 127.0f;
+          // Two quantizations plus carried residuals: a few steps of (block max) / (largest code).
+          const float step = 6.0f * (1.0f + static_cast<float>(t)) / (bits == 4 ? 7.0f : 127.0f);
           if (std::fabs(values[t][i] - mean) > 4.0f * step)
             throw std::runtime_error("far from the mean: tensor " + std::to_string(t) + "[" +
                                      std::to_string(i) + "] " + std::to_string(values[t][i]) +
@@ -104,22 +104,31 @@ void check_world(int P) {
 }
 
 TEST(Int8Exchange, OneRank) {
-  check_world(1);
+  check_world(1, 8);
 }
 TEST(Int8Exchange, TwoRanks) {
-  check_world(2);
+  check_world(2, 8);
 }
 TEST(Int8Exchange, ThreeRanks) {
-  check_world(3);
+  check_world(3, 8);
 }
 TEST(Int8Exchange, FourRanks) {
-  check_world(4);
+  check_world(4, 8);
+}
+TEST(Int8Exchange, FourBitsOneRank) {
+  check_world(1, 4);
+}
+TEST(Int8Exchange, FourBitsThreeRanks) {
+  check_world(3, 4);
+}
+TEST(Int8Exchange, FourBitsFourRanks) {
+  check_world(4, 4);
 }
 
 // A rank whose unit holds a different tensor size sends pieces of another length: every rank
 // fails (CorruptPayload where the message is short, MismatchError where it is longer than the
 // posted receive), before anything is summed.
-TEST(Int8Exchange, MismatchedUnitIsRefused) {
+void check_mismatch_refused(int bits) {
   const int P = 3;
   std::vector<std::string> errors(P);
   try {
@@ -130,7 +139,7 @@ TEST(Int8Exchange, MismatchedUnitIsRefused) {
       std::vector<Int8Item> items{{v.data(), n, r.data(), o.data(), &key}};
       Int8Counters counters;
       try {
-        sync::int8_allreduce(c, items, counters);
+        sync::int8_allreduce(c, items, bits, counters);
       } catch (const Error& e) {
         errors[static_cast<size_t>(c.rank())] = e.what();
         throw;
@@ -141,7 +150,15 @@ TEST(Int8Exchange, MismatchedUnitIsRefused) {
   }
   for (int q = 0; q < P; ++q)
     EXPECT_FALSE(errors[static_cast<size_t>(q)].empty()) << "rank " << q << " did not fail";
-  EXPECT_NE(errors[0].find("8-bit reduce-scatter"), std::string::npos) << errors[0];
+  const std::string phase = std::to_string(bits) + "-bit reduce-scatter";
+  EXPECT_NE(errors[0].find(phase), std::string::npos) << errors[0];
+}
+
+TEST(Int8Exchange, MismatchedUnitIsRefused) {
+  check_mismatch_refused(8);
+}
+TEST(Int8Exchange, FourBitsMismatchedUnitIsRefused) {
+  check_mismatch_refused(4);
 }
 
 }  // namespace

@@ -41,11 +41,25 @@ TEST(Policy, Int8OverrideIsDenseOnTheEightBitRoute) {
   EXPECT_EQ(choose_policy(o, "fc.bias", 10).rung.codec, Codec::kInt8);  // first match wins
   EXPECT_NE(choose_policy(o, "conv.weight", 10).rung.codec, Codec::kInt8);
   try {
-    parse_policy_overrides("x:int4");
-    ADD_FAILURE() << "int4 accepted";
+    parse_policy_overrides("x:int2");
+    ADD_FAILURE() << "int2 accepted";
   } catch (const gradex::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("'pattern:int8'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'pattern:int4'"), std::string::npos) << e.what();
   }
+}
+
+TEST(Policy, Int4OverrideIsDenseOnTheFourBitRoute) {
+  EngineOptions o;
+  o.overrides = parse_policy_overrides("fc*:int4, head:int8");
+  const AppliedPolicy p = choose_policy(o, "fc.weight", 1 << 20);
+  EXPECT_EQ(p.rung, (Rung{Codec::kInt4, 0}));
+  EXPECT_FALSE(is_sparse(p.rung.codec));
+  EXPECT_TRUE(is_quantized(p.rung.codec));
+  EXPECT_EQ(quantized_bits(p.rung.codec), 4);
+  EXPECT_EQ(p.reason, "override 'fc*': int4");
+  EXPECT_EQ(rung_name(p.rung), "4-bit");
+  EXPECT_EQ(choose_policy(o, "head.weight", 1 << 20).rung, (Rung{Codec::kInt8, 0}));
+  EXPECT_EQ(canonical_rung(p.rung, o), p.rung);
 }
 
 TEST(Policy, OverrideParsingRejectsBadEntries) {
