@@ -13,21 +13,14 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "compress/backend/block_rounding.h"
 #include "compress/quant/quant.h"
 
 namespace gradex::compress::backend::int4 {
 namespace {
 
 const quant::QuantOptions& options() {
-  static const quant::QuantOptions o = [] {
-    quant::QuantOptions q;
-    q.bits = 4;
-    q.block = kInt4Block;
-    q.scale = quant::ScaleType::kFloat32;
-    q.rounding = quant::Rounding::kNearest;
-    quant::validate(q);
-    return q;
-  }();
+  static const quant::QuantOptions o = block::nearest_fp32(4, kInt4Block);
   return o;
 }
 
@@ -53,60 +46,28 @@ size_t encode(const float* values, float* residual, size_t count, uint8_t* out) 
     const size_t n = std::min(kInt4Block, count - begin);
     const float* g = values + begin;
     float* r = residual ? residual + begin : nullptr;
-    if (r) {
-      for (size_t i = 0; i < n; ++i)
-        v[i] = r[i] + g[i];
-    } else {
-      std::memcpy(v, g, n * 4);
-    }
-    // The largest magnitude over the block's bit patterns (|x| orders as its bits do; NaN/Inf
-    // have the largest), as integers so that the reduction vectorizes.
-    int32_t top = 0;
-    for (size_t i = 0; i < n; ++i) {
-      int32_t bits;
-      std::memcpy(&bits, &v[i], 4);
-      bits &= 0x7fffffff;
-      top = bits > top ? bits : top;
-    }
-    const bool bad = top >= 0x7f800000;
-    float amax;
-    std::memcpy(&amax, &top, 4);
-    if (bad) {  // NaN/Inf: quant's path sends them as 0 and resets their residual
+    const int32_t top = block::gather(g, r, n, v);
+    if (top >= block::kNonFinite) {  // NaN/Inf: quant's path sends them as 0, resets the residual
       nonfinite += quant::quantize(options(), g, r, n, 0, out);
       out += block_bytes(n);
       continue;
     }
-    // quant's block_scale for fp32 scales, and its rounding: nearbyint(x / s) under the default
-    // rounding mode (ties to even) equals (t + 1.5 * 2^23) - 1.5 * 2^23 for |t| < 2^22; here
-    // |t| <= 7 (and a few ulps). That sum minus the constant is never -0, so q * s below is the
-    // same value, sign of zero included, as quant's float(int(q)) * s.
-    const float s = amax / 7.0f;
+    const float s = block::scale_of(top, 7.0f);
     std::memcpy(out, &s, 4);
-    uint8_t* packed = out + 4;
-    uint8_t c[kInt4Block];  // q + 8 per element, packed below
+    int8_t q[kInt4Block];  // packed below as q + 8, two to a byte
     if (s > 0.0f) {
-      // Hoisted so that each loop is branch-free and vectorizes.
-      constexpr float kRound = 12582912.0f;
       float e[kInt4Block];
-      for (size_t i = 0; i < n; ++i) {
-        const float x = v[i];
-        float q = (x / s + kRound) - kRound;
-        q = std::min(std::max(q, -7.0f), 7.0f);
-        const float deq = q * s;
-        const float d = x - deq;
-        const bool exact = deq + d == x;  // else send 0 and keep all of x (quant.h)
-        c[i] = static_cast<uint8_t>(static_cast<int>(exact ? q : 0.0f) + 8);
-        e[i] = exact ? d : x;
-      }
+      block::round(v, n, s, 7.0f, q, e);
       if (r) std::memcpy(r, e, n * 4);
     } else {  // an all-zero (or underflowed) block: nothing to send
-      std::memset(c, 8, n);
+      std::memset(q, 0, n);
       if (r) std::memcpy(r, v, n * 4);
     }
+    uint8_t* packed = out + 4;
     const size_t pairs = n / 2;
     for (size_t j = 0; j < pairs; ++j)
-      packed[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
-    if (n % 2) packed[pairs] = c[n - 1];  // the unused high nibble stays 0
+      packed[j] = static_cast<uint8_t>((q[2 * j] + 8) | ((q[2 * j + 1] + 8) << 4));
+    if (n % 2) packed[pairs] = static_cast<uint8_t>(q[n - 1] + 8);  // the high nibble stays 0
     out += block_bytes(n);
   }
   return nonfinite;
@@ -119,11 +80,7 @@ void validate(const uint8_t* in, size_t size, size_t count, const std::string& w
                          std::to_string(want) + " bytes, got " + std::to_string(size));
   for (size_t begin = 0, at = 0; begin < count; begin += kInt4Block) {
     const size_t n = std::min(kInt4Block, count - begin);
-    float scale;
-    std::memcpy(&scale, in + at, 4);
-    if (!std::isfinite(scale) || scale < 0.0f)
-      throw CorruptPayload(what + ": block at element " + std::to_string(begin) + " has scale " +
-                           std::to_string(scale) + " (a finite non-negative value expected)");
+    block::checked_scale(in + at, begin, what);
     const uint8_t* codes = in + at + 4;
     // A used nibble 0 would decode to -8, outside the symmetric range. Checked branch-free over
     // the block first; the element is looked for only when one is there.

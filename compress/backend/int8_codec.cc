@@ -12,21 +12,14 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "compress/backend/block_rounding.h"
 #include "compress/quant/quant.h"
 
 namespace gradex::compress::backend::int8 {
 namespace {
 
 const quant::QuantOptions& options() {
-  static const quant::QuantOptions o = [] {
-    quant::QuantOptions q;
-    q.bits = 8;
-    q.block = kInt8Block;
-    q.scale = quant::ScaleType::kFloat32;
-    q.rounding = quant::Rounding::kNearest;
-    quant::validate(q);
-    return q;
-  }();
+  static const quant::QuantOptions o = block::nearest_fp32(8, kInt8Block);
   return o;
 }
 
@@ -47,49 +40,18 @@ size_t encode(const float* values, float* residual, size_t count, uint8_t* out) 
     const size_t n = std::min(kInt8Block, count - begin);
     const float* g = values + begin;
     float* r = residual ? residual + begin : nullptr;
-    if (r) {
-      for (size_t i = 0; i < n; ++i)
-        v[i] = r[i] + g[i];
-    } else {
-      std::memcpy(v, g, n * 4);
-    }
-    // The largest magnitude over the block's bit patterns (|x| orders as its bits do; NaN/Inf
-    // have the largest), as integers so that the reduction vectorizes.
-    int32_t top = 0;
-    for (size_t i = 0; i < n; ++i) {
-      int32_t bits;
-      std::memcpy(&bits, &v[i], 4);
-      bits &= 0x7fffffff;
-      top = bits > top ? bits : top;
-    }
-    const bool bad = top >= 0x7f800000;
-    float amax;
-    std::memcpy(&amax, &top, 4);
-    if (bad) {  // NaN/Inf: quant's path sends them as 0 and resets their residual
+    const int32_t top = block::gather(g, r, n, v);
+    if (top >= block::kNonFinite) {  // NaN/Inf: quant's path sends them as 0, resets the residual
       nonfinite += quant::quantize(options(), g, r, n, 0, out);
       out += 4 + n;
       continue;
     }
-    // quant's block_scale for fp32 scales, and its rounding: nearbyint(x / s) under the default
-    // rounding mode (ties to even) equals (t + 1.5 * 2^23) - 1.5 * 2^23 for |t| < 2^22; here
-    // |t| <= 127 (and a few ulps).
-    const float s = amax / 127.0f;
+    const float s = block::scale_of(top, 127.0f);
     std::memcpy(out, &s, 4);
     int8_t* codes = reinterpret_cast<int8_t*>(out + 4);
     if (s > 0.0f) {
-      // Hoisted so that each loop is branch-free and vectorizes.
-      constexpr float kRound = 12582912.0f;
       float e[kInt8Block];
-      for (size_t i = 0; i < n; ++i) {
-        const float x = v[i];
-        float q = (x / s + kRound) - kRound;
-        q = std::min(std::max(q, -127.0f), 127.0f);
-        const float deq = q * s;
-        const float d = x - deq;
-        const bool exact = deq + d == x;  // else send 0 and keep all of x (quant.h)
-        codes[i] = static_cast<int8_t>(static_cast<int>(exact ? q : 0.0f));
-        e[i] = exact ? d : x;
-      }
+      block::round(v, n, s, 127.0f, codes, e);
       if (r) std::memcpy(r, e, n * 4);
     } else {  // an all-zero (or underflowed) block: nothing to send
       std::memset(codes, 0, n);
@@ -108,11 +70,7 @@ void validate(const uint8_t* in, size_t size, size_t count, const std::string& w
                          std::to_string(size));
   for (size_t begin = 0, at = 0; begin < count; begin += kInt8Block) {
     const size_t n = std::min(kInt8Block, count - begin);
-    float scale;
-    std::memcpy(&scale, in + at, 4);
-    if (!std::isfinite(scale) || scale < 0.0f)
-      throw CorruptPayload(what + ": block at element " + std::to_string(begin) + " has scale " +
-                           std::to_string(scale) + " (a finite non-negative value expected)");
+    block::checked_scale(in + at, begin, what);
     const uint8_t* codes = in + at + 4;
     for (size_t i = 0; i < n; ++i)
       if (codes[i] == 0x80)

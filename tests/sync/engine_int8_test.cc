@@ -104,10 +104,7 @@ TEST(EngineInt8, BitIdenticalAcrossRanksAndCloseToTheMean) {
           RANK_OK(gradex_get_stats(ctx.engine, 0, &st));
           RANK_REQUIRE(st.sparse_exchanges == 0, "nothing goes sparse");
           // gradex_explain names the route per tensor.
-          size_t length = 0;
-          RANK_OK(gradex_explain(ctx.engine, nullptr, 0, &length));
-          std::string text(length, '\0');
-          RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
+          const std::string text = explain_text(ctx.engine);
           RANK_REQUIRE(text.find("8-bit") != std::string::npos &&
                            text.find("override 'q.*': int8") != std::string::npos,
                        "explain: " << text);
@@ -460,10 +457,7 @@ TEST(EngineInt8, FourBitsBitIdenticalCloseToTheMeanAtHalfTheBytes) {
         const double fp32_ring = steps * 2.0 * (world - 1) / world * n * 4;
         RANK_REQUIRE(st.bytes_sent > 0.13 * fp32_ring && st.bytes_sent < 0.16 * fp32_ring,
                      "4-bit bytes sent " << st.bytes_sent << " vs fp32 ring " << fp32_ring);
-        size_t length = 0;
-        RANK_OK(gradex_explain(ctx.engine, nullptr, 0, &length));
-        std::string text(length, '\0');
-        RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
+        const std::string text = explain_text(ctx.engine);
         RANK_REQUIRE(text.find("4-bit") != std::string::npos &&
                          text.find("override 'w': int4") != std::string::npos,
                      "explain: " << text);

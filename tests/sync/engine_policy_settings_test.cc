@@ -38,14 +38,6 @@ std::string resolution_error(const Config& config) {
   return "";
 }
 
-std::string explain_text(gradex_engine_t* engine) {
-  size_t length = 0;
-  if (gradex_explain(engine, nullptr, 0, &length) != GRADEX_OK) return "";
-  std::string text(length, '\0');
-  if (gradex_explain(engine, text.data(), text.size(), &length) != GRADEX_OK) return "";
-  return text;
-}
-
 }  // namespace
 
 TEST(PolicySettings, TheDefaultIsAutoUntilAFixedSettingIsGiven) {

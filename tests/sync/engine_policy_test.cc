@@ -344,10 +344,7 @@ TEST(EnginePolicy, RanksStayBitIdenticalAcrossSwitches) {
         RANK_OK(gradex_get_stats(ctx.engine, 0, &s));
         // a: DGC at steps 2-3 and 8-9; b: 4-7.
         RANK_REQUIRE(s.sparse_exchanges >= 8, "sparse exchanges " << s.sparse_exchanges);
-        size_t length = 0;
-        RANK_OK(gradex_explain(ctx.engine, nullptr, 0, &length));
-        std::string text(length, '\0');
-        RANK_OK(gradex_explain(ctx.engine, text.data(), text.size(), &length));
+        const std::string text = explain_text(ctx.engine);
         RANK_REQUIRE(text.find("test hook") != std::string::npos &&
                          text.find("5 plan(s) made") != std::string::npos,
                      "explain:\n"

@@ -22,6 +22,15 @@
 
 namespace gradex::test {
 
+// gradex_explain's text for `engine` ("" when the call fails: the caller's check then fails).
+inline std::string explain_text(gradex_engine_t* engine) {
+  size_t length = 0;
+  if (gradex_explain(engine, nullptr, 0, &length) != GRADEX_OK) return "";
+  std::string text(length, '\0');
+  if (gradex_explain(engine, text.data(), text.size(), &length) != GRADEX_OK) return "";
+  return text;
+}
+
 // Deterministic pseudo-random values in [-1, 1) for (seed, rank, step, index).
 inline float test_value(uint64_t seed, int rank, int step, uint64_t i) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank) << 48) ^
