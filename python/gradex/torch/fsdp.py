@@ -11,7 +11,7 @@
 FSDP2 reduce-scatters each module's gradients inside the shard group and calls the module's all-reduce hook
 (FSDPModule.set_all_reduce_hook) with the rank's flat gradient shard; gradex then averages it across the
 replica groups: one engine per replicate group (the ranks holding the same shard index), each parameter's
-shard under its own key "<name>/shard<i>of<n>", so the GRADEX_* policy (DGC, Adam codec, 16-bit, 8-bit)
+shard under its own key "<name>/shard<i>of<n>", so the GRADEX_* policy (DGC, Adam codec, 16-bit, 8-bit, 4-bit)
 decides per shard and keeps its error feedback per shard. The average lands in place in FSDP2's buffer,
 which FSDP2 turns into the sharded gradients.
 
