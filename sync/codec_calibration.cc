@@ -9,8 +9,7 @@
 #include "base/log.h"
 #include "comm/collectives/reduce.h"
 #include "compress/backend/backend.h"
-#include "compress/backend/int4_codec.h"
-#include "compress/backend/int8_codec.h"
+#include "compress/backend/block_codec.h"
 #include "compress/dgc/schedule.h"
 #include "sync/codec_factory.h"
 #include "sync/transport_cpu.h"
@@ -52,11 +51,18 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   const float divisor = static_cast<float>(std::max(s.world_size, 1));
   std::vector<uint16_t> half(kN), half_acc(kN);
   backend->to_half(g.data(), half_acc.data(), kN, half_type, 0.25f, *stream);
-  namespace q8 = be::int8;
-  std::vector<uint8_t> int8_bytes(q8::encoded_size(kN));
-  std::vector<float> int8_residual(kN, 0.0f);
-  namespace q4 = be::int4;
-  std::vector<uint8_t> int4_bytes(q4::encoded_size(kN));
+  // The quantized route's widths, 8 and 4 bits: codec, encoding and residual each.
+  constexpr Codec kQuantized[] = {Codec::kInt8, Codec::kInt4};
+  constexpr int kWidths = 2;
+  // Encode, the owner's sum (decode_add), decode.
+  enum QuantOp { kQuantEncode, kQuantSum, kQuantDecode, kQuantOps };
+  std::array<const be::BlockCodec*, kWidths> quant{};
+  std::array<std::vector<uint8_t>, kWidths> quant_bytes;
+  std::vector<float> quant_residual(kN, 0.0f);
+  for (int w = 0; w < kWidths; ++w) {
+    quant[w] = &be::block_codec(quantized_bits(kQuantized[w]));
+    quant_bytes[w].resize(quant[w]->encoded_size(kN));
+  }
   const double sparsity = s.dgc_sparsity;
   const compress::DgcOptions dgc =
       sparse_codec_options(Codec::kDgc, s.config, s.options, s.world_size, sparsity);
@@ -76,17 +82,27 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
     kFromHalf,
     kSumFp32,
     kSumHalf,
-    kInt8Encode,
-    kInt8Sum,
-    kInt8Decode,
-    kInt4Encode,
-    kInt4Sum,
-    kInt4Decode,
     kDgcEncode,
     kDgcDecode,
-    kMeasures
+    // Then the quantized route's operations per width w, at kQuant + kQuantOps * w + op.
+    kQuant,
+    kMeasures = kQuant + kQuantOps * kWidths
   };
+  auto quant_measure = [&](int w, QuantOp op) { return kQuant + kQuantOps * w + op; };
   auto run = [&](int m) {
+    if (m >= kQuant) {
+      const int w = (m - kQuant) / kQuantOps;
+      const be::BlockCodec& q = *quant[w];
+      uint8_t* bytes = quant_bytes[w].data();
+      const auto op = static_cast<QuantOp>((m - kQuant) % kQuantOps);
+      if (op == kQuantEncode)
+        q.encode(g.data(), quant_residual.data(), kN, bytes);
+      else if (op == kQuantSum)
+        q.decode_add(bytes, kN, values.data());
+      else
+        q.decode(bytes, kN, values.data());
+      return;
+    }
     switch (m) {
       case kMomentum:  // gradex's momentum: part of every dense unit's prepare stage
         if (s.options.momentum > 0)
@@ -112,24 +128,6 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
         break;
       case kSumHalf:
         comm::sum_into(half_acc.data(), half.data(), kN, half_type);
-        break;
-      case kInt8Encode:
-        q8::encode(g.data(), int8_residual.data(), kN, int8_bytes.data());
-        break;
-      case kInt8Sum:
-        q8::decode_add(int8_bytes.data(), kN, values.data());
-        break;
-      case kInt8Decode:
-        q8::decode(int8_bytes.data(), kN, values.data());
-        break;
-      case kInt4Encode:
-        q4::encode(g.data(), int8_residual.data(), kN, int4_bytes.data());
-        break;
-      case kInt4Sum:
-        q4::decode_add(int4_bytes.data(), kN, values.data());
-        break;
-      case kInt4Decode:
-        q4::decode(int4_bytes.data(), kN, values.data());
         break;
       case kDgcEncode:
         payload.clear();
@@ -162,12 +160,11 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
   // The quantized route at each width: encode, the owner's sum of P pieces (N values in all) and
   // re-encode of 1/P, then the decode of every segment.
   const double owner = 1.0 / static_cast<double>(std::max(s.world_size, 1));
-  model.observe_codec(cost::Codec::kInt8, kN,
-                      momentum_s + least(kInt8Encode) * (1.0 + owner) + least(kInt8Sum),
-                      least(kInt8Decode));
-  model.observe_codec(cost::Codec::kInt4, kN,
-                      momentum_s + least(kInt4Encode) * (1.0 + owner) + least(kInt4Sum),
-                      least(kInt4Decode));
+  for (int w = 0; w < kWidths; ++w)
+    model.observe_codec(kQuantized[w], kN,
+                        momentum_s + least(quant_measure(w, kQuantEncode)) * (1.0 + owner) +
+                            least(quant_measure(w, kQuantSum)),
+                        least(quant_measure(w, kQuantDecode)));
   model.observe_codec(cost::Codec::kDgc, kN, least(kDgcEncode), least(kDgcDecode),
                       compress::dgc::target_count(kN, sparsity));
 }

@@ -4,8 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "compress/backend/int4_codec.h"
-#include "compress/backend/int8_codec.h"
+#include "compress/backend/block_codec.h"
 #include "sync/byte_io.h"
 
 namespace gradex::sync::cost {
@@ -27,9 +26,8 @@ const char* peer_class_name(PeerClass c) {
 Terms int8_allreduce_terms(double elements, int world_size, int bits) {
   if (world_size < 2) return {};
   const double p = world_size;
-  const double per_element = bits == 4 ? compress::backend::int4::bytes_per_element()
-                                       : compress::backend::int8::bytes_per_element();
-  return {2.0, 2.0 * (p - 1) / p * elements * per_element};
+  return {2.0,
+          2.0 * (p - 1) / p * elements * compress::backend::block_codec(bits).bytes_per_element()};
 }
 
 Terms ring_allreduce_terms(double bytes, int world_size) {

@@ -1,53 +1,32 @@
 // The dense quantized route's allreduce (contract in int8_exchange.h): comm's encoded allreduce
 // (comm/collectives.h, multi-buffer form) with compress/backend/int8_codec.h's (or int4_codec.h's)
-// block encoding on both phases. The contribution codec of a tensor carries its residual, the
-// result codec its owner residual; comm/ moves, validates and sums, in the same fused messages and
-// rank order for every caller of the collective.
+// block encoding on both phases (compress/backend/block_codec.h: the width's table). The
+// contribution codec of a tensor carries its residual, the result codec its owner residual; comm/
+// moves, validates and sums, in the same fused messages and rank order for every caller of the
+// collective.
 #include "sync/int8_exchange.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
-#include "base/check.h"
 #include "base/wall_time.h"
-#include "compress/backend/int4_codec.h"
-#include "compress/backend/int8_codec.h"
+#include "compress/backend/block_codec.h"
 
 namespace gradex::sync {
 namespace {
 
-namespace q8 = compress::backend::int8;
-namespace q4 = compress::backend::int4;
+using compress::backend::BlockCodec;
 using Clock = std::chrono::steady_clock;
-static_assert(q8::kInt8Block == q4::kInt4Block, "both widths must own the same segments");
-
-// One width's block codec: int8_codec.h's or int4_codec.h's functions.
-struct BlockFormat {
-  size_t (*encoded_size)(size_t count);
-  size_t (*encode)(const float* values, float* residual, size_t count, uint8_t* out);
-  void (*validate)(const uint8_t* in, size_t size, size_t count, const std::string& what);
-  void (*decode_add)(const uint8_t* in, size_t count, float* acc);
-  void (*decode)(const uint8_t* in, size_t count, float* out);
-};
-
-const BlockFormat& block_format(int bits) {
-  static const BlockFormat eight{q8::encoded_size, q8::encode, q8::validate, q8::decode_add,
-                                 q8::decode};
-  static const BlockFormat four{q4::encoded_size, q4::encode, q4::validate, q4::decode_add,
-                                q4::decode};
-  GX_CHECK(bits == 8 || bits == 4);
-  return bits == 4 ? four : eight;
-}
 
 // Blocks of one width with error feedback into `residual` (indexed by the buffer's element offset;
 // null: none kept). Counts the non-finite inputs and the codec's time: encoding and the owner's
 // sums as encode time, the decoding of averages as decode time.
 class QuantizedCodec : public comm::ChunkCodec {
  public:
-  QuantizedCodec(const BlockFormat& format, float* residual, Int8Counters& counters)
+  QuantizedCodec(const BlockCodec& format, float* residual, Int8Counters& counters)
       : format_(format), residual_(residual), counters_(counters) {}
-  size_t granularity() const override { return q8::kInt8Block; }
+  size_t granularity() const override { return format_.block; }
   size_t encoded_size(size_t count) const override { return format_.encoded_size(count); }
   void encode(const float* values, size_t count, size_t offset, uint8_t* out) override {
     const auto t0 = Clock::now();
@@ -71,7 +50,7 @@ class QuantizedCodec : public comm::ChunkCodec {
   }
 
  private:
-  const BlockFormat& format_;
+  const BlockCodec& format_;
   float* residual_;
   Int8Counters& counters_;
 };
@@ -79,7 +58,7 @@ class QuantizedCodec : public comm::ChunkCodec {
 }  // namespace
 
 comm::Segment int8_segment(size_t numel, int world, int k) {
-  return comm::encoded_segment(numel, q8::kInt8Block, world, k);
+  return comm::encoded_segment(numel, compress::backend::block_codec(8).block, world, k);
 }
 
 void int8_fold_residuals(float* values, float* residual, float* owner_residual, size_t numel,
@@ -95,7 +74,7 @@ void int8_fold_residuals(float* values, float* residual, float* owner_residual, 
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
                     Int8Counters& counters) {
   if (items.empty()) return;
-  const BlockFormat& format = block_format(bits);
+  const BlockCodec& format = compress::backend::block_codec(bits);
   const auto t0 = Clock::now();
   const double codec_before = counters.encode_seconds + counters.decode_seconds;
   std::vector<QuantizedCodec> contribution, owner;

@@ -89,4 +89,16 @@ inline void round(const float* v, size_t n, float s, float max_code, int8_t* q, 
   }
 }
 
+// out[i] = q[i] * s (Add: out[i] += q[i] * s) for i < n: one fp32 multiply per element, as
+// quant::dequantize rounds it.
+template <bool Add>
+inline void scale_codes(const int8_t* q, size_t n, float s, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (Add)
+      out[i] += static_cast<float>(q[i]) * s;
+    else
+      out[i] = static_cast<float>(q[i]) * s;
+  }
+}
+
 }  // namespace gradex::compress::backend::block

@@ -123,13 +123,7 @@ void decode_blocks(const uint8_t* in, size_t count, float* out) {
       q[2 * j + 1] = static_cast<int8_t>((codes[j] >> 4) - 8);
     }
     if (n % 2) q[n - 1] = static_cast<int8_t>((codes[pairs] & 0x0f) - 8);
-    float* o = out + begin;
-    for (size_t i = 0; i < n; ++i) {
-      if constexpr (Add)
-        o[i] += static_cast<float>(q[i]) * s;
-      else
-        o[i] = static_cast<float>(q[i]) * s;
-    }
+    block::scale_codes<Add>(q, n, s, out + begin);
     in += block_bytes(n);
   }
 }

@@ -90,13 +90,7 @@ void decode_blocks(const uint8_t* in, size_t count, float* out) {
     float s;
     std::memcpy(&s, in, 4);
     const int8_t* codes = reinterpret_cast<const int8_t*>(in + 4);
-    float* o = out + begin;
-    for (size_t i = 0; i < n; ++i) {
-      if constexpr (Add)
-        o[i] += static_cast<float>(codes[i]) * s;
-      else
-        o[i] = static_cast<float>(codes[i]) * s;
-    }
+    block::scale_codes<Add>(codes, n, s, out + begin);
     in += 4 + n;
   }
 }
