@@ -79,6 +79,12 @@ LinkParams LinkFit::params(const LinkParams& prior) const {
       p.beta_s_per_byte = std::max(sbt_ / sbb_, kMinBeta);
       return p;
     }
+    // beta <= 0: latency-bound samples whose jitter outweighs the bytes' time (a far, fast link
+    // probed with small messages). The bytes' time is unmeasured, so beta is the prior's; the
+    // latency was measured and is refitted with that beta (the prior's LAN latency would price
+    // every message of a WAN step at a LAN's cost).
+    p.alpha_s = std::max((sat_ - prior.beta_s_per_byte * sab_) / saa_, 0.0);
+    return p;
   }
   if (sbb_ > 0) {
     // beta given alpha = prior's: minimize sum (t - a*alpha - b*beta)^2 over beta.

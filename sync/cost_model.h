@@ -79,7 +79,8 @@ class LinkFit {
   uint64_t samples() const { return samples_; }
   // The fitted parameters. When the samples cannot separate alpha from beta (all of one shape),
   // alpha is taken from `prior` and only beta is fitted; a negative alpha is clamped to 0 and beta
-  // refitted. `prior` is returned unchanged without samples.
+  // refitted, a non-positive beta is the prior's and alpha refitted. `prior` is returned unchanged
+  // without samples.
   LinkParams params(const LinkParams& prior) const;
 
  private:

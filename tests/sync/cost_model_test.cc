@@ -52,6 +52,22 @@ TEST(LinkFit, OneShapeKeepsPriorAlphaAndFitsBeta) {
   EXPECT_FALSE(LinkFit().params(prior).measured);  // no samples: the prior
 }
 
+// A far link probed with small messages: 20 ms a message, and jitter that makes the largest
+// round trip the fastest (a negative slope). The fit keeps the measured latency, not the prior's
+// LAN figure, which would price every message of a WAN step at a LAN's cost; the bandwidth, hidden
+// under the jitter, is the prior's.
+TEST(LinkFit, LatencyBoundSamplesWithANegativeSlopeKeepTheirLatency) {
+  LinkFit fit;
+  fit.add(2, 16, 0.0402);
+  fit.add(2, 2e4, 0.0401);
+  fit.add(2, 2e5, 0.0399);
+  const LinkParams prior;
+  const LinkParams got = fit.params(prior);
+  EXPECT_TRUE(got.measured);
+  EXPECT_NEAR(got.alpha_s, 0.02, 1e-4);
+  EXPECT_EQ(got.beta_s_per_byte, prior.beta_s_per_byte);  // unmeasured under the jitter
+}
+
 TEST(LinkFit, ForgettingFollowsAChangedLink) {
   const LinkParams fast{20e-6, 1e-10, true}, slow{20e-6, 1e-8, true};
   LinkFit fit(0.8);
