@@ -180,12 +180,15 @@ const std::vector<VarSpec>& registry() {
      "override of GRADEX_SPARSITY_OVERRIDES works either way. Unset under an Adam-family optimizer "
      "(GRADEX_OPTIMIZER=adam) it is on, and takes the Adam codec's place on the ladder: see "
      "GRADEX_ADAM_SPARSITY."},
-    {"GRADEX_POLICY_INT4", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
-     "GRADEX_POLICY=auto: the 4-bit rung after 8-bit (dense, 4-bit codes with error feedback on "
-     "the 8-bit route, about half of 8-bit's bytes), taken where 8-bit would not hide either; the "
-     "'int4' override of GRADEX_SPARSITY_OVERRIDES works either way. Off under SGD, whose rungs "
-     "past 8-bit are DGC's. Unset under an Adam-family optimizer (GRADEX_OPTIMIZER=adam) it is on "
-     "while the Adam codec is off the ladder (see GRADEX_ADAM_SPARSITY)."},
+    {"GRADEX_POLICY_INT4", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
+     "GRADEX_POLICY=auto: the 4-bit rung before DGC's (dense, 4-bit codes with error feedback on "
+     "the 8-bit route, a quarter of 16-bit's bytes), taken where 16-bit (and 8-bit, when on) would "
+     "not hide; the 'int4' override of GRADEX_SPARSITY_OVERRIDES works either way. Under SGD it "
+     "reached the LAN race's target at 1 Gbit/s 1.4-1.6x sooner than the ladder without it on all "
+     "four tasks (two seeds each, at DDP's steps, within 0.2 points of DDP's final accuracy where "
+     "DGC's capped rungs ended up to 1.8 points below). Unset under an Adam-family optimizer "
+     "(GRADEX_OPTIMIZER=adam) it is on while the Adam codec is off the ladder (see "
+     "GRADEX_ADAM_SPARSITY)."},
     {"GRADEX_POLICY_FIDELITY_INT8", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: where a fidelity cap (the early-training ramp of "
      "GRADEX_POLICY_RAMP_STEPS, the end-of-training rule of GRADEX_POLICY_HORIZON_STEPS) leaves no "

@@ -15,11 +15,11 @@ constexpr const char* kFixedOnly[] = {"GRADEX_SPARSITY", "GRADEX_WARMUP_STEPS",
                                       "GRADEX_DENSE_THRESHOLD"};
 // Settings only GRADEX_POLICY=auto reads (sync/codec_planner.h). GRADEX_POLICY_HORIZON_STEPS is
 // not among them: it states how long the training runs, which plugins pass whatever the policy.
-constexpr const char* kAutoOnly[] = {"GRADEX_POLICY_INTERVAL",   "GRADEX_POLICY_LADDER",
-                                     "GRADEX_POLICY_SLACK",      "GRADEX_POLICY_DENSE_STEPS",
-                                     "GRADEX_POLICY_RAMP_STEPS", "GRADEX_POLICY_MIN_SELECTED",
-                                     "GRADEX_POLICY_INT8",       "GRADEX_POLICY_MIN_PER_ROW",
-                                     "GRADEX_POLICY_PROBE",      "GRADEX_POLICY_FIDELITY_INT8"};
+constexpr const char* kAutoOnly[] = {
+    "GRADEX_POLICY_INTERVAL",      "GRADEX_POLICY_LADDER",      "GRADEX_POLICY_SLACK",
+    "GRADEX_POLICY_DENSE_STEPS",   "GRADEX_POLICY_RAMP_STEPS",  "GRADEX_POLICY_MIN_SELECTED",
+    "GRADEX_POLICY_INT8",          "GRADEX_POLICY_MIN_PER_ROW", "GRADEX_POLICY_PROBE",
+    "GRADEX_POLICY_FIDELITY_INT8", "GRADEX_POLICY_INT4"};
 
 bool given(const config::Config& c, const char* name) {
   return c.source_of(name) != config::Source::kDefault;

@@ -94,6 +94,17 @@ TEST(PolicySettings, APolicyTheProgramSetsMasksTheEnvironmentsOtherPolicy) {
   EXPECT_NE(resolution_error(env_config({}, {"GRADEX_POLICY=fixed", "GRADEX_POLICY_INT8=1"})), "");
 }
 
+// Every rung switch of the auto ladder is a setting only auto reads: under fixed it would do
+// nothing, so it is refused rather than ignored.
+TEST(PolicySettings, TheLaddersRungSwitchesContradictFixed) {
+  for (const char* rung :
+       {"GRADEX_POLICY_INT8=1", "GRADEX_POLICY_INT4=0", "GRADEX_POLICY_FIDELITY_INT8=0"}) {
+    const std::string e = resolution_error(env_config({"GRADEX_POLICY=fixed", rung}));
+    EXPECT_NE(e.find(std::string(rung) + " (environment)"), std::string::npos) << e;
+    EXPECT_NE(resolution_error(env_config({"GRADEX_SPARSITY=0.99", rung})), "") << rung;
+  }
+}
+
 TEST(PolicySettings, ResolvedPolicyIsWrittenIntoTheConfiguration) {
   const Config c = gradex::sync::with_resolved_policy(env_config({"GRADEX_SPARSITY=0.5"}), false);
   EXPECT_EQ(c.get_string("GRADEX_POLICY"), "fixed");
