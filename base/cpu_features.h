@@ -9,4 +9,12 @@ namespace gradex {
 // fuzzers are built with clang. Always false off x86-64.
 bool cpu_has_avx2_f16c();
 
+// True when the CPU has AVX2 (base/vector_dispatch.h) and the baseline form is not forced. Always
+// false off x86-64.
+bool cpu_has_avx2();
+
+// Benchmarks and tests: with_vector_isa() bodies run in their baseline form while `on` (to compare
+// the two forms side by side); false restores the CPU's choice. Not for concurrent use with them.
+void force_baseline_isa(bool on);
+
 }  // namespace gradex

@@ -3,6 +3,7 @@
 // P-1 times.
 #include "base/half_sum.h"
 
+#include <atomic>
 #include <string>
 
 #include "base/cpu_features.h"
@@ -27,6 +28,23 @@ bool cpu_has_avx2_f16c() {
 #else
   return false;
 #endif
+}
+
+namespace {
+std::atomic<bool> baseline_forced{false};
+}  // namespace
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has && !baseline_forced.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void force_baseline_isa(bool on) {
+  baseline_forced.store(on, std::memory_order_relaxed);
 }
 
 namespace {

@@ -4,6 +4,9 @@
 //   dgc_over_stream_25M        streaming-kernel time / DGC time (1.0 = at the bandwidth bound)
 //   dgc_over_stream_25M_t2     the same with two threads (against the one-thread stream)
 //   bits_per_index_0.1pct      index bits per selected element, random support at 0.1% density
+//   int8_encode_ns, int4_encode_ns   block codec encode with error feedback, ns per element (25M,
+//                              the CPU's vector form); *_baseline_over_vector: the baseline form's
+//                              time over the vector form's, in the same run
 // Flags of its own: --large adds the 100M-element cases.
 #include <benchmark/benchmark.h>
 
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   gradex::bench::register_dgc(large);
   gradex::bench::register_wire(large);
   gradex::bench::register_cast(large);
+  gradex::bench::register_block_codecs(large);
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
@@ -88,5 +92,12 @@ int main(int argc, char** argv) {
       "dgc_over_stream_25M_t2=%.3f stream_20B_25M_gb_s=%.2f bits_per_index_0.1pct=%.2f\n",
       ratio(n, dgc) / 1e9, ratio(stream, dgc), ratio(stream_cpu, dgc_cpu), ratio(stream, dgc2),
       ratio(20 * n, stream) / 1e9, bits_per_index(25000000, 0.001));
+  for (const char* bits : {"8", "4"}) {
+    const std::string at = std::string("int") + bits + "_encode/25M/";
+    const double vec = Recorder::get(wall, at + "vector"),
+                 base = Recorder::get(wall, at + "baseline");
+    std::printf("RESULT int%s_encode_ns=%.3f int%s_encode_baseline_over_vector=%.2f\n", bits,
+                vec / n * 1e9, bits, ratio(base, vec));
+  }
   return 0;
 }

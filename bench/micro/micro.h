@@ -5,4 +5,5 @@ namespace gradex::bench {
 void register_dgc(bool large);
 void register_wire(bool large);
 void register_cast(bool large);
+void register_block_codecs(bool large);
 }  // namespace gradex::bench

@@ -1,9 +1,10 @@
 // What the dense block codecs (int8_codec.cc, int4_codec.cc) share, inline so that each loop still
-// vectorizes in its caller: a block's input with its error feedback added, the block's largest
-// magnitude, and nearest rounding to symmetric integer codes with exact error feedback, all in
-// compress/quant's arithmetic (quant.h: the bytes must equal quant::quantize's). Include only from
-// files compiled with -ffp-contract=off (compress/CMakeLists.txt), where q * scale rounds the same
-// way as in every rank's decode.
+// vectorizes in its caller (and is compiled with its caller's ISA, base/vector_dispatch.h): a
+// block's input with its error feedback added, the block's largest magnitude, and nearest rounding
+// to symmetric integer codes with exact error feedback, all in compress/quant's arithmetic
+// (quant.h: the bytes must equal quant::quantize's). Include only from files compiled with
+// -ffp-contract=off (compress/CMakeLists.txt), where q * scale rounds the same way as in every
+// rank's decode.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/vector_dispatch.h"
 #include "compress/quant/quant.h"
 
 namespace gradex::compress::backend::block {
@@ -44,7 +46,7 @@ inline float checked_scale(const uint8_t* in, size_t begin, const std::string& w
 // v[i] = r[i] + g[i] (g[i] when r is null) for i < n; returns the bit pattern of the largest
 // magnitude among them, computed on the integers so that the reduction vectorizes (|x| orders as
 // its bits do; a NaN or Inf has the largest, at or above kNonFinite).
-inline int32_t gather(const float* g, const float* r, size_t n, float* v) {
+GX_ALWAYS_INLINE int32_t gather(const float* g, const float* r, size_t n, float* v) {
   if (r) {
     for (size_t i = 0; i < n; ++i)
       v[i] = r[i] + g[i];
@@ -64,7 +66,7 @@ constexpr int32_t kNonFinite = 0x7f800000;
 
 // The block's scale, quant's block_scale for fp32 scales: amax / max_code, amax the magnitude
 // whose bits `top` holds (finite).
-inline float scale_of(int32_t top, float max_code) {
+GX_ALWAYS_INLINE float scale_of(int32_t top, float max_code) {
   float amax;
   std::memcpy(&amax, &top, 4);
   return amax / max_code;
@@ -75,7 +77,8 @@ inline float scale_of(int32_t top, float max_code) {
 // whole (quant.h). quant's rounding, nearbyint(x / s) under the default mode (ties to even), equals
 // (t + 1.5 * 2^23) - 1.5 * 2^23 for |t| < 2^22, and is never -0, so q * s matches quant's
 // float(int(q)) * s, sign of zero included.
-inline void round(const float* v, size_t n, float s, float max_code, int8_t* q, float* e) {
+GX_ALWAYS_INLINE void round(const float* v, size_t n, float s, float max_code, int8_t* q,
+                            float* e) {
   constexpr float kRound = 12582912.0f;
   for (size_t i = 0; i < n; ++i) {
     const float x = v[i];
@@ -92,7 +95,7 @@ inline void round(const float* v, size_t n, float s, float max_code, int8_t* q, 
 // out[i] = q[i] * s (Add: out[i] += q[i] * s) for i < n: one fp32 multiply per element, as
 // quant::dequantize rounds it.
 template <bool Add>
-inline void scale_codes(const int8_t* q, size_t n, float s, float* out) {
+GX_ALWAYS_INLINE void scale_codes(const int8_t* q, size_t n, float s, float* out) {
   for (size_t i = 0; i < n; ++i) {
     if constexpr (Add)
       out[i] += static_cast<float>(q[i]) * s;

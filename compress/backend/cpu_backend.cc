@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/vector_dispatch.h"
 #include "compress/backend/host_resources.h"
 #include "compress/backend/validate.h"
 #include "compress/dgc/compressor.h"
@@ -12,6 +13,25 @@
 
 namespace gradex::compress::backend {
 namespace {
+
+// g <- g * s, then (m > 0) u <- m * u + g and g <- u (Nesterov: g + m * u), one pass, branch-free
+// so that it vectorizes (it streams 16 bytes an element and was the engine's dearest loop on the
+// dense quantized route before). The same multiplies and adds, in the same order, as one element
+// at a time: the bits do not depend on the vector width.
+template <bool Momentum, bool Nesterov>
+GX_ALWAYS_INLINE void momentum_pass(float* __restrict g, float* __restrict u, size_t n, float m,
+                                    float s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * s;
+    if constexpr (!Momentum) {
+      g[i] = gi;
+    } else {
+      const float ui = m * u[i] + gi;
+      u[i] = ui;
+      g[i] = Nesterov ? gi + m * ui : ui;
+    }
+  }
+}
 
 class CpuDgc final : public DgcState {
  public:
@@ -100,16 +120,14 @@ class CpuBackend final : public HostBackend<DeviceType::kCpu, CpuDgc> {
                          Stream&) override {
     if (m == 0.0f) {
       if (s != 1.0f)
-        for (size_t i = 0; i < n; ++i)
-          g[i] *= s;
+        with_vector_isa(
+            [&]() GX_VECTOR_BODY { momentum_pass<false, false>(g, nullptr, n, 0.0f, s); });
       return;
     }
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i] * s;
-      const float ui = m * u[i] + gi;
-      u[i] = ui;
-      g[i] = nesterov ? gi + m * ui : ui;
-    }
+    if (nesterov)
+      with_vector_isa([&]() GX_VECTOR_BODY { momentum_pass<true, true>(g, u, n, m, s); });
+    else
+      with_vector_isa([&]() GX_VECTOR_BODY { momentum_pass<true, false>(g, u, n, m, s); });
   }
 
   void do_gather(const FusionEntry* entries, size_t count, float* bucket, Stream&) override {

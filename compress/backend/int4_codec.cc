@@ -25,7 +25,7 @@ const quant::QuantOptions& options() {
 }
 
 // Bytes of one block of n elements: the scale and ceil(n / 2) code bytes.
-size_t block_bytes(size_t n) {
+GX_ALWAYS_INLINE size_t block_bytes(size_t n) {
   return 4 + (n + 1) / 2;
 }
 
@@ -39,7 +39,10 @@ double bytes_per_element() {
   return static_cast<double>(4 + kInt4Block / 2) / static_cast<double>(kInt4Block);
 }
 
-size_t encode(const float* values, float* residual, size_t count, uint8_t* out) {
+namespace {
+
+GX_ALWAYS_INLINE size_t encode_blocks(const float* values, float* residual, size_t count,
+                                      uint8_t* out) {
   size_t nonfinite = 0;
   float v[kInt4Block];
   for (size_t begin = 0; begin < count; begin += kInt4Block) {
@@ -71,6 +74,13 @@ size_t encode(const float* values, float* residual, size_t count, uint8_t* out) 
     out += block_bytes(n);
   }
   return nonfinite;
+}
+
+}  // namespace
+
+size_t encode(const float* values, float* residual, size_t count, uint8_t* out) {
+  return with_vector_isa(
+      [&]() GX_VECTOR_BODY { return encode_blocks(values, residual, count, out); });
 }
 
 void validate(const uint8_t* in, size_t size, size_t count, const std::string& what) {
@@ -109,7 +119,7 @@ namespace {
 
 // The block walk both decodes share: each block's scale, then out[i] (+)= (nibble - 8) * scale.
 template <bool Add>
-void decode_blocks(const uint8_t* in, size_t count, float* out) {
+GX_ALWAYS_INLINE void decode_blocks(const uint8_t* in, size_t count, float* out) {
   for (size_t begin = 0; begin < count; begin += kInt4Block) {
     const size_t n = std::min(kInt4Block, count - begin);
     float s;
@@ -131,11 +141,11 @@ void decode_blocks(const uint8_t* in, size_t count, float* out) {
 }  // namespace
 
 void decode_add(const uint8_t* in, size_t count, float* acc) {
-  decode_blocks<true>(in, count, acc);
+  with_vector_isa([&]() GX_VECTOR_BODY { decode_blocks<true>(in, count, acc); });
 }
 
 void decode(const uint8_t* in, size_t count, float* out) {
-  decode_blocks<false>(in, count, out);
+  with_vector_isa([&]() GX_VECTOR_BODY { decode_blocks<false>(in, count, out); });
 }
 
 }  // namespace gradex::compress::backend::int4

@@ -33,7 +33,10 @@ double bytes_per_element() {
   return static_cast<double>(kInt8Block + 4) / static_cast<double>(kInt8Block);
 }
 
-size_t encode(const float* values, float* residual, size_t count, uint8_t* out) {
+namespace {
+
+GX_ALWAYS_INLINE size_t encode_blocks(const float* values, float* residual, size_t count,
+                                      uint8_t* out) {
   size_t nonfinite = 0;
   float v[kInt8Block];
   for (size_t begin = 0; begin < count; begin += kInt8Block) {
@@ -62,6 +65,13 @@ size_t encode(const float* values, float* residual, size_t count, uint8_t* out) 
   return nonfinite;
 }
 
+}  // namespace
+
+size_t encode(const float* values, float* residual, size_t count, uint8_t* out) {
+  return with_vector_isa(
+      [&]() GX_VECTOR_BODY { return encode_blocks(values, residual, count, out); });
+}
+
 void validate(const uint8_t* in, size_t size, size_t count, const std::string& what) {
   const size_t want = encoded_size(count);
   if (size != want)
@@ -84,7 +94,7 @@ namespace {
 
 // The block walk both decodes share: each block's scale, then out[i] (+)= code * scale.
 template <bool Add>
-void decode_blocks(const uint8_t* in, size_t count, float* out) {
+GX_ALWAYS_INLINE void decode_blocks(const uint8_t* in, size_t count, float* out) {
   for (size_t begin = 0; begin < count; begin += kInt8Block) {
     const size_t n = std::min(kInt8Block, count - begin);
     float s;
@@ -98,11 +108,11 @@ void decode_blocks(const uint8_t* in, size_t count, float* out) {
 }  // namespace
 
 void decode_add(const uint8_t* in, size_t count, float* acc) {
-  decode_blocks<true>(in, count, acc);
+  with_vector_isa([&]() GX_VECTOR_BODY { decode_blocks<true>(in, count, acc); });
 }
 
 void decode(const uint8_t* in, size_t count, float* out) {
-  decode_blocks<false>(in, count, out);
+  with_vector_isa([&]() GX_VECTOR_BODY { decode_blocks<false>(in, count, out); });
 }
 
 }  // namespace gradex::compress::backend::int8

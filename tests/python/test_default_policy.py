@@ -120,6 +120,12 @@ def test_early_rung_trains_like_dense_at_equal_steps():
     _check_quantized_rung("sgd", "int8", "8-bit")
 
 
+def test_sgd_four_bit_rung_trains_like_dense_at_equal_steps():
+    """The SGD ladder's 4-bit rung, before DGC's (on by default): every coordinate in 4 bits with error feedback,
+    from the first step, with SGD momentum in the framework's optimizer."""
+    _check_quantized_rung("sgd", "int4", "4-bit")
+
+
 def test_adam_ladder_rungs_train_like_dense_at_equal_steps():
     """The Adam ladder's compressed rungs, 8-bit and then 4-bit with error feedback, under AdamW."""
     _check_quantized_rung("adamw", "int8", "8-bit")
