@@ -17,4 +17,13 @@ bool cpu_has_avx2();
 // the two forms side by side); false restores the CPU's choice. Not for concurrent use with them.
 void force_baseline_isa(bool on);
 
+// force_baseline_isa(true) while it lives (the CPU's choice restored after).
+class BaselineIsaScope {
+ public:
+  explicit BaselineIsaScope(bool on = true) { force_baseline_isa(on); }
+  ~BaselineIsaScope() { force_baseline_isa(false); }
+  BaselineIsaScope(const BaselineIsaScope&) = delete;
+  BaselineIsaScope& operator=(const BaselineIsaScope&) = delete;
+};
+
 }  // namespace gradex

@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "base/cpu_features.h"
+#include "compress/backend/block_codec.h"
 #include "compress/backend/cpu_backend.h"
-#include "compress/backend/int4_codec.h"
-#include "compress/backend/int8_codec.h"
 
 namespace backend = gradex::compress::backend;
 
@@ -37,21 +36,6 @@ std::vector<float> inputs(size_t n, uint32_t seed, bool nonfinite) {
   return v;
 }
 
-struct Codec {
-  const char* name;
-  size_t (*encoded_size)(size_t);
-  size_t (*encode)(const float*, float*, size_t, uint8_t*);
-  void (*decode)(const uint8_t*, size_t, float*);
-  void (*decode_add)(const uint8_t*, size_t, float*);
-};
-
-const Codec kCodecs[] = {
-    {"int8", backend::int8::encoded_size, backend::int8::encode, backend::int8::decode,
-     backend::int8::decode_add},
-    {"int4", backend::int4::encoded_size, backend::int4::encode, backend::int4::decode,
-     backend::int4::decode_add},
-};
-
 // What a codec computes from the same inputs: the bytes, the residual after, the decode, and the
 // decode added onto a nonzero accumulator.
 struct Outputs {
@@ -60,7 +44,8 @@ struct Outputs {
   size_t nonfinite = 0;
 };
 
-Outputs run(const Codec& c, const std::vector<float>& g, const std::vector<float>& r0) {
+Outputs run(const backend::BlockCodec& c, const std::vector<float>& g,
+            const std::vector<float>& r0) {
   Outputs o;
   o.bytes.assign(c.encoded_size(g.size()), 0);
   o.residual = r0;
@@ -76,26 +61,21 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-class BaselineForm {
- public:
-  explicit BaselineForm(bool on) { gradex::force_baseline_isa(on); }
-  ~BaselineForm() { gradex::force_baseline_isa(false); }
-};
-
 }  // namespace
 
 TEST(VectorIsa, BlockCodecsComputeTheSameBitsInEitherForm) {
-  for (const Codec& c : kCodecs)
+  for (int bits : {8, 4})
     for (size_t n : {size_t{1}, size_t{127}, size_t{128}, size_t{129}, size_t{1001}, size_t{70001}})
       for (bool nonfinite : {false, true}) {
         const std::vector<float> g = inputs(n, 7, nonfinite);
         const std::vector<float> r0 = inputs(n, 8, false);
+        const backend::BlockCodec& c = backend::block_codec(bits);
         Outputs vector_form = run(c, g, r0), baseline;
         {
-          BaselineForm force(true);
+          gradex::BaselineIsaScope force;
           baseline = run(c, g, r0);
         }
-        SCOPED_TRACE(std::string(c.name) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::to_string(bits) + "-bit, n=" + std::to_string(n));
         EXPECT_EQ(vector_form.bytes, baseline.bytes);
         EXPECT_TRUE(same_bits(vector_form.residual, baseline.residual));
         EXPECT_TRUE(same_bits(vector_form.decoded, baseline.decoded));
@@ -113,7 +93,7 @@ TEST(VectorIsa, MomentumPassComputesTheSameBitsInEitherForm) {
     for (bool nesterov : {false, true}) {
       std::vector<float> g[2], u[2];
       for (int form = 0; form < 2; ++form) {
-        BaselineForm force(form == 1);
+        gradex::BaselineIsaScope force(form == 1);
         g[form] = inputs(n, 3, false);
         u[form] = inputs(n, 4, false);
         b->apply_momentum(g[form].data(), u[form].data(), n, m, nesterov, 0.37f, *stream);
