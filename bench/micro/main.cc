@@ -89,15 +89,16 @@ int main(int argc, char** argv) {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf(
       "RESULT dgc_compress_25M_gelem_s=%.3f dgc_over_stream_25M=%.3f dgc_over_stream_25M_cpu=%.3f "
-      "dgc_over_stream_25M_t2=%.3f stream_20B_25M_gb_s=%.2f bits_per_index_0.1pct=%.2f\n",
+      "dgc_over_stream_25M_t2=%.3f stream_20B_25M_gb_s=%.2f bits_per_index_0.1pct=%.2f",
       ratio(n, dgc) / 1e9, ratio(stream, dgc), ratio(stream_cpu, dgc_cpu), ratio(stream, dgc2),
       ratio(20 * n, stream) / 1e9, bits_per_index(25000000, 0.001));
-  for (const char* bits : {"8", "4"}) {
+  for (const char* bits : {"8", "4"}) {  // the same line: one RESULT line per run
     const std::string at = std::string("int") + bits + "_encode/25M/";
     const double vec = Recorder::get(wall, at + "vector"),
                  base = Recorder::get(wall, at + "baseline");
-    std::printf("RESULT int%s_encode_ns=%.3f int%s_encode_baseline_over_vector=%.2f\n", bits,
-                vec / n * 1e9, bits, ratio(base, vec));
+    std::printf(" int%s_encode_ns=%.3f int%s_encode_baseline_over_vector=%.2f", bits, vec / n * 1e9,
+                bits, ratio(base, vec));
   }
+  std::printf("\n");
   return 0;
 }
