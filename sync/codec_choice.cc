@@ -269,11 +269,13 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
     }
   }
   if (measured_codecs == 0) return factor;
-  // The lesser of the two evidences: priced above either, an unmeasured codec might never be
-  // chosen, so never measured (loaded CPUs inflate the stages, CPU-bound rings the transfers).
+  // The lesser of the two evidences, and never above 1: priced above its own numbers, an
+  // unmeasured codec might never be chosen, so never measured (loaded CPUs inflate the stages,
+  // CPU-bound rings and routes the transfers).
   double inherited = sum / static_cast<double>(measured_codecs);
   if (stage_codecs > 0)
     inherited = std::min(inherited, stage_sum / static_cast<double>(stage_codecs));
+  inherited = std::min(inherited, 1.0);
   for (size_t c = 0; c < factor.size(); ++c) {
     const auto codec = static_cast<Codec>(c);
     if (enough(codec)) continue;
@@ -283,6 +285,22 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
       factor[c] = factor[static_cast<size_t>(other_ring)];
   }
   return factor;
+}
+
+std::vector<UnitRecord> remember_unit_records(UnitMemory& memory, std::vector<UnitRecord> fresh) {
+  std::array<size_t, kCodecs> count{};
+  for (const UnitRecord& r : fresh)
+    ++count[static_cast<size_t>(r.codec)];
+  for (size_t c = 0; c < memory.size(); ++c)
+    if (count[c] >= kMinFactorRecords) memory[c].clear();
+  for (UnitRecord& r : fresh) {
+    const auto c = static_cast<size_t>(r.codec);
+    if (count[c] >= kMinFactorRecords) memory[c].push_back(std::move(r));
+  }
+  std::vector<UnitRecord> all;
+  for (const std::vector<UnitRecord>& records : memory)
+    all.insert(all.end(), records.begin(), records.end());
+  return all;
 }
 
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,

@@ -218,16 +218,30 @@ constexpr size_t kMinFactorRecords = 2;
 // [1/4, 16]. A codec without enough records is priced from the others' (pricing it at 1 would make
 // it look cheap only because it was not used): a dense ring codec (fp32, 16-bit) takes the other
 // dense ring's factor when that one is measured (the same collective on the same link); any other
-// takes the lesser of two means over the codecs with enough records: of their factors, and of what
-// their encode and decode stages measured over what was predicted for those stages. A loaded CPU
-// inflates the stages, a CPU-bound ring its transfers, and neither says much about another codec's
-// collective: on 4 ranks sharing 2 cores the 16-bit rings measured 2.4x their prediction in their
-// loopback transfers, and DGC, never measured, inherited the 2.4x and stayed unchosen; priced above
-// either evidence, an unmeasured codec might never be chosen, so never measured. 1 when no codec
-// has records.
+// takes the least of 1 and two means over the codecs with enough records: of their factors, and of
+// what their encode and decode stages measured over what was predicted for those stages. A loaded
+// CPU inflates the stages, a CPU-bound ring or quantized route its transfers, and neither says
+// much about another codec's collective: on 4 ranks sharing 2 cores the 16-bit rings measured
+// 2.4x their prediction in their loopback transfers, and DGC, never measured, inherited the 2.4x
+// and stayed unchosen; later the 4-bit route measured 1.4x, DGC inherited it on top of a start-up
+// encode 3x its steady cost, and every tensor stayed 4-bit at twice DGC's step. Priced above its
+// own numbers, an unmeasured codec might never be chosen, so never measured; priced at them, it is
+// tried when they say it is cheaper, measured, and corrected by the next plan, which remembers it
+// (remember_unit_records). 1 when no codec has records.
 std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>& records,
                                                    const Snapshot& numbers,
                                                    const ChoiceOptions& options);
+
+// Per codec, the records of the last interval between plans that had enough of them
+// (kMinFactorRecords) to set its factor.
+using UnitMemory = std::array<std::vector<UnitRecord>, kCodecs>;
+// Updates `memory` with the records of the interval just ended (`fresh`: a codec with enough of
+// them replaces its remembered ones; one with too few keeps them) and returns every remembered
+// record, for measured_codec_factors. A codec the plan in force does not use keeps the factor its
+// own units measured when it was used, instead of inheriting the codecs in use: a plan that moves
+// every tensor off a codec would otherwise forget what that codec cost, price it from the others,
+// and move back.
+std::vector<UnitRecord> remember_unit_records(UnitMemory& memory, std::vector<UnitRecord> fresh);
 
 // The choice for every tensor of `inputs` (any order; the timeline orders by ready time, then
 // key). Deterministic: equal inputs give equal plans on every rank.

@@ -47,6 +47,16 @@ std::string fmt(const char* format, double v) {
   return b;
 }
 
+// The plan's corrections: the step's calibration and each codec's measured-over-predicted factor.
+std::string describe_factors(const cost::Snapshot& s) {
+  std::string out =
+      "calibration " + fmt("%.2f", s.calibration) + "; measured over predicted per codec:";
+  for (int c = 0; c < kCodecs; ++c)
+    out += std::string(c ? "," : "") + " " + codec_name(static_cast<Codec>(c)) + " " +
+           fmt("%.2f", s.codec_factor[static_cast<size_t>(c)]);
+  return out;
+}
+
 }  // namespace
 
 void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions& choice) {
@@ -244,6 +254,7 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
       std::lock_guard<std::mutex> lock(mutex_);
       records.swap(unit_records_);
     }
+    records = cost::remember_unit_records(unit_memory_, std::move(records));
     local.codec_factor = cost::measured_codec_factors(records, local, choice_options(local));
   }
   if (plans_made_ > 0) {
@@ -284,7 +295,8 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
     }
     choice_[c.key] = c.rung;
   }
-  GX_LOG(kInfo) << "GRADEX_POLICY=auto: plan for step " << epoch_start(epoch) << "\n"
+  GX_LOG(kInfo) << "GRADEX_POLICY=auto: plan for step " << epoch_start(epoch)
+                << " (agreed numbers: " << describe_numbers(numbers) << ")\n"
                 << plan.describe();
   std::lock_guard<std::mutex> lock(mutex_);
   plan_ = std::move(plan);
@@ -309,6 +321,8 @@ void CodecPlanner::on_reconfigure(int world_size) {
   applied_epoch_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   unit_records_.clear();  // measured with another membership
+  for (std::vector<cost::UnitRecord>& records : unit_memory_)
+    records.clear();
 }
 
 void CodecPlanner::set_horizon(uint64_t steps) {
@@ -482,6 +496,29 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   }
 }
 
+std::string CodecPlanner::describe_numbers(const cost::Snapshot& n) const {
+  const cost::LinkParams& l = n.link[static_cast<size_t>(link_class_)];
+  return std::string(cost::peer_class_name(link_class_)) + " link alpha " +
+         fmt("%.1f", l.alpha_s * 1e6) + " us, " + fmt("%.3g", 8e-9 / l.beta_s_per_byte) +
+         " Gbit/s" + (l.measured ? "" : " (default)") + "; per element: 16-bit cast " +
+         fmt("%.2f", n.codecs.encode_s[1] * 1e9) + " ns, dgc encode " +
+         fmt("%.2f", n.codecs.encode_s[2] * 1e9) + " ns, dgc decode " +
+         fmt("%.2f", n.codecs.decode_s[2] * 1e9) + " ns per received value; dgc " +
+         fmt("%.2f", n.codecs.dgc_bytes_per_selected) + " bytes per value; 4-bit encode and sum " +
+         fmt("%.2f", n.codecs.encode_s[static_cast<size_t>(Codec::kInt4)] * 1e9) + " ns, decode " +
+         fmt("%.2f", n.codecs.decode_s[static_cast<size_t>(Codec::kInt4)] * 1e9) +
+         " ns; ring sum " + fmt("%.2f", n.codecs.reduce_s[0] * 1e9) + " ns (fp32), " +
+         fmt("%.2f", n.codecs.reduce_s[1] * 1e9) + " ns (16-bit) per element; transport " +
+         fmt("%.2f", n.codecs.transport_s_per_byte * 1e9) + " ns per byte; " +
+         (planner_.choice.sparse_codec == cost::Codec::kAdam
+              ? "adam encode " + fmt("%.2f", n.codecs.encode_s[4] * 1e9) + " ns, decode " +
+                    fmt("%.2f", n.codecs.decode_s[4] * 1e9) + " ns per element, " +
+                    fmt("%.2f", n.codecs.adam_bytes_per_selected) + " bytes per value; "
+              : std::string()) +
+         "cpu share " + fmt("%.2f", n.cpu_share) + "; backward " + fmt("%.3f", n.backward_s * 1e3) +
+         " ms, forward " + fmt("%.3f", n.forward_s * 1e3) + " ms; " + describe_factors(n);
+}
+
 std::string CodecPlanner::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t horizon = horizon_steps_.load();
@@ -493,30 +530,7 @@ std::string CodecPlanner::explain() const {
     out += "no plan yet: every tensor is dense (or as overridden) until its first exchange\n";
     return out;
   }
-  const cost::LinkParams& l = agreed_.link[static_cast<size_t>(link_class_)];
-  out += std::string("agreed numbers (rank 0's): ") + cost::peer_class_name(link_class_) +
-         " link alpha " + fmt("%.1f", l.alpha_s * 1e6) + " us, " +
-         fmt("%.3g", 8e-9 / l.beta_s_per_byte) + " Gbit/s" + (l.measured ? "" : " (default)") +
-         "; per element: 16-bit cast " + fmt("%.2f", agreed_.codecs.encode_s[1] * 1e9) +
-         " ns, dgc encode " + fmt("%.2f", agreed_.codecs.encode_s[2] * 1e9) + " ns, dgc decode " +
-         fmt("%.2f", agreed_.codecs.decode_s[2] * 1e9) + " ns per received value; dgc " +
-         fmt("%.2f", agreed_.codecs.dgc_bytes_per_selected) + " bytes per value; ring sum " +
-         fmt("%.2f", agreed_.codecs.reduce_s[0] * 1e9) + " ns (fp32), " +
-         fmt("%.2f", agreed_.codecs.reduce_s[1] * 1e9) + " ns (16-bit) per element; transport " +
-         fmt("%.2f", agreed_.codecs.transport_s_per_byte * 1e9) + " ns per byte; " +
-         (planner_.choice.sparse_codec == cost::Codec::kAdam
-              ? "adam encode " + fmt("%.2f", agreed_.codecs.encode_s[4] * 1e9) + " ns, decode " +
-                    fmt("%.2f", agreed_.codecs.decode_s[4] * 1e9) + " ns per element, " +
-                    fmt("%.2f", agreed_.codecs.adam_bytes_per_selected) + " bytes per value; "
-              : std::string()) +
-         "cpu share " + fmt("%.2f", agreed_.cpu_share) + "; backward " +
-         fmt("%.3f", agreed_.backward_s * 1e3) + " ms, forward " +
-         fmt("%.3f", agreed_.forward_s * 1e3) + " ms; calibration " +
-         fmt("%.2f", agreed_.calibration) + "; measured over predicted per codec: fp32 " +
-         fmt("%.2f", agreed_.codec_factor[0]) + ", 16-bit " + fmt("%.2f", agreed_.codec_factor[1]) +
-         ", dgc " + fmt("%.2f", agreed_.codec_factor[2]) + ", 8-bit " +
-         fmt("%.2f", agreed_.codec_factor[3]) + ", adam " + fmt("%.2f", agreed_.codec_factor[4]) +
-         "\n";
+  out += "agreed numbers (rank 0's): " + describe_numbers(agreed_) + "\n";
   out += plan_.describe(&measured_s_);
   out +=
       "(ms per step; predicted from the agreed numbers, meas_ms = this rank's prepare + "

@@ -148,6 +148,8 @@ class CodecPlanner {
   // A chosen rung as the policy it applies (sync/policy.h: canonical_rung), with its reason.
   AppliedPolicy policy_for(const Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
+  // The numbers a plan is made from (link, per-element costs, step, corrections), one line.
+  std::string describe_numbers(const cost::Snapshot& numbers) const;
 
   config::Config config_;
   EngineOptions options_;
@@ -180,6 +182,7 @@ class CodecPlanner {
   // Units measured since the last plan (observe_unit), for Snapshot::codec_factor; bounded.
   static constexpr size_t kMaxUnitRecords = 4096;
   std::vector<cost::UnitRecord> unit_records_;
+  cost::UnitMemory unit_memory_;  // progress thread only (replan)
 };
 
 // The auto policy's rungs beyond 16-bit under an Adam-family optimizer (EngineOptions::adam_codec).
