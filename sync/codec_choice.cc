@@ -455,15 +455,46 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
         plan.tensors[cand.tensor] = keep;
         if (finish < tl.finish) group.push_back(&cand);
       }
-      if (group.size() < 2) break;
-      std::vector<TensorChoice> keep = plan.tensors;
-      for (const Candidate* cand : group)
-        set_rung(cand->tensor, ladder[cand->rung]);
-      const double finish = simulate(plan.tensors, order, o.one_lane).finish;
-      if (!(finish < tl.finish - needed)) {
+      if (group.size() >= 2) {
+        std::vector<TensorChoice> keep = plan.tensors;
+        for (const Candidate* cand : group)
+          set_rung(cand->tensor, ladder[cand->rung]);
+        if (simulate(plan.tensors, order, o.one_lane).finish < tl.finish - needed) {
+          tl = simulate(plan.tensors, order, o.one_lane);
+          continue;
+        }
         plan.tensors = std::move(keep);
-        break;
       }
+      // Rung raise. Tensors fused into one unit share its latencies, so on a latency-bound link
+      // moving any one of them to another codec adds a unit with latencies of its own and ends the
+      // step no earlier, however many bytes it saves: every raise above fails one at a time. (The
+      // WAN race's `tfm`, 25 ms one way: 30 tensors in one fp32 ring of 6 latencies, each alone
+      // on 4-bit's 2 latencies no sooner; the job ran fp32, 9.6 MB a step, to its end.) So every
+      // tensor that may take a rung moves to it at once, the rung that ends the step earliest, if
+      // that removes kMinSaving of what is exposed; the relax pass below takes back what the step
+      // does not need.
+      std::vector<TensorChoice> before = plan.tensors;
+      std::vector<TensorChoice> best_rung;
+      double rung_finish = tl.finish - needed;
+      for (size_t l = 0; l < ladder.size(); ++l) {
+        bool moved = false;
+        for (size_t i = 0; i < n; ++i) {
+          if (inputs[i].forced || rank_of(before[i].rung) >= l) continue;
+          if (std::find(rungs[i].begin(), rungs[i].end(), ladder[l]) == rungs[i].end()) continue;
+          set_rung(i, ladder[l]);
+          moved = true;
+        }
+        if (moved) {
+          const double finish = simulate(plan.tensors, order, o.one_lane).finish;
+          if (finish < rung_finish) {
+            rung_finish = finish;
+            best_rung = plan.tensors;
+          }
+        }
+        plan.tensors = before;
+      }
+      if (best_rung.empty()) break;
+      plan.tensors = std::move(best_rung);
       tl = simulate(plan.tensors, order, o.one_lane);
       continue;
     }

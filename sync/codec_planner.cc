@@ -268,8 +268,17 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
     const double predicted = in_force.finish_s - in_force.backward_end_s;
     if (tails > 0 && measured > 1e-3 && predicted > 1e-3)
       local.calibration = std::clamp(measured / predicted, 0.25, 16.0);
+    // No step ended since the last plan (a plan at a ramp quarter or a horizon rung right after
+    // a regular one): what that plan knew still holds. Dropped, the floor below fell away with
+    // it, and the WAN race's `tfm` re-planned from the bare model one step after a plan that had
+    // measured its steps 3x the prediction.
+    if (tails == 0) {
+      local.calibration = agreed_.calibration;
+      local.tail_s = agreed_.tail_s;
+    } else {
+      local.tail_s = model_.tail_s();
+    }
   }
-  if (plans_made_ > 0) local.tail_s = model_.tail_s();
   model_.restart_tail();
   const cost::Snapshot numbers = cost::agree_snapshot(comm, local);
   std::vector<cost::TensorInput> inputs = inputs_of(numbers, nullptr);

@@ -145,6 +145,37 @@ TEST(CodecChoice, FourBitWhenEightIsExposedAndFourHidden) {
   EXPECT_GT(without.exposed_s(), 0.0);
 }
 
+// The WAN race's `tfm` (4 hosts, 25 ms one way, 1.2 M parameters in 30 tensors ready together):
+// on fp32 every tensor rides one ring of 6 latencies; any one of them alone on 4-bit pays a unit
+// of 2 latencies of its own on top and ends the step no sooner, so no single raise (nor each
+// tensor's, taken together) was worth anything, and the plan stayed fp32, 9.6 MB a step. Moved
+// together, the whole step takes 4-bit's one unit.
+TEST(CodecChoice, RaisesAWholeRungWhenFusedUnitsShareTheLatency) {
+  ChoiceOptions o = options();
+  o.int4_available = true;
+  Snapshot s = numbers(0.37);
+  for (LinkParams& l : s.link)
+    l.alpha_s = 27e-3;
+  s.backward_s = 23e-3;
+  s.forward_s = 36e-3;
+  std::vector<TensorInput> in;
+  for (int i = 0; i < 30; ++i) {
+    const uint64_t numel = i % 3 == 0 ? 262144 : i % 3 == 1 ? 65536 : 256;
+    in.push_back(input(("layer" + std::to_string(i)).c_str(), numel, 0, 0.022));
+  }
+  const Plan p = choose_codecs(in, s, o, 100);
+  for (const TensorChoice& c : p.tensors)
+    EXPECT_EQ(c.rung, (Rung{Codec::kInt4, 0})) << p.describe();
+  std::vector<TensorInput> fp32 = in;
+  for (TensorInput& t : fp32)
+    t.forced = Rung{Codec::kFp32, 0};
+  const Plan dense = choose_codecs(fp32, s, o, 100);
+  EXPECT_LT(p.finish_s, dense.finish_s - 0.05) << p.describe() << dense.describe();
+  // What held the plan: one tensor free among 29 on the fp32 ring stays fp32.
+  fp32[0].forced.reset();
+  EXPECT_EQ(find(choose_codecs(fp32, s, o, 100), "layer0").rung.codec, Codec::kFp32);
+}
+
 // Inside the fidelity ramp the 8-bit rung is on the ladder without GRADEX_POLICY_INT8: where the
 // 16-bit ring cannot hide (and DGC at the ramp's 75% would send more than it at 4 ranks) the
 // ramp's first quarter sends 8-bit with error feedback; past the ramp the policy's own ladder.

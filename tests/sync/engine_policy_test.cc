@@ -432,6 +432,35 @@ TEST(EnginePolicy, RampQuartersAreAgreedPlans) {
   EXPECT_EQ(same_hash(results), "");
 }
 
+// A plan one step after another (here the ramp's second quarter, at step 5, after the plan at step
+// 4) has no step of its own measured: it keeps the calibration the plan before it measured, where
+// it had restarted from 1 and lost the measured floor with it.
+TEST(EnginePolicy, APlanWithNoStepMeasuredSinceTheLastKeepsItsCalibration) {
+  auto results = run_ranks(
+      2, {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=50", "GRADEX_POLICY_RAMP_STEPS=20"},
+      [&](RankContext& ctx) -> std::string {
+        const uint64_t size = 2000000;
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", size, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<std::string> calibration;
+        for (int step = 0; step < 6; ++step) {
+          std::vector<float> g = test_vector(7, ctx.rank, step, size);
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          usleep(40000);  // a tail far beyond what the loopback exchange predicts
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+          const std::string text = gradex::capi::engine_of(ctx.engine).explain();
+          const size_t at = text.find("calibration ");
+          calibration.push_back(at == std::string::npos ? "" : text.substr(at, 16));
+        }
+        RANK_REQUIRE(calibration[4] != "calibration 1.00", calibration[4]);
+        RANK_REQUIRE(calibration[5] == calibration[4],
+                     calibration[4] << " then " << calibration[5]);
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
 // GRADEX_POLICY=fixed is today's chain: overrides, then the dense threshold, then GRADEX_SPARSITY.
 TEST(EnginePolicy, FixedIsTodaysPolicy) {
   auto results = run_ranks(
