@@ -459,8 +459,9 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
         std::vector<TensorChoice> keep = plan.tensors;
         for (const Candidate* cand : group)
           set_rung(cand->tensor, ladder[cand->rung]);
-        if (simulate(plan.tensors, order, o.one_lane).finish < tl.finish - needed) {
-          tl = simulate(plan.tensors, order, o.one_lane);
+        const Timeline grouped = simulate(plan.tensors, order, o.one_lane);
+        if (grouped.finish < tl.finish - needed) {
+          tl = grouped;
           continue;
         }
         plan.tensors = std::move(keep);
@@ -474,8 +475,9 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       // that removes kMinSaving of what is exposed; the relax pass below takes back what the step
       // does not need.
       std::vector<TensorChoice> before = plan.tensors;
-      std::vector<TensorChoice> best_rung;
-      double rung_finish = tl.finish - needed;
+      std::vector<TensorChoice> best_rung;  // with the times its simulation set
+      Timeline best_tl;
+      best_tl.finish = tl.finish - needed;
       for (size_t l = 0; l < ladder.size(); ++l) {
         bool moved = false;
         for (size_t i = 0; i < n; ++i) {
@@ -485,9 +487,9 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
           moved = true;
         }
         if (moved) {
-          const double finish = simulate(plan.tensors, order, o.one_lane).finish;
-          if (finish < rung_finish) {
-            rung_finish = finish;
+          const Timeline raised = simulate(plan.tensors, order, o.one_lane);
+          if (raised.finish < best_tl.finish) {
+            best_tl = raised;
             best_rung = plan.tensors;
           }
         }
@@ -495,7 +497,7 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
       }
       if (best_rung.empty()) break;
       plan.tensors = std::move(best_rung);
-      tl = simulate(plan.tensors, order, o.one_lane);
+      tl = best_tl;
       continue;
     }
     set_rung(best->tensor, ladder[best->rung]);
