@@ -22,9 +22,11 @@
 namespace gradex::sync {
 
 // The window, in message latencies of the agreed link: a round waits for what the previous step
-// submitted within this much of its first submission. A group left to a round of its own costs
-// its negotiation and its unit's latencies, at least two; waiting costs at most one.
-constexpr double kCoalesceExpectLatencies = 1.0;
+// submitted within this much of its first submission. A group left to a round of its own holds
+// the link for its negotiation and its unit, at least two latencies, so the next group's round
+// starts no sooner than that: waiting for a group that comes within two latencies never ends
+// the step later.
+constexpr double kCoalesceExpectLatencies = 2.0;
 
 // The ready times the cost model's timeline should plan a latency-bound step with
 // (sync/codec_choice.h): the submissions within `window_s` of the earliest travel in its

@@ -9,7 +9,8 @@
     over it, its step longer than one round trip, and GRADEX_STRIPES=auto timed the round trip and
     chose its connections per peer from it; the sparse gather's model measured the incast burst
     (1 MiB from the other host) and, the link being latency-bound, the gathers after the first
-    skipped the size round (sync/sparse_gather.h);
+    skipped the size round (sync/sparse_gather.h); ResNet-50's tensors handed over in two groups, on
+    DGC and on the dense 4-bit route, travel in one negotiation round a step once the model is agreed;
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
@@ -238,6 +239,12 @@ def main():
             run_ranks(wan, 2, groups, warmup=2, steps=2, timeout_s=120, log_dir=log_dir, label="wan_groups",
                       extra_env={"GRADEX_LOG_LEVEL": "debug"})
             check_grouped_steps(pathlib.Path(log_dir) / "wan_groups.rank0.stderr.log")
+            # The same groups where every tensor takes the dense 4-bit route: no DGC unit ever runs, and
+            # the link model still has to be agreed (by the first unit, whatever its route) for the
+            # round to wait.
+            run_ranks(wan, 2, [*groups[:5], "int4", *groups[6:]], warmup=2, steps=2, timeout_s=120,
+                      log_dir=log_dir, label="wan_groups_int4", extra_env={"GRADEX_LOG_LEVEL": "debug"})
+            check_grouped_steps(pathlib.Path(log_dir) / "wan_groups_int4.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
