@@ -255,7 +255,9 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     // the other ranks take part in as many bursts as rank 0 times.
     const LinkParams fit = fits[kOther].params(LinkParams{});
     std::vector<uint64_t> sizes;  // per sender, ascending and distinct (rank 0's)
+    const bool wanted_here = fit.alpha_s >= options.burst_min_alpha_s;
     for (size_t wanted : options.burst_bytes_per_sender) {
+      if (!wanted_here) break;
       double each =
           static_cast<double>(std::min(wanted, options.burst_total_max_bytes / senders.size()));
       if (fit.beta_s_per_byte > 0)

@@ -33,6 +33,9 @@ struct ProbeOptions {
   std::vector<size_t> burst_bytes_per_sender;
   size_t burst_total_max_bytes = 16u << 20;
   double burst_max_seconds = 0.5;
+  // The bursts are timed only when rank 0's other-host fit has a latency of at least this (0:
+  // always). Every rank learns rank 0's decision with the burst count.
+  double burst_min_alpha_s = 0;
 };
 
 // Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:

@@ -113,12 +113,13 @@ void SparseGather::agree(comm::Communicator& comm) {
   if (mode_ == EngineOptions::SparseCollective::kAuto) agree_model(comm);
 }
 
-void SparseGather::agree_model(comm::Communicator& comm) {
-  if (comm.size() < 2 || model_) return;
+void SparseGather::agree_model(comm::Communicator& comm, bool incast) {
+  if (comm.size() < 2 || (model_ && !(incast && model_lacks_bursts_))) return;
   cost::ProbeOptions options;
   if (!port_queue_explicit_)
     options.burst_bytes_per_sender.assign(std::begin(kBurstBytesPerSender),
                                           std::end(kBurstBytesPerSender));
+  if (!incast) options.burst_min_alpha_s = GatherModel::kLatencyBoundS;
   const cost::ProbeResult probe =
       cost::probe_links(comm, comm::host_identity(comm.options().host_id), options);
   auto model = std::make_unique<GatherModel>();
@@ -151,6 +152,9 @@ void SparseGather::agree_model(comm::Communicator& comm) {
       }
     });
   }
+  // Every rank agrees on rank 0's fit, so every rank reaches the same verdict.
+  model_lacks_bursts_ = !options.burst_bytes_per_sender.empty() && model->crosses_hosts &&
+                        model->link.alpha_s < options.burst_min_alpha_s;
   model_ = std::move(model);
 }
 

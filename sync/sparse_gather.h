@@ -130,11 +130,16 @@ class SparseGather {
   // not counted as the unit's.
   void agree(comm::Communicator& comm);
   // The same probe whatever GRADEX_SPARSE_COLLECTIVE says (GRADEX_DENSE_COLLECTIVE=auto's model).
-  void agree_model(comm::Communicator& comm);
+  // `incast`: the caller prices arrivals (DGC gathers, dense buckets), so the model must hold the
+  // measured incast bursts; without it (the 8-bit and 4-bit routes, which only need to know
+  // whether the link is latency-bound) the bursts are timed only on a latency-bound link, where
+  // the engine's paths need them, and a later call that needs them measures them then.
+  void agree_model(comm::Communicator& comm, bool incast = true);
 
   // Forgets the agreed model: a new membership (Engine::connect) probes its own links again.
   void reset() {
     model_.reset();
+    model_lacks_bursts_ = false;
     last_sizes_.clear();
   }
 
@@ -153,6 +158,9 @@ class SparseGather {
   double port_queue_s_;
   bool port_queue_explicit_;
   std::unique_ptr<GatherModel> model_;
+  // The model was agreed without the incast bursts (agree_model(comm, false) on a link that is
+  // not latency-bound): the next call that prices incast probes again.
+  bool model_lacks_bursts_ = false;
   // Every rank's payload size in the last gather (identical on every rank: an allgatherv's
   // result), the prediction an unsized gather is chosen by.
   std::vector<uint64_t> last_sizes_;

@@ -12,7 +12,6 @@
 #include "base/log.h"
 #include "sync/backend_path.h"
 #include "sync/int8_exchange.h"
-#include "sync/route/dense_bucket.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {
@@ -22,10 +21,13 @@ class QuantizedRoute : public Transfer {
  public:
   explicit QuantizedRoute(Path path) : path_(path), bits_(quantized_path_bits(path)) {}
   Path path() const override { return path_; }
-  // The agreed link model, as every dense bucket agrees it: a plan that keeps every tensor on
-  // this route (the auto policy's 8-bit or 4-bit rung across a slow link) must still switch on
-  // what the engine does on a latency-bound link (Engine::coalesce_submissions, direct buckets).
-  void plan(Context& ctx) const override { plan_dense(ctx); }
+  // The agreed link model: a plan that keeps every tensor on this route (the auto policy's 8-bit
+  // or 4-bit rung across a slow link) must still switch on what the engine does on a
+  // latency-bound link (Engine::coalesce_submissions). This route prices no incast, so the
+  // probe's bursts wait for a route that does, unless the link is latency-bound.
+  void plan(Context& ctx) const override {
+    if (ctx.world_size > 1) ctx.gather.agree_model(ctx.comm, /*incast=*/false);
+  }
 
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     if (ctx.hosts != nullptr) {

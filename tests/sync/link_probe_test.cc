@@ -144,6 +144,11 @@ TEST(LinkProbe, TimesTheIncastBurstsFromEveryOtherHostRank) {
     EXPECT_EQ(r.bursts[0].bytes % 3, 0u);
     EXPECT_EQ(r.bursts[0].bytes, short_burst[0].bursts[0].bytes);
   }
+  // Bursts wanted only from a latency this link does not have: none timed, on every rank.
+  ProbeOptions far_only = o;
+  far_only.burst_min_alpha_s = 10.0;
+  for (const ProbeResult& r : probe_every_rank(hosts, far_only))
+    EXPECT_TRUE(r.bursts.empty());
   ProbeOptions one_host_options;
   one_host_options.repeats = 1;
   one_host_options.burst_bytes_per_sender = {64u << 10};

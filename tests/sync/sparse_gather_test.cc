@@ -378,6 +378,35 @@ TEST(SparseGatherProcesses, AnExplicitPortQueueMeasuresNoBurst) {
   }
 }
 
+// The 8-bit and 4-bit routes agree the model without the incast bursts (agree_model(comm,
+// false)) where the link is not latency-bound, as loopback is not; a later route that prices
+// incast (a DGC gather, a dense bucket) probes again and gets them.
+TEST(SparseGatherProcesses, TheBurstsWaitForARouteThatPricesIncast) {
+  const int P = 3;
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    auto comm = bootstrap(rank, P, port, Millis(20000), "host" + std::to_string(rank));
+    SparseGather gather(Mode::kAuto, 1e-3, false);
+    gather.agree_model(*comm, /*incast=*/false);
+    const GatherModel* first = gather.model();
+    const bool without = first != nullptr && first->crosses_hosts && !first->latency_bound() &&
+                         first->bursts.empty();
+    gather.agree_model(*comm, /*incast=*/false);  // nothing more to measure for this caller
+    const bool kept = gather.model() == first;
+    gather.agree(*comm);
+    const bool with = gather.model() != nullptr && !gather.model()->bursts.empty();
+    report(std::string(without ? "without" : "first had bursts") + (kept ? " kept" : " probed") +
+           (with ? " with" : " still none"));
+    return kOk;
+  });
+  auto results = group.wait(std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), static_cast<size_t>(P));
+  for (const auto& c : results) {
+    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
+    EXPECT_EQ(c.report.find("without kept with"), 0u) << describe(results);
+  }
+}
+
 // Ranks loop over one-round and two-round gathers; rank 2 is SIGKILLed in the middle: every other
 // rank fails within the timeout (never a hang) with an error naming a peer. A survivor whose
 // exchange with rank 2 had already completed may first see another survivor leave after its own
