@@ -234,17 +234,14 @@ def main():
             check_striping(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
             check_sparse_gather(pathlib.Path(log_dir) / "wan_test.rank0.stderr.log")
 
-            groups = [args.bench, "exchange", "--model", "resnet50", "--modes", "dgc999", "--steps", "2",
-                      "--warmup", "2", "--idle-s", "0", "--groups", "2", "--group-gap-ms", "3"]
-            run_ranks(wan, 2, groups, warmup=2, steps=2, timeout_s=120, log_dir=log_dir, label="wan_groups",
-                      extra_env={"GRADEX_LOG_LEVEL": "debug"})
-            check_grouped_steps(pathlib.Path(log_dir) / "wan_groups.rank0.stderr.log")
-            # The same groups where every tensor takes the dense 4-bit route: no DGC unit ever runs, and
-            # the link model still has to be agreed (by the first unit, whatever its route) for the
-            # round to wait.
-            run_ranks(wan, 2, [*groups[:5], "int4", *groups[6:]], warmup=2, steps=2, timeout_s=120,
-                      log_dir=log_dir, label="wan_groups_int4", extra_env={"GRADEX_LOG_LEVEL": "debug"})
-            check_grouped_steps(pathlib.Path(log_dir) / "wan_groups_int4.rank0.stderr.log")
+            # DGC, then every tensor on the dense 4-bit route: there no DGC unit ever runs, and the link
+            # model still has to be agreed (by the first unit, whatever its route) for the round to wait.
+            for mode, label in (("dgc999", "wan_groups"), ("int4", "wan_groups_int4")):
+                groups = [args.bench, "exchange", "--model", "resnet50", "--modes", mode, "--steps", "2",
+                          "--warmup", "2", "--idle-s", "0", "--groups", "2", "--group-gap-ms", "3"]
+                run_ranks(wan, 2, groups, warmup=2, steps=2, timeout_s=120, log_dir=log_dir, label=label,
+                          extra_env={"GRADEX_LOG_LEVEL": "debug"})
+                check_grouped_steps(pathlib.Path(log_dir) / f"{label}.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)

@@ -267,6 +267,16 @@ std::string paths_of(const std::string& report) {
   return at == std::string::npos ? "" : report.substr(at, report.find('\n', at) - at);
 }
 
+// Every one of the P ranks exits cleanly within a minute with a report that begins with `text`.
+void expect_every_rank_reports(ProcessGroup& group, int P, const std::string& text) {
+  auto results = group.wait(std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), static_cast<size_t>(P));
+  for (const auto& c : results) {
+    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
+    EXPECT_EQ(c.report.find(text), 0u) << describe(results);
+  }
+}
+
 // Every rank a host of its own (GRADEX_HOST_ID), so that the probe measures the incast burst and
 // the model prices the crossing of hosts.
 TEST(SparseGatherProcesses, EveryRankTakesTheModelsPathForEveryUnit) {
@@ -370,12 +380,7 @@ TEST(SparseGatherProcesses, AnExplicitPortQueueMeasuresNoBurst) {
                                                                          : "burst measured");
     return kOk;
   });
-  auto results = group.wait(std::chrono::seconds(60));
-  ASSERT_EQ(results.size(), static_cast<size_t>(P));
-  for (const auto& c : results) {
-    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
-    EXPECT_EQ(c.report.find("as written"), 0u) << describe(results);
-  }
+  expect_every_rank_reports(group, P, "as written");
 }
 
 // The 8-bit and 4-bit routes agree the model without the incast bursts (agree_model(comm,
@@ -399,12 +404,7 @@ TEST(SparseGatherProcesses, TheBurstsWaitForARouteThatPricesIncast) {
            (with ? " with" : " still none"));
     return kOk;
   });
-  auto results = group.wait(std::chrono::seconds(60));
-  ASSERT_EQ(results.size(), static_cast<size_t>(P));
-  for (const auto& c : results) {
-    ASSERT_TRUE(c.exited && c.exit_code == kOk) << describe(results);
-    EXPECT_EQ(c.report.find("without kept with"), 0u) << describe(results);
-  }
+  expect_every_rank_reports(group, P, "without kept with");
 }
 
 // Ranks loop over one-round and two-round gathers; rank 2 is SIGKILLed in the middle: every other
