@@ -155,6 +155,15 @@ struct EncodedAllreduceOptions {
   // Called by each owner on its summed segment of buffer `buffer` (values[0, count) are elements
   // [offset, offset + count) of it) before it is encoded with `result`. Empty: the sum itself.
   std::function<void(size_t buffer, float* values, size_t count, size_t offset)> transform;
+  // One hop instead of two: every rank sends its `contribution` encoding of the whole of every
+  // buffer to every peer, and every rank validates and decodes the P encodings of each buffer and
+  // sums them in fp32 in rank order 0..P-1 (its own decoded from its own bytes), then calls
+  // transform on the whole buffer (offset 0). One message latency where the two phases take two,
+  // for (P-1) times the encoded buffers through each rank's link where they move 2(P-1)/P; one
+  // lossy encoding instead of two (the `result` codecs are not called). The same bits on every
+  // rank; every rank must pass the same value. A piece is validated before it is summed, but the
+  // outputs are written from the first one on: after an error they hold a partial sum.
+  bool one_hop = false;
 };
 
 // out = transform(sum over ranks of decode(contribution.encode(in))) for every buffer, identical

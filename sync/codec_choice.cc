@@ -93,6 +93,13 @@ std::string format_ms(double s) {
   return b;
 }
 
+// Whether the engine sums an 8-bit or 4-bit tensor alone in its unit in one hop.
+bool quantized_one_hop(double numel, Codec codec, const ChoiceOptions& o) {
+  return o.quantized_one_hop_max_bytes > 0 &&
+         int8_allreduce_terms(numel, 2, quantized_bits(codec), true).bytes <=
+             static_cast<double>(o.quantized_one_hop_max_bytes);
+}
+
 }  // namespace
 
 std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, uint64_t step,
@@ -170,7 +177,9 @@ double collective_cpu_s(uint64_t numel, const Rung& rung, const Snapshot& number
     }
     case Codec::kInt8:  // the owner's sums are in its encode cost; here only the transport
     case Codec::kInt4:
-      return int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec)).bytes *
+      return int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec),
+                                  quantized_one_hop(n, rung.codec, o))
+                 .bytes *
              c.transport_s_per_byte;
   }
   return 0;
@@ -199,7 +208,8 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
     }
     case Codec::kInt8:
     case Codec::kInt4:
-      terms = int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec));
+      terms = int8_allreduce_terms(n, o.world_size, quantized_bits(rung.codec),
+                                   quantized_one_hop(n, rung.codec, o));
       break;
     case Codec::kDgc:
     case Codec::kAdam: {

@@ -236,6 +236,7 @@ cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) 
   cost::ChoiceOptions o = planner_.choice;
   o.dense_direct_max_bytes = dense_direct_max_bytes_.load();
   o.sparse_unsized = sparse_unsized_.load();
+  o.quantized_one_hop_max_bytes = quantized_one_hop_max_bytes_.load();
   o.link_class = link_class_;
   o.one_lane = numbers.one_lane;
   return o;
@@ -474,7 +475,8 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   } else if (route::quantized_path(unit.path)) {
     const int bits = route::quantized_path_bits(unit.path);
     codec = bits == 4 ? cost::Codec::kInt4 : cost::Codec::kInt8;
-    terms = cost::int8_allreduce_terms(static_cast<double>(elements), world_size_, bits);
+    terms =
+        cost::int8_allreduce_terms(static_cast<double>(elements), world_size_, bits, unit.one_hop);
   } else {
     const bool half = unit.path == route::Path::kDense && half_on_wire;
     codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;

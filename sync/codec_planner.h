@@ -52,6 +52,20 @@
 
 namespace gradex::sync {
 
+// What the engine does on the agreed link (Engine::execute, from sync/sparse_gather.h's model, so
+// the same on every rank): on a latency-bound link, how close to a step's first submission the
+// others must come to share its negotiation round (Engine::coalesce_submissions), the largest
+// dense bucket summed by the direct exchange (GatherModel::dense_direct_max_bytes), whether a DGC
+// gather skips its size round (SparseGather: comm::allgatherv_unsized), and the largest 8-bit or
+// 4-bit unit summed in one hop (GatherModel::quantized_one_hop_max_bytes, one rank's encoding);
+// zeros and false elsewhere.
+struct LinkPaths {
+  double coalesce_window_s = 0;
+  uint64_t dense_direct_max_bytes = 0;
+  bool sparse_unsized = false;
+  uint64_t quantized_one_hop_max_bytes = 0;
+};
+
 class BackendPath;
 
 namespace pipeline {
@@ -98,12 +112,14 @@ class CodecPlanner {
   // the window of a step's first as ready together (coalesce_ready_times), and prices dense
   // tensors up to the size with the direct exchange's latencies (ChoiceOptions), as are the
   // measured dense units of up to that size; a DGC gather without its size round is priced (and
-  // its measured units fitted) with the latencies it takes (cost::allgatherv_terms).
-  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
-                      bool sparse_unsized) {
-    coalesce_window_s_ = coalesce_window_s;
-    dense_direct_max_bytes_.store(dense_direct_max_bytes);
-    sparse_unsized_.store(sparse_unsized);
+  // its measured units fitted) with the latencies it takes (cost::allgatherv_terms); 8-bit and
+  // 4-bit tensors up to the size with the one hop's (cost::int8_allreduce_terms), its measured
+  // units as they ran (pipeline::Unit::one_hop).
+  void set_link_paths(const LinkPaths& paths) {
+    coalesce_window_s_ = paths.coalesce_window_s;
+    dense_direct_max_bytes_.store(paths.dense_direct_max_bytes);
+    sparse_unsized_.store(paths.sparse_unsized);
+    quantized_one_hop_max_bytes_.store(paths.quantized_one_hop_max_bytes);
   }
   uint64_t horizon() const;
 
@@ -173,6 +189,7 @@ class CodecPlanner {
   // set_link_paths' (read by observe_unit on any thread; choice_options puts it in the plan's).
   std::atomic<uint64_t> dense_direct_max_bytes_{0};
   std::atomic<bool> sparse_unsized_{false};
+  std::atomic<uint64_t> quantized_one_hop_max_bytes_{0};
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;

@@ -23,11 +23,12 @@ const char* peer_class_name(PeerClass c) {
   return c == PeerClass::kSameHost ? "same-host" : "other-host";
 }
 
-Terms int8_allreduce_terms(double elements, int world_size, int bits) {
+Terms int8_allreduce_terms(double elements, int world_size, int bits, bool one_hop) {
   if (world_size < 2) return {};
   const double p = world_size;
-  return {2.0,
-          2.0 * (p - 1) / p * elements * compress::backend::block_codec(bits).bytes_per_element()};
+  const double encoded = elements * compress::backend::block_codec(bits).bytes_per_element();
+  if (one_hop) return {1.0, (p - 1) * encoded};
+  return {2.0, 2.0 * (p - 1) / p * encoded};
 }
 
 Terms ring_allreduce_terms(double bytes, int world_size) {

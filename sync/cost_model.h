@@ -67,8 +67,8 @@ Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_by
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized = false);
 // The quantized route's direct reduce-scatter + allgather of `elements` at `bits` (8 or 4;
 // sync/int8_exchange.h): two rounds of P-1 concurrent messages, each rank's link carrying
-// 2(P-1)/P of the encoding.
-Terms int8_allreduce_terms(double elements, int world_size, int bits = 8);
+// 2(P-1)/P of the encoding; `one_hop`: one round, each rank's link carrying P-1 encodings.
+Terms int8_allreduce_terms(double elements, int world_size, int bits = 8, bool one_hop = false);
 
 // Weighted least squares of t = a*alpha + b*beta with exponential forgetting: each new sample
 // multiplies the weight of the older ones by `forget` (1: plain least squares).

@@ -137,9 +137,14 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     using Sparse = EngineOptions::SparseCollective;
     const bool unsized = hierarchy_ == nullptr && comm_->receives_any_length() &&
                          options_.sparse_collective != Sparse::kRing;
-    policy_->set_link_paths(link->link.alpha_s * kCoalesceExpectLatencies, direct_max, unsized);
+    LinkPaths paths;
+    paths.coalesce_window_s = link->link.alpha_s * kCoalesceExpectLatencies;
+    paths.dense_direct_max_bytes = direct_max;
+    paths.sparse_unsized = unsized;
+    paths.quantized_one_hop_max_bytes = link->quantized_one_hop_max_bytes();
+    policy_->set_link_paths(paths);
   } else {
-    policy_->set_link_paths(0, 0, false);
+    policy_->set_link_paths(LinkPaths{});
   }
   policy_->before_routes(*comm_, jobs, *path_, mutex_);
 
@@ -228,8 +233,8 @@ void Engine::transfer(Unit& unit) {
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
   GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << path_name(route.path())
-                 << ": " << comm_->bytes_sent() - sent_before << " bytes sent in "
-                 << unit.counters.transfer_seconds * 1e3 << " ms";
+                 << (unit.one_hop ? " in one hop" : "") << ": " << comm_->bytes_sent() - sent_before
+                 << " bytes sent in " << unit.counters.transfer_seconds * 1e3 << " ms";
 }
 
 void Engine::complete_unit(Unit& unit) {

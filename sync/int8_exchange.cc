@@ -71,8 +71,12 @@ void int8_fold_residuals(float* values, float* residual, float* owner_residual, 
   }
 }
 
+uint64_t int8_encoded_bytes(size_t numel, int bits) {
+  return compress::backend::block_codec(bits).encoded_size(numel);
+}
+
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
-                    Int8Counters& counters) {
+                    Int8Counters& counters, bool one_hop) {
   if (items.empty()) return;
   const BlockCodec& format = compress::backend::block_codec(bits);
   const auto t0 = Clock::now();
@@ -94,6 +98,7 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int 
   }
   comm::EncodedAllreduceOptions options;
   options.name = bits == 4 ? "4-bit" : "8-bit";
+  options.one_hop = one_hop;
   const float divisor = static_cast<float>(comm.size());
   options.transform = [divisor](size_t, float* values, size_t count, size_t) {
     for (size_t i = 0; i < count; ++i)

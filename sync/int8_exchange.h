@@ -21,6 +21,12 @@
 // One unit's tensors travel in one message per peer and phase (a fused bucket). Bytes on the wire:
 // 2 (P-1)/P x 1.03 bytes per element per rank at 8 bits (a ring allreduce's pattern at a quarter
 // of fp32), 2 (P-1)/P x 0.53 at 4 bits.
+// One hop (where a message latency costs more than the bytes: GatherModel::quantized_one_hop_max_
+// bytes): steps 2-4 become one exchange of whole encodings. Every rank sends its step-1 encoding
+// of every tensor to every rank and sums the P decoded contributions in rank order, then divides
+// by P: the same bits everywhere, one message latency instead of two, (P-1) x the encoding through
+// each rank's link instead of 2 (P-1)/P x, and no second quantization: the owner residuals are
+// neither used nor changed (the invariant above holds as it is).
 // A received piece of the wrong length or with an invalid scale or code is a CorruptPayload naming
 // the tensor and the rank, before anything is summed.
 // The collective is comm::encoded_allreduce (comm/collectives.h) with 8-bit codecs; this file
@@ -58,10 +64,13 @@ struct Int8Counters {
 // Elements of `numel` that rank k of `world` owns in the reduce-scatter.
 comm::Segment int8_segment(size_t numel, int world, int k);
 
-// The exchange above at `bits` (8 or 4; collective: every rank the same items, sizes, order and
-// width).
+// The exchange above at `bits` (8 or 4; collective: every rank the same items, sizes, order,
+// width and `one_hop`).
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
-                    Int8Counters& counters);
+                    Int8Counters& counters, bool one_hop = false);
+
+// Bytes of one rank's encoding of `numel` elements at `bits` (what the one hop sends each peer).
+uint64_t int8_encoded_bytes(size_t numel, int bits);
 
 // A residual pair folded into the values that are about to leave the 8-bit route (a tensor whose
 // policy changed, or a new membership): values[i] += residual[i] + world * owner_residual[i]; the

@@ -33,7 +33,7 @@ void ready_residuals(TensorState& t, int world) {
 
 void BackendPath::int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
                                const std::vector<float*>& values, const std::vector<bool>& absent,
-                               int bits, Int8Counters& counters) {
+                               int bits, bool one_hop, Int8Counters& counters) {
   const int world = comm.size();
   std::vector<Int8Item> items(tensors.size());
   std::vector<std::vector<float>> host(tensors.size());  // device tensors' values
@@ -51,7 +51,7 @@ void BackendPath::int8_average(comm::Communicator& comm, const std::vector<Tenso
     items[i] = {v, t.numel, absent[i] ? nullptr : t.int8_residual.data(),
                 t.int8_owner_residual.data(), &t.key};
   }
-  int8_allreduce(comm, items, bits, counters);
+  int8_allreduce(comm, items, bits, counters, one_hop);
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);

@@ -82,6 +82,7 @@ struct Unit {
   std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
   uint64_t rider_message_bytes = 0;   // sparse: the riders' share of `message`, framing included
+  bool one_hop = false;  // 8-bit/4-bit: summed in one hop (sync/int8_exchange.h), set by its route
   UnitCounters counters;
   // Scheduling (run()): who runs the prepare / finish stage, and their outcomes.
   bool finish_on_pool = false;

@@ -44,15 +44,9 @@ class PolicySource {
   }
   // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
   virtual void set_horizon(uint64_t steps) { (void)steps; }
-  // Progress thread, before each before_routes, from the agreed link model (so the same on every
-  // rank): on a latency-bound link, how close to a step's first submission the others must come
-  // to share its negotiation round (Engine::coalesce_submissions), and the largest dense bucket
-  // summed by the direct exchange (GatherModel::dense_direct_max_bytes), and whether a DGC gather
-  // skips its size round (SparseGather: comm::allgatherv_unsized); 0, 0 and false elsewhere.
-  virtual void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
-                              bool sparse_unsized) {
-    (void)coalesce_window_s, (void)dense_direct_max_bytes, (void)sparse_unsized;
-  }
+  // Progress thread, before each before_routes: what the engine does on the agreed link
+  // (LinkPaths, sync/codec_planner.h).
+  virtual void set_link_paths(const LinkPaths& paths) { (void)paths; }
   // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
   // (its dense steps then flush the residual), because a later plan may make it DGC again.
   virtual bool adopts_saved_codec(bool cuda) const = 0;
@@ -91,10 +85,7 @@ class AutoPolicySource final : public PolicySource {
     planner_->observe_unit(unit, half_on_wire);
   }
   void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }
-  void set_link_paths(double coalesce_window_s, uint64_t dense_direct_max_bytes,
-                      bool sparse_unsized) override {
-    planner_->set_link_paths(coalesce_window_s, dense_direct_max_bytes, sparse_unsized);
-  }
+  void set_link_paths(const LinkPaths& paths) override { planner_->set_link_paths(paths); }
   // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.
   bool adopts_saved_codec(bool cuda) const override { return !cuda; }
   std::string explain() const override;

@@ -109,6 +109,14 @@ uint64_t GatherModel::rider_bytes() const {
       std::min(2 * link.alpha_s / extra_per_byte, static_cast<double>(kRiderMaxBytes)));
 }
 
+uint64_t GatherModel::quantized_one_hop_max_bytes() const {
+  if (world_size < 2 || !latency_bound()) return 0;
+  const double P = world_size;
+  const double extra_per_byte = (P - 1) * (P - 2) / P * link.beta_s_per_byte;
+  if (extra_per_byte <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(std::min(kOneHopLatencyShare * link.alpha_s / extra_per_byte, 1e18));
+}
+
 void SparseGather::agree(comm::Communicator& comm) {
   if (mode_ == EngineOptions::SparseCollective::kAuto) agree_model(comm);
 }

@@ -89,6 +89,16 @@ struct GatherModel {
   // the same), at most kRiderMaxBytes.
   static constexpr uint64_t kRiderMaxBytes = uint64_t{64} << 20;
   uint64_t rider_bytes() const;
+  // The largest unit of the 8-bit or 4-bit route (one rank's encoding of it, bytes) summed in one
+  // hop (sync/int8_exchange.h) rather than by the direct reduce-scatter + allgather: only on a
+  // latency-bound link, where the hop saves one message latency and each rank's link carries
+  // (P-1)(P-2)/P times the encoding more. The extra bytes may take at most kOneHopLatencyShare of
+  // the saved latency; the rest is left to the CPU the hop adds (every rank decodes P whole
+  // encodings instead of P segments and one whole average: ~2 N more decoded elements at 4
+  // ranks, some milliseconds per million elements with several ranks on a core). Unlimited
+  // between two ranks (the same bytes), 0 where the link is not latency-bound.
+  static constexpr double kOneHopLatencyShare = 0.5;
+  uint64_t quantized_one_hop_max_bytes() const;
   bool dense_direct_for(uint64_t bytes) const {
     return world_size > 1 &&
            dense_direct_seconds(bytes) < kDenseDirectGain * dense_ring_seconds(bytes);

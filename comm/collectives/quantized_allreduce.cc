@@ -3,6 +3,8 @@
 // at every hop (P - 1 roundings of a lossy code); here every contribution is encoded once by its
 // rank and every reduced segment once by its owner, and the owner sums in a fixed rank order.
 // Each rank sends and receives (P - 1) / P of the encoded buffers in each phase, as a ring does.
+// The one-hop form (options.one_hop) trades bytes for a latency: every rank's whole encoding to
+// every rank, summed by each in the same rank order, so it too gives the same bits everywhere.
 #include <algorithm>
 #include <string>
 
@@ -85,6 +87,10 @@ class Exchange {
   void run() {
     const uint64_t tag = P_ > 1 ? comm_.next_collective_tag() : 0;
     thread_local Buffers buffers;
+    if (options_.one_hop) {
+      gather_sum(buffers, tag);
+      return;
+    }
     reduce_scatter(buffers, tag);
     reduce_own(buffers);
     allgather(buffers, tag + 1);
@@ -216,6 +222,71 @@ class Exchange {
     // that read them).
     x.seg[static_cast<size_t>(r_)].swap(x.own);
     decode_from(x, r_);
+  }
+
+  // One hop (EncodedAllreduceOptions::one_hop): this rank's whole encoding, made once, goes to
+  // every peer in the shifted order, one send in flight. Between sends, and after the last, the P
+  // encodings are validated, decoded and summed in rank order as far as they have arrived.
+  void gather_sum(Buffers& x, uint64_t tag) {
+    const std::string phase = options_.name + " gather";
+    size_t whole = 0;
+    for (const EncodedBuffer& e : buffers_)
+      whole += e.contribution->encoded_size(e.count);
+    x.own.resize(whole);
+    size_t at = 0;
+    for (const EncodedBuffer& e : buffers_) {
+      encode_pieces(comm_, *e.contribution, e.in, e.count, 0, x.own.data() + at);
+      at += e.contribution->encoded_size(e.count);
+    }
+    x.in.resize(static_cast<size_t>(P_));
+    std::vector<RequestPtr> recvs(static_cast<size_t>(P_)), last_send;
+    for (int j = 1; j < P_; ++j) {
+      const auto q = static_cast<size_t>((r_ - j + P_) % P_);
+      x.in[q].resize(whole);
+      recvs[q] = comm_.irecv(static_cast<int>(q), tag, x.in[q].data(), whole);
+    }
+    // `in` may alias `out`: every encoding is made before any output is written.
+    for (const EncodedBuffer& e : buffers_)
+      std::fill(e.out, e.out + e.count, 0.0f);
+    int next = 0;  // the next rank in the sum's order
+    auto sum_arrived = [&](bool wait) {
+      for (; next < P_; ++next) {
+        const uint8_t* message = x.own.data();
+        if (next != r_) {
+          std::vector<RequestPtr> one;
+          one.push_back(std::move(recvs[static_cast<size_t>(next)]));
+          if (!wait && !comm_.test(*one[0], phase.c_str())) {
+            recvs[static_cast<size_t>(next)] = std::move(one[0]);
+            return;
+          }
+          comm_.wait_all(one, phase.c_str());
+          check_length(*one[0], whole, next, phase);
+          message = x.in[static_cast<size_t>(next)].data();
+        }
+        size_t offset = 0;
+        for (size_t b = 0; b < buffers_.size(); ++b) {
+          const EncodedBuffer& e = buffers_[b];
+          const size_t bytes = e.contribution->encoded_size(e.count);
+          if (next != r_)
+            e.contribution->validate(message + offset, bytes, e.count, piece_name(phase, next, b));
+          e.contribution->decode_add(message + offset, e.count, e.out);
+          offset += bytes;
+          comm_.progress();
+        }
+      }
+    };
+    for (int j = 1; j < P_; ++j) {
+      if (!last_send.empty()) comm_.wait_all(last_send, phase.c_str());
+      last_send.clear();
+      last_send.push_back(comm_.isend((r_ + j) % P_, tag, x.own.data(), x.own.size()));
+      sum_arrived(false);
+    }
+    sum_arrived(true);
+    comm_.wait_all(last_send, phase.c_str());
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      const EncodedBuffer& e = buffers_[b];
+      if (e.count > 0 && options_.transform) options_.transform(b, e.out, e.count, 0);
+    }
   }
 
   Communicator& comm_;

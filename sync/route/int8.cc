@@ -3,7 +3,7 @@
 // feedback on both quantizations (sync/int8_exchange.h). Each tensor's values reach the exchange
 // through its backend (BackendPath::int8_average: host tensors in place, device tensors through
 // host memory); the residuals live in TensorState. Flat over all ranks, also under
-// GRADEX_HIERARCHICAL.
+// GRADEX_HIERARCHICAL; in one hop instead of two where the agreed link model says so.
 #include <atomic>
 #include <string>
 #include <vector>
@@ -45,9 +45,16 @@ class QuantizedRoute : public Transfer {
       values.push_back(static_cast<float*>(job->values));
       absent.push_back(job->absent);
     }
+    // One hop where the agreed model says a latency costs more than its extra bytes: a decision
+    // from numbers every rank holds (the model, the unit's sizes).
+    uint64_t encoded = 0;
+    for (const TensorState* t : tensors)
+      encoded += int8_encoded_bytes(t->numel, bits_);
+    const GatherModel* model = ctx.gather.model();
+    unit.one_hop = model != nullptr && encoded <= model->quantized_one_hop_max_bytes();
     Int8Counters c;
     try {
-      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, c);
+      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, unit.one_hop, c);
     } catch (const Error& e) {
       throw Error(e.code(), std::to_string(bits_) + "-bit dense bucket of " +
                                 std::to_string(unit.jobs.size()) + " tensor(s) [" + unit.keys() +

@@ -1,6 +1,7 @@
 // comm::encoded_allreduce over real UCX (ranks as threads): world sizes 1-5, odd and multi-chunk
 // counts, fp32 and 4/8-bit quantized codecs with error feedback over several rounds, one buffer or
-// several fused in one call, and refusal of pieces a codec's validate() rejects. Every rank
+// several fused in one call, and refusal of pieces a codec's validate() rejects; each in both
+// forms, the two phases and the one hop. Every rank
 // recomputes what every other rank encodes (the codecs are deterministic), so the result is
 // checked bit for bit against that reference, and against the other ranks' results.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "base/error.h"
 #include "comm/collectives.h"
@@ -65,7 +67,7 @@ void set_round(RankCodecs& c, uint64_t round) {
   if (auto* q = dynamic_cast<QuantCodec*>(c.result.get())) q->set_round(round);
 }
 
-void check(int P, const CodecSpec& spec, const std::vector<size_t>& counts) {
+void check(int P, const CodecSpec& spec, const std::vector<size_t>& counts, bool one_hop) {
   run_ranks(P, [&](Communicator& c) {
     for (size_t count : counts) {
       std::vector<RankCodecs> ref;
@@ -80,11 +82,27 @@ void check(int P, const CodecSpec& spec, const std::vector<size_t>& counts) {
       for (int round = 0; round < 3; ++round) {
         set_round(mine, static_cast<uint64_t>(round));
         std::vector<float> buf = input(c.rank(), count, round);
-        comm::encoded_allreduce(c, *mine.contribution, *mine.result, buf.data(), buf.data(), count,
-                                scale);
-        // Reference: every rank's encoding of every segment, summed in rank order by the owner.
+        std::vector<comm::EncodedBuffer> buffers{
+            {mine.contribution.get(), mine.result.get(), buf.data(), buf.data(), count, "b"}};
+        comm::EncodedAllreduceOptions options;
+        options.one_hop = one_hop;
+        options.transform = [&scale](size_t, float* v, size_t n, size_t offset) {
+          scale(v, n, offset);
+        };
+        comm::encoded_allreduce(c, buffers, options);
+        // Reference, two phases: every rank's encoding of every segment, summed in rank order by
+        // the owner, re-encoded; one hop: every rank's encoding of the whole, summed in rank order.
         std::vector<float> want(count, 0.0f);
-        for (int k = 0; k < P; ++k) {
+        for (int q = 0; one_hop && q < P; ++q) {
+          set_round(ref[static_cast<size_t>(q)], static_cast<uint64_t>(round));
+          auto in = input(q, count, round);
+          auto& codec = *ref[static_cast<size_t>(q)].contribution;
+          std::vector<uint8_t> e(codec.encoded_size(count));
+          codec.encode(in.data(), count, 0, e.data());
+          codec.decode_add(e.data(), count, want.data());
+        }
+        if (one_hop) scale(want.data(), count, 0);
+        for (int k = 0; !one_hop && k < P; ++k) {
           auto seg = comm::encoded_segment(count, spec.block, P, k);
           std::vector<float> sum(seg.count, 0.0f);
           for (int q = 0; q < P; ++q) {
@@ -103,7 +121,7 @@ void check(int P, const CodecSpec& spec, const std::vector<size_t>& counts) {
         }
         if (count && std::memcmp(buf.data(), want.data(), 4 * count) != 0)
           throw std::runtime_error("P=" + std::to_string(P) + " bits=" + std::to_string(spec.bits) +
-                                   " count=" + std::to_string(count) +
+                                   " count=" + std::to_string(count) + (one_hop ? " one hop" : "") +
                                    " round=" + std::to_string(round) + ": differs from reference");
         // Same bits everywhere, and close to the true mean.
         auto all = comm::allgatherv(c, buf.data(), 4 * count);
@@ -127,33 +145,40 @@ void check(int P, const CodecSpec& spec, const std::vector<size_t>& counts) {
   });
 }
 
-class EncodedWorld : public ::testing::TestWithParam<int> {};
+// (world size, one hop)
+class EncodedWorld : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int world() const { return std::get<0>(GetParam()); }
+  bool one_hop() const { return std::get<1>(GetParam()); }
+};
 
 const std::vector<size_t> kCounts = {0, 1, 7, 63, 64, 65, 1001};
 
 TEST_P(EncodedWorld, Fp32MatchesRankOrderSum) {
-  check(GetParam(), {32, 1, compress::quant::Rounding::kNearest}, kCounts);
+  check(world(), {32, 1, compress::quant::Rounding::kNearest}, kCounts, one_hop());
 }
 
 TEST_P(EncodedWorld, Fp32WithGranules) {
-  check(GetParam(), {32, 6, compress::quant::Rounding::kNearest}, kCounts);
+  check(world(), {32, 6, compress::quant::Rounding::kNearest}, kCounts, one_hop());
 }
 
 TEST_P(EncodedWorld, EightBitErrorFeedback) {
-  check(GetParam(), {8, 8, compress::quant::Rounding::kNearest}, kCounts);
+  check(world(), {8, 8, compress::quant::Rounding::kNearest}, kCounts, one_hop());
 }
 
 TEST_P(EncodedWorld, FourBitStochastic) {
-  check(GetParam(), {4, 6, compress::quant::Rounding::kStochastic}, kCounts);
+  check(world(), {4, 6, compress::quant::Rounding::kStochastic}, kCounts, one_hop());
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, EncodedWorld, ::testing::Values(1, 2, 3, 4, 5));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EncodedWorld,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5), ::testing::Bool()));
 
 // The multi-buffer form: buffers of different codecs, granularities and sizes in one call give,
 // bit for bit, what one single-buffer call per buffer gives, each buffer's transform receiving its
 // own index.
 TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
-  const int P = GetParam();
+  const int P = world();
+  const bool hop = one_hop();
   const std::vector<CodecSpec> specs = {{32, 1, compress::quant::Rounding::kNearest},
                                         {8, 8, compress::quant::Rounding::kNearest},
                                         {32, 6, compress::quant::Rounding::kNearest},
@@ -179,6 +204,7 @@ TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
         buffers.push_back({fused[b].contribution.get(), fused[b].result.get(), got[b].data(),
                            got[b].data(), counts[b], "buffer " + std::to_string(b)});
       comm::EncodedAllreduceOptions options;
+      options.one_hop = hop;
       options.transform = [&](size_t b, float* v, size_t n, size_t) {
         for (size_t i = 0; i < n; ++i)
           v[i] *= factor(b);
@@ -186,11 +212,15 @@ TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
       comm::encoded_allreduce(c, buffers, options);
       for (size_t b = 0; b < specs.size(); ++b) {
         const float f = factor(b);
-        comm::encoded_allreduce(c, *alone[b].contribution, *alone[b].result, want[b].data(),
-                                want[b].data(), counts[b], [f](float* v, size_t n, size_t) {
-                                  for (size_t i = 0; i < n; ++i)
-                                    v[i] *= f;
-                                });
+        std::vector<comm::EncodedBuffer> one{{alone[b].contribution.get(), alone[b].result.get(),
+                                              want[b].data(), want[b].data(), counts[b], "b"}};
+        comm::EncodedAllreduceOptions single;
+        single.one_hop = hop;
+        single.transform = [f](size_t, float* v, size_t n, size_t) {
+          for (size_t i = 0; i < n; ++i)
+            v[i] *= f;
+        };
+        comm::encoded_allreduce(c, one, single);
         if (counts[b] && std::memcmp(got[b].data(), want[b].data(), 4 * counts[b]) != 0)
           throw std::runtime_error("P=" + std::to_string(P) + " buffer " + std::to_string(b) +
                                    " round " + std::to_string(round) +
@@ -201,7 +231,8 @@ TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
 }
 
 // A codec whose validate() refuses every piece it receives: every rank fails in the
-// reduce-scatter, naming the phase, the sender and the buffer, before anything is summed.
+// reduce-scatter (or the one hop's gather), naming the phase, the sender and the buffer, before
+// anything is summed.
 class RefusingCodec : public Fp32Codec {
  public:
   void validate(const uint8_t*, size_t, size_t, const std::string& what) const override {
@@ -210,30 +241,46 @@ class RefusingCodec : public Fp32Codec {
 };
 
 TEST(EncodedAllreduce, ValidateRefusesReceivedPieces) {
-  const int P = 3;
-  std::vector<std::string> errors(P);
-  try {
-    run_ranks(P, [&](Communicator& c) {
-      RefusingCodec contribution, result;
-      std::vector<float> v(100, 1.0f);
-      std::vector<comm::EncodedBuffer> buffers{
-          {&contribution, &result, v.data(), v.data(), v.size(), "tensor 'w'"}};
-      comm::EncodedAllreduceOptions options;
-      options.name = "test";
-      try {
-        comm::encoded_allreduce(c, buffers, options);
-      } catch (const CorruptPayload& e) {
-        errors[static_cast<size_t>(c.rank())] = e.what();
-        throw;
+  for (bool one_hop : {false, true}) {
+    const int P = 3;
+    std::vector<std::string> errors(P);
+    try {
+      run_ranks(P, [&](Communicator& c) {
+        RefusingCodec contribution, result;
+        std::vector<float> v(100, 1.0f);
+        std::vector<comm::EncodedBuffer> buffers{
+            {&contribution, &result, v.data(), v.data(), v.size(), "tensor 'w'"}};
+        comm::EncodedAllreduceOptions options;
+        options.name = "test";
+        options.one_hop = one_hop;
+        try {
+          comm::encoded_allreduce(c, buffers, options);
+        } catch (const Error& e) {
+          errors[static_cast<size_t>(c.rank())] = e.what();
+          throw;
+        }
+      });
+      FAIL() << "refused pieces were summed";
+    } catch (const std::exception&) {
+    }
+    // The two phases receive every piece before validating any, so every rank refuses one. In the
+    // one hop a rank validates each piece as it arrives, and the first to refuse one stops sending:
+    // the others may learn of its failure before they refuse a piece of their own.
+    int refused = 0;
+    for (int q = 0; q < P; ++q) {
+      const std::string& e = errors[static_cast<size_t>(q)];
+      EXPECT_FALSE(e.empty()) << "rank " << q << " did not fail";
+      if (e.find("tensor 'w': refused") == std::string::npos) {
+        EXPECT_TRUE(one_hop) << e;
+        EXPECT_NE(e.find("test gather with peer rank "), std::string::npos) << e;
+        continue;
       }
-    });
-    FAIL() << "refused pieces were summed";
-  } catch (const std::exception&) {
-  }
-  for (int q = 0; q < P; ++q) {
-    const std::string& e = errors[static_cast<size_t>(q)];
-    EXPECT_NE(e.find("test reduce-scatter from rank "), std::string::npos) << e;
-    EXPECT_NE(e.find("tensor 'w': refused"), std::string::npos) << e;
+      ++refused;
+      EXPECT_NE(e.find(one_hop ? "test gather from rank " : "test reduce-scatter from rank "),
+                std::string::npos)
+          << e;
+    }
+    EXPECT_GE(refused, 1);
   }
 }
 

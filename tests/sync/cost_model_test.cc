@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "compress/backend/block_codec.h"
 #include "sync/cost_model.h"
 
 namespace gradex::sync::cost {
@@ -97,6 +98,12 @@ TEST(Terms, CollectiveShapes) {
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, true, true).latency, 3);
   EXPECT_DOUBLE_EQ(allgatherv_terms(100, 4, false, true).bytes, 300);
   EXPECT_DOUBLE_EQ(ring_allreduce_terms(1000, 1).seconds(LinkParams{}), 0);
+  // The quantized route: two phases of 2(P-1)/P of the encoding, or one hop of P-1 encodings.
+  const double encoded4 = 1280 * compress::backend::block_codec(4).bytes_per_element();
+  EXPECT_DOUBLE_EQ(int8_allreduce_terms(1280, 4, 4).latency, 2);
+  EXPECT_DOUBLE_EQ(int8_allreduce_terms(1280, 4, 4).bytes, 1.5 * encoded4);
+  EXPECT_DOUBLE_EQ(int8_allreduce_terms(1280, 4, 4, true).latency, 1);
+  EXPECT_DOUBLE_EQ(int8_allreduce_terms(1280, 4, 4, true).bytes, 3 * encoded4);
 }
 
 TEST(CostModel, StepTimingsAndReadyTimes) {

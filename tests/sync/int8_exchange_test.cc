@@ -1,7 +1,8 @@
 // The dense quantized route's allreduce (sync/int8_exchange.h) at 8 and 4 bits over real UCX,
 // ranks as threads, 1-4 ranks: bit-identical averages on every rank, exact error feedback (what
 // was delivered plus every residual is what was submitted), closeness to the exact mean, and
-// refusal of a unit whose pieces do not match.
+// refusal of a unit whose pieces do not match; in two phases, in one hop, and alternating (the one
+// hop neither uses nor changes the owner residuals the two phases keep).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +28,9 @@ float input(int rank, int round, size_t tensor, size_t i) {
   return d(rng);
 }
 
-void check_world(int P, int bits) {
+enum class Hops { kTwo, kOne, kAlternating };
+
+void check_world(int P, int bits, Hops hops = Hops::kTwo) {
   const int rounds = 6;
   run_ranks(P, [&](comm::Communicator& c) {
     std::vector<std::vector<float>> residual, owner, delivered;  // delivered: sum of averages
@@ -47,8 +50,12 @@ void check_world(int P, int bits) {
         items.push_back({values[t].data(), kSizes[t], residual[t].data(), owner[t].data(), &key});
       }
       Int8Counters counters;
-      sync::int8_allreduce(c, items, bits, counters);
+      const bool one_hop = hops == Hops::kOne || (hops == Hops::kAlternating && round % 2 == 1);
+      const auto owner_before = owner;
+      sync::int8_allreduce(c, items, bits, counters, one_hop);
       if (counters.nonfinite != 0) throw std::runtime_error("non-finite counted");
+      if (one_hop && owner != owner_before)
+        throw std::runtime_error("the one hop changed an owner residual");
       for (size_t t = 0; t < kSizes.size(); ++t) {
         const size_t n = kSizes[t];
         // Bit-identical on every rank.
@@ -124,11 +131,21 @@ TEST(Int8Exchange, FourBitsThreeRanks) {
 TEST(Int8Exchange, FourBitsFourRanks) {
   check_world(4, 4);
 }
+TEST(Int8Exchange, OneHop) {
+  for (int P : {1, 2, 3, 4})
+    for (int bits : {8, 4})
+      check_world(P, bits, Hops::kOne);
+}
+TEST(Int8Exchange, OneHopAlternatingWithTwoPhases) {
+  for (int P : {2, 3, 4})
+    for (int bits : {8, 4})
+      check_world(P, bits, Hops::kAlternating);
+}
 
 // A rank whose unit holds a different tensor size sends pieces of another length: every rank
 // fails (CorruptPayload where the message is short, MismatchError where it is longer than the
 // posted receive), before anything is summed.
-void check_mismatch_refused(int bits) {
+void check_mismatch_refused(int bits, bool one_hop = false) {
   const int P = 3;
   std::vector<std::string> errors(P);
   try {
@@ -139,7 +156,7 @@ void check_mismatch_refused(int bits) {
       std::vector<Int8Item> items{{v.data(), n, r.data(), o.data(), &key}};
       Int8Counters counters;
       try {
-        sync::int8_allreduce(c, items, bits, counters);
+        sync::int8_allreduce(c, items, bits, counters, one_hop);
       } catch (const Error& e) {
         errors[static_cast<size_t>(c.rank())] = e.what();
         throw;
@@ -150,7 +167,8 @@ void check_mismatch_refused(int bits) {
   }
   for (int q = 0; q < P; ++q)
     EXPECT_FALSE(errors[static_cast<size_t>(q)].empty()) << "rank " << q << " did not fail";
-  const std::string phase = std::to_string(bits) + "-bit reduce-scatter";
+  const std::string phase =
+      std::to_string(bits) + (one_hop ? "-bit gather" : "-bit reduce-scatter");
   EXPECT_NE(errors[0].find(phase), std::string::npos) << errors[0];
 }
 
@@ -159,6 +177,10 @@ TEST(Int8Exchange, MismatchedUnitIsRefused) {
 }
 TEST(Int8Exchange, FourBitsMismatchedUnitIsRefused) {
   check_mismatch_refused(4);
+}
+TEST(Int8Exchange, OneHopMismatchedUnitIsRefused) {
+  check_mismatch_refused(8, true);
+  check_mismatch_refused(4, true);
 }
 
 }  // namespace

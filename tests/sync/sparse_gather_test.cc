@@ -223,6 +223,22 @@ TEST(GatherModel, RidersFitWhatTheSavedLatenciesPayFor) {
   EXPECT_EQ(model(25e-3, 0, true, 4).rider_bytes(), GatherModel::kRiderMaxBytes);
 }
 
+// The 8-bit/4-bit one hop: each rank's link carries (P-1)(P-2)/P encodings more than the two
+// phases; it is taken while that costs at most half of the latency it saves, on a latency-bound
+// link only.
+TEST(GatherModel, TheQuantizedOneHopFitsHalfTheSavedLatency) {
+  EXPECT_NEAR(static_cast<double>(model(25e-3, 8e-9, true, 4).quantized_one_hop_max_bytes()),
+              0.5 * 25e-3 / (1.5 * 8e-9), 1.0);
+  EXPECT_NEAR(static_cast<double>(model(25e-3, 8e-9, true, 16).quantized_one_hop_max_bytes()),
+              0.5 * 25e-3 / (13.125 * 8e-9), 1.0);
+  // Two ranks send the same bytes either way.
+  EXPECT_EQ(model(25e-3, 8e-9, true, 2).quantized_one_hop_max_bytes(), UINT64_MAX);
+  // Not latency-bound (a LAN), or alone: never.
+  EXPECT_EQ(model(1e-4, 8e-9, true, 4).quantized_one_hop_max_bytes(), 0u);
+  EXPECT_EQ(model(1e-4, 8e-9, true, 2).quantized_one_hop_max_bytes(), 0u);
+  EXPECT_EQ(model(25e-3, 8e-9, true, 1).quantized_one_hop_max_bytes(), 0u);
+}
+
 // --- forked ranks ---
 
 constexpr int kOk = 0;
