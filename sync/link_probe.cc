@@ -275,8 +275,9 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       const double fastest = time_burst(comm, senders, each, 2);
       if (me == 0) {
         const uint64_t total = each * senders.size();
-        bursts.push_back(
-            {total, std::max(0.0, fastest - fit.seconds(2.0, static_cast<double>(total)))});
+        bursts.push_back({total,
+                          std::max(0.0, fastest - fit.seconds(2.0, static_cast<double>(total))),
+                          fastest});
       }
     }
   }
@@ -293,6 +294,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   for (const IncastBurst& b : bursts) {
     w.put<uint64_t>(b.bytes);
     w.put<double>(b.extra_s);
+    w.put<double>(b.seconds);
   }
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
@@ -310,6 +312,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     IncastBurst b;
     b.bytes = r.get<uint64_t>();
     b.extra_s = r.get<double>();
+    b.seconds = r.get<double>();
     result.bursts.push_back(b);
   }
   r.expect_end();

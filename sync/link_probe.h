@@ -12,13 +12,14 @@
 namespace gradex::sync::cost {
 
 // One incast burst: `bytes` arrived at rank 0 from every other-host rank at once, and the fastest
-// of its timed bursts took `extra_s` longer than the other-host fit predicts for the same bytes
-// from one sender (a start message's latency, then the data's; never below 0). A port that
-// overflowed and waited for a retransmission shows here as that wait; a path that absorbed the
-// burst as about 0.
+// of its timed bursts took `seconds`, `extra_s` longer than the other-host fit predicts for the
+// same bytes from one sender (a start message's latency, then the data's; never below 0). A port
+// that overflowed and waited for a retransmission shows here as that wait; a path that absorbed
+// the burst as about 0.
 struct IncastBurst {
   uint64_t bytes = 0;
   double extra_s = 0;
+  double seconds = 0;  // 0: not known (a model built without the probe)
 };
 
 struct ProbeOptions {

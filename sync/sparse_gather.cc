@@ -109,10 +109,19 @@ uint64_t GatherModel::rider_bytes() const {
       std::min(2 * link.alpha_s / extra_per_byte, static_cast<double>(kRiderMaxBytes)));
 }
 
+double GatherModel::bulk_beta_s_per_byte() const {
+  double beta = link.beta_s_per_byte;
+  for (const cost::IncastBurst& b : bursts) {
+    const double data_s = b.seconds - 2 * link.alpha_s;
+    if (b.bytes > 0 && data_s > 0) beta = std::min(beta, data_s / static_cast<double>(b.bytes));
+  }
+  return beta;
+}
+
 uint64_t GatherModel::quantized_one_hop_max_bytes() const {
   if (world_size < 2 || !latency_bound()) return 0;
   const double P = world_size;
-  const double extra_per_byte = (P - 1) * (P - 2) / P * link.beta_s_per_byte;
+  const double extra_per_byte = (P - 1) * (P - 2) / P * bulk_beta_s_per_byte();
   if (extra_per_byte <= 0) return UINT64_MAX;
   return static_cast<uint64_t>(std::min(kOneHopLatencyShare * link.alpha_s / extra_per_byte, 1e18));
 }
@@ -142,7 +151,8 @@ void SparseGather::agree_model(comm::Communicator& comm, bool incast) {
     bursts += " " + std::to_string(b.bytes) + " B cost " + std::to_string(b.extra_s * 1e3) + " ms,";
   GX_LOG(kDebug) << "sparse gather model: " << cost::peer_class_name(cls) << " (measured with rank "
                  << probe.peers[static_cast<size_t>(cls)] << ") alpha " << model->link.alpha_s * 1e6
-                 << " us, beta " << model->link.beta_s_per_byte * 1e9 << " ns/B, incast bursts"
+                 << " us, beta " << model->link.beta_s_per_byte * 1e9 << " ns/B (bulk "
+                 << model->bulk_beta_s_per_byte() * 1e9 << "), incast bursts"
                  << (bursts.empty() ? " none," : bursts)
                  << " beyond their transfer, inline maximum "
                  << model->inline_max(comm.options().allgather_inline_bytes) << " B";

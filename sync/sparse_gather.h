@@ -89,14 +89,20 @@ struct GatherModel {
   // the same), at most kRiderMaxBytes.
   static constexpr uint64_t kRiderMaxBytes = uint64_t{64} << 20;
   uint64_t rider_bytes() const;
+  // The time per byte of bulk transfers: the measured incast bursts' (megabytes into one rank, a
+  // start message's latency and the data's: (seconds - 2 alpha) / bytes, the least of them) where
+  // that is below the link's fit. On a long path the fit's ping-pongs (at most 256 KiB) still
+  // wait on TCP's window: 75-90 ns per byte at 1 Gbit/s and 25 ms one way, where the bursts
+  // measure about the line rate. The fit's beta without bursts.
+  double bulk_beta_s_per_byte() const;
   // The largest unit of the 8-bit or 4-bit route (one rank's encoding of it, bytes) summed in one
   // hop (sync/int8_exchange.h) rather than by the direct reduce-scatter + allgather: only on a
   // latency-bound link, where the hop saves one message latency and each rank's link carries
-  // (P-1)(P-2)/P times the encoding more. The extra bytes may take at most kOneHopLatencyShare of
-  // the saved latency; the rest is left to the CPU the hop adds (every rank decodes P whole
-  // encodings instead of P segments and one whole average: ~2 N more decoded elements at 4
-  // ranks, some milliseconds per million elements with several ranks on a core). Unlimited
-  // between two ranks (the same bytes), 0 where the link is not latency-bound.
+  // (P-1)(P-2)/P times the encoding more, at the bulk rate. The extra bytes may take at most
+  // kOneHopLatencyShare of the saved latency; the rest is left to the CPU the hop adds (every rank
+  // decodes P whole encodings instead of P segments and one whole average: ~2 N more decoded
+  // elements at 4 ranks, some milliseconds per million elements with several ranks on a core).
+  // Unlimited between two ranks (the same bytes), 0 where the link is not latency-bound.
   static constexpr double kOneHopLatencyShare = 0.5;
   uint64_t quantized_one_hop_max_bytes() const;
   bool dense_direct_for(uint64_t bytes) const {

@@ -130,6 +130,10 @@ TEST(LinkProbe, TimesTheIncastBurstsFromEveryOtherHostRank) {
       EXPECT_GE(r.bursts[i].extra_s, 0.0);
       EXPECT_LT(r.bursts[i].extra_s, 10.0);
       EXPECT_EQ(r.bursts[i].extra_s, results[0].bursts[i].extra_s);
+      // The whole time, agreed too, covers the extra.
+      EXPECT_GT(r.bursts[i].seconds, 0.0);
+      EXPECT_GE(r.bursts[i].seconds, r.bursts[i].extra_s);
+      EXPECT_EQ(r.bursts[i].seconds, results[0].bursts[i].seconds);
     }
   }
   // A link whose fit moves little in burst_max_seconds gets smaller bursts: here 0.1 us at the

@@ -233,6 +233,17 @@ TEST(GatherModel, TheQuantizedOneHopFitsHalfTheSavedLatency) {
               0.5 * 25e-3 / (13.125 * 8e-9), 1.0);
   // Two ranks send the same bytes either way.
   EXPECT_EQ(model(25e-3, 8e-9, true, 2).quantized_one_hop_max_bytes(), UINT64_MAX);
+  // The extra bytes at the bulk rate the bursts measured (8 ns per byte where the ping-pongs' fit
+  // read 80), never above the fit's.
+  GatherModel wan = model(25e-3, 80e-9, true, 4);
+  wan.bursts = {{3u << 20, 0, 2 * 25e-3 + (3u << 20) * 8e-9}, {12u << 20, 0.01, 0.3}};
+  EXPECT_NEAR(wan.bulk_beta_s_per_byte(), 8e-9, 1e-15);
+  EXPECT_NEAR(static_cast<double>(wan.quantized_one_hop_max_bytes()), 0.5 * 25e-3 / (1.5 * 8e-9),
+              1.0);
+  wan.bursts = {{3u << 20, 0, 2}};  // slower than the fit: the fit's
+  EXPECT_DOUBLE_EQ(wan.bulk_beta_s_per_byte(), 80e-9);
+  wan.bursts = {{3u << 20, 0, 0}};  // not known
+  EXPECT_DOUBLE_EQ(wan.bulk_beta_s_per_byte(), 80e-9);
   // Not latency-bound (a LAN), or alone: never.
   EXPECT_EQ(model(1e-4, 8e-9, true, 4).quantized_one_hop_max_bytes(), 0u);
   EXPECT_EQ(model(1e-4, 8e-9, true, 2).quantized_one_hop_max_bytes(), 0u);
