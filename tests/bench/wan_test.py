@@ -10,7 +10,8 @@
     chose its connections per peer from it; the sparse gather's model measured the incast burst
     (1 MiB from the other host) and, the link being latency-bound, the gathers after the first
     skipped the size round (sync/sparse_gather.h); ResNet-50's tensors handed over in two groups, on
-    DGC and on the dense 4-bit route, travel in one negotiation round a step once the model is agreed;
+    DGC and on the dense 4-bit route, travel in one negotiation round a step once the model is agreed,
+    and the 4-bit units in one hop (two ranks send the same bytes either way: sync/sparse_gather.h);
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
@@ -114,6 +115,15 @@ def check_grouped_steps(log_path):
     rounds = [int(n) for n in re.findall(r"negotiation round: (\d+) ready", text)]
     expect(len(rounds) >= 4 and rounds[-2:] == [161, 161],
            f"the last two steps' tensors in one negotiation round each: rounds of {rounds}")
+
+
+def check_one_hop(log_path):
+    """Every 4-bit unit summed in one hop: the link model is agreed before the first unit travels
+    (QuantizedRoute::plan), latency-bound, and between two ranks the hop costs no extra bytes."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    units = re.findall(r"unit of \d+ tensor\(s\) by 4-bit( in one hop)?:", text)
+    expect(len(units) >= 4 and all(units),
+           f"every 4-bit unit in one hop: {sum(1 for u in units if u)} of {len(units)}")
 
 
 def check_regions(args, log_dir):
@@ -242,6 +252,8 @@ def main():
                 run_ranks(wan, 2, groups, warmup=2, steps=2, timeout_s=120, log_dir=log_dir, label=label,
                           extra_env={"GRADEX_LOG_LEVEL": "debug"})
                 check_grouped_steps(pathlib.Path(log_dir) / f"{label}.rank0.stderr.log")
+                if mode == "int4":
+                    check_one_hop(pathlib.Path(log_dir) / f"{label}.rank0.stderr.log")
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
