@@ -413,6 +413,26 @@ TEST(CodecChoice, AnUnsizedDgcGatherTakesOneLatency) {
   EXPECT_NEAR(priced(dgc, n, o).latency_s, (o.world_size - 1) * 25e-3, 1e-12);
 }
 
+// An 8-bit or 4-bit tensor whose encoding fits quantized_one_hop_max_bytes is priced as the engine
+// sums it there, in one hop: one latency instead of two, (P-1) encodings on the link instead of
+// 2(P-1)/P; a larger one in the two phases.
+TEST(CodecChoice, AQuantizedUnitWithinTheOneHopSizeTakesOneLatency) {
+  const Snapshot n = numbers_at_25ms();
+  ChoiceOptions o = options();
+  const Rung four{Codec::kInt4, 0};
+  const Priced two = priced(four, n, o);
+  const double encoded = int8_allreduce_terms(1000000, 2, 4, true).bytes;  // one rank's encoding
+  o.quantized_one_hop_max_bytes = static_cast<uint64_t>(encoded) + 1;
+  const Priced one = priced(four, n, o);
+  EXPECT_NEAR(two.latency_s, 2 * 25e-3, 1e-12);
+  EXPECT_NEAR(one.latency_s, 25e-3, 1e-12);
+  const double P = o.world_size;
+  const double beta = n.link[static_cast<size_t>(o.link_class)].beta_s_per_byte;
+  EXPECT_NEAR(one.comm_s - two.comm_s, -25e-3 + ((P - 1) - 2 * (P - 1) / P) * encoded * beta, 1e-9);
+  o.quantized_one_hop_max_bytes = static_cast<uint64_t>(encoded) - 1;  // just too large
+  EXPECT_NEAR(priced(four, n, o).latency_s, 2 * 25e-3, 1e-12);
+}
+
 TEST(CodecChoice, NoHalfRungWithoutFp16) {
   ChoiceOptions o = options();
   o.half_available = false;
