@@ -101,12 +101,24 @@ uint64_t GatherModel::dense_direct_max_bytes() const {
   return yes;
 }
 
+namespace {
+
+// The most bytes per rank that travel in one hop (every rank's payload to every rank) rather than
+// in a direct allreduce's two phases while the hop's extra arrivals, (P-1)(P-2)/P of them at
+// `beta` each, cost at most `budget_s`; `cap` where they cost nothing (fewer than three ranks, or
+// a link without a time per byte).
+uint64_t one_hop_bytes_within(int world, double beta, double budget_s, uint64_t cap) {
+  const double P = world;
+  const double extra_per_byte = (P - 1) * (P - 2) / P * beta;
+  if (world < 3 || extra_per_byte <= 0) return cap;
+  const double limit = budget_s / extra_per_byte;
+  return limit >= static_cast<double>(cap) ? cap : static_cast<uint64_t>(limit);
+}
+
+}  // namespace
+
 uint64_t GatherModel::rider_bytes() const {
-  const double P = world_size;
-  const double extra_per_byte = (P - 1) * (P - 2) / P * link.beta_s_per_byte;
-  if (world_size < 3 || extra_per_byte <= 0) return kRiderMaxBytes;
-  return static_cast<uint64_t>(
-      std::min(2 * link.alpha_s / extra_per_byte, static_cast<double>(kRiderMaxBytes)));
+  return one_hop_bytes_within(world_size, link.beta_s_per_byte, 2 * link.alpha_s, kRiderMaxBytes);
 }
 
 double GatherModel::bulk_beta_s_per_byte() const {
@@ -120,10 +132,8 @@ double GatherModel::bulk_beta_s_per_byte() const {
 
 uint64_t GatherModel::quantized_one_hop_max_bytes() const {
   if (world_size < 2 || !latency_bound()) return 0;
-  const double P = world_size;
-  const double extra_per_byte = (P - 1) * (P - 2) / P * bulk_beta_s_per_byte();
-  if (extra_per_byte <= 0) return UINT64_MAX;
-  return static_cast<uint64_t>(std::min(kOneHopLatencyShare * link.alpha_s / extra_per_byte, 1e18));
+  return one_hop_bytes_within(world_size, bulk_beta_s_per_byte(),
+                              kOneHopLatencyShare * link.alpha_s, UINT64_MAX);
 }
 
 void SparseGather::agree(comm::Communicator& comm) {

@@ -253,12 +253,10 @@ class Exchange {
       for (; next < P_; ++next) {
         const uint8_t* message = x.own.data();
         if (next != r_) {
+          RequestPtr& recv = recvs[static_cast<size_t>(next)];
+          if (!wait && !comm_.test(*recv, phase.c_str())) return;
           std::vector<RequestPtr> one;
-          one.push_back(std::move(recvs[static_cast<size_t>(next)]));
-          if (!wait && !comm_.test(*one[0], phase.c_str())) {
-            recvs[static_cast<size_t>(next)] = std::move(one[0]);
-            return;
-          }
+          one.push_back(std::move(recv));
           comm_.wait_all(one, phase.c_str());
           check_length(*one[0], whole, next, phase);
           message = x.in[static_cast<size_t>(next)].data();
