@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "compress/backend/block_codec.h"
+
 namespace gradex::sync::cost {
 namespace {
 
@@ -96,8 +98,8 @@ std::string format_ms(double s) {
 // Whether the engine sums an 8-bit or 4-bit tensor alone in its unit in one hop.
 bool quantized_one_hop(double numel, Codec codec, const ChoiceOptions& o) {
   return o.quantized_one_hop_max_bytes > 0 &&
-         int8_allreduce_terms(numel, 2, quantized_bits(codec), true).bytes <=
-             static_cast<double>(o.quantized_one_hop_max_bytes);
+         compress::backend::block_codec(quantized_bits(codec))
+                 .encoded_size(static_cast<size_t>(numel)) <= o.quantized_one_hop_max_bytes;
 }
 
 }  // namespace

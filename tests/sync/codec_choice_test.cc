@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "codec_choice_fixture.h"
+#include "compress/backend/block_codec.h"
 #include "sync/codec_choice.h"
 #include "sync/codec_planner.h"
 
@@ -421,15 +422,16 @@ TEST(CodecChoice, AQuantizedUnitWithinTheOneHopSizeTakesOneLatency) {
   ChoiceOptions o = options();
   const Rung four{Codec::kInt4, 0};
   const Priced two = priced(four, n, o);
-  const double encoded = int8_allreduce_terms(1000000, 2, 4, true).bytes;  // one rank's encoding
-  o.quantized_one_hop_max_bytes = static_cast<uint64_t>(encoded) + 1;
+  const double encoded = int8_allreduce_terms(1000000, 2, 4, true).bytes;            // as priced
+  const uint64_t message = compress::backend::block_codec(4).encoded_size(1000000);  // as sent
+  o.quantized_one_hop_max_bytes = message;
   const Priced one = priced(four, n, o);
   EXPECT_NEAR(two.latency_s, 2 * 25e-3, 1e-12);
   EXPECT_NEAR(one.latency_s, 25e-3, 1e-12);
   const double P = o.world_size;
   const double beta = n.link[static_cast<size_t>(o.link_class)].beta_s_per_byte;
   EXPECT_NEAR(one.comm_s - two.comm_s, -25e-3 + ((P - 1) - 2 * (P - 1) / P) * encoded * beta, 1e-9);
-  o.quantized_one_hop_max_bytes = static_cast<uint64_t>(encoded) - 1;  // just too large
+  o.quantized_one_hop_max_bytes = message - 1;  // just too large
   EXPECT_NEAR(priced(four, n, o).latency_s, 2 * 25e-3, 1e-12);
 }
 
