@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 
 #include "compress/backend/block_codec.h"
 
@@ -292,9 +293,12 @@ std::array<double, kCodecs> measured_codec_factors(const std::vector<UnitRecord>
     const auto codec = static_cast<Codec>(c);
     if (enough(codec)) continue;
     factor[c] = inherited;
-    const Codec other_ring = codec == Codec::kFp32 ? Codec::kHalf : Codec::kFp32;
-    if ((codec == Codec::kFp32 || codec == Codec::kHalf) && enough(other_ring))
-      factor[c] = factor[static_cast<size_t>(other_ring)];
+    // The same collective at the other width: the dense rings, the quantized route's 8 and 4 bits.
+    std::optional<Codec> sibling;
+    if (codec == Codec::kFp32 || codec == Codec::kHalf)
+      sibling = codec == Codec::kFp32 ? Codec::kHalf : Codec::kFp32;
+    if (is_quantized(codec)) sibling = codec == Codec::kInt8 ? Codec::kInt4 : Codec::kInt8;
+    if (sibling && enough(*sibling)) factor[c] = factor[static_cast<size_t>(*sibling)];
   }
   return factor;
 }

@@ -222,7 +222,8 @@ constexpr size_t kMinFactorRecords = 2;
 // with every factor 1 and no calibration (a unit pays its collective's latency once), clamped to
 // [1/4, 16]. A codec without enough records is priced from the others' (pricing it at 1 would make
 // it look cheap only because it was not used): a dense ring codec (fp32, 16-bit) takes the other
-// dense ring's factor when that one is measured (the same collective on the same link); any other
+// dense ring's factor when that one is measured (the same collective on the same link), and the
+// quantized route's 8 and 4 bits each other's (the same collective, encode and sums); any other
 // takes the least of 1 and two means over the codecs with enough records: of their factors, and of
 // what their encode and decode stages measured over what was predicted for those stages. A loaded
 // CPU inflates the stages, a CPU-bound ring or quantized route its transfers, and neither says

@@ -245,7 +245,7 @@ cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) 
 void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   cost::Snapshot local = model_.snapshot();
   local.one_lane = one_lane_;
-  local.cpu_share = cpu_share_;
+  local.cpu_share = cpu_share_.load();
   local.calibration = 1.0;
   {
     // What each codec's units measured under the plan in force, against what these numbers
@@ -376,7 +376,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
           hosts.begin(), hosts.end(), [&](const std::string& h) { return machine(h) == me; }));
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
       one_lane_ = here >= cores;
-      cpu_share_ = std::max(1.0, static_cast<double>(here) / cores);
+      cpu_share_.store(std::max(1.0, static_cast<double>(here) / cores));
     }
   }
   bool gradients = false;
@@ -419,6 +419,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     const uint64_t e = epoch_of(job.step);
     // A tensor takes the newest plan at its first exchange and then when it enters a new epoch.
     auto [applied, first] = applied_epoch_.try_emplace(job.id.key, e);
+    if (first) first_exchanges_.mark(job.id.key, job.step);
     if (!first && e <= applied->second) continue;
     applied->second = e;
     auto it = choice_.find(job.id.key);
@@ -426,6 +427,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     const AppliedPolicy to = policy_for(it->second);
     TensorState& t = *job.tensor;
     if (to.rung != t.policy.rung) {
+      first_exchanges_.mark(job.id.key, job.step);
       GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
       path.switch_policy(t, to);
       // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
@@ -437,6 +439,9 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
 
 void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   if (unit.jobs.empty()) return;
+  // A unit holding a tensor's first exchange on its codec is no record of the codec's steady cost
+  // (sync/first_exchanges.h); its stages still refine the per-element costs (the least is kept).
+  const bool first_on_codec = first_exchanges_.take(unit);
   // Riders (dense gradients in a DGC unit's gather, sync/gather_rider.h) are not the codec's
   // work: their bytes count as the link's, their tensors and payloads are left out of the codec's
   // samples (their encode and sum, a copy and an add per value, stay in the stage times).
@@ -485,11 +490,20 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   }
   if (unit.path != route::Path::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
-  if (world_size_ > 1 && c.transfer_seconds > 0)
-    model_.observe_transfer(link_class_, terms, c.transfer_seconds);
+  if (world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
+    // The collective's own CPU as rung_costs prices it (cost::collective_cpu_s): the transport per
+    // byte, and a dense ring's sums. (The quantized route's owner sums and re-encode also run in
+    // its transfer; they are priced in its encode cost, so they are not counted here.)
+    const cost::CodecCosts costs = model_.codecs();
+    double cpu_s = terms.bytes * costs.transport_s_per_byte;
+    if (codec == cost::Codec::kFp32 || codec == cost::Codec::kHalf)
+      cpu_s += (world_size_ - 1.0) / world_size_ * static_cast<double>(elements) *
+               costs.reduce_s[static_cast<size_t>(codec)];
+    model_.observe_transfer(link_class_, terms, c.transfer_seconds, cpu_s * cpu_share_.load());
+  }
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && unit.path != route::Path::kFirstAverage &&
+  if (world_size_ > 1 && !first_on_codec && unit.path != route::Path::kFirstAverage &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;

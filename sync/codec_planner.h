@@ -46,6 +46,7 @@
 #include "sync/codec_calibration.h"
 #include "sync/codec_choice.h"
 #include "sync/cost_model.h"
+#include "sync/first_exchanges.h"
 #include "sync/link_probe.h"
 #include "sync/options.h"
 #include "sync/tensor_state.h"
@@ -176,8 +177,10 @@ class CodecPlanner {
   bool probed_ = false;
   bool planned_ = false;
   cost::PeerClass link_class_ = cost::PeerClass::kSameHost;
-  bool one_lane_ = false;   // this host: no more cores than ranks
-  double cpu_share_ = 1.0;  // this host: max(1, ranks / cores) (cost::Snapshot::cpu_share)
+  bool one_lane_ = false;  // this host: no more cores than ranks
+  // This host: max(1, ranks / cores) (cost::Snapshot::cpu_share); set on the progress thread,
+  // read by observe_unit on any.
+  std::atomic<double> cpu_share_{1.0};
   uint64_t plan_epoch_ = 0;
   std::map<std::string, uint64_t> applied_epoch_;
   std::map<std::string, cost::Rung> choice_;
@@ -196,6 +199,9 @@ class CodecPlanner {
   cost::Snapshot agreed_;
   uint64_t plans_made_ = 0;
   std::map<std::string, double> measured_s_;  // per tensor, moving average
+  // Exchanges that run a tensor's codec for the first time (before_routes marks them):
+  // observe_unit keeps no record of their units.
+  FirstExchanges first_exchanges_;
   // Units measured since the last plan (observe_unit), for Snapshot::codec_factor; bounded.
   static constexpr size_t kMaxUnitRecords = 4096;
   std::vector<cost::UnitRecord> unit_records_;

@@ -191,9 +191,16 @@ void CostModel::set_link(PeerClass c, const LinkParams& params) {
   fit_[i] = LinkFit(options_.link_forget);
 }
 
-void CostModel::observe_transfer(PeerClass c, const Terms& terms, double seconds) {
+void CostModel::observe_transfer(PeerClass c, const Terms& terms, double seconds, double cpu_s) {
   std::lock_guard<std::mutex> lock(mutex_);
-  fit_[static_cast<size_t>(c)].add(terms.latency, terms.bytes, seconds);
+  const auto k = static_cast<size_t>(c);
+  if (cpu_s > 0 && terms.bytes * fit_[k].params(prior_[k]).beta_s_per_byte < cpu_s) return;
+  fit_[k].add(terms.latency, terms.bytes, seconds);
+}
+
+CodecCosts CostModel::codecs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return codecs_;
 }
 
 void CostModel::observe_codec(Codec codec, uint64_t elements, double encode_s, double decode_s,

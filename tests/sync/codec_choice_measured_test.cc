@@ -157,6 +157,15 @@ TEST(CodecChoice, MeasuredCodecFactorsMoveATensorBackFromSixteenBit) {
   // the mean of the measured ones for the rest (1.5), never above their own numbers (1).
   EXPECT_NEAR(f[static_cast<size_t>(Codec::kFp32)], 2.0, 1e-9);
   EXPECT_NEAR(f[static_cast<size_t>(Codec::kInt8)], 1.0, 1e-9);
+  // The quantized route's widths take each other's: 4-bit measured at 1.8x prices 8-bit so too
+  // (it was priced at its own numbers, tried, and measured as dear as 4-bit on the loopback).
+  std::vector<UnitRecord> quantized = records;
+  for (int i = 0; i < 2; ++i)
+    quantized.push_back(
+        {Codec::kInt4, {{1000000, 0.0}}, 1.8 * predicted({Codec::kInt4, 0}, 1000000)});
+  const std::array<double, kCodecs> q = measured_codec_factors(quantized, s, o);
+  EXPECT_NEAR(q[static_cast<size_t>(Codec::kInt4)], 1.8, 1e-9);
+  EXPECT_NEAR(q[static_cast<size_t>(Codec::kInt8)], 1.8, 1e-9);
 
   s.codec_factor = f;
   const Plan refit = choose_codecs(in, s, o, 100);

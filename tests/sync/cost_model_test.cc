@@ -191,6 +191,29 @@ TEST(CostModel, TransfersRefineTheProbe) {
   EXPECT_FALSE(m.snapshot().link[0].measured);
 }
 
+TEST(CostModel, TransfersPacedByTheCpuLeaveTheLinkAlone) {
+  CostModel m;
+  const LinkParams probed{15e-6, 0.4e-9, true};  // a fast link: 20 Gbit/s
+  m.set_link(PeerClass::kSameHost, probed);
+  // Transfers that took 10x the probe's time, whose predicted CPU (1 ns per byte) exceeds their
+  // bytes' time at the probe's beta: the CPU paced them, and the link keeps the probe's numbers.
+  // So do small ones that took 5 ms: their bytes' time is below their CPU too, whatever their
+  // latencies' time.
+  for (double b : {1e3, 1e6, 4e6, 16e6}) {
+    const Terms t = ring_allreduce_terms(b, 4);
+    m.observe_transfer(PeerClass::kSameHost, t, b < 1e4 ? 5e-3 : 10 * t.seconds(probed),
+                       t.bytes * 1e-9);
+  }
+  EXPECT_DOUBLE_EQ(m.snapshot().link[0].beta_s_per_byte, probed.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(m.snapshot().link[0].alpha_s, probed.alpha_s);
+  // The same transfers with a CPU below their wire time are the link's: fitted.
+  for (double b : {1e6, 4e6, 16e6}) {
+    const Terms t = ring_allreduce_terms(b, 4);
+    m.observe_transfer(PeerClass::kSameHost, t, 10 * t.seconds(probed), t.bytes * 0.1e-9);
+  }
+  EXPECT_GT(m.snapshot().link[0].beta_s_per_byte, 5 * probed.beta_s_per_byte);
+}
+
 TEST(Snapshot, RoundTripsAndRejectsGarbage) {
   Snapshot s;
   s.link[1] = {1e-4, 2e-8, true};
