@@ -187,11 +187,11 @@ class CostModel {
   // whose bytes take less time at the class's current beta than that was paced by the CPU, not
   // the link, and is not fitted: neither its bytes nor its latencies (a CPU-paced collective's
   // hops wait for the CPU too) say what the link costs. Where the transport's CPU per byte
-  // outruns the link's, no transfer is fitted and the link keeps its probed numbers. Fitted, the
-  // loopback's 4 ranks on 2 cores read a 16.5-21.8 Gbit/s probe as 2.2 Gbit/s with 1-2.5 ms of
-  // latency (first from the 4-bit route's units, then from small units that waited for a core,
-  // whose inflated latency in turn made the large units look wire-bound), which priced a 16-bit
-  // ring never run at twice its cost: the plan kept 4-bit at 1.4x the ring's step. What a
+  // (at the share) exceeds the link's beta, no transfer is fitted: the link keeps the probe's.
+  // Fitted, the loopback's 4 ranks on 2 cores read a 16.5-21.8 Gbit/s probe as 2.2 Gbit/s with
+  // 1-2.5 ms of latency (first from the 4-bit route's units, then from small units that waited for
+  // a core, whose inflated latency in turn made the large units look wire-bound), and every rung
+  // was then priced on that link: a 16-bit ring never run at twice its measured cost. What a
   // CPU-bound codec costs is its own factor's to say (Snapshot::codec_factor).
   void observe_transfer(PeerClass c, const Terms& terms, double seconds, double cpu_s = 0);
   // The codec and collective costs measured so far (Snapshot::codecs alone).
