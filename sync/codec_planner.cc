@@ -491,15 +491,19 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   if (unit.path != route::Path::kFirstAverage)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
   if (world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
-    // The collective's own CPU as rung_costs prices it (cost::collective_cpu_s): the transport per
-    // byte, and a dense ring's sums. (The quantized route's owner sums and re-encode also run in
-    // its transfer; they are priced in its encode cost, so they are not counted here.)
-    const cost::CodecCosts costs = model_.codecs();
-    double cpu_s = terms.bytes * costs.transport_s_per_byte;
-    if (codec == cost::Codec::kFp32 || codec == cost::Codec::kHalf)
-      cpu_s += (world_size_ - 1.0) / world_size_ * static_cast<double>(elements) *
-               costs.reduce_s[static_cast<size_t>(codec)];
-    model_.observe_transfer(link_class_, terms, c.transfer_seconds, cpu_s * cpu_share_.load());
+    // The quantized route's transfer also holds the owners' sums and re-encodes, which the model
+    // prices in the codec's encode cost, not in the link's terms: where that CPU and the
+    // transport's outweigh its bytes' wire time, its time is not the link's (CostModel::
+    // observe_transfer). The whole encode cost bounds the owners' part from above. (A dense ring
+    // or a DGC gather paced by the CPU is paced per byte, as the link's terms price it.)
+    double cpu_s = 0;
+    if (route::quantized_path(unit.path)) {
+      const cost::CodecCosts costs = model_.codecs();
+      cpu_s = (terms.bytes * costs.transport_s_per_byte +
+               static_cast<double>(elements) * costs.encode_s[static_cast<size_t>(codec)]) *
+              cpu_share_.load();
+    }
+    model_.observe_transfer(link_class_, terms, c.transfer_seconds, cpu_s);
   }
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);

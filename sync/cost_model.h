@@ -182,17 +182,14 @@ class CostModel {
 
   // A probe's result: replaces the prior of that class and restarts its fit.
   void set_link(PeerClass c, const LinkParams& params);
-  // A collective's measured transfer. `cpu_s`: the CPU work the model predicts inside it on this
-  // rank (the transport's per byte, a dense ring's sums), at the machine's CPU share. A sample
-  // whose bytes take less time at the class's current beta than that was paced by the CPU, not
-  // the link, and is not fitted: neither its bytes nor its latencies (a CPU-paced collective's
-  // hops wait for the CPU too) say what the link costs. Where the transport's CPU per byte
-  // (at the share) exceeds the link's beta, no transfer is fitted: the link keeps the probe's.
-  // Fitted, the loopback's 4 ranks on 2 cores read a 16.5-21.8 Gbit/s probe as 2.2 Gbit/s with
-  // 1-2.5 ms of latency (first from the 4-bit route's units, then from small units that waited for
-  // a core, whose inflated latency in turn made the large units look wire-bound), and every rung
-  // was then priced on that link: a 16-bit ring never run at twice its measured cost. What a
-  // CPU-bound codec costs is its own factor's to say (Snapshot::codec_factor).
+  // A collective's measured transfer. `cpu_s` (0: none): CPU work inside it that the link's
+  // terms do not price, at the machine's CPU share (the quantized route's owner sums and
+  // re-encodes, and the transport, CodecPlanner::observe_unit). A sample whose bytes take less time
+  // at the class's current beta than that was paced by the CPU and is not fitted: neither its
+  // bytes nor its latencies say what the link costs. Fitted, the 4-bit route's units on the
+  // loopback's 4 ranks on 2 cores read a 16.5-26.8 Gbit/s probe as 2.2 Gbit/s with 1-2.5 ms of
+  // latency (0.3-0.5 Gbit/s with compute to hide behind), and every rung was then priced on that
+  // link. What such a codec costs is its own factor's to say (Snapshot::codec_factor).
   void observe_transfer(PeerClass c, const Terms& terms, double seconds, double cpu_s = 0);
   // The codec and collective costs measured so far (Snapshot::codecs alone).
   CodecCosts codecs() const;
