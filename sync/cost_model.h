@@ -188,8 +188,8 @@ class CostModel {
   // at the class's current beta than that was paced by the CPU and is not fitted: neither its
   // bytes nor its latencies say what the link costs. Fitted, the 4-bit route's units on the
   // loopback's 4 ranks on 2 cores read a 16.5-26.8 Gbit/s probe as 2.2 Gbit/s with 1-2.5 ms of
-  // latency (0.3-0.5 Gbit/s with compute to hide behind), and every rung was then priced on that
-  // link. What such a codec costs is its own factor's to say (Snapshot::codec_factor).
+  // latency, and every rung was then priced on that link. What such a codec costs is its own
+  // factor's to say (Snapshot::codec_factor).
   void observe_transfer(PeerClass c, const Terms& terms, double seconds, double cpu_s = 0);
   // The codec and collective costs measured so far (Snapshot::codecs alone).
   CodecCosts codecs() const;
