@@ -30,7 +30,6 @@ steps=... train_s=... time_to_target_s=... steps_to_target=... final_accuracy=..
 step_ms_median=... wire_bytes_per_host=...".
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -42,6 +41,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402  (torch, for the task's data and initial weights only)
+from seed_runs import run_seeds  # noqa: E402
 from tx_counter import TxCounter  # noqa: E402
 
 METHODS = ("keras_gradex_default", "keras_gradex_dense")
@@ -158,21 +158,8 @@ def main():
     gxt.init()  # GRADEX_TIMEOUT_S bounds every wait on a dead or stalled peer
     rank, world = gxt.rank(), gxt.size()
     data = task.load(args.task)
-    records = []
-    for seed in (int(s) for s in args.seeds.split(",")):
-        r = train_one_seed(args, seed, data, rank, world)
-        records.append(r)
-        if rank == 0:
-            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
-            fmt = lambda v: "nan" if v is None else f"{v:.6g}"  # noqa: E731
-            print(f"RESULT seed={seed} steps={r['steps']} train_s={r['train_s']:.6g} "
-                  f"time_to_target_s={fmt(r['time_to_target_s'])} steps_to_target={fmt(r['steps_to_target'])} "
-                  f"final_accuracy={fmt(r['final_accuracy'])} steps_per_s={fmt(r['steps_per_s'])} "
-                  f"step_ms_median={fmt(r['step_ms_median'])} "
-                  f"wire_bytes_per_host={fmt(r['wire_bytes_per_host'])}", flush=True)
-            with open(args.out, "w") as f:  # after every seed: a later failure keeps the earlier ones
-                json.dump({"task": args.task, "method": args.method, "target": args.target,
-                           "config": vars(args), "seeds": records}, f)
+    run_seeds(args, data, rank, world, train_one_seed,
+              extra=("steps_per_s", "step_ms_median", "wire_bytes_per_host"))
     gxt.shutdown()
 
 

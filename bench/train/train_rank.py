@@ -29,7 +29,6 @@ Rank 0 writes every seed's record to --out and prints one line per seed:
 """
 import argparse
 import datetime
-import json
 import math
 import os
 import sys
@@ -40,6 +39,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import task  # noqa: E402
+from seed_runs import run_seeds  # noqa: E402
 from tx_counter import TxCounter  # noqa: E402
 from methods import METHODS, Method  # noqa: E402
 from optimizers import OPTIMIZERS  # noqa: E402
@@ -151,19 +151,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     data = task.load(args.task)
-    records = []
-    for seed in (int(s) for s in args.seeds.split(",")):
-        r = train_one_seed(args, seed, data, rank, world)
-        records.append(r)
-        if rank == 0:
-            sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
-            fmt = lambda v: "nan" if v is None else f"{v:.6g}"  # noqa: E731
-            print(f"RESULT seed={seed} steps={r['steps']} train_s={r['train_s']:.6g} "
-                  f"time_to_target_s={fmt(r['time_to_target_s'])} steps_to_target={fmt(r['steps_to_target'])} "
-                  f"final_accuracy={fmt(r['final_accuracy'])}", flush=True)
-            with open(args.out, "w") as f:  # after every seed: a later failure keeps the earlier ones
-                json.dump({"task": args.task, "method": args.method, "target": args.target,
-                           "config": vars(args), "seeds": records}, f)
+    run_seeds(args, data, rank, world, train_one_seed)
     dist.destroy_process_group()
 
 

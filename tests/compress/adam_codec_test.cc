@@ -16,6 +16,7 @@
 #include "compress/backend/backend.h"
 #include "compress/backend/cpu_backend.h"
 #include "compress/wire/codec.h"
+#include "tests/compress/damaged_payloads.h"
 #include "tests/compress/test_util.h"
 
 namespace gradex::compress {
@@ -141,27 +142,7 @@ TEST(AdamCodec, DamagedOrTruncatedPayloadIsRefusedNamingTensorAndRank) {
   backend::StreamPtr stream = cpu->create_stream();
   backend::AdamCodec r0(*cpu, "embed", n, options(), WireOptions(), 0.9f);
   backend::AdamCodec r1(*cpu, "embed", n, options(), WireOptions(), 0.9f);
-  std::vector<uint8_t> a, b;
-  std::vector<float> g0 = test::random_grad(n, 1), g1 = test::random_grad(n, 2);
-  r0.encode_step(g0.data(), 1.0f, *stream, a);
-  r1.encode_step(g1.data(), 1.0f, *stream, b);
-  auto refused = [&](const std::vector<uint8_t>& bad) {
-    std::vector<float> out(n, 0.0f);
-    try {
-      r0.sum_payloads({{a.data(), a.size()}, {bad.data(), bad.size()}}, 0.5f, out.data(), *stream);
-    } catch (const CorruptPayload& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
-  std::vector<uint8_t> flipped = b;
-  flipped[flipped.size() / 2] ^= 0x40;
-  EXPECT_NE(refused(flipped).find("tensor 'embed' from rank 1"), std::string::npos)
-      << refused(flipped);
-  std::vector<uint8_t> truncated(b.begin(), b.begin() + b.size() - 7);
-  EXPECT_NE(refused(truncated).find("tensor 'embed' from rank 1"), std::string::npos)
-      << refused(truncated);
-  EXPECT_NE(refused({}).find("tensor 'embed' from rank 1"), std::string::npos) << refused({});
+  test::expect_damaged_payloads_refused(r0, r1, n, "embed", *stream);
 }
 
 }  // namespace
