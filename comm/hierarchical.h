@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
 
@@ -37,5 +38,24 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
 // those it received) to the others in one allgatherv of framed records. Takes 1 + L tags.
 void hierarchical_allgatherv(Communicator& comm, const HostTopology& topology, const void* data,
                              size_t bytes, std::vector<Bytes>& result);
+
+// encoded_allreduce (comm/collectives.h) with the same layout: the encoded phases cross hosts once
+// per host, sharded over the host's local ranks, and what stays inside a host travels as fp32.
+// With S = topology.max_local(), each buffer is cut into S local shards of whole granules
+// (encoded_segment(count, granularity, S, s): a rank owns the same elements of a buffer whatever
+// else shares the call); shard s of host h is owned by its local rank s mod L_h. (1) Inside each
+// host every rank sends its `in` values of each shard, every buffer's back to back, to the shard's
+// owner, which sums them in fp32 in local index order (acc = x_0, then acc = x_i + acc) into its
+// `out`. (2) The owners of shard s on every host run encoded_allreduce over their host sums (in
+// host order) with the buffers' codecs, whose `offset` stays that of the whole buffer (so codec
+// state indexed by element, such as a residual, is kept by the rank that owns the element), and
+// transform called with whole-buffer offsets. (3) Each owner sends its results to the other ranks
+// of its host, which store them unchanged. The same bits on every rank. Cross-host bytes per host
+// and phase: (H-1)/H of the encoded buffers, where the flat call moves about L_h times that. A
+// piece of the wrong length inside a host is a MismatchError naming both ranks. `in` may alias
+// `out`. Takes 2 + S of comm's collective tags on every rank.
+void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topology,
+                                    const std::vector<EncodedBuffer>& buffers,
+                                    const EncodedAllreduceOptions& options);
 
 }  // namespace gradex::comm

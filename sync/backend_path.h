@@ -99,10 +99,10 @@ class BackendPath {
   // The transfer of one unit of the quantized route at `bits` (8 or 4; progress thread,
   // collective; sync/int8_path.cc): values[i] is tensors[i]'s fp32 values in backend memory; the
   // residuals are the tensors' (absent[i]: an absent contribution's zeros, sent without the
-  // tensor's own residual); `one_hop` as int8_allreduce's.
+  // tensor's own residual); `one_hop` and `hierarchy` (null: flat) as int8_allreduce's.
   void int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
                     const std::vector<float*>& values, const std::vector<bool>& absent, int bits,
-                    bool one_hop, Int8Counters& counters);
+                    bool one_hop, const comm::HostTopology* hierarchy, Int8Counters& counters);
   // A tensor leaving the quantized route (8 or 4 bits): its residuals added into `values` (backend
   // memory, the values about to be sent on another route) and dropped (progress thread).
   void int8_fold(TensorState& t, float* values, int world);

@@ -311,6 +311,7 @@ class Engine {
     std::vector<float> anchor;
     std::vector<float> int8_residual, int8_owner_residual;  // the 8-bit route's (empty: none)
     int int8_world = 0;
+    uint64_t int8_layout = 0;
     uint64_t step = 0;
     uint64_t exchanges = 0;
   };

@@ -40,6 +40,7 @@ void Engine::snapshot_state() {
     s.int8_residual.assign(t.int8_residual.begin(), t.int8_residual.end());
     s.int8_owner_residual.assign(t.int8_owner_residual.begin(), t.int8_owner_residual.end());
     s.int8_world = t.int8_world;
+    s.int8_layout = t.int8_layout;
     s.step = t.step;
     s.exchanges = t.exchanges;
     s.taken = true;
@@ -80,6 +81,7 @@ void Engine::rollback_state() {
       t.int8_residual.clear();
       t.int8_owner_residual.clear();
       t.int8_world = 0;
+      t.int8_layout = 0;
       t.step = 0;
       t.exchanges = 0;
       continue;
@@ -95,6 +97,7 @@ void Engine::rollback_state() {
     t.int8_residual.assign(s.int8_residual.begin(), s.int8_residual.end());
     t.int8_owner_residual.assign(s.int8_owner_residual.begin(), s.int8_owner_residual.end());
     t.int8_world = s.int8_world;
+    t.int8_layout = s.int8_layout;
     t.step = s.step;
     t.exchanges = s.exchanges;
   }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/wall_time.h"
+#include "comm/hierarchical.h"
 #include "compress/backend/block_codec.h"
 
 namespace gradex::sync {
@@ -76,7 +77,7 @@ uint64_t int8_encoded_bytes(size_t numel, int bits) {
 }
 
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
-                    Int8Counters& counters, bool one_hop) {
+                    Int8Counters& counters, bool one_hop, const comm::HostTopology* hierarchy) {
   if (items.empty()) return;
   const BlockCodec& format = compress::backend::block_codec(bits);
   const auto t0 = Clock::now();
@@ -104,7 +105,10 @@ void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int 
     for (size_t i = 0; i < count; ++i)
       values[i] = values[i] / divisor;
   };
-  comm::encoded_allreduce(comm, buffers, options);
+  if (hierarchy != nullptr)
+    comm::hierarchical_encoded_allreduce(comm, *hierarchy, buffers, options);
+  else
+    comm::encoded_allreduce(comm, buffers, options);
   const double codec = counters.encode_seconds + counters.decode_seconds - codec_before;
   counters.communicate_seconds += std::max(0.0, seconds_since(t0) - codec);
 }

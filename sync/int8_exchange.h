@@ -41,6 +41,7 @@
 
 #include "comm/collectives.h"
 #include "comm/communicator.h"
+#include "comm/topology/host_topology.h"
 
 namespace gradex::sync {
 
@@ -65,9 +66,18 @@ struct Int8Counters {
 comm::Segment int8_segment(size_t numel, int world, int k);
 
 // The exchange above at `bits` (8 or 4; collective: every rank the same items, sizes, order,
-// width and `one_hop`).
+// width, `one_hop` and layout). With a layout (`hierarchy`: GRADEX_HIERARCHICAL's groups) the
+// encoded phases run across the groups only, through comm::hierarchical_encoded_allreduce: inside
+// a group every rank's values go as fp32 to the owner of each local shard (a tensor's elements cut
+// into max_local() shards of whole blocks), which sums them and runs steps 1-4 among the shard's
+// owners of every group, its residuals standing for the group's sum; the averages come back
+// unchanged. Cross-group bytes per group: the flat exchange's divided by the group's ranks. A
+// rank's residuals are then non-zero only on the local shards it owns (and its owner residual on
+// its segments of those among the owners); the invariant above holds as it is. One hop applies to
+// the exchange among the owners.
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
-                    Int8Counters& counters, bool one_hop = false);
+                    Int8Counters& counters, bool one_hop = false,
+                    const comm::HostTopology* hierarchy = nullptr);
 
 // Bytes of one rank's encoding of `numel` elements at `bits` (what the one hop sends each peer).
 uint64_t int8_encoded_bytes(size_t numel, int bits);

@@ -11,47 +11,80 @@
 namespace gradex::sync {
 namespace {
 
-// Sizes a tensor's residuals for the route at `world` ranks. A new membership moves the segments
-// a rank owns, so the owner residual it kept goes into its contribution residual (world copies of
-// it make up the same share of the average).
-void ready_residuals(TensorState& t, int world) {
+// What a rank's residuals may cover depends on the layout they were kept under: in the flat
+// exchange, every element (the contribution residual) and the rank's segments at its world size
+// (the owner residual); with a layout, only the local shards the rank owns. Bit 0: a layout.
+uint64_t residual_layout(int world, const comm::HostTopology* hierarchy, int rank) {
+  if (hierarchy == nullptr) return static_cast<uint64_t>(world) << 1;
+  const size_t r = static_cast<size_t>(rank);
+  const size_t host = static_cast<size_t>(hierarchy->host_of[r]);
+  uint64_t key = static_cast<uint64_t>(world);
+  for (uint64_t part : {static_cast<uint64_t>(hierarchy->host_count()),
+                        static_cast<uint64_t>(hierarchy->max_local()),
+                        static_cast<uint64_t>(hierarchy->hosts[host].size()),
+                        static_cast<uint64_t>(hierarchy->local_index[r])})
+    key = key * 1000003u + part;
+  return (key << 1) | 1u;
+}
+
+// Sizes a tensor's residuals for the route under `layout` (residual_layout). A new flat
+// membership moves the segments a rank owns, so the owner residual it kept goes into its
+// contribution residual (world copies of it make up the same share of the average). Any change
+// to or from a layout moves the elements a rank's residuals may cover: both go into the values
+// about to be sent (`values`, host memory), whose sums take them to the elements' new owners.
+void ready_residuals(TensorState& t, int world, uint64_t layout, float* values) {
   if (t.int8_residual.size() != t.numel) {
     t.int8_residual.assign(t.numel, 0.0f);
     t.int8_owner_residual.assign(t.numel, 0.0f);
-  } else if (t.int8_world != world && t.int8_world != 0) {
+  } else if (t.int8_owner_residual.size() != t.numel) {
+    t.int8_owner_residual.assign(t.numel, 0.0f);
+  }
+  // A state restored from a checkpoint was kept by the flat exchange at int8_world.
+  const uint64_t before = t.int8_layout != 0  ? t.int8_layout
+                          : t.int8_world != 0 ? static_cast<uint64_t>(t.int8_world) << 1
+                                              : layout;
+  if (before != layout && ((before | layout) & 1u) == 0) {
     const float P = static_cast<float>(world);
     for (size_t i = 0; i < t.numel; ++i) {
       t.int8_residual[i] += P * t.int8_owner_residual[i];
       t.int8_owner_residual[i] = 0.0f;
     }
+  } else if (before != layout) {
+    int8_fold_residuals(values, t.int8_residual.data(), t.int8_owner_residual.data(), t.numel,
+                        world);
   }
-  if (t.int8_owner_residual.size() != t.numel) t.int8_owner_residual.assign(t.numel, 0.0f);
   t.int8_world = world;
+  t.int8_layout = layout;
 }
 
 }  // namespace
 
 void BackendPath::int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
                                const std::vector<float*>& values, const std::vector<bool>& absent,
-                               int bits, bool one_hop, Int8Counters& counters) {
+                               int bits, bool one_hop, const comm::HostTopology* hierarchy,
+                               Int8Counters& counters) {
   const int world = comm.size();
+  const uint64_t layout = residual_layout(world, hierarchy, comm.rank());
   std::vector<Int8Item> items(tensors.size());
   std::vector<std::vector<float>> host(tensors.size());  // device tensors' values
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);
     wait_ready(t, l);  // the prepare stage's work on it
-    ready_residuals(t, world);
     float* v = values[i];
     if (!t.backend->backend->host_accessible()) {
       host[i] = download(t, v, t.numel);
       staged_bytes_ += t.numel * 4;
       v = host[i].data();
     }
-    items[i] = {v, t.numel, absent[i] ? nullptr : t.int8_residual.data(),
+    ready_residuals(t, world, layout, v);
+    // With a layout an owner's residual stands for its group's sum, to which an absent rank adds
+    // its zeros: it is kept whether or not this rank is absent.
+    const bool own_residual = !absent[i] || hierarchy != nullptr;
+    items[i] = {v, t.numel, own_residual ? t.int8_residual.data() : nullptr,
                 t.int8_owner_residual.data(), &t.key};
   }
-  int8_allreduce(comm, items, bits, counters, one_hop);
+  int8_allreduce(comm, items, bits, counters, one_hop, hierarchy);
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);
@@ -80,6 +113,7 @@ void BackendPath::int8_fold(TensorState& t, float* values, int world) {
   t.int8_residual.clear();
   t.int8_owner_residual.clear();
   t.int8_world = 0;
+  t.int8_layout = 0;
   t.backend->ready->record(*l.stream);
 }
 
@@ -99,6 +133,7 @@ void BackendPath::int8_to_dgc_residual(TensorState& t, int world) {
   t.int8_residual.clear();
   t.int8_owner_residual.clear();
   t.int8_world = 0;
+  t.int8_layout = 0;
 }
 
 }  // namespace gradex::sync

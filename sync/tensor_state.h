@@ -32,6 +32,9 @@ struct TensorState {
   std::vector<float> int8_residual;
   std::vector<float> int8_owner_residual;
   int int8_world = 0;
+  // The layout the residuals were kept under (sync/int8_path.cc's residual_layout; 0: not known,
+  // the flat exchange at int8_world).
+  uint64_t int8_layout = 0;
   std::vector<float> anchor;  // LocalSGD: the last averaged parameters (empty before the first)
   uint64_t exchanges = 0;
 

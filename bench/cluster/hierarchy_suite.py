@@ -50,11 +50,14 @@ POLICIES = {
     # Dense 16-bit through the engine: no tensor sparsified, fp16 on the wire (the engine's dense format).
     "dense16": {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "1"},
     # gradex's shipped default policy (GRADEX_POLICY=fixed: DGC 99.9% from 16,384 elements, dense below),
-    # through gradex-bench's "fixed" mode. Opt-in: --policies default,dense16,fixed.
+    # through gradex-bench's "fixed" mode. Opt-in: --policies default,dense16,fixed,int4.
     "fixed": {},
+    # Every tensor on the dense 4-bit route with error feedback, through gradex-bench's "int4" mode (the
+    # auto policy's rung while its early-training ramp caps DGC). Opt-in, as "fixed".
+    "int4": {},
 }
 # gradex-bench's mode per policy (MODE unless named here).
-POLICY_MODE = {"fixed": "fixed"}
+POLICY_MODE = {"fixed": "fixed", "int4": "int4"}
 
 
 def parse_configs(text):

@@ -2,14 +2,13 @@
 // a bucket of such tensors in one comm::encoded_allreduce of 8-bit (or 4-bit) blocks with error
 // feedback on both quantizations (sync/int8_exchange.h). Each tensor's values reach the exchange
 // through its backend (BackendPath::int8_average: host tensors in place, device tensors through
-// host memory); the residuals live in TensorState. Flat over all ranks, also under
-// GRADEX_HIERARCHICAL; in one hop instead of two where the agreed link model says so.
-#include <atomic>
+// host memory); the residuals live in TensorState. Under GRADEX_HIERARCHICAL the encoded phases
+// cross the layout's groups only (comm::hierarchical_encoded_allreduce); flat, in one hop instead
+// of two where the agreed link model says so.
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "base/log.h"
 #include "sync/backend_path.h"
 #include "sync/int8_exchange.h"
 #include "sync/route/routes.h"
@@ -30,13 +29,6 @@ class QuantizedRoute : public Transfer {
   }
 
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
-    if (ctx.hosts != nullptr) {
-      static std::atomic<bool> logged{false};
-      if (!logged.exchange(true)) {
-        GX_LOG(kInfo) << "8-bit/4-bit route: flat reduce-scatter + allgather over all ranks (the "
-                      << "hierarchical exchange applies to fp32/16-bit buckets and DGC only)";
-      }
-    }
     std::vector<TensorState*> tensors;
     std::vector<float*> values;
     std::vector<bool> absent;
@@ -46,15 +38,18 @@ class QuantizedRoute : public Transfer {
       absent.push_back(job->absent);
     }
     // One hop where the agreed model says a latency costs more than its extra bytes: a decision
-    // from numbers every rank holds (the model, the unit's sizes).
+    // from numbers every rank holds (the model, the unit's sizes). The model prices the flat
+    // exchange over every rank; with a layout the encoded phases run among each local shard's
+    // owners, in two phases.
     uint64_t encoded = 0;
     for (const TensorState* t : tensors)
       encoded += int8_encoded_bytes(t->numel, bits_);
     const GatherModel* model = ctx.gather.model();
-    unit.one_hop = model != nullptr && encoded <= model->quantized_one_hop_max_bytes();
+    unit.one_hop =
+        ctx.hosts == nullptr && model != nullptr && encoded <= model->quantized_one_hop_max_bytes();
     Int8Counters c;
     try {
-      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, unit.one_hop, c);
+      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, unit.one_hop, ctx.hosts, c);
     } catch (const Error& e) {
       throw Error(e.code(), std::to_string(bits_) + "-bit dense bucket of " +
                                 std::to_string(unit.jobs.size()) + " tensor(s) [" + unit.keys() +

@@ -216,6 +216,35 @@ TEST(EngineHierarchical, Dense16BitIsIdenticalAcrossRanksAndNearFlat) {
   }
 }
 
+// The quantized route (4-bit and 8-bit blocks with error feedback) under the layout: its encoded
+// phases among the local shards' owners, fp32 sums inside each host. Bit-identical on every rank
+// and within the codec's rounding of the exact average (values in [-1, 1): a 4-bit block of host
+// sums steps by at most 2 * 2 / 7, and the average is re-encoded once more).
+TEST(EngineHierarchical, QuantizedRouteIsIdenticalAcrossRanksAndNearTheAverage) {
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path;
+  ASSERT_FALSE(dir.empty());
+  for (const auto* hosts : {&k2x2, &k3x2}) {
+    const int world = static_cast<int>(hosts->size());
+    const std::string w = std::to_string(world);
+    auto exact = kDenseFp32;
+    exact.push_back("GRADEX_HIERARCHICAL=0");
+    ASSERT_EQ(failures(run_hosts(*hosts, exact, dense_steps(false), dir, "exact" + w)), "");
+    for (const char* codec : {"int4", "int8"}) {
+      const std::string tag = std::string(codec) + "_" + w;
+      const std::vector<std::string> env = {std::string("GRADEX_SPARSITY_OVERRIDES=*:") + codec,
+                                            "GRADEX_FUSION_MB=0.2", "GRADEX_HIERARCHICAL=1"};
+      ASSERT_EQ(failures(run_hosts(*hosts, env, dense_steps(false), dir, tag)), "");
+      EXPECT_EQ(identical_across_ranks(dir, tag, world), "");
+      const double bound = std::string(codec) == "int4" ? 0.3 : 0.03;
+      EXPECT_LT(worst_relative(read_floats(dir + "/" + tag + ".0"),
+                               read_floats(dir + "/exact" + w + ".0")),
+                bound)
+          << tag;
+    }
+  }
+}
+
 // DGC with the host-level re-selection: bit-identical across ranks, at most one host's worth of
 // selected values per host in the average (the flat exchange carries one rank's worth per rank),
 // and what was delivered plus what stays in the residuals is what was submitted (the values the

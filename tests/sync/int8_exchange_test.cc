@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
+#include "comm/topology/host_topology.h"
 #include "sync/int8_exchange.h"
 #include "tests/comm/rank_harness.h"
 
@@ -30,8 +31,26 @@ float input(int rank, int round, size_t tensor, size_t i) {
 
 enum class Hops { kTwo, kOne, kAlternating };
 
-void check_world(int P, int bits, Hops hops = Hops::kTwo) {
+// Whether element i of an n-element tensor lies in a local shard that rank q owns under `topo`
+// (every element when there is no layout).
+bool owns_local_shard(const comm::HostTopology* topo, int q, size_t n, size_t i) {
+  if (topo == nullptr) return true;
+  const size_t S = static_cast<size_t>(topo->max_local());
+  const size_t L = topo->hosts[static_cast<size_t>(topo->host_of[static_cast<size_t>(q)])].size();
+  for (size_t s = 0; s < S; ++s) {
+    if (s % L != static_cast<size_t>(topo->local_index[static_cast<size_t>(q)])) continue;
+    const comm::Segment seg =
+        comm::encoded_segment(n, 128, static_cast<int>(S), static_cast<int>(s));
+    if (i >= seg.begin && i < seg.begin + seg.count) return true;
+  }
+  return false;
+}
+
+// `hosts`: each rank's host for the layout form (empty: the flat exchange).
+void check_world(int P, int bits, Hops hops = Hops::kTwo, std::vector<std::string> hosts = {}) {
   const int rounds = 6;
+  const comm::HostTopology layout = comm::host_topology(hosts, P);
+  const comm::HostTopology* topo = hosts.empty() ? nullptr : &layout;
   run_ranks(P, [&](comm::Communicator& c) {
     std::vector<std::vector<float>> residual, owner, delivered;  // delivered: sum of averages
     for (size_t n : kSizes) {
@@ -52,7 +71,7 @@ void check_world(int P, int bits, Hops hops = Hops::kTwo) {
       Int8Counters counters;
       const bool one_hop = hops == Hops::kOne || (hops == Hops::kAlternating && round % 2 == 1);
       const auto owner_before = owner;
-      sync::int8_allreduce(c, items, bits, counters, one_hop);
+      sync::int8_allreduce(c, items, bits, counters, one_hop, topo);
       if (counters.nonfinite != 0) throw std::runtime_error("non-finite counted");
       if (one_hop && owner != owner_before)
         throw std::runtime_error("the one hop changed an owner residual");
@@ -94,10 +113,13 @@ void check_world(int P, int bits, Hops hops = Hops::kTwo) {
           std::memcpy(&o, own[static_cast<size_t>(q)].data() + 4 * i, 4);
           kept += r;
           owner_kept += o;
-          // Only the owner of element i keeps an owner residual for it.
+          // Only the owner of element i keeps an owner residual for it; with a layout, only the
+          // owner of its local shard keeps either residual.
           const comm::Segment s = sync::int8_segment(n, P, q);
-          if (o != 0.0f && (i < s.begin || i >= s.begin + s.count))
+          if (topo == nullptr && o != 0.0f && (i < s.begin || i >= s.begin + s.count))
             throw std::runtime_error("an owner residual outside the owner's segment");
+          if ((r != 0.0f || o != 0.0f) && !owns_local_shard(topo, q, n, i))
+            throw std::runtime_error("a residual outside the rank's local shards");
         }
         const double got = P * (static_cast<double>(delivered[t][i]) + owner_kept) + kept;
         const double tol = 1e-5 * (1.0 + std::fabs(submitted)) * rounds * P * (1.0 + t);
@@ -140,6 +162,17 @@ TEST(Int8Exchange, OneHopAlternatingWithTwoPhases) {
   for (int P : {2, 3, 4})
     for (int bits : {8, 4})
       check_world(P, bits, Hops::kAlternating);
+}
+
+// With a layout: hosts of two ranks, of uneven sizes, and of one rank each; in two phases and in
+// one hop among the shards' owners.
+TEST(Int8Exchange, HierarchicalLayouts) {
+  check_world(4, 8, Hops::kTwo, {"a", "a", "b", "b"});
+  check_world(4, 4, Hops::kTwo, {"a", "a", "b", "b"});
+  check_world(5, 4, Hops::kTwo, {"x", "y", "x", "z", "y"});
+  check_world(3, 4, Hops::kTwo, {"a", "b", "c"});
+  check_world(4, 4, Hops::kAlternating, {"a", "b", "a", "b"});
+  check_world(2, 4, Hops::kTwo, {"a", "a"});  // one host: the sums alone
 }
 
 // A rank whose unit holds a different tensor size sends pieces of another length: every rank
