@@ -164,6 +164,10 @@ struct EncodedAllreduceOptions {
   // rank; every rank must pass the same value. A piece is validated before it is summed, but the
   // outputs are written from the first one on: after an error they hold a partial sum.
   bool one_hop = false;
+  // Two phases: when set, receives the `result` encodings every rank decoded, owner by owner
+  // (rank 0's segments of every buffer, then rank 1's, ...), so that a caller can pass the
+  // averages on in their encoded form (comm::hierarchical_encoded_allreduce). One hop: cleared.
+  std::vector<uint8_t>* results = nullptr;
 };
 
 // out = transform(sum over ranks of decode(contribution.encode(in))) for every buffer, identical

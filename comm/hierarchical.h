@@ -40,20 +40,23 @@ void hierarchical_allgatherv(Communicator& comm, const HostTopology& topology, c
                              size_t bytes, std::vector<Bytes>& result);
 
 // encoded_allreduce (comm/collectives.h) with the same layout: the encoded phases cross hosts once
-// per host, sharded over the host's local ranks, and what stays inside a host travels as fp32.
-// With S = topology.max_local(), each buffer is cut into S local shards of whole granules
+// per host, sharded over the host's local ranks, and nothing travels unencoded. With
+// S = topology.max_local(), each buffer is cut into S local shards of whole granules
 // (encoded_segment(count, granularity, S, s): a rank owns the same elements of a buffer whatever
-// else shares the call); shard s of host h is owned by its local rank s mod L_h. (1) Inside each
-// host every rank sends its `in` values of each shard, every buffer's back to back, to the shard's
-// owner, which sums them in fp32 in local index order (acc = x_0, then acc = x_i + acc) into its
-// `out`. (2) The owners of shard s on every host run encoded_allreduce over their host sums (in
-// host order) with the buffers' codecs, whose `offset` stays that of the whole buffer (so codec
-// state indexed by element, such as a residual, is kept by the rank that owns the element), and
-// transform called with whole-buffer offsets. (3) Each owner sends its results to the other ranks
-// of its host, which store them unchanged. The same bits on every rank. Cross-host bytes per host
-// and phase: (H-1)/H of the encoded buffers, where the flat call moves about L_h times that. A
-// piece of the wrong length inside a host is a MismatchError naming both ranks. `in` may alias
-// `out`. Takes 2 + S of comm's collective tags on every rank.
+// else shares the call); shard s of host h is owned by its local rank s mod L_h. Codecs are called
+// with the whole buffer's offsets throughout, so codec state indexed by element (a residual) stays
+// with the elements. (1) Inside each host every rank encodes its `in` values of each shard another
+// local rank owns with the `contribution` codecs and sends them, every buffer's back to back, to
+// the owner, which validates them and sums in fp32 from 0 in local index order (its own values
+// exact, the others decoded) into its `out`. (2) The owners of shard s on every host run
+// encoded_allreduce over their host sums (in host order), transform called with whole-buffer
+// offsets. (3) Each owner passes the `result` encodings it decoded to the other ranks of its host,
+// which validate and decode the same bytes (after a one-hop step, which has none, the fp32
+// averages). The same bits on every rank; one more lossy encoding than the flat call for the
+// values of ranks that own no shard of them. Cross-host bytes per host and phase: (H-1)/H of the
+// encoded buffers, where the flat call moves about L_h times that. A piece of the wrong length
+// inside a host is a MismatchError naming both ranks, an invalid one the codec's CorruptPayload.
+// `in` may alias `out`. Takes 2 + S of comm's collective tags on every rank.
 void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topology,
                                     const std::vector<EncodedBuffer>& buffers,
                                     const EncodedAllreduceOptions& options);

@@ -68,13 +68,13 @@ comm::Segment int8_segment(size_t numel, int world, int k);
 // The exchange above at `bits` (8 or 4; collective: every rank the same items, sizes, order,
 // width, `one_hop` and layout). With a layout (`hierarchy`: GRADEX_HIERARCHICAL's groups) the
 // encoded phases run across the groups only, through comm::hierarchical_encoded_allreduce: inside
-// a group every rank's values go as fp32 to the owner of each local shard (a tensor's elements cut
-// into max_local() shards of whole blocks), which sums them and runs steps 1-4 among the shard's
-// owners of every group, its residuals standing for the group's sum; the averages come back
-// unchanged. Cross-group bytes per group: the flat exchange's divided by the group's ranks. A
-// rank's residuals are then non-zero only on the local shards it owns (and its owner residual on
-// its segments of those among the owners); the invariant above holds as it is. One hop applies to
-// the exchange among the owners.
+// a group each rank encodes (step 1, its contribution residual) the local shards another rank owns
+// (a tensor's elements cut into max_local() shards of whole blocks) and sends them to the owner,
+// which sums the group's values and runs steps 1-4 on that sum among the shard's owners of every
+// group; the owners pass the averages' encodings on inside the group. Cross-group bytes per group:
+// the flat exchange's divided by the group's ranks. A rank's contribution residual then holds the
+// error of its own encoding on the shards others own and of its group's sum on the shards it owns;
+// its owner residual lies in the shards it owns. The invariant above holds as it is.
 void int8_allreduce(comm::Communicator& comm, std::vector<Int8Item>& items, int bits,
                     Int8Counters& counters, bool one_hop = false,
                     const comm::HostTopology* hierarchy = nullptr);

@@ -44,8 +44,7 @@ class ShardCodec final : public ChunkCodec {
   size_t begin_;
 };
 
-struct SendPackTag {};
-struct SlotsTag {};
+struct OwnValuesTag {};
 
 }  // namespace
 
@@ -82,6 +81,13 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
     }
   }
   auto owns = [&](size_t s) { return s % L == my_index; };
+  auto max_shard_floats = [&] {
+    size_t most = 0;
+    for (size_t s = 0; s < S; ++s)
+      for (size_t b = 0; b < buffers.size(); ++b)
+        most = std::max(most, shard[s][b].count);
+    return most;
+  };
   auto check_lengths = [&](std::vector<RequestPtr>& requests,
                            const std::vector<std::pair<int, size_t>>& expected, const char* what) {
     for (size_t k = 0; k < requests.size(); ++k) {
@@ -96,73 +102,93 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
     }
   };
 
-  // (1) Every rank's values of each shard to its owner; owners keep each local rank's in a slot.
-  size_t pack_floats = 0, slot_floats = 0;
-  for (size_t s = 0; s < S; ++s)
-    (owns(s) ? slot_floats : pack_floats) += owns(s) ? floats[s] * L : floats[s];
-  auto* pack =
-      reinterpret_cast<float*>(thread_buffer<SendPackTag>(4 * std::max<size_t>(pack_floats, 1)));
-  auto* slots =
-      reinterpret_cast<float*>(thread_buffer<SlotsTag>(4 * std::max<size_t>(slot_floats, 1)));
-  std::vector<size_t> slot_at(S, 0);  // owned shard s: its slots start here (slot j: local rank j)
+  // Bytes of shard s of every buffer in the contribution encoding, and of the results among the
+  // owners (owner by owner across the H groups, each owner's segments of every buffer).
+  const int H = topology.host_count();
+  auto contribution_bytes = [&](size_t s) {
+    size_t n = 0;
+    for (size_t b = 0; b < buffers.size(); ++b)
+      n += buffers[b].contribution->encoded_size(shard[s][b].count);
+    return n;
+  };
+  auto result_bytes = [&](size_t s) {
+    size_t n = 0;
+    for (int q = 0; q < H; ++q)
+      for (size_t b = 0; b < buffers.size(); ++b)
+        n += buffers[b].result->encoded_size(
+            encoded_segment(shard[s][b].count, buffers[b].result->granularity(), H, q).count);
+    return n;
+  };
+  auto piece = [&](const std::string& phase, int from, size_t b) {
+    return options.name + " " + phase + " from rank " + std::to_string(from) + ", " +
+           buffers[b].label;
+  };
+
+  // (1) Every rank's shards that another local rank owns, encoded with the contribution codecs
+  // (their error feedback at those elements), to the owner.
+  std::vector<std::vector<uint8_t>> sent(S), received(S * L);
   std::vector<RequestPtr> requests;
   std::vector<std::pair<int, size_t>> expected;  // per request: (sender, bytes), or (-1, 0)
-  {
-    size_t packed = 0, slotted = 0;
-    for (size_t s = 0; s < S; ++s) {
-      if (floats[s] == 0) continue;
-      if (!owns(s)) {
-        float* at = pack + packed;
-        for (size_t b = 0; b < buffers.size(); ++b) {
-          const Segment& seg = shard[s][b];
-          if (seg.count) std::memcpy(at, buffers[b].in + seg.begin, 4 * seg.count);
-          at += seg.count;
-        }
-        requests.push_back(comm.isend(local[s % L], tag_reduce + s, pack + packed, 4 * floats[s]));
-        expected.emplace_back(-1, 0);
-        packed += floats[s];
-        continue;
+  for (size_t s = 0; s < S; ++s) {
+    if (floats[s] == 0) continue;
+    if (!owns(s)) {
+      sent[s].resize(contribution_bytes(s));
+      size_t at = 0;
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        const Segment& seg = shard[s][b];
+        buffers[b].contribution->encode(buffers[b].in + seg.begin, seg.count, seg.begin,
+                                        sent[s].data() + at);
+        at += buffers[b].contribution->encoded_size(seg.count);
+        comm.progress();
       }
-      slot_at[s] = slotted;
-      for (size_t j = 0; j < L; ++j) {
-        if (j == my_index) continue;
-        requests.push_back(
-            comm.irecv(local[j], tag_reduce + s, slots + slotted + j * floats[s], 4 * floats[s]));
-        expected.emplace_back(local[j], 4 * floats[s]);
-      }
-      slotted += floats[s] * L;
+      requests.push_back(comm.isend(local[s % L], tag_reduce + s, sent[s].data(), sent[s].size()));
+      expected.emplace_back(-1, 0);
+      continue;
+    }
+    for (size_t j = 0; j < L; ++j) {
+      if (j == my_index) continue;
+      std::vector<uint8_t>& in = received[s * L + j];
+      in.resize(contribution_bytes(s));
+      requests.push_back(comm.irecv(local[j], tag_reduce + s, in.data(), in.size()));
+      expected.emplace_back(local[j], in.size());
     }
   }
   comm.wait_all(requests, (options.name + " (sums inside the host)").c_str());
   check_lengths(requests, expected, "sums inside the host");
   requests.clear();
   expected.clear();
-  // The host's sum of each owned shard into this rank's `out`, in local index order: this rank's
-  // values join the others' in its own slot first (`in` may alias `out`).
+  // The host's sum of each owned shard into this rank's `out`: from 0, in local index order, its
+  // own values exact and the others' decoded (`in` may alias `out`: its own are set aside first).
+  auto* own = reinterpret_cast<float*>(
+      thread_buffer<OwnValuesTag>(4 * std::max<size_t>(max_shard_floats(), 1)));
   for (size_t s = 0; s < S; ++s) {
     if (!owns(s) || floats[s] == 0) continue;
-    auto slot = [&](size_t j) { return slots + slot_at[s] + j * floats[s]; };
     size_t at = 0;
     for (size_t b = 0; b < buffers.size(); ++b) {
+      const EncodedBuffer& buf = buffers[b];
       const Segment& seg = shard[s][b];
-      if (seg.count) std::memcpy(slot(my_index) + at, buffers[b].in + seg.begin, 4 * seg.count);
-      at += seg.count;
-    }
-    at = 0;
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      const Segment& seg = shard[s][b];
-      float* out = buffers[b].out + seg.begin;
-      if (seg.count) std::memcpy(out, slot(0) + at, 4 * seg.count);
-      for (size_t j = 1; j < L; ++j) {
-        const float* x = slot(j) + at;
-        for (size_t i = 0; i < seg.count; ++i)
-          out[i] = x[i] + out[i];
+      const size_t bytes = buf.contribution->encoded_size(seg.count);
+      std::memcpy(own, buf.in + seg.begin, 4 * seg.count);
+      float* out = buf.out + seg.begin;
+      std::fill(out, out + seg.count, 0.0f);
+      for (size_t j = 0; j < L; ++j) {
+        if (j == my_index) {
+          for (size_t i = 0; i < seg.count; ++i)
+            out[i] += own[i];
+          continue;
+        }
+        const uint8_t* in = received[s * L + j].data() + at;
+        buf.contribution->validate(in, bytes, seg.count, piece("inside the host", local[j], b));
+        buf.contribution->decode_add(in, seg.count, out);
       }
-      at += seg.count;
+      at += bytes;
+      comm.progress();
     }
   }
 
-  // (2) Each owned shard across hosts among its owners, in host order.
+  // (2) Each owned shard across hosts among its owners, in host order; the results' encodings
+  // kept for step (3) (the one hop has none: its averages go on as fp32).
+  std::vector<std::vector<uint8_t>> results(S);
   for (size_t s = 0; s < S; ++s) {
     if (!owns(s)) continue;
     std::vector<int> owners;
@@ -191,48 +217,79 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
         options.transform(b, values, count, begin[b] + offset);
       };
     }
+    across.results = &results[s];
     GroupCommunicator group(comm, std::move(owners), {tag_cross[s]});
     encoded_allreduce(group, parts, across);
   }
+  if (options.results) options.results->clear();
 
-  // (3) The results of each shard from its owner to the host's other ranks, stored unchanged.
+  // (3) Each shard's results from its owner to the host's other ranks: the encodings every owner
+  // decoded, decoded here from the same bytes (fp32 after a one-hop step).
   if (L == 1) return;
-  {
-    size_t packed = 0;
-    for (size_t s = 0; s < S; ++s) {
-      if (floats[s] == 0) continue;
-      if (owns(s)) {
-        float* at =
-            slots + slot_at[s];  // this shard's slots are spent: the results go out from here
+  const bool encoded = !options.one_hop;
+  std::vector<std::vector<float>> averages(S);
+  for (size_t s = 0; s < S; ++s) {
+    if (floats[s] == 0) continue;
+    if (owns(s)) {
+      if (!encoded) {
+        averages[s].resize(floats[s]);
+        size_t at = 0;
         for (size_t b = 0; b < buffers.size(); ++b) {
           const Segment& seg = shard[s][b];
-          if (seg.count) std::memcpy(at, buffers[b].out + seg.begin, 4 * seg.count);
+          std::copy(buffers[b].out + seg.begin, buffers[b].out + seg.begin + seg.count,
+                    averages[s].begin() + static_cast<std::ptrdiff_t>(at));
           at += seg.count;
         }
-        for (size_t j = 0; j < L; ++j) {
-          if (j == my_index) continue;
-          requests.push_back(comm.isend(local[j], tag_copy + s, slots + slot_at[s], 4 * floats[s]));
-          expected.emplace_back(-1, 0);
-        }
-        continue;
       }
-      requests.push_back(comm.irecv(local[s % L], tag_copy + s, pack + packed, 4 * floats[s]));
-      expected.emplace_back(local[s % L], 4 * floats[s]);
-      packed += floats[s];
+      const void* data = encoded ? static_cast<const void*>(results[s].data()) : averages[s].data();
+      const size_t bytes = encoded ? results[s].size() : 4 * floats[s];
+      for (size_t j = 0; j < L; ++j) {
+        if (j == my_index) continue;
+        requests.push_back(comm.isend(local[j], tag_copy + s, data, bytes));
+        expected.emplace_back(-1, 0);
+      }
+      continue;
+    }
+    const int from = local[s % L];
+    if (encoded) {
+      results[s].resize(result_bytes(s));
+      requests.push_back(comm.irecv(from, tag_copy + s, results[s].data(), results[s].size()));
+      expected.emplace_back(from, results[s].size());
+    } else {
+      averages[s].resize(floats[s]);
+      requests.push_back(comm.irecv(from, tag_copy + s, averages[s].data(), 4 * floats[s]));
+      expected.emplace_back(from, 4 * floats[s]);
     }
   }
   comm.wait_all(requests, (options.name + " (results inside the host)").c_str());
   check_lengths(requests, expected, "results inside the host");
-  size_t packed = 0;
   for (size_t s = 0; s < S; ++s) {
     if (owns(s) || floats[s] == 0) continue;
-    const float* at = pack + packed;
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      const Segment& seg = shard[s][b];
-      if (seg.count) std::memcpy(buffers[b].out + seg.begin, at, 4 * seg.count);
-      at += seg.count;
+    const int from = local[s % L];
+    if (!encoded) {
+      size_t at = 0;
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        const Segment& seg = shard[s][b];
+        std::copy(averages[s].begin() + static_cast<std::ptrdiff_t>(at),
+                  averages[s].begin() + static_cast<std::ptrdiff_t>(at + seg.count),
+                  buffers[b].out + seg.begin);
+        at += seg.count;
+      }
+      continue;
     }
-    packed += floats[s];
+    const uint8_t* in = results[s].data();
+    for (int q = 0; q < H; ++q) {
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        const EncodedBuffer& buf = buffers[b];
+        const Segment& seg = shard[s][b];
+        const Segment part = encoded_segment(seg.count, buf.result->granularity(), H, q);
+        const size_t bytes = buf.result->encoded_size(part.count);
+        buf.result->validate(in, bytes, part.count, piece("results inside the host", from, b));
+        buf.result->decode(in, part.count, buf.out + seg.begin + part.begin);
+        in += bytes;
+      }
+    }
+    comm.progress();
   }
 }
 

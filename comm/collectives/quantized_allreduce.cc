@@ -88,12 +88,18 @@ class Exchange {
     const uint64_t tag = P_ > 1 ? comm_.next_collective_tag() : 0;
     thread_local Buffers buffers;
     if (options_.one_hop) {
+      if (options_.results) options_.results->clear();
       gather_sum(buffers, tag);
       return;
     }
     reduce_scatter(buffers, tag);
     reduce_own(buffers);
     allgather(buffers, tag + 1);
+    if (options_.results) {
+      options_.results->clear();
+      for (const std::vector<uint8_t>& segments : buffers.seg)
+        options_.results->insert(options_.results->end(), segments.begin(), segments.end());
+    }
   }
 
  private:

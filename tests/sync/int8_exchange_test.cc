@@ -113,13 +113,13 @@ void check_world(int P, int bits, Hops hops = Hops::kTwo, std::vector<std::strin
           std::memcpy(&o, own[static_cast<size_t>(q)].data() + 4 * i, 4);
           kept += r;
           owner_kept += o;
-          // Only the owner of element i keeps an owner residual for it; with a layout, only the
-          // owner of its local shard keeps either residual.
+          // Only the owner of element i keeps an owner residual for it (with a layout: the
+          // owner of its local shard).
           const comm::Segment s = sync::int8_segment(n, P, q);
           if (topo == nullptr && o != 0.0f && (i < s.begin || i >= s.begin + s.count))
             throw std::runtime_error("an owner residual outside the owner's segment");
-          if ((r != 0.0f || o != 0.0f) && !owns_local_shard(topo, q, n, i))
-            throw std::runtime_error("a residual outside the rank's local shards");
+          if (o != 0.0f && !owns_local_shard(topo, q, n, i))
+            throw std::runtime_error("an owner residual outside the rank's local shards");
         }
         const double got = P * (static_cast<double>(delivered[t][i]) + owner_kept) + kept;
         const double tol = 1e-5 * (1.0 + std::fabs(submitted)) * rounds * P * (1.0 + t);
