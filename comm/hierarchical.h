@@ -47,8 +47,8 @@ void hierarchical_allgatherv(Communicator& comm, const HostTopology& topology, c
 // with the whole buffer's offsets throughout, so codec state indexed by element (a residual) stays
 // with the elements. (1) Inside each host every rank encodes its `in` values of each shard another
 // local rank owns with the `contribution` codecs and sends them, every buffer's back to back, to
-// the owner, which validates them and sums in fp32 from 0 in local index order (its own values
-// exact, the others decoded) into its `out`. (2) The owners of shard s on every host run
+// the owner, which validates them and adds them, decoded in local index order, to its own exact
+// values in its `out`. (2) The owners of shard s on every host run
 // encoded_allreduce over their host sums (in host order), transform called with whole-buffer
 // offsets. (3) Each owner passes the `result` encodings it decoded to the other ranks of its host,
 // which validate and decode the same bytes (after a one-hop step, which has none, the fp32

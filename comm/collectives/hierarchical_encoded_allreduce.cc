@@ -10,7 +10,6 @@
 
 #include "base/check.h"
 #include "base/error.h"
-#include "base/thread_buffer.h"
 #include "comm/collectives.h"
 #include "comm/collectives/group_communicator.h"
 #include "comm/hierarchical.h"
@@ -43,8 +42,6 @@ class ShardCodec final : public ChunkCodec {
   ChunkCodec& inner_;
   size_t begin_;
 };
-
-struct OwnValuesTag {};
 
 }  // namespace
 
@@ -81,13 +78,6 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
     }
   }
   auto owns = [&](size_t s) { return s % L == my_index; };
-  auto max_shard_floats = [&] {
-    size_t most = 0;
-    for (size_t s = 0; s < S; ++s)
-      for (size_t b = 0; b < buffers.size(); ++b)
-        most = std::max(most, shard[s][b].count);
-    return most;
-  };
   auto check_lengths = [&](std::vector<RequestPtr>& requests,
                            const std::vector<std::pair<int, size_t>>& expected, const char* what) {
     for (size_t k = 0; k < requests.size(); ++k) {
@@ -157,10 +147,8 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
   check_lengths(requests, expected, "sums inside the host");
   requests.clear();
   expected.clear();
-  // The host's sum of each owned shard into this rank's `out`: from 0, in local index order, its
-  // own values exact and the others' decoded (`in` may alias `out`: its own are set aside first).
-  auto* own = reinterpret_cast<float*>(
-      thread_buffer<OwnValuesTag>(4 * std::max<size_t>(max_shard_floats(), 1)));
+  // The host's sum of each owned shard into this rank's `out`: its own values, then the others'
+  // decoded in local index order (only the owner computes it: its bits are what everyone gets).
   for (size_t s = 0; s < S; ++s) {
     if (!owns(s) || floats[s] == 0) continue;
     size_t at = 0;
@@ -168,15 +156,10 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
       const EncodedBuffer& buf = buffers[b];
       const Segment& seg = shard[s][b];
       const size_t bytes = buf.contribution->encoded_size(seg.count);
-      std::memcpy(own, buf.in + seg.begin, 4 * seg.count);
       float* out = buf.out + seg.begin;
-      std::fill(out, out + seg.count, 0.0f);
+      if (buf.in != buf.out && seg.count) std::memcpy(out, buf.in + seg.begin, 4 * seg.count);
       for (size_t j = 0; j < L; ++j) {
-        if (j == my_index) {
-          for (size_t i = 0; i < seg.count; ++i)
-            out[i] += own[i];
-          continue;
-        }
+        if (j == my_index) continue;
         const uint8_t* in = received[s * L + j].data() + at;
         buf.contribution->validate(in, bytes, seg.count, piece("inside the host", local[j], b));
         buf.contribution->decode_add(in, seg.count, out);
