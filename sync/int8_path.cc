@@ -11,9 +11,9 @@
 namespace gradex::sync {
 namespace {
 
-// What a rank's residuals may cover depends on the layout they were kept under: in the flat
-// exchange, every element (the contribution residual) and the rank's segments at its world size
-// (the owner residual); with a layout, only the local shards the rank owns. Bit 0: a layout.
+// Where a rank's owner residual may be non-zero depends on the layout it was kept under: the
+// rank's segments at its world size in the flat exchange, its segments among the owners of the
+// local shards it owns with a layout (sync/int8_exchange.h). Bit 0: a layout.
 uint64_t residual_layout(int world, const comm::HostTopology* hierarchy, int rank) {
   if (hierarchy == nullptr) return static_cast<uint64_t>(world) << 1;
   const size_t r = static_cast<size_t>(rank);
@@ -30,19 +30,28 @@ uint64_t residual_layout(int world, const comm::HostTopology* hierarchy, int ran
 // Sizes a tensor's residuals for the route under `layout` (residual_layout). A new flat
 // membership moves the segments a rank owns, so the owner residual it kept goes into its
 // contribution residual (world copies of it make up the same share of the average). Any change
-// to or from a layout moves the elements a rank's residuals may cover: both go into the values
-// about to be sent (`values`, host memory), whose sums take them to the elements' new owners.
-void ready_residuals(TensorState& t, int world, uint64_t layout, float* values) {
+// to or from a layout moves the elements whose owner residual a rank may keep: both residuals go
+// into the values about to be sent (`values`, host memory), whose sums take them on.
+void ready_residuals(TensorState& t, int world, int rank, uint64_t layout, float* values) {
   if (t.int8_residual.size() != t.numel) {
     t.int8_residual.assign(t.numel, 0.0f);
     t.int8_owner_residual.assign(t.numel, 0.0f);
   } else if (t.int8_owner_residual.size() != t.numel) {
     t.int8_owner_residual.assign(t.numel, 0.0f);
   }
-  // A state restored from a checkpoint was kept by the flat exchange at int8_world.
-  const uint64_t before = t.int8_layout != 0  ? t.int8_layout
-                          : t.int8_world != 0 ? static_cast<uint64_t>(t.int8_world) << 1
-                                              : layout;
+  // A state restored from a checkpoint (int8_layout 0) does not say its layout: it was the flat
+  // exchange's at int8_world when every owner residual lies in this rank's segments there, and
+  // is otherwise folded as any other layout's.
+  uint64_t before = t.int8_layout;
+  if (before == 0 && t.int8_world != 0) {
+    before = static_cast<uint64_t>(t.int8_world) << 1;
+    const comm::Segment mine = int8_segment(t.numel, t.int8_world, rank);
+    for (size_t i = 0; i < t.numel && before != 1; ++i)
+      if (t.int8_owner_residual[i] != 0.0f && (i < mine.begin || i >= mine.begin + mine.count))
+        before = 1;  // no layout's: folded below
+  } else if (before == 0) {
+    before = layout;
+  }
   if (before != layout && ((before | layout) & 1u) == 0) {
     const float P = static_cast<float>(world);
     for (size_t i = 0; i < t.numel; ++i) {
@@ -77,7 +86,7 @@ void BackendPath::int8_average(comm::Communicator& comm, const std::vector<Tenso
       staged_bytes_ += t.numel * 4;
       v = host[i].data();
     }
-    ready_residuals(t, world, layout, v);
+    ready_residuals(t, world, comm.rank(), layout, v);
     // With a layout an owner's residual stands for its group's sum, to which an absent rank adds
     // its zeros: it is kept whether or not this rank is absent.
     const bool own_residual = !absent[i] || hierarchy != nullptr;

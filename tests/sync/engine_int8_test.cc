@@ -385,6 +385,92 @@ TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
   ASSERT_EQ(failures(second), "");
 }
 
+// Residuals kept under one layout and restored under another lose nothing: 3 steps on the 4-bit
+// route of a hierarchical job (2 emulated hosts x 2 ranks), its state restored into a flat job
+// for 2 more steps and 6 of zeros (the owner residuals lie where the flat exchange does not read
+// them, so they are folded into its first exchange: after the zeros nothing is left behind), then
+// into plain dense fp32, which flushes the rest: what the 4-bit steps delivered plus the flush is
+// the exact average of everything submitted.
+TEST(EngineInt8, ResidualsSurviveALayoutChange) {
+  const std::string dir = temp_dir();
+  const uint64_t n = 30000;
+  const std::vector<std::string> hosts = {"hostA", "hostA", "hostB", "hostB"};
+  const int world = 4;
+  struct Phase {
+    std::vector<std::string> env;
+    int first, steps, drain;  // steps of gradients, then `drain` steps of zeros
+  };
+  const std::vector<Phase> phases = {
+      {{"GRADEX_SPARSITY_OVERRIDES=w:int4", "GRADEX_HIERARCHICAL=1"}, 0, 3, 0},
+      {{"GRADEX_SPARSITY_OVERRIDES=w:int4", "GRADEX_HIERARCHICAL=0"}, 3, 2, 6},
+      {{"GRADEX_SPARSITY=0", "GRADEX_FP16=0", "GRADEX_HIERARCHICAL=0"}, 5, 0, 1}};
+  for (size_t p = 0; p < phases.size(); ++p) {
+    std::vector<std::string> env = phases[p].env;
+    env.push_back("GRADEX_MOMENTUM=0");
+    auto results = run_ranks(
+        world, env,
+        [&](RankContext& ctx) -> std::string {
+          ::setenv("GRADEX_HOST_ID", hosts[static_cast<size_t>(ctx.rank)].c_str(), 1);
+          std::string error;
+          if (create_engine(ctx.rank, ctx.world, &ctx.engine, &error) != GRADEX_OK) return error;
+          RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+          const std::string mine = dir + "/state" + std::to_string(ctx.rank);
+          std::vector<float> delivered(n, 0.0f);
+          if (p > 0) {
+            std::vector<char> state = read_file(mine);
+            RANK_OK(gradex_load_state(ctx.engine, state.data(), state.size()));
+            std::vector<char> raw = read_file(dir + "/delivered");
+            RANK_REQUIRE(raw.size() == 4 * n, "no delivered sums");
+            std::memcpy(delivered.data(), raw.data(), 4 * n);
+          }
+          const bool flush = p + 1 == phases.size();
+          const int gradients_end = phases[p].first + phases[p].steps;
+          for (int s = phases[p].first; s < gradients_end + phases[p].drain; ++s) {
+            std::vector<float> g =
+                s < gradients_end ? test_vector(41, ctx.rank, s, n) : std::vector<float>(n, 0.0f);
+            gradex_handle_t h;
+            RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+            RANK_OK(gradex_wait(ctx.engine, h));
+            for (uint64_t i = 0; i < n; ++i)
+              delivered[i] += g[i];
+            RANK_OK(gradex_end_step(ctx.engine, nullptr));
+          }
+          auto off_by = [&] {
+            double worst = 0;
+            for (uint64_t i = 0; i < n; ++i) {
+              double exact = 0;
+              for (int r = 0; r < world; ++r)
+                for (int s = 0; s < gradients_end; ++s)
+                  exact += test_value(41, r, s, i);
+              worst = std::max(worst, std::fabs(delivered[i] - exact / world));
+            }
+            return worst;
+          };
+          if (phases[p].drain > 0 && !flush) {
+            // Zeros send what the residuals hold: the restored ones drain as the flat job's own.
+            const double drained = off_by();
+            RANK_REQUIRE(drained < 1e-4, "after the zeros, delivered is off the exact average by "
+                                             << drained
+                                             << " (residuals left where none reads them)");
+          }
+          if (!flush) {
+            size_t length = 0;
+            RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
+            std::vector<char> state(length);
+            RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
+            write_file(mine, state.data(), length);
+            if (ctx.rank == 0) write_file(dir + "/delivered", delivered.data(), 4 * n);
+            return "";
+          }
+          const double worst = off_by();
+          RANK_REQUIRE(worst < 4e-6, "delivered + flushed is off the exact average by " << worst);
+          return "";
+        },
+        std::chrono::seconds(240), /*create_engine=*/false);
+    ASSERT_EQ(failures(results), "") << "phase " << p;
+  }
+}
+
 // Under GRADEX_HIERARCHICAL (2 emulated hosts x 2 ranks) the 8-bit route crosses hosts once per
 // host (comm::hierarchical_encoded_allreduce; a 16-bit tensor beside it goes hierarchical too):
 // its averages are bit-identical on every rank, not the flat job's bits (another quantization of
