@@ -55,6 +55,27 @@ std::string temp_dir() {
   return mkdtemp(dir_template);
 }
 
+// The engine's state, written to `path`.
+std::string save_state_to(RankContext& ctx, const std::string& path) {
+  size_t length = 0;
+  RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
+  std::vector<char> state(length);
+  RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
+  write_file(path, state.data(), length);
+  return "";
+}
+
+// One step of tensor "w": `g` submitted, its average added into `delivered`.
+std::string exchange_w(RankContext& ctx, std::vector<float> g, std::vector<float>& delivered) {
+  gradex_handle_t h;
+  RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+  RANK_OK(gradex_wait(ctx.engine, h));
+  for (size_t i = 0; i < g.size(); ++i)
+    delivered[i] += g[i];
+  RANK_OK(gradex_end_step(ctx.engine, nullptr));
+  return "";
+}
+
 }  // namespace
 
 // Two to four ranks, several tensors fused into 8-bit buckets beside a 16-bit one: every rank holds
@@ -138,11 +159,8 @@ TEST(EngineInt8, RestoredRunMatchesUninterruptedRun) {
     const double fp32_ring = 3 * 2.0 * 2 / 3 * sizes[0] * 4;
     RANK_REQUIRE(st.bytes_sent > 0.25 * fp32_ring && st.bytes_sent < 0.3 * fp32_ring,
                  "8-bit bytes sent " << st.bytes_sent << " vs fp32 ring " << fp32_ring);
-    size_t length = 0;
-    RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
-    std::vector<char> state(length);
-    RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
-    write_file(dir + "/state" + std::to_string(ctx.rank), state.data(), length);
+    if (auto e = save_state_to(ctx, dir + "/state" + std::to_string(ctx.rank)); !e.empty())
+      return e;
     record.clear();
     if (auto e = run_steps(ctx, keys, sizes, 3, 3, record); !e.empty()) return e;
     write_file(dir + "/a" + std::to_string(ctx.rank), record.data(), record.size() * 4);
@@ -332,20 +350,11 @@ TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
       [&](RankContext& ctx) -> std::string {
         RANK_OK(gradex_register_tensor(ctx.engine, "w", n, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
         std::vector<float> delivered(n, 0.0f);
-        for (int s = 0; s < steps; ++s) {
-          std::vector<float> g = test_vector(31, ctx.rank, s, n);
-          gradex_handle_t h;
-          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
-          RANK_OK(gradex_wait(ctx.engine, h));
-          for (uint64_t i = 0; i < n; ++i)
-            delivered[i] += g[i];
-          RANK_OK(gradex_end_step(ctx.engine, nullptr));
-        }
-        size_t length = 0;
-        RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
-        std::vector<char> state(length);
-        RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
-        write_file(dir + "/state" + std::to_string(ctx.rank), state.data(), length);
+        for (int s = 0; s < steps; ++s)
+          if (auto e = exchange_w(ctx, test_vector(31, ctx.rank, s, n), delivered); !e.empty())
+            return e;
+        if (auto e = save_state_to(ctx, dir + "/state" + std::to_string(ctx.rank)); !e.empty())
+          return e;
         if (ctx.rank == 0) write_file(dir + "/delivered", delivered.data(), 4 * n);
         return "";
       });
@@ -428,12 +437,7 @@ TEST(EngineInt8, ResidualsSurviveALayoutChange) {
           for (int s = phases[p].first; s < gradients_end + phases[p].drain; ++s) {
             std::vector<float> g =
                 s < gradients_end ? test_vector(41, ctx.rank, s, n) : std::vector<float>(n, 0.0f);
-            gradex_handle_t h;
-            RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
-            RANK_OK(gradex_wait(ctx.engine, h));
-            for (uint64_t i = 0; i < n; ++i)
-              delivered[i] += g[i];
-            RANK_OK(gradex_end_step(ctx.engine, nullptr));
+            if (auto e = exchange_w(ctx, std::move(g), delivered); !e.empty()) return e;
           }
           auto off_by = [&] {
             double worst = 0;
@@ -454,11 +458,7 @@ TEST(EngineInt8, ResidualsSurviveALayoutChange) {
                                              << " (residuals left where none reads them)");
           }
           if (!flush) {
-            size_t length = 0;
-            RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
-            std::vector<char> state(length);
-            RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
-            write_file(mine, state.data(), length);
+            if (auto e = save_state_to(ctx, mine); !e.empty()) return e;
             if (ctx.rank == 0) write_file(dir + "/delivered", delivered.data(), 4 * n);
             return "";
           }
@@ -609,11 +609,7 @@ TEST(EngineInt8, SwitchingWidthsLosesNothing) {
         RANK_REQUIRE(worst < 4e-6, "delivered + flushed is off the exact average by " << worst);
         return "";
       }
-      size_t length = 0;
-      RANK_OK(gradex_save_state(ctx.engine, nullptr, 0, &length));
-      std::vector<char> state(length);
-      RANK_OK(gradex_save_state(ctx.engine, state.data(), state.size(), &length));
-      write_file(state_path, state.data(), length);
+      if (auto e = save_state_to(ctx, state_path); !e.empty()) return e;
       write_file(sums_path, delivered.data(), 4 * n);
       return "";
     });
