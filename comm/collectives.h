@@ -166,7 +166,8 @@ struct EncodedAllreduceOptions {
   bool one_hop = false;
   // Two phases: when set, receives the `result` encodings every rank decoded, owner by owner
   // (rank 0's segments of every buffer, then rank 1's, ...), so that a caller can pass the
-  // averages on in their encoded form (comm::hierarchical_encoded_allreduce). One hop: cleared.
+  // averages on in their encoded form (comm::hierarchical_encoded_allreduce, which itself leaves
+  // it empty). One hop: cleared.
   std::vector<uint8_t>* results = nullptr;
 };
 

@@ -1,6 +1,6 @@
-// hierarchical_encoded_allreduce (comm/hierarchical.h): fp32 sums to the local shards' owners
-// inside each host, the encoded allreduce of each shard across hosts among its owners, then the
-// results copied back inside each host.
+// hierarchical_encoded_allreduce (comm/hierarchical.h): each rank's encoding of the local shards
+// others own to their owners, the encoded allreduce of each host sum across hosts among the
+// shard's owners, then the owners' result encodings to the host's other ranks.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +41,13 @@ class ShardCodec final : public ChunkCodec {
  private:
   ChunkCodec& inner_;
   size_t begin_;
+};
+
+// Message buffers kept between calls (each thread its own), so that steady-state steps allocate
+// and fault in nothing, as the flat encoded allreduce's.
+struct Buffers {
+  std::vector<std::vector<uint8_t>> sent, received, results;
+  std::vector<std::vector<float>> averages;
 };
 
 }  // namespace
@@ -116,7 +123,11 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
 
   // (1) Every rank's shards that another local rank owns, encoded with the contribution codecs
   // (their error feedback at those elements), to the owner.
-  std::vector<std::vector<uint8_t>> sent(S), received(S * L);
+  thread_local Buffers x;
+  std::vector<std::vector<uint8_t>>& sent = x.sent;
+  std::vector<std::vector<uint8_t>>& received = x.received;
+  sent.resize(S);
+  received.resize(S * L);
   std::vector<RequestPtr> requests;
   std::vector<std::pair<int, size_t>> expected;  // per request: (sender, bytes), or (-1, 0)
   for (size_t s = 0; s < S; ++s) {
@@ -171,7 +182,8 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
 
   // (2) Each owned shard across hosts among its owners, in host order; the results' encodings
   // kept for step (3) (the one hop has none: its averages go on as fp32).
-  std::vector<std::vector<uint8_t>> results(S);
+  std::vector<std::vector<uint8_t>>& results = x.results;
+  results.resize(S);
   for (size_t s = 0; s < S; ++s) {
     if (!owns(s)) continue;
     std::vector<int> owners;
@@ -210,7 +222,8 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
   // decoded, decoded here from the same bytes (fp32 after a one-hop step).
   if (L == 1) return;
   const bool encoded = !options.one_hop;
-  std::vector<std::vector<float>> averages(S);
+  std::vector<std::vector<float>>& averages = x.averages;
+  averages.resize(S);
   for (size_t s = 0; s < S; ++s) {
     if (floats[s] == 0) continue;
     if (owns(s)) {
