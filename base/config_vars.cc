@@ -60,8 +60,9 @@ const std::vector<VarSpec>& registry() {
      "Hierarchical exchange: dense buckets are reduced inside each host (shared memory), summed "
      "across hosts by one ring per local rank over its shard, and copied back inside the host; "
      "DGC selections are summed inside each host and re-selected by an owner rank (what it drops "
-     "returns to its residual), so one payload per host and tensor crosses hosts. "
-     "Same-host peers then use shared memory (unless GRADEX_SHM=0 is set), watched by a process "
+     "returns to its residual), so one payload per host and tensor crosses hosts; 8-bit and "
+     "4-bit units go encoded to each shard's owner inside the host, whose host sum crosses hosts "
+     "among the owners, and come back as the owners' result encodings. Same-host peers then use shared memory (unless GRADEX_SHM=0 is set), watched by a process "
      "check. auto: on when the job spans at least two hosts and some host holds at least two "
      "ranks; 1: always (one host: reduce inside it only); 0: the flat ring over all ranks."},
     {"GRADEX_HIERARCHY_TIER", VarType::kChoice, "auto", 0, 0, false, false, "auto|host|region",
