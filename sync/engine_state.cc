@@ -215,7 +215,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
       std::memcpy(t.int8_owner_residual.data(), parsed[i].int8[1], n8 * sizeof(float));
     }
     t.int8_world = n8 ? world_size_ : 0;
-    t.int8_layout = 0;  // kept by whichever layout: ready_residuals folds them where it differs
+    t.int8_layout = 0;  // a checkpoint does not record it (sync/int8_path.cc: ready_residuals)
   }
   completed_steps_ = steps;
   stats_.steps = steps;
