@@ -87,8 +87,9 @@ void BackendPath::int8_average(comm::Communicator& comm, const std::vector<Tenso
       v = host[i].data();
     }
     ready_residuals(t, world, comm.rank(), layout, v);
-    // With a layout an owner's residual stands for its group's sum, to which an absent rank adds
-    // its zeros: it is kept whether or not this rank is absent.
+    // With a layout a rank's residual takes part whether or not the rank is absent: on the shards
+    // it owns it stands for its group's sum (an absent rank adds zeros to it), elsewhere it carries
+    // the error of this rank's own encoding inside the group.
     const bool own_residual = !absent[i] || hierarchy != nullptr;
     items[i] = {v, t.numel, own_residual ? t.int8_residual.data() : nullptr,
                 t.int8_owner_residual.data(), &t.key};
