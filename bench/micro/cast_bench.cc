@@ -41,12 +41,25 @@ void bm_from_half(benchmark::State& state, size_t n, DType t) {
   state.SetBytesProcessed(state.iterations() * n * 6);
 }
 
+// The engine's non-finite scan of a gradient before it is announced: one read.
+void bm_count_nonfinite(benchmark::State& state, size_t n) {
+  const auto& g = gradient(n, 0);
+  for (auto _ : state) {
+    size_t bad = compress::half::count_nonfinite(g.data(), n);
+    benchmark::DoNotOptimize(bad);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+
 }  // namespace
 
 void register_cast(bool large) {
   for (size_t n : sizes(large)) {
     const std::string sz = size_name(n);
     benchmark::RegisterBenchmark(("stream_6B/" + sz).c_str(), bm_stream, n)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("count_nonfinite/" + sz).c_str(), bm_count_nonfinite, n)
         ->Unit(benchmark::kMillisecond);
     for (DType t : {DType::kFloat16, DType::kBFloat16}) {
       const std::string tn = dtype_name(t);
