@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/thread_buffer.h"
 #include "comm/collectives.h"
+#include "comm/collectives/received_length.h"
 #include "comm/collectives/reduce.h"
 
 namespace gradex::comm {
@@ -33,14 +34,11 @@ size_t seg_begin(size_t count, int P, int k) {
 
 void check_length(Communicator& comm, const Request& request, size_t expected, int peer,
                   const char* phase, size_t count, DType dtype) {
-  const size_t got = comm.recv_length(request);
-  if (got == expected) return;
-  throw MismatchError("direct allreduce: rank " + std::to_string(comm.rank()) + " received " +
-                      std::to_string(got) + " bytes from rank " + std::to_string(peer) +
-                      " in the " + phase + ", expected " + std::to_string(expected) + ": ranks " +
-                      std::to_string(peer) + " and " + std::to_string(comm.rank()) +
-                      " disagree on the buffer (rank " + std::to_string(comm.rank()) + " sums " +
-                      std::to_string(count) + " x " + dtype_name(dtype) + ")");
+  expect_received(comm, request, expected, peer, "direct allreduce", "",
+                  std::string(" in the ") + phase + ": ranks " + std::to_string(peer) + " and " +
+                      std::to_string(comm.rank()) + " disagree on the buffer (rank " +
+                      std::to_string(comm.rank()) + " sums " + std::to_string(count) + " x " +
+                      dtype_name(dtype) + ")");
 }
 
 // Two ranks: each sends its whole buffer and sums both segments itself, each with the operands in

@@ -10,6 +10,7 @@
 #include "base/thread_buffer.h"
 #include "comm/collectives.h"
 #include "comm/collectives/group_communicator.h"
+#include "comm/collectives/received_length.h"
 #include "comm/collectives/reduce.h"
 #include "comm/hierarchical.h"
 
@@ -86,13 +87,9 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
   comm.wait_all(requests, "hierarchical allreduce (reduce inside the host)");
   for (size_t k = 0; k < requests.size(); ++k) {
     if (expected[k].first == SIZE_MAX) continue;
-    const size_t got = comm.recv_length(*requests[k]);
-    if (got != expected[k].second)
-      throw MismatchError("hierarchical allreduce: rank " + std::to_string(me) + " received " +
-                          std::to_string(got) + " bytes of a shard from rank " +
-                          std::to_string(local[expected[k].first]) + ", expected " +
-                          std::to_string(expected[k].second) +
-                          ": the ranks disagree on the buffer's size or type");
+    expect_received(comm, *requests[k], expected[k].second, local[expected[k].first],
+                    "hierarchical allreduce", " of a shard",
+                    ": the ranks disagree on the buffer's size or type");
   }
   requests.clear();
   {
@@ -150,12 +147,8 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
     if (shard_of_request[k] == SIZE_MAX) continue;
     const size_t s = shard_of_request[k];
     const size_t n = shard_of(count, S, s).count * elem;
-    const size_t got = comm.recv_length(*requests[k]);
-    if (got != n)
-      throw MismatchError("hierarchical allreduce: rank " + std::to_string(me) + " received " +
-                          std::to_string(got) + " bytes of reduced shard " + std::to_string(s) +
-                          " from rank " + std::to_string(local[s % L]) + ", expected " +
-                          std::to_string(n));
+    expect_received(comm, *requests[k], n, local[s % L], "hierarchical allreduce",
+                    " of reduced shard " + std::to_string(s), "");
   }
 }
 

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "comm/collectives/group_communicator.h"
+#include "comm/collectives/received_length.h"
 #include "comm/hierarchical.h"
 
 namespace gradex::comm {
@@ -90,12 +91,8 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
     for (size_t k = 0; k < requests.size(); ++k) {
       const auto& [from, bytes] = expected[k];
       if (from < 0) continue;
-      const size_t got = comm.recv_length(*requests[k]);
-      if (got != bytes)
-        throw MismatchError(options.name + " " + what + ": rank " + std::to_string(me) +
-                            " received " + std::to_string(got) + " bytes from rank " +
-                            std::to_string(from) + ", expected " + std::to_string(bytes) +
-                            ": the ranks disagree on the buffers' sizes");
+      expect_received(comm, *requests[k], bytes, from, options.name + " " + what, "",
+                      ": the ranks disagree on the buffers' sizes");
     }
   };
 
