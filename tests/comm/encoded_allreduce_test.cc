@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "outer/outer.h"
+#include "tests/comm/encoded_test_support.h"
 #include "tests/comm/rank_harness.h"
 #include "tests/comm/reference.h"
 
@@ -230,31 +231,19 @@ TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
   });
 }
 
-// A codec whose validate() refuses every piece it receives: every rank fails in the
-// reduce-scatter (or the one hop's gather), naming the phase, the sender and the buffer, before
-// anything is summed.
-class RefusingCodec : public Fp32Codec {
- public:
-  void validate(const uint8_t*, size_t, size_t, const std::string& what) const override {
-    throw CorruptPayload(what + ": refused");
-  }
-};
-
+// Every rank fails in the reduce-scatter (or the one hop's gather), naming the phase, the sender
+// and the buffer, before anything is summed.
 TEST(EncodedAllreduce, ValidateRefusesReceivedPieces) {
   for (bool one_hop : {false, true}) {
     const int P = 3;
     std::vector<std::string> errors(P);
     try {
       run_ranks(P, [&](Communicator& c) {
-        RefusingCodec contribution, result;
-        std::vector<float> v(100, 1.0f);
-        std::vector<comm::EncodedBuffer> buffers{
-            {&contribution, &result, v.data(), v.data(), v.size(), "tensor 'w'"}};
-        comm::EncodedAllreduceOptions options;
-        options.name = "test";
-        options.one_hop = one_hop;
         try {
-          comm::encoded_allreduce(c, buffers, options);
+          call_refusing([&](auto& buffers, auto& options) {
+            options.one_hop = one_hop;
+            comm::encoded_allreduce(c, buffers, options);
+          });
         } catch (const Error& e) {
           errors[static_cast<size_t>(c.rank())] = e.what();
           throw;

@@ -20,21 +20,14 @@
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
 #include "outer/outer.h"
+#include "tests/comm/encoded_test_support.h"
+#include "tests/comm/host_layouts.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {
 namespace {
 
 using comm::Communicator;
-
-const std::vector<std::vector<std::string>> kLayouts = {
-    {"a", "a", "b", "b"},            // 2 x 2
-    {"a", "b", "c", "a", "b", "c"},  // 3 x 2, interleaved
-    {"a", "a", "a", "b"},            // uneven: 3 + 1
-    {"a", "b", "b", "c", "c", "c"},  // uneven: 1 + 2 + 3
-    {"a", "a", "a"},                 // one host
-    {"a", "b", "c"},                 // one rank per host
-};
 
 std::string describe(const std::vector<std::string>& hosts) {
   std::string s;
@@ -56,7 +49,7 @@ float real_value(int rank, size_t i) {
 
 TEST(HierarchicalEncoded, Fp32IsTheExactSumWithWholeBufferOffsets) {
   const std::vector<size_t> counts = {0, 1, 7, 64, 1001};
-  for (const auto& hosts : kLayouts) {
+  for (const auto& hosts : host_layouts()) {
     const int P = static_cast<int>(hosts.size());
     const comm::HostTopology topo = comm::host_topology(hosts, P);
     for (bool one_hop : {false, true}) {
@@ -117,7 +110,7 @@ TEST(HierarchicalEncoded, Fp32IsTheExactSumWithWholeBufferOffsets) {
 void check_quantized(int bits, float one_round_tolerance, float converged_tolerance) {
   const size_t count = 1000;
   const int rounds = 24;
-  for (const auto& hosts : kLayouts) {
+  for (const auto& hosts : host_layouts()) {
     const int P = static_cast<int>(hosts.size());
     const comm::HostTopology topo = comm::host_topology(hosts, P);
     std::vector<float> mean(count, 0.0f);
@@ -191,24 +184,13 @@ TEST(HierarchicalEncoded, FourBitsWithErrorFeedback) {
   check_quantized(4, 4 * 1000.0f / 7, 1000.0f / 7 / 16);
 }
 
-class RefusingCodec : public outer::Fp32Codec {
- public:
-  void validate(const uint8_t*, size_t, size_t, const std::string& what) const override {
-    throw CorruptPayload(what + ": refused");
-  }
-};
-
 TEST(HierarchicalEncoded, RefusedPiecesFailEveryRank) {
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
   const comm::HostTopology topo = comm::host_topology(hosts, 4);
   const std::vector<std::string> errors = rank_errors(4, [&](Communicator& c) {
-    RefusingCodec contribution, result;
-    std::vector<float> v(100, 1.0f);
-    std::vector<comm::EncodedBuffer> buffers{
-        {&contribution, &result, v.data(), v.data(), v.size(), "tensor 'w'"}};
-    comm::EncodedAllreduceOptions options;
-    options.name = "test";
-    comm::hierarchical_encoded_allreduce(c, topo, buffers, options);
+    call_refusing([&](auto& buffers, auto& options) {
+      comm::hierarchical_encoded_allreduce(c, topo, buffers, options);
+    });
   });
   int refused = 0;
   for (size_t q = 0; q < errors.size(); ++q) {

@@ -12,21 +12,13 @@
 #include "base/half.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
+#include "host_layouts.h"
 #include "rank_harness.h"
 
 using namespace gradex;
 using namespace gradex::test;
 
 namespace {
-
-const std::vector<std::vector<std::string>> kLayouts = {
-    {"a", "a", "b", "b"},            // 2 x 2
-    {"a", "b", "c", "a", "b", "c"},  // 3 x 2, interleaved
-    {"a", "a", "a", "b"},            // uneven: 3 + 1
-    {"a", "b", "b", "c", "c", "c"},  // uneven: 1 + 2 + 3
-    {"a", "a", "a"},                 // one host
-    {"a", "b", "c"},                 // one rank per host
-};
 
 float value(int rank, size_t i, bool integer) {
   std::mt19937 g(static_cast<uint32_t>(rank * 1000003 + i));
@@ -47,7 +39,7 @@ TEST(Hierarchical, AllreduceSumsAndIsIdenticalOnEveryRank) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{40001}})
       for (bool integer : {true, false})
         cases.push_back({dtype, count, integer});
-  for (const auto& hosts : kLayouts) {
+  for (const auto& hosts : host_layouts()) {
     const int P = static_cast<int>(hosts.size());
     const comm::HostTopology topo = comm::host_topology(hosts, P);
     std::mutex m;
@@ -102,7 +94,7 @@ TEST(Hierarchical, AllreduceSumsAndIsIdenticalOnEveryRank) {
 }
 
 TEST(Hierarchical, AllgathervReturnsEveryPayload) {
-  for (const auto& hosts : kLayouts) {
+  for (const auto& hosts : host_layouts()) {
     const int P = static_cast<int>(hosts.size());
     const comm::HostTopology topo = comm::host_topology(hosts, P);
     auto payload = [](int rank, int round) {
