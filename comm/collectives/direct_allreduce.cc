@@ -34,11 +34,13 @@ size_t seg_begin(size_t count, int P, int k) {
 
 void check_length(Communicator& comm, const Request& request, size_t expected, int peer,
                   const char* phase, size_t count, DType dtype) {
-  expect_received(comm, request, expected, peer, "direct allreduce", "",
-                  std::string(" in the ") + phase + ": ranks " + std::to_string(peer) + " and " +
-                      std::to_string(comm.rank()) + " disagree on the buffer (rank " +
-                      std::to_string(comm.rank()) + " sums " + std::to_string(count) + " x " +
-                      dtype_name(dtype) + ")");
+  expect_received(comm, request, expected, peer, [&] {
+    const std::string me = std::to_string(comm.rank());
+    return ReceivedText{"direct allreduce", "",
+                        std::string(" in the ") + phase + ": ranks " + std::to_string(peer) +
+                            " and " + me + " disagree on the buffer (rank " + me + " sums " +
+                            std::to_string(count) + " x " + dtype_name(dtype) + ")"};
+  });
 }
 
 // Two ranks: each sends its whole buffer and sums both segments itself, each with the operands in

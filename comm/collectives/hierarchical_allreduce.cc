@@ -87,9 +87,10 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
   comm.wait_all(requests, "hierarchical allreduce (reduce inside the host)");
   for (size_t k = 0; k < requests.size(); ++k) {
     if (expected[k].first == SIZE_MAX) continue;
-    expect_received(comm, *requests[k], expected[k].second, local[expected[k].first],
-                    "hierarchical allreduce", " of a shard",
-                    ": the ranks disagree on the buffer's size or type");
+    expect_received(comm, *requests[k], expected[k].second, local[expected[k].first], [] {
+      return ReceivedText{"hierarchical allreduce", " of a shard",
+                          ": the ranks disagree on the buffer's size or type"};
+    });
   }
   requests.clear();
   {
@@ -147,8 +148,9 @@ void hierarchical_allreduce_sum(Communicator& comm, const HostTopology& topology
     if (shard_of_request[k] == SIZE_MAX) continue;
     const size_t s = shard_of_request[k];
     const size_t n = shard_of(count, S, s).count * elem;
-    expect_received(comm, *requests[k], n, local[s % L], "hierarchical allreduce",
-                    " of reduced shard " + std::to_string(s), "");
+    expect_received(comm, *requests[k], n, local[s % L], [s] {
+      return ReceivedText{"hierarchical allreduce", " of reduced shard " + std::to_string(s), ""};
+    });
   }
 }
 

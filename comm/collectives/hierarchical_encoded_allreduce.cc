@@ -91,8 +91,10 @@ void hierarchical_encoded_allreduce(Communicator& comm, const HostTopology& topo
     for (size_t k = 0; k < requests.size(); ++k) {
       const auto& [from, bytes] = expected[k];
       if (from < 0) continue;
-      expect_received(comm, *requests[k], bytes, from, options.name + " " + what, "",
-                      ": the ranks disagree on the buffers' sizes");
+      expect_received(comm, *requests[k], bytes, from, [&] {
+        return ReceivedText{options.name + " " + what, "",
+                            ": the ranks disagree on the buffers' sizes"};
+      });
     }
   };
 

@@ -11,17 +11,23 @@
 
 namespace gradex::comm {
 
-// Throws MismatchError "<what>: rank <me> received <got> bytes<of> from rank <from>, expected
-// <expected><why>" unless the receive brought exactly `expected` bytes. `of` names the piece
-// (" of shard 3", or ""), `why` what a difference means (": the ranks disagree on ...", or "").
-inline void expect_received(const Communicator& comm, const Request& request, size_t expected,
-                            int from, const std::string& what, const std::string& of,
-                            const std::string& why) {
+// The words around a length mismatch: "<what>: rank R received G bytes<of> from rank F, expected
+// E<why>". `of` names the piece (" of shard 3", or ""), `why` what a difference means.
+struct ReceivedText {
+  std::string what, of, why;
+};
+
+// Throws MismatchError with text()'s words unless the receive brought exactly `expected` bytes.
+// text() runs only on a mismatch, so a receive that matches builds no string.
+template <typename Text>
+void expect_received(const Communicator& comm, const Request& request, size_t expected, int from,
+                     Text&& text) {
   const size_t got = comm.recv_length(request);
   if (got == expected) return;
-  throw MismatchError(what + ": rank " + std::to_string(comm.rank()) + " received " +
-                      std::to_string(got) + " bytes" + of + " from rank " + std::to_string(from) +
-                      ", expected " + std::to_string(expected) + why);
+  const ReceivedText t = text();
+  throw MismatchError(t.what + ": rank " + std::to_string(comm.rank()) + " received " +
+                      std::to_string(got) + " bytes" + t.of + " from rank " + std::to_string(from) +
+                      ", expected " + std::to_string(expected) + t.why);
 }
 
 }  // namespace gradex::comm
