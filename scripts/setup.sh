@@ -87,14 +87,10 @@ fi
 if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ]; then
   # The Python package (gradex, gradex.torch, gradex.tensorflow): libgradex.so and the torch and TF op
   # libraries, built against the torch and TF in .venv (hence --no-build-isolation) in build-py/, installed into .venv. Skipped when neither the
-  # sources nor torch changed since the last install (the stamp is a hash of both).
+  # sources nor torch changed since the last install (the stamp is a hash of both:
+  # scripts/install_digest.sh, which the plugin tests check too).
   stamp=.venv/.gradex-install-stamp
-  digest=$( { .venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))";
-              .venv/bin/python -c "import importlib.metadata as m; print(m.version('tensorflow-cpu'))" 2>/dev/null || true;
-              find CMakeLists.txt pyproject.toml base comm compress sync outer capi include plugins python \
-                   -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
-                   -o -name '*.txt' -o -name '*.map' -o -name '*.toml' -o -name '*.cmake' -o -name py.typed \) \
-                   -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort | xargs sha256sum; } | sha256sum)
+  digest=$(bash scripts/install_digest.sh)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] || \
      ! .venv/bin/python -c "import gradex._capi as c; c.lib()" >/dev/null 2>&1; then
     if ! .venv/bin/python -c "import scikit_build_core" >/dev/null 2>&1; then
