@@ -77,18 +77,32 @@ if [ "$want_venv" -eq 1 ]; then
   fi
 fi
 
+# One build tree for everything: with .venv (torch importable), build/ also holds the PyTorch and TensorFlow op
+# libraries, and the Python package is installed from that same tree (pip's build-dir=build, configured with
+# build/'s own options), so nothing is compiled twice.
+venv_torch=0
+if [ "$want_venv" -eq 1 ] && [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  venv_torch=1
+fi
+# The options pip's configure of build/ must repeat (pyproject.toml's defaults are a plain wheel's: no tests, no
+# bench, no CUDA backend); a difference would rebuild the tree each time.
+tree_options=(GRADEX_BUILD_TESTS=ON GRADEX_BUILD_BENCH=ON GRADEX_CUDA=AUTO)
 if [ "$want_build" -eq 1 ]; then
   cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-  [ -x .venv/bin/python ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python")
+  for o in "${tree_options[@]}"; do cmake_args+=("-D$o"); done
+  if [ $venv_torch -eq 1 ]; then
+    cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3" -DGRADEX_BUILD_TORCH=ON
+                 -DGRADEX_BUILD_TENSORFLOW=AUTO)
+  fi
   cmake "${cmake_args[@]}" >/dev/null
   cmake --build build -j "$(nproc)"
 fi
 
-if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ]; then
+if [ "$want_build" -eq 1 ] && [ $venv_torch -eq 1 ]; then
   # The Python package (gradex, gradex.torch, gradex.tensorflow): libgradex.so and the torch and TF op
-  # libraries, built against the torch and TF in .venv (hence --no-build-isolation) in build-py/, installed into .venv. Skipped when neither the
-  # sources nor torch changed since the last install (the stamp is a hash of both:
-  # scripts/install_digest.sh, which the plugin tests check too).
+  # libraries from build/ (built against the torch and TF in .venv, hence --no-build-isolation), installed
+  # into .venv. Skipped when neither the sources nor torch changed since the last install (the stamp is a hash
+  # of both: scripts/install_digest.sh, which the plugin tests check too).
   stamp=.venv/.gradex-install-stamp
   digest=$(bash scripts/install_digest.sh)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] || \
@@ -96,8 +110,10 @@ if [ "$want_venv" -eq 1 ] && [ "$want_build" -eq 1 ] && [ -x .venv/bin/python ];
     if ! .venv/bin/python -c "import scikit_build_core" >/dev/null 2>&1; then
       .venv/bin/pip install -q "scikit-build-core>=0.8"
     fi
-    echo "setup: building and installing the gradex Python package into .venv"
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install -q --no-build-isolation .
+    echo "setup: installing the gradex Python package into .venv (from build/)"
+    pip_args=(-C build-dir=build -C cmake.args=-GNinja)
+    for o in "${tree_options[@]}"; do pip_args+=(-C "cmake.define.$o"); done
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install -q --no-build-isolation "${pip_args[@]}" .
     echo "$digest" > "$stamp"
   fi
 fi
