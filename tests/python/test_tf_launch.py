@@ -1,11 +1,10 @@
 """gradex.tensorflow joins jobs the way the core does: rank, size and local rank from every launcher gradex
 knows (Slurm, MPICH / Intel MPI's PMI, torchrun-style variables), a launcher's size without a rank is an
 error, and bootstrap goes through the core's authenticated store (GRADEX_JOB_SECRET, bounded lengths)."""
+import json
 import os
 import subprocess
 import sys
-
-import pytest
 
 import tf_ranks
 
@@ -51,27 +50,39 @@ def test_local_size_the_launcher_does_not_give_is_counted_by_host():
     assert [o["local_rank"] for o in out] == [0, 1]
 
 
-def _init_error(env):
-    """The exception gxt.init() raises in a fresh interpreter with `env` as its launcher variables."""
-    code = ("import gradex.tensorflow as gxt\n"
-            "try:\n    gxt.init()\nexcept Exception as e:\n    print(type(e).__name__ + ': ' + str(e))\n"
-            "else:\n    print('initialized', gxt.rank(), gxt.size())\n")
+def _init_errors(envs):
+    """The outcome of gxt.init() for each launcher environment in `envs`, in one fresh interpreter (importing
+    TensorFlow is most of a case's cost): each case replaces the previous case's variables."""
+    code = ("import json, os, sys\n"
+            "import gradex.tensorflow as gxt\n"
+            "for env in json.loads(sys.argv[1]):\n"
+            "    os.environ.update(env)\n"
+            "    try:\n        gxt.init()\n"
+            "    except Exception as e:\n        print(type(e).__name__ + ': ' + str(e).replace('\\n', ' '))\n"
+            "    else:\n        print('initialized', gxt.rank(), gxt.size())\n        gxt.shutdown()\n"
+            "    for k in env:\n        del os.environ[k]\n")
     child = {k: v for k, v in os.environ.items() if k not in tf_ranks._LAUNCH_VARIABLES}  # noqa: SLF001
-    child.update(env, TF_CPP_MIN_LOG_LEVEL="3", GRADEX_TIMEOUT_S="5")
-    done = subprocess.run([sys.executable, "-c", code], env=child, capture_output=True, text=True, timeout=120)
+    child.update(TF_CPP_MIN_LOG_LEVEL="3", GRADEX_TIMEOUT_S="5")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(envs)], env=child, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) >= len(envs), done.stdout + done.stderr
+    return lines[-len(envs):]
 
 
-@pytest.mark.parametrize("env, named", [
+_SIZE_WITHOUT_RANK = [
     ({"PMI_SIZE": "2"}, "PMI_SIZE=2 is set but PMI_RANK is not"),
     ({"WORLD_SIZE": "4", "MASTER_PORT": "1"}, "WORLD_SIZE=4 is set but RANK is not"),
     ({"OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_SIZE=2 is set but OMPI_COMM_WORLD_RANK is not"),
-])
-def test_a_size_without_a_rank_raises(env, named):
-    line = _init_error(env)
-    assert line.startswith("ConfigError: "), line
-    assert named in line, line
+]
+
+
+def test_a_size_without_a_rank_raises():
+    lines = _init_errors([env for env, _ in _SIZE_WITHOUT_RANK])
+    for (env, named), line in zip(_SIZE_WITHOUT_RANK, lines):
+        assert line.startswith("ConfigError: "), (env, line)
+        assert named in line, (env, line)
 
 
 def _secret_job(rank, world, probe):
