@@ -7,8 +7,8 @@
 # failure. UCX itself is not instrumented: races inside it are out of sight, races on our memory
 # are not. TSAN_FILTER (a gtest filter) replaces the per-binary subsets below.
 # GX_SLOW=1 (the opt-in stage: GX_SLOW=1 bash scripts/test.sh) adds what the default run leaves to the plain
-# build: the golden-results test, the hierarchical allreduce's dtype x size x layout sweep, the maths-only
-# codec tests and the larger world sizes of the inline allgatherv (see `slow` below).
+# build: the golden-results test, the maths-only codec tests and the larger world sizes of the inline
+# allgatherv (see `slow` below).
 # Usage: bash scripts/tsan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,13 +58,11 @@ if [ "$slow" != 1 ]; then
   # The default run keeps TSan on what runs on several threads. Left to GX_SLOW=1 (the plain build runs
   # them all): the single-threaded codec tests (wire formats, casts, state blobs, option parsing) and the
   # chunked DCT's comparison with the direct transform (its threading is TheSameBitsAtAnyPoolSize's: pools
-  # of 2, 3 and 7 threads); the hierarchical allreduce's 30 dtype x size cases on 5 layouts (the
-  # hierarchical collectives' threads stay under TSan with the allgatherv and the topology test); the
-  # inline allgatherv at world sizes other than 3 and 4, as for the other world-size suites above.
+  # of 2, 3 and 7 threads); the inline allgatherv at world sizes other than 3 and 4, as for the other
+  # world-size suites above.
   filter[gradex_compress_test]+=":Wire.*:Sweep/WireRoundTrip.*:WireCorrupt.*:WireMessage.*:WireAppend.*"
   filter[gradex_compress_test]+=":*ViewRanges.*:SumInto.*:DgcState.*:HalfCast.*:CompressOptions.*"
   filter[gradex_compress_test]+=":ChunkedDct.MatchesTheDirectBlockTransformAndInvertsIt"
-  filter[gradex_comm_hierarchical_test]="*:-Hierarchical.AllreduceSumsAndIsIdenticalOnEveryRank"
   # DGC's dense warmup against SGD with momentum is maths (the engine threads it runs on are those of
   # EngineMomentum.DensePolicyMatchesSgdWithMomentum and the DGC tests beside it).
   filter[gradex_sync_test]="*:-EngineMomentum.DgcDenseWarmupStepsMatchSgdWithMomentum"

@@ -5,9 +5,10 @@
 // hierarchical one still matches).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <random>
 
 #include "base/half.h"
 #include "comm/collectives.h"
@@ -20,9 +21,15 @@ using namespace gradex::test;
 
 namespace {
 
+// A value in [-1, 1) (or an integer in [-512, 512]) drawn from rank and index alone: a SplitMix64
+// hash, so that any rank can recompute any other's input (a generator seeded per element cost most
+// of this file's run time).
 float value(int rank, size_t i, bool integer) {
-  std::mt19937 g(static_cast<uint32_t>(rank * 1000003 + i));
-  float x = std::uniform_real_distribution<float>(-1, 1)(g);
+  uint64_t z = (static_cast<uint64_t>(rank) << 40) + i + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float x = static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
   return integer ? std::round(x * 512) : x;
 }
 
