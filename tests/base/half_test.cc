@@ -31,8 +31,12 @@ TEST(Half, RoundsToNearestEven) {
     double err = std::fabs(static_cast<double>(r) - f);
     // neighbours of h in magnitude
     uint16_t up = static_cast<uint16_t>(h + 1), down = static_cast<uint16_t>(h - 1);
-    if ((h & 0x7fffu) < 0x7bffu) EXPECT_LE(err, std::fabs((double)half_to_float(up) - f)) << f;
-    if ((h & 0x7fffu) > 0) EXPECT_LE(err, std::fabs((double)half_to_float(down) - f)) << f;
+    if ((h & 0x7fffu) < 0x7bffu) {
+      EXPECT_LE(err, std::fabs((double)half_to_float(up) - f)) << f;
+    }
+    if ((h & 0x7fffu) > 0) {
+      EXPECT_LE(err, std::fabs((double)half_to_float(down) - f)) << f;
+    }
   }
   EXPECT_EQ(float_to_half(65504.f), 0x7bffu);
   EXPECT_EQ(float_to_half(65520.f), 0x7c00u);             // ties away from max go to inf

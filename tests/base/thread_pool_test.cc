@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
-// Counts every heap allocation of the process while g_counting is set (any thread).
+// Counts every heap allocation of the process while g_counting is set (any thread). The replacement
+// operators pair malloc with free themselves; GCC, seeing both inlined, takes the pair for
+// operator new with free (-Wmismatched-new-delete).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
