@@ -90,10 +90,9 @@ tree_options=(GRADEX_BUILD_TESTS=ON GRADEX_BUILD_BENCH=ON GRADEX_CUDA=AUTO)
 if [ "$want_build" -eq 1 ]; then
   cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
   for o in "${tree_options[@]}"; do cmake_args+=("-D$o"); done
-  if [ $venv_torch -eq 1 ]; then
-    cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3" -DGRADEX_BUILD_TORCH=ON
-                 -DGRADEX_BUILD_TENSORFLOW=AUTO)
-  fi
+  # The tests' Python checks run on .venv's interpreter when there is one (the path pip's configure passes).
+  [ -x .venv/bin/python3 ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3")
+  [ $venv_torch -eq 1 ] && cmake_args+=(-DGRADEX_BUILD_TORCH=ON -DGRADEX_BUILD_TENSORFLOW=AUTO)
   cmake "${cmake_args[@]}" >/dev/null
   cmake --build build -j "$(nproc)"
 fi
