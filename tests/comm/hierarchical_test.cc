@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -15,21 +14,16 @@
 #include "comm/hierarchical.h"
 #include "host_layouts.h"
 #include "rank_harness.h"
+#include "tests/test_values.h"
 
 using namespace gradex;
 using namespace gradex::test;
 
 namespace {
 
-// A value in [-1, 1) (or an integer in [-512, 512]) drawn from rank and index alone: a SplitMix64
-// hash, so that any rank can recompute any other's input (a generator seeded per element cost most
-// of this file's run time).
+// A value in [-1, 1), or an integer in [-512, 512].
 float value(int rank, size_t i, bool integer) {
-  uint64_t z = (static_cast<uint64_t>(rank) << 40) + i + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  const float x = static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
+  const float x = test_value(0, rank, 0, i);
   return integer ? std::round(x * 512) : x;
 }
 
