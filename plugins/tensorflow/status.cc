@@ -23,8 +23,7 @@ absl::StatusCode tf_code(gradex_status_t status) {
     case GRADEX_ERR_STATE:
     case GRADEX_ERR_VERSION:
       return absl::StatusCode::kFailedPrecondition;
-    case GRADEX_ERR_ABORTED:  // an abort (this rank's or a peer's) or a reconfiguration ended the
-                              // work
+    case GRADEX_ERR_ABORTED:  // an abort (this rank's or a peer's) or a reconfiguration
       return absl::StatusCode::kAborted;
     case GRADEX_ERR_INTERNAL:
       break;
