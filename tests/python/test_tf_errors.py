@@ -99,7 +99,8 @@ def test_single_process_errors(tmp_path):
     fake = tmp_path / "_gradex_tf_ops.so"
     shutil.copy(os.path.join(package, "_gradex_tf_ops.so"), fake)
     (tmp_path / "_gradex_tf_ops.version").write_text("1.0.0\n")
-    (r,) = tf_ranks.run("test_tf_errors:_single_process_errors", 1, args=(str(fake),))
+    # fresh: which op library the interpreter loads is what this job checks.
+    (r,) = tf_ranks.run("test_tf_errors:_single_process_errors", 1, args=(str(fake),), fresh=True)
     assert r["version"] and "built for TensorFlow 1.0.0" in r["version"], r["version"]
     assert r["config"] and "GRADEX_SPARSITY" in r["config"], r["config"]
     assert not r["initialized_after_failure"]
