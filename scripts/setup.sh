@@ -30,13 +30,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ "$want_venv" -eq 1 ]; then
-  # The default python3 may be pyenv's; any python >= 3.10 with venv works.
-  py=${GRADEX_PYTHON:-python3}
-  if [ ! -x .venv/bin/python ]; then
-    echo "setup: creating .venv with $($py --version)"
-    "$py" -m venv .venv
-  fi
+# .venv's packages (torch, TensorFlow, the test dependencies): each installed only when missing.
+install_venv_packages() {
   if ! .venv/bin/python -c "import torch, numpy, sklearn, matplotlib, pytest" >/dev/null 2>&1; then
     echo "setup: installing torch, numpy, scikit-learn, matplotlib, pytest into .venv (large, once)"
     .venv/bin/pip install -q --upgrade pip
@@ -75,23 +70,57 @@ if [ "$want_venv" -eq 1 ]; then
   if ! .venv/bin/python -c "import tf_keras" >/dev/null 2>&1; then
     .venv/bin/pip install -q --no-deps "tf-keras==2.21.*"
   fi
+}
+
+venv_pid=""
+venv_log=""
+if [ "$want_venv" -eq 1 ]; then
+  # The default python3 may be pyenv's; any python >= 3.10 with venv works.
+  py=${GRADEX_PYTHON:-python3}
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $($py --version)"
+    "$py" -m venv .venv
+  fi
+  if [ "$want_build" -eq 1 ] && \
+     ! .venv/bin/python -c "import torch, tensorflow, keras, tf_keras, xdist, mypy, torchft" >/dev/null 2>&1; then
+    # A fresh .venv takes minutes of downloads and unpacking on one core: the C++ tree, which does not need
+    # it, builds meanwhile on the others (the plugins follow once torch and TF are in).
+    venv_log=$(mktemp)
+    echo "setup: installing .venv's packages in the background (log: $venv_log) while the C++ tree builds"
+    install_venv_packages >"$venv_log" 2>&1 &
+    venv_pid=$!
+  else
+    install_venv_packages
+  fi
 fi
 
 # One build tree for everything: with .venv (torch importable), build/ also holds the PyTorch and TensorFlow op
 # libraries, and the Python package is installed from that same tree (pip's build-dir=build, configured with
 # build/'s own options), so nothing is compiled twice.
+# The options pip's configure of build/ must repeat (pyproject.toml's defaults are a plain wheel's: no tests, no
+# bench, no CUDA backend); a difference would rebuild the tree each time.
+tree_options=(GRADEX_BUILD_TESTS=ON GRADEX_BUILD_BENCH=ON GRADEX_CUDA=AUTO)
+cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+for o in "${tree_options[@]}"; do cmake_args+=("-D$o"); done
+# The tests' Python checks run on .venv's interpreter when there is one (the path pip's configure passes).
+[ -x .venv/bin/python3 ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3")
+if [ -n "$venv_pid" ]; then
+  cmake "${cmake_args[@]}" >/dev/null
+  cmake --build build -j "$(nproc)"
+  if ! wait "$venv_pid"; then
+    echo "setup: installing .venv's packages failed; the log's end:" >&2
+    tail -n 40 "$venv_log" >&2
+    exit 1
+  fi
+  cat "$venv_log"
+  rm -f "$venv_log"
+fi
+
 venv_torch=0
 if [ "$want_venv" -eq 1 ] && [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   venv_torch=1
 fi
-# The options pip's configure of build/ must repeat (pyproject.toml's defaults are a plain wheel's: no tests, no
-# bench, no CUDA backend); a difference would rebuild the tree each time.
-tree_options=(GRADEX_BUILD_TESTS=ON GRADEX_BUILD_BENCH=ON GRADEX_CUDA=AUTO)
 if [ "$want_build" -eq 1 ]; then
-  cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-  for o in "${tree_options[@]}"; do cmake_args+=("-D$o"); done
-  # The tests' Python checks run on .venv's interpreter when there is one (the path pip's configure passes).
-  [ -x .venv/bin/python3 ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3")
   [ $venv_torch -eq 1 ] && cmake_args+=(-DGRADEX_BUILD_TORCH=ON -DGRADEX_BUILD_TENSORFLOW=AUTO)
   cmake "${cmake_args[@]}" >/dev/null
   cmake --build build -j "$(nproc)"

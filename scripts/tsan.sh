@@ -9,9 +9,15 @@
 # GX_SLOW=1 (the opt-in stage: GX_SLOW=1 bash scripts/test.sh) adds what the default run leaves to the plain
 # build: the golden-results test, the maths-only codec tests and the larger world sizes of the inline
 # allgatherv (see `slow` below).
-# Usage: bash scripts/tsan.sh
+# Usage: bash scripts/tsan.sh [--build-only]   (--build-only: build build-tsan/, run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *) echo "tsan.sh: unknown option '$1' (known: --build-only)" >&2; exit 2 ;;
+esac
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -32,6 +38,7 @@ slow=${GX_SLOW:-0}
 # gradex_sync_test exercises; what they add is the maths, which the plain build checks bit for bit.
 if [ "$slow" = 1 ]; then tests+=(gradex_sync_golden_test); fi
 ninja -C build-tsan -j "${GX_TSAN_JOBS:-2}" "${tests[@]}"
+[ $build_only -eq 1 ] && exit 0
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test
 # crashes with them. gradex registers no memory with UCX, so nothing depends on the hooks.
@@ -68,15 +75,45 @@ if [ "$slow" != 1 ]; then
   filter[gradex_sync_test]="*:-EngineMomentum.DgcDenseWarmupStepsMatchSgdWithMomentum"
   filter[gradex_comm_allgatherv_inline_test]="Comm/InlineWorld.*/2:Comm/InlineWorld.*/3:AllgathervInline.*"
 fi
+# The binaries run as gtest shards, GX_TSAN_PARALLEL (default 3) at a time: a TSan run mostly waits
+# (ranks as threads handing each other messages, timeouts), so one at a time leaves CI's cores about
+# half idle. Shards of one binary are test cases that ctest already runs side by side. Each shard's
+# output goes to build-tsan/logs/ and is printed when it ends.
+parallel=${GX_TSAN_PARALLEL:-3}
+shards=2
+rm -rf build-tsan/logs
+mkdir -p build-tsan/logs
+# The longest first, so that the last to end are short ones.
+longest=(gradex_sync_test gradex_sync_int8_exchange_test gradex_sync_pipeline_test gradex_compress_test)
+order=("${longest[@]}")
+for t in "${tests[@]}"; do [[ " ${longest[*]} " == *" $t "* ]] || order+=("$t"); done
+declare -A job_of=() log_of=()
+declare -A start_of=()
 status=0
-for t in "${tests[@]}"; do
-  echo "== tsan: $t"
-  start=$SECONDS
-  f=${TSAN_FILTER:-${filter[$t]:-*}}
-  if ! "build-tsan/bin/$t" --gtest_brief=1 --gtest_filter="$f"; then
-    echo "tsan: $t FAILED" >&2
+finish_one() {  # waits for any running shard and prints its log
+  local pid rc=0 job
+  wait -n -p pid || rc=$?
+  job=${job_of[$pid]}
+  echo "== tsan: $job (exit $rc, $((SECONDS - start_of[$job])) s)"
+  tail -n 40 "${log_of[$pid]}"
+  unset "job_of[$pid]" "log_of[$pid]"
+  if [ $rc -ne 0 ]; then
+    echo "tsan: $job FAILED" >&2
     status=1
   fi
-  echo "   ($((SECONDS - start)) s)"
+}
+for t in "${order[@]}"; do
+  f=${TSAN_FILTER:-${filter[$t]:-*}}
+  for ((i = 0; i < shards; i++)); do
+    [ ${#job_of[@]} -ge "$parallel" ] && finish_one
+    job="$t shard $((i + 1))/$shards"
+    start_of[$job]=$SECONDS
+    log="build-tsan/logs/$t.$i.log"
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "build-tsan/bin/$t" --gtest_brief=1 --gtest_filter="$f" \
+      >"$log" 2>&1 &
+    job_of[$!]=$job
+    log_of[$!]=$log
+  done
 done
+while [ ${#job_of[@]} -gt 0 ]; do finish_one; done
 exit $status
