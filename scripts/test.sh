@@ -27,34 +27,6 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
 }
 
-# The sanitizer builds (build-tsan/, build-fuzz/) compile from here on in the background, at the lowest CPU
-# priority: mypy uses one of CI's two cores, ctest leaves about 40 % of them idle (its ranks wait on sockets
-# and timeouts) and pytest a little, and a niced compiler takes only what they leave. Their stages below
-# find what is done and build the rest, showing any compile error. GX_EARLY_SANITIZER_BUILDS=0 builds them
-# in their stages instead.
-sanitizer_pid=""
-sanitizer_log=$(mktemp)
-if [ "${GX_EARLY_SANITIZER_BUILDS:-1}" = 1 ]; then
-  # Its own process group, so that a run that ends early takes the compilers with it.
-  setsid nice -n 19 bash -c 'bash scripts/tsan.sh --build-only && bash tests/fuzz/run.sh --build-only' \
-    >"$sanitizer_log" 2>&1 &
-  sanitizer_pid=$!
-fi
-stop_sanitizer_builds() {
-  if [ -n "$sanitizer_pid" ]; then kill -- "-$sanitizer_pid" 2>/dev/null || true; fi
-  rm -f "$sanitizer_log"
-}
-trap stop_sanitizer_builds EXIT
-finish_sanitizer_builds() {
-  local pid=$sanitizer_pid
-  sanitizer_pid=""
-  if ! wait "$pid"; then
-    echo "the early sanitizer builds stopped (their stages below build again and show why); the log's end:"
-    tail -n 20 "$sanitizer_log"
-  fi
-  return 0
-}
-
 # The Python package's types first (seconds with mypy's cache; any type error fails the run).
 if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
   stage "type check (mypy)" .venv/bin/python -m mypy
@@ -76,7 +48,6 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
 
-if [ -n "$sanitizer_pid" ]; then stage "sanitizer builds (the part left)" finish_sanitizer_builds; fi
 stage "ThreadSanitizer (comm, sync, pool)" bash scripts/tsan.sh
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
