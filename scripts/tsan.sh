@@ -9,15 +9,9 @@
 # GX_SLOW=1 (the opt-in stage: GX_SLOW=1 bash scripts/test.sh) adds what the default run leaves to the plain
 # build: the golden-results test, the maths-only codec tests and the larger world sizes of the inline
 # allgatherv (see `slow` below).
-# Usage: bash scripts/tsan.sh [--build-only]   (--build-only: build build-tsan/, run nothing)
+# Usage: bash scripts/tsan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=0
-case "${1:-}" in
-  "") ;;
-  --build-only) build_only=1 ;;
-  *) echo "tsan.sh: unknown option '$1' (known: --build-only)" >&2; exit 2 ;;
-esac
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -38,7 +32,6 @@ slow=${GX_SLOW:-0}
 # gradex_sync_test exercises; what they add is the maths, which the plain build checks bit for bit.
 if [ "$slow" = 1 ]; then tests+=(gradex_sync_golden_test); fi
 ninja -C build-tsan -j "${GX_TSAN_JOBS:-2}" "${tests[@]}"
-[ $build_only -eq 1 ] && exit 0
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test
 # crashes with them. gradex registers no memory with UCX, so nothing depends on the hooks.
@@ -95,12 +88,14 @@ finish_one() {  # waits for any running shard and prints its log
   wait -n -p pid || rc=$?
   job=${job_of[$pid]}
   echo "== tsan: $job (exit $rc, $((SECONDS - start_of[$job])) s)"
-  tail -n 40 "${log_of[$pid]}"
-  unset "job_of[$pid]" "log_of[$pid]"
-  if [ $rc -ne 0 ]; then
+  if [ $rc -ne 0 ]; then  # the whole log: a TSan report runs to many lines
+    cat "${log_of[$pid]}"
     echo "tsan: $job FAILED" >&2
     status=1
+  else
+    tail -n 3 "${log_of[$pid]}"
   fi
+  unset "job_of[$pid]" "log_of[$pid]"
 }
 for t in "${order[@]}"; do
   f=${TSAN_FILTER:-${filter[$t]:-*}}

@@ -7,14 +7,10 @@
 #   negotiate  negotiation messages                corpus-negotiate/
 #   state      the saved-state loader (C API)      corpus-state/
 # Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all four)
-#        bash tests/fuzz/run.sh --build-only [TARGET...]   (build them, fuzz nothing)
 #   GX_FUZZ_PARALLEL   targets fuzzed at once (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build_only=0
-[ "${1:-}" = --build-only ] && build_only=1
 seconds=${1:-30}
-[ $build_only -eq 1 ] && seconds=0
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(decode store negotiate state)
@@ -31,7 +27,6 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[
   -DGRADEX_BUILD_FUZZ=ON -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF >build-fuzz/configure.log 2>&1 ||
   { cat build-fuzz/configure.log; exit 1; }
 ninja -C build-fuzz -j "${GRADEX_FUZZ_JOBS:-2}" "${targets[@]/#/gradex-fuzz-}"
-[ $build_only -eq 1 ] && exit 0
 
 # UCX (inside the state fuzzer's engine) must not hook malloc under ASan.
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
