@@ -7,6 +7,7 @@ torchft's tests build their process groups by calling `ProcessGroupGloo(...)` fr
 import contextlib
 import importlib
 import io
+import os
 import unittest
 from datetime import timedelta
 
@@ -32,6 +33,28 @@ def substituted(module, names):
             setattr(module, name, value)
 
 
+# torchft's tests give each quorum 10 s, sized for torchft's CI, where one test has the machine to itself. Here
+# pytest runs several workers on two cores: a quorum waits for the slowest replica's whole step, and under that
+# load a healthy upscale test was measured at 8-12 s end to end, so a 10 s quorum wait fails it now and then
+# (with gloo as with gradex). A quorum that forms returns at once; the longer limit only changes how long a
+# broken one takes to fail. An explicit timeout= in a test, and a value the user exported, still win.
+QUORUM_TIMEOUT_ENV = "TORCHFT_QUORUM_TIMEOUT_SEC"
+QUORUM_TIMEOUT_UNDER_LOAD_S = 60
+
+
+@contextlib.contextmanager
+def environment(defaults):
+    """Sets each variable not already set, for the duration; restores the environment afterwards."""
+    added = [name for name in defaults if name not in os.environ]
+    try:
+        for name in added:
+            os.environ[name] = defaults[name]
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 def run(module_name, test_id, also=()):
     """Runs `Class.method` of torchft's `module_name` with ProcessGroupGloo replaced by ProcessGroupGradex in
     that module and in the modules named in `also` (helpers the test builds its groups with). Returns
@@ -42,6 +65,7 @@ def run(module_name, test_id, also=()):
         raise AssertionError(f"{module_name}.{test_id} names no test (renamed in this torchft version?)")
     out = io.StringIO()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(environment({QUORUM_TIMEOUT_ENV: str(QUORUM_TIMEOUT_UNDER_LOAD_S)}))
         for name in (module_name, *also):
             stack.enter_context(substituted(importlib.import_module(name), {"ProcessGroupGloo": gradex_group}))
         result = unittest.TextTestRunner(stream=out, verbosity=2).run(suite)
