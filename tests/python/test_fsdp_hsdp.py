@@ -68,7 +68,11 @@ def test_dense_with_accumulation_and_mixed_precision():
     results = ranks.run(_against_native, 4, env=DENSE, args=(20, 2, True), timeout=120)
     for r in results:
         assert r["iteration"] == 20  # one exchange per optimizer step, not per micro-batch
-        assert r["error"] <= 1e-5 * max(1.0, r["scale"]), r
+        # The forward pass runs on bf16 copies of the fp32 weights: where the two exchanges' sums differ by an
+        # fp32 ulp, a weight can round to the neighbouring bf16 value (2^-9 relative), and 20 steps carry that
+        # on (1.3e-5 measured on an AVX-512 CPU, under 1e-5 on others). The bound stays far below what a wrong
+        # exchange does: the weights move 0.11 in these steps, and stepping once per micro-batch ends 0.02 away.
+        assert r["error"] <= 1e-4 * max(1.0, r["scale"]), r
     _check_replicas(results)
 
 
