@@ -6,6 +6,8 @@ import random
 import socket
 
 _rng = random.Random()
+# torchft's own integration tests (torchft_suite.py) bind their Managers' servers at 19530 + a replica's id.
+TORCHFT_FIXED_PORTS = range(19530, 19540)
 
 
 def _ephemeral_low() -> int:
@@ -21,6 +23,8 @@ def free_ports(count: int = 1) -> int:
     high = max(10000 + count + 1, _ephemeral_low() - count)
     for _ in range(200):
         p = _rng.randrange(10000, high)
+        if any(q in TORCHFT_FIXED_PORTS for q in range(p, p + count)):
+            continue
         sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
         try:
             for i, s in enumerate(sockets):
