@@ -38,11 +38,6 @@ def substituted(module, names):
             setattr(module, name, value)
 
 
-# torchft's tests give each quorum 10 s, sized for torchft's CI, where one test has the machine to itself. Here
-# pytest runs several workers on two cores: a quorum waits for the slowest replica's whole step, and under that
-# load a healthy upscale test was measured at 8-12 s end to end, so a 10 s quorum wait fails it now and then
-# (with gloo as with gradex). A quorum that forms returns at once; the longer limit only changes how long a
-# broken one takes to fail. An explicit timeout= in a test, and a value the user exported, still win.
 def seeded_privately(model_class, seed=42):
     """model_class, its Linear layers initialised as torch does (uniform in +-1/sqrt(fan_in)) but from a generator
     of their own instead of the process-wide one."""
@@ -69,6 +64,11 @@ EXTRA_SUBSTITUTIONS = {
     "ManagerIntegTest.test_ddp_skip_init_sync": lambda module: {"MyModel": seeded_privately(module.MyModel)},
 }
 
+# torchft's tests give each quorum 10 s, sized for torchft's CI, where one test has the machine to itself. Here
+# pytest runs several workers on two cores: a quorum waits for the slowest replica's whole step, and under that
+# load a healthy upscale test was measured at 8-12 s end to end, so a 10 s quorum wait fails it now and then
+# (with gloo as with gradex). A quorum that forms returns at once; the longer limit only changes how long a
+# broken one takes to fail. An explicit timeout= in a test, and a value the user exported, still win.
 QUORUM_TIMEOUT_ENV = "TORCHFT_QUORUM_TIMEOUT_SEC"
 QUORUM_TIMEOUT_UNDER_LOAD_S = "60"
 
