@@ -176,7 +176,8 @@ struct EncodedAllreduceOptions {
 // (encoded_segment of the buffer alone, so a rank owns the same elements of a buffer whatever
 // else shares the call). Reduce-scatter: rank r sends rank k one message holding its encoding of
 // segment k of every buffer, in buffer order; rank k validates and decodes the P contributions
-// and sums them in fp32 in rank order 0..P-1 (starting from 0; its own contribution is decoded
+// and sums them in fp32 in rank order 0..P-1 (starting from rank 0's term, with no zero before
+// it: a sum of -0 terms stays -0, as in the rings; its own contribution is decoded
 // from its own bytes like everyone else's), then calls transform on its segment. Allgather: rank k
 // sends every rank one message holding the `result` encoding of its segments; every rank, rank k
 // included, decodes every segment from the same bytes. Messages go in a shifted order (at step j

@@ -70,6 +70,7 @@ def train_one_seed(args, seed, data, rank, world):
     tx = TxCounter(args.count_iface)
     evaluating = args.method != "nocomm" and not args.no_eval
     clock, step, due = 0.0, 0, False
+    step_s = []  # rank 0's training-step times (the clock's parts), for where a method's time goes
     curve = [(0.0, 0, evaluate(model, x_test, y_test, rank, world))] if evaluating else []
     reached = None  # (clock, step) of the first evaluation at or above the target
     tty = rank == 0 and sys.stderr.isatty()
@@ -87,7 +88,8 @@ def train_one_seed(args, seed, data, rank, world):
         loss_fn(ddp(x), y).backward()
         optimizer.step()
         synced = method.after_step()
-        clock += time.perf_counter() - t0
+        step_s.append(time.perf_counter() - t0)
+        clock += step_s[-1]
         tx.stop()
         step += 1
         if step == args.steps and not synced:  # the final model is the ranks' average (LocalSGD)
@@ -113,6 +115,7 @@ def train_one_seed(args, seed, data, rank, world):
         "curve": curve, "final_accuracy": curve[-1][2] if curve else None,
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
+        "step_s": [round(t, 5) for t in step_s],
         "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
         **method.settings(),
     }

@@ -47,6 +47,18 @@ size_t message_bytes(const std::vector<EncodedBuffer>& buffers, const Layout& la
   return n;
 }
 
+// Adds the decoding of `in` to sum[0, count), or writes it there when it is the sum's first term:
+// the sum starts from its first term, as the rings' sums do, with no zeroed buffer written and read
+// first. Where a codec can decode to -0 (fp32) this keeps a sum of -0 terms at -0 (-0 is IEEE
+// addition's identity; a +0 start would have made it +0); the quantized codes never decode to -0.
+void decode_into_sum(const ChunkCodec& codec, const uint8_t* in, size_t count, float* sum,
+                     bool first) {
+  if (first)
+    codec.decode(in, count, sum);
+  else
+    codec.decode_add(in, count, sum);
+}
+
 size_t progress_elements(const ChunkCodec& codec) {
   const size_t g = codec.granularity();
   return std::max<size_t>(1, kProgressElements / g) * g;
@@ -171,12 +183,12 @@ class Exchange {
       const EncodedBuffer& e = buffers_[b];
       const Segment& s = layout_.at(b, r_);
       const size_t bytes = e.contribution->encoded_size(s.count);
-      x.sum.assign(s.count, 0.0f);
+      x.sum.resize(s.count);
       for (int q = 0; q < P_; ++q) {
         const uint8_t* piece = x.in[static_cast<size_t>(q)].data() + at;
         if (q != r_)
           e.contribution->validate(piece, bytes, s.count, piece_name(reduce_scatter_, q, b));
-        e.contribution->decode_add(piece, s.count, x.sum.data());
+        decode_into_sum(*e.contribution, piece, s.count, x.sum.data(), q == 0);
       }
       if (s.count > 0 && options_.transform) options_.transform(b, x.sum.data(), s.count, s.begin);
       encode_pieces(comm_, *e.result, x.sum.data(), s.count, s.begin, x.own.data() + own_at);
@@ -252,8 +264,6 @@ class Exchange {
       recvs[q] = comm_.irecv(static_cast<int>(q), tag, x.in[q].data(), whole);
     }
     // `in` may alias `out`: every encoding is made before any output is written.
-    for (const EncodedBuffer& e : buffers_)
-      std::fill(e.out, e.out + e.count, 0.0f);
     int next = 0;  // the next rank in the sum's order
     auto sum_arrived = [&](bool wait) {
       for (; next < P_; ++next) {
@@ -273,7 +283,7 @@ class Exchange {
           const size_t bytes = e.contribution->encoded_size(e.count);
           if (next != r_)
             e.contribution->validate(message + offset, bytes, e.count, piece_name(phase, next, b));
-          e.contribution->decode_add(message + offset, e.count, e.out);
+          decode_into_sum(*e.contribution, message + offset, e.count, e.out, next == 0);
           offset += bytes;
           comm_.progress();
         }
