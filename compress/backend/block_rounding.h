@@ -74,11 +74,12 @@ GX_ALWAYS_INLINE float scale_of(int32_t top, float max_code) {
 
 // Codes for v[0, n) at scale s > 0: q[i] = nearest(v[i] / s) clamped to [-max_code, max_code], and
 // e[i] = v[i] - q[i] * s, exact; an element whose difference would round is sent as 0 and kept
-// whole (quant.h). quant's rounding, nearbyint(x / s) under the default mode (ties to even), equals
-// (t + 1.5 * 2^23) - 1.5 * 2^23 for |t| < 2^22, and is never -0, so q * s matches quant's
-// float(int(q)) * s, sign of zero included.
-GX_ALWAYS_INLINE void round(const float* v, size_t n, float s, float max_code, int8_t* q,
-                            float* e) {
+// whole (quant.h). v, q and e must not overlap (e may be the caller's residual itself). quant's
+// rounding, nearbyint(x / s) under the default mode (ties to even), equals (t + 1.5 * 2^23) - 1.5 *
+// 2^23 for |t| < 2^22, and is never -0, so q * s matches quant's float(int(q)) * s, sign of zero
+// included.
+GX_ALWAYS_INLINE void round(const float* __restrict v, size_t n, float s, float max_code,
+                            int8_t* __restrict q, float* __restrict e) {
   constexpr float kRound = 12582912.0f;
   for (size_t i = 0; i < n; ++i) {
     const float x = v[i];

@@ -59,9 +59,8 @@ GX_ALWAYS_INLINE size_t encode_blocks(const float* values, float* residual, size
     std::memcpy(out, &s, 4);
     int8_t q[kInt4Block];  // packed below as q + 8, two to a byte
     if (s > 0.0f) {
-      float e[kInt4Block];
-      block::round(v, n, s, 7.0f, q, e);
-      if (r) std::memcpy(r, e, n * 4);
+      float scratch[kInt4Block];  // the new residual, when there is no residual to write it to
+      block::round(v, n, s, 7.0f, q, r ? r : scratch);
     } else {  // an all-zero (or underflowed) block: nothing to send
       std::memset(q, 0, n);
       if (r) std::memcpy(r, v, n * 4);

@@ -53,9 +53,8 @@ GX_ALWAYS_INLINE size_t encode_blocks(const float* values, float* residual, size
     std::memcpy(out, &s, 4);
     int8_t* codes = reinterpret_cast<int8_t*>(out + 4);
     if (s > 0.0f) {
-      float e[kInt8Block];
-      block::round(v, n, s, 127.0f, codes, e);
-      if (r) std::memcpy(r, e, n * 4);
+      float scratch[kInt8Block];  // the new residual, when there is no residual to write it to
+      block::round(v, n, s, 127.0f, codes, r ? r : scratch);
     } else {  // an all-zero (or underflowed) block: nothing to send
       std::memset(codes, 0, n);
       if (r) std::memcpy(r, v, n * 4);
