@@ -10,6 +10,8 @@
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#   GX_PREBUILD      1 (default): the sanitizer trees build in the background at nice 19 from the start
+#                    (below); 0: each in its own stage
 #
 # GX_SLOW=1 is the opt-in stage (nightly-style, README "Running the tests"): on top of the default run, the
 # pytest cases marked `slow` (sweep cases whose code paths a faster case already runs), the TSan tests that
@@ -25,6 +27,36 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
   echo "== $name"
   "$@" || status=1
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
+}
+
+# The sanitizer trees (scripts/tsan.sh, tests/fuzz/run.sh) build in the background from the start, at the
+# lowest CPU priority: their compiles take only CPU that the stages before them leave idle (ctest and pytest
+# spend much of their time waiting on sockets, timeouts and process start-up), and a running test is never
+# held up by them (a nice-19 process yields at once to any other). Each sanitizer stage first waits for what
+# is left of its tree's background build; a failed background build is redone, and reported, by the stage.
+# GX_PREBUILD=0 builds each tree in its own stage instead.
+prebuild_pid=""
+if [ "${GX_PREBUILD:-1}" = 1 ] && command -v setsid >/dev/null; then
+  mkdir -p build build-tsan build-fuzz
+  rm -f build-tsan/.prebuild-ended build-fuzz/.prebuild-ended
+  # setsid: its own process group, so that an early exit of this script can stop the whole build.
+  setsid nice -n 19 bash -c 'bash scripts/tsan.sh --build-only; touch build-tsan/.prebuild-ended
+    bash tests/fuzz/run.sh --build-only; touch build-fuzz/.prebuild-ended' >build/prebuild.log 2>&1 </dev/null &
+  prebuild_pid=$!
+  trap 'kill -TERM -- "-$prebuild_pid" 2>/dev/null || true' EXIT
+fi
+# wait_prebuild MARKER: until the background build has written MARKER (its tree's part ended) or has exited.
+wait_prebuild() {
+  [ -n "$prebuild_pid" ] || return 0
+  while [ ! -e "$1" ] && kill -0 "$prebuild_pid" 2>/dev/null; do sleep 1; done
+}
+tsan_stage() {
+  wait_prebuild build-tsan/.prebuild-ended
+  bash scripts/tsan.sh
+}
+fuzz_stage() {
+  wait_prebuild build-fuzz/.prebuild-ended
+  bash tests/fuzz/run.sh "$1"
 }
 
 # The Python package's types first (seconds with mypy's cache; any type error fails the run).
@@ -48,14 +80,14 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
 
-stage "ThreadSanitizer (comm, sync, pool)" bash scripts/tsan.sh
+stage "ThreadSanitizer (comm, sync, pool)" tsan_stage
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
   # its whole seed corpus; the opt-in stage fuzzes each for two minutes.
   fuzz_seconds=${GX_FUZZ_SECONDS:-20}
   if [ "${GX_SLOW:-0}" = 1 ]; then fuzz_seconds=${GX_FUZZ_SECONDS:-120}; fi
-  stage "fuzzing ($fuzz_seconds s per target)" bash tests/fuzz/run.sh "$fuzz_seconds"
+  stage "fuzzing ($fuzz_seconds s per target)" fuzz_stage "$fuzz_seconds"
 fi
 
 echo "== wall time per stage"

@@ -9,9 +9,16 @@
 # GX_SLOW=1 (the opt-in stage: GX_SLOW=1 bash scripts/test.sh) adds what the default run leaves to the plain
 # build: the golden-results test, the maths-only codec tests and the larger world sizes of the inline
 # allgatherv (see `slow` below).
-# Usage: bash scripts/tsan.sh
+# Usage: bash scripts/tsan.sh [--build-only]   (--build-only: build the binaries, run nothing; scripts/test.sh
+# builds this tree in the background while the other stages run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+case "${1:-}" in
+  --build-only) build_only=1 ;;
+  "") ;;
+  *) echo "tsan.sh: unknown argument '$1' (usage: bash scripts/tsan.sh [--build-only])" >&2; exit 2 ;;
+esac
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -32,6 +39,7 @@ slow=${GX_SLOW:-0}
 # gradex_sync_test exercises; what they add is the maths, which the plain build checks bit for bit.
 if [ "$slow" = 1 ]; then tests+=(gradex_sync_golden_test); fi
 ninja -C build-tsan -j "${GX_TSAN_JOBS:-2}" "${tests[@]}"
+[ "$build_only" = 1 ] && exit 0
 
 # UCX's memory hooks (ucm) patch malloc/mmap underneath TSan's own interceptors: every UCX test
 # crashes with them. gradex registers no memory with UCX, so nothing depends on the hooks.

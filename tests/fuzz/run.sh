@@ -7,11 +7,20 @@
 #   negotiate  negotiation messages                corpus-negotiate/
 #   state      the saved-state loader (C API)      corpus-state/
 # Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all four)
+#        bash tests/fuzz/run.sh --build-only [TARGET...]   (build the fuzzers, fuzz nothing; scripts/test.sh
+#                                                           builds this tree in the background)
 #   GX_FUZZ_PARALLEL   targets fuzzed at once (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-seconds=${1:-30}
-shift || true
+build_only=0 seconds=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+else
+  seconds=${1:-30}
+  shift || true
+  [[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz: SECONDS must be a whole number, got '$seconds'" >&2; exit 2; }
+fi
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(decode store negotiate state)
 
@@ -27,6 +36,7 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[
   -DGRADEX_BUILD_FUZZ=ON -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF >build-fuzz/configure.log 2>&1 ||
   { cat build-fuzz/configure.log; exit 1; }
 ninja -C build-fuzz -j "${GRADEX_FUZZ_JOBS:-2}" "${targets[@]/#/gradex-fuzz-}"
+[ "$build_only" = 1 ] && exit 0
 
 # UCX (inside the state fuzzer's engine) must not hook malloc under ASan.
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
