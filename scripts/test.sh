@@ -30,9 +30,10 @@ stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going 
 }
 
 # The sanitizer trees (scripts/tsan.sh, tests/fuzz/run.sh) build in the background from the start, at the
-# lowest CPU priority: their compiles take only CPU that the stages before them leave idle (ctest and pytest
-# spend much of their time waiting on sockets, timeouts and process start-up), and a running test is never
-# held up by them (a nice-19 process yields at once to any other). Each sanitizer stage first waits for what
+# lowest CPU priority: their compiles take mostly CPU that the stages before them leave idle (ctest and pytest
+# spend much of their time waiting on sockets, timeouts and process start-up; a nice-19 process gets a busy
+# core's time only in small slices, though its cache and memory traffic still slow the tests a little, as the
+# figures below show). Each sanitizer stage first waits for what
 # is left of its tree's background build; a failed background build is redone, and reported, by the stage.
 # GX_PREBUILD=0 builds each tree in its own stage instead.
 prebuild_pid=""

@@ -59,7 +59,7 @@ class Method:
         if self.optimizer_name == "adamw" and name in ADAMW_UNSUPPORTED:
             raise ValueError(f"--optimizer adamw: {ADAMW_UNSUPPORTED[name]}")
         # Every method's .grad are views of DDP's buckets, as a user after speed sets it: DDP then skips its two
-        # copies of every gradient a step (into the bucket, back out), 5-9 % of a compute-bound step here.
+        # copies of every gradient a step (into the bucket, back out): 5-10 % more steps/s here (docs/pytorch.md).
         self.ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
         if self.optimizer_name == "sgd":
             # gradex applies GRADEX_MOMENTUM itself (docs/pytorch.md): the optimizer then runs at momentum 0.
