@@ -1,9 +1,9 @@
 // comm::encoded_allreduce over real UCX (ranks as threads): world sizes 1-5, odd and multi-chunk
 // counts, fp32 and 4/8-bit quantized codecs with error feedback over several rounds, one buffer or
-// several fused in one call, and refusal of pieces a codec's validate() rejects; each in both
-// forms, the two phases and the one hop. Every rank
-// recomputes what every other rank encodes (the codecs are deterministic), so the result is
-// checked bit for bit against that reference, and against the other ranks' results.
+// several fused in one call, the sign of a sum of zeros, and refusal of pieces a codec's validate()
+// rejects; each in both forms, the two phases and the one hop. Every rank recomputes what every
+// other rank encodes (the codecs are deterministic), so the result is checked bit for bit against
+// that reference, and against the other ranks' results.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -270,6 +270,33 @@ TEST(EncodedAllreduce, ValidateRefusesReceivedPieces) {
           << e;
     }
     EXPECT_GE(refused, 1);
+  }
+}
+
+// The sum starts from rank 0's term (collectives.h), so a sum of -0 terms is -0 on every rank, as
+// in the rings, and +0 wherever one term is +0; with a zeroed start the first would have been +0.
+TEST(EncodedAllreduce, SumOfNegativeZerosStaysNegativeZero) {
+  for (bool one_hop : {false, true}) {
+    const int P = 3;
+    run_ranks(P, [&](Communicator& c) {
+      // Element 0: -0 everywhere; 1: -0 on rank 0 only; 2: -0 on the last rank only; 3: a value.
+      std::vector<float> buf = {-0.0f, c.rank() == 0 ? -0.0f : 0.0f,
+                                c.rank() == P - 1 ? -0.0f : 0.0f, 1.5f};
+      Fp32Codec contribution, result;
+      std::vector<comm::EncodedBuffer> buffers{
+          {&contribution, &result, buf.data(), buf.data(), buf.size(), "zeros"}};
+      comm::EncodedAllreduceOptions options;
+      options.one_hop = one_hop;
+      comm::encoded_allreduce(c, buffers, options);
+      const std::string where =
+          std::string(one_hop ? "one hop" : "two phases") + ", rank " + std::to_string(c.rank());
+      if (!std::signbit(buf[0]) || buf[0] != 0.0f)
+        throw std::runtime_error(where + ": a sum of -0 terms is not -0");
+      if (std::signbit(buf[1]) || std::signbit(buf[2]))
+        throw std::runtime_error(where + ": a sum with +0 terms is not +0");
+      if (buf[3] != 4.5f)
+        throw std::runtime_error(where + ": 3 x 1.5 is " + std::to_string(buf[3]));
+    });
   }
 }
 
