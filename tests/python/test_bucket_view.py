@@ -7,6 +7,7 @@ auto policy picks codecs from times it measures, so two of its runs need not pic
 import pytest
 
 import torch_ranks as ranks
+from test_hook_exact import _check_exact, _hook_vs_gloo
 
 STEPS = 6
 _TIMEOUT = {"GRADEX_TIMEOUT_S": "60"}
@@ -19,49 +20,12 @@ def _model():
                                torch.nn.Tanh(), torch.nn.Linear(512, 10))
 
 
-def _grads_vs_gloo(rank, world):
-    """Per step, the largest difference between the .grad that DDP(gradient_as_bucket_view=True) + gx.hook
-    leaves and gloo's average of the ranks' own gradients, and whether .grad is a view of DDP's bucket."""
-    import copy
-
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    import gradex.torch as gx
-
-    model = _model()
-    reference = copy.deepcopy(model)  # trained locally: its gradients are this rank's own
-    ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
-    state = gx.State(ddp)
-    ddp.register_comm_hook(state, gx.hook)
-    gen = torch.Generator().manual_seed(100 + rank)  # different data on every rank
-    errors, views = [], []
-    for _ in range(STEPS):
-        x, y = torch.randn(8, 64, generator=gen), torch.randint(0, 10, (8,), generator=gen)
-        ddp.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        reference.zero_grad()
-        F.cross_entropy(reference(x), y).backward()
-        step_error = 0.0
-        for p, r in zip(model.parameters(), reference.parameters()):
-            expected = r.grad.clone()
-            dist.all_reduce(expected)
-            expected /= world
-            step_error = max(step_error, float((p.grad - expected).abs().max()))
-        errors.append(step_error)
-        # A view shares its storage with other parameters' gradients: one flat bucket for this small model.
-        views.append(len({p.grad.untyped_storage().data_ptr() for p in model.parameters()}))
-    exchanged = gx.stats(state)["tensors"]
-    state.close()
-    return {"errors": errors, "storages": views, "tensors": exchanged, "params": len(list(model.parameters()))}
-
-
 def test_bucket_view_gradients_equal_gloo_average():
     env = dict(_TIMEOUT, GRADEX_SPARSITY="0", GRADEX_FP16="0", GRADEX_MOMENTUM="0")
-    for r in ranks.run(_grads_vs_gloo, 2, env=env):
-        assert r["tensors"] == STEPS * r["params"], r  # every step went through gradex
-        assert r["errors"] == [0.0] * STEPS, r["errors"]
-        assert max(r["storages"]) < r["params"], r  # .grad really were views of a shared bucket
+    results = ranks.run(_hook_vs_gloo, 2, env=env, args=(False, True))
+    _check_exact(results)  # every iteration through gradex, per parameter, equal to gloo's average
+    for r in results:
+        assert r["storages"] < r["params"], r  # .grad really were views of a shared bucket
 
 
 def _train(rank, world, bucket_view):

@@ -4,9 +4,10 @@ the hook's output is then SGD-with-momentum's step, not the plain average."""
 import torch_ranks as ranks
 
 
-def _hook_vs_gloo(rank, world, integer_data):
+def _hook_vs_gloo(rank, world, integer_data, bucket_view=False):
     """Per iteration, the gradients DDP + gx.hook leaves vs the average of the ranks' local gradients taken
-    with gloo (dist.all_reduce, divided by the world size)."""
+    with gloo (dist.all_reduce, divided by the world size). bucket_view: DDP's gradient_as_bucket_view, and
+    the result says how many distinct storages the parameters' .grad had after the last iteration."""
     import copy
 
     import torch
@@ -20,7 +21,7 @@ def _hook_vs_gloo(rank, world, integer_data):
         # order, so the comparison can be exact for any world size.
         model = torch.nn.Linear(64, 300)
     reference = copy.deepcopy(model)  # trained locally: its gradients are this rank's own
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
     state = gx.State()
     ddp.register_comm_hook(state, gx.hook)
     gen = torch.Generator().manual_seed(100 + rank)  # different data on every rank
@@ -48,7 +49,8 @@ def _hook_vs_gloo(rank, world, integer_data):
     stats = gx.stats(state)
     state.close()
     return {"errors": max_error, "iteration": state.iteration, "tensors": stats["tensors"],
-            "params": len(list(model.parameters()))}
+            "params": len(list(model.parameters())),
+            "storages": len({p.grad.untyped_storage().data_ptr() for p in model.parameters()})}
 
 
 def _check_exact(results):
