@@ -94,6 +94,14 @@ const std::vector<VarSpec>& registry() {
      "Path of a file holding the job secret (a trailing newline is ignored), for secrets that "
      "must not sit in the environment. Setting both this and GRADEX_JOB_SECRET, an unreadable "
      "file or an empty secret is an error."},
+    {"GRADEX_SEAL", VarType::kChoice, "auto", 0, 0, false, false, "auto|on|off", kAllRanks,
+     "Whether every message between ranks (gradients of every route, parameters, negotiation, "
+     "aborts, the outer optimizer's traffic) is authenticated and encrypted with keys of its "
+     "connection: ephemeral X25519 per pair of ranks bound to the job secret, HKDF-SHA256, then "
+     "AES-256-GCM (ChaCha20-Poly1305 on CPUs without AES instructions), with sequence numbers that "
+     "refuse replayed, reordered and injected messages. auto: sealed whenever a job secret is set. "
+     "on: sealed, and a start-up error without a secret. off: in clear even with a secret (a "
+     "warning). See docs/security.md."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug", kPerRank,
      "How much gradex writes to stderr."},
     {"GRADEX_STATS_EVERY", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kPerRank,
@@ -366,6 +374,11 @@ const std::vector<VarSpec>& registry() {
     {"GRADEX_OUTER_SEED", VarType::kInt, "0", 0, 9.0e15, false, false, nullptr, kOuter,
      "DiLoCo: seed of stochastic rounding."},
     // --- tests ---
+    {"GRADEX_TEST_SEAL_TAMPER", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
+     "Test hook: 'KIND:N' alters the N-th sealed message this rank sends as an attacker on the path "
+     "would (flip: one bit; truncate: its last byte cut; replay: the previous message to the same "
+     "peer sent again in its place; forge: sealed under a key nobody derived). The receiving rank "
+     "must refuse it. Empty: off."},
     {"GRADEX_TEST_FAIL_ROUND", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kPerRank,
      "Test only: this rank's engine fails on its own (an InternalError in its progress thread) "
      "just before its N-th negotiation round, as a bug or a corrupt payload would; the other "

@@ -1,11 +1,30 @@
 // comm_options_from_config: CommOptions from the GRADEX_* registry.
+#include <atomic>
 #include <cmath>
 
 #include "base/config.h"
+#include "base/log.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous/auth.h"
+#include "comm/seal/seal.h"
 
 namespace gradex::comm {
+
+bool check_seal_setting(const CommOptions& options) {
+  if (options.seal == CommOptions::Seal::kOn && options.job_secret.empty())
+    throw ConfigError(
+        "GRADEX_SEAL=on needs a job secret, and neither GRADEX_JOB_SECRET nor "
+        "GRADEX_JOB_SECRET_FILE is set: every connection's keys are bound to the secret "
+        "(docs/security.md)");
+  if (options.seal == CommOptions::Seal::kOff && !options.job_secret.empty()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      GX_LOG(kWarn) << "GRADEX_SEAL=off with a job secret: peers prove the secret, but gradients, "
+                       "parameters and control messages travel in clear and unauthenticated";
+    }
+  }
+  return options.seal != CommOptions::Seal::kOff && !options.job_secret.empty();
+}
 
 CommOptions comm_options_from_config(const config::Config& config) {
   CommOptions o;
@@ -31,6 +50,13 @@ CommOptions comm_options_from_config(const config::Config& config) {
       auth::resolve_job_secret(config.get_string("GRADEX_JOB_SECRET"),
                                config.source_of("GRADEX_JOB_SECRET") != config::Source::kDefault,
                                config.get_string("GRADEX_JOB_SECRET_FILE"));
+  const std::string& seal = config.get_string("GRADEX_SEAL");
+  o.seal = seal == "on"    ? CommOptions::Seal::kOn
+           : seal == "off" ? CommOptions::Seal::kOff
+                           : CommOptions::Seal::kAuto;
+  check_seal_setting(o);
+  o.seal_test_tamper = config.get_string("GRADEX_TEST_SEAL_TAMPER");
+  seal::parse_tamper(o.seal_test_tamper);  // a malformed value is refused here, by name
   return o;
 }
 

@@ -42,6 +42,14 @@ struct CommOptions {
   // GRADEX_JOB_SECRET / GRADEX_JOB_SECRET_FILE, resolved ("" = none): when set, every peer proves
   // knowledge of it before any message is accepted (comm/rendezvous/auth.h, docs/security.md).
   std::string job_secret;
+  // GRADEX_SEAL: whether every message to another rank is authenticated and encrypted with keys of
+  // its connection (comm/seal/seal.h, docs/security.md). kAuto seals whenever there is a job
+  // secret; kOn without a secret is a ConfigError naming both settings; kOff with a secret leaves
+  // the data plane in clear (a warning, once). Equal on every rank (checked at connection).
+  enum class Seal { kAuto, kOn, kOff } seal = Seal::kAuto;
+  // Test-only (GRADEX_TEST_SEAL_TAMPER, comm/seal/seal.h: Tamper): "" or "KIND:N", which sealed
+  // frame this rank alters before sending it, as an attacker on the path would.
+  std::string seal_test_tamper;
   // Test-only: false makes the UCX communicator ignore the worker's event fd, so that tests reach
   // the polling fallback of workers without one.
   bool use_event_fd = true;
@@ -70,9 +78,13 @@ constexpr int kStripesMax = static_cast<int>(kTagLanes);
 
 // Options from the GRADEX_* registry (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_RING_CHUNK_KB,
 // GRADEX_ALLGATHER_INLINE_KB, GRADEX_SHM, GRADEX_HOST_ID, GRADEX_HIERARCHICAL,
-// GRADEX_JOB_SECRET[_FILE], GRADEX_STRIPES). ConfigError for an unusable secret
-// (comm/rendezvous/auth.h).
+// GRADEX_JOB_SECRET[_FILE], GRADEX_STRIPES, GRADEX_SEAL, GRADEX_TEST_SEAL_TAMPER). ConfigError
+// for an unusable secret (comm/rendezvous/auth.h) or GRADEX_SEAL=on without one.
 CommOptions comm_options_from_config(const config::Config& config);
+
+// Whether a communicator with `options` seals its messages (CommOptions::seal). ConfigError for
+// GRADEX_SEAL=on without a job secret; warns once per process for GRADEX_SEAL=off with one.
+bool check_seal_setting(const CommOptions& options);
 
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
 // has not completed cancels it (bounded in time), after which its buffer is no longer used; a

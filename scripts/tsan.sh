@@ -33,7 +33,7 @@ tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex
        gradex_comm_communicator_test gradex_comm_wait_collective_test gradex_sync_test
        gradex_sync_pipeline_test gradex_sync_abort_test
        gradex_comm_allgatherv_inline_test gradex_comm_hierarchical_test gradex_sync_reconfigure_test
-       gradex_sync_int8_exchange_test)
+       gradex_sync_int8_exchange_test gradex_comm_sealed_test)
 slow=${GX_SLOW:-0}
 # The engine's golden results are one scenario after another through the same engine threads that
 # gradex_sync_test exercises; what they add is the maths, which the plain build checks bit for bit.

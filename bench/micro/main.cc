@@ -7,6 +7,9 @@
 //   int8_encode_ns, int4_encode_ns   block codec encode with error feedback, ns per element (25M,
 //                              the CPU's vector form); *_baseline_over_vector: the baseline form's
 //                              time over the vector form's, in the same run
+//   seal_aes256gcm_gb_s, open_aes256gcm_gb_s, seal_chacha20poly1305_gb_s, open_...: AEAD
+//                              throughput of the sealed data plane, one thread, 256 KiB frames
+//                              (a ring chunk); copy_gb_s: a plain copy of the same bytes
 // Flags of its own: --large adds the 100M-element cases.
 #include <benchmark/benchmark.h>
 
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   gradex::bench::register_wire(large);
   gradex::bench::register_cast(large);
   gradex::bench::register_block_codecs(large);
+  gradex::bench::register_seal();
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
@@ -99,6 +103,11 @@ int main(int argc, char** argv) {
     std::printf(" int%s_encode_ns=%.3f int%s_encode_baseline_over_vector=%.2f", bits, vec / n * 1e9,
                 bits, ratio(base, vec));
   }
+  const double chunk = 256.0 * 1024;
+  for (const char* name : {"seal_aes256gcm", "open_aes256gcm", "seal_chacha20poly1305",
+                           "open_chacha20poly1305", "copy"})
+    std::printf(" %s_gb_s=%.2f", name,
+                ratio(chunk, Recorder::get(wall, std::string(name) + "/256K")) / 1e9);
   std::printf("\n");
   return 0;
 }

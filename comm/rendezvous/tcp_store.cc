@@ -44,7 +44,8 @@ TcpStore::TcpStore(std::string host, uint16_t port, Millis connect_timeout,
 
 // A hello round trip proves that the peer is a gradex store of the same protocol version
 // (something else listening on MASTER_PORT fails here, clearly, instead of later). With a job
-// secret: hello(client nonce) -> challenge(server nonce, server proof) -> auth(client proof) -> ok.
+// secret: hello(client nonce, client key) -> challenge(server nonce, server key, server proof) ->
+// auth(client proof) -> ok, and every frame from the ok on sealed with the keys of that exchange.
 void TcpStore::handshake(const std::string& job_secret, Millis grace) {
   const std::string where = "the gradex store at " + host_port(host_, port_);
   auto refused = [&](const std::string& server_text) {
@@ -59,10 +60,15 @@ void TcpStore::handshake(const std::string& job_secret, Millis grace) {
     return;
   }
   const auth::Nonce client_nonce = auth::random_nonce();
-  Reply r = round_trip(make_frame(Type::kHello, Bytes(client_nonce.begin(), client_nonce.end())),
-                       Millis(0), "connect", grace);
+  const seal::EphemeralKey client_key;
+  Bytes hello(auth::kNonceBytes + seal::kPublicKeyBytes);
+  std::copy(client_nonce.begin(), client_nonce.end(), hello.begin());
+  std::copy(client_key.public_key().begin(), client_key.public_key().end(),
+            hello.begin() + auth::kNonceBytes);
+  Reply r = round_trip(make_frame(Type::kHello, hello), Millis(0), "connect", grace);
   if (r.type == Type::kError) throw refused(r.text());
-  if (r.type != Type::kChallenge || r.payload.size() != auth::kNonceBytes + auth::kMacBytes) {
+  constexpr size_t kChallengeBytes = auth::kNonceBytes + seal::kPublicKeyBytes + auth::kMacBytes;
+  if (r.type != Type::kChallenge || r.payload.size() != kChallengeBytes) {
     fd_.reset();
     throw ConfigError("authentication failed: " + where +
                       " did not prove knowledge of the job secret (it answered without a "
@@ -70,16 +76,26 @@ void TcpStore::handshake(const std::string& job_secret, Millis grace) {
   }
   auth::Nonce server_nonce{};
   std::copy(r.payload.begin(), r.payload.begin() + auth::kNonceBytes, server_nonce.begin());
-  auth::Mac want = auth::hmac(job_secret, "gradex store server", {client_nonce, server_nonce});
-  if (!auth::equal(want, r.payload.data() + auth::kNonceBytes, auth::kMacBytes)) {
+  seal::PublicKey server_key{};
+  std::copy(r.payload.begin() + auth::kNonceBytes,
+            r.payload.begin() + auth::kNonceBytes + seal::kPublicKeyBytes, server_key.begin());
+  auth::Mac want = store_server_proof(job_secret, client_nonce, server_nonce,
+                                      client_key.public_key(), server_key);
+  if (!auth::equal(want, r.payload.data() + auth::kNonceBytes + seal::kPublicKeyBytes,
+                   auth::kMacBytes)) {
     fd_.reset();
     throw ConfigError("authentication failed: " + where +
                       " did not prove knowledge of the job secret (a different "
                       "GRADEX_JOB_SECRET on rank 0, or not this job's store)");
   }
-  auth::Mac proof = auth::hmac(job_secret, "gradex store client", {server_nonce, client_nonce});
+  auth::Mac proof = store_client_proof(job_secret, client_nonce, server_nonce,
+                                       client_key.public_key(), server_key);
+  // The store seals its answer to the proof: the keys exist from here on (the private key is
+  // forgotten when this function returns).
+  channel_ = std::make_unique<StoreChannel>(job_secret, false, client_nonce, server_nonce,
+                                            client_key, server_key);
   r = round_trip(make_frame(Type::kAuth, Bytes(proof.begin(), proof.end())), Millis(0), "connect",
-                 grace);
+                 grace, /*plain_request=*/true);
   if (r.type == Type::kError) throw refused(r.text());
   if (r.type != Type::kOk) throw TransportError(where + " answered the authentication oddly");
 }
@@ -89,8 +105,8 @@ TcpStore::~TcpStore() {
   server_.reset();
 }
 
-TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const char* operation,
-                                     Millis grace) {
+TcpStore::Reply TcpStore::round_trip(const Bytes& request, Millis timeout, const char* operation,
+                                     Millis grace, bool plain_request) {
   std::lock_guard<std::mutex> lock(mutex_);
   timeout = std::clamp(timeout, Millis(0), kMaxWait);
   std::string who = "the gradex store at " + host_port(host_, port_);
@@ -103,6 +119,7 @@ TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const c
                             " (something other than a gradex store may be listening there)");
   };
   try {
+    const Bytes frame = channel_ && !plain_request ? channel_->seal(request) : request;
     if (!send_all(fd_.get(), frame.data(), frame.size(), deadline, who)) throw fail_timeout();
     uint8_t hdr[kHeaderBytes];
     if (!recv_all(fd_.get(), hdr, kHeaderBytes, deadline, who)) throw fail_timeout();
@@ -115,6 +132,22 @@ TcpStore::Reply TcpStore::round_trip(const Bytes& frame, Millis timeout, const c
     Reply r{h.type, Bytes(h.length)};
     if (h.length > 0 && !recv_all(fd_.get(), r.payload.data(), h.length, deadline, who))
       throw fail_timeout();
+    if (channel_ && r.type == Type::kSealed) {
+      Bytes inner;
+      try {
+        inner = channel_->open(r.payload.data(), r.payload.size());
+      } catch (const Error& e) {
+        fd_.reset();  // a stream that carried a forged or altered frame is not used again
+        throw CorruptPayload(who + " sent a reply that failed its seal: " + e.what());
+      }
+      const Header ih = decode_header(inner.data());
+      r = Reply{ih.type, Bytes(inner.begin() + kHeaderBytes, inner.end())};
+    } else if (channel_ && r.type != Type::kError) {
+      fd_.reset();
+      throw CorruptPayload(who + " sent an unsealed reply (type " +
+                           std::to_string(static_cast<unsigned>(r.type)) +
+                           ") on a sealed connection");
+    }
     // The handshake reports refusals itself (they name the authentication failure).
     if (r.type == Type::kError && std::string(operation) != "connect")
       throw InvalidArgument(std::string("store ") + operation + " failed: " + r.text());

@@ -11,6 +11,7 @@
 
 #include "comm/rendezvous/socket.h"
 #include "comm/rendezvous/store.h"
+#include "comm/rendezvous/store_seal.h"
 
 namespace gradex::comm {
 
@@ -48,7 +49,8 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects (retrying until `connect_timeout`) and checks that the peer is a gradex store.
-  // With a `job_secret` the client and the store prove knowledge of it to each other first;
+  // With a `job_secret` the client and the store prove knowledge of it to each other first, and
+  // every request and reply after that is sealed (store_seal.h);
   // ConfigError "... refused this client: authentication failed: ..." or "the gradex store at
   // HOST:PORT did not prove knowledge of the job secret" when either side lacks it.
   // `server`, when given, is kept alive as long as this client (rank 0 serves and uses the store).
@@ -64,8 +66,11 @@ class TcpStore : public Store {
  private:
   struct Reply;
   // Sends one request frame and reads its reply; `timeout` bounds the server-side wait and the
-  // reply may take `grace` on top of it (network, a busy server).
-  Reply round_trip(const Bytes& frame, Millis timeout, const char* operation, Millis grace);
+  // reply may take `grace` on top of it (network, a busy server). On a sealed connection the
+  // request is sealed (unless `plain_request`: the proof that opens the connection) and the reply
+  // opened.
+  Reply round_trip(const Bytes& frame, Millis timeout, const char* operation, Millis grace,
+                   bool plain_request = false);
   // The hello (and, with a secret, the mutual challenge-response) after connecting.
   void handshake(const std::string& job_secret, Millis grace);
 
@@ -74,6 +79,7 @@ class TcpStore : public Store {
   std::mutex mutex_;
   Fd fd_;
   std::unique_ptr<TcpStoreServer> server_;  // destroyed after the connection is closed
+  std::unique_ptr<StoreChannel> channel_;   // with a job secret: the connection's seal
 };
 
 }  // namespace gradex::comm

@@ -12,8 +12,6 @@ using namespace store_wire;
 
 namespace {
 
-constexpr const char* kServerLabel = "gradex store server";
-constexpr const char* kClientLabel = "gradex store client";
 constexpr uint64_t kMaxWaitMs = 7ULL * 24 * 3600 * 1000;
 
 Bytes text_frame(Type type, const std::string& text) {
@@ -33,6 +31,11 @@ StoreClient& StoreServerCore::add_client(Fd fd, std::string peer, Clock::time_po
 }
 
 void StoreServerCore::push(StoreClient& c, const Bytes& frame) {
+  if (c.channel) {
+    const Bytes sealed = c.channel->seal(frame);
+    c.out.insert(c.out.end(), sealed.begin(), sealed.end());
+    return;
+  }
   c.out.insert(c.out.end(), frame.begin(), frame.end());
 }
 
@@ -82,14 +85,23 @@ void StoreServerCore::handle_hello(StoreClient& c, Reader& r) {
   }
   if (c.auth != StoreClient::Auth::kAwaitHello)
     return refuse(c, "a second hello from the client at " + c.peer);
-  if (offered != auth::kNonceBytes)
+  if (offered == auth::kNonceBytes)
+    return refuse(c, "the client at " + c.peer +
+                         " offered no key for a sealed connection (an older gradex build)");
+  if (offered != auth::kNonceBytes + seal::kPublicKeyBytes)
     return refuse(c, "this store requires the job secret (GRADEX_JOB_SECRET) and the client at " +
                          c.peer + " presented none");
   const uint8_t* nonce = r.raw(auth::kNonceBytes);
   std::copy(nonce, nonce + auth::kNonceBytes, c.client_nonce.begin());
+  const uint8_t* key = r.raw(seal::kPublicKeyBytes);
+  std::copy(key, key + seal::kPublicKeyBytes, c.client_key.begin());
   c.server_nonce = auth::random_nonce();
-  auth::Mac proof = auth::hmac(secret_, kServerLabel, {c.client_nonce, c.server_nonce});
+  c.server_key = std::make_unique<seal::EphemeralKey>();
+  const seal::PublicKey& server_key = c.server_key->public_key();
+  auth::Mac proof =
+      store_server_proof(secret_, c.client_nonce, c.server_nonce, c.client_key, server_key);
   Bytes payload(c.server_nonce.begin(), c.server_nonce.end());
+  payload.insert(payload.end(), server_key.begin(), server_key.end());
   payload.insert(payload.end(), proof.begin(), proof.end());
   push(c, make_frame(Type::kChallenge, payload));
   c.auth = StoreClient::Auth::kAwaitProof;
@@ -100,11 +112,16 @@ void StoreServerCore::handle_auth(StoreClient& c, Reader& r) {
     return refuse(c, "an unexpected authentication message from the client at " + c.peer);
   const size_t n = r.remaining();
   const uint8_t* proof = r.raw(n);
-  auth::Mac want = auth::hmac(secret_, kClientLabel, {c.server_nonce, c.client_nonce});
+  auth::Mac want = store_client_proof(secret_, c.client_nonce, c.server_nonce, c.client_key,
+                                      c.server_key->public_key());
   if (!auth::equal(want, proof, n))
     return refuse(c, "the client at " + c.peer +
                          " does not know the job secret (a different GRADEX_JOB_SECRET)");
   c.auth = StoreClient::Auth::kAuthenticated;
+  // From here on every frame is sealed, this answer included; the private key is forgotten.
+  c.channel = std::make_unique<StoreChannel>(secret_, true, c.client_nonce, c.server_nonce,
+                                             *c.server_key, c.client_key);
+  c.server_key.reset();
   GX_LOG(kDebug) << "gradex store: authenticated the client at " << c.peer;
   push(c, make_frame(Type::kOk, {}));
 }
@@ -190,7 +207,18 @@ void StoreServerCore::parse(StoreClient& c) {
     }
     if (c.in.size() - at < kHeaderBytes + h.length) break;
     try {
-      handle(c, h.type, Reader(c.in.data() + at + kHeaderBytes, h.length));
+      if (c.channel) {
+        // A sealed connection: only sealed frames, each opened into the request it carries.
+        if (h.type != Type::kSealed)
+          throw CorruptPayload("it sent an unsealed frame (type " +
+                               std::to_string(static_cast<unsigned>(h.type)) +
+                               ") on a sealed connection");
+        const Bytes inner = c.channel->open(c.in.data() + at + kHeaderBytes, h.length);
+        const Header ih = decode_header(inner.data());
+        handle(c, ih.type, Reader(inner.data() + kHeaderBytes, ih.length));
+      } else {
+        handle(c, h.type, Reader(c.in.data() + at + kHeaderBytes, h.length));
+      }
     } catch (const Error& e) {
       GX_LOG(kWarn) << "gradex store: dropping the client at " << c.peer << ": " << e.what();
       c.parked.reset();

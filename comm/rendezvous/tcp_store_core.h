@@ -2,8 +2,10 @@
 // tcp_store_server.cc moves bytes between sockets and this core; the fuzzer drives it directly.
 //
 // Authentication (when the store has a job secret; comm/rendezvous/auth.h): a client's first frame
-// must be a hello carrying a 32-byte nonce; the server answers with its own nonce and a proof (HMAC
-// of both nonces), the client answers with its proof, and only then are set/get/wait/add accepted.
+// must be a hello carrying a 32-byte nonce and an ephemeral X25519 key; the server answers with its
+// own nonce, key and a proof (HMAC of both nonces and keys), the client answers with its proof, and
+// only then are set/get/wait/add accepted, every frame from then on sealed in both directions
+// (store_seal.h).
 // Anything else (no nonce, a wrong proof, another request first, an oversized frame, silence for 30
 // s) is refused with an error reply naming the authentication failure, logged with the client's
 // address, and the connection is closed. Without a secret any client is served, as before.
@@ -18,6 +20,7 @@
 
 #include "comm/rendezvous/auth.h"
 #include "comm/rendezvous/socket.h"
+#include "comm/rendezvous/store_seal.h"
 #include "comm/rendezvous/tcp_store_protocol.h"
 
 namespace gradex::comm {
@@ -42,6 +45,9 @@ struct StoreClient {
   Clock::time_point accepted;
   auth::Nonce client_nonce{};
   auth::Nonce server_nonce{};
+  seal::PublicKey client_key{};
+  std::unique_ptr<seal::EphemeralKey> server_key;  // until the keys are derived
+  std::unique_ptr<StoreChannel> channel;           // after authentication: every frame sealed
 };
 
 class StoreServerCore {

@@ -21,18 +21,20 @@ constexpr uint32_t kMaxPayload = 64u << 20;  // bootstrap values are small; refu
 enum class Type : uint16_t {
   // requests
   // empty (no job secret): answered with kOk so the client knows it reached a gradex store;
-  // 32-byte client nonce (job secret): answered with kChallenge
+  // 32-byte client nonce + 32-byte X25519 key (job secret): answered with kChallenge
   kHello = 1,
   kSet = 2,   // str key, bytes value
   kGet = 3,   // u64 timeout ms, str key -> kOk(value) | kTimeout(key)
   kWait = 4,  // u64 timeout ms, u32 n, n x str key -> kOk | kTimeout(first missing key)
   kAdd = 5,   // i64 delta, str key -> kOk(i64 new value) | kError
   kAuth = 6,  // 32-byte client proof -> kOk | kError (comm/rendezvous/tcp_store_core.h)
+  // either direction, with a job secret, after kAuth: a whole frame sealed (store_seal.h)
+  kSealed = 7,
   // responses
   kOk = 100,
   kTimeout = 101,
   kError = 102,
-  kChallenge = 103,  // 32-byte server nonce, 32-byte server proof
+  kChallenge = 103,  // 32-byte server nonce, 32-byte server X25519 key, 32-byte server proof
 };
 
 struct Header {

@@ -5,18 +5,22 @@
 // in the control half of the tag space and are handled inside progress().
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous/socket.h"
+#include "comm/seal/seal.h"
 #include "comm/ucx/ucx_handles.h"
 
 namespace gradex::comm::ucx {
@@ -52,6 +56,16 @@ class UcxRequest : public Request {
   uint64_t probe_tag_ = 0;
   Bytes* any_length_out_ = nullptr;
   size_t any_length_max_ = 0;
+  // Sealed messages (ucx_seal.cc): a send's frame, or the frame a receive lands in until it is
+  // opened into the caller's buffer (user_data_; for irecv_any_length, any_length_out_).
+  bool sealed_ = false;
+  std::unique_ptr<uint8_t[]> frame_;
+  size_t frame_bytes_ = 0;
+  void* user_data_ = nullptr;
+  uint64_t user_tag_ = 0;
+  bool queued_ = false;        // a sealed receive not yet opened: in its (peer, tag) open queue
+  size_t payload_length_ = 0;  // a sealed receive's payload, once opened
+  std::string seal_failure_;   // why the frame was refused ("" when it opened)
 };
 
 constexpr uint32_t kControlMagic = 0x43584747;  // "GGXC"
@@ -116,6 +130,18 @@ class UcxCommunicator : public Communicator {
   struct ControlSend {
     ControlMessage message;
     void* handle;
+    std::vector<uint8_t> frame;  // the sealed form that travels, when the peer's keys exist
+  };
+  // One peer's sealed connection (comm/seal/seal.h): both directions, and the receives of each user
+  // tag in the order they were posted, which is the order UCX matches that tag's messages (and so
+  // the order their frames must be opened in).
+  struct PeerSeal {
+    PeerSeal(seal::Cipher cipher, const seal::DirectionKeys& keys, int peer)
+        : sealer(cipher, keys.send), opener(cipher, keys.receive, peer) {}
+    seal::Sealer sealer;
+    seal::Opener opener;
+    std::unordered_map<uint64_t, std::deque<UcxRequest*>> open_queue;
+    std::vector<uint8_t> last_frame;  // test-only (Tamper::kReplay): the previous frame sent
   };
 
   // --- bootstrap and teardown (ucx_communicator.cc) ---
@@ -147,9 +173,37 @@ class UcxCommunicator : public Communicator {
   void shutdown();
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
+  // --- sealing (ucx_seal.cc) ---
+  // The peer's sealed connection, nullptr when messages to it travel in clear (no sealing, the
+  // handshake not done yet, or this rank itself).
+  PeerSeal* seal_for(int peer) const {
+    return peer < static_cast<int>(seals_.size()) ? seals_[static_cast<size_t>(peer)].get()
+                                                  : nullptr;
+  }
+  // Derives every connection's keys from the hello round (ucx_hello.cc) and starts sealing.
+  void install_seals(const std::vector<seal::Handshake>& handshakes,
+                     const std::vector<std::unique_ptr<seal::EphemeralKey>>& keys,
+                     const std::vector<bool>& peer_has_aes);
+  // A send's frame: the message sealed for `peer` (and, in tests, tampered with).
+  void seal_send(UcxRequest& request, PeerSeal& s, uint64_t tag, const void* data, size_t bytes);
+  void apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& frame, size_t& frame_bytes,
+                    uint64_t tag, const void* data, size_t bytes);
+  // A sealed receive: completes, in its (peer, tag) queue's order, once its frame arrived and was
+  // opened (or refused: seal_failure_).
+  bool poll_sealed_receive(UcxRequest& request);
+  void open_frame(UcxRequest& request);
+  void unqueue(UcxRequest& request);
+  // Throws (after failing the communicator and telling the peers) for a refused frame.
+  [[noreturn]] void fail_sealed(const UcxRequest& request, const char* operation,
+                                const std::vector<UcxRequest*>& pending);
+  // A received control message, sealed or not: the plain message, or false (refused or ignored).
+  bool open_control(size_t length, int source, ControlMessage* out);
+
   // --- requests (ucx_requests.cc) ---
-  // Polls a request's UCX status once; true when it is no longer in flight.
+  // Polls a request once; true when it is no longer in flight (a sealed receive: opened).
   bool poll_request(UcxRequest& request);
+  // Polls a request's UCX status once; true when UCX no longer holds it.
+  bool poll_transport(UcxRequest& request);
   // An irecv_any_length request's probe: once its message has arrived, sizes the caller's buffer
   // and starts the UCX receive of that message. False while nothing has arrived.
   bool take_probed_message(UcxRequest& request);
@@ -210,8 +264,9 @@ class UcxCommunicator : public Communicator {
   bool context_rndv_eager_ = false;  // RNDV_THRESH=inf: no endpoint of this rank is shared memory
   std::unique_ptr<Context> context_;
   std::vector<std::unique_ptr<PeerSlot>> peers_;  // stable addresses for the error callback
-  // Buffers UCX may touch until the worker is destroyed, so declared before it.
-  ControlMessage control_in_{};
+  // Buffers UCX may touch until the worker is destroyed, so declared before it. A control message
+  // lands here in its sealed form (or plain, before the keys exist).
+  std::array<uint8_t, sizeof(ControlMessage) + seal::kOverheadBytes> control_in_{};
   ucp_tag_recv_info_t control_info_{};
   std::list<ControlSend> control_sends_;      // in flight; stable addresses
   std::list<ControlSend> abandoned_control_;  // released to UCX unfinished at teardown
@@ -230,6 +285,12 @@ class UcxCommunicator : public Communicator {
   std::vector<std::string> rank_processes_;
   Clock::time_point next_process_check_{};
   int peer_process_gone_ = -1;  // the shared-memory peer check_shared_memory_peers found gone
+
+  // Per peer, its sealed connection (empty without sealing; null for this rank).
+  std::vector<std::unique_ptr<PeerSeal>> seals_;
+  bool sealing_ = false;  // CommOptions::seal resolved (check_seal_setting)
+  seal::Tamper tamper_;   // test-only
+  uint64_t frames_sealed_ = 0;
 
   uint64_t collective_seq_ = 0;
   uint64_t bytes_sent_ = 0;

@@ -17,7 +17,7 @@ namespace gradex::comm::ucx {
 void UcxCommunicator::post_control_recv() {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // see UcxCommunicator::irecv
-  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_->get(), &control_in_, sizeof(control_in_),
+  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_->get(), control_in_.data(), control_in_.size(),
                                          kControlBit, kControlBit, &param);
   if (UCS_PTR_IS_ERR(st) || st == nullptr) {
     GX_LOG(kWarn) << "cannot post the control receive: " << ucs_status_string(UCS_PTR_STATUS(st));
@@ -62,7 +62,7 @@ void UcxCommunicator::send_control(int peer, uint32_t kind, int32_t subject, int
   if (endpoints_.size() != static_cast<size_t>(size_)) return;  // not connected yet
   Endpoint& ep = endpoints_[static_cast<size_t>(peer)];
   if (!ep.open() || peers_[static_cast<size_t>(peer)]->error != UCS_OK) return;
-  control_sends_.push_back({ControlMessage{}, nullptr});
+  control_sends_.push_back({ControlMessage{}, nullptr, {}});
   ControlSend& cs = control_sends_.back();
   cs.message.magic = kControlMagic;
   cs.message.kind = kind;
@@ -70,10 +70,18 @@ void UcxCommunicator::send_control(int peer, uint32_t kind, int32_t subject, int
   cs.message.code = code;
   cs.message.text_length = static_cast<uint32_t>(std::min(text.size(), kAbortMessageMax));
   std::memcpy(cs.message.text, text.data(), cs.message.text_length);
+  const void* wire = &cs.message;
+  size_t wire_bytes = kControlHeaderBytes + cs.message.text_length;
+  if (PeerSeal* s = seal_for(peer)) {
+    // Sealed like any message, under the control tag (its own user tag for the frame's AAD).
+    cs.frame.resize(wire_bytes + seal::kOverheadBytes);
+    s->sealer.seal(kControlBit, &cs.message, wire_bytes, cs.frame.data());
+    wire = cs.frame.data();
+    wire_bytes = cs.frame.size();
+  }
   ucp_request_param_t param{};
-  ucs_status_ptr_t st =
-      ucp_tag_send_nbx(ep.get(), &cs.message, kControlHeaderBytes + cs.message.text_length,
-                       kControlBit | static_cast<uint64_t>(rank_), &param);
+  ucs_status_ptr_t st = ucp_tag_send_nbx(ep.get(), wire, wire_bytes,
+                                         kControlBit | static_cast<uint64_t>(rank_), &param);
   if (st == nullptr || UCS_PTR_IS_ERR(st)) {
     control_sends_.pop_back();  // done (or failed: the peer is gone, nothing to tell it)
     return;

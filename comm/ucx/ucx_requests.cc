@@ -27,6 +27,7 @@ std::string status_detail(ucs_status_t st) {
 
 UcxRequest::~UcxRequest() {
   if (handle_ != nullptr && owner_ != nullptr) owner_->abandon({this});
+  if (queued_ && owner_ != nullptr) owner_->unqueue(*this);
 }
 
 void UcxCommunicator::check_usable(const char* operation, int peer) const {
@@ -47,9 +48,16 @@ RequestPtr UcxCommunicator::isend(int peer, uint64_t tag, const void* data, size
   check_usable("send", peer);
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, false));
+  const void* wire = data;
+  size_t wire_bytes = bytes;
+  if (PeerSeal* s = seal_for(peer)) {
+    seal_send(*req, *s, tag, data, bytes);
+    wire = req->frame_.get();
+    wire_bytes = req->frame_bytes_;
+  }
   ucp_request_param_t param{};
   ucs_status_ptr_t st =
-      ucp_tag_send_nbx(endpoint_for(peer, tag), data, bytes, wire_tag(tag, rank_), &param);
+      ucp_tag_send_nbx(endpoint_for(peer, tag), wire, wire_bytes, wire_tag(tag, rank_), &param);
   if (st == nullptr) {
     req->status_ = UCS_OK;
   } else if (UCS_PTR_IS_ERR(st)) {
@@ -67,13 +75,27 @@ RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t byt
   GX_CHECK_LT(tag, kUserTagLimit);
   std::unique_ptr<UcxRequest> req(new UcxRequest(this, peer, true));
   req->posted_bytes_ = bytes;
+  void* landing = data;
+  size_t landing_bytes = bytes;
+  if (PeerSeal* s = seal_for(peer)) {
+    // The frame lands in a buffer of its own and is opened into `data` (ucx_seal.cc).
+    req->sealed_ = true;
+    req->user_data_ = data;
+    req->user_tag_ = tag;
+    req->frame_bytes_ = bytes + seal::kOverheadBytes;
+    req->frame_.reset(new uint8_t[req->frame_bytes_]);
+    landing = req->frame_.get();
+    landing_bytes = req->frame_bytes_;
+    s->open_queue[tag].push_back(req.get());
+    req->queued_ = true;
+  }
   ucp_request_param_t param{};
   // No immediate completion: UCX 1.13 does not fill recv_info when it completes a receive inside
   // ucp_tag_recv_nbx, so the length always comes from ucp_tag_recv_request_test.
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   // Full mask: the source rank in the low bits selects exactly one peer.
-  ucs_status_ptr_t st =
-      ucp_tag_recv_nbx(worker_->get(), data, bytes, wire_tag(tag, peer), ~uint64_t{0}, &param);
+  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_->get(), landing, landing_bytes,
+                                         wire_tag(tag, peer), ~uint64_t{0}, &param);
   GX_CHECK(st != nullptr);  // NO_IMM_CMPL: UCX always hands back a request or an error
   if (UCS_PTR_IS_ERR(st)) {
     req->status_ = UCS_PTR_STATUS(st);
@@ -92,6 +114,12 @@ RequestPtr UcxCommunicator::irecv_any_length(int peer, uint64_t tag, Bytes& out,
   req->probe_tag_ = wire_tag(tag, peer);
   req->any_length_out_ = &out;
   req->any_length_max_ = max_bytes;
+  if (PeerSeal* s = seal_for(peer)) {
+    req->sealed_ = true;
+    req->user_tag_ = tag;
+    s->open_queue[tag].push_back(req.get());
+    req->queued_ = true;
+  }
   return req;
 }
 
@@ -105,13 +133,24 @@ bool UcxCommunicator::take_probed_message(UcxRequest& r) {
   r.probing_ = false;
   // A longer message than the caller allows is received truncated (UCX consumes it whole and
   // reports UCS_ERR_MESSAGE_TRUNCATED: the MismatchError of a short buffer).
-  const size_t bytes = std::min(info.length, r.any_length_max_);
-  r.any_length_out_->resize(bytes);
-  r.posted_bytes_ = bytes;
+  void* landing = nullptr;
+  size_t bytes = 0;
+  if (r.sealed_) {
+    // The frame lands in a buffer of its own; the caller's is sized when it is opened.
+    r.frame_bytes_ = std::min(info.length, r.any_length_max_ + seal::kOverheadBytes);
+    r.frame_.reset(new uint8_t[r.frame_bytes_]);
+    r.posted_bytes_ = r.frame_bytes_ - std::min(r.frame_bytes_, seal::kOverheadBytes);
+    landing = r.frame_.get();
+    bytes = r.frame_bytes_;
+  } else {
+    bytes = std::min(info.length, r.any_length_max_);
+    r.any_length_out_->resize(bytes);
+    r.posted_bytes_ = bytes;
+    landing = r.any_length_out_->data();
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the length comes from the request test
-  ucs_status_ptr_t st =
-      ucp_tag_msg_recv_nbx(worker_->get(), r.any_length_out_->data(), bytes, message, &param);
+  ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(worker_->get(), landing, bytes, message, &param);
   GX_CHECK(st != nullptr);  // NO_IMM_CMPL: UCX always hands back a request or an error
   if (UCS_PTR_IS_ERR(st)) {
     r.status_ = UCS_PTR_STATUS(st);
@@ -122,6 +161,10 @@ bool UcxCommunicator::take_probed_message(UcxRequest& r) {
 }
 
 bool UcxCommunicator::poll_request(UcxRequest& r) {
+  return r.queued_ ? poll_sealed_receive(r) : poll_transport(r);
+}
+
+bool UcxCommunicator::poll_transport(UcxRequest& r) {
   if (r.probing_ && !take_probed_message(r)) return false;
   if (r.handle_ == nullptr) return true;
   ucs_status_t st = r.is_recv_ ? ucp_tag_recv_request_test(r.handle_, &r.info_)
@@ -130,7 +173,7 @@ bool UcxCommunicator::poll_request(UcxRequest& r) {
   r.status_ = st;
   ucp_request_free(r.handle_);
   r.handle_ = nullptr;
-  if (r.is_recv_ && st == UCS_OK) bytes_received_ += r.info_.length;
+  if (r.is_recv_ && st == UCS_OK && !r.sealed_) bytes_received_ += r.info_.length;
   return true;
 }
 
@@ -141,9 +184,11 @@ bool UcxCommunicator::progress() {
     if (st != UCS_INPROGRESS) {
       ucp_request_free(control_recv_);
       control_recv_ = nullptr;
-      if (st == UCS_OK)
-        handle_control(control_in_, control_info_.length,
-                       static_cast<int>(control_info_.sender_tag & kRankMask));
+      ControlMessage message;
+      const int source = static_cast<int>(control_info_.sender_tag & kRankMask);
+      if (st == UCS_OK && open_control(control_info_.length, source, &message))
+        handle_control(
+            message, control_info_.length - (seal_for(source) ? seal::kOverheadBytes : 0), source);
       if (!closing_) post_control_recv();
       any = true;
     }
@@ -186,6 +231,7 @@ bool UcxCommunicator::test(Request& request, const char* operation) {
   take_interrupt(operation, {&r});
   if (!poll_request(r)) return false;
   if (r.is_recv_ && r.status_ == UCS_ERR_MESSAGE_TRUNCATED) throw_truncated(r, operation);
+  if (!r.seal_failure_.empty()) fail_sealed(r, operation, {});
   if (r.status_ != UCS_OK) {
     std::vector<UcxRequest*> none;
     fail(ErrorCode::kPeer, operation, r.peer_, status_detail(r.status_), none, true);
@@ -197,7 +243,7 @@ size_t UcxCommunicator::recv_length(const Request& request) const {
   const auto& r = static_cast<const UcxRequest&>(request);
   GX_CHECK(r.is_recv_);
   GX_CHECK(r.handle_ == nullptr && r.status_ == UCS_OK);
-  return r.info_.length;
+  return r.sealed_ ? r.payload_length_ : r.info_.length;
 }
 
 void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* operation) {
@@ -225,6 +271,10 @@ void UcxCommunicator::wait_all(std::vector<RequestPtr>& requests, const char* op
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
         abandon(pending);
         throw_truncated(*r, operation);
+      }
+      if (!r->seal_failure_.empty()) {
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        fail_sealed(*r, operation, pending);
       }
       if (r->status_ != UCS_OK) {
         int peer = r->peer_;
@@ -381,7 +431,7 @@ void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {
   while (!live.empty() && Clock::now() < start + Millis(2000)) {
     ucp_worker_progress(worker_->get());
     live.erase(
-        std::remove_if(live.begin(), live.end(), [&](UcxRequest* r) { return poll_request(*r); }),
+        std::remove_if(live.begin(), live.end(), [&](UcxRequest* r) { return poll_transport(*r); }),
         live.end());
     if (!forced && !live.empty() && Clock::now() > start + Millis(100)) {
       // A send already handed to the transport (e.g. a rendezvous the peer never fetched) cannot

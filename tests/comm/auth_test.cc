@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "comm/rendezvous/auth.h"
 #include "comm/rendezvous/memory_store.h"
+#include "comm/rendezvous/store_seal.h"
 #include "comm/rendezvous/tcp_store.h"
 #include "comm/rendezvous/tcp_store_protocol.h"
 #include "comm/ucx/ucx_peer_auth.h"
@@ -161,8 +162,10 @@ TEST(AuthenticatedStore, ClientWithAWrongProofIsRefused) {
                                              comm::Clock::now() + Millis(5000), 5);
   auto deadline = comm::Clock::now() + Millis(5000);
   auto nonce = comm::auth::random_nonce();
-  Bytes hello = comm::store_wire::make_frame(comm::store_wire::Type::kHello,
-                                             Bytes(nonce.begin(), nonce.end()));
+  comm::seal::EphemeralKey key;
+  Bytes offer(nonce.begin(), nonce.end());
+  offer.insert(offer.end(), key.public_key().begin(), key.public_key().end());
+  Bytes hello = comm::store_wire::make_frame(comm::store_wire::Type::kHello, offer);
   ASSERT_TRUE(comm::send_all(fd.get(), hello.data(), hello.size(), deadline, "store"));
   uint8_t header[comm::store_wire::kHeaderBytes];
   ASSERT_TRUE(comm::recv_all(fd.get(), header, sizeof(header), deadline, "store"));
@@ -181,6 +184,101 @@ TEST(AuthenticatedStore, ClientWithAWrongProofIsRefused) {
                        "authentication failed: the client at 127.0.0.1:"));
   EXPECT_TRUE(contains(std::string(text.begin(), text.end()), "does not know the job secret"));
   EXPECT_EQ(server.refused_clients(), 1u);
+}
+
+// A client that completed the handshake (it knows the secret): every frame after it must be sealed
+// with that connection's keys. An unsealed request, or one sealed under another connection's keys,
+// drops the connection and writes nothing; a sealed one is served, and sealed back.
+TEST(AuthenticatedStore, FramesAfterTheProofAreSealed) {
+  const std::string secret = "job-secret";
+  comm::TcpStoreServer server("127.0.0.1", 0, secret);
+  comm::TcpStore member("127.0.0.1", server.port(), Millis(5000), nullptr, secret);
+  using comm::store_wire::Type;
+  // Handshakes by hand; returns the connection and its channel.
+  auto handshake = [&](comm::Fd* fd) {
+    *fd = comm::connect_tcp_with_retry("127.0.0.1", server.port(),
+                                       comm::Clock::now() + Millis(5000), 5);
+    auto deadline = comm::Clock::now() + Millis(5000);
+    const auto nonce = comm::auth::random_nonce();
+    auto key = std::make_unique<comm::seal::EphemeralKey>();
+    Bytes offer(nonce.begin(), nonce.end());
+    offer.insert(offer.end(), key->public_key().begin(), key->public_key().end());
+    Bytes hello = comm::store_wire::make_frame(Type::kHello, offer);
+    EXPECT_TRUE(comm::send_all(fd->get(), hello.data(), hello.size(), deadline, "store"));
+    uint8_t header[comm::store_wire::kHeaderBytes];
+    EXPECT_TRUE(comm::recv_all(fd->get(), header, sizeof(header), deadline, "store"));
+    auto h = comm::store_wire::decode_header(header);
+    EXPECT_EQ(h.type, Type::kChallenge);
+    Bytes challenge(h.length);
+    EXPECT_TRUE(comm::recv_all(fd->get(), challenge.data(), h.length, deadline, "store"));
+    comm::auth::Nonce server_nonce{};
+    comm::seal::PublicKey server_key{};
+    std::copy(challenge.begin(), challenge.begin() + 32, server_nonce.begin());
+    std::copy(challenge.begin() + 32, challenge.begin() + 64, server_key.begin());
+    auto proof =
+        comm::store_client_proof(secret, nonce, server_nonce, key->public_key(), server_key);
+    Bytes auth = comm::store_wire::make_frame(Type::kAuth, Bytes(proof.begin(), proof.end()));
+    EXPECT_TRUE(comm::send_all(fd->get(), auth.data(), auth.size(), deadline, "store"));
+    auto channel =
+        std::make_unique<comm::StoreChannel>(secret, false, nonce, server_nonce, *key, server_key);
+    EXPECT_TRUE(comm::recv_all(fd->get(), header, sizeof(header), deadline, "store"));
+    h = comm::store_wire::decode_header(header);
+    EXPECT_EQ(h.type, Type::kSealed);  // the answer to the proof is sealed already
+    Bytes ok(h.length);
+    EXPECT_TRUE(comm::recv_all(fd->get(), ok.data(), h.length, deadline, "store"));
+    Bytes inner = channel->open(ok.data(), ok.size());
+    EXPECT_EQ(comm::store_wire::decode_header(inner.data()).type, Type::kOk);
+    return channel;
+  };
+  comm::store_wire::Writer w;
+  w.str("gradex/ucx/address/0");
+  w.bytes(b("injected"));
+  const Bytes set = w.frame(Type::kSet);
+  auto dropped = [&](comm::Fd& fd) {
+    auto deadline = comm::Clock::now() + Millis(5000);
+    uint8_t byte = 0;
+    try {
+      return !comm::recv_all(fd.get(), &byte, 1, deadline, "store");  // no answer
+    } catch (const TransportError&) {
+      return true;  // closed by the server
+    }
+  };
+  {
+    comm::Fd fd;
+    auto channel = handshake(&fd);
+    ASSERT_TRUE(comm::send_all(fd.get(), set.data(), set.size(), comm::Clock::now() + Millis(5000),
+                               "store"));
+    EXPECT_TRUE(dropped(fd)) << "an unsealed set was answered";
+  }
+  {
+    comm::Fd other, fd;
+    auto foreign = handshake(&other);  // another connection's keys
+    auto channel = handshake(&fd);
+    const Bytes forged = foreign->seal(set);
+    ASSERT_TRUE(comm::send_all(fd.get(), forged.data(), forged.size(),
+                               comm::Clock::now() + Millis(5000), "store"));
+    EXPECT_TRUE(dropped(fd)) << "a set sealed with another connection's keys was answered";
+  }
+  EXPECT_THROW(member.get("gradex/ucx/address/0", Millis(50)), TimeoutError);
+  {
+    comm::Fd fd;
+    auto channel = handshake(&fd);
+    const Bytes sealed = channel->seal(set);
+    // Nothing of the value is in clear on the wire.
+    EXPECT_EQ(std::search(sealed.begin(), sealed.end(), set.begin() + 12, set.end()), sealed.end());
+    auto deadline = comm::Clock::now() + Millis(5000);
+    ASSERT_TRUE(comm::send_all(fd.get(), sealed.data(), sealed.size(), deadline, "store"));
+    uint8_t header[comm::store_wire::kHeaderBytes];
+    ASSERT_TRUE(comm::recv_all(fd.get(), header, sizeof(header), deadline, "store"));
+    auto h = comm::store_wire::decode_header(header);
+    ASSERT_EQ(h.type, Type::kSealed);
+    Bytes reply(h.length);
+    ASSERT_TRUE(comm::recv_all(fd.get(), reply.data(), h.length, deadline, "store"));
+    EXPECT_EQ(
+        comm::store_wire::decode_header(channel->open(reply.data(), reply.size()).data()).type,
+        Type::kOk);
+  }
+  EXPECT_EQ(member.get("gradex/ucx/address/0", Millis(1000)), b("injected"));
 }
 
 // A raw socket that skips the handshake (garbage, or a well-formed set) is refused at once.

@@ -6,7 +6,8 @@
 #   store      the TCP store's server protocol     corpus-store/
 #   negotiate  negotiation messages                corpus-negotiate/
 #   state      the saved-state loader (C API)      corpus-state/
-# Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all four)
+#   seal       the sealed-frame parser             corpus-seal/
+# Usage: bash tests/fuzz/run.sh [SECONDS] [TARGET...]   (default: all five)
 #        bash tests/fuzz/run.sh --build-only [TARGET...]   (build the fuzzers, fuzz nothing; scripts/test.sh
 #                                                           builds this tree in the background)
 #   GX_FUZZ_PARALLEL   targets fuzzed at once (default 2)
@@ -22,7 +23,7 @@ else
   [[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz: SECONDS must be a whole number, got '$seconds'" >&2; exit 2; }
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(decode store negotiate state)
+[ ${#targets[@]} -eq 0 ] && targets=(decode store negotiate state seal)
 
 sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link"
 launcher=()

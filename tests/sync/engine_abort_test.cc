@@ -59,6 +59,12 @@ std::string other_value(const config::VarSpec& s) {
       candidates = {def == "1" ? "0" : "1"};
       break;
     case config::VarType::kChoice: {
+      // GRADEX_SEAL=on without a job secret is refused on its own, before any agreement: off
+      // differs from the default auto and, without a secret, connects.
+      if (std::string(s.name) == "GRADEX_SEAL") {
+        candidates.push_back("off");
+        break;
+      }
       std::string choices = s.choices;
       for (size_t at = 0; at <= choices.size();) {
         size_t bar = choices.find('|', at);
