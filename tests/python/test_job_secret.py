@@ -20,12 +20,13 @@ def _train(rank, world, secrets, extra=None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 40))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    # gx.State is lazy: the engine (and so the authentication) starts at the first bucket.
-    state = gx.State(ddp, config=config)
-    ddp.register_comm_hook(state, gx.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(11 + rank)
     try:
+        # gx.State is lazy: the engine (and so the authentication) starts at the first bucket; its settings
+        # are checked here.
+        state = gx.State(ddp, config=config)
+        ddp.register_comm_hook(state, gx.hook)
         for _ in range(4):
             opt.zero_grad()
             ddp(torch.randn(16, 64, generator=gen)).square().mean().backward()
