@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""What sealing the data plane costs (GRADEX_SEAL, docs/security.md): gradex-bench exchange on the emulated
+cluster (4 hosts, one rank each) and on loopback, every run with a job secret, sealed (GRADEX_SEAL=on) and
+in clear (GRADEX_SEAL=off) in alternation, so that both see the same machine load. Modes: DGC 99.9 % and
+the dense 16-bit ring (and the default auto policy with --auto), ResNet-50's gradient profile.
+
+Prints, per network and mode, the median step time sealed and in clear over the repetitions, their ratio
+(and its range over the pairs), and writes the results with the command, commit and machine to
+--out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless --loopback-only.
+
+    .venv/bin/python bench/cluster/seal_suite.py [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine  # noqa: E402
+from network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
+from ranks import parse_result, run_ranks  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SECRET = "seal-suite-secret"
+
+
+def run_once(network, args, seal, modes):
+    argv = [args.bench, "exchange", "--modes", ",".join(modes), "--model", args.model, "--steps",
+            str(args.steps), "--warmup", str(args.warmup), "--idle-s", "0"]
+    env = {"GRADEX_JOB_SECRET": SECRET, "GRADEX_SEAL": "on" if seal else "off", "GRADEX_POLICY": "fixed"}
+    if "auto" in modes:
+        env["GRADEX_POLICY"] = "auto"
+    stdout, _ = run_ranks(network, args.hosts, argv, warmup=args.warmup, steps=args.steps, timeout_s=600,
+                          log_dir=os.path.join(ROOT, "build", "seal_suite_logs"),
+                          label=f"{network.label}-{'sealed' if seal else 'clear'}")
+    result = parse_result(stdout)
+    return {m: {"step_ms": float(result[f"{m}_step_ms"]), "cpu_ms": float(result.get(f"{m}_cpu_ms", "nan")),
+                "wire_bytes": float(result.get(f"{m}_wire_bytes", "nan"))} for m in modes}
+
+
+def measure(network, args):
+    fixed = ["dgc999", "dense_fp16"]
+    runs = []
+    for rep in range(args.reps):
+        # Alternating order: neither form always runs first after a pause.
+        for seal in ((False, True) if rep % 2 == 0 else (True, False)):
+            entry = {"rep": rep, "seal": seal, "modes": run_once(network, args, seal, fixed)}
+            if args.auto:
+                entry["modes"].update(run_once(network, args, seal, ["auto"]))
+            runs.append(entry)
+            print(f"  {network.label} rep {rep} {'sealed' if seal else 'clear '}: " +
+                  ", ".join(f"{m} {v['step_ms']:.1f} ms" for m, v in entry["modes"].items()), flush=True)
+    summary = {}
+    for mode in runs[0]["modes"]:
+        sealed = [r["modes"][mode]["step_ms"] for r in runs if r["seal"]]
+        clear = [r["modes"][mode]["step_ms"] for r in runs if not r["seal"]]
+        pairs = [s / c for s, c in zip(sealed, clear)]
+        summary[mode] = {"sealed_ms": statistics.median(sealed), "clear_ms": statistics.median(clear),
+                         "ratio": statistics.median(sealed) / statistics.median(clear),
+                         "pair_ratio_min": min(pairs), "pair_ratio_max": max(pairs)}
+    return runs, summary
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="1gbit", help="link rates of the emulated cluster, e.g. 1gbit,10gbit")
+    p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3, help="sealed/clear pairs per network")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--auto", action="store_true", help="also the default auto policy (its own programs)")
+    p.add_argument("--loopback-only", action="store_true", help="no namespaces: unshaped loopback only")
+    p.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "gradex-bench"))
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", "seal.json"))
+    args = p.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    data = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "commit": commit,
+            "machine": machine.describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "networks": {}}
+    networks = []
+    if not args.loopback_only:
+        for rate in args.rates.split(","):
+            networks.append(Cluster(args.hosts, rate))
+    networks.append(RootLoopback() if args.loopback_only else NamespaceLoopback())
+    up = False
+    try:
+        for network in networks:
+            if isinstance(network, Cluster):
+                if not up:
+                    subprocess.run([str(CLUSTER_SH), "up", "--hosts", str(args.hosts), "--rate", network.rate,
+                                    "--owner", str(os.getpid()), "--max-s", "3600"], check=True,
+                                   stdout=subprocess.DEVNULL)
+                    up = True
+                network.shape()
+            print(f"{network.label}:", flush=True)
+            runs, summary = measure(network, args)
+            data["networks"][network.label] = {"runs": runs, "summary": summary}
+            for mode, s in summary.items():
+                print(f"  {mode:10s} sealed {s['sealed_ms']:8.1f} ms  clear {s['clear_ms']:8.1f} ms  "
+                      f"sealed/clear {s['ratio']:.3f} (pairs {s['pair_ratio_min']:.3f}-{s['pair_ratio_max']:.3f})",
+                      flush=True)
+    finally:
+        if up:
+            subprocess.run([str(CLUSTER_SH), "down"], stdout=subprocess.DEVNULL)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"results: {os.path.relpath(args.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
