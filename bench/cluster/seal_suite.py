@@ -9,6 +9,10 @@ Prints, per network and mode, the median step time sealed and in clear over the 
 --out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless --loopback-only.
 
     .venv/bin/python bench/cluster/seal_suite.py [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
+
+--race TASK adds the time-to-accuracy race's default method (gradex_auto, bench/train/train_suite.py, seed 0)
+on TASK at the first rate, sealed and in clear in alternation, --race-reps pairs; --race-wan RATE,DELAY runs
+the same race over the emulated WAN instead (train_suite.py --wan: its own namespaces and delay line).
 """
 import argparse
 import json
@@ -64,6 +68,44 @@ def measure(network, args):
     return runs, summary
 
 
+def race_once(args, seal, rate, log_dir):
+    out = os.path.join(log_dir, f"seal_race_{'sealed' if seal else 'clear'}.json")
+    where = ["--wan", args.race_wan] if args.race_wan else ["--rates", rate]
+    argv = [sys.executable, os.path.join(ROOT, "bench", "train", "train_suite.py"), "--out", out, *where,
+            "--hosts", str(args.hosts), "--mode", "quick", "--tasks", args.race, "--methods", "gradex_auto",
+            "--seeds", "0", "--log-dir", log_dir]
+    env = dict(os.environ, GRADEX_JOB_SECRET=SECRET, GRADEX_SEAL="on" if seal else "off")
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
+    with open(out) as f:
+        data = json.load(f)
+    (network,) = data["networks"].values()
+    (record,) = network["tasks"][args.race]["methods"]["gradex_auto"]["seeds"]
+    return {k: record.get(k) for k in ("time_to_target_s", "steps_to_target", "steps_per_s", "final_accuracy")}
+
+
+def race(args, rate):
+    log_dir = os.path.join(ROOT, "build", "seal_suite_logs")
+    os.makedirs(log_dir, exist_ok=True)
+    runs = []
+    for rep in range(args.race_reps):
+        for seal in ((False, True) if rep % 2 == 0 else (True, False)):
+            r = race_once(args, seal, rate, log_dir)
+            runs.append({"rep": rep, "seal": seal, **r})
+            print(f"  race {args.race} rep {rep} {'sealed' if seal else 'clear '}: time to target "
+                  f"{r['time_to_target_s']} s, {r['steps_to_target']} steps, {r['steps_per_s']:.2f} steps/s",
+                  flush=True)
+    sealed = [r["time_to_target_s"] for r in runs if r["seal"]]
+    clear = [r["time_to_target_s"] for r in runs if not r["seal"]]
+    summary = None
+    if None not in sealed + clear:
+        summary = {"sealed_s": statistics.median(sealed), "clear_s": statistics.median(clear),
+                   "ratio": statistics.median(sealed) / statistics.median(clear),
+                   "pair_ratios": [s / c for s, c in zip(sealed, clear)]}
+        print(f"  race {args.race}: time to target sealed {summary['sealed_s']:.1f} s, clear {summary['clear_s']:.1f} s,"
+              f" sealed/clear {summary['ratio']:.3f}", flush=True)
+    return {"task": args.race, "where": args.race_wan or rate, "runs": runs, "summary": summary}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1gbit", help="link rates of the emulated cluster, e.g. 1gbit,10gbit")
@@ -74,6 +116,10 @@ def main():
     p.add_argument("--model", default="resnet50")
     p.add_argument("--auto", action="store_true", help="also the default auto policy (its own programs)")
     p.add_argument("--loopback-only", action="store_true", help="no namespaces: unshaped loopback only")
+    p.add_argument("--skip-exchange", action="store_true", help="only the race")
+    p.add_argument("--race", default="", help="also the race's default method on this task (e.g. mlp)")
+    p.add_argument("--race-reps", type=int, default=2)
+    p.add_argument("--race-wan", default="", metavar="RATE,DELAY", help="the race over the emulated WAN")
     p.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "gradex-bench"))
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", "seal.json"))
     args = p.parse_args()
@@ -83,10 +129,14 @@ def main():
             "machine": machine.describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "networks": {}}
     networks = []
-    if not args.loopback_only:
+    if args.race_wan:
+        print(f"race over the WAN {args.race_wan}:", flush=True)
+        data["race"] = race(args, None)
+    if not args.loopback_only and not args.race_wan:
         for rate in args.rates.split(","):
             networks.append(Cluster(args.hosts, rate))
-    networks.append(RootLoopback() if args.loopback_only else NamespaceLoopback())
+    if not args.race_wan:
+        networks.append(RootLoopback() if args.loopback_only else NamespaceLoopback())
     up = False
     try:
         for network in networks:
@@ -97,6 +147,11 @@ def main():
                                    stdout=subprocess.DEVNULL)
                     up = True
                 network.shape()
+            if args.race and isinstance(network, Cluster) and "race" not in data:
+                print(f"race at {network.label}:", flush=True)
+                data["race"] = race(args, network.rate)
+            if args.skip_exchange:
+                continue
             print(f"{network.label}:", flush=True)
             runs, summary = measure(network, args)
             data["networks"][network.label] = {"runs": runs, "summary": summary}
