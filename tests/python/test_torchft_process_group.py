@@ -67,9 +67,10 @@ def _store():
     return TCPStore(host_name="localhost", port=0, is_master=True, wait_for_workers=False)
 
 
-def _groups(world, prefix, timeout=10):
+def _groups(world, prefix, timeout=10, configs=None):
     store = _store()
-    groups = [ProcessGroupGradex(timeout=timedelta(seconds=timeout)) for _ in range(world)]
+    groups = [ProcessGroupGradex(timeout=timedelta(seconds=timeout), config=(configs or [None] * world)[r])
+              for r in range(world)]
     with ThreadPoolExecutor(world) as pool:
         list(pool.map(lambda r: reconfigure_with_store(groups[r], f"localhost:{store.port}/{prefix}", r, world),
                       range(world)))
@@ -262,3 +263,33 @@ def test_reconfigurations_release_their_store_connections():
         gc.enable()
         for g in groups:
             g.shutdown()
+
+
+def test_sealed_group_gives_the_same_bits_and_refuses_a_tampered_message():
+    """With a job secret the group's engine seals every message (GRADEX_SEAL=auto): the same bits as in clear;
+    a rank whose sent messages are altered on the way (the test hook) makes the group fail instead of
+    summing a forged gradient, and the refusing rank names the check."""
+    inputs = [torch.randn(4096, generator=torch.Generator().manual_seed(r)) for r in range(3)]
+
+    def sums(configs, prefix):
+        store, groups = _groups(3, prefix, configs=configs)
+        try:
+            def run(r):
+                t = inputs[r].clone()
+                groups[r].allreduce([t], AllreduceOptions()).wait()
+                return t
+            return _on_every_rank(groups, run)
+        finally:
+            for g in groups:
+                g.shutdown()
+
+    secret = {"GRADEX_JOB_SECRET": "torchft-secret"}
+    sealed = sums([secret] * 3, "sealed")
+    clear = sums([dict(secret, GRADEX_SEAL="off")] * 3, "clear")
+    for got in sealed[1:] + clear:
+        assert torch.equal(got.view(torch.int32), sealed[0].view(torch.int32))
+    tampered = [secret, dict(secret, GRADEX_TEST_SEAL_TAMPER="flip:3"), secret]
+    with pytest.raises(Exception) as failure:
+        sums(tampered, "tampered")
+    text = str(failure.value)
+    assert "refused a sealed message" in text or "corrupt" in text, text
