@@ -177,7 +177,7 @@ class Opener {
 //   flip      one bit flipped (the position moves with N: header, ciphertext or tag)
 //   truncate  its last byte cut off
 //   replay    replaced by the previous frame sent to the same peer (a replay of an accepted
-//             frame, under this frame's tag)
+//             frame, under this frame's tag; when there is none yet, the next frame is replaced)
 //   forge     sealed under a key nobody derived (an injection by someone without the keys)
 struct Tamper {
   enum class Kind { kNone, kFlip, kTruncate, kReplay, kForge } kind = Kind::kNone;

@@ -62,7 +62,12 @@ void UcxCommunicator::apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& fram
       frame_bytes -= 1;
       break;
     case Kind::kReplay:
-      if (s.last_frame.empty()) break;  // nothing sent to this peer before: nothing to replay
+      if (s.last_frame.empty()) {
+        // Nothing sent to this peer before: the next frame is the one replaced.
+        ++tamper_.at;
+        s.last_frame.assign(frame.get(), frame.get() + frame_bytes);
+        break;
+      }
       frame.reset(new uint8_t[s.last_frame.size()]);
       std::memcpy(frame.get(), s.last_frame.data(), s.last_frame.size());
       frame_bytes = s.last_frame.size();
