@@ -139,9 +139,10 @@ std::vector<std::string> ranks_with(int world, const std::function<CommOptions(i
 
 enum class Route { kRing, kUnsized, kBroadcast, kDirect };
 
-// One collective of `route` on 3 ranks, rank 1 tampering with its `at`-th sealed message as an
-// attacker on its path would. Returns each rank's error; `applied` tells whether any rank returned
-// from the collective (it must not: nothing of a refused message may be used).
+// One collective of `route` on 3 ranks, then barriers, rank 1 tampering with its `at`-th sealed
+// message as an attacker on its path would. Returns each rank's error; `applied` tells whether any
+// rank got through them all (none may: every rank must fail, and nothing of a refused message may be
+// used).
 std::vector<std::string> tampered(const std::string& tamper, Route route, bool* applied) {
   std::atomic<bool> returned{false};
   auto errors = ranks_with(
@@ -168,9 +169,10 @@ std::vector<std::string> tampered(const std::string& tamper, Route route, bool* 
             comm::broadcast(c, a.data(), a.size() * 4, 1);
             break;
         }
-        // Ranks the tampered message did not reach learn of the failure in their next collective.
-        comm::barrier(c);
-        comm::barrier(c);
+        // Ranks the tampered message did not reach learn of the failure in their next collective:
+        // barriers enough that one follows the tampered message whichever of the first few it is.
+        for (int i = 0; i < 4; ++i)
+          comm::barrier(c);
         returned = true;
       });
   *applied = returned.load();
