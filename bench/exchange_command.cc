@@ -22,6 +22,7 @@
 #include "bench/result_line.h"
 #include "bench/stats.h"
 #include "comm/collectives.h"
+#include "comm/communicator.h"
 
 namespace gradex::bench {
 namespace {
@@ -280,7 +281,8 @@ int exchange_rank(RankContext& ctx, const ExchangeSettings& s) {
 
 int run_exchange(const Args& args) {
   if (args.get_switch("print-config")) {
-    std::printf("%s", config::Config::from_environment().describe().c_str());
+    const auto config = config::Config::from_environment();
+    std::printf("%s%s", config.describe().c_str(), comm::describe_seal_setting(config).c_str());
     return 0;
   }
   ExchangeSettings s;

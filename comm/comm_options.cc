@@ -60,4 +60,20 @@ CommOptions comm_options_from_config(const config::Config& config) {
   return o;
 }
 
+std::string describe_seal_setting(const config::Config& config) {
+  const CommOptions o = comm_options_from_config(config);
+  const std::string given = config.get_string("GRADEX_SEAL");
+  if (!check_seal_setting(o))
+    return "sealed data plane: off (GRADEX_SEAL=" + given +
+           (o.job_secret.empty() ? ", no job secret" : ", with a job secret") +
+           "): messages between ranks travel in clear\n";
+  const bool aes = seal::cpu_has_aes();
+  return "sealed data plane: on (GRADEX_SEAL=" + given +
+         " with a job secret): " + seal::cipher_name(seal::pair_cipher(aes, aes)) +
+         (aes ? " (this CPU has AES instructions; a connection to a rank without them uses "
+                "ChaCha20-Poly1305)"
+              : " (this CPU has no AES instructions)") +
+         ", keys per connection from ephemeral X25519 bound to the job secret\n";
+}
+
 }  // namespace gradex::comm

@@ -86,6 +86,11 @@ CommOptions comm_options_from_config(const config::Config& config);
 // GRADEX_SEAL=on without a job secret; warns once per process for GRADEX_SEAL=off with one.
 bool check_seal_setting(const CommOptions& options);
 
+// One line for gradex-config and the benchmarks' --print-config: whether the data plane is sealed
+// under `config` and with which cipher ("sealed data plane: on (...): AES-256-GCM ...\n").
+// ConfigError as comm_options_from_config.
+std::string describe_seal_setting(const config::Config& config);
+
 // An in-flight send or receive. Opaque; completed by Communicator::wait / test. Destroying one that
 // has not completed cancels it (bounded in time), after which its buffer is no longer used; a
 // request must not outlive its communicator.

@@ -141,8 +141,8 @@ enum class Route { kRing, kUnsized, kBroadcast, kDirect };
 
 // One collective of `route` on 3 ranks, then barriers, rank 1 tampering with its `at`-th sealed
 // message as an attacker on its path would. Returns each rank's error; `applied` tells whether any
-// rank got through them all (none may: every rank must fail, and nothing of a refused message may be
-// used).
+// rank got through them all (none may: every rank must fail, and nothing of a refused message may
+// be used).
 std::vector<std::string> tampered(const std::string& tamper, Route route, bool* applied) {
   std::atomic<bool> returned{false};
   auto errors = ranks_with(
@@ -205,9 +205,8 @@ TEST(SealedCommunicator, TamperedMessagesAreRefusedOnEveryRouteAndEveryRankFails
     const std::string tamper = std::string(k.kind) + ":" + std::to_string(2 + (i / 16) % 4);
     bool applied = true;
     const auto errors = tampered(tamper, route, &applied);
-    const std::string where =
-        "trial " + std::to_string(i) + ": " + tamper + " on route " +
-        std::to_string(static_cast<int>(route));
+    const std::string where = "trial " + std::to_string(i) + ": " + tamper + " on route " +
+                              std::to_string(static_cast<int>(route));
     EXPECT_FALSE(applied) << where;
     int refusing = -1;
     bool every_rank_failed = true;
