@@ -54,7 +54,8 @@ std::vector<float> values(int rank, size_t n) {
 }
 
 // Every route's collective on a world of 3: what each rank ends with, as bytes.
-std::vector<Bytes> run_routes(const CommOptions& options, std::vector<uint64_t>* sent = nullptr) {
+std::vector<Bytes> run_routes(const CommOptions& options, std::vector<uint64_t>* sent = nullptr,
+                              size_t ring_values = 1000) {
   constexpr int kWorld = 3;
   std::vector<Bytes> out(kWorld);
   std::mutex m;
@@ -66,8 +67,8 @@ std::vector<Bytes> run_routes(const CommOptions& options, std::vector<uint64_t>*
           const auto* b = static_cast<const uint8_t*>(p);
           mine.insert(mine.end(), b, b + n);
         };
-        std::vector<float> a = values(c.rank(), 1000);
-        comm::allreduce_sum(c, a.data(), a.size(), DType::kFloat32);  // ring, 64-byte chunks
+        std::vector<float> a = values(c.rank(), ring_values);
+        comm::allreduce_sum(c, a.data(), a.size(), DType::kFloat32);  // ring
         append(a.data(), a.size() * 4);
         std::vector<float> d = values(c.rank(), 77);
         comm::direct_allreduce_sum(c, d.data(), d.size(), DType::kFloat32);
@@ -110,6 +111,18 @@ TEST(SealedCommunicator, EveryRouteGivesTheSameBitsSealedAsInClear) {
   std::sort(sent_clear.begin(), sent_clear.end());
   std::sort(sent_sealed.begin(), sent_sealed.end());
   EXPECT_EQ(sent_clear, sent_sealed);
+  // Over shared memory too (same-host peers: UCX's rendezvous carries the larger frames), with
+  // 256 KiB ring chunks as in production.
+  CommOptions shm = sealed_options(CommOptions::Seal::kOn);
+  shm.shared_memory = true;
+  shm.ring_chunk_bytes = 256 << 10;
+  const size_t big = 600000;  // 2.4 MB: multi-chunk rings and rendezvous-sized frames
+  const auto over_shm = run_routes(shm, nullptr, big);
+  CommOptions tcp_big = sealed_options(CommOptions::Seal::kOff);
+  tcp_big.ring_chunk_bytes = 256 << 10;
+  const auto clear_big = run_routes(tcp_big, nullptr, big);
+  for (size_t r = 0; r < clear.size(); ++r)
+    EXPECT_EQ(over_shm[r], clear_big[r]) << "rank " << r << " over shared memory";
 }
 
 // Runs fn on `world` ranks as threads, rank r with options_of(r), over `store`; each rank's gradex
