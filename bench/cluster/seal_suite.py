@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """What sealing the data plane costs (GRADEX_SEAL, docs/security.md): gradex-bench exchange on the emulated
-cluster (4 hosts, one rank each) and on loopback, every run with a job secret, sealed (GRADEX_SEAL=on) and
-in clear (GRADEX_SEAL=off) in alternation, so that both see the same machine load. Modes: DGC 99.9 % and
-the dense 16-bit ring (and the default auto policy with --auto), ResNet-50's gradient profile.
+cluster (4 hosts, one rank each) and on loopback under one job secret, with every mode's engine open at once
+and stepped in turn (--interleave), so that sealed and clear see the same machine load step by step: DGC
+99.9 % (dgc999_sealed against dgc999_clear) and the engine's dense 16-bit route (engine16_sealed against
+engine16_clear), ResNet-50's gradient profile.
 
-Prints, per network and mode, the median step time sealed and in clear over the repetitions, their ratio
-(and its range over the pairs), and writes the results with the command, commit and machine to
---out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless --loopback-only.
+Prints, per network and mode, the median step time sealed and in clear over the runs, the median of the
+runs' ratios (and their range) and the CPU ratio, and writes the results with the command, commit and
+machine to --out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless
+--loopback-only.
 
     .venv/bin/python bench/cluster/seal_suite.py [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
 
@@ -31,40 +33,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SECRET = "seal-suite-secret"
 
 
-def run_once(network, args, seal, modes):
-    argv = [args.bench, "exchange", "--modes", ",".join(modes), "--model", args.model, "--steps",
-            str(args.steps), "--warmup", str(args.warmup), "--idle-s", "0"]
-    env = {"GRADEX_JOB_SECRET": SECRET, "GRADEX_SEAL": "on" if seal else "off", "GRADEX_POLICY": "fixed"}
-    if "auto" in modes:
-        env["GRADEX_POLICY"] = "auto"
-    stdout, _ = run_ranks(network, args.hosts, argv, warmup=args.warmup, steps=args.steps, timeout_s=600,
-                          log_dir=os.path.join(ROOT, "build", "seal_suite_logs"),
-                          label=f"{network.label}-{'sealed' if seal else 'clear'}")
+PAIRS = (("dgc999_sealed", "dgc999_clear"), ("engine16_sealed", "engine16_clear"))
+
+
+def run_once(network, args):
+    """One gradex-bench program with every mode's engine open at once, stepped in turn (--interleave): DGC
+    99.9 % and the engine's dense 16-bit route, each sealed and in clear under one job secret."""
+    modes = [m for pair in PAIRS for m in pair]
+    argv = [args.bench, "exchange", "--modes", ",".join(modes), "--interleave", "--model", args.model,
+            "--steps", str(args.steps), "--warmup", str(args.warmup), "--idle-s", "0"]
+    env = {"GRADEX_JOB_SECRET": SECRET, "GRADEX_POLICY": "fixed"}
+    stdout, _ = run_ranks(network, args.hosts, argv, warmup=args.warmup, steps=args.steps, timeout_s=900,
+                          log_dir=os.path.join(ROOT, "build", "seal_suite_logs"), label=f"{network.label}-seal",
+                          extra_env=env)
     result = parse_result(stdout)
-    return {m: {"step_ms": float(result[f"{m}_step_ms"]), "cpu_ms": float(result.get(f"{m}_cpu_ms", "nan")),
-                "wire_bytes": float(result.get(f"{m}_wire_bytes", "nan"))} for m in modes}
+    return {m: {"step_ms": float(result[f"{m}_step_ms"]), "cpu_ms": float(result[f"{m}_cpu_ms"]),
+                "wire_bytes": float(result[f"{m}_wire_bytes"])} for m in modes}
 
 
 def measure(network, args):
-    fixed = ["dgc999", "dense_fp16"]
     runs = []
     for rep in range(args.reps):
-        # Alternating order: neither form always runs first after a pause.
-        for seal in ((False, True) if rep % 2 == 0 else (True, False)):
-            entry = {"rep": rep, "seal": seal, "modes": run_once(network, args, seal, fixed)}
-            if args.auto:
-                entry["modes"].update(run_once(network, args, seal, ["auto"]))
-            runs.append(entry)
-            print(f"  {network.label} rep {rep} {'sealed' if seal else 'clear '}: " +
-                  ", ".join(f"{m} {v['step_ms']:.1f} ms" for m, v in entry["modes"].items()), flush=True)
+        modes = run_once(network, args)
+        runs.append({"rep": rep, "modes": modes})
+        print(f"  {network.label} rep {rep}: " + ", ".join(f"{m} {v['step_ms']:.1f} ms (cpu {v['cpu_ms']:.1f})"
+                                                          for m, v in modes.items()), flush=True)
     summary = {}
-    for mode in runs[0]["modes"]:
-        sealed = [r["modes"][mode]["step_ms"] for r in runs if r["seal"]]
-        clear = [r["modes"][mode]["step_ms"] for r in runs if not r["seal"]]
-        pairs = [s / c for s, c in zip(sealed, clear)]
-        summary[mode] = {"sealed_ms": statistics.median(sealed), "clear_ms": statistics.median(clear),
-                         "ratio": statistics.median(sealed) / statistics.median(clear),
-                         "pair_ratio_min": min(pairs), "pair_ratio_max": max(pairs)}
+    for sealed_mode, clear_mode in PAIRS:
+        sealed = [r["modes"][sealed_mode]["step_ms"] for r in runs]
+        clear = [r["modes"][clear_mode]["step_ms"] for r in runs]
+        cpu = [r["modes"][sealed_mode]["cpu_ms"] / r["modes"][clear_mode]["cpu_ms"] for r in runs]
+        pairs = [a / b for a, b in zip(sealed, clear)]
+        summary[sealed_mode.replace("_sealed", "")] = {
+            "sealed_ms": statistics.median(sealed), "clear_ms": statistics.median(clear),
+            "ratio": statistics.median(pairs), "pair_ratio_min": min(pairs), "pair_ratio_max": max(pairs),
+            "cpu_ratio": statistics.median(cpu)}
     return runs, summary
 
 
@@ -110,11 +113,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1gbit", help="link rates of the emulated cluster, e.g. 1gbit,10gbit")
     p.add_argument("--hosts", type=int, default=4)
-    p.add_argument("--reps", type=int, default=3, help="sealed/clear pairs per network")
+    p.add_argument("--reps", type=int, default=3, help="programs per network")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--model", default="resnet50")
-    p.add_argument("--auto", action="store_true", help="also the default auto policy (its own programs)")
     p.add_argument("--loopback-only", action="store_true", help="no namespaces: unshaped loopback only")
     p.add_argument("--skip-exchange", action="store_true", help="only the race")
     p.add_argument("--race", default="", help="also the race's default method on this task (e.g. mlp)")
@@ -157,8 +159,8 @@ def main():
             data["networks"][network.label] = {"runs": runs, "summary": summary}
             for mode, s in summary.items():
                 print(f"  {mode:10s} sealed {s['sealed_ms']:8.1f} ms  clear {s['clear_ms']:8.1f} ms  "
-                      f"sealed/clear {s['ratio']:.3f} (pairs {s['pair_ratio_min']:.3f}-{s['pair_ratio_max']:.3f})",
-                      flush=True)
+                      f"sealed/clear {s['ratio']:.3f} (runs {s['pair_ratio_min']:.3f}-{s['pair_ratio_max']:.3f}), "
+                      f"CPU {s['cpu_ratio']:.2f}x", flush=True)
     finally:
         if up:
             subprocess.run([str(CLUSTER_SH), "down"], stdout=subprocess.DEVNULL)

@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous/socket.h"
+#include "comm/seal/frame_pool.h"
 #include "comm/seal/seal.h"
 #include "comm/ucx/ucx_handles.h"
 
@@ -59,7 +60,7 @@ class UcxRequest : public Request {
   // Sealed messages (ucx_seal.cc): a send's frame, or the frame a receive lands in until it is
   // opened into the caller's buffer (user_data_; for irecv_any_length, any_length_out_).
   bool sealed_ = false;
-  std::unique_ptr<uint8_t[]> frame_;
+  seal::FramePool::Buffer frame_;  // from the communicator's pool; returned when done with
   size_t frame_bytes_ = 0;
   void* user_data_ = nullptr;
   uint64_t user_tag_ = 0;
@@ -186,8 +187,11 @@ class UcxCommunicator : public Communicator {
                      const std::vector<bool>& peer_has_aes);
   // A send's frame: the message sealed for `peer` (and, in tests, tampered with).
   void seal_send(UcxRequest& request, PeerSeal& s, uint64_t tag, const void* data, size_t bytes);
-  void apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& frame, size_t& frame_bytes,
-                    uint64_t tag, const void* data, size_t bytes);
+  void apply_tamper(PeerSeal& s, seal::FramePool::Buffer& frame, size_t& frame_bytes, uint64_t tag,
+                    const void* data, size_t bytes);
+  // Returns a request's frame buffer to the pool (after its send completed or its frame was
+  // opened).
+  void recycle_frame(UcxRequest& request) { frame_pool_.release(std::move(request.frame_)); }
   // A sealed receive: completes, in its (peer, tag) queue's order, once its frame arrived and was
   // opened (or refused: seal_failure_).
   bool poll_sealed_receive(UcxRequest& request);
@@ -288,6 +292,7 @@ class UcxCommunicator : public Communicator {
 
   // Per peer, its sealed connection (empty without sealing; null for this rank).
   std::vector<std::unique_ptr<PeerSeal>> seals_;
+  seal::FramePool frame_pool_;
   bool sealing_ = false;  // CommOptions::seal resolved (check_seal_setting)
   seal::Tamper tamper_;   // test-only
   uint64_t frames_sealed_ = 0;

@@ -28,6 +28,7 @@ std::string status_detail(ucs_status_t st) {
 UcxRequest::~UcxRequest() {
   if (handle_ != nullptr && owner_ != nullptr) owner_->abandon({this});
   if (queued_ && owner_ != nullptr) owner_->unqueue(*this);
+  if (frame_ && owner_ != nullptr) owner_->recycle_frame(*this);
 }
 
 void UcxCommunicator::check_usable(const char* operation, int peer) const {
@@ -83,7 +84,7 @@ RequestPtr UcxCommunicator::irecv(int peer, uint64_t tag, void* data, size_t byt
     req->user_data_ = data;
     req->user_tag_ = tag;
     req->frame_bytes_ = bytes + seal::kOverheadBytes;
-    req->frame_.reset(new uint8_t[req->frame_bytes_]);
+    req->frame_ = frame_pool_.acquire(req->frame_bytes_);
     landing = req->frame_.get();
     landing_bytes = req->frame_bytes_;
     s->open_queue[tag].push_back(req.get());
@@ -138,7 +139,7 @@ bool UcxCommunicator::take_probed_message(UcxRequest& r) {
   if (r.sealed_) {
     // The frame lands in a buffer of its own; the caller's is sized when it is opened.
     r.frame_bytes_ = std::min(info.length, r.any_length_max_ + seal::kOverheadBytes);
-    r.frame_.reset(new uint8_t[r.frame_bytes_]);
+    r.frame_ = frame_pool_.acquire(r.frame_bytes_);
     r.posted_bytes_ = r.frame_bytes_ - std::min(r.frame_bytes_, seal::kOverheadBytes);
     landing = r.frame_.get();
     bytes = r.frame_bytes_;
@@ -173,6 +174,7 @@ bool UcxCommunicator::poll_transport(UcxRequest& r) {
   r.status_ = st;
   ucp_request_free(r.handle_);
   r.handle_ = nullptr;
+  if (!r.is_recv_ && r.frame_) recycle_frame(r);  // UCX no longer reads the sent frame
   if (r.is_recv_ && st == UCS_OK && !r.sealed_) bytes_received_ += r.info_.length;
   return true;
 }
@@ -464,6 +466,8 @@ void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {
     ucp_request_free(r->handle_);
     r->handle_ = nullptr;
     r->status_ = UCS_ERR_CANCELED;
+    // UCX may still write or read a frame it was handed: never reused (left to the process).
+    if (r->frame_) static_cast<void>(r->frame_.data.release());
   }
 }
 

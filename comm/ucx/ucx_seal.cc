@@ -34,16 +34,15 @@ void UcxCommunicator::seal_send(UcxRequest& r, PeerSeal& s, uint64_t tag, const 
                                 size_t bytes) {
   r.sealed_ = true;
   r.frame_bytes_ = bytes + seal::kOverheadBytes;
-  r.frame_.reset(new uint8_t[r.frame_bytes_]);
+  r.frame_ = frame_pool_.acquire(r.frame_bytes_);
   s.sealer.seal(tag, data, bytes, r.frame_.get());
   ++frames_sealed_;
   if (tamper_.kind != seal::Tamper::Kind::kNone)
     apply_tamper(s, r.frame_, r.frame_bytes_, tag, data, bytes);
 }
 
-void UcxCommunicator::apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& frame,
-                                   size_t& frame_bytes, uint64_t tag, const void* data,
-                                   size_t bytes) {
+void UcxCommunicator::apply_tamper(PeerSeal& s, seal::FramePool::Buffer& frame, size_t& frame_bytes,
+                                   uint64_t tag, const void* data, size_t bytes) {
   using Kind = seal::Tamper::Kind;
   const bool now = frames_sealed_ == tamper_.at;
   if (tamper_.kind == Kind::kReplay && !now) {
@@ -55,7 +54,7 @@ void UcxCommunicator::apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& fram
   switch (tamper_.kind) {
     case Kind::kFlip: {
       const uint64_t bit = (tamper_.at * 2654435761u) % (frame_bytes * 8);
-      frame[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      frame.get()[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
       break;
     }
     case Kind::kTruncate:
@@ -68,7 +67,7 @@ void UcxCommunicator::apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& fram
         s.last_frame.assign(frame.get(), frame.get() + frame_bytes);
         break;
       }
-      frame.reset(new uint8_t[s.last_frame.size()]);
+      frame = frame_pool_.acquire(s.last_frame.size());
       std::memcpy(frame.get(), s.last_frame.data(), s.last_frame.size());
       frame_bytes = s.last_frame.size();
       break;
@@ -79,9 +78,10 @@ void UcxCommunicator::apply_tamper(PeerSeal& s, std::unique_ptr<uint8_t[]>& fram
       const auth::Nonce random = auth::random_nonce();
       std::memcpy(stranger.data(), random.data(), stranger.size());
       seal::Sealer forger(s.sealer.cipher(), stranger);
-      std::unique_ptr<uint8_t[]> forged(new uint8_t[frame_bytes]);
+      seal::FramePool::Buffer forged = frame_pool_.acquire(frame_bytes);
       forger.seal(tag, data, bytes, forged.get());
       std::memcpy(forged.get() + 4, frame.get() + 4, 8);  // the genuine frame's sequence number
+      frame_pool_.release(std::move(frame));
       frame = std::move(forged);
       break;
     }
@@ -107,8 +107,7 @@ bool UcxCommunicator::poll_sealed_receive(UcxRequest& r) {
 void UcxCommunicator::open_frame(UcxRequest& r) {
   unqueue(r);
   PeerSeal* s = seal_for(r.peer_);
-  if (r.status_ == UCS_ERR_MESSAGE_TRUNCATED && r.frame_ != nullptr &&
-      r.frame_bytes_ >= seal::kHeaderBytes) {
+  if (r.status_ == UCS_ERR_MESSAGE_TRUNCATED && r.frame_ && r.frame_bytes_ >= seal::kHeaderBytes) {
     // Longer than expected: an earlier (longer) frame replayed, an altered one, or ranks that
     // disagree on sizes. UCX hands over nothing of a message it could not deliver whole, so which
     // cannot be told; on a sealed connection each is a refusal that fails the job.
@@ -136,7 +135,7 @@ void UcxCommunicator::open_frame(UcxRequest& r) {
   } catch (const seal::SealViolation& v) {
     r.seal_failure_ = std::string(seal::check_name(v.check())) + " check failed: " + v.what();
   }
-  r.frame_.reset();
+  recycle_frame(r);
 }
 
 void UcxCommunicator::unqueue(UcxRequest& r) {
