@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Renders a gradex timeline (GRADEX_TIMELINE's rank<r>.json, or `gradex-bench timeline DIR`'s merged.json) to
+a PNG: one bar per span, one line per row (each rank's framework wait, threads and peers), coloured by phase,
+for one step or a range of them.
+
+    .venv/bin/python scripts/render_timeline.py DIR/merged.json --step 5 -o step5.png [--title "..."]
+
+--step N shows from rank 0's end of step N-1 to its end of step N ("step end" instants); without it, the whole
+trace. Rows of peers show each unit's traffic with that peer (its bytes in the label when the bar is wide
+enough). It also prints how much of the shown window each rank's named phases cover.
+"""
+import argparse
+import json
+import sys
+
+_COLOURS = {"negotiate": "#8c6bb1", "encode": "#41ab5d", "transfer": "#2171b5", "decode": "#fd8d3c",
+            "framework waits on gradex": "#cb181d", "wait": "#fcbba1", "send": "#6baed6", "recv": "#9ecae1",
+            "link probe": "#bdbdbd"}
+
+
+def _colour(name):
+    for prefix, colour in _COLOURS.items():
+        if name == prefix or name.startswith(prefix + " "):
+            return colour
+    return "#969696"
+
+
+def load(path):
+    with open(path) as f:
+        text = f.read()
+    if not text.rstrip().endswith("]"):  # a rank that did not shut down: the array is still open
+        text = text.rstrip().rstrip(",") + "\n]"
+    return json.loads(text)
+
+
+def window(events, step):
+    """(start, end) in microseconds: rank 0's step `step` (from the end of step-1), or the whole trace."""
+    spans = [e for e in events if e.get("ph") == "X"]
+    if step is None:
+        return min(e["ts"] for e in spans), max(e["ts"] + e["dur"] for e in spans)
+    ends = sorted((e["args"]["step"], e["ts"]) for e in events if e.get("name") == "step end" and e["pid"] == 0)
+    by_step = dict(ends)
+    if step not in by_step:
+        raise SystemExit(f"render_timeline: rank 0 has no step {step} (steps {ends[0][0]}..{ends[-1][0]})")
+    start = by_step.get(step - 1, min(e["ts"] for e in spans))
+    return start, by_step[step]
+
+
+def coverage(events, start, end):
+    """Per rank: the share of [start, end] that its spans (any row) cover."""
+    out = {}
+    for pid in sorted({e["pid"] for e in events}):
+        pieces = sorted((max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in events
+                        if e.get("ph") == "X" and e["pid"] == pid and e["ts"] < end and e["ts"] + e["dur"] > start)
+        covered, reach = 0.0, start
+        for a, b in pieces:
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+        out[pid] = covered / (end - start) if end > start else 0.0
+    return out
+
+
+def render(events, start, end, out, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    spans = [e for e in events if e.get("ph") == "X" and e["ts"] < end and e["ts"] + e["dur"] > start]
+    rows = sorted({(e["pid"], e["tid"]) for e in spans})
+    index = {row: i for i, row in enumerate(rows)}
+    fig, ax = plt.subplots(figsize=(13, 0.32 * len(rows) + 1.6))
+    scale = 1e3  # ms
+    for e in spans:
+        y = index[(e["pid"], e["tid"])]
+        a, b = max(e["ts"], start), min(e["ts"] + e["dur"], end)
+        ax.broken_barh([((a - start) / scale, max((b - a) / scale, 0.02))], (y - 0.38, 0.76),
+                       facecolors=_colour(e["name"]), edgecolor="none")
+        nbytes = e.get("args", {}).get("bytes")
+        if nbytes and (b - a) > 0.06 * (end - start):
+            ax.text((a + b - 2 * start) / 2 / scale, y, f"{nbytes / 1e3:.1f} kB", ha="center", va="center",
+                    fontsize=6)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"rank {p}: {names.get((p, t), f'row {t}')}" for p, t in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (end - start) / scale)
+    ax.set_xlabel("ms")
+    ax.set_title(title, fontsize=10)
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in _COLOURS.items()], fontsize=7, ncol=5,
+              loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / max(len(rows), 1)))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace")
+    parser.add_argument("--step", type=int, default=None)
+    parser.add_argument("-o", "--out", required=True)
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    events = load(args.trace)
+    start, end = window(events, args.step)
+    for pid, share in coverage(events, start, end).items():
+        print(f"rank {pid}: named phases cover {100 * share:.1f} % of {(end - start) / 1e3:.2f} ms")
+    render(events, start, end, args.out, args.title or args.trace)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
