@@ -10,7 +10,7 @@ explicitly. Each run returns its test accuracy, its flat parameters, whether the
 and gradex's statistics.
 
 Run as a script, it measures every integration against the plain runs over three seeds (2 ranks):
-    .venv/bin/python tests/python/integration_parity.py [SEEDS...]
+    .venv/bin/python tests/python/integration_parity.py [SEEDS...] [--skip trainer]
 """
 import os
 import sys
@@ -186,41 +186,48 @@ def _pair(rank, world, seed, which, out_dir):
         other = accelerate(rank, world, seed)
     elif which == "trainer":
         other = trainer(rank, world, seed, out_dir)
-    else:
+    elif which in ("plain", "none"):
         other = plain(rank, world, seed, False)
+    else:
+        raise ValueError(f"unknown integration {which!r}")
     return reference, other
 
 
-def main(seeds):
-    """Prints each integration's accuracy against the plain runs', per seed."""
+def main(seeds, skip=()):
+    """Prints each integration's accuracy against the plain runs', per seed (`skip`: integrations left out)."""
     import subprocess
     import tempfile
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_ranks as ranks
     os.environ.setdefault("GRADEX_POLICY", "fixed")
-    print("seed  plain+opt  plain  accelerate  trainer  lightning  (max |param - plain+opt|)")
+    columns = [c for c in ("plain+opt", "plain", "accelerate", "trainer", "lightning") if c not in skip]
+    print("seed  " + "  ".join(f"{c:>18}" for c in columns) + "   (accuracy, max |param - plain+opt's|)")
     for seed in seeds:
         row = {}
-        for which in ("none", "accelerate", "trainer"):
+        for which in [w for w in ("plain", "accelerate", "trainer") if w not in skip]:
             with tempfile.TemporaryDirectory() as tmp:
                 results = ranks.run(_pair, 2, args=(seed, which, tmp), timeout=600)
             reference, other = results[0]
             assert all(r[1]["identical"] and r[0]["identical"] for r in results)
             row["plain+opt"] = (reference["acc"], 0.0)
             row[which] = (other["acc"], float(abs(other["flat"] - reference["flat"]).max()))
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ranks.free_port()))
-            for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-                env.pop(name, None)
-            subprocess.run(lightning_script(seed, tmp), env=env, check=True, capture_output=True, timeout=600)
-            light = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(2)]
-            assert light[0]["identical"]
-            row["lightning"] = (light[0]["acc"], float(abs(light[0]["flat"] - results[0][0]["flat"]).max()))
-        print(f"{seed:4d}  " + "  ".join(f"{row[k][0]:.3f} ({row[k][1]:.1e})"
-                                          for k in ("plain+opt", "none", "accelerate", "trainer", "lightning")),
-              flush=True)
+        if "lightning" not in skip:
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ranks.free_port()))
+                for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+                    env.pop(name, None)
+                subprocess.run(lightning_script(seed, tmp), env=env, check=True, capture_output=True, timeout=600)
+                light = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(2)]
+                assert light[0]["identical"]
+                row["lightning"] = (light[0]["acc"], float(abs(light[0]["flat"] - results[0][0]["flat"]).max()))
+        print(f"{seed:4d}  " + "  ".join(f"{row[k][0]:9.3f} ({row[k][1]:6.1e})" for k in columns), flush=True)
 
 
 if __name__ == "__main__":
-    main([int(s) for s in sys.argv[1:]] or [0, 1, 2])
+    import argparse
+    parser = argparse.ArgumentParser(description="integration accuracy against plain PyTorch + gradex")
+    parser.add_argument("seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--skip", action="append", default=[], help="plain, accelerate, trainer or lightning")
+    options = parser.parse_args()
+    main(options.seeds, options.skip)
