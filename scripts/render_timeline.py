@@ -3,7 +3,7 @@
 a PNG: one bar per span, one line per row (each rank's framework wait, threads and peers), coloured by phase,
 for one step or a range of them.
 
-    .venv/bin/python scripts/render_timeline.py DIR/merged.json --step 5 -o step5.png [--title "..."]
+    .venv/bin/python scripts/render_timeline.py DIR/merged.json --step 5 -o step5.png [--ranks 0,1] [--title "..."]
 
 --step N shows from rank 0's end of step N-1 to its end of step N ("step end" instants); without it, the whole
 trace. Rows of peers show each unit's traffic with that peer (its bytes in the label when the bar is wide
@@ -100,8 +100,12 @@ def main(argv=None):
     parser.add_argument("--step", type=int, default=None)
     parser.add_argument("-o", "--out", required=True)
     parser.add_argument("--title", default="")
+    parser.add_argument("--ranks", default="", help="comma-separated ranks (pids) to draw (default: all)")
     args = parser.parse_args(argv)
     events = load(args.trace)
+    if args.ranks:
+        keep = {int(r) for r in args.ranks.split(",")}
+        events = [e for e in events if e.get("pid") in keep or e.get("name") == "step end" and e.get("pid") == 0]
     start, end = window(events, args.step)
     for pid, share in coverage(events, start, end).items():
         print(f"rank {pid}: named phases cover {100 * share:.1f} % of {(end - start) / 1e3:.2f} ms")

@@ -4,6 +4,7 @@ gradex's phases as named ranges in the user's own torch.profiler trace."""
 import json
 import os
 import subprocess
+import sys
 
 import torch_ranks as ranks
 
@@ -100,6 +101,13 @@ def test_timeline_records_every_phase_and_peer_and_merges(tmp_path):
         if e["name"] == "negotiate" and e["args"]["round"] == 0:
             ends[e["pid"]] = e["ts"] + e["dur"]
     assert len(ends) == world and max(ends.values()) - min(ends.values()) < 50e3, ends
+    # The docs' renderer draws a step of it and says how much of the step the named phases cover.
+    picture = tmp_path / "step.png"
+    drawn = subprocess.run([sys.executable, os.path.join(_ROOT, "scripts", "render_timeline.py"),
+                            str(tmp_path / "merged.json"), "--step", str(STEPS - 1), "-o", str(picture)],
+                           capture_output=True, text=True, timeout=120)
+    assert drawn.returncode == 0, drawn.stdout + drawn.stderr
+    assert picture.stat().st_size > 10000 and "named phases cover" in drawn.stdout
 
 
 def test_profiler_trace_shows_gradex_phases():
