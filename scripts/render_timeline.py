@@ -80,8 +80,8 @@ def render(events, start, end, out, title):
                        facecolors=_colour(e["name"]), edgecolor="none")
         nbytes = e.get("args", {}).get("bytes")
         if nbytes and (b - a) > 0.06 * (end - start):
-            ax.text((a + b - 2 * start) / 2 / scale, y, f"{nbytes / 1e3:.1f} kB", ha="center", va="center",
-                    fontsize=6)
+            label = f"{nbytes / 1e3:.1f} kB" if nbytes >= 1000 else f"{nbytes} B"
+            ax.text((a + b - 2 * start) / 2 / scale, y, label, ha="center", va="center", fontsize=6)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {p}: {names.get((p, t), f'row {t}')}" for p, t in rows], fontsize=7)
     ax.invert_yaxis()
