@@ -23,9 +23,11 @@ int run_timeline(const Args& args) {
   if (!file) throw InvalidArgument("cannot write " + out);
   size_t events = 0;
   for (const sync::timeline::RankClock& r : merged.ranks) {
-    std::printf("%-40s pid %-3d %7zu events, clock %+.1f us (rounds: %+.1f us over %zu)\n",
-                r.file.c_str(), r.pid, r.events, r.offset_us, r.round_correction_us,
-                r.rounds_matched);
+    std::printf(
+        "%-40s pid %-3d %7zu events, clock %+.1f us (rounds: %+.1f us over %zu, "
+        "rounds last %.1f us)\n",
+        r.file.c_str(), r.pid, r.events, r.offset_us, r.round_correction_us, r.rounds_matched,
+        r.round_length_us);
     events += r.events;
   }
   std::printf(
@@ -40,9 +42,9 @@ const CommandRegistration kRegistration({
     "merges GRADEX_TIMELINE's per-rank timelines into one trace on one clock",
     "gradex-bench timeline DIR reads DIR/rank<r>.json (what GRADEX_TIMELINE=DIR made every rank\n"
     "write) and writes DIR/merged.json (--out): every rank's events on rank 0's clock, placed by\n"
-    "the system clock each file records and corrected by the ends of the negotiation rounds, "
-    "which\n"
-    "every rank runs in the same order and leaves within about one message latency.",
+    "the system clock each file records and corrected by the ends of the negotiation rounds,\n"
+    "which every rank of an engine runs in the same order and leaves within about one round's\n"
+    "length (a smaller correction is not applied).",
     {{"dir", "", "the GRADEX_TIMELINE directory (also the command's one bare word)", false, true},
      {"out", "", "where to write the merged trace (default: DIR/merged.json)"}},
     run_timeline,

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-_COLOURS = {"negotiate": "#8c6bb1", "encode": "#41ab5d", "transfer": "#2171b5", "decode": "#fd8d3c",
+_COLOURS = {"coalesce": "#dadaeb", "inspect": "#fdd0a2", "negotiate": "#8c6bb1", "encode": "#41ab5d", "transfer": "#2171b5", "decode": "#fd8d3c",
             "framework waits on gradex": "#cb181d", "wait": "#fcbba1", "send": "#6baed6", "recv": "#9ecae1",
             "link probe": "#bdbdbd"}
 
@@ -46,18 +46,33 @@ def window(events, step):
     return start, by_step[step]
 
 
-def coverage(events, start, end):
-    """Per rank: the share of [start, end] that its spans (any row) cover."""
+_OWN_PHASES = ("coalesce", "inspect", "negotiate", "encode", "transfer", "decode", "link probe")
+
+
+def exchange_window(events, pid, start, end):
+    """(first submission, last completion) of rank `pid` inside [start, end], or None."""
+    submits = [e["ts"] for e in events if e.get("name") == "submit" and e["pid"] == pid and start <= e["ts"] < end]
+    completes = [e["ts"] for e in events if e.get("name") == "complete" and e["pid"] == pid and start <= e["ts"] <= end]
+    return (min(submits), max(completes)) if submits and completes else None
+
+
+def coverage(events, start, end, pid_filter=None, names=None):
+    """Per rank: the share of [start, end] (per rank: a (start, end) pair in a dict) that its spans cover (any
+    row; `names`: only spans of those phases)."""
     out = {}
     for pid in sorted({e["pid"] for e in events}):
-        pieces = sorted((max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in events
-                        if e.get("ph") == "X" and e["pid"] == pid and e["ts"] < end and e["ts"] + e["dur"] > start)
-        covered, reach = 0.0, start
+        if pid_filter is not None and pid not in pid_filter:
+            continue
+        lo, hi = (start[pid] if isinstance(start, dict) else (start, end))
+        pieces = sorted((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events
+                        if e.get("ph") == "X" and e["pid"] == pid and e["ts"] < hi and e["ts"] + e["dur"] > lo
+                        and (names is None or e["name"] in names))
+        covered, reach = 0.0, lo
         for a, b in pieces:
             if b > reach:
                 covered += b - max(a, reach)
                 reach = b
-        out[pid] = covered / (end - start) if end > start else 0.0
+        out[pid] = covered / (hi - lo) if hi > lo else 0.0
     return out
 
 
@@ -109,6 +124,20 @@ def main(argv=None):
     start, end = window(events, args.step)
     for pid, share in coverage(events, start, end).items():
         print(f"rank {pid}: named phases cover {100 * share:.1f} % of {(end - start) / 1e3:.2f} ms")
+    windows = {}
+    for pid in sorted({e["pid"] for e in events}):
+        lo, hi = start, end
+        if args.step is not None:  # the rank's own step: between its own step ends
+            ends = {e["args"]["step"]: e["ts"] for e in events if e.get("name") == "step end" and e["pid"] == pid}
+            if args.step in ends:
+                lo, hi = ends.get(args.step - 1, start), ends[args.step]
+        w = exchange_window(events, pid, lo, hi)
+        if w is not None:
+            windows[pid] = w
+    for pid, share in coverage(events, windows, None, set(windows), _OWN_PHASES).items():
+        lo, hi = windows[pid]
+        print(f"rank {pid}: gradex's own phases ({', '.join(_OWN_PHASES)}) cover {100 * share:.1f} % of its "
+              f"exchange, {(hi - lo) / 1e3:.2f} ms from the first submission to the last completion")
     render(events, start, end, args.out, args.title or args.trace)
     print(f"wrote {args.out}")
     return 0

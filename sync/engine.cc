@@ -512,7 +512,14 @@ void Engine::run() {
         take_announcements(announce, leaving);
         finalize_announcements(announce);
       }
-      if (!announce.empty()) coalesce_submissions(announce, leaving);
+      if (!announce.empty()) {
+        const auto coalesce_from = Clock::now();
+        coalesce_submissions(announce, leaving);
+        // The timeline shows a wait for more submissions (a latency-bound link) as a phase.
+        if (trace_ && Clock::now() - coalesce_from > std::chrono::microseconds(20))
+          trace_->span(trace_row(), "coalesce", coalesce_from, Clock::now(),
+                       timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
+      }
       if (++rounds == fail_round)
         throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
                             " (GRADEX_TEST_FAIL_ROUND)");
@@ -590,8 +597,13 @@ void Engine::finalize_announcements(std::vector<Announcement>& announce) {
 }
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left) {
+  const auto inspected_from = Clock::now();
   inspect(announce);
   const auto t0 = Clock::now();
+  // The scan for NaN/Inf reads every announced gradient once: on a large model, milliseconds.
+  if (trace_ && !announce.empty())
+    trace_->span(trace_row(), "inspect", inspected_from, t0,
+                 timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
   RoundResult r = negotiator_->round(announce, leaving);
   if (trace_) {
     // Every rank runs every round, in the same order: their numbers match across the ranks' files

@@ -1,6 +1,7 @@
 #include "sync/timeline/merge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,7 @@ struct RankFile {
   double origin_wall_us = 0;
   std::vector<Line> lines;
   std::map<uint64_t, double> round_end_us;  // round -> end, on the rank's own clock
+  std::vector<double> round_lengths_us;
 };
 
 // The number of member `name` in `text` ("name":<number>), or false.
@@ -62,10 +64,11 @@ RankFile read_rank(const std::string& path) {
     Line line;
     line.text = raw;
     if (raw.find("\"name\":\"process_name\"") != std::string::npos) {
-      double pid = 0;
+      double pid = 0, engine = 1;
       if (number_member(raw, "origin_wall_us", f.origin_wall_us) &&
           number_member(raw, "pid", pid)) {
         f.clock.pid = static_cast<int>(pid);
+        if (number_member(raw, "engine", engine)) f.clock.engine = static_cast<int>(engine);
         found_origin = true;
       }
     }
@@ -76,11 +79,19 @@ RankFile read_rank(const std::string& path) {
       if (raw.rfind("{\"name\":\"negotiate\"", 0) == 0 && number_member(raw, "round", round) &&
           number_member(raw, "dur", dur))
         f.round_end_us[static_cast<uint64_t>(round)] = line.ts + dur;
+      if (raw.rfind("{\"name\":\"negotiate\"", 0) == 0 && number_member(raw, "dur", dur))
+        f.round_lengths_us.push_back(dur);
     }
     f.lines.push_back(std::move(line));
   }
   if (!found_origin) throw InvalidArgument(path + " has no gradex timeline header (process_name)");
   return f;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
 }
 
 std::string format_us(double v) {
@@ -103,11 +114,19 @@ Merged merge_files(const std::vector<std::string>& files) {
     earliest = std::min(earliest, r.origin_wall_us);
   for (RankFile& r : ranks)
     r.clock.offset_us = r.origin_wall_us - earliest;
-  // The first rank's rounds are the reference; every other rank is moved by the median of
-  // (reference end - its end) over the rounds both ran.
-  const RankFile& first = ranks.front();
-  for (size_t i = 1; i < ranks.size(); ++i) {
+  // Per engine (a process's n-th recorder: the same engine on every rank), its first rank's rounds
+  // are the reference; every other rank of it is moved by the median of (reference end - its end)
+  // over the rounds both ran. Different engines run different rounds: they keep the system clock.
+  for (size_t i = 0; i < ranks.size(); ++i) {
     RankFile& r = ranks[i];
+    const RankFile* reference = nullptr;
+    for (const RankFile& candidate : ranks)
+      if (candidate.clock.engine == r.clock.engine) {
+        reference = &candidate;
+        break;
+      }
+    if (reference == &r) continue;
+    const RankFile& first = *reference;
     std::vector<double> differences;
     for (const auto& [round, end] : r.round_end_us) {
       auto ref = first.round_end_us.find(round);
@@ -115,10 +134,14 @@ Merged merge_files(const std::vector<std::string>& files) {
       differences.push_back((ref->second + first.clock.offset_us) - (end + r.clock.offset_us));
     }
     if (differences.empty()) continue;
-    std::nth_element(differences.begin(), differences.begin() + differences.size() / 2,
-                     differences.end());
-    r.clock.round_correction_us = differences[differences.size() / 2];
     r.clock.rounds_matched = differences.size();
+    r.clock.round_correction_us = median(differences);
+    // Ranks leave a round within about its own length of each other (on a WAN, rank 0 decides a
+    // one-way latency before the others hear it): a smaller correction is the protocol's, not the
+    // clocks', and the system clocks are kept.
+    r.clock.round_length_us = median(r.round_lengths_us);
+    if (std::abs(r.clock.round_correction_us) <= r.clock.round_length_us)
+      r.clock.round_correction_us = 0;
     r.clock.offset_us += r.clock.round_correction_us;
   }
   // Nothing before 0: shift everyone by the earliest shifted event.

@@ -126,7 +126,8 @@ Recorder::Recorder(const std::string& dir, int rank, int world_size)
          ",\"tid\":0,\"args\":{\"name\":\"rank " + std::to_string(rank) +
          (n > 1 ? " (engine " + std::to_string(n) + ")" : "") +
          "\",\"rank\":" + std::to_string(rank) + ",\"world_size\":" + std::to_string(world_size) +
-         ",\"origin_wall_us\":" + std::to_string(wall_us) + "}}");
+         ",\"engine\":" + std::to_string(n) + ",\"origin_wall_us\":" + std::to_string(wall_us) +
+         "}}");
   append("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(pid_) +
          ",\"tid\":0,\"args\":{\"sort_index\":" + std::to_string(pid_) + "}}");
   named_rows_ = ",";
@@ -138,8 +139,9 @@ Recorder::~Recorder() {
   std::lock_guard<std::mutex> lock(mutex_);
   buffer_ += "\n]\n";
   write_buffer();
-  if (std::fclose(file_) != 0)
+  if (std::fclose(file_) != 0) {
     GX_LOG(kWarn) << "GRADEX_TIMELINE: closing " << path_ << " failed: " << std::strerror(errno);
+  }
 }
 
 double Recorder::micros(Clock::time_point t) const {
@@ -155,12 +157,13 @@ void Recorder::append(const std::string& line) {
 
 void Recorder::write_buffer() {
   if (buffer_.empty()) return;
-  // A failed write loses timeline events, never the training: warned once per recorder.
+  // A failed write loses timeline events, never the training: warned once per process.
   if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size() ||
       std::fflush(file_) != 0) {
     static std::atomic<bool> warned{false};
-    if (!warned.exchange(true))
+    if (!warned.exchange(true)) {
       GX_LOG(kWarn) << "GRADEX_TIMELINE: writing " << path_ << " failed: " << std::strerror(errno);
+    }
   }
   buffer_.clear();
   last_write_ = Clock::now();

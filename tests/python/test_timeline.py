@@ -61,7 +61,8 @@ def test_timeline_records_every_phase_and_peer_and_merges(tmp_path):
         events = _events(tmp_path / f"rank{rank}.json")
         assert all(e["pid"] == rank for e in events)
         names = [e["name"] for e in events]
-        for phase in ("submit", "negotiate", "encode", "transfer", "decode", "complete", "wait", "step end"):
+        for phase in ("submit", "inspect", "negotiate", "encode", "transfer", "decode", "complete", "wait",
+                      "step end"):
             assert phase in names, (rank, phase)
         assert names.count("step end") == STEPS
         assert names.count("submit") == 4 * STEPS  # per parameter, from the first iteration
