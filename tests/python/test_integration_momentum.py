@@ -103,3 +103,24 @@ def test_rule_looks_through_framework_optimizer_wrappers(wrapper):
         from pytorch_lightning.core.optimizer import LightningOptimizer
         wrapped = LightningOptimizer(sgd)
     assert unwrap(wrapped) is sgd and family(wrapped) is Family.SGD
+
+
+def test_set_optimizer_applies_the_rule_once_and_before_the_first_bucket():
+    import gradex
+    import gradex.torch as gx
+    model = torch.nn.Linear(4, 2)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = gx.State()
+    assert state.optimizer is None
+    state.set_optimizer(sgd)
+    assert state.optimizer is sgd and sgd.param_groups[0]["momentum"] == 0.0  # gradex owns it now
+    assert state._config["GRADEX_MOMENTUM"] == "0.9"  # what the engine will be created with
+    state.set_optimizer(sgd)  # the same optimizer again: nothing changes
+    with pytest.raises(gradex.InvalidArgumentError):
+        state.set_optimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5))
+    state.close()
+    assert sgd.param_groups[0]["momentum"] == 0.9  # given back
+    closed = gx.State()
+    closed.close()
+    with pytest.raises(gradex.StateError):  # the engine's settings are fixed (here: it is gone)
+        closed.set_optimizer(sgd)
