@@ -108,6 +108,13 @@ const std::vector<VarSpec>& registry() {
      "Every N completed steps rank 0 logs one line with the last N steps' compression ratio, MB "
      "sent, exchange milliseconds and saturated/non-finite counts (at info level, whatever "
      "GRADEX_LOG_LEVEL says). 0: off."},
+    {"GRADEX_TIMELINE", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
+     "A directory (created if missing) where every rank writes a Chrome-trace / Perfetto JSON "
+     "timeline of its steps, rank<r>.json (a process's further engines: rank<r>.<n>.json): "
+     "submissions, negotiation rounds, each unit's encode, transfer (route, codec, bytes) and "
+     "decode, every peer's sends and receives with bytes, completions, waits and the time the "
+     "framework waited on gradex. Buffered, flushed every second and at shutdown; "
+     "`gradex-bench timeline DIR` merges the ranks onto one clock. Empty: off."},
     // --- policy ---
     {"GRADEX_DENSE_THRESHOLD", VarType::kInt, "16384", 0, kMaxCount, false, false, nullptr, kEngine,
      "GRADEX_POLICY=fixed: tensors with fewer elements than this are exchanged dense (fused into "

@@ -24,7 +24,12 @@ Args Args::parse(const std::vector<FlagSpec>& specs, const std::vector<std::stri
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
     if (word.size() < 3 || word.compare(0, 2, "--") != 0) {
-      throw InvalidArgument("unexpected argument '" + word + "' (flags start with --)");
+      auto positional =
+          std::find_if(specs.begin(), specs.end(), [](const FlagSpec& s) { return s.positional; });
+      if (positional == specs.end() || args.values_.count(positional->name))
+        throw InvalidArgument("unexpected argument '" + word + "' (flags start with --)");
+      args.values_[positional->name] = word;
+      continue;
     }
     std::string name = word.substr(2), value;
     size_t eq = name.find('=');

@@ -1,7 +1,8 @@
 // Command-line flags of one gradex-bench command: declared up front (name, default, help), parsed
 // strictly. "--name value" and "--name=value" both work; a switch takes no value. Unknown flags,
-// missing values, stray positional words and malformed numbers are InvalidArgument errors that name
-// the flag, so a typo never silently runs a different benchmark.
+// missing values, stray positional words (beyond a flag declared positional) and malformed numbers
+// are InvalidArgument errors that name the flag, so a typo never silently runs a different
+// benchmark.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,9 @@ struct FlagSpec {
   std::string default_value;  // ignored for switches
   std::string help;
   bool is_switch = false;
+  // The command's one bare word (not starting with --) is this flag's value: `gradex-bench
+  // timeline DIR` is `--dir DIR`. At most one flag of a command is positional.
+  bool positional = false;
 };
 
 class Args {

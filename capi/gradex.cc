@@ -186,6 +186,18 @@ gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, 
   });
 }
 
+gradex_status_t gradex_get_step_report(gradex_engine_t* engine, int last_step,
+                                       double* exposed_seconds, uint64_t* policy_switches) {
+  return guarded("gradex_get_step_report", [&] {
+    auto& e = engine_of(engine);
+    require(exposed_seconds, "exposed_seconds");
+    require(policy_switches, "policy_switches");
+    const gradex::sync::Stats s = e.stats(last_step != 0);
+    *exposed_seconds = s.exposed_seconds;
+    *policy_switches = s.policy_switches;
+  });
+}
+
 gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* data,
                                gradex_handle_t* handle) {
   return guarded("gradex_average", [&] {

@@ -47,6 +47,13 @@ install_venv_packages() {
     echo "setup: installing pytorch-lightning and accelerate into .venv (test dependencies)"
     .venv/bin/pip install -q pytorch-lightning accelerate
   fi
+  # The Hugging Face Trainer (gradex.torch.transformers, examples/hf_trainer_tiny.py, tests/python/
+  # test_integration_momentum.py; models built from a config, nothing downloaded) and TensorBoard (the scalar
+  # callbacks' SummaryWriter, tests/python/test_scalars.py).
+  if ! .venv/bin/python -c "import transformers, tensorboard" >/dev/null 2>&1; then
+    echo "setup: installing transformers and tensorboard into .venv (test dependencies)"
+    .venv/bin/pip install -q transformers tensorboard
+  fi
   # torchft (gradex.torchft, tests/python/test_torchft_*.py): the nightly, whose fault-tolerant DDP skips a step
   # after a failed allreduce (the 0.2.0 release asserts). It requires a torch >= 2.7 and would otherwise upgrade
   # the installed one: installed without dependencies, plus its pure-Python ones and `parameterized` (its tests).
@@ -86,7 +93,7 @@ if [ "$want_venv" -eq 1 ]; then
   venv_complete="import importlib.util as u, sys
 sys.exit(any(u.find_spec(m) is None for m in
              ('torch', 'tensorflow', 'keras', 'tf_keras', 'xdist', 'mypy', 'torchft', 'parameterized',
-              'pytorch_lightning', 'accelerate', 'sklearn', 'matplotlib')))"
+              'pytorch_lightning', 'accelerate', 'sklearn', 'matplotlib', 'transformers', 'tensorboard')))"
   if [ "$want_build" -eq 1 ] && ! .venv/bin/python -c "$venv_complete" >/dev/null 2>&1; then
     # A fresh .venv takes minutes of downloads and unpacking on one core: the C++ tree, which does not need
     # it, builds meanwhile on the others (the plugins follow once torch and TF are in).

@@ -14,6 +14,8 @@
 #include "sync/engine_internal.h"
 #include "sync/exchange_layout.h"
 #include "sync/policy_settings.h"
+#include "sync/timeline/recorder.h"
+#include "sync/timeline/traced_communicator.h"
 
 namespace gradex::sync {
 namespace {
@@ -41,6 +43,10 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
                           std::to_string(world_size) + ")");
   path_ = std::make_unique<BackendPath>(config_, options_, world_size_);
   api_version_ = api_version;
+  if (!options_.timeline_dir.empty()) {
+    trace_ = std::make_unique<timeline::Recorder>(options_.timeline_dir, rank, world_size);
+    trace_->name_row(timeline::kWaitRow, "framework waits on gradex");
+  }
   connect(std::move(store), rank, world_size);
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
@@ -62,12 +68,21 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   if (rank == 0) {
     GX_LOG(kInfo) << "exchange layout: " << layout.description;
   }
+  // GRADEX_TIMELINE: every later message is counted per peer (the start-up agreement and the
+  // layout above belong to no step).
+  timeline::TracedCommunicator* traced = nullptr;
+  if (trace_) {
+    auto wrapped = std::make_unique<timeline::TracedCommunicator>(std::move(comm), *trace_);
+    traced = wrapped.get();
+    comm = std::move(wrapped);
+  }
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
   std::lock_guard<std::mutex> lock(mutex_);
   ++connects_;
   exchanged_in_membership_.clear();
   comm_ = std::move(comm);
+  traced_comm_ = traced;
   negotiator_ = std::move(negotiator);
   rank_ = rank;
   world_size_ = world_size;
@@ -167,6 +182,11 @@ void Engine::fail_in_flight(ErrorCode code, const std::string& message) {
   cv_.notify_all();
 }
 
+int Engine::trace_row() const {
+  return trace_->thread_row(std::this_thread::get_id() == trace_progress_thread_ ? "progress thread"
+                                                                                 : "worker");
+}
+
 Engine::~Engine() {
   try {
     shutdown();
@@ -241,9 +261,21 @@ uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool
     return h;
   }
   in_flight_[id] = h;
+  const Clock::time_point now = Clock::now();
   if (kind == WorkKind::kGradient) {
     policy_->on_submit(key);  // ready time
-    timeline_.on_submit(key, Clock::now());
+    timeline_.on_submit(key, now);
+  }
+  step_last_submit_ = now;
+  if (trace_) {
+    const TensorState& ts = t->second;
+    trace_->instant(trace_->thread_row("framework thread"),
+                    kind == WorkKind::kGradient ? "submit" : "submit parameters", now,
+                    timeline::Args()
+                        .add("key", key)
+                        .add("bytes", ts.numel * dtype_size(ts.dtype))
+                        .add("step", completed_steps_)
+                        .add("codec", rung_name(ts.policy.rung)));
   }
   to_announce_.push_back({id, t->second.numel, t->second.dtype});
   wake_.signal();
@@ -300,7 +332,8 @@ void Engine::wait(uint64_t handle) {
   // The progress thread resolves every handle within the negotiation timeout (a missing peer makes
   // rank 0 abort the key) or fails it when the transport fails; the extra margin only guards
   // against a gradex bug turning into a hang.
-  auto deadline = Clock::now() + 2 * options_.timeout + std::chrono::seconds(30);
+  const Clock::time_point waited_from = Clock::now();
+  auto deadline = waited_from + 2 * options_.timeout + std::chrono::seconds(30);
   while (!it->second.done) {
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !it->second.done)
       throw TimeoutError("wait for " + work_name(it->second.id), -1,
@@ -308,6 +341,9 @@ void Engine::wait(uint64_t handle) {
   }
   Handle h = std::move(it->second);
   handles_.erase(it);
+  if (trace_)
+    trace_->span(trace_->thread_row("framework thread"), "wait", waited_from, Clock::now(),
+                 timeline::Args().add("key", h.id.key));
   if (h.code != ErrorCode::kOk) throw_handle_error(h);
 }
 
@@ -341,9 +377,30 @@ bool Engine::end_step() {
   policy_->on_end_step();
   ++completed_steps_;
   stats_.steps = completed_steps_;
+  const bool waited =
+      step_last_submit_ != Clock::time_point{} && step_last_complete_ > step_last_submit_;
+  if (waited)
+    stats_.exposed_seconds +=
+        std::chrono::duration<double>(step_last_complete_ - step_last_submit_).count();
   last_step_stats_ = stats_.minus(stats_at_last_step_);
   stats_at_last_step_ = stats_;
   stats_reporter_.after_step(config_, rank_, stats_);
+  if (trace_) {
+    // What the framework waited on gradex this step: from its last submission (the backward pass
+    // has handed everything over) to the last completion, when that came later.
+    const Clock::time_point now = Clock::now();
+    if (waited)
+      trace_->span(timeline::kWaitRow, "framework waits on gradex", step_last_submit_,
+                   step_last_complete_,
+                   timeline::Args()
+                       .add("step", completed_steps_ - 1)
+                       .add("bytes_sent", last_step_stats_.bytes_sent)
+                       .add("tensors", last_step_stats_.tensors));
+    trace_->instant(timeline::kWaitRow, "step end", now,
+                    timeline::Args().add("step", completed_steps_ - 1));
+    trace_->maybe_flush();
+  }
+  step_last_submit_ = step_last_complete_ = Clock::time_point{};
   return localsgd_.average_after(completed_steps_);
 }
 
@@ -417,6 +474,7 @@ void Engine::take_announcements(std::vector<Announcement>& announce, bool& leavi
 }
 
 void Engine::run() {
+  trace_progress_thread_ = std::this_thread::get_id();
   // The longest single sleep: the thread then re-checks its deadlines (and lets the transport
   // progress) about once a second, which costs nothing measurable.
   constexpr auto kMaxSleep = std::chrono::milliseconds(1000);
@@ -454,7 +512,14 @@ void Engine::run() {
         take_announcements(announce, leaving);
         finalize_announcements(announce);
       }
-      if (!announce.empty()) coalesce_submissions(announce, leaving);
+      if (!announce.empty()) {
+        const auto coalesce_from = Clock::now();
+        coalesce_submissions(announce, leaving);
+        // The timeline shows a wait for more submissions (a latency-bound link) as a phase.
+        if (trace_ && Clock::now() - coalesce_from > std::chrono::microseconds(20))
+          trace_->span(trace_row(), "coalesce", coalesce_from, Clock::now(),
+                       timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
+      }
       if (++rounds == fail_round)
         throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
                             " (GRADEX_TEST_FAIL_ROUND)");
@@ -532,9 +597,25 @@ void Engine::finalize_announcements(std::vector<Announcement>& announce) {
 }
 
 void Engine::run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left) {
+  const auto inspected_from = Clock::now();
   inspect(announce);
   const auto t0 = Clock::now();
+  // The scan for NaN/Inf reads every announced gradient once: on a large model, milliseconds.
+  if (trace_ && !announce.empty())
+    trace_->span(trace_row(), "inspect", inspected_from, t0,
+                 timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
   RoundResult r = negotiator_->round(announce, leaving);
+  if (trace_) {
+    // Every rank runs every round, in the same order: their numbers match across the ranks' files
+    // (what `gradex-bench timeline` aligns the clocks on).
+    const timeline::Args args = timeline::Args()
+                                    .add("round", trace_rounds_)
+                                    .add("announced", static_cast<uint64_t>(announce.size()))
+                                    .add("ready", static_cast<uint64_t>(r.ready.size()));
+    trace_->span(trace_row(), "negotiate", t0, Clock::now(), args);
+    traced_comm_->drain("negotiation", timeline::Args().add("round", trace_rounds_));
+    ++trace_rounds_;
+  }
   if (!r.ready.empty()) {
     GX_LOG(kDebug) << "negotiation round: " << r.ready.size() << " ready in "
                    << std::chrono::duration<double, std::milli>(Clock::now() - t0).count() << " ms";

@@ -35,6 +35,10 @@
 namespace gradex::sync {
 
 class BackendPath;    // sync/backend_path.h
+namespace timeline {  // sync/timeline/
+class Recorder;
+class TracedCommunicator;
+}  // namespace timeline
 namespace pipeline {  // sync/pipeline.h
 struct Job;
 struct Unit;
@@ -253,7 +257,21 @@ class Engine {
   EngineOptions options_;
   int rank_;
   int world_size_;
+  // GRADEX_TIMELINE's recorder (null: off; every event site tests it once). Declared before comm_,
+  // which refers to it while the timeline is on, so that it outlives it.
+  std::unique_ptr<timeline::Recorder> trace_;
   std::unique_ptr<comm::Communicator> comm_;
+  // comm_ itself when the timeline is on (it counts every peer's traffic), else null.
+  timeline::TracedCommunicator* traced_comm_ = nullptr;
+  // The timeline's row for the calling thread: the progress thread's, or a worker's.
+  int trace_row() const;
+  // The current step's last submission and last completion (mutex_): what the framework waited
+  // on gradex (Stats::exposed_seconds, the timeline's wait row). Negotiation rounds so far, for
+  // the timeline (progress thread).
+  std::chrono::steady_clock::time_point step_last_submit_{};
+  std::chrono::steady_clock::time_point step_last_complete_{};
+  uint64_t trace_rounds_ = 0;
+  std::thread::id trace_progress_thread_;  // set by run() before its first round
   // The groups of comm_'s hierarchical exchange (hosts or regions, sync/exchange_layout.h) when
   // it is on for this membership, else null; set by connect().
   std::unique_ptr<comm::HostTopology> hierarchy_;

@@ -21,6 +21,8 @@
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
 #include "sync/route/route.h"
+#include "sync/timeline/recorder.h"
+#include "sync/timeline/traced_communicator.h"
 
 namespace gradex::sync {
 namespace {
@@ -146,7 +148,18 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   } else {
     policy_->set_link_paths(LinkPaths{});
   }
+  std::vector<Rung> rungs_before;
+  rungs_before.reserve(jobs.size());
+  for (const Job& job : jobs)
+    rungs_before.push_back(job.tensor->policy.rung);
   policy_->before_routes(*comm_, jobs, *path_, mutex_);
+  uint64_t switched = 0;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].tensor->policy.rung != rungs_before[i]) ++switched;
+  if (switched > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.policy_switches += switched;
+  }
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
   // cuts the same units (sync/route/route.h). The counters advance here: only this thread reads
@@ -224,7 +237,10 @@ void Engine::transfer(Unit& unit) {
   route::Context ctx{*comm_, *path_, sparse_gather_, options_, config_, hierarchy(), world_size_};
   const route::Transfer& route = route::select(unit, ctx.hosts);
   // The route's link probe is not the unit's: it runs before the unit's bytes are counted.
+  const auto planned_from = std::chrono::steady_clock::now();
   route.plan(ctx);
+  if (trace_) traced_comm_->drain("link probe", timeline::Args());
+  const auto t0 = std::chrono::steady_clock::now();
   const uint64_t sent_before = comm_->bytes_sent();
   const uint64_t received_before = comm_->bytes_received();
   route.prepare(unit, ctx);
@@ -232,6 +248,18 @@ void Engine::transfer(Unit& unit) {
   route.finish(unit, ctx);
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
+  if (trace_) {
+    const auto t1 = std::chrono::steady_clock::now();
+    if (t0 - planned_from > std::chrono::microseconds(50))
+      trace_->span(trace_row(), "link probe", planned_from, t0);
+    timeline::Args args = timeline::Args::from_members(unit.timeline_args);
+    args.add("collective", path_name(route.path()))
+        .add("one_hop", unit.one_hop ? "yes" : "no")
+        .add("bytes_sent", comm_->bytes_sent() - sent_before)
+        .add("bytes_received", comm_->bytes_received() - received_before);
+    trace_->span(trace_row(), "transfer", t0, t1, args);
+    traced_comm_->drain(path_name(route.path()), timeline::Args::from_members(unit.timeline_args));
+  }
   GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << path_name(route.path())
                  << (unit.one_hop ? " in one hop" : "") << ": " << comm_->bytes_sent() - sent_before
                  << " bytes sent in " << unit.counters.transfer_seconds * 1e3 << " ms";
@@ -266,6 +294,13 @@ void Engine::complete_unit(Unit& unit) {
   stats_.communicate_seconds += c.transfer_seconds;
   stats_.decode_seconds += c.finish_seconds;
   stats_.staged_bytes = path_->staged_bytes();
+  step_last_complete_ = std::chrono::steady_clock::now();
+  if (trace_) {
+    trace_->instant(trace_row(), "complete", step_last_complete_,
+                    timeline::Args()
+                        .add("tensors", static_cast<uint64_t>(unit.jobs.size()))
+                        .add("keys", unit.keys()));
+  }
   cv_.notify_all();
 }
 

@@ -17,6 +17,8 @@
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
 #include "sync/route/route.h"
+#include "sync/timeline/recorder.h"
+#include "sync/timeline/unit_args.h"
 
 namespace gradex::sync {
 namespace {
@@ -170,6 +172,11 @@ void Engine::prepare_unit(Unit& unit) {
     }
   }
   unit.counters.prepare_seconds += seconds_since(t0);
+  if (trace_) {
+    unit.timeline_args = timeline::unit_args(unit).members();
+    trace_->span(trace_row(), "encode", t0, Clock::now(),
+                 timeline::Args::from_members(unit.timeline_args));
+  }
 }
 
 void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
@@ -232,6 +239,9 @@ void Engine::finish_unit(Unit& unit) {
     if (unit.counters.first_saturated.empty()) unit.counters.first_saturated = job->tensor->key;
   }
   unit.counters.finish_seconds += seconds_since(t0);
+  if (trace_)
+    trace_->span(trace_row(), "decode", t0, Clock::now(),
+                 timeline::Args::from_members(unit.timeline_args));
   complete_unit(unit);
 }
 

@@ -114,6 +114,7 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.sparse_group_bytes = static_cast<size_t>(c.get_float("GRADEX_SPARSE_GROUP_MB") * (1 << 20));
   o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
   o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
+  o.timeline_dir = c.get_string("GRADEX_TIMELINE");
   return o;
 }
 

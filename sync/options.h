@@ -79,6 +79,8 @@ struct EngineOptions {
   size_t sparse_group_bytes = 16u << 20;
   int64_t localsgd_period = 0;
   int64_t localsgd_warmup_steps = 0;
+  // GRADEX_TIMELINE: where this rank writes its timeline (sync/timeline/recorder.h); empty: off.
+  std::string timeline_dir;
 };
 
 // Reads every engine-level variable; throws ConfigError for invalid values (overrides included).

@@ -84,6 +84,9 @@ struct Unit {
   uint64_t rider_message_bytes = 0;   // sparse: the riders' share of `message`, framing included
   bool one_hop = false;  // 8-bit/4-bit: summed in one hop (sync/int8_exchange.h), set by its route
   UnitCounters counters;
+  // GRADEX_TIMELINE: the unit's description (sync/timeline/unit_args.h), made once by its prepare
+  // stage and reused by its other spans; empty when the timeline is off.
+  std::string timeline_args;
   // Scheduling (run()): who runs the prepare / finish stage, and their outcomes.
   bool finish_on_pool = false;
   std::atomic<bool> prepare_claimed{false};

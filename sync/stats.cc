@@ -19,6 +19,8 @@ Stats Stats::minus(const Stats& e) const {
   d.compress_seconds = compress_seconds - e.compress_seconds;
   d.communicate_seconds = communicate_seconds - e.communicate_seconds;
   d.decode_seconds = decode_seconds - e.decode_seconds;
+  d.exposed_seconds = exposed_seconds - e.exposed_seconds;
+  d.policy_switches = policy_switches - e.policy_switches;
   d.first_saturated_tensor = first_saturated_tensor;
   d.first_nonfinite_tensor = first_nonfinite_tensor;
   return d;

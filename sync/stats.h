@@ -24,6 +24,12 @@ struct Stats {
   double compress_seconds = 0;
   double communicate_seconds = 0;
   double decode_seconds = 0;
+  // What the framework waited on gradex: per step, from its last submission to its last completion
+  // when that came later (the end of a backward pass waiting on its buckets, an optimizer step
+  // waiting on its gradients), summed over steps (Engine::end_step).
+  double exposed_seconds = 0;
+  // Tensors whose codec a GRADEX_POLICY=auto plan changed, its first plan included.
+  uint64_t policy_switches = 0;
   // The first tensor (key) whose values were clamped to the 16-bit range / held NaN or Inf on this
   // rank, for the one-time warning that names it (sync/stats_report.h); "" until it happens. Kept
   // as they are by minus().

@@ -176,6 +176,12 @@ gradex_status_t gradex_device_available(gradex_device_t device, int device_index
 /* Bytes copied between device memory and host staging memory (cumulative, or the last step's), i.e.
  * what crossed PCIe for device tensors: DGC selections, received payloads, 16-bit dense buckets. */
 gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, uint64_t* bytes);
+/* What the framework waited and what the policy changed (cumulative, or the last step's; additive to API
+ * version 1): `exposed_seconds`, per step the time from its last submission to its last completion when that
+ * came later (a backward pass waiting on its buckets, an optimizer step on its gradients), summed;
+ * `policy_switches`, tensors whose codec a GRADEX_POLICY=auto plan changed (its first plan included). */
+gradex_status_t gradex_get_step_report(gradex_engine_t* engine, int last_step, double* exposed_seconds,
+                                       uint64_t* policy_switches);
 
 /* ---- Absent contributions (uneven inputs; additive to API version 1) --------------------------------
  * gradex_submit / gradex_submit_device for a rank that has no gradient of `key` this step (it ran out of

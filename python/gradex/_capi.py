@@ -20,7 +20,7 @@ API_VERSION = 1
 Config = Optional[Mapping[str, Any]]
 # C functions' signatures: name -> (restype, argtypes).
 Signatures = Dict[str, Tuple[Any, List[Any]]]
-# Counters as the engine reports them (gradex_stats_t plus staged_bytes).
+# Counters as the engine reports them (gradex_stats_t plus staged_bytes, exposed_seconds, policy_switches).
 Stats = Dict[str, Union[int, float]]
 
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
@@ -135,6 +135,8 @@ def lib() -> ctypes.CDLL:
             "gradex_handle_event": (status, [engine_p, ctypes.c_uint64, ctypes.c_void_p]),
             "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
+            "gradex_get_step_report": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double),
+                                                ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_explain": (status, [engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
             "gradex_engine_reconfigure": (status, [engine_p, ctypes.POINTER(_Options)]),
             "gradex_engine_abort": (status, [engine_p, ctypes.c_char_p]),
@@ -470,13 +472,19 @@ class Engine:
 
     def stats(self, last_step: bool = False) -> Dict[str, Union[int, float]]:
         """The engine's counters (gradex_stats_t), plus staged_bytes: bytes copied between device and host
-        memory for device tensors (what crossed PCIe)."""
+        memory for device tensors (what crossed PCIe); exposed_seconds: what the framework waited on gradex (per
+        step from its last submission to its last completion, summed); policy_switches: tensors whose codec a
+        GRADEX_POLICY=auto plan changed."""
         s = _Stats()
         check(lib().gradex_get_stats(self._engine(), int(bool(last_step)), ctypes.byref(s)))
         out = {name: getattr(s, name) for name, _ in _Stats._fields_}
         staged = ctypes.c_uint64()
         check(lib().gradex_get_staged_bytes(self._engine(), int(bool(last_step)), ctypes.byref(staged)))
         out["staged_bytes"] = staged.value
+        exposed, switches = ctypes.c_double(), ctypes.c_uint64()
+        check(lib().gradex_get_step_report(self._engine(), int(bool(last_step)), ctypes.byref(exposed),
+                                           ctypes.byref(switches)))
+        out["exposed_seconds"], out["policy_switches"] = exposed.value, switches.value
         return out
 
     def save_state(self) -> bytes:

@@ -16,8 +16,9 @@ plugins (each adapts it: torch/_momentum.py, tensorflow/keras/_momentum.py).
 - OTHER: anything else (Adagrad, Rprop, LBFGS, user optimizers): no gradex momentum unless GRADEX_MOMENTUM is
   set explicitly.
 
-Framework-neutral: the rule reads only class names (through the class hierarchy, and through a gradex wrapper's
-`_gradex_wrapped`) and hyperparameters found in `defaults`, `param_groups` (torch) or attributes (Keras).
+Framework-neutral: the rule reads only class names (through the class hierarchy, through a gradex wrapper's
+`_gradex_wrapped` and through the wrappers of Accelerate and Lightning) and hyperparameters found in `defaults`,
+`param_groups` (torch) or attributes (Keras).
 """
 from __future__ import annotations
 
@@ -40,9 +41,28 @@ class Family(enum.Enum):
     OTHER = "other"
 
 
+# Wrappers that training frameworks put around the user's optimizer, by lower-case class name, and the
+# attribute holding the optimizer they wrap: Accelerate's prepare() (and so the Hugging Face Trainer) returns an
+# AcceleratedOptimizer, Lightning hands LightningOptimizer to the LightningModule. A wrapper hides the class the
+# rule reads: SGD inside an AcceleratedOptimizer would otherwise be an optimizer of no known family.
+_FRAMEWORK_WRAPPERS = {"acceleratedoptimizer": "optimizer", "lightningoptimizer": "_optimizer"}
+
+
 def unwrap(optimizer: Any) -> Any:
-    """The optimizer a gradex wrapper (gx.DistributedOptimizer) wraps, else the optimizer itself."""
-    return getattr(optimizer, "_gradex_wrapped", optimizer)
+    """The optimizer the user built: through gradex's wrapper (gx.DistributedOptimizer, `_gradex_wrapped`) and
+    the training frameworks' wrappers (_FRAMEWORK_WRAPPERS), in any nesting; else the optimizer itself."""
+    for _ in range(8):  # a bound on nesting, so that a wrapper that wraps itself cannot loop
+        inner = getattr(optimizer, "_gradex_wrapped", None)
+        if inner is None:
+            # By the class hierarchy: Lightning's wrapper is a class made per optimizer ("LightningSGD")
+            # deriving from LightningOptimizer and the optimizer's class.
+            attribute = next((_FRAMEWORK_WRAPPERS[c.__name__.lower()] for c in type(optimizer).__mro__
+                              if c.__name__.lower() in _FRAMEWORK_WRAPPERS), None)
+            inner = getattr(optimizer, attribute, None) if attribute else None
+        if inner is None or inner is optimizer:
+            return optimizer
+        optimizer = inner
+    return optimizer
 
 
 def class_names(optimizer: Any) -> List[str]:

@@ -6,8 +6,9 @@
 (CommHook: Lightning registers comm hooks only on CUDA devices; see gradex/torch/lightning.py.)
 
 Run by tests/python/test_lightning.py as a script (Lightning's default launcher re-runs the script for every
-rank). Usage: lightning_train.py OUT_DIR {popen|spawn} {hook|localsgd}. Every rank writes OUT_DIR/rank<r>.json
-with whether all ranks ended with bit-identical parameters, gradex's statistics and the final loss.
+rank). Usage: lightning_train.py OUT_DIR {popen|spawn} {hook|localsgd|scalars}. Every rank writes
+OUT_DIR/rank<r>.json with whether all ranks ended with bit-identical parameters, gradex's statistics and the final
+loss. "scalars" is "hook" with a TensorBoardLogger in OUT_DIR and gradex.torch.lightning.Scalars every 4 steps.
 """
 import json
 import os
@@ -18,7 +19,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.strategies import DDPStrategy
 
 import gradex.torch as gx
-from gradex.torch.lightning import CommHook
+from gradex.torch.lightning import CommHook, Scalars
 
 STEPS = 12
 
@@ -78,14 +79,23 @@ def main():
     out_dir, launcher, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.set_num_threads(1)
     callbacks = []
-    if mode == "hook":
+    logger = False
+    if mode == "scalars":
+        # TensorBoard would import TensorFlow, which aborts beside torch (tests/python/test_scalars.py).
+        import types
+        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+        from pytorch_lightning.loggers import TensorBoardLogger
+        logger = TensorBoardLogger(out_dir, name="tb")
+        callbacks.append(Scalars(every_n_steps=4))
+        os.environ.setdefault("GRADEX_SPARSITY", "0.99")
+    if mode in ("hook", "scalars"):
         strategy = DDPStrategy(process_group_backend="gloo", ddp_comm_state=gx.State(), ddp_comm_hook=gx.hook,
                                start_method=launcher)
         callbacks.append(CommHook())
     else:
         strategy = DDPStrategy(process_group_backend="gloo", start_method=launcher)
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, callbacks=callbacks, max_steps=STEPS,
-                         logger=False,
+                         logger=logger,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     loader = torch.utils.data.DataLoader(dataset(), batch_size=16, shuffle=True)
     trainer.fit(Net(out_dir, mode), loader)

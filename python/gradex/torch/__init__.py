@@ -57,13 +57,32 @@ def explain(source: Any = None) -> str:
     return _engine_of(source, "explain").explain()
 
 
+_windows: Dict[int, Any] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
+
+
+def log_scalars(writer: Any, step: int, source: Any = None) -> Dict[str, float]:
+    """Writes gradex's scalars over the steps since the previous call for the same source (bytes sent,
+    compression, codec mix, exposed exchange time, plan changes: gradex/_scalars.py) to `writer`, a
+    torch.utils.tensorboard.SummaryWriter (anything with add_scalar(tag, value, step)), at `step`; returns them
+    (empty, and nothing written, when no gradex step completed since). source as for stats(). Call it every N
+    steps; on every rank each writes its own counters (pass rank 0's writer only, as usual)."""
+    from .. import _scalars
+    engine = _engine_of(source, "log_scalars")
+    window = _windows.setdefault(id(engine), _scalars.Window())
+    values = window.take(engine.stats())
+    for tag, value in values.items():
+        writer.add_scalar(tag, value, step)
+    return values
+
+
 def has_cuda() -> bool:
     """Whether the installed op library has its CUDA path (CUDA tensors staged through pinned memory)."""
     _ops.load()
     return _ops.has_cuda()
 
 
-__all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "has_cuda", "join",
+__all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "log_scalars", "has_cuda",
+           "join",
            "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
-from . import _amp, _completion, _layout, _momentum, _ops
+from . import _amp, _completion, _layout, _momentum, _ops, _profile
 
 
 class BucketExchanger:
@@ -112,12 +112,17 @@ class BucketExchanger:
     def _raise_first_error(self) -> None:
         with self._lock:
             futures, self._watched = self._watched, []
-        for future in futures:
-            future.wait()  # raises the exception the Completer set (gradex's type)
+        with _profile.range("gradex.wait"):
+            for future in futures:
+                future.wait()  # raises the exception the Completer set (gradex's type)
 
     def _submit(self, items: Any) -> None:
         """Submits every view of `items` and queues their completion; on a failure, nothing stays in
         flight and every item's future fails too."""
+        with _profile.range("gradex.submit"):
+            self._submit_items(items)
+
+    def _submit_items(self, items: Any) -> None:
         queued = 0
         try:
             for buffer, keys, gradients, scale, future, end_step in items:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from . import _ops
+from . import _ops, _profile
 
 
 class Completer:
@@ -55,7 +55,7 @@ class Completer:
                 return
             tickets, future, value, after = item
             try:
-                with self._stream_context(value):
+                with self._stream_context(value), _profile.range("gradex.exchange"):
                     _ops.wait_all(tickets)
                     if after is not None:
                         after()

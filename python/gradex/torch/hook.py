@@ -52,6 +52,8 @@ class State:
         config = {str(k): str(v) for k, v in (config or {}).items()}
         config = _horizon.with_horizon(config, horizon_steps, "gx.State")
         _config_check.check(config)
+        self._base_config = config  # before the momentum rule: set_optimizer() applies it again
+        self._optimizer: Any = _momentum.unwrap(optimizer) if optimizer is not None else None
         self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex DDP hook")
         self._model = model
         self._dense_iterations = dense_iterations
@@ -114,6 +116,34 @@ class State:
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gives the State the optimizer that trains its model, for frameworks that build the State before the
+        optimizer exists (Lightning's DDPStrategy, a Hugging Face Trainer callback): afterwards the State is
+        exactly what gx.State(..., optimizer=optimizer) would have been (the momentum rule, _momentum.py).
+        Framework wrappers (Accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer) are looked
+        through. Must come before the first bucket, since the engine is created with the rule's settings
+        (StateError after); giving the optimizer the State already has again does nothing, another one is an
+        InvalidArgumentError."""
+        inner = _momentum.unwrap(optimizer)
+        with self._lock:
+            if self._optimizer is not None:
+                if self._optimizer is inner:
+                    return
+                raise _errors.InvalidArgumentError(
+                    f"gradex: this State already follows a {type(self._optimizer).__name__} optimizer; one State "
+                    f"serves one optimizer (got a {type(inner).__name__})")
+            if self._engine is not None:
+                raise _errors.StateError(
+                    "gradex: set_optimizer() must come before the State's first bucket (the engine is created "
+                    "with the momentum rule's settings); call it before the first backward pass")
+            self._config, self._takeover = _momentum.decide(optimizer, self._base_config, "the gradex DDP hook")
+            self._optimizer = inner
+
+    @property
+    def optimizer(self) -> Optional[torch.optim.Optimizer]:
+        """The optimizer the momentum rule follows (given to the constructor or set_optimizer), unwrapped."""
+        return self._optimizer
 
     def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
         """A new membership for this State's engine (torchft's quorum changes; Engine.reconfigure): collective
@@ -213,7 +243,7 @@ class State:
             raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
                             "state_dict() instead of pickling it")
         # The momentum takeover stays with the optimizer of this process (a copy has none).
-        return {"_config": self._config, "_model": None, "_dense_iterations": self._dense_iterations,
+        return {"_config": self._config, "_base_config": self._base_config, "_optimizer": None, "_model": None, "_dense_iterations": self._dense_iterations,
                 "_store": self._store, "_scaler": self._scaler, "_group": self._group,
                 "_pending_load": self._pending_load, "_takeover": None,
                 "_membership": getattr(self, "_membership", None)}

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
-from . import _amp, _bootstrap, _horizon, _layout, _momentum, _ops
+from . import _amp, _bootstrap, _horizon, _layout, _momentum, _ops, _profile
 
 _live_optimizers: weakref.WeakSet[DistributedOptimizer] = weakref.WeakSet()  # open DistributedOptimizers (for gx.join)
 
@@ -184,7 +184,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 buffer = grad if grad.is_contiguous() else grad.contiguous()
             scale = self._scale.current()
             _amp.ScaleDomain.unscale(buffer, scale)
-            ticket = _ops.submit(engine.address, name, buffer.detach(), on_device=name in self._on_device)
+            with _profile.range("gradex.submit"):
+                ticket = _ops.submit(engine.address, name, buffer.detach(), on_device=name in self._on_device)
             self._pending[name] = (ticket, buffer, grad, scale)
 
     def synchronize(self) -> None:
@@ -266,7 +267,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 continue
             ticket, buffer, grad, scale = pending[name]
             try:
-                _ops.wait(ticket)
+                with _profile.range("gradex.wait"):
+                    _ops.wait(ticket)
             except _errors.GradexError as exc:
                 first_error = first_error or exc
                 continue

@@ -121,6 +121,43 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[k] = float(v.numpy())
 
 
+class ScalarsCallback(keras.callbacks.Callback):
+    """Writes gradex's scalars (bytes sent, compression, codec mix, exposed exchange time, plan changes over the
+    last `every_n_steps` batches: gradex/_scalars.py) as TensorBoard summaries every `every_n_steps` batches, into
+    `log_dir` (a tf.summary file writer of its own; Keras' TensorBoard callback may use the same directory) or a
+    given `writer`. source: whose counters (a gxk.DistributedOptimizer, a DistributedGradientTape or an engine;
+    default: the model's gxk.DistributedOptimizer, else init's gradient engine). Every rank counts its own: give
+    rank 0 the callback, or each rank its own log_dir."""
+
+    def __init__(self, log_dir: Optional[str] = None, every_n_steps: int = 50, source: Any = None,
+                 writer: Any = None) -> None:
+        super().__init__()
+        if (log_dir is None) == (writer is None):
+            raise _errors.InvalidArgumentError("gradex: ScalarsCallback takes log_dir or writer (one of them)")
+        if every_n_steps < 1:
+            raise _errors.InvalidArgumentError(f"gradex: ScalarsCallback(every_n_steps={every_n_steps}) must be >= 1")
+        from ... import _scalars
+        self._writer = writer if writer is not None else tf.summary.create_file_writer(log_dir)
+        self._every, self._source = every_n_steps, source
+        self._window = _scalars.Window()
+        self._step = 0
+
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+        self._step += 1
+        if self._step % self._every != 0:
+            return
+        source = self._source
+        if source is None and getattr(getattr(self.model, "optimizer", None), "_gradex_ref", None) is not None:
+            source = self.model.optimizer
+        values = self._window.take(gxt.stats(source))
+        if not values:
+            return
+        with self._writer.as_default():
+            for tag, value in values.items():
+                tf.summary.scalar(tag, value, step=self._step)
+        self._writer.flush()
+
+
 class LearningRateWarmupCallback(keras.callbacks.Callback):
     """Horovod's warm-up (Goyal et al., "Accurate, large minibatch SGD"): the learning rate rises linearly
     from initial_lr / size to initial_lr over the first `warmup_epochs` epochs, updated every batch
