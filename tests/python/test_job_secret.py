@@ -81,3 +81,44 @@ def test_seal_on_without_a_secret_is_refused_naming_both_settings():
     for rank in (0, 1):
         assert out[rank].get("error") == "ConfigError", out
         assert "GRADEX_SEAL=on" in out[rank]["message"] and "GRADEX_JOB_SECRET" in out[rank]["message"], out
+
+
+def _diloco(rank, world, seal, tamper=None):
+    import hashlib
+
+    import torch
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 33), torch.nn.Tanh(), torch.nn.Linear(33, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = {"GRADEX_JOB_SECRET": "job-secret", "GRADEX_SEAL": seal, "GRADEX_TIMEOUT_S": "30"}
+    if tamper and rank == 1:
+        config["GRADEX_TEST_SEAL_TAMPER"] = tamper
+    gen = torch.Generator().manual_seed(100 + rank)
+    try:
+        diloco = gx.DiLoCo(model, opt, period=2, bits=4, config=config)
+        for _ in range(6):
+            x = torch.randn(16, 12, generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), torch.sin(x[:, :3])).backward()
+            opt.step()
+            diloco.step()
+        diloco.synchronize()
+    except gx.GradexError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    diloco.close()
+    return {"digest": digest}
+
+
+def test_diloco_outer_traffic_is_sealed_bit_identical_and_refuses_tampering():
+    """gx.DiLoCo's own connections (the outer optimizer's 4-bit pseudo-gradients) are sealed with a secret: the same
+    model as in clear on every rank, and a tampered message fails every rank naming the check."""
+    sealed = ranks.run(_diloco, 2, args=("auto",))
+    clear = ranks.run(_diloco, 2, args=("off",))
+    assert "digest" in sealed[0] and "digest" in clear[0], (sealed, clear)
+    assert sealed[0]["digest"] == sealed[1]["digest"] == clear[0]["digest"] == clear[1]["digest"]
+    out = ranks.run(_diloco, 2, args=("auto", "flip:4"))
+    assert all("error" in r for r in out), out
+    assert "refused a sealed message" in out[0]["message"], out
