@@ -11,6 +11,16 @@ namespace {
 // order: the sequence numbers alone order them).
 constexpr uint64_t kStoreTag = 0;
 
+// HMAC under the secret of `label`, then each side's nonce and key in the order that side names
+// them.
+auth::Mac store_proof(const std::string& secret, const char* label, const auth::Nonce& nonce_a,
+                      const auth::Nonce& nonce_b, const seal::PublicKey& key_a,
+                      const seal::PublicKey& key_b) {
+  return auth::hmac(secret, label,
+                    {nonce_a, nonce_b, auth::Part(key_a.data(), key_a.size()),
+                     auth::Part(key_b.data(), key_b.size())});
+}
+
 }  // namespace
 
 StoreChannel::StoreChannel(const std::string& secret, bool server, const auth::Nonce& client_nonce,
@@ -62,17 +72,15 @@ Bytes StoreChannel::open(const uint8_t* payload, size_t bytes) {
 auth::Mac store_server_proof(const std::string& secret, const auth::Nonce& client_nonce,
                              const auth::Nonce& server_nonce, const seal::PublicKey& client_key,
                              const seal::PublicKey& server_key) {
-  return auth::hmac(secret, "gradex store server",
-                    {client_nonce, server_nonce, auth::Part(client_key.data(), client_key.size()),
-                     auth::Part(server_key.data(), server_key.size())});
+  return store_proof(secret, "gradex store server", client_nonce, server_nonce, client_key,
+                     server_key);
 }
 
 auth::Mac store_client_proof(const std::string& secret, const auth::Nonce& client_nonce,
                              const auth::Nonce& server_nonce, const seal::PublicKey& client_key,
                              const seal::PublicKey& server_key) {
-  return auth::hmac(secret, "gradex store client",
-                    {server_nonce, client_nonce, auth::Part(server_key.data(), server_key.size()),
-                     auth::Part(client_key.data(), client_key.size())});
+  return store_proof(secret, "gradex store client", server_nonce, client_nonce, server_key,
+                     client_key);
 }
 
 }  // namespace gradex::comm

@@ -200,8 +200,9 @@ class UcxCommunicator : public Communicator {
   // Throws (after failing the communicator and telling the peers) for a refused frame.
   [[noreturn]] void fail_sealed(const UcxRequest& request, const char* operation,
                                 const std::vector<UcxRequest*>& pending);
-  // A received control message, sealed or not: the plain message, or false (refused or ignored).
-  bool open_control(size_t length, int source, ControlMessage* out);
+  // A received control message of `length` bytes, sealed or not: the plain message and its length,
+  // or false (refused or ignored).
+  bool open_control(size_t length, int source, ControlMessage* out, size_t* out_length);
 
   // --- requests (ucx_requests.cc) ---
   // Polls a request once; true when it is no longer in flight (a sealed receive: opened).
@@ -225,6 +226,9 @@ class UcxCommunicator : public Communicator {
   [[noreturn]] void fail(ErrorCode code, const std::string& operation, int peer,
                          const std::string& detail, const std::vector<UcxRequest*>& pending,
                          bool notify_peers);
+  // Makes this the communicator's failure unless one was recorded first: logged once, and told to
+  // the peers (abort notice) when `notify_peers`.
+  void record_failure(ErrorCode code, int peer, const std::string& what, bool notify_peers);
   void check_usable(const char* operation, int peer) const;
   // MismatchError for a receive whose message was longer than its buffer.
   [[noreturn]] void throw_truncated(const UcxRequest& request, const char* operation) const;

@@ -187,10 +187,10 @@ bool UcxCommunicator::progress() {
       ucp_request_free(control_recv_);
       control_recv_ = nullptr;
       ControlMessage message;
+      size_t length = 0;
       const int source = static_cast<int>(control_info_.sender_tag & kRankMask);
-      if (st == UCS_OK && open_control(control_info_.length, source, &message))
-        handle_control(
-            message, control_info_.length - (seal_for(source) ? seal::kOverheadBytes : 0), source);
+      if (st == UCS_OK && open_control(control_info_.length, source, &message, &length))
+        handle_control(message, length, source);
       if (!closing_) post_control_recv();
       any = true;
     }
@@ -408,17 +408,21 @@ void UcxCommunicator::fail(ErrorCode code, const std::string& operation, int pee
   } else {
     what = PeerError(operation, peer, detail).what();
   }
-  if (failure_code_ == ErrorCode::kOk) {
-    failure_code_ = code;
-    failure_peer_ = peer;
-    failure_what_ = what;
-    GX_LOG(kError) << what;  // logged once, where first detected
-    if (notify_peers) notify_abort(peer, code, what);
-  }
+  record_failure(code, peer, what, notify_peers);
   abandon(pending);
   reap_control_sends(true, Clock::now() + Millis(200));
   if (code == ErrorCode::kTimeout) throw TimeoutError(operation, peer, detail);
   throw PeerError(operation, peer, detail);
+}
+
+void UcxCommunicator::record_failure(ErrorCode code, int peer, const std::string& what,
+                                     bool notify_peers) {
+  if (failure_code_ != ErrorCode::kOk) return;  // the first failure is the one every rank reports
+  failure_code_ = code;
+  failure_peer_ = peer;
+  failure_what_ = what;
+  GX_LOG(kError) << what;  // logged once, where first detected
+  if (notify_peers) notify_abort(peer, code, what);
 }
 
 void UcxCommunicator::abandon(const std::vector<UcxRequest*>& requests) {

@@ -158,20 +158,15 @@ void UcxCommunicator::unqueue(UcxRequest& r) {
 void UcxCommunicator::fail_sealed(const UcxRequest& r, const char* operation,
                                   const std::vector<UcxRequest*>& pending) {
   const std::string detail = "refused a sealed message: " + r.seal_failure_;
-  const std::string what = PeerFailure(ErrorCode::kCorrupt, operation, r.peer_, detail).what();
-  if (failure_code_ == ErrorCode::kOk) {
-    failure_code_ = ErrorCode::kCorrupt;
-    failure_peer_ = r.peer_;
-    failure_what_ = what;
-    GX_LOG(kError) << what;  // logged once, where first detected
-    notify_abort(r.peer_, ErrorCode::kCorrupt, what);
-  }
+  record_failure(ErrorCode::kCorrupt, r.peer_,
+                 PeerFailure(ErrorCode::kCorrupt, operation, r.peer_, detail).what(), true);
   abandon(pending);
   reap_control_sends(true, Clock::now() + Millis(200));
   throw PeerFailure(ErrorCode::kCorrupt, operation, r.peer_, detail);
 }
 
-bool UcxCommunicator::open_control(size_t length, int source, ControlMessage* out) {
+bool UcxCommunicator::open_control(size_t length, int source, ControlMessage* out,
+                                   size_t* out_length) {
   if (source < 0 || source >= size_) {
     GX_LOG(kWarn) << "ignoring a control message from unknown rank " << source;
     return false;
@@ -180,6 +175,7 @@ bool UcxCommunicator::open_control(size_t length, int source, ControlMessage* ou
   if (s == nullptr) {
     if (length > sizeof(ControlMessage)) return false;
     std::memcpy(out, control_in_.data(), length);
+    *out_length = length;
     return true;
   }
   uint32_t magic = 0;
@@ -192,18 +188,14 @@ bool UcxCommunicator::open_control(size_t length, int source, ControlMessage* ou
   }
   try {
     s->opener.open(kControlBit, control_in_.data(), length, reinterpret_cast<uint8_t*>(out));
+    *out_length = s->opener.payload_bytes(length);
     return true;
   } catch (const seal::SealViolation& v) {
-    const std::string what =
-        "control: rank " + std::to_string(rank_) + " refused a sealed control message from rank " +
-        std::to_string(source) + ": " + seal::check_name(v.check()) + " check failed: " + v.what();
-    if (failure_code_ == ErrorCode::kOk) {
-      failure_code_ = ErrorCode::kCorrupt;
-      failure_peer_ = source;
-      failure_what_ = what;
-      GX_LOG(kError) << what;
-      notify_abort(source, ErrorCode::kCorrupt, what);
-    }
+    record_failure(ErrorCode::kCorrupt, source,
+                   "control: rank " + std::to_string(rank_) +
+                       " refused a sealed control message from rank " + std::to_string(source) +
+                       ": " + seal::check_name(v.check()) + " check failed: " + v.what(),
+                   true);
     return false;
   }
 }
