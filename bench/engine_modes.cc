@@ -161,13 +161,17 @@ std::string codec_mix_of_plan(const std::string& text) {
 }
 
 // The settings of the modes that others vary (dgc999's two-round and sealed forms, engine16's
-// sealed forms), and a mode's settings with more on top.
-const Settings kDgc999 = {
-    {"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.999"}, {"GRADEX_MOMENTUM", "0.9"}};
-const Settings kEngine16 = {{"GRADEX_POLICY", "fixed"},
-                            {"GRADEX_SPARSITY_OVERRIDES", "*:dense"},
-                            {"GRADEX_FP16", "1"},
-                            {"GRADEX_MOMENTUM", "0"}};
+// sealed forms), and a mode's settings with more on top. Functions, not globals: the mode table may
+// be built during another file's static initialization, before this file's globals would be.
+Settings dgc999_settings() {
+  return {{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.999"}, {"GRADEX_MOMENTUM", "0.9"}};
+}
+Settings engine16_settings() {
+  return {{"GRADEX_POLICY", "fixed"},
+          {"GRADEX_SPARSITY_OVERRIDES", "*:dense"},
+          {"GRADEX_FP16", "1"},
+          {"GRADEX_MOMENTUM", "0"}};
+}
 Settings plus(Settings base, const Settings& more) {
   base.insert(base.end(), more.begin(), more.end());
   return base;
@@ -202,41 +206,41 @@ std::vector<ModeSpec> engine_modes() {
            {{"GRADEX_POLICY", "fixed"}, {"GRADEX_SPARSITY", "0.99"}, {"GRADEX_MOMENTUM", "0.9"}})},
       {"dgc999",
        "engine, DGC at 99.9% sparsity for tensors >= GRADEX_DENSE_THRESHOLD, momentum 0.9",
-       engine_factory(kDgc999)},
+       engine_factory(dgc999_settings())},
       // dgc999 with every allgatherv in two rounds (sizes, then payloads): what the engine did
       // before one-round allgathervs, with the direct exchange (auto below 8 ranks then) and with
       // the ring (auto from 8 ranks then); negotiation in two rounds too.
       {"dgc999_2round", "dgc999 with two-round allgathervs (GRADEX_ALLGATHER_INLINE_KB=0), direct",
-       engine_factory(plus(
-           kDgc999, {{"GRADEX_ALLGATHER_INLINE_KB", "0"}, {"GRADEX_SPARSE_COLLECTIVE", "direct"}})),
+       engine_factory(plus(dgc999_settings(), {{"GRADEX_ALLGATHER_INLINE_KB", "0"},
+                                               {"GRADEX_SPARSE_COLLECTIVE", "direct"}})),
        /*in_all=*/false},
       {"dgc999_2round_ring",
        "dgc999 with two-round allgathervs (GRADEX_ALLGATHER_INLINE_KB=0), ring",
-       engine_factory(plus(
-           kDgc999, {{"GRADEX_ALLGATHER_INLINE_KB", "0"}, {"GRADEX_SPARSE_COLLECTIVE", "ring"}})),
+       engine_factory(plus(dgc999_settings(), {{"GRADEX_ALLGATHER_INLINE_KB", "0"},
+                                               {"GRADEX_SPARSE_COLLECTIVE", "ring"}})),
        /*in_all=*/false},
       // The engine's dense route for every tensor: the exchange the hierarchical layouts (hosts or
       // regions as groups, GRADEX_HIERARCHICAL) apply to, where dense_fp16 bypasses the engine.
       {"engine16",
        "engine, every tensor dense on the 16-bit wire (GRADEX_SPARSITY_OVERRIDES=*:dense, "
        "GRADEX_FP16=1), no momentum: the average, through the engine's (hierarchical) layout",
-       engine_factory(kEngine16, {}, /*averages16=*/true),
+       engine_factory(engine16_settings(), {}, /*averages16=*/true),
        /*in_all=*/false},
       // The sealed data plane's cost, side by side (--interleave) under one job secret: the same
       // engine sealed (GRADEX_SEAL=on) and in clear (off). Without a secret the sealed ones stop at
       // start-up naming GRADEX_SEAL and GRADEX_JOB_SECRET.
       {"dgc999_sealed",
        "dgc999 with every message sealed (GRADEX_SEAL=on; needs GRADEX_JOB_SECRET)",
-       engine_factory(plus(kDgc999, {{"GRADEX_SEAL", "on"}})),
+       engine_factory(plus(dgc999_settings(), {{"GRADEX_SEAL", "on"}})),
        /*in_all=*/false},
       {"dgc999_clear", "dgc999 in clear even with a job secret (GRADEX_SEAL=off)",
-       engine_factory(plus(kDgc999, {{"GRADEX_SEAL", "off"}})),
+       engine_factory(plus(dgc999_settings(), {{"GRADEX_SEAL", "off"}})),
        /*in_all=*/false},
       {"engine16_sealed", "engine16 with every message sealed (GRADEX_SEAL=on; needs a secret)",
-       engine_factory(plus(kEngine16, {{"GRADEX_SEAL", "on"}}), {}, /*averages16=*/true),
+       engine_factory(plus(engine16_settings(), {{"GRADEX_SEAL", "on"}}), {}, /*averages16=*/true),
        /*in_all=*/false},
       {"engine16_clear", "engine16 in clear even with a job secret (GRADEX_SEAL=off)",
-       engine_factory(plus(kEngine16, {{"GRADEX_SEAL", "off"}}), {}, /*averages16=*/true),
+       engine_factory(plus(engine16_settings(), {{"GRADEX_SEAL", "off"}}), {}, /*averages16=*/true),
        /*in_all=*/false},
       {"int8",
        "engine, every tensor on the dense 8-bit route (GRADEX_SPARSITY_OVERRIDES=*:int8), "
