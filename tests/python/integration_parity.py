@@ -91,6 +91,18 @@ def _result(net, seed, world, helper=None):
     return out
 
 
+def _steps(ddp, opt, seed, rank, world, backward):
+    """STEPS optimizer steps on this rank's batches (batch_positions), `backward(loss)` as the framework does it."""
+    import torch
+    x, y, _, _ = data(seed, world)
+    positions = torch.tensor(batch_positions(rank, world))
+    for s in range(STEPS):
+        index = positions[s * BATCH:(s + 1) * BATCH]
+        opt.zero_grad()
+        backward(ddp(x[index], labels=y[index])["loss"])
+        opt.step()
+
+
 def plain(rank, world, seed, with_optimizer, env=DGC):
     """Plain PyTorch: DDP and the README's two lines (with_optimizer: gx.State(ddp, optimizer=opt))."""
     import torch
@@ -101,13 +113,7 @@ def plain(rank, world, seed, with_optimizer, env=DGC):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     state = gx.State(ddp, optimizer=opt if with_optimizer else None)
     ddp.register_comm_hook(state, gx.hook)
-    x, y, _, _ = data(seed, world)
-    positions = torch.tensor(batch_positions(rank, world))
-    for s in range(STEPS):
-        index = positions[s * BATCH:(s + 1) * BATCH]
-        opt.zero_grad()
-        ddp(x[index], labels=y[index])["loss"].backward()
-        opt.step()
+    _steps(ddp, opt, seed, rank, world, lambda loss: loss.backward())
     out = _result(model.net, seed, world, state)
     state.close()
     return out
@@ -125,13 +131,7 @@ def accelerate(rank, world, seed, env=DGC):
     ddp, opt = accelerator.prepare(model, opt)
     state = gx.State(ddp, optimizer=opt)  # opt: Accelerate's AcceleratedOptimizer around the SGD
     ddp.register_comm_hook(state, gx.hook)
-    x, y, _, _ = data(seed, world)
-    positions = torch.tensor(batch_positions(rank, world))
-    for s in range(STEPS):
-        index = positions[s * BATCH:(s + 1) * BATCH]
-        opt.zero_grad()
-        accelerator.backward(ddp(x[index], labels=y[index])["loss"])
-        opt.step()
+    _steps(ddp, opt, seed, rank, world, accelerator.backward)
     out = _result(model.net, seed, world, state)
     state.close()
     return out

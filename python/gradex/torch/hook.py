@@ -243,7 +243,8 @@ class State:
             raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
                             "state_dict() instead of pickling it")
         # The momentum takeover stays with the optimizer of this process (a copy has none).
-        return {"_config": self._config, "_base_config": self._base_config, "_optimizer": None, "_model": None, "_dense_iterations": self._dense_iterations,
+        return {"_config": self._config, "_base_config": self._base_config, "_optimizer": None, "_model": None,
+                "_dense_iterations": self._dense_iterations,
                 "_store": self._store, "_scaler": self._scaler, "_group": self._group,
                 "_pending_load": self._pending_load, "_takeover": None,
                 "_membership": getattr(self, "_membership", None)}
