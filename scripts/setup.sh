@@ -133,6 +133,10 @@ fi
 tree_options+=("CMAKE_CUDA_ARCHITECTURES=$cuda_architectures")
 cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 for o in "${tree_options[@]}"; do cmake_args+=("-D$o"); done
+# ccache, where installed, keeps compiled objects across build trees (worktrees, a clean clone's rebuild).
+if command -v ccache >/dev/null; then
+  for lang in C CXX CUDA; do cmake_args+=("-DCMAKE_${lang}_COMPILER_LAUNCHER=ccache"); done
+fi
 # The tests' Python checks run on .venv's interpreter when there is one (the path pip's configure passes).
 [ -x .venv/bin/python3 ] && cmake_args+=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3")
 if [ -n "$venv_pid" ]; then
