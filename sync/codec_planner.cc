@@ -456,16 +456,14 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   }
   if (jobs.empty()) return;
   const pipeline::UnitCounters& c = unit.counters;
-  cost::Codec codec = cost::Codec::kFp32;
+  // What the unit's route ran (pipeline::UnitSample): its codec and the terms of the collective
+  // it actually took.
+  const pipeline::UnitSample& sample = unit.sample;
+  const cost::Codec codec = sample.codec;
+  const cost::Terms terms = sample.terms;
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
-  cost::Terms terms;
-  if (unit.path == route::Path::kSparse) {
-    const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
-    codec = planner_.choice.sparse_codec;
-    terms = {
-        cost::allgatherv_terms(1, world_size_, planner_.choice.sparse_ring, sparse_unsized_.load())
-            .latency,
-        static_cast<double>(c.received_bytes)};
+  if (is_sparse(codec)) {
+    const bool adam = codec == cost::Codec::kAdam;
     uint64_t selected = 0;
     for (const pipeline::Job* j : jobs)
       selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.rung.sparsity);
@@ -479,18 +477,8 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
       else
         model_.observe_dgc_payload(selected, message - framing);
     }
-  } else if (route::quantized_path(unit.path)) {
-    const int bits = route::quantized_path_bits(unit.path);
-    codec = bits == 4 ? cost::Codec::kInt4 : cost::Codec::kInt8;
-    terms =
-        cost::int8_allreduce_terms(static_cast<double>(elements), world_size_, bits, unit.one_hop);
-  } else {
-    const bool half = unit.path == route::Path::kDense && half_on_wire;
-    codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
-    const double bytes = static_cast<double>(elements) * (half ? 2 : 4);
-    terms = cost::dense_allreduce_terms(bytes, world_size_, dense_direct_max_bytes_.load());
   }
-  if (unit.path != route::Path::kFirstAverage)
+  if (sample.codec_work)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
   if (world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
     // The quantized route's transfer also holds the owners' sums and re-encodes, which the model
@@ -499,7 +487,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     // observe_transfer). The whole encode cost bounds the owners' part from above. (A dense ring
     // or a DGC gather paced by the CPU is paced per byte, as the link's terms price it.)
     double cpu_s = 0;
-    if (route::quantized_path(unit.path)) {
+    if (sample.codec_cpu_in_transfer) {
       const cost::CodecCosts costs = model_.codecs();
       cpu_s = (terms.bytes * costs.transport_s_per_byte +
                static_cast<double>(elements) * costs.encode_s[static_cast<size_t>(codec)]) *
@@ -509,7 +497,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   }
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && !first_on_codec && unit.path != route::Path::kFirstAverage &&
+  if (world_size_ > 1 && !first_on_codec && sample.codec_work &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;

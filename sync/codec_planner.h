@@ -54,20 +54,6 @@
 
 namespace gradex::sync {
 
-// What the engine does on the agreed link (Engine::execute, from the agreed sync/link_model.h, so
-// the same on every rank): on a latency-bound link, how close to a step's first submission the
-// others must come to share its negotiation round (Engine::coalesce_submissions), the largest
-// dense bucket summed by the direct exchange (LinkModel::dense_direct_max_bytes), whether a DGC
-// gather skips its size round (SparseGather: comm::allgatherv_unsized), and the largest 8-bit or
-// 4-bit unit summed in one hop (LinkModel::quantized_one_hop_max_bytes, one rank's encoding);
-// zeros and false elsewhere.
-struct LinkPaths {
-  double coalesce_window_s = 0;
-  uint64_t dense_direct_max_bytes = 0;
-  bool sparse_unsized = false;
-  uint64_t quantized_one_hop_max_bytes = 0;
-};
-
 class BackendPath;
 
 namespace pipeline {
