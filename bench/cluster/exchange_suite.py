@@ -27,14 +27,13 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import machine  # noqa: E402
-import gradex_vars  # noqa: E402
-from network import Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
-from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.cluster import gradex_vars  # noqa: E402
+from bench.harness.network import Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
+from bench.harness.launcher import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BASELINE = ROOT / "bench" / "baselines" / "rank.py"
+BASELINE = "bench.baselines.rank"  # the PyTorch baselines' rank program, run as a module
 NOT_MODES = {"model", "params", "tensors", "ranks", "steps", "dense_bytes"}
 AUTO = "auto"
 # The fixed modes the auto policy is judged against (bench/report.py's auto_over_best_fixed_<rate>).
@@ -141,17 +140,14 @@ def mode_descriptions(bench):
                 described[match.group(1)] = match.group(2)
     except (OSError, subprocess.TimeoutExpired):
         pass
-    sys.path.insert(0, str(BASELINE.parent))
-    from modes import MODES
+    from bench.baselines.modes import MODES
     described.update({name: entry[0] for name, entry in MODES.items()})
     return described
 
 
 def save(path, data):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """The results so far, with their provenance (bench/harness/results.py): the links are the networks."""
+    results.write(path, data, link=data.get("networks") or data.get("layouts") or "cluster")
 
 
 def main():
@@ -228,7 +224,7 @@ def main():
             network.shape()
             runs = gradex_runs(args, gradex_modes, names, steps, warmup)
             if baselines:  # PowerSGD starts at DDP's step 2: the baselines warm up at least 2 steps
-                runs.append(("torch", [args.python, str(BASELINE), "--modes", baselines, "--model", "{model}",
+                runs.append(("torch", [args.python, "-m", BASELINE, "--modes", baselines, "--model", "{model}",
                                        "--steps", str(steps), "--warmup", str(max(warmup, 2))], {}, steps,
                              max(warmup, 2), None))
             entry = data["exchange"].setdefault(model, {}).setdefault(network.label, {})
@@ -270,8 +266,7 @@ def rate_bits(rate):
 
 
 def baseline_names():
-    sys.path.insert(0, str(BASELINE.parent))
-    from modes import MODES
+    from bench.baselines.modes import MODES
     return set(MODES)
 
 

@@ -32,12 +32,11 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gradex_vars  # noqa: E402
-import machine  # noqa: E402
-from exchange_suite import modes_of, rate_steps, save  # noqa: E402
-from network import CLUSTER_SH, Cluster  # noqa: E402
-from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
+from bench.cluster import gradex_vars  # noqa: E402
+from bench.harness import machine  # noqa: E402
+from bench.cluster.exchange_suite import modes_of, rate_steps, save  # noqa: E402
+from bench.harness.network import CLUSTER_SH, Cluster  # noqa: E402
+from bench.harness.launcher import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODE = "auto"  # gradex-bench's engine mode with nothing overridden: what the environment selects

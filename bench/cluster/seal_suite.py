@@ -10,7 +10,7 @@ runs' ratios (and their range) and the CPU ratio, and writes the results with th
 machine to --out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless
 --loopback-only.
 
-    .venv/bin/python bench/cluster/seal_suite.py [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
+    .venv/bin/python -m bench.cluster.seal_suite [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
 
 --race TASK adds the time-to-accuracy race's default method (gradex_auto, bench/train/train_suite.py, seed 0)
 on TASK at the first rate, sealed and in clear in alternation, --race-reps pairs; --race-wan RATE,DELAY runs
@@ -24,10 +24,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import machine  # noqa: E402
-from network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
-from ranks import parse_result, run_ranks  # noqa: E402
+from bench.harness import machine  # noqa: E402
+from bench.harness.network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
+from bench.harness.launcher import parse_result, run_ranks  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECRET = "seal-suite-secret"

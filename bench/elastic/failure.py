@@ -57,8 +57,7 @@ def worker(args):
     from torchft.optim import OptimizerWrapper
     from torchft.process_group import ProcessGroupGloo
 
-    sys.path.insert(0, str(ROOT / "bench" / "train"))
-    import task
+    from bench.train import task
     import gradex.torchft as gxft
     from gradex.torchft import advertised_reconfigure_handle
 
@@ -179,10 +178,10 @@ def run(args):
         stdout=open(os.path.join(out, "lighthouse.log"), "w"), stderr=subprocess.STDOUT)
 
     def start(h):
-        worker_env = dict(env, UCX_TLS="tcp,self", GRADEX_SHM="0", GRADEX_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0",
+        worker_env = dict(env, PYTHONPATH=str(ROOT), UCX_TLS="tcp,self", GRADEX_SHM="0", GRADEX_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0",
                           OMP_NUM_THREADS="1")
         events.setdefault(f"start{h}", []).append(time.time())
-        return subprocess.Popen(["ip", "netns", "exec", ns[h], sys.executable, __file__, "worker", "--replica",
+        return subprocess.Popen(["ip", "netns", "exec", ns[h], sys.executable, "-m", "bench.elastic.failure", "worker", "--replica",
                                  str(h), "--mode", args.mode, "--steps", str(args.steps), "--out", out,
                                  "--lr", str(args.lr), "--eval-every", str(args.eval_every), "--subnet",
                                  args.subnet, "--cluster-name", args.cluster_name],
@@ -246,12 +245,10 @@ def summarize(args, go, events, logs):
 
 
 def plot(args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bench.harness import plot as figures
 
     results = json.loads(pathlib.Path(args.out).read_text())
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = figures.figure()
     for mode in MODES:
         if mode not in results:
             continue
@@ -272,9 +269,8 @@ def plot(args):
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("MLP race, 4 hosts at 1 Gbit/s, host 3 killed at 30% and restarted at 60% (: kill, -- restart)",
                  fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(args.png, dpi=110)
+    figures.finish(ax, legend="lower right")
+    figures.save(fig, args.png, dpi=110)
     print(f"wrote {args.png}")
 
 

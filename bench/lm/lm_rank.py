@@ -37,10 +37,9 @@ import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import corpus  # noqa: E402
-import model as lm  # noqa: E402
-import muon_adamw  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import model as lm  # noqa: E402
+from bench.lm import muon_adamw  # noqa: E402
 
 
 def _wrap_ddp(model, args):

@@ -44,14 +44,12 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "cluster"))
-sys.path.insert(0, str(HERE))
-import machine  # noqa: E402
-from network import Cluster, RootLoopback  # noqa: E402
-from wan import Wan, WanSpec  # noqa: E402
-from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
-from exchange_suite import rate_bits  # noqa: E402
-from optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.harness.network import Cluster, RootLoopback  # noqa: E402
+from bench.harness.wan import Wan, WanSpec  # noqa: E402
+from bench.harness.launcher import RankFailure, print_progress_line, run_ranks  # noqa: E402
+from bench.cluster.exchange_suite import rate_bits  # noqa: E402
+from bench.train.optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense")
@@ -188,7 +186,7 @@ def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, ifa
     if rate_only:
         steps = mode.get("rate_only_steps", RATE_ONLY_STEPS)
     program = PROGRAMS.get(method, "train_rank.py")
-    argv = [args.python, str(HERE / program), "--task", task, "--method", method,
+    argv = [args.python, "-m", "bench.train." + program.removesuffix(".py"), "--task", task, "--method", method,
             "--seeds", ",".join(map(str, seeds)), "--steps", str(steps), "--lr", str(settings["lr"]),
             "--target", str(settings["target"]), "--out", out_path]
     if program == "train_rank.py":
@@ -213,7 +211,7 @@ def main():
     p.add_argument("--delay", default="")
     p.add_argument("--root-loopback", action="store_true")
     p.add_argument("--wan", default="", metavar="RATE,DELAY",
-                   help="race on an emulated WAN instead (bench/cluster/wan.py: --hosts hosts, each pair DELAY "
+                   help="race on an emulated WAN instead (bench/harness/wan.py: --hosts hosts, each pair DELAY "
                         "apart one way, RATE NICs, e.g. 1gbit,25ms); --rates and --delay are then unused")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
@@ -255,6 +253,15 @@ def seconds_per_step(network, rate_only):
     step of the 4.3M-parameter MLP takes ~2.7 s at 100 Mbit/s) and where only the rate is measured."""
     bits = rate_bits(getattr(network, "rate", None))
     return 20.0 if rate_only or (bits is not None and bits < 1e9) else 2.0
+
+
+def network_links(networks):
+    """Every network of the race as the results' link: a WAN's spec, else the cluster's label."""
+    links = {}
+    for label, network in networks.items():
+        spec = getattr(network, "spec", None)
+        links[label] = dict(vars(spec), link_mtu=spec.link_mtu()) if spec is not None else label
+    return links
 
 
 def race(args, runs, rates, networks):
@@ -306,8 +313,7 @@ def race(args, runs, rates, networks):
                   f"{describe(record, entry['target'])} ({record['run_s']:.0f} s, "
                   f"load {record['load_average']:.1f})", flush=True)
         data["race_s"] = time.monotonic() - started_all
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
+        results.write(args.out, data, link=network_links(networks))
     return 1 if data["failures"] else 0
 
 

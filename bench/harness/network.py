@@ -9,7 +9,7 @@ Four networks:
                     only this benchmark's traffic touches
   RootLoopback      every rank in the root namespace on 127.0.0.1 (when namespaces are unavailable):
                     no byte counters, since other programs share that loopback
-  wan.Wan           (bench/cluster/wan.py) one rank per host in namespace gxw-h<r> on a TUN device,
+  wan.Wan           (bench/harness/wan.py) one rank per host in namespace gxw-h<r> on a TUN device,
                     wan0, at 198.19.0.<r + 1>, joined by a userspace delay line (per-region rates,
                     delays, loss); counters of each host's wan0
 
@@ -21,7 +21,8 @@ import os
 import pathlib
 import subprocess
 
-CLUSTER_SH = pathlib.Path(__file__).resolve().parent / "cluster.sh"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "bench" / "cluster" / "cluster.sh"
 
 
 def cluster_name():
@@ -150,6 +151,9 @@ def pick_port(network):
 
 def environment(network, rank, world, port, extra=None):
     env = dict(os.environ)
+    # Rank programs run as modules of the bench package (python -m bench.train.train_rank): the
+    # repository root is their import path wherever the launcher was started.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     env.update(common_env(network, rank, world, port))
     env.update(extra or {})
     return env

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from network import environment, pick_port
+from bench.harness.network import environment, pick_port
 
 PROGRESS = re.compile(r"\[(\w+)\] (\w+) step (\d+)/(\d+)")
 
