@@ -25,6 +25,7 @@ import math
 import os
 import pathlib
 import sys
+import textwrap
 
 from bench.cluster import hierarchy_report
 from bench.harness import plot
@@ -131,27 +132,30 @@ def plot_step_times(exchange, model, hosts, folder):
 
 
 def exchange_tables(ex, rel):
+    """One table per model: every mode's median step and wire bytes at every link rate, side by side."""
     lines = []
     steps, warmup = ex.get("steps"), ex.get("warmup")
     for model, nets in ex["exchange"].items():
-        lines += [f"#### {model}", "", f"![step time vs link rate]({rel}/step_time_{model}.png)", ""]
-        for label in sorted(nets, key=lambda l: rate_gbit(l) or math.inf):
-            modes = nets[label]
-            gloo = modes.get(GLOO, {}).get("step_ms")
-            n, w = ex.get("steps_by_network", {}).get(label, (steps, warmup))
-            auto_w = w + ex.get("policy", {}).get("auto_extra_warmup", 0)
-            lines += [f"**{model}, {label if rate_gbit(label) is None else f'{rate_gbit(label):g} Gbit/s'}** "
-                      f"({ex['hosts']} ranks, median of {n} steps after {w} warm-up"
-                      + (f"; `auto` after {auto_w}" if auto_w != w and "auto" in modes else "") + ")", "",
-                      "| mode | by | step ms (median) | mean ms | wire MB/step/rank (veth) | "
-                      "own count MB | CPU ms/step/rank | gloo fp32 ÷ this |",
-                      "|---|---|---:|---:|---:|---:|---:|---:|"]
-            for mode, r in modes.items():
-                speedup = fmt(gloo / r["step_ms"], 2) if gloo and r.get("step_ms") else "–"
-                lines.append(f"| `{mode}` | {'PyTorch' if r.get('tool') == 'torch' else 'gradex'} | "
-                             f"{fmt(r.get('step_ms'))} | {fmt(r.get('mean_ms'))} | {mb(r.get('wire_bytes'))} | "
-                             f"{mb(r.get('self_wire_bytes'))} | {fmt(r.get('cpu_ms'))} | {speedup} |")
-            lines.append("")
+        labels = sorted(nets, key=lambda l: rate_gbit(l) or math.inf)
+        modes = sorted({m for label in labels for m in nets[label]})
+        runs = "; ".join(f"{label} {n} after {w}" for label in labels
+                         for n, w in [ex.get("steps_by_network", {}).get(label, (steps, warmup))])
+        extra = ex.get("policy", {}).get("auto_extra_warmup", 0)
+        lines += [f"#### {model}", "", f"![step time vs link rate]({rel}/step_time_{model}.png)", "",
+                  f"Median step in ms (wire MB per step and rank, counted at the hosts' veth), {ex['hosts']} ranks; "
+                  f"measured steps after warm-up: {runs}" + (f" (`auto`: {extra} more warm-up)" if extra else "")
+                  + f". CPU per rank and the means: `{rel}/exchange.json`.", "",
+                  "| mode | by | " + " | ".join(f"{rate_gbit(l):g} Gbit/s" if rate_gbit(l) else l for l in labels) + " |",
+                  "|---|---|" + "---:|" * len(labels)]
+        for mode in modes:
+            tool = next(nets[label][mode].get("tool") for label in labels if mode in nets[label])
+            cells = []
+            for label in labels:
+                r = nets[label].get(mode)
+                cells.append("–" if not r or not r.get("step_ms") else
+                             f"{fmt(r['step_ms'])} ({mb(r.get('wire_bytes'))})")
+            lines.append(f"| `{mode}` | {'PyTorch' if tool == 'torch' else 'gradex'} | " + " | ".join(cells) + " |")
+        lines.append("")
     lines += ["LocalSGD modes: the median is a local step (no gradient traffic); the mean includes the "
               "parameter average every H steps, so compare their means. `ddp_nocomm` is DDP's own "
               "cost (gradient copies into buckets and back), contained in every PyTorch row.", ""]
@@ -278,8 +282,25 @@ def render(ex, train, values, model, rel, command, hier=None):
         lines += ["### Time to accuracy", ""] + race_report.tables(train, rel)
     if hier and hier.get("runs"):
         lines += ["### Hierarchical exchange (several ranks per host)", ""] + hierarchy_report.tables(hier)
-    lines += ["RESULT line of this run:", "", "```", result_line(values, train, hier), "```", "", END]
+    lines = wrap(lines)
+    result = textwrap.wrap(result_line(values, train, hier), WIDTH, break_long_words=False, break_on_hyphens=False)
+    lines += ["RESULT line of this run:", "", "```", *result, "```", "", END]
     return "\n".join(lines) + "\n"
+
+
+WIDTH = 118  # prose lines of the generated section are wrapped here; tables and images are not
+
+
+def wrap(lines):
+    """Prose lines wrapped at WIDTH (tables, images, headings and list items' first words kept)."""
+    out = []
+    for line in lines:
+        if len(line) <= WIDTH or line.startswith(("|", "![", "#", "<!--", "```")):
+            out.append(line)
+            continue
+        indent = "  " if line.startswith("- ") else ""
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return out
 
 
 def result_line(values, train, hier=None):
@@ -311,12 +332,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", default="docs/benchmarks")
     p.add_argument("--report", default="docs/benchmarks.md")
-    p.add_argument("--command", default=os.environ.get("GRADEX_BENCH_COMMAND", "bench/run"))
+    p.add_argument("--command", default="",
+                   help="the run named in the section (default: the results' provenance, else bench/run's line)")
     args = p.parse_args()
     folder, report = pathlib.Path(args.results), pathlib.Path(args.report)
     ex, train, hier = load(folder / "exchange.json"), load(folder / "train.json"), load(folder / "hierarchy.json")
     if not ex and not train and not hier:
         sys.exit(f"report: none of {folder}/exchange.json, train.json, hierarchy.json exists")
+    made = next((d["provenance"] for d in (ex, train, hier) if d and d.get("provenance")), {})
+    command = args.command or made.get("run") or os.environ.get("GX_BENCH_COMMAND") or "bench/run"
     values, model = ratios((ex or {}).get("exchange"))
     for m in (ex or {}).get("exchange", {}):
         print(f"report: wrote {plot_step_times(ex['exchange'], m, ex['hosts'], folder)}")
@@ -324,7 +348,7 @@ def main():
         for path in race_report.plots(train, folder):
             print(f"report: wrote {path}")
     rel = os.path.relpath(folder, report.parent)
-    report.write_text(splice(report, render(ex, train, values, model, rel, args.command, hier)))
+    report.write_text(splice(report, render(ex, train, values, model, rel, command, hier)))
     print(f"report: wrote {report}")
     print(result_line(values, train, hier), flush=True)
 

@@ -39,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -111,7 +111,7 @@ class WanSpec:
             raise ValueError(f"bad subnet {self.subnet!r} (198.18.x or 198.19.x)")
         _rate_bits(self.rate), _time_s(self.delay)
         if self.multi_region:
-            if len(self.regions) != self.hosts:
+            if len(self.regions or []) != self.hosts:
                 raise ValueError("regions must give one region per host")
             _rate_bits(self.inter_rate), _time_s(self.inter_delay)
             self.pair_links()
@@ -125,7 +125,7 @@ class WanSpec:
 
     @property
     def multi_region(self) -> bool:
-        return bool(self.regions) and len(set(self.regions)) > 1
+        return len(set(self.regions or [])) > 1
 
     def host_sysctls(self) -> List[str]:
         size = self.tcp_buffer_mib << 20
@@ -174,7 +174,7 @@ class WanSpec:
 
     def label(self) -> str:
         if self.multi_region:
-            return (f"wan{len(set(self.regions))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
+            return (f"wan{len(set(self.regions or []))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
                     f"{self.inter_delay}" + ("-pairs" if self.inter_pairs else "") + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
         return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
                 (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else "") +
@@ -337,7 +337,7 @@ class Wan:
                 "--mtu", str(mtu), "--queue-ms", str(spec.queue_ms), "--loss", str(spec.loss),
                 "--seed", str(spec.seed)]
         if spec.multi_region:
-            argv += ["--regions", ",".join(map(str, spec.regions)),
+            argv += ["--regions", ",".join(map(str, spec.regions or [])),
                      "--inter", f"{spec.inter_rate},{spec.inter_delay}"]
             if spec.inter_pairs:
                 argv += ["--inter-pairs", spec.inter_pairs]
@@ -345,6 +345,7 @@ class Wan:
         self.relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                       text=True, bufsize=1)
         log.close()
+        assert self.relay.stdout is not None  # stdout=PIPE
         ready = self.relay.stdout.readline().strip()
         if not ready.startswith("ready"):
             self.relay.wait(timeout=10)
@@ -371,6 +372,7 @@ class Wan:
         """Removes everything: the ranks still running inside, the relay (its TUN devices with it),
         the namespaces. Idempotent."""
         if self.relay is not None:
+            assert self.relay.stdin is not None and self.relay.stdout is not None  # both PIPE
             try:
                 self.relay.stdin.close()  # end of input: the relay quits
                 self.relay.wait(timeout=5)
@@ -389,6 +391,7 @@ class Wan:
         """Sends one command to the relay (relay.h) and returns its one-line answer."""
         if self.relay is None or self.relay.poll() is not None:
             raise RuntimeError("the delay line is not running")
+        assert self.relay.stdin is not None and self.relay.stdout is not None  # both PIPE
         self.relay.stdin.write(line + "\n")
         self.relay.stdin.flush()
         answer = self.relay.stdout.readline().strip()
@@ -401,6 +404,8 @@ class Wan:
 
     def relay_cpu_s(self) -> float:
         """CPU seconds (user + system) the delay line has used so far."""
+        if self.relay is None:
+            raise RuntimeError("the delay line is not running")
         with open(f"/proc/{self.relay.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -491,7 +496,7 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
     return False, line + ": one flow is window-limited; fix: " + "; ".join(fixes) + explicit
 
 
-def check(wan: Wan, seconds: float = 3.0) -> Dict[str, object]:
+def check(wan: Wan, seconds: float = 3.0) -> Dict[str, Any]:
     """The WAN's measured round trips (every host pair), one flow's throughput along the farthest
     pair, and the kernel limits line for that path, as a dict for a results file."""
     rtts = {f"{a}-{b}": wan.ping(a, b, count=10)
