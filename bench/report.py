@@ -26,6 +26,7 @@ import os
 import pathlib
 import sys
 import textwrap
+from typing import Any, Dict
 
 from bench.cluster import hierarchy_report
 from bench.harness import plot
@@ -339,7 +340,7 @@ def main():
     ex, train, hier = load(folder / "exchange.json"), load(folder / "train.json"), load(folder / "hierarchy.json")
     if not ex and not train and not hier:
         sys.exit(f"report: none of {folder}/exchange.json, train.json, hierarchy.json exists")
-    made = next((d["provenance"] for d in (ex, train, hier) if d and d.get("provenance")), {})
+    made: Dict[str, Any] = next((d["provenance"] for d in (ex, train, hier) if d and d.get("provenance")), {})
     command = args.command or made.get("run") or os.environ.get("GX_BENCH_COMMAND") or "bench/run"
     values, model = ratios((ex or {}).get("exchange"))
     for m in (ex or {}).get("exchange", {}):

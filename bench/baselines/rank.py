@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any, List
 
 import numpy as np
 import torch
@@ -100,7 +101,7 @@ def run_mode(mode, args, profile, generators, flat, progress):
             times.append(t1 - t0)
             cpus.append(cpu1 - cpu0)
     progress.done()
-    gathered = [None] * dist.get_world_size()
+    gathered: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (times, cpus, check))
     del ddp
     step_times = [max(r[0][i] for r in gathered) for i in range(args.steps)]  # slowest rank per step

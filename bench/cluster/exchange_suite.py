@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict, List
 
 from bench.harness import machine, results  # noqa: E402
 from bench.cluster import gradex_vars  # noqa: E402
@@ -43,7 +44,7 @@ RAMP = "GRADEX_POLICY_RAMP_STEPS"
 
 def modes_of(result):
     """{mode: {metric: float}} from a RESULT dict whose keys are <mode>_<metric>."""
-    modes = {}
+    modes: Dict[str, Dict[str, float]] = {}
     for key, value in result.items():
         for metric in ("step_ms", "mean_ms", "cpu_ms", "wire_bytes", "ratio", "check"):
             if key.endswith("_" + metric) and key not in NOT_MODES:
@@ -58,7 +59,7 @@ def run_tool(tool, argv, network, args, model, log_dir, *, steps, warmup, extra_
         print_progress_line(f"[{model} {network.label}] {tool} {mode} step {step}/{total}")
 
     started = time.monotonic()
-    wan_wire = {}
+    wan_wire: Dict[str, float] = {}
     stdout, wire = run_ranks(network, args.hosts, argv, warmup=warmup, steps=steps,
                              timeout_s=args.run_timeout_s, log_dir=log_dir, label=label,
                              display=display, extra_env=extra_env, wan_wire=wan_wire)
@@ -194,6 +195,7 @@ def main():
     # bench/run stops a stage with SIGTERM: unwind (killing every rank) instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    networks: List[Any]
     if args.root_loopback:
         networks = [RootLoopback()]
     else:

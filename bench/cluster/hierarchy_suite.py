@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
 from bench.cluster import gradex_vars  # noqa: E402
 from bench.harness import machine  # noqa: E402
@@ -86,7 +87,7 @@ def intra_host_env(kind):
 def one_run(args, network, world, steps, warmup, env, label, mode=MODE):
     argv = [args.bench, "exchange", "--modes", f"{mode},{SENTINEL}", "--model", args.model, "--steps", str(steps),
             "--warmup", str(warmup), "--idle-s", "0"]
-    host_wire = {}
+    host_wire: Dict[str, Any] = {}
 
     def display(mode, step, total):
         print_progress_line(f"[{label}] step {step}/{total}")

@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any, Dict, List
 
 from bench.harness import machine  # noqa: E402
 from bench.harness.network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
@@ -126,10 +127,10 @@ def main():
     args = p.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    data = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "commit": commit,
+    data: Dict[str, Any] = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "commit": commit,
             "machine": machine.describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "networks": {}}
-    networks = []
+    networks: List[Any] = []
     if args.race_wan:
         print(f"race over the WAN {args.race_wan}:", flush=True)
         data["race"] = race(args, None)

@@ -38,7 +38,7 @@ import re
 import signal
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
 from bench.cluster import exchange_suite  # noqa: E402
 from bench.cluster import gradex_vars  # noqa: E402
@@ -51,7 +51,7 @@ REGION_MODES = "engine16,dgc999,fixed"
 # Ends each comparison program: the per-host byte window of the last mode closes when it starts (see
 # exchange_suite.gradex_runs); LocalSGD every 8 steps sends nothing in the few steps it runs.
 REGION_SENTINEL = "localsgd8"
-LAYOUTS = (("flat", {gradex_vars.HIERARCHICAL: "0"}), ("region", {}))
+LAYOUTS: Tuple[Tuple[str, Dict[str, str]], ...] = (("flat", {gradex_vars.HIERARCHICAL: "0"}), ("region", {}))
 
 
 def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
@@ -111,7 +111,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
     with wan.Wan(spec, log_dir=args.log_dir) as network:
         measured = wan.check(network, seconds=args.flow_s)
         entry["measured"] = measured
-        rtt = measured["rtt_ms_max"]
+        rtt = float(measured["rtt_ms_max"])
         print(f"  rtt {rtt:.2f} ms h{measured['farthest']} (configured {measured['configured_rtt_ms']:.2f}); one flow "
               f"{measured['flow_bits'] / 1e6:.0f} Mbit/s of {measured['line_bits'] / 1e6:.0f}\n"
               f"  {measured['kernel_limits']}", flush=True)
@@ -131,7 +131,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
                 found, _ = exchange_suite.run_tool(tool, argv, network, suite_args, args.model, args.log_dir,
                                                    steps=steps, warmup=warmup, extra_env=env)
                 found.pop(sentinel, None)
-                derive(found, rtt, measured["line_bits"])
+                derive(found, rtt, float(measured["line_bits"]))
                 entry["modes"].update(found)
             except (RankFailure, OSError) as e:
                 message = f"wan {kind} {tool}: {e}"
@@ -195,7 +195,7 @@ def run_region_compare(args, kind, network, names, entry, data, rtt, line_bits) 
     user_env = dict(item.split("=", 1) for item in args.env)
     for number in range(args.region_rounds):
         layouts = LAYOUTS if number % 2 == 0 else tuple(reversed(LAYOUTS))
-        result = {"order": [label for label, _ in layouts]}
+        result: Dict[str, Any] = {"order": [label for label, _ in layouts]}
         for label, layout_env in layouts:
             tool = f"gradex_{label}"
             argv = [args.bench, "exchange", "--modes", ",".join(modes + [REGION_SENTINEL]), "--model",

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -169,7 +170,8 @@ def run(args):
     out = tempfile.mkdtemp(prefix="gradex-failure-")
     subprocess.run([str(CLUSTER_SH), "up", "--hosts", str(HOSTS), "--rate", args.rate, "--owner", str(os.getpid()),
                     "--max-s", "900"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=120)
-    procs, events = {}, {}
+    procs: Dict[int, Any] = {}
+    events: Dict[str, Any] = {}
     ns = [f"{args.cluster_name}-h{h}" for h in range(HOSTS)]
     lighthouse = subprocess.Popen(
         ["ip", "netns", "exec", ns[0], str(pathlib.Path(sys.executable).parent / "torchft_lighthouse"),

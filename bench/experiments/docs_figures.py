@@ -25,6 +25,7 @@ def auto_figure(data: Dict[str, Any], path: str) -> str:
     models = list(data["exchange"])
     width = 0.8 / max(1, len(models))
     labels: List[str] = []
+    top = report.AUTO_SLACK
     for index, model in enumerate(models):
         by_rate = sorted(data["exchange"][model].items(), key=lambda kv: report.rate_gbit(kv[0]) or math.inf)
         labels = labels or [label for label, _ in by_rate]
@@ -33,6 +34,7 @@ def auto_figure(data: Dict[str, Any], path: str) -> str:
             if not best or not auto:
                 continue
             ratio = modes[auto]["step_ms"] / modes[best]["step_ms"]
+            top = max(top, ratio)
             x = i + (index - (len(models) - 1) / 2) * width
             ax.bar(x, ratio, width=width * 0.9, color="tab:red" if ratio > report.AUTO_SLACK else "tab:olive",
                    label=model if i == 0 and len(models) > 1 else None)
@@ -40,6 +42,7 @@ def auto_figure(data: Dict[str, Any], path: str) -> str:
                         ha="center", fontsize=7)
     ax.axhline(report.AUTO_SLACK, color="gray", linestyle=":", label=f"target ≤ {report.AUTO_SLACK}")
     ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylim(0, top * 1.3)  # room for the labels above the bars and the target line
     plot.finish(ax, title=f"auto policy ÷ best fixed mode, step time, {data.get('hosts', 4)} hosts "
                 f"({', '.join(models)})", xlabel="link rate per host", ylabel="auto ÷ best fixed (lower is better)",
                 grid_axis="y")

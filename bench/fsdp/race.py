@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -84,7 +85,7 @@ def _rank(rank, world, init_method, method, args, data_path, sink):
     model = lm_model.make(seed=0, **SHAPE)
     _shard(model, mesh if method == "native" else mesh["shard"])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    helper = None
+    helper: Any = None
     if method == "gradex":
         helper = gx.HSDP(model, mesh, optimizer=opt)
     elif method == "diloco":

@@ -48,7 +48,7 @@ def describe() -> Dict[str, Any]:
     ucx = _run("ucx_info", "-v").splitlines()
     try:
         import torch
-        torch_version = torch.__version__
+        torch_version = str(torch.__version__)
     except ImportError:
         torch_version = "not installed"
     memory_kb = _first("/proc/meminfo", "MemTotal").split()[0]

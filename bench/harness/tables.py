@@ -14,7 +14,7 @@ wan: per WAN topology (bench/cluster/wan_suite.py), each mode's step, round trip
 """
 import argparse
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bench.harness import results
 from bench.train import race_report
@@ -26,7 +26,7 @@ def fmt(value: Optional[float], digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def markdown(header: Sequence[str], rows: List[Sequence[str]], align: str = "") -> List[str]:
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> List[str]:
     """A Markdown table; align: one character per column, l or r (default: first left, others right)."""
     align = align or "l" + "r" * (len(header) - 1)
     rule = ["---" if a == "l" else "---:" for a in align]
@@ -148,7 +148,9 @@ def wan(data: Dict[str, Any], methods: Optional[List[str]] = None) -> List[str]:
     return out[:-1]
 
 
-KINDS = {"race": race, "racesum": race_summary, "rtt": rtt, "auto": auto, "wan": wan}
+RENDER: Dict[str, Callable[[Dict[str, Any], Optional[List[str]]], List[str]]] = {
+    "race": race, "racesum": race_summary, "rtt": rtt, "wan": wan}
+KINDS = [*RENDER, "auto"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -159,7 +161,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     data = results.load(args.path)
     methods = args.methods.split(",") if args.methods else None
-    lines = auto(data) if args.kind == "auto" else KINDS[args.kind](data, methods)  # type: ignore[operator]
+    lines = auto(data) if args.kind == "auto" else RENDER[args.kind](data, methods)
     print("\n".join(lines))
     return 0
 

@@ -301,7 +301,7 @@ class Wan:
         self.up()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.down()
 
     def up(self) -> None:

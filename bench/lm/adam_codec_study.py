@@ -277,10 +277,10 @@ class Method:
                 self.ref[i].add_(avg)
                 avg = self.ref[i].clone()
             if self.smooth > 0:
-                r = self.pending[i]
-                r.add_(avg)
-                avg = r * self.smooth
-                r.sub_(avg)
+                pending = self.pending[i]
+                pending.add_(avg)
+                avg = pending * self.smooth
+                pending.sub_(avg)
             out.append(avg)
         return out
 

@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -272,6 +273,7 @@ def main():
     sampler = corpus.Sampler(data["train"], args.context, args.batch, seed=1000 + rank)
     evals = corpus.eval_batches(data["held_out"], args.context, count=args.eval_batches, batch=16)
     model = lm.make(seed=0, **shape)
+    opt: Any  # MuonWithAuxAdam or AdamW: both step, zero_grad and hold param_groups
     if args.optimizer == "muon":
         opt = muon_adamw.MuonWithAuxAdam(model, lr=args.lr, adam_lr=args.lr)
     else:

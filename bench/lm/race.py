@@ -35,6 +35,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
@@ -227,9 +228,12 @@ def main(argv=None):
     if own_cluster:
         cluster_sh("up", "--hosts", str(args.hosts), "--rate", args.rates[0], "--owner", str(os.getpid()),
                    "--max-s", str(int((args.budget + args.method_slack) * len(args.methods) * len(args.rates))))
-    curves, runs, failed = {}, {}, {}
+    curves: Dict[str, Any] = {}
+    runs: Dict[str, Any] = {}
+    failed: Dict[str, Any] = {}
     try:
         for rate in args.rates:
+            net: Any
             if args.loopback:
                 net = network.RootLoopback()
             else:

@@ -42,6 +42,7 @@ import signal
 import statistics
 import sys
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
 from bench.harness import machine, results  # noqa: E402
@@ -60,7 +61,7 @@ RATE_ONLY_STEPS = 10  # steps timed, without evaluation, of a link-independent m
 # Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
 # the value plain DDP reaches after about 2/3 of those steps (calibrated on DDP's curves, the same peak
 # learning rate for every task: the settings are not tuned to any gradex policy).
-TASK_SETTINGS = {
+TASK_SETTINGS: Dict[str, Dict[str, Any]] = {
     "short": {"steps": 100, "lr": 0.05, "target": 0.88},
     "mlp": {"steps": 250, "lr": 0.05, "target": 0.72},
     "conv": {"steps": 250, "lr": 0.05, "target": 0.64},
@@ -74,7 +75,7 @@ TASK_SETTINGS = {
 ADAMW_LR = {task: 1e-3 for task in TASK_SETTINGS}
 NOCOMM_STEPS = 60  # the compute bound needs no accuracy: a short run
 QUICK_METHODS = ("ddp", "gradex_auto", "nocomm")
-MODES = {
+MODES: Dict[str, Dict[str, Any]] = {
     "quick": {"tasks": ("short", "mlp"), "methods": QUICK_METHODS, "seeds": {}, "default_seeds": 1},
     "full": {"tasks": ("short", "mlp", "conv"), "seeds": {}, "default_seeds": 3, "nocomm_seeds": 3},
     "smoke": {"tasks": ("mlp",), "seeds": {}, "default_seeds": 1, "steps": 6, "hidden": 64, "eval_every": 3,
@@ -234,6 +235,7 @@ def main():
         for m in left_out:
             print(f"--optimizer {args.optimizer}: {m} left out: {unsupported(m, args.optimizer)}", flush=True)
     rates = rates_of(args)
+    networks: Dict[str, Any]
     if args.wan:
         wan = Wan(wan_spec(args), log_dir=args.log_dir)
         networks = {wan.label: wan}
