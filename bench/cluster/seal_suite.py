@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from bench.harness import machine  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
 from bench.harness.network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
 from bench.harness.launcher import parse_result, run_ranks  # noqa: E402
 
@@ -165,8 +165,7 @@ def main():
         if up:
             subprocess.run([str(CLUSTER_SH), "down"], stdout=subprocess.DEVNULL)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1)
+    results.write(args.out, data, link=list(data["networks"]) or args.race_wan or "loopback")
     print(f"results: {os.path.relpath(args.out, ROOT)}")
 
 

@@ -216,9 +216,12 @@ def run(args):
     logs = {h: read_log(out, h) for h in range(HOSTS)}
     result = summarize(args, go, events, logs)
     path = pathlib.Path(args.out)
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results[args.mode] = result
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    from bench.harness import results as result_files
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged.pop("provenance", None)
+    # One file holds every mode's run: each run keeps its own command line, the file the latest's provenance.
+    merged[args.mode] = dict(result, command=result_files.command_line())
+    result_files.write(path, merged, link=args.rate)
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}))
     print(f"logs in {out}")
 

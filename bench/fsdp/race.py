@@ -43,7 +43,7 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
 from bench.lm import model as lm_model  # noqa: E402
-from bench.harness import network  # noqa: E402
+from bench.harness import network, results  # noqa: E402
 
 METHODS = ("native", "gradex", "diloco")
 SHAPE = {"vocab": 4096, "d": 128, "layers": 2, "heads": 4, "context": 32}
@@ -317,11 +317,12 @@ def report(args, results):
                          "curve": curve}
     print("RESULT " + " ".join(fields))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"link": args.cluster or "loopback", "budget_s": None if math.isinf(args.budget) else args.budget,
-                       "max_steps": args.steps, "target_loss": target, "shape": SHAPE, "mesh": [REPLICAS, SHARDS],
-                       "gradex_env": {k: v for k, v in os.environ.items() if k.startswith("GRADEX_")},
-                       "methods": table}, f, indent=1)
+        results.write(args.out, {"link": args.cluster or "loopback",
+                                 "budget_s": None if math.isinf(args.budget) else args.budget,
+                                 "max_steps": args.steps, "target_loss": target, "shape": SHAPE,
+                                 "mesh": [REPLICAS, SHARDS],
+                                 "gradex_env": {k: v for k, v in os.environ.items() if k.startswith("GRADEX_")},
+                                 "methods": table}, link=args.cluster or "loopback")
 
 
 if __name__ == "__main__":

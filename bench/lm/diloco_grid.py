@@ -24,6 +24,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
 from bench.harness import network  # noqa: E402
+from bench.harness import results as result_files  # noqa: E402
 from bench.lm import race  # noqa: E402
 
 METHOD = {"ddp": "ddp", "nocomm": "nocomm", "diloco4": "gradex_diloco4", "diloco8": "gradex_diloco8",
@@ -126,8 +127,8 @@ def main(argv=None):
         results.append(r)
         print(f"[grid] {setting}: loss {r['curve'][-1][2]:.4f} "
               f"({r['wall_s']:.0f} s, {bytes_per_rank(r, args.steps, args.ranks)} B/rank)", flush=True)
-        with open(args.out, "w") as f:
-            json.dump({"steps": args.steps, "ranks": args.ranks, "results": results}, f, indent=1)
+        result_files.write(args.out, {"steps": args.steps, "ranks": args.ranks, "results": results},
+                           link="loopback")
     print(table(results, args.steps, args.ranks))
 
 

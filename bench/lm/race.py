@@ -42,6 +42,7 @@ from bench.lm import corpus  # noqa: E402
 from bench.lm import lm_rank  # noqa: E402
 from bench.harness import network  # noqa: E402
 from bench.harness import plot as figures  # noqa: E402
+from bench.harness import results as result_files  # noqa: E402
 
 GRADEX = ("gradex_default", "gradex_auto", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
 HOOKS = ("fp16", "powersgd")
@@ -260,12 +261,11 @@ def main(argv=None):
     summary, items = summarize(curves, args.tolerance)
     labels = {m: r["label"] for rate_runs in runs.values() for m, r in rate_runs.items()}
     parameters = next((r["parameters"] for rate_runs in runs.values() for r in rate_runs.values()), None)
-    with open(args.out, "w") as f:
-        json.dump({"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
-                   "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
-                   "targets": {r: s["target"] for r, s in summary.items()},
-                   "result": {k: _json_number(v) for k, v in items.items()}},
-                  f, indent=1)
+    result_files.write(args.out, {"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
+                                  "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
+                                  "targets": {r: s["target"] for r, s in summary.items()},
+                                  "result": {k: _json_number(v) for k, v in items.items()}},
+                       link="loopback" if args.loopback else list(args.rates))
     plot(curves, summary, args.plot)
     print(result_line(items))
     if failed:
