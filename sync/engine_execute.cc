@@ -273,7 +273,7 @@ void Engine::complete_unit(Unit& unit) {
       complete(job->id, ErrorCode::kOk, "");
   }
   const pipeline::UnitCounters& c = unit.counters;
-  policy_->observe_unit(unit, options_.half_on_wire);  // measured times
+  policy_->observe_unit(unit);  // what the unit's route ran, and its measured times
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;
