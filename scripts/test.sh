@@ -4,12 +4,17 @@
 # and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
+# Schedule: mypy beside ctest, TSan's run beside pytest (both pairs: a computing stage beside one whose
+# tests mostly wait), then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest orders
+# its tests longest first from tests/python/durations.txt (tests/python/conftest.py).
+#
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
 #   GX_CTEST_JOBS    ctest -j (default 2: at 4 the 1-second liveness-timeout tests can miss their
 #                    deadline on a loaded 2-core machine)
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#   GX_TSAN_BESIDE   1 (default): TSan's run beside pytest; 0: in its own stage after pytest
 #   GX_PREBUILD      1 (default): the sanitizer trees build in the background at nice 19 from the start
 #                    (below), GX_PREBUILD_JOBS compiles at a time (default 2); 0: each in its own stage
 #
@@ -21,12 +26,34 @@ cd "$(dirname "$0")/.."
 
 status=0
 stage_times=()
+stages_start=$SECONDS
 stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going on failure
   local name=$1 start=$SECONDS
   shift
   echo "== $name"
   "$@" || status=1
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
+}
+# A stage that mostly uses CPU the stage beside it leaves idle runs in the background (side_stage), its
+# output kept in build/stage-logs/ and printed, with its own wall time, when side_wait collects it.
+declare -A side_pid=() side_log=()
+side_stage() {  # side_stage NAME COMMAND...
+  local name=$1 log
+  shift
+  mkdir -p build/stage-logs
+  log="build/stage-logs/${name//[^A-Za-z0-9]/_}.log"
+  echo "== $name: started beside the next stage (its output follows when it ends)"
+  ( start=$SECONDS rc=0; "$@" || rc=$?; echo "$((SECONDS - start))" >"$log.seconds"; exit $rc ) >"$log" 2>&1 &
+  side_pid[$name]=$!
+  side_log[$name]=$log
+}
+side_wait() {  # side_wait NAME: waits for it, prints its output, records its own wall time
+  local name=$1 rc=0
+  wait "${side_pid[$name]}" || rc=$?
+  echo "== $name (ran beside the stage before; exit $rc)"
+  cat "${side_log[$name]}"
+  [ $rc -eq 0 ] || status=1
+  stage_times+=("$(printf '%-34s %5d s  (beside the stage before)' "$name" "$(cat "${side_log[$name]}.seconds")")")
 }
 
 # The sanitizer trees (scripts/tsan.sh, tests/fuzz/run.sh) build in the background from the start, at the
@@ -64,16 +91,28 @@ fuzz_stage() {
   bash tests/fuzz/run.sh "$1"
 }
 
-# The Python package's types first (seconds with mypy's cache; any type error fails the run).
+# The Python package's types (any type error fails the run), beside ctest: mypy is one process that
+# computes (42 s alone on a clean clone, without its cache), ctest's two slots mostly wait on ranks'
+# sockets and timeouts (its 970 tests use about one core of the two).
 if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
-  stage "type check (mypy)" .venv/bin/python -m mypy
+  side_stage "type check (mypy)" .venv/bin/python -m mypy
 else
   echo "== type check (mypy): .venv has no mypy (bash scripts/setup.sh installs it)"
   status=1
 fi
 
 stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
+[ -n "${side_pid["type check (mypy)"]:-}" ] && side_wait "type check (mypy)"
 
+# The ThreadSanitizer run goes beside pytest (once the background build has its tree): pytest's workers
+# spend most of their time waiting on rank processes, sockets and timeouts (the stage used about half of
+# CI's two cores), and TSan's shards compute. GX_TSAN_BESIDE=0 runs it in its own stage after pytest.
+tsan_name="ThreadSanitizer (comm, sync, pool)"
+tsan_beside=0
+if [ -d tests/python ] && [ -x .venv/bin/python ] && [ "${GX_TSAN_BESIDE:-1}" = 1 ]; then
+  tsan_beside=1
+  side_stage "$tsan_name" tsan_stage
+fi
 if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
   if [ "${GX_SLOW:-0}" != 1 ]; then pytest_args+=(-m "not slow"); fi
@@ -85,7 +124,7 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
 
-stage "ThreadSanitizer (comm, sync, pool)" tsan_stage
+if [ "$tsan_beside" = 1 ]; then side_wait "$tsan_name"; else stage "$tsan_name" tsan_stage; fi
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
@@ -97,4 +136,5 @@ fi
 
 echo "== wall time per stage"
 printf '   %s\n' "${stage_times[@]}"
+printf '   %-34s %5d s\n' "all test stages" $((SECONDS - stages_start))
 exit $status

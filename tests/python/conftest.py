@@ -55,3 +55,77 @@ def pytest_configure(config):
         if stale:
             pytest.exit(f"{stale}: run `bash scripts/setup.sh` (it rebuilds and reinstalls only what changed)",
                         returncode=2)
+
+
+# Longest first. scripts/test.sh runs the suite on pytest-xdist workers with --dist worksteal: each worker is
+# handed one contiguous block of the collected tests and an idle one takes the back half of the longest
+# queue. Collected in file order, a 50 s test near the end of a block starts last and the other workers sit
+# idle beside it. durations.txt holds each long test's call time from a recorded run (seconds, node id);
+# here the tests are sorted longest first and dealt round robin into the blocks xdist will cut, so every
+# worker starts with its longest test and ends with short ones, which are also what stealing moves.
+# Tests not in the file keep their file order after the listed ones. Refresh the file with
+# `pytest --store-durations tests/python` (with or without -n): it records every test of 5 s or more.
+_DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.txt")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help="write the call time of every test of 5 s or more to tests/python/durations.txt")
+
+
+def _known_durations():
+    known = {}
+    try:
+        with open(_DURATIONS) as f:
+            for line in f:
+                if line.strip() and not line.startswith("#"):
+                    seconds, nodeid = line.split(maxsplit=1)
+                    known[nodeid.strip()] = float(seconds)
+    except FileNotFoundError:
+        pass
+    return known
+
+
+def _blocks(count, workers):
+    """The block sizes xdist's worksteal scheduler cuts from `count` tests for `workers` idle workers."""
+    sizes = []
+    for i in range(workers):
+        sizes.append(count // (workers - i))
+        count -= sizes[-1]
+    return sizes
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: the blocks are cut from what runs
+def pytest_collection_modifyitems(config, items):
+    known = _known_durations()
+    if not known:
+        return
+    ranked = sorted(items, key=lambda item: -known.get(item.nodeid, 0.0))  # stable: file order otherwise
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        blocks = [[] for _ in range(workers)]
+        room = _blocks(len(ranked), workers)
+        turn = 0
+        for item in ranked:
+            while len(blocks[turn]) >= room[turn]:
+                turn = (turn + 1) % workers
+            blocks[turn].append(item)
+            turn = (turn + 1) % workers
+        ranked = [item for block in blocks for item in block]
+    items[:] = ranked
+
+
+_measured = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _measured[report.nodeid] = report.duration
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput"):
+        long = sorted(((s, n) for n, s in _measured.items() if s >= 5.0), reverse=True)
+        with open(_DURATIONS, "w") as f:
+            f.write("# seconds node-id: call times of the tests of 5 s or more (pytest --store-durations)\n")
+            f.writelines(f"{s:7.1f} {n}\n" for s, n in long)
