@@ -5,8 +5,10 @@
 # slowest tests, so that a test that got slower shows in CI's log.
 #
 # Schedule: mypy beside ctest, TSan's run beside pytest (both pairs: a computing stage beside one whose
-# tests mostly wait), then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest orders
-# its tests longest first from tests/python/durations.txt (tests/python/conftest.py).
+# tests mostly wait), then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
+# file order: on the recorded durations, xdist's worksteal ends within 2-3 % of a longest-first order
+# (simulated), and file order keeps each worker's TensorFlow tests together, where their rank
+# interpreters are reused (tests/python/tf_ranks.py) instead of importing TF again on every worker.
 #
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
 #   GX_CTEST_JOBS    ctest -j (default 2: at 4 the 1-second liveness-timeout tests can miss their
