@@ -4,8 +4,8 @@
 # and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
-# Schedule: mypy beside ctest, TSan's run beside pytest (both pairs: a computing stage beside one whose
-# tests mostly wait), then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
+# Schedule: ctest; pytest with mypy and TSan's run beside it (computing stages beside one whose tests
+# mostly wait); then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
 # file order: on the recorded durations, xdist's worksteal ends within 2-3 % of a longest-first order
 # (simulated), and file order keeps each worker's TensorFlow tests together, where their rank
 # interpreters are reused (tests/python/tf_ranks.py) instead of importing TF again on every worker.
@@ -16,7 +16,7 @@
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
-#   GX_TSAN_BESIDE   1 (default): TSan's run beside pytest; 0: in its own stage after pytest
+#   GX_BESIDE        1 (default): mypy and TSan's run beside pytest; 0: each in its own stage
 #   GX_PREBUILD      1 (default): the sanitizer trees build in the background at nice 19 from the start
 #                    (below), GX_PREBUILD_JOBS compiles at a time (default 2); 0: each in its own stage
 #
@@ -93,29 +93,35 @@ fuzz_stage() {
   bash tests/fuzz/run.sh "$1"
 }
 
-# The Python package's types (any type error fails the run), beside ctest: mypy is one process that
-# computes (42 s alone on a clean clone, without its cache), ctest's two slots mostly wait on ranks'
-# sockets and timeouts (its 970 tests use about one core of the two).
+stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
+
+# pytest's stage is the long one (11 minutes on 3 workers) and its workers spend much of it waiting on rank
+# processes, sockets and timeouts: the two clean-clone runs of the test command on 2026-12-02 (setup's
+# build included, which keeps both cores busy) used 39 and 36 CPU-minutes in 28 and 25 minutes, 70 % of
+# two cores. The two stages that only compute run beside it: the type check of the Python package (one
+# process, 42 s) and, once the background build has its tree, the ThreadSanitizer run (its shards).
+# ctest keeps the machine to itself: its tests are CPU-bound enough that the nice-19 background build
+# alone slowed it by a fifth (above), and its RUN_SERIAL test measures round trips and goodput.
+# GX_BESIDE=0 runs each in its own stage instead: mypy before pytest, TSan after it.
+have_pytest=0
+[ -d tests/python ] && [ -x .venv/bin/python ] && have_pytest=1
+beside=${GX_BESIDE:-1}
+[ "$have_pytest" = 1 ] || beside=0
+mypy_name="type check (mypy)" tsan_name="ThreadSanitizer (comm, sync, pool)"
+have_mypy=0
 if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
-  side_stage "type check (mypy)" .venv/bin/python -m mypy
+  have_mypy=1
 else
-  echo "== type check (mypy): .venv has no mypy (bash scripts/setup.sh installs it)"
+  echo "== $mypy_name: .venv has no mypy (bash scripts/setup.sh installs it)"
   status=1
 fi
-
-stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
-[ -n "${side_pid["type check (mypy)"]:-}" ] && side_wait "type check (mypy)"
-
-# The ThreadSanitizer run goes beside pytest (once the background build has its tree): pytest's workers
-# spend most of their time waiting on rank processes, sockets and timeouts (the stage used about half of
-# CI's two cores), and TSan's shards compute. GX_TSAN_BESIDE=0 runs it in its own stage after pytest.
-tsan_name="ThreadSanitizer (comm, sync, pool)"
-tsan_beside=0
-if [ -d tests/python ] && [ -x .venv/bin/python ] && [ "${GX_TSAN_BESIDE:-1}" = 1 ]; then
-  tsan_beside=1
+if [ "$beside" = 1 ]; then
+  [ "$have_mypy" = 1 ] && side_stage "$mypy_name" .venv/bin/python -m mypy
   side_stage "$tsan_name" tsan_stage
+elif [ "$have_mypy" = 1 ]; then
+  stage "$mypy_name" .venv/bin/python -m mypy
 fi
-if [ -d tests/python ] && [ -x .venv/bin/python ]; then
+if [ "$have_pytest" = 1 ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
   if [ "${GX_SLOW:-0}" != 1 ]; then pytest_args+=(-m "not slow"); fi
   jobs=${GX_PYTEST_JOBS:-3}
@@ -125,8 +131,12 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   fi
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
-
-if [ "$tsan_beside" = 1 ]; then side_wait "$tsan_name"; else stage "$tsan_name" tsan_stage; fi
+if [ "$beside" = 1 ]; then
+  [ "$have_mypy" = 1 ] && side_wait "$mypy_name"
+  side_wait "$tsan_name"
+else
+  stage "$tsan_name" tsan_stage
+fi
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
