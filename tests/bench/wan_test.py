@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the emulated WAN (bench/cluster/wan.py + gradex-delayline) end to end on 2 hosts at
+"""Checks the emulated WAN (bench/harness/wan.py + gradex-delayline) end to end on 2 hosts at
 100 Mbit/s with 10 ms one way, in about 30 seconds:
   - the measured round trip is the configured one (min within [20, 23] ms, median under 28 ms);
   - one TCP flow's goodput respects the rate (70 % to 103 % of it);
@@ -33,10 +33,9 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "cluster"))
-from network import environment  # noqa: E402
-from ranks import parse_result, run_ranks  # noqa: E402
-from wan import Wan, WanSpec, _namespaces  # noqa: E402
+from bench.harness.network import environment  # noqa: E402
+from bench.harness.launcher import parse_result, run_ranks  # noqa: E402
+from bench.harness.wan import Wan, WanSpec, _namespaces  # noqa: E402
 
 NAME, SUBNET = "gxwtest", "198.19.250"
 
@@ -181,11 +180,13 @@ def check_regions(args, log_dir):
 def check_link_mtu():
     """The MTU rule by rate (WanSpec.link_mtu), before anything is built."""
     mtu = {rate: WanSpec(hosts=2, rate=rate, delay="1ms").link_mtu() for rate in ("100mbit", "1gbit", "10gbit")}
-    expect(mtu == {"100mbit": 1500, "1gbit": 9000, "10gbit": 65000},
+    expect(mtu == {"100mbit": 1500, "1gbit": 9000, "10gbit": 9000},
            f"the MTU follows the fastest pipe's rate: {mtu}")
     regions = WanSpec(hosts=4, rate="10gbit", delay="0.25ms", regions=[0, 0, 1, 1], inter_rate="1gbit",
                       inter_delay="25ms")
-    expect(regions.link_mtu() == 65000, "2 regions with 10 Gbit/s inside: MTU 65000")
+    expect(regions.link_mtu() == 9000, "2 regions with 10 Gbit/s inside: MTU 9000")
+    expect(WanSpec(hosts=2, rate="1gbit", delay="1ms").host_sysctls()[:1] == ["net.ipv4.tcp_congestion_control=cubic"],
+           "the hosts run TCP cubic unless told otherwise")
     expect(WanSpec(hosts=2, rate="100mbit", delay="1ms", mtu=9000).link_mtu() == 9000, "a given MTU wins")
     try:
         WanSpec(hosts=2, rate="100mbit", delay="1ms", mtu=100).validate()
