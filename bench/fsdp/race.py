@@ -44,6 +44,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
 from bench.lm import model as lm_model  # noqa: E402
 from bench.harness import network, results  # noqa: E402
+from bench.harness.launcher import run_ranks  # noqa: E402
 
 METHODS = ("native", "gradex", "diloco")
 SHAPE = {"vocab": 4096, "d": 128, "layers": 2, "heads": 4, "context": 32}
@@ -170,31 +171,11 @@ def run_cluster(net, method, args, data_path, argv):
         os.remove(curve_out)
     rank_argv = [sys.executable, "-m", "bench.fsdp.race", *argv,
                  "--worker", method, "--curve-out", curve_out, "--data", data_path]
-    port = network.pick_port(net)
     before = net.host_bytes()
-    procs, logs = [], []
-    try:
-        for r in range(WORLD):
-            log = open(os.path.join(args.log_dir, f"fsdp.{net.label}.{method}.rank{r}.log"), "w")
-            logs.append(log)
-            procs.append(subprocess.Popen(net.command(r, rank_argv), env=network.environment(net, r, WORLD, port),
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = time.monotonic() + args.budget + args.method_slack
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} at {net.label}: not done {args.method_slack} s after its budget")
-            if any(p.poll() not in (None, 0) for p in procs):
-                time.sleep(2)
-                bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-                raise RuntimeError(f"{method} at {net.label}: ranks {bad} failed (logs: {args.log_dir})")
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
-        for log in logs:
-            log.close()
+    # The launcher bounds the run (budget plus slack), kills every rank on a failure and raises RankFailure
+    # (a RuntimeError) with the failed ranks' log tails.
+    run_ranks(net, WORLD, rank_argv, warmup=0, steps=1, timeout_s=args.budget + args.method_slack,
+              log_dir=args.log_dir, label=f"fsdp.{net.label}.{method}")
     after = net.host_bytes()
     with open(curve_out) as f:
         run = json.load(f)

@@ -41,6 +41,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
 from bench.lm import lm_rank  # noqa: E402
 from bench.harness import network  # noqa: E402
+from bench.harness.launcher import run_ranks  # noqa: E402
 from bench.harness import plot as figures  # noqa: E402
 from bench.harness import results as result_files  # noqa: E402
 
@@ -62,30 +63,10 @@ def run_method(net, method, args, data_path, log_dir, target=None):
             "--budget", str(args.budget), "--curve-out", curve_out,
             *([f"--target-loss={target!r}"] if target is not None else []),
             *(["--switch", net.switch] if getattr(net, "switch", None) else []), *args.rank_args.split()]
-    port = network.pick_port(net)
-    procs, logs = [], []
-    for r in range(args.hosts):
-        log = open(os.path.join(log_dir, f"lm.{net.label}.{method}.rank{r}.log"), "w")
-        logs.append(log)
-        procs.append(subprocess.Popen(net.command(r, argv), env=network.environment(net, r, args.hosts, port),
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-    deadline = time.monotonic() + args.budget + args.method_slack
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} at {net.label}: not done {args.method_slack} s after its budget")
-            if any(p.poll() not in (None, 0) for p in procs):
-                time.sleep(2)
-                bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-                raise RuntimeError(f"{method} at {net.label}: ranks {bad} failed (logs: {log_dir}/lm.*.rank*.log)")
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
-        for log in logs:
-            log.close()
+    # The launcher bounds the run (a method's budget plus its slack), kills every rank on a failure and
+    # raises RankFailure (a RuntimeError) with the failed ranks' log tails.
+    run_ranks(net, args.hosts, argv, warmup=0, steps=1, timeout_s=args.budget + args.method_slack,
+              log_dir=log_dir, label=f"lm.{net.label}.{method}")
     with open(curve_out) as f:
         return json.load(f)
 
