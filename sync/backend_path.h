@@ -92,7 +92,7 @@ class BackendPath {
   // The transfer of one dense unit (progress thread, collective; sync/dense_exchange.cc):
   // tensor[i] is items[i]'s tensor when the item is a gradient (its values in backend memory),
   // else null (a LocalSGD parameter average in host memory, any dtype, run on the CPU backend).
-  // Items are packed into fusion buckets by fusion_bucket_end.
+  // The items are one fusion bucket (the dense route's unit).
   void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);

@@ -131,7 +131,7 @@ CodecPlanner::CodecPlanner(const config::Config& config, const EngineOptions& op
   planner_.choice.world_size = world_size;
   planner_.choice.sparse_ring = options.sparse_ring_for(world_size);
   planner_.choice.half_available = options.half_on_wire;
-  horizon_steps_.store(planner_.choice.horizon_steps);
+  horizon_.steps.store(planner_.choice.horizon_steps);
 }
 
 std::optional<cost::Rung> CodecPlanner::forced_rung(const std::string& key) const {
@@ -212,7 +212,7 @@ std::vector<cost::TensorInput> CodecPlanner::inputs_of(
   std::vector<double> ready;
   for (const cost::TensorTiming& t : numbers.tensors)
     ready.push_back(t.ready_s);
-  coalesce_ready_times(ready, coalesce_window_s_);
+  coalesce_ready_times(ready, link_paths_.coalesce_window_s);
   size_t index = 0;
   for (const cost::TensorTiming& t : numbers.tensors) {
     cost::TensorInput in;
@@ -234,18 +234,18 @@ std::vector<cost::TensorInput> CodecPlanner::inputs_of(
 
 cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) const {
   cost::ChoiceOptions o = planner_.choice;
-  o.dense_direct_max_bytes = dense_direct_max_bytes_.load();
-  o.sparse_unsized = sparse_unsized_.load();
-  o.quantized_one_hop_max_bytes = quantized_one_hop_max_bytes_.load();
-  o.link_class = link_class_;
+  o.dense_direct_max_bytes = link_paths_.dense_direct_max_bytes;
+  o.sparse_unsized = link_paths_.sparse_unsized;
+  o.quantized_one_hop_max_bytes = link_paths_.quantized_one_hop_max_bytes;
+  o.link_class = startup_.link_class;
   o.one_lane = numbers.one_lane;
   return o;
 }
 
 void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
   cost::Snapshot local = model_.snapshot();
-  local.one_lane = one_lane_;
-  local.cpu_share = cpu_share_.load();
+  local.one_lane = startup_.one_lane;
+  local.cpu_share = startup_.cpu_share.load();
   local.calibration = 1.0;
   {
     // What each codec's units measured under the plan in force, against what these numbers
@@ -326,9 +326,9 @@ CalibrationSettings CodecPlanner::calibration() const {
 void CodecPlanner::on_reconfigure(int world_size) {
   world_size_ = world_size;
   planner_.choice.world_size = world_size;
-  probed_ = false;
-  plan_epoch_ = 0;
-  applied_epoch_.clear();
+  startup_.probed = false;
+  epochs_.plan = 0;
+  epochs_.applied.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   unit_records_.clear();  // measured with another membership
   for (std::vector<cost::UnitRecord>& records : unit_memory_)
@@ -336,18 +336,18 @@ void CodecPlanner::on_reconfigure(int world_size) {
 }
 
 void CodecPlanner::set_horizon(uint64_t steps) {
-  pending_horizon_.store(static_cast<int64_t>(std::min<uint64_t>(steps, uint64_t{1} << 62)));
+  horizon_.pending.store(static_cast<int64_t>(std::min<uint64_t>(steps, uint64_t{1} << 62)));
 }
 
 uint64_t CodecPlanner::horizon() const {
-  return horizon_steps_.load();
+  return horizon_.steps.load();
 }
 
 void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
                                  std::vector<pipeline::Job>& jobs, BackendPath& path,
                                  std::mutex& state_mutex) {
-  if (!probed_) {
-    probed_ = true;
+  if (!startup_.probed) {
+    startup_.probed = true;
     calibrate_codecs(model_, calibration());
     // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
     if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
@@ -369,7 +369,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
         for (const comm::Bytes& b : comm::allgatherv(comm, me.data(), me.size()))
           hosts.emplace_back(b.begin(), b.end());
       }
-      link_class_ = cost::collective_class(hosts);
+      startup_.link_class = cost::collective_class(hosts);
       // Ranks on this machine: host identities without their network namespace (emulated hosts
       // in namespaces, and containers, share the machine's cores).
       auto machine = [](const std::string& id) { return id.substr(0, id.rfind('|')); };
@@ -377,8 +377,8 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
       const auto here = static_cast<unsigned>(std::count_if(
           hosts.begin(), hosts.end(), [&](const std::string& h) { return machine(h) == me; }));
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-      one_lane_ = here >= cores;
-      cpu_share_.store(std::max(1.0, static_cast<double>(here) / cores));
+      startup_.one_lane = here >= cores;
+      startup_.cpu_share.store(std::max(1.0, static_cast<double>(here) / cores));
     }
   }
   bool gradients = false;
@@ -392,13 +392,13 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
   // epochs restart (the horizon rule's stage starts moved) and every tensor takes the new plan at
   // its next exchange, on every rank in this same round.
   if (gradients) {
-    const int64_t pending = pending_horizon_.exchange(-1);
+    const int64_t pending = horizon_.pending.exchange(-1);
     if (pending >= 0) {
       planner_.choice.horizon_steps = pending == 0 ? 0 : now + static_cast<uint64_t>(pending);
-      horizon_steps_.store(planner_.choice.horizon_steps);
-      plan_epoch_ = 0;
-      planned_ = false;
-      applied_epoch_.clear();
+      horizon_.steps.store(planner_.choice.horizon_steps);
+      epochs_.plan = 0;
+      epochs_.planned = false;
+      epochs_.applied.clear();
       GX_LOG(kInfo) << "GRADEX_POLICY=auto: training horizon " << planner_.choice.horizon_steps
                     << " exchange steps (set at step " << now << ")";
     }
@@ -410,17 +410,17 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
   }
   // The first plan comes with the first gradients (the registered sizes and rows, the probe's
   // link, no compute measured yet); later ones at each new epoch.
-  if (gradients && (!planned_ || epoch > plan_epoch_)) {
+  if (gradients && (!epochs_.planned || epoch > epochs_.plan)) {
     replan(comm, epoch);
-    plan_epoch_ = epoch;
-    planned_ = true;
+    epochs_.plan = epoch;
+    epochs_.planned = true;
   }
   std::lock_guard<std::mutex> lock(state_mutex);
   for (pipeline::Job& job : jobs) {
     if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     const uint64_t e = epoch_of(job.step);
     // A tensor takes the newest plan at its first exchange and then when it enters a new epoch.
-    auto [applied, first] = applied_epoch_.try_emplace(job.id.key, e);
+    auto [applied, first] = epochs_.applied.try_emplace(job.id.key, e);
     if (first) first_exchanges_.mark(job.id.key, job.step);
     if (!first && e <= applied->second) continue;
     applied->second = e;
@@ -439,7 +439,7 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
   }
 }
 
-void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
+void CodecPlanner::observe_unit(const pipeline::Unit& unit) {
   if (unit.jobs.empty()) return;
   // A unit holding a tensor's first exchange on its codec is no record of the codec's steady cost
   // (sync/first_exchanges.h); its stages still refine the per-element costs (the least is kept).
@@ -456,16 +456,14 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
   }
   if (jobs.empty()) return;
   const pipeline::UnitCounters& c = unit.counters;
-  cost::Codec codec = cost::Codec::kFp32;
+  // What the unit's route ran (pipeline::UnitSample): its codec and the terms of the collective
+  // it actually took.
+  const pipeline::UnitSample& sample = unit.sample;
+  const cost::Codec codec = sample.codec;
+  const cost::Terms terms = sample.terms;
   uint64_t decoded = 0;  // DGC: the values its finish stage summed
-  cost::Terms terms;
-  if (unit.path == route::Path::kSparse) {
-    const bool adam = planner_.choice.sparse_codec == cost::Codec::kAdam;
-    codec = planner_.choice.sparse_codec;
-    terms = {
-        cost::allgatherv_terms(1, world_size_, planner_.choice.sparse_ring, sparse_unsized_.load())
-            .latency,
-        static_cast<double>(c.received_bytes)};
+  if (is_sparse(codec)) {
+    const bool adam = codec == cost::Codec::kAdam;
     uint64_t selected = 0;
     for (const pipeline::Job* j : jobs)
       selected += compress::dgc::target_count(j->tensor->numel, j->tensor->policy.rung.sparsity);
@@ -479,18 +477,8 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
       else
         model_.observe_dgc_payload(selected, message - framing);
     }
-  } else if (route::quantized_path(unit.path)) {
-    const int bits = route::quantized_path_bits(unit.path);
-    codec = bits == 4 ? cost::Codec::kInt4 : cost::Codec::kInt8;
-    terms =
-        cost::int8_allreduce_terms(static_cast<double>(elements), world_size_, bits, unit.one_hop);
-  } else {
-    const bool half = unit.path == route::Path::kDense && half_on_wire;
-    codec = half ? cost::Codec::kHalf : cost::Codec::kFp32;
-    const double bytes = static_cast<double>(elements) * (half ? 2 : 4);
-    terms = cost::dense_allreduce_terms(bytes, world_size_, dense_direct_max_bytes_.load());
   }
-  if (unit.path != route::Path::kFirstAverage)
+  if (sample.codec_work)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
   if (world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
     // The quantized route's transfer also holds the owners' sums and re-encodes, which the model
@@ -499,17 +487,17 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
     // observe_transfer). The whole encode cost bounds the owners' part from above. (A dense ring
     // or a DGC gather paced by the CPU is paced per byte, as the link's terms price it.)
     double cpu_s = 0;
-    if (route::quantized_path(unit.path)) {
+    if (sample.codec_cpu_in_transfer) {
       const cost::CodecCosts costs = model_.codecs();
       cpu_s = (terms.bytes * costs.transport_s_per_byte +
                static_cast<double>(elements) * costs.encode_s[static_cast<size_t>(codec)]) *
-              cpu_share_.load();
+              startup_.cpu_share.load();
     }
-    model_.observe_transfer(link_class_, terms, c.transfer_seconds, cpu_s);
+    model_.observe_transfer(startup_.link_class, terms, c.transfer_seconds, cpu_s);
   }
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && !first_on_codec && unit.path != route::Path::kFirstAverage &&
+  if (world_size_ > 1 && !first_on_codec && sample.codec_work &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;
@@ -528,8 +516,8 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
 }
 
 std::string CodecPlanner::describe_numbers(const cost::Snapshot& n) const {
-  const cost::LinkParams& l = n.link[static_cast<size_t>(link_class_)];
-  return std::string(cost::peer_class_name(link_class_)) + " link alpha " +
+  const cost::LinkParams& l = n.link[static_cast<size_t>(startup_.link_class)];
+  return std::string(cost::peer_class_name(startup_.link_class)) + " link alpha " +
          fmt("%.1f", l.alpha_s * 1e6) + " us, " + fmt("%.3g", 8e-9 / l.beta_s_per_byte) +
          " Gbit/s" + (l.measured ? "" : " (default)") + "; per element: 16-bit cast " +
          fmt("%.2f", n.codecs.encode_s[1] * 1e9) + " ns, dgc encode " +
@@ -552,7 +540,7 @@ std::string CodecPlanner::describe_numbers(const cost::Snapshot& n) const {
 
 std::string CodecPlanner::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t horizon = horizon_steps_.load();
+  const uint64_t horizon = horizon_.steps.load();
   std::string out = "GRADEX_POLICY=auto: re-evaluated every " + std::to_string(planner_.interval) +
                     " steps; " + std::to_string(plans_made_) + " plan(s) made; training horizon " +
                     (horizon > 0 ? std::to_string(horizon) + " steps" : std::string("unknown")) +

@@ -54,20 +54,6 @@
 
 namespace gradex::sync {
 
-// What the engine does on the agreed link (Engine::execute, from the agreed sync/link_model.h, so
-// the same on every rank): on a latency-bound link, how close to a step's first submission the
-// others must come to share its negotiation round (Engine::coalesce_submissions), the largest
-// dense bucket summed by the direct exchange (LinkModel::dense_direct_max_bytes), whether a DGC
-// gather skips its size round (SparseGather: comm::allgatherv_unsized), and the largest 8-bit or
-// 4-bit unit summed in one hop (LinkModel::quantized_one_hop_max_bytes, one rank's encoding);
-// zeros and false elsewhere.
-struct LinkPaths {
-  double coalesce_window_s = 0;
-  uint64_t dense_direct_max_bytes = 0;
-  bool sparse_unsized = false;
-  uint64_t quantized_one_hop_max_bytes = 0;
-};
-
 class BackendPath;
 
 namespace pipeline {
@@ -109,19 +95,13 @@ class CodecPlanner {
   // it absolute from their agreed step and re-plans there; every rank must call it alike before
   // submitting that step, so every rank re-plans in the same round.
   void set_horizon(uint64_t steps);
-  // Progress thread: PolicySource::set_link_paths. The timeline then plans the submissions within
-  // the window of a step's first as ready together (coalesce_ready_times), and prices dense
-  // tensors up to the size with the direct exchange's latencies (ChoiceOptions), as are the
-  // measured dense units of up to that size; a DGC gather without its size round is priced (and
-  // its measured units fitted) with the latencies it takes (cost::allgatherv_terms); 8-bit and
-  // 4-bit tensors up to the size with the one hop's (cost::int8_allreduce_terms), its measured
-  // units as they ran (pipeline::Unit::one_hop).
-  void set_link_paths(const LinkPaths& paths) {
-    coalesce_window_s_ = paths.coalesce_window_s;
-    dense_direct_max_bytes_.store(paths.dense_direct_max_bytes);
-    sparse_unsized_.store(paths.sparse_unsized);
-    quantized_one_hop_max_bytes_.store(paths.quantized_one_hop_max_bytes);
-  }
+  // Progress thread: PolicySource::set_link_paths (the routes' rules, route::link_paths). The
+  // timeline then plans the submissions within the window of a step's first as ready together
+  // (coalesce_ready_times), and the plan prices dense tensors up to the size with the direct
+  // exchange's latencies, DGC gathers without their size round where they skip it, and 8-bit and
+  // 4-bit tensors up to the size with the one hop's (ChoiceOptions). Measured units are fitted as
+  // they ran (pipeline::Unit::sample), not from these.
+  void set_link_paths(const LinkPaths& paths) { link_paths_ = paths; }
   uint64_t horizon() const;
 
   // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
@@ -133,7 +113,7 @@ class CodecPlanner {
   void before_routes(comm::Communicator& comm, AgreedLink& link, std::vector<pipeline::Job>& jobs,
                      BackendPath& path, std::mutex& state_mutex);
   // Any thread, when a unit completes: its measured times feed the model.
-  void observe_unit(const pipeline::Unit& unit, bool half_on_wire);
+  void observe_unit(const pipeline::Unit& unit);
 
   // The newest plan with predicted and measured times, the agreed numbers and this rank's
   // measured step tail (gradex_explain, gradex-bench plan).
@@ -176,25 +156,29 @@ class CodecPlanner {
   PlannerOptions planner_;
   cost::CostModel model_;
   // Progress thread only:
-  bool probed_ = false;
-  bool planned_ = false;
-  cost::PeerClass link_class_ = cost::PeerClass::kSameHost;
-  bool one_lane_ = false;  // this host: no more cores than ranks
-  // This host: max(1, ranks / cores) (cost::Snapshot::cpu_share); set on the progress thread,
-  // read by observe_unit on any.
-  std::atomic<double> cpu_share_{1.0};
-  uint64_t plan_epoch_ = 0;
-  std::map<std::string, uint64_t> applied_epoch_;
+  // What the start-up measured for this membership (before_routes' first call).
+  struct Startup {
+    bool probed = false;
+    cost::PeerClass link_class = cost::PeerClass::kSameHost;
+    bool one_lane = false;  // this host: no more cores than ranks
+    // This host: max(1, ranks / cores) (cost::Snapshot::cpu_share); set on the progress thread,
+    // read by observe_unit on any.
+    std::atomic<double> cpu_share{1.0};
+  } startup_;
+  // The plan in force: its epoch, whether one was made, each tensor's epoch of its last switch.
+  struct Epochs {
+    uint64_t plan = 0;
+    bool planned = false;
+    std::map<std::string, uint64_t> applied;
+  } epochs_;
   std::map<std::string, cost::Rung> choice_;
   ChoiceHook choice_hook_;
-  // set_horizon's value until the progress thread applies it (-1: none pending).
-  std::atomic<int64_t> pending_horizon_{-1};
-  std::atomic<uint64_t> horizon_steps_{0};  // planner_.choice.horizon_steps, for explain()
-  double coalesce_window_s_ = 0;            // progress thread (set_link_paths)
-  // set_link_paths' (read by observe_unit on any thread; choice_options puts it in the plan's).
-  std::atomic<uint64_t> dense_direct_max_bytes_{0};
-  std::atomic<bool> sparse_unsized_{false};
-  std::atomic<uint64_t> quantized_one_hop_max_bytes_{0};
+  struct Horizon {
+    // set_horizon's value until the progress thread applies it (-1: none pending).
+    std::atomic<int64_t> pending{-1};
+    std::atomic<uint64_t> steps{0};  // planner_.choice.horizon_steps, for explain()
+  } horizon_;
+  LinkPaths link_paths_;  // progress thread (set_link_paths; replan reads it)
   // Read by explain() from any thread:
   mutable std::mutex mutex_;
   cost::Plan plan_;

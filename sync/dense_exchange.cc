@@ -1,7 +1,7 @@
-// The dense exchange (BackendPath::dense_average): the pipeline's dense unit is one fusion bucket
-// (fusion_bucket_end), each run of consecutive tensors on one backend gathered and cast to the wire
-// type in backend memory, only the wire bucket copied to host staging memory for the ring
-// allreduce (nothing is copied on host backends), then copied back, widened and scattered.
+// The dense exchange (BackendPath::dense_average): the dense route's unit is one fusion bucket
+// (route::pack, sync/route/select.cc), each run of consecutive tensors on one backend gathered and
+// cast to the wire type in backend memory, only the wire bucket copied to host staging memory for
+// the ring allreduce (nothing is copied on host backends), then copied back, widened and scattered.
 // Parameter averages of the same unit (host memory, any dtype) run on the CPU backend through an
 // fp32 copy, so a unit is laid out the same whatever any rank keeps on a device. (A DGC unit's
 // payloads are host bytes: BackendPath::prepare and finish, framed by the engine's stages.)
@@ -51,7 +51,6 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
   const size_t elem = dtype_size(wire);
   // 16-bit: divide before the cast so the ring's partial sums stay in range.
   const float scale = wire == DType::kFloat32 ? 1.0f : 1.0f / static_cast<float>(world);
-  const size_t bucket_limit = fusion_limit(options.fusion_bytes, elem);
   be::Backend& cpu = *be::get_backend(be::DeviceType::kCpu);
 
   // fp32 views; 16-bit parameter averages go through host_scratch_ (sized once, before any pointer
@@ -79,10 +78,12 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
   }
 
   std::vector<be::FusionEntry> entries;
-  size_t begin = 0;
-  while (begin < items.size()) {
+  {
+    // The whole unit, one bucket.
+    const size_t begin = 0, end = items.size();
     size_t bytes = 0;
-    const size_t end = fusion_bucket_end(items, begin, elem, bucket_limit, bytes);
+    for (const DenseItem& item : items)
+      bytes += item.numel * elem;
     // Host memory the ring reads and writes: pinned when a device backend copies into it.
     if (!staging_ || staging_->bytes() < bytes || (pinned_from && !staging_pinned_)) {
       staging_.reset();
@@ -171,8 +172,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     try {
       if (options.hierarchy != nullptr)
         comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire,
-                                         options.direct_for && options.direct_for(bytes));
-      else if (options.direct_for && options.direct_for(bytes))
+                                         options.direct);
+      else if (options.direct)
         comm::direct_allreduce_sum(comm, stage, bytes / elem, wire);
       else
         comm::allreduce_sum(comm, stage, bytes / elem, wire);
@@ -234,7 +235,6 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
             views[i].backend->count_nonfinite(views[i].data, views[i].numel,
                                               *lane(*views[i].backend).stream) > 0;
     counters.cast_seconds += seconds_since(t2);
-    begin = end;
   }
   for (size_t i = 0; i < items.size(); ++i) {
     if (TensorState* t = tensor[i])

@@ -1,6 +1,7 @@
-// Dense averaging of many tensors at once (BackendPath::dense_average, sync/dense_exchange.cc):
-// tensors are packed into fusion buckets of at most `fusion_bytes` wire bytes, each bucket is
-// summed with one ring allreduce, then unpacked as averages.
+// Dense averaging of many tensors at once (BackendPath::dense_average, sync/dense_exchange.cc): the
+// items are one fusion bucket (the dense route's unit: the routes' packing, route::pack,
+// sync/route/select.cc, is the only place that fuses), summed with one allreduce, then unpacked as
+// averages.
 //   16-bit wire: values are divided by the world size before the cast (sums cannot overflow);
 //                finite values beyond the 16-bit range saturate and are counted.
 //   fp32 wire:   sums in fp32, then divides by the world size (the same as an exact reference that
@@ -33,16 +34,15 @@ struct DenseItem {
 };
 
 struct DenseExchangeOptions {
-  size_t fusion_bytes = 64u << 20;
   bool half_on_wire = true;
   DType half_type = DType::kFloat16;
   NonFinitePolicy nonfinite = NonFinitePolicy::kPropagate;
-  // Non-null: buckets are summed by comm::hierarchical_allreduce_sum over this layout (its step
-  // across the hosts direct where direct_for says so for the bucket's wire bytes).
+  // Non-null: the bucket is summed by comm::hierarchical_allreduce_sum over this layout (its step
+  // across the hosts direct when `direct`).
   const comm::HostTopology* hierarchy = nullptr;
-  // Otherwise by comm::direct_allreduce_sum where this says so for the bucket's wire bytes (the
-  // same bits as the ring, fewer message latencies), else by the ring. Null: the ring.
-  std::function<bool(uint64_t wire_bytes)> direct_for;
+  // Otherwise by comm::direct_allreduce_sum when set (the same bits as the ring, fewer message
+  // latencies; the dense routes' rule decides), else by the ring.
+  bool direct = false;
 };
 
 struct DenseCounters {
@@ -54,24 +54,10 @@ struct DenseCounters {
   double communicate_seconds = 0;
 };
 
-// The fusion rule every packer shares (the dense exchange and the pipeline's planner), so that
-// every rank cuts the same buckets: items join the open bucket in order while
-// its wire bytes stay within max(fusion_bytes, one element); a larger item travels alone.
+// The fusion rule (route::pack, sync/route/select.cc), so that every rank cuts the same buckets:
+// items join the open bucket in order while its wire bytes stay within max(fusion_bytes, one
+// element); a larger item travels alone.
 inline size_t fusion_limit(size_t fusion_bytes, size_t elem) {
   return std::max(fusion_bytes, elem);
 }
-// One past the last item of the bucket that starts at `begin` (items have a `numel`); `bytes`
-// receives the bucket's wire bytes.
-template <typename Items>
-size_t fusion_bucket_end(const Items& items, size_t begin, size_t elem, size_t limit,
-                         size_t& bytes) {
-  size_t end = begin;
-  bytes = 0;
-  while (end < items.size() && (end == begin || bytes + items[end].numel * elem <= limit)) {
-    bytes += items[end].numel * elem;
-    ++end;
-  }
-  return end;
-}
-
 }  // namespace gradex::sync

@@ -126,27 +126,14 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  if (const LinkModel* link = link_.model(); link != nullptr && link->latency_bound()) {
-    // The flat layout's dense collectives choose direct buckets by the model
-    // (route/dense_bucket.cc).
-    using Dense = EngineOptions::DenseCollective;
-    const Dense mode = options_.dense_collective;
-    const uint64_t direct_max = hierarchy_ != nullptr || mode == Dense::kRing ? 0
-                                : mode == Dense::kDirect                      ? UINT64_MAX
-                                                         : link->dense_direct_max_bytes();
-    // DGC gathers skip their size round from a unit's second gather on (SparseGather::gather),
-    // as they do at every step that is planned (the first is the probe's).
-    using Sparse = EngineOptions::SparseCollective;
-    const bool unsized = hierarchy_ == nullptr && comm_->receives_any_length() &&
-                         options_.sparse_collective != Sparse::kRing;
-    LinkPaths paths;
-    paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
-    paths.dense_direct_max_bytes = direct_max;
-    paths.sparse_unsized = unsized;
-    paths.quantized_one_hop_max_bytes = link->quantized_one_hop_max_bytes();
+  // What the routes will do on the agreed link, by their own rules (sync/route/route.h), so that
+  // the planner prices what is sent.
+  {
+    const LinkModel* link = link_.model();
+    LinkPaths paths = route::link_paths(link, options_, hierarchy(), comm_->receives_any_length());
+    if (link != nullptr && link->latency_bound())
+      paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
     policy_->set_link_paths(paths);
-  } else {
-    policy_->set_link_paths(LinkPaths{});
   }
   std::vector<Rung> rungs_before;
   rungs_before.reserve(jobs.size());
@@ -246,22 +233,22 @@ void Engine::transfer(Unit& unit) {
   const uint64_t received_before = comm_->bytes_received();
   route.prepare(unit, ctx);
   route.exchange(unit, ctx);
-  route.finish(unit, ctx);
   unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
   unit.counters.received_bytes += comm_->bytes_received() - received_before;
+  route.finish(unit, ctx);
   if (trace_) {
     const auto t1 = std::chrono::steady_clock::now();
     if (t0 - planned_from > std::chrono::microseconds(50))
       trace_->span(trace_row(), "link probe", planned_from, t0);
     timeline::Args args = timeline::Args::from_members(unit.timeline_args);
-    args.add("collective", path_name(route.path()))
+    args.add("collective", route.name())
         .add("one_hop", unit.one_hop ? "yes" : "no")
         .add("bytes_sent", comm_->bytes_sent() - sent_before)
         .add("bytes_received", comm_->bytes_received() - received_before);
     trace_->span(trace_row(), "transfer", t0, t1, args);
-    traced_comm_->drain(path_name(route.path()), timeline::Args::from_members(unit.timeline_args));
+    traced_comm_->drain(route.name(), timeline::Args::from_members(unit.timeline_args));
   }
-  GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << path_name(route.path())
+  GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << route.name()
                  << (unit.one_hop ? " in one hop" : "") << ": " << comm_->bytes_sent() - sent_before
                  << " bytes sent in " << unit.counters.transfer_seconds * 1e3 << " ms";
 }
@@ -274,9 +261,9 @@ void Engine::complete_unit(Unit& unit) {
     ++stats_.tensors;
     stats_.dense_bytes += ring_allreduce_bytes(t.numel * 4, world_size_);
     if (job->id.kind == WorkKind::kAverage) ++stats_.parameter_averages;
-    const route::Path path = route::path_of(*job);
-    if (path == route::Path::kSparse) ++stats_.sparse_exchanges;
-    if (path == route::Path::kDgcDenseStep) ++stats_.dense_fallbacks;
+    const route::JobRole role = route::role_of(*job);
+    if (role.selects) ++stats_.sparse_exchanges;
+    if (role.dense_step) ++stats_.dense_fallbacks;
     if (job->nonfinite_result && options_.nonfinite == NonFinitePolicy::kError)
       complete(job->id, ErrorCode::kInvalidArgument,
                work_name(job->id) +
@@ -286,7 +273,7 @@ void Engine::complete_unit(Unit& unit) {
       complete(job->id, ErrorCode::kOk, "");
   }
   const pipeline::UnitCounters& c = unit.counters;
-  policy_->observe_unit(unit, options_.half_on_wire);  // measured times
+  policy_->observe_unit(unit);  // what the unit's route ran, and its measured times
   stats_.bytes_sent += c.wire_bytes;
   stats_.bytes_received += c.received_bytes;
   stats_.saturated += c.saturated;

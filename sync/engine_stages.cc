@@ -1,8 +1,8 @@
 // The per-tensor work of the engine's pipeline stages (sync/pipeline.h): prepare (a gradient's
 // clipping, momentum and DGC step on its backend, sync/backend_path.h; LocalSGD deltas) and finish
-// (every rank's payload summed, casts back into the caller's buffer, LocalSGD anchors), and the
-// framing of a DGC unit's message (compress/wire/message.h). These run on the worker pool or on
-// the progress thread and touch only their own job's tensor.
+// (every rank's payload summed, casts back into the caller's buffer, LocalSGD anchors). The unit's
+// route (sync/route/route.h) runs them over its jobs and frames what they select; these run on the
+// worker pool or on the progress thread and touch only their own job's tensor.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -11,7 +11,6 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "base/wall_time.h"
-#include "compress/wire/message.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
 #include "sync/engine_internal.h"
@@ -29,14 +28,13 @@ using detail::to_float;
 using detail::work_name;
 using pipeline::Job;
 using pipeline::Unit;
-using route::Path;
-namespace wire = compress::wire;
 
 }  // namespace
 
 void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   TensorState& t = *job.tensor;
-  if (job.path == Path::kFirstAverage) {
+  const route::JobRole role = route::role_of(job);
+  if (role.first_average) {
     // Full values in fp32, which also establishes an identical anchor everywhere.
     job.values = job.data;
     job.values_dtype = t.dtype;
@@ -55,9 +53,9 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
     return;
   }
   if (job.absent)
-    path_->prepare_absent(t, job.data, job.step, job.path == Path::kSparse, payload_out);
+    path_->prepare_absent(t, job.data, job.step, role.selects, payload_out);
   else
-    path_->prepare(t, job.data, job.clip, job.step, job.path == Path::kSparse, payload_out);
+    path_->prepare(t, job.data, job.clip, job.step, role.selects, payload_out);
   job.values = path_->values(t, job.data);
   job.values_dtype = DType::kFloat32;
   if (job.rider) job.saturated = path_->encode_rider(t, job.data, job.rider_wire, payload_out);
@@ -79,10 +77,10 @@ namespace {
 // Elements a job's prepare stage computes on (0: it only points at the caller's buffer): the
 // weights by which a unit's jobs are spread over the pool.
 uint64_t prepare_work(const Job& job, const EngineOptions& options) {
-  if (job.path == Path::kFirstAverage) return 0;
-  const bool dense_gradient = job.id.kind == WorkKind::kGradient &&
-                              route::dense_allreduce(job.path) && job.path != Path::kDgcDenseStep &&
-                              !job.absent;
+  const route::JobRole role = route::role_of(job);
+  if (role.first_average) return 0;
+  const bool dense_gradient =
+      job.id.kind == WorkKind::kGradient && role.summed_in_place && !role.dense_step && !job.absent;
   if (dense_gradient && !job.rider && options.momentum <= 0 && options.clip_norm <= 0) return 0;
   return job.tensor->numel;
 }
@@ -90,7 +88,7 @@ uint64_t prepare_work(const Job& job, const EngineOptions& options) {
 // The same for the finish stage: a sparse sum, parameters and anchors, a 16-bit tensor's cast back
 // (a dense fp32 gradient's average is already in place).
 uint64_t finish_work(const Job& job) {
-  const bool in_place = job.id.kind == WorkKind::kGradient && route::dense_allreduce(job.path) &&
+  const bool in_place = job.id.kind == WorkKind::kGradient && route::role_of(job).summed_in_place &&
                         job.tensor->dtype == DType::kFloat32 && !job.rider;
   return in_place ? 0 : job.tensor->numel;
 }
@@ -133,44 +131,17 @@ void spread_jobs(ThreadPool& pool, Unit& unit, const HostJobs& host, Fn&& fn) {
 
 void Engine::prepare_unit(Unit& unit) {
   auto t0 = Clock::now();
-  // A DGC unit's message frames one payload per tensor, in job order.
-  std::vector<uint8_t>& m = unit.message;
-  m.clear();
-  unit.rider_message_bytes = 0;
-  const bool sparse = unit.path == Path::kSparse;
   ThreadPool& pool = shared_pool();
   // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
-  // also split inside its DGC step, compress/dgc/parallel.h). Spread, every payload is encoded into
-  // its job's own buffer and framed in job order: the message does not depend on the pool or on
-  // timing.
+  // also split inside its DGC step, compress/dgc/parallel.h), so it may be spread over the pool;
+  // the route frames the payloads in job order, so its message depends on neither.
   const HostJobs host =
       host_jobs(unit, *path_, [this](const Job& job) { return prepare_work(job, options_); });
-  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total)) {
-    spread_jobs(pool, unit, host, [&](size_t j) {
-      Job& job = *unit.jobs[j];
-      job.payload.clear();
-      prepare_named(job, job.payload);
-    });
-    if (sparse) {
-      wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
-      for (Job* job : unit.jobs) {
-        const size_t before = m.size();
-        const size_t at = wire::begin_payload(m);
-        m.insert(m.end(), job->payload.begin(), job->payload.end());
-        wire::end_payload(m, at);
-        if (job->rider) unit.rider_message_bytes += m.size() - before;
-      }
-    }
-  } else {
-    if (sparse) wire::begin_message(m, static_cast<uint32_t>(unit.jobs.size()));
-    for (Job* job : unit.jobs) {
-      const size_t before = m.size();
-      const size_t at = sparse ? wire::begin_payload(m) : 0;
-      prepare_named(*job, m);
-      if (sparse) wire::end_payload(m, at);
-      if (job->rider) unit.rider_message_bytes += m.size() - before;
-    }
-  }
+  route::JobWork work;
+  work.prepare = [&](size_t j, std::vector<uint8_t>& out) { prepare_named(*unit.jobs[j], out); };
+  if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total))
+    work.spread = [&](const std::function<void(size_t)>& fn) { spread_jobs(pool, unit, host, fn); };
+  route::select(unit, hierarchy()).pack(unit, work);
   unit.counters.prepare_seconds += seconds_since(t0);
   if (trace_) {
     unit.timeline_args = timeline::unit_args(unit).members();
@@ -179,17 +150,18 @@ void Engine::prepare_unit(Unit& unit) {
   }
 }
 
-void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
+void Engine::finish(Job& job, const std::vector<compress::wire::PayloadSpan>& payloads) {
   TensorState& t = *job.tensor;
   if (job.rider) {
     job.nonfinite_result = path_->finish_rider(t, job.data, payloads, job.rider_wire);
     return;
   }
+  const route::JobRole role = route::role_of(job);
   if (job.id.kind == WorkKind::kGradient) {
-    path_->finish(t, job.data, payloads, job.path == Path::kSparse);
+    path_->finish(t, job.data, payloads, role.selects);
     return;
   }
-  if (job.path == Path::kFirstAverage) {
+  if (role.first_average) {
     t.anchor.resize(t.numel);
     to_float(job.data, t.dtype, t.numel, t.anchor.data());
   } else if (job.id.kind == WorkKind::kAverage) {
@@ -202,32 +174,17 @@ void Engine::finish(Job& job, const std::vector<wire::PayloadSpan>& payloads) {
 
 void Engine::finish_unit(Unit& unit) {
   auto t0 = Clock::now();
-  std::vector<std::vector<wire::PayloadSpan>> payloads(unit.jobs.size());
-  if (unit.path == Path::kSparse) {
-    // One message per rank, or per host under the hierarchical exchange (its host payloads,
-    // sync/route/sparse_hierarchical.cc); summed in that order either way.
-    const bool per_host = hierarchy_ != nullptr;
-    GX_CHECK_EQ(unit.received.size(), per_host ? static_cast<size_t>(hierarchy_->host_count())
-                                               : static_cast<size_t>(world_size_));
-    std::vector<wire::PayloadSpan> spans;
-    for (size_t r = 0; r < unit.received.size(); ++r) {
-      const comm::Bytes& m = unit.received[r];
-      const std::string what =
-          (per_host ? "sparse message of host " : "sparse message from rank ") + std::to_string(r);
-      const uint32_t count = wire::message_count(m.data(), m.size(), what);
-      if (count != unit.jobs.size())
-        throw CorruptPayload(what + " holds " + std::to_string(count) + " tensor(s) where [" +
-                             unit.keys() + "] were expected (ranks with different " +
-                             "GRADEX_SPARSE_GROUP_MB?)");
-      wire::split_message(m.data(), m.size(), unit.jobs.size(), what, spans);
-      for (size_t j = 0; j < unit.jobs.size(); ++j)
-        payloads[j].push_back(spans[j]);
-    }
-  }
+  // Unpacking reads the layout and the world size only (no collective: any thread).
+  route::Context ctx{*comm_,   *path_,  sparse_gather_, link_,
+                     options_, config_, hierarchy(),    world_size_};
+  const route::Payloads payloads = route::select(unit, hierarchy()).unpack(unit, ctx);
   // Every tensor's finish is its own (its sum, its cast back): spread like the prepare stage.
   ThreadPool& pool = shared_pool();
   const HostJobs host = host_jobs(unit, *path_, finish_work);
-  auto finish_job = [&](size_t j) { finish(*unit.jobs[j], payloads[j]); };
+  static const std::vector<compress::wire::PayloadSpan> kNone;
+  auto finish_job = [&](size_t j) {
+    finish(*unit.jobs[j], payloads.empty() ? kNone : payloads[j]);
+  };
   if (pipeline::spread_prepare(pool.threads(), host.index.size(), host.total))
     spread_jobs(pool, unit, host, finish_job);
   else

@@ -5,7 +5,7 @@
 #include <exception>
 
 #include "base/thread_pool.h"
-#include "sync/dense_exchange.h"
+#include "sync/route/route.h"
 
 namespace gradex::sync::pipeline {
 
@@ -24,88 +24,8 @@ std::string Unit::keys() const {
   return s;
 }
 
-namespace {
-
-// Greedy packing in round order by the fusion rule the dense exchange applies to one call's items
-// (sync/dense_exchange.h): a bucket takes the next job while its wire bytes stay within the limit;
-// a job larger than the limit travels alone.
-void add_buckets(std::vector<Job>& jobs, route::Path path, size_t elem, size_t fusion_bytes,
-                 std::deque<Unit>& units) {
-  const size_t limit = fusion_limit(fusion_bytes, elem);
-  Unit* open = nullptr;
-  size_t bytes = 0;
-  for (Job& j : jobs) {
-    if (route::unit_path(j.path) != path || j.rider) continue;
-    const size_t b = j.tensor->numel * elem;
-    if (open == nullptr || bytes + b > limit) {
-      open = &units.emplace_back();
-      open->path = path;
-      bytes = 0;
-    }
-    open->jobs.push_back(&j);
-    bytes += b;
-  }
-}
-
-// Marks the riders (see plan()); returns whether there are any.
-bool choose_riders(std::vector<Job>& jobs, const PlanOptions& options) {
-  using route::Path;
-  if (options.rider_bytes == 0) return false;
-  if (std::none_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.path == Path::kSparse; }))
-    return false;
-  uint64_t bytes = 0;
-  bool any = false;
-  for (Job& j : jobs) {
-    const bool dense = j.path == Path::kDense || j.path == Path::kDenseFp32;
-    if (!dense || j.id.kind != WorkKind::kGradient || j.absent || !j.tensor->int8_residual.empty())
-      continue;
-    const DType wire = j.path == Path::kDense ? options.dense_wire : DType::kFloat32;
-    const uint64_t b = j.tensor->numel * dtype_size(wire);
-    if (bytes + b > options.rider_bytes) break;  // round order: a prefix rides
-    bytes += b;
-    j.rider = true;
-    j.rider_wire = wire;
-    any = true;
-  }
-  return any;
-}
-
-}  // namespace
-
 std::deque<Unit> plan(std::vector<Job>& jobs, const PlanOptions& options) {
-  std::deque<Unit> units;
-  using route::Path;
-  const bool riders = choose_riders(jobs, options);
-  add_buckets(jobs, Path::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
-  // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
-  add_buckets(jobs, Path::kDenseFp32, 4, options.fusion_bytes, units);
-  // The quantized route (sync/int8_exchange.h): buckets of their own per code width, counted at
-  // one byte per element (4-bit buckets thus hold twice their wire bytes' worth).
-  add_buckets(jobs, Path::kInt8, 1, options.fusion_bytes, units);
-  add_buckets(jobs, Path::kInt4, 1, options.fusion_bytes, units);
-  add_buckets(jobs, Path::kFirstAverage, 4, options.fusion_bytes, units);
-  const uint64_t group = options.sparse_group_elements;
-  Unit* open = nullptr;
-  uint64_t elements = 0;
-  for (Job& j : jobs) {
-    if (j.path != Path::kSparse) continue;
-    const uint64_t n = j.tensor->numel;
-    if (open == nullptr || elements >= group || n >= group) {
-      open = &units.emplace_back();
-      open->path = Path::kSparse;
-      open->finish_on_pool = true;  // decoding may overlap the next unit's transfer
-      elements = 0;
-    }
-    open->jobs.push_back(&j);
-    elements += n;
-  }
-  if (riders) {
-    Unit& first = *std::find_if(units.begin(), units.end(),
-                                [](const Unit& u) { return u.path == Path::kSparse; });
-    for (Job& j : jobs)
-      if (j.rider) first.jobs.push_back(&j);
-  }
-  return units;
+  return route::pack(jobs, options);
 }
 
 int lookahead_for(int threads) {

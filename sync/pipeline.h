@@ -25,6 +25,7 @@
 
 #include "base/dtype.h"
 #include "comm/communicator.h"
+#include "sync/cost_model.h"
 #include "sync/negotiator.h"
 #include "sync/route/path.h"
 #include "sync/tensor_state.h"
@@ -72,6 +73,16 @@ struct UnitCounters {
   double finish_seconds = 0;    // decode, casts back
 };
 
+// What a unit's route ran, for the cost model (CodecPlanner::observe_unit): set by the route
+// (sync/route/route.h), so that the planner prices what was actually sent.
+struct UnitSample {
+  Codec codec = Codec::kFp32;  // the codec whose work the unit's stages did
+  cost::Terms terms;           // the collective it ran: latencies, bytes on the busiest link
+  bool codec_work = true;      // false: no codec's work (LocalSGD's first average)
+  // The quantized route: its transfer also holds the owners' sums and re-encodes.
+  bool codec_cpu_in_transfer = false;
+};
+
 // One collective's worth of jobs.
 struct Unit {
   // Its jobs' route::unit_path (plan never mixes paths in a unit, but for riders: dense jobs in a
@@ -83,6 +94,7 @@ struct Unit {
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
   uint64_t rider_message_bytes = 0;   // sparse: the riders' share of `message`, framing included
   bool one_hop = false;  // 8-bit/4-bit: summed in one hop (sync/int8_exchange.h), set by its route
+  UnitSample sample;     // set by its route's exchange and finish
   UnitCounters counters;
   // GRADEX_TIMELINE: the unit's description (sync/timeline/unit_args.h), made once by its prepare
   // stage and reused by its other spans; empty when the timeline is off.
@@ -108,7 +120,8 @@ struct PlanOptions {
   uint64_t rider_bytes = 0;
 };
 
-// Cuts `jobs` (the round's order) into units, in the order they travel:
+// Cuts `jobs` (the round's order) into units, in the order they travel (the routes' packing,
+// route::pack, sync/route/select.cc: the only fusion of dense jobs into buckets):
 //   1. kDense and kDgcDenseStep jobs in round order, packed greedily into buckets of at most
 //      fusion_bytes wire bytes (a larger tensor travels alone) — the fusion rule of
 //      sync/dense_exchange.h, so each unit is exactly one bucket of the dense exchange; kDenseFp32

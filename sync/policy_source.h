@@ -41,9 +41,7 @@ class PolicySource {
     (void)comm, (void)link, (void)jobs, (void)path, (void)state_mutex;
   }
   // Any thread, when a unit completes: its measured times.
-  virtual void observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
-    (void)unit, (void)half_on_wire;
-  }
+  virtual void observe_unit(const pipeline::Unit& unit) { (void)unit; }
   // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
   virtual void set_horizon(uint64_t steps) { (void)steps; }
   // Progress thread, before each before_routes: what the engine does on the agreed link
@@ -83,9 +81,7 @@ class AutoPolicySource final : public PolicySource {
                      BackendPath& path, std::mutex& state_mutex) override {
     planner_->before_routes(comm, link, jobs, path, state_mutex);
   }
-  void observe_unit(const pipeline::Unit& unit, bool half_on_wire) override {
-    planner_->observe_unit(unit, half_on_wire);
-  }
+  void observe_unit(const pipeline::Unit& unit) override { planner_->observe_unit(unit); }
   void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }
   void set_link_paths(const LinkPaths& paths) override { planner_->set_link_paths(paths); }
   // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.

@@ -16,6 +16,18 @@ void plan_dense(Context& ctx) {
   if (dense_auto && ctx.world_size > 1) ctx.link.agree(ctx.comm);
 }
 
+uint64_t dense_direct_max_bytes(const EngineOptions& options, const LinkModel* link,
+                                const comm::HostTopology* hosts) {
+  using Collective = EngineOptions::DenseCollective;
+  if (options.dense_collective == Collective::kDirect) return UINT64_MAX;
+  const bool dense_auto = options.dense_collective == Collective::kAuto ||
+                          options.dense_collective == Collective::kGather;
+  if (!dense_auto || link == nullptr || link->world_size < 2) return 0;
+  if (hosts == nullptr) return link->dense_direct_max_bytes();
+  if (!link->latency_bound()) return 0;
+  return hosts->hosts.size() == 2 ? UINT64_MAX : link->dense_direct_max_bytes();
+}
+
 void fold_int8_residuals(pipeline::Unit& unit, Context& ctx) {
   for (pipeline::Job* job : unit.jobs)
     if (job->id.kind == WorkKind::kGradient && !job->tensor->int8_residual.empty())
@@ -28,22 +40,21 @@ void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire) {
   items.reserve(unit.jobs.size());
   for (pipeline::Job* job : unit.jobs)
     items.push_back({job->values, job->values_dtype, job->tensor->numel, false, &job->tensor->key});
-  DenseExchangeOptions options{
-      o.fusion_bytes, o.half_on_wire && !fp32_wire, o.half_type, o.nonfinite, ctx.hosts, {}};
-  const bool dense_auto = o.dense_collective == EngineOptions::DenseCollective::kAuto ||
-                          o.dense_collective == EngineOptions::DenseCollective::kGather;
-  if (o.dense_collective == EngineOptions::DenseCollective::kDirect) {
-    options.direct_for = [](uint64_t) { return true; };
-  } else if (const LinkModel* model = ctx.link.model(); dense_auto && model && !ctx.hosts) {
-    options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
-  } else if (dense_auto && model && model->latency_bound()) {
-    // Across a hierarchy's groups on a latency-bound link: between two groups the direct exchange
-    // is one swap (no incast, the ring's bytes, half its latencies); between more, as priced.
-    const bool two_groups = ctx.hosts->hosts.size() == 2;
-    options.direct_for = [model, two_groups](uint64_t bytes) {
-      return two_groups || model->dense_direct_for(bytes);
-    };
-  }
+  const bool half = o.half_on_wire && !fp32_wire;
+  // The unit is one bucket (route::pack): one decision, by the one rule.
+  uint64_t elements = 0;
+  for (const pipeline::Job* job : unit.jobs)
+    elements += job->tensor->numel;
+  const uint64_t bytes = elements * (half ? dtype_size(o.half_type) : 4);
+  const bool direct =
+      ctx.world_size > 1 && bytes <= dense_direct_max_bytes(o, ctx.link.model(), ctx.hosts);
+  DenseExchangeOptions options{half, o.half_type, o.nonfinite, ctx.hosts, direct};
+  unit.sample.codec = half ? Codec::kHalf : Codec::kFp32;
+  // Across a hierarchy the planner prices the flat ring (its groups are not modelled yet).
+  const bool priced_direct = direct && ctx.hosts == nullptr;
+  unit.sample.terms = collective_terms(Collective::kAllreduce,
+                                       priced_direct ? Algorithm::kDirect : Algorithm::kRing,
+                                       static_cast<double>(bytes), ctx.world_size);
   // Gradients are cast on their tensors' backends; parameter averages on the CPU backend.
   std::vector<TensorState*> tensor(unit.jobs.size(), nullptr);
   for (size_t i = 0; i < unit.jobs.size(); ++i)

@@ -1,6 +1,7 @@
 // What the three fused dense routes (kDense, kDenseFp32, kFirstAverage) share: one fusion bucket
-// averaged by sync/dense_exchange.h through the tensors' backends. They differ only in the wire
-// type, which each route's file fixes.
+// (the unit, route::pack) averaged by sync/dense_exchange.h through the tensors' backends, by the
+// direct exchange or the ring as the one rule says (route.h: dense_direct_max_bytes). They differ
+// only in the wire type, which each route's file fixes.
 #pragma once
 
 #include "sync/route/route.h"
@@ -16,7 +17,8 @@ void plan_dense(Context& ctx);
 void fold_int8_residuals(pipeline::Unit& unit, Context& ctx);
 
 // The bucket's average: on the dense wire type (GRADEX_FP16/BF16), or fp32 when `fp32_wire`.
-// Sets each job's nonfinite_result and the unit's cast, saturation and transfer counters.
+// Sets each job's nonfinite_result, the unit's cast, saturation and transfer counters, and its
+// sample (what it ran).
 void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire);
 
 }  // namespace gradex::sync::route

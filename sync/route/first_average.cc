@@ -13,6 +13,7 @@ class FirstAverageRoute : public Transfer {
   void plan(Context& ctx) const override { plan_dense(ctx); }
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     exchange_dense(unit, ctx, /*fp32_wire=*/true);
+    unit.sample.codec_work = false;  // parameters, not a codec's work
   }
 };
 

@@ -44,9 +44,14 @@ class QuantizedRoute : public Transfer {
     uint64_t encoded = 0;
     for (const TensorState* t : tensors)
       encoded += int8_encoded_bytes(t->numel, bits_);
-    const LinkModel* model = ctx.link.model();
-    unit.one_hop =
-        ctx.hosts == nullptr && model != nullptr && encoded <= model->quantized_one_hop_max_bytes();
+    unit.one_hop = encoded <= quantized_one_hop_max_bytes(ctx.link.model(), ctx.hosts);
+    uint64_t elements = 0;
+    for (const TensorState* t : tensors)
+      elements += t->numel;
+    unit.sample.codec = bits_ == 4 ? Codec::kInt4 : Codec::kInt8;
+    unit.sample.terms = cost::int8_allreduce_terms(static_cast<double>(elements), ctx.world_size,
+                                                   bits_, unit.one_hop);
+    unit.sample.codec_cpu_in_transfer = true;
     Int8Counters c;
     try {
       ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, unit.one_hop, ctx.hosts, c);
@@ -69,6 +74,10 @@ class QuantizedRoute : public Transfer {
 };
 
 }  // namespace
+
+uint64_t quantized_one_hop_max_bytes(const LinkModel* link, const comm::HostTopology* hosts) {
+  return hosts == nullptr && link != nullptr ? link->quantized_one_hop_max_bytes() : 0;
+}
 
 const Transfer& int8_route() {
   static const QuantizedRoute route(Path::kInt8);

@@ -1,7 +1,9 @@
 // Routes: every path a tensor's bytes can take on the wire, one file each under sync/route/, behind
-// one interface. Each job carries its path (pipeline::Job::path, sync/route/path.h), which only
-// assign() writes; pipeline::plan packs units by it and the engine asks select() for a unit's
-// route object and runs it.
+// one interface. A route owns its tensors' whole journey between the engine's per-tensor stage
+// work and the wire: it packs the round's jobs into units (select.cc), frames and unframes what its
+// collective carries, agrees the link model it chooses by, runs its collective, and says what the
+// unit cost in the link model's terms. The engine, the pipeline and the planner ask the route;
+// none of them reads a job's path (sync/route/path.h), which only assign() writes.
 //
 // clang-format off
 //   path                 file                     what travels
@@ -21,19 +23,25 @@
 //                                                 gathered across hosts (GRADEX_HIERARCHICAL)
 // clang-format on
 //
-// A route's transfer has four steps, run in order on the progress thread for one unit (one
-// collective's worth of jobs, sync/pipeline.h): plan (collectives the route agrees on before the
-// unit's bytes are counted: the link probe), prepare (work on the unit's values that must precede
-// the collective), exchange (the collective), finish (per-job results and the unit's counters).
-// The pipeline's own prepare and finish stages (momentum, DGC encode; decode, cast back) stay in
-// engine_stages.cc.
+// A unit's journey (Engine::prepare_unit, transfer, finish_unit):
+//   pack       the engine's per-job prepare work (momentum, clipping, DGC selection: `each`), run
+//              by the route over the unit's jobs, and the route's framing of their payloads
+//   plan       collectives the route agrees on before the unit's bytes are counted (the probe)
+//   prepare    work on the unit's values that must precede the collective
+//   exchange   the collective; it records what it ran (Unit::sample: the terms it cost)
+//   finish     per-unit results and counters
+//   unpack     every rank's payloads for each job, for the engine's per-job finish work
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <vector>
 
 #include "base/config.h"
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
+#include "compress/wire/message.h"
 #include "sync/agreed_link.h"
 #include "sync/options.h"
 #include "sync/pipeline.h"
@@ -59,14 +67,31 @@ struct Context {
   int world_size;
 };
 
+// The engine's per-job prepare work, as the route's pack step runs it: `prepare(j, out)` prepares
+// job j of the unit, appending any payload it selects to `out`; `spread(fn)` runs fn(j) for every
+// job, concurrently where the engine's pool allows (null: the route runs them in order).
+struct JobWork {
+  std::function<void(size_t j, std::vector<uint8_t>& out)> prepare;
+  std::function<void(const std::function<void(size_t)>& fn)> spread;
+};
+
+// Every rank's payloads of each job of a unit (by job, then by rank or host), for the finish.
+using Payloads = std::vector<std::vector<compress::wire::PayloadSpan>>;
+
 class Transfer {
  public:
   virtual ~Transfer() = default;
   virtual Path path() const = 0;
+  const char* name() const { return path_name(path()); }
+  // Default: every job prepared into its own Job::payload (a dense job selects none), nothing
+  // framed.
+  virtual void pack(pipeline::Unit& unit, const JobWork& work) const;
   virtual void plan(Context& ctx) const { (void)ctx; }
   virtual void prepare(pipeline::Unit& unit, Context& ctx) const { (void)unit, (void)ctx; }
   virtual void exchange(pipeline::Unit& unit, Context& ctx) const = 0;
   virtual void finish(pipeline::Unit& unit, Context& ctx) const { (void)unit, (void)ctx; }
+  // Default: no payloads (dense jobs find their averages in place).
+  virtual Payloads unpack(const pipeline::Unit& unit, const Context& ctx) const;
 };
 
 // Sets a job's path from agreed data only (the work kind, the tensor's rung and anchor, whether
@@ -80,5 +105,34 @@ Path path_of(const pipeline::Job& job);
 Path path_of(const pipeline::Unit& unit, const comm::HostTopology* hosts);
 // The route object of a unit's path_of(unit, hosts) (stateless, shared).
 const Transfer& select(const pipeline::Unit& unit, const comm::HostTopology* hosts);
+
+// The routes' packing of a round's jobs into units (select.cc; the contract is pipeline::plan's).
+std::deque<pipeline::Unit> pack(std::vector<pipeline::Job>& jobs,
+                                const pipeline::PlanOptions& options);
+
+// What the engine's per-job stages need to know of a job's route (select.cc):
+struct JobRole {
+  bool first_average = false;  // LocalSGD's first average: sends the caller's values, sets anchors
+  bool selects = false;        // a DGC sparse step: its prepare selects a payload
+  bool dense_step = false;     // a DGC tensor's dense warm-up step (rides the dense buckets)
+  bool summed_in_place = false;  // its values are averaged in place by a dense allreduce
+};
+JobRole role_of(const pipeline::Job& job);
+
+// The one direct-or-ring rule of the dense routes' buckets (dense_bucket.cc): a bucket of up to
+// this many wire bytes is summed by the direct exchange (comm::direct_allreduce_sum; across a
+// hierarchy's groups, its step across them), a larger one around the ring. Flat:
+// GRADEX_DENSE_COLLECTIVE=direct every bucket, ring none, auto and gather up to the agreed link
+// model's LinkModel::dense_direct_max_bytes (none before the model is agreed). Across a hierarchy's
+// groups on a latency-bound link every bucket between two groups (one swap: no incast, the ring's
+// bytes, half its latencies), between more the model's maximum; elsewhere none.
+uint64_t dense_direct_max_bytes(const EngineOptions& options, const LinkModel* link,
+                                const comm::HostTopology* hosts);
+// The 8-bit and 4-bit routes' one hop: flat only, up to LinkModel::quantized_one_hop_max_bytes.
+uint64_t quantized_one_hop_max_bytes(const LinkModel* link, const comm::HostTopology* hosts);
+// What the routes do on `link` (null: not agreed yet) for the planner (link_paths.cc), from the
+// rules above and the gather's (SparseGather): the same numbers the routes decide by.
+LinkPaths link_paths(const LinkModel* link, const EngineOptions& options,
+                     const comm::HostTopology* hosts, bool receives_any_length);
 
 }  // namespace gradex::sync::route

@@ -15,5 +15,11 @@ const Transfer& sparse_hierarchical_route();  // sparse_hierarchical.cc
 
 // The DGC routes' plan step: the link probe before the first gather (sparse.cc).
 void plan_sparse(Context& ctx);
+// The DGC routes' message (sparse.cc): the jobs' payloads framed in job order, riders last;
+// and every rank's (or host's) message split back into each job's payloads.
+void pack_sparse(pipeline::Unit& unit, const JobWork& work);
+Payloads unpack_sparse(const pipeline::Unit& unit, const Context& ctx);
+// The codec a DGC unit's stages ran: its first non-rider job's (DGC or the Adam codec).
+Codec sparse_codec_of(const pipeline::Unit& unit);
 
 }  // namespace gradex::sync::route

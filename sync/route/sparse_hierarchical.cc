@@ -9,9 +9,9 @@
 //   3. Every rank's host payloads reach every rank through comm::hierarchical_allgatherv: each
 //      crosses each host's link once per remote host, then is shared inside each host.
 // Every rank then holds, per tensor, the same H host payloads and sums them in host order
-// (finish_unit), so results are bit-identical on every rank. Σ over ranks of (what was sent +
-// residual) is unchanged by the re-selection up to fp32 rounding: kept and dropped partition
-// each host sum. Leaves unit.received holding one message per host (host order).
+// (the engine's finish stage), so results are bit-identical on every rank. Σ over ranks of (what
+// was sent + residual) is unchanged by the re-selection up to fp32 rounding: kept and dropped
+// partition each host sum. Leaves unit.received holding one message per host (host order).
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -168,7 +168,19 @@ void exchange_hierarchical(pipeline::Unit& unit, Context& ctx) {
 class SparseHierarchicalRoute : public Transfer {
  public:
   Path path() const override { return Path::kSparseHierarchical; }
+  void pack(pipeline::Unit& unit, const JobWork& work) const override { pack_sparse(unit, work); }
   void plan(Context& ctx) const override { plan_sparse(ctx); }
+  Payloads unpack(const pipeline::Unit& unit, const Context& ctx) const override {
+    return unpack_sparse(unit, ctx);
+  }
+  // Priced as the flat gather the planner prices (its host steps are not modelled yet); the bytes
+  // are what arrived.
+  void finish(pipeline::Unit& unit, Context& ctx) const override {
+    unit.sample.codec = sparse_codec_of(unit);
+    unit.sample.terms =
+        cost::allgatherv_terms(1, ctx.world_size, ctx.options.sparse_ring_for(ctx.world_size));
+    unit.sample.terms.bytes = static_cast<double>(unit.counters.received_bytes);
+  }
 
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     const auto t0 = std::chrono::steady_clock::now();

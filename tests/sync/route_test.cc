@@ -120,5 +120,66 @@ TEST(Route, UnitsHoldOnePathAndGetItsRouteObject) {
   }
 }
 
+// What the engine's per-job stages learn of a job's route: the role matches its path.
+TEST(Route, EachJobsRoleIsItsPaths) {
+  Round r;
+  for (size_t i = 0; i < cases().size(); ++i) {
+    const JobRole role = role_of(r.jobs[i]);
+    const Path want = cases()[i].want;
+    EXPECT_EQ(role.first_average, want == Path::kFirstAverage) << cases()[i].key;
+    EXPECT_EQ(role.selects, want == Path::kSparse) << cases()[i].key;
+    EXPECT_EQ(role.dense_step, want == Path::kDgcDenseStep) << cases()[i].key;
+    EXPECT_EQ(role.summed_in_place, want != Path::kFirstAverage && want != Path::kSparse)
+        << cases()[i].key;
+  }
+}
+
+// The one direct-or-ring rule of the dense buckets, per GRADEX_DENSE_COLLECTIVE and layout, and the
+// planner's link paths taken from it: the planner prices a flat bucket as direct exactly where the
+// route sends it directly, on any link (a LAN's small buckets go direct too).
+TEST(Route, TheDenseDirectOrRingRuleIsOneForTheRouteAndThePlanner) {
+  using Mode = EngineOptions::DenseCollective;
+  const LinkModel lan = LinkModel::single({50e-6, 1e-9, true}, Tier::kRegion, 4);
+  const LinkModel wan = LinkModel::single({25e-3, 8e-9, true}, Tier::kAcross, 4);
+  comm::HostTopology two, three;
+  two.hosts = {{0, 1}, {2, 3}};
+  three.hosts = {{0}, {1, 2}, {3}};
+  EngineOptions o;
+  for (Mode mode : {Mode::kAuto, Mode::kGather, Mode::kRing, Mode::kDirect}) {
+    o.dense_collective = mode;
+    for (const LinkModel* link : {static_cast<const LinkModel*>(nullptr), &lan, &wan}) {
+      const uint64_t flat = dense_direct_max_bytes(o, link, nullptr);
+      const bool priced = mode == Mode::kAuto || mode == Mode::kGather;
+      const uint64_t want = mode == Mode::kDirect       ? UINT64_MAX
+                            : priced && link != nullptr ? link->dense_direct_max_bytes()
+                                                        : 0;
+      EXPECT_EQ(flat, want);
+      // The planner's flat buckets: the route's rule, whatever the link.
+      EXPECT_EQ(link_paths(link, o, nullptr, true).dense_direct_max_bytes, flat);
+      // Across a hierarchy's groups: direct only on a latency-bound link (every bucket between
+      // two groups), or when asked for; the planner keeps the flat ring's price there.
+      const bool across = mode == Mode::kDirect || (priced && link == &wan);
+      EXPECT_EQ(dense_direct_max_bytes(o, link, &two) > 0, across);
+      if (priced && link == &wan) {
+        EXPECT_EQ(dense_direct_max_bytes(o, link, &two), UINT64_MAX);
+        EXPECT_EQ(dense_direct_max_bytes(o, link, &three), wan.dense_direct_max_bytes());
+      }
+      EXPECT_EQ(link_paths(link, o, &two, true).dense_direct_max_bytes, 0u);
+    }
+  }
+  // A LAN sends its small buckets directly: the planner now prices them so.
+  o.dense_collective = Mode::kAuto;
+  EXPECT_GT(link_paths(&lan, o, nullptr, true).dense_direct_max_bytes, uint64_t{64} << 10);
+  // The one hop and the unsized gather: flat only, the latter where the gather skips its size
+  // round.
+  EXPECT_EQ(link_paths(&wan, o, nullptr, true).quantized_one_hop_max_bytes,
+            wan.quantized_one_hop_max_bytes());
+  EXPECT_EQ(link_paths(&wan, o, &two, true).quantized_one_hop_max_bytes, 0u);
+  EXPECT_TRUE(link_paths(&wan, o, nullptr, true).sparse_unsized);
+  EXPECT_FALSE(link_paths(&lan, o, nullptr, true).sparse_unsized);
+  EXPECT_FALSE(link_paths(&wan, o, nullptr, false).sparse_unsized);
+  EXPECT_FALSE(link_paths(&wan, o, &two, true).sparse_unsized);
+}
+
 }  // namespace
 }  // namespace gradex::sync::route
