@@ -114,9 +114,24 @@ void DelayLine::settle(Slot& slot) {
   engine_.wait(h);
 }
 
+void DelayLine::settle_before(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, l] : lines_) {
+    std::lock_guard<std::mutex> line_lock(l->mutex);
+    for (Slot& s : l->slots)
+      if (s.step < step) settle(s);
+  }
+}
+
 uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
   Line& l = line_of(key);
   const int d = delay();
+  uint64_t step = 0;
+  {
+    std::lock_guard<std::mutex> lock(l.mutex);
+    step = l.submitted;
+  }
+  settle_before(step);
   {
     std::lock_guard<std::mutex> lock(l.mutex);
     const size_t bytes = l.numel * dtype_size(l.dtype);
@@ -137,8 +152,10 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
     else if (bytes > 0)
       std::memcpy(s.local.data(), data, bytes);
     if (bytes > 0) std::memcpy(s.exchanged.data(), s.local.data(), bytes);
+    s.step = l.submitted;
     s.handle = absent ? engine_.submit_absent(key, s.exchanged.data())
                       : engine_.submit(key, s.exchanged.data());
+    ++l.submitted;
     l.slots.push_back(std::move(s));
     // update_t: g_t, corrected by the oldest average held once D steps are.
     if (absent && bytes > 0) std::memset(data, 0, bytes);

@@ -80,16 +80,23 @@ class DelayLine {
     std::vector<uint8_t> local;      // g_s as submitted (zeros for an absent contribution)
     std::vector<uint8_t> exchanged;  // the engine's buffer: avg_s once `handle` is done
     uint64_t handle = 0;             // the engine's handle while in flight, else 0
+    uint64_t step = 0;               // the tensor's submission count when it was submitted
   };
   struct Line {
     uint64_t numel = 0;
     DType dtype = DType::kFloat32;
+    uint64_t submitted = 0;  // submissions so far
     std::deque<Slot> slots;  // oldest first: steps t-k..t-1
     std::vector<Slot> spare;
     std::mutex mutex;  // one submission of a tensor at a time
   };
   Line& line_of(const std::string& key);
   void settle(Slot& slot);  // waits for its exchange, if any
+  // Waits for every tensor's exchanges of steps before `step`: a step's first submission waits for
+  // the whole previous step, so that its own submissions reach the engine together (one
+  // negotiation round) instead of one by one between the previous step's completions. Only earlier
+  // steps: every rank submitted those before starting this one, whatever its order within a step.
+  void settle_before(uint64_t step);
   void drain_locked();
 
   Engine& engine_;
@@ -97,7 +104,7 @@ class DelayLine {
   mutable std::mutex mutex_;  // lines_ (the map), issued_, next_handle_
   std::map<std::string, std::unique_ptr<Line>> lines_;
   std::set<uint64_t> issued_;
-  const bool stale_;  // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
+  const bool stale_;       // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
   bool has_cuda_ = false;  // a CUDA tensor is registered: auto keeps D at 0
   uint64_t next_handle_ = 1;
 };
