@@ -53,12 +53,29 @@ std::vector<float> gradients(int rank, int s) {
   return a;
 }
 
+// Rank 1 has no data at step kAbsentStep (gx.join): it submits absent contributions there.
+constexpr int kAbsentStep = 4;
+bool absent(int rank, int s, bool with_absent) {
+  return with_absent && rank == 1 && s == kAbsentStep;
+}
+
+// What this rank contributes at step s: its gradients, or zeros when absent.
+std::vector<float> contribution(int rank, int s, bool with_absent) {
+  return absent(rank, s, with_absent) ? std::vector<float>(kSparseN + kDenseN, 0.0f)
+                                      : gradients(rank, s);
+}
+
 // One step: submits both tensors, waits, appends what came back.
-std::string step(gradex_engine_t* e, int rank, int s, Steps* out) {
+std::string step(gradex_engine_t* e, int rank, int s, Steps* out, bool with_absent = false) {
   std::vector<float> g = gradients(rank, s);
   gradex_handle_t ha = 0, hd = 0;
-  RANK_OK(gradex_submit(e, "a", g.data(), &ha));
-  RANK_OK(gradex_submit(e, "d", g.data() + kSparseN, &hd));
+  if (absent(rank, s, with_absent)) {
+    RANK_OK(gradex_submit_absent(e, "a", g.data(), &ha));
+    RANK_OK(gradex_submit_absent(e, "d", g.data() + kSparseN, &hd));
+  } else {
+    RANK_OK(gradex_submit(e, "a", g.data(), &ha));
+    RANK_OK(gradex_submit(e, "d", g.data() + kSparseN, &hd));
+  }
   RANK_OK(gradex_wait(e, ha));
   RANK_OK(gradex_wait(e, hd));
   RANK_OK(gradex_end_step(e, nullptr));
@@ -75,11 +92,11 @@ std::string save(gradex_engine_t* e, std::vector<uint8_t>* blob) {
 }
 
 std::string run(gradex_store_t* store, const std::string& prefix, int rank, const char* delay,
-                int steps, Steps* out, std::vector<uint8_t>* state) {
+                int steps, Steps* out, std::vector<uint8_t>* state, bool with_absent = false) {
   gradex_engine_t* e = nullptr;
   std::string failure = create(store, prefix, rank, 2, delay, &e);
   for (int s = 0; failure.empty() && s < steps; ++s)
-    failure = step(e, rank, s, out);
+    failure = step(e, rank, s, out, with_absent);
   if (failure.empty() && state) failure = save(e, state);
   if (!failure.empty()) return failure;
   RANK_OK(gradex_engine_destroy(e));
@@ -119,22 +136,24 @@ std::vector<std::string> two_ranks(Fn fn) {
 
 class EngineDelay : public ::testing::TestWithParam<int> {};
 
+// With an absent step too: the absent rank's local gradient is zeros there, and its handle gets
+// 0 + (avg_{t-D} - g_{t-D}) like any other.
 TEST_P(EngineDelay, CorrectionIsExactAgainstTheReference) {
   const int d = GetParam();
   auto results = two_ranks([d](gradex_store_t* store, int rank) -> std::string {
     // The averages avg_t of an undelayed run: the delayed run exchanges the same g_t in the same
     // order, so its exchanges produce these very bits (DGC residuals and momenta included).
     Steps averages, delayed;
-    std::string failure = run(store, "plain/", rank, "0", kSteps, &averages, nullptr);
+    std::string failure = run(store, "plain/", rank, "0", kSteps, &averages, nullptr, true);
     const std::string setting = std::to_string(d);
     if (failure.empty())
-      failure = run(store, "delayed/", rank, setting.c_str(), kSteps, &delayed, nullptr);
+      failure = run(store, "delayed/", rank, setting.c_str(), kSteps, &delayed, nullptr, true);
     if (!failure.empty()) return failure;
     bool corrected = false;
     for (int t = 0; t < kSteps; ++t) {
-      std::vector<float> expect = gradients(rank, t);
+      std::vector<float> expect = contribution(rank, t, true);
       if (t >= d) {
-        const std::vector<float> old = gradients(rank, t - d);
+        const std::vector<float> old = contribution(rank, t - d, true);
         for (size_t i = 0; i < expect.size(); ++i)
           expect[i] = expect[i] + (averages[t - d][i] - old[i]);
         corrected = true;
