@@ -47,7 +47,8 @@ from bench.train.optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMI
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm", "gradex_delay", "gradex_delay1", "gradex_stale1")
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
-GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc", "gradex_delay", "gradex_delay1", "gradex_stale1")  # gx.hook methods: gradex owns SGD's momentum
+# gx.hook methods: gradex owns SGD's momentum
+GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc", "gradex_delay", "gradex_delay1", "gradex_stale1")
 SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
 
 
