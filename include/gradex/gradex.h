@@ -278,6 +278,18 @@ gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t cap
  * (Additive to API version 1.) */
 gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t steps);
 
+/* ---- Delayed exchange, GRADEX_DELAY (additive to API version 1) -------------------------------------
+ * With a delay D > 0 (GRADEX_DELAY=1..8, or auto once it chose D > 0: sync/delay/delay_rule.h) gradex_submit
+ * and gradex_submit_absent return a handle that is already complete: `data` holds
+ * g_t + (avg_{t-D} - g_{t-D}) (Delayed Gradient Averaging; g_t alone for a tensor's first D steps), and
+ * the exchange of g_t runs while the next step computes. gradex_save_state then includes the averages
+ * not yet applied (resume is bit-identical). CUDA tensors take D = 0.
+ * gradex_delay_drain waits for every exchange in flight and drops the averages not yet applied, so that
+ * averaging the parameters next (gx.synchronize) leaves every rank with the same model; the following D
+ * steps apply local gradients only, as at the start. *delay: the D that submissions now get. */
+gradex_status_t gradex_delay_drain(gradex_engine_t* engine);
+gradex_status_t gradex_get_delay(gradex_engine_t* engine, int* delay);
+
 /* ---- DiLoCo outer optimization (additive to API version 1) -------------------------------------------
  * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
  * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or

@@ -133,6 +133,8 @@ def lib() -> ctypes.CDLL:
                                                      ctypes.c_int, ctypes.c_void_p,
                                                      ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_handle_event": (status, [engine_p, ctypes.c_uint64, ctypes.c_void_p]),
+            "gradex_delay_drain": (status, [engine_p]),
+            "gradex_get_delay": (status, [engine_p, ctypes.POINTER(ctypes.c_int)]),
             "gradex_device_available": (status, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
             "gradex_get_staged_bytes": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
             "gradex_get_step_report": (status, [engine_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double),
@@ -500,6 +502,17 @@ class Engine:
         """Each tensor's codec and why (gradex_explain); with GRADEX_POLICY=auto the newest plan: the agreed
         link, codec and step numbers and per tensor its choice with predicted and measured times."""
         return read_text(lib().gradex_explain, self._engine())
+
+    def delay(self) -> int:
+        """The delay D that submissions now get (GRADEX_DELAY; auto's choice once made; gradex_get_delay)."""
+        value = ctypes.c_int()
+        check(lib().gradex_get_delay(self._engine(), ctypes.byref(value)))
+        return value.value
+
+    def delay_drain(self) -> None:
+        """Waits for every delayed exchange in flight and drops the averages not yet applied
+        (gradex_delay_drain): averaging the parameters next leaves every rank with the same model."""
+        check(lib().gradex_delay_drain(self._engine()))
 
 
 def describe_config(engine: Optional[Engine] = None) -> str:
