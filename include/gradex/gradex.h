@@ -425,6 +425,13 @@ gradex_status_t gradex_group_allgather(gradex_group_t* group, const void* data, 
  * GRADEX_ERR_ABORTED carrying `reason` (NULL: none), within milliseconds. The group is failed afterwards. */
 gradex_status_t gradex_group_abort(gradex_group_t* group, const char* reason);
 
+/* ---- Typed settings (additive to API version 1) ------------------------------------------------------
+ * The effective value of a numeric GRADEX_* setting (integer, float or boolean as 0/1) of `engine`'s
+ * configuration, or of the environment's when `engine` is NULL, as gradex_describe_config shows it.
+ * GRADEX_ERR_INVALID_ARGUMENT naming the variable for an undeclared name or a setting that is not a number
+ * (text, choice). */
+gradex_status_t gradex_get_setting_number(const gradex_engine_t* engine, const char* name, double* value);
+
 #ifdef __cplusplus
 }
 #endif

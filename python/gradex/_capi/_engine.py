@@ -6,8 +6,8 @@ from typing import Optional
 
 from .. import _errors
 from ._handle import Handle
-from ._library import (DEVICE_CPU, Config, Stats, StatsStruct, check, describe_config_of, lib, read_out, read_text,
-                       stats_dict, write_in)
+from ._library import (DEVICE_CPU, Config, Stats, StatsStruct, check, describe_config_of, lib, lib_with, read_out,
+                       read_text, stats_dict, write_in)
 from ._store import AnyStore
 
 
@@ -150,10 +150,27 @@ class Engine(Handle):
     def describe_config(self) -> str:
         return describe_config(self)
 
+    def setting(self, name: str) -> float:
+        """The engine's effective value of a numeric GRADEX_* setting (booleans as 0/1)."""
+        return setting_number(name, self._engine())
+
     def explain(self) -> str:
         """Each tensor's codec and why (gradex_explain); with GRADEX_POLICY=auto the newest plan: the agreed
         link, codec and step numbers and per tensor its choice with predicted and measured times."""
         return read_text(lib().gradex_explain, self._engine())
+
+
+def _settings_lib() -> ctypes.CDLL:
+    return lib_with("settings", lambda: {"gradex_get_setting_number": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_double)])})
+
+
+def setting_number(name: str, engine: Optional[int] = None) -> float:
+    """A numeric GRADEX_* setting (gradex_get_setting_number): an engine's (its address) or the environment's
+    (None). InvalidArgumentError for an undeclared name or a text setting."""
+    value = ctypes.c_double()
+    check(_settings_lib().gradex_get_setting_number(engine, name.encode(), ctypes.byref(value)))
+    return value.value
 
 
 def describe_config(engine: Optional[Engine] = None) -> str:
