@@ -4,12 +4,19 @@
 # and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
+# Schedule: ctest; pytest with mypy and TSan's run beside it (computing stages beside one whose tests
+# mostly wait); then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
+# file order: on the recorded durations, xdist's worksteal ends within 2-3 % of a longest-first order
+# (simulated), and file order keeps each worker's TensorFlow tests together, where their rank
+# interpreters are reused (tests/python/tf_ranks.py) instead of importing TF again on every worker.
+#
 # Parallelism (CI is a 2-core machine; most tests wait on sockets, timeouts and process start-up):
 #   GX_CTEST_JOBS    ctest -j (default 2: at 4 the 1-second liveness-timeout tests can miss their
 #                    deadline on a loaded 2-core machine)
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
+#   GX_BESIDE        1 (default): mypy and TSan's run beside pytest; 0: each in its own stage
 #   GX_PREBUILD      1 (default): the sanitizer trees build in the background at nice 19 from the start
 #                    (below), GX_PREBUILD_JOBS compiles at a time (default 2); 0: each in its own stage
 #
@@ -21,12 +28,34 @@ cd "$(dirname "$0")/.."
 
 status=0
 stage_times=()
+stages_start=$SECONDS
 stage() {  # stage NAME COMMAND...: runs it, records its wall time, keeps going on failure
   local name=$1 start=$SECONDS
   shift
   echo "== $name"
   "$@" || status=1
   stage_times+=("$(printf '%-34s %5d s' "$name" $((SECONDS - start)))")
+}
+# A stage that mostly uses CPU the stage beside it leaves idle runs in the background (side_stage), its
+# output kept in build/stage-logs/ and printed, with its own wall time, when side_wait collects it.
+declare -A side_pid=() side_log=()
+side_stage() {  # side_stage NAME COMMAND...
+  local name=$1 log
+  shift
+  mkdir -p build/stage-logs
+  log="build/stage-logs/${name//[^A-Za-z0-9]/_}.log"
+  echo "== $name: started beside the next stage (its output follows when it ends)"
+  ( start=$SECONDS rc=0; "$@" || rc=$?; echo "$((SECONDS - start))" >"$log.seconds"; exit $rc ) >"$log" 2>&1 &
+  side_pid[$name]=$!
+  side_log[$name]=$log
+}
+side_wait() {  # side_wait NAME: waits for it, prints its output, records its own wall time
+  local name=$1 rc=0
+  wait "${side_pid[$name]}" || rc=$?
+  echo "== $name (ran beside the stage before; exit $rc)"
+  cat "${side_log[$name]}"
+  [ $rc -eq 0 ] || status=1
+  stage_times+=("$(printf '%-34s %5d s  (beside the stage before)' "$name" "$(cat "${side_log[$name]}.seconds")")")
 }
 
 # The sanitizer trees (scripts/tsan.sh, tests/fuzz/run.sh) build in the background from the start, at the
@@ -64,17 +93,35 @@ fuzz_stage() {
   bash tests/fuzz/run.sh "$1"
 }
 
-# The Python package's types first (seconds with mypy's cache; any type error fails the run).
-if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
-  stage "type check (mypy)" .venv/bin/python -m mypy
-else
-  echo "== type check (mypy): .venv has no mypy (bash scripts/setup.sh installs it)"
-  status=1
-fi
-
 stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CTEST_JOBS:-2}" --timeout 600
 
-if [ -d tests/python ] && [ -x .venv/bin/python ]; then
+# pytest's stage is the long one (11 minutes on 3 workers) and its workers spend much of it waiting on rank
+# processes, sockets and timeouts: the two clean-clone runs of the test command on 2026-12-02 (setup's
+# build included, which keeps both cores busy) used 39 and 36 CPU-minutes in 28 and 25 minutes, 70 % of
+# two cores. The two stages that only compute run beside it: the type check of the Python package (one
+# process, 42 s) and, once the background build has its tree, the ThreadSanitizer run (its shards).
+# ctest keeps the machine to itself: its tests are CPU-bound enough that the nice-19 background build
+# alone slowed it by a fifth (above), and its RUN_SERIAL test measures round trips and goodput.
+# GX_BESIDE=0 runs each in its own stage instead: mypy before pytest, TSan after it.
+have_pytest=0
+[ -d tests/python ] && [ -x .venv/bin/python ] && have_pytest=1
+beside=${GX_BESIDE:-1}
+[ "$have_pytest" = 1 ] || beside=0
+mypy_name="type check (mypy)" tsan_name="ThreadSanitizer (comm, sync, pool)"
+have_mypy=0
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import mypy" >/dev/null 2>&1; then
+  have_mypy=1
+else
+  echo "== $mypy_name: .venv has no mypy (bash scripts/setup.sh installs it)"
+  status=1
+fi
+if [ "$beside" = 1 ]; then
+  [ "$have_mypy" = 1 ] && side_stage "$mypy_name" .venv/bin/python -m mypy
+  side_stage "$tsan_name" tsan_stage
+elif [ "$have_mypy" = 1 ]; then
+  stage "$mypy_name" .venv/bin/python -m mypy
+fi
+if [ "$have_pytest" = 1 ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
   if [ "${GX_SLOW:-0}" != 1 ]; then pytest_args+=(-m "not slow"); fi
   jobs=${GX_PYTEST_JOBS:-3}
@@ -84,8 +131,12 @@ if [ -d tests/python ] && [ -x .venv/bin/python ]; then
   fi
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
-
-stage "ThreadSanitizer (comm, sync, pool)" tsan_stage
+if [ "$beside" = 1 ]; then
+  [ "$have_mypy" = 1 ] && side_wait "$mypy_name"
+  side_wait "$tsan_name"
+else
+  stage "$tsan_name" tsan_stage
+fi
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
@@ -97,4 +148,5 @@ fi
 
 echo "== wall time per stage"
 printf '   %s\n' "${stage_times[@]}"
+printf '   %-34s %5d s\n' "all test stages" $((SECONDS - stages_start))
 exit $status

@@ -90,11 +90,11 @@ struct ChoiceOptions {
   bool sparse_unsized = false;                  // ... and without their size round
   // Dense tensors of up to this many wire bytes are summed by the direct reduce-scatter +
   // allgather (dense_allreduce_terms), larger ones around the ring: the engine's choice on a
-  // latency-bound link (GatherModel::dense_direct_max_bytes). 0: the ring.
+  // latency-bound link (LinkModel::dense_direct_max_bytes). 0: the ring.
   uint64_t dense_direct_max_bytes = 0;
   // 8-bit and 4-bit tensors whose encoding (one rank's) is at most this many bytes are priced in
   // one hop (int8_allreduce_terms), as the engine sums a unit of that size on a latency-bound
-  // link (GatherModel::quantized_one_hop_max_bytes); each is priced as if alone in its unit.
+  // link (LinkModel::quantized_one_hop_max_bytes); each is priced as if alone in its unit.
   // 0: the two phases.
   uint64_t quantized_one_hop_max_bytes = 0;
   bool half_available = true;   // GRADEX_FP16=1

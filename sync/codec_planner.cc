@@ -343,8 +343,9 @@ uint64_t CodecPlanner::horizon() const {
   return horizon_steps_.load();
 }
 
-void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
-                                 BackendPath& path, std::mutex& state_mutex) {
+void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
+                                 std::vector<pipeline::Job>& jobs, BackendPath& path,
+                                 std::mutex& state_mutex) {
   if (!probed_) {
     probed_ = true;
     calibrate_codecs(model_, calibration());
@@ -354,13 +355,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, std::vector<pipeline:
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
-        cost::ProbeResult r = cost::probe_links(comm, comm::host_identity(comm.options().host_id),
-                                                planner_.probe_options);
-        for (int c = 0; c < cost::kPeerClasses; ++c)
-          if (r.link[static_cast<size_t>(c)].measured)
-            model_.set_link(static_cast<cost::PeerClass>(c), r.link[static_cast<size_t>(c)]);
+        link.agree(comm);
+        const cost::ProbeResult& r = *link.probe();
+        for (int c = 0; c < cost::kPeerClasses; ++c) {
+          const cost::LinkParams params = r.class_link(static_cast<cost::PeerClass>(c));
+          if (params.measured) model_.set_link(static_cast<cost::PeerClass>(c), params);
+        }
         calibrate_transport(model_, &r);
-        hosts = std::move(r.hosts);
+        hosts = r.hosts;
       } else {
         calibrate_transport(model_, nullptr);
         const std::string me = comm::host_identity(comm.options().host_id);

@@ -43,6 +43,7 @@
 
 #include "base/config.h"
 #include "comm/communicator.h"
+#include "sync/agreed_link.h"
 #include "sync/codec_calibration.h"
 #include "sync/codec_choice.h"
 #include "sync/cost_model.h"
@@ -53,12 +54,12 @@
 
 namespace gradex::sync {
 
-// What the engine does on the agreed link (Engine::execute, from sync/sparse_gather.h's model, so
+// What the engine does on the agreed link (Engine::execute, from the agreed sync/link_model.h, so
 // the same on every rank): on a latency-bound link, how close to a step's first submission the
 // others must come to share its negotiation round (Engine::coalesce_submissions), the largest
-// dense bucket summed by the direct exchange (GatherModel::dense_direct_max_bytes), whether a DGC
+// dense bucket summed by the direct exchange (LinkModel::dense_direct_max_bytes), whether a DGC
 // gather skips its size round (SparseGather: comm::allgatherv_unsized), and the largest 8-bit or
-// 4-bit unit summed in one hop (GatherModel::quantized_one_hop_max_bytes, one rank's encoding);
+// 4-bit unit summed in one hop (LinkModel::quantized_one_hop_max_bytes, one rank's encoding);
 // zeros and false elsewhere.
 struct LinkPaths {
   double coalesce_window_s = 0;
@@ -78,7 +79,6 @@ struct PlannerOptions {
   uint64_t interval = 20;  // GRADEX_POLICY_INTERVAL
   bool probe = true;       // GRADEX_POLICY_PROBE
   cost::ChoiceOptions choice;
-  cost::ProbeOptions probe_options;
 };
 
 class CodecPlanner {
@@ -128,8 +128,10 @@ class CodecPlanner {
   // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
   // `state_mutex` (the engine's) is held while policies change (Engine::applied_policy and explain
   // read them).
-  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
-                     std::mutex& state_mutex);
+  // The link is the engine's (AgreedLink): the first call agrees it (GRADEX_POLICY_PROBE) and
+  // the cost model takes its host tier and flat tier as its priors.
+  void before_routes(comm::Communicator& comm, AgreedLink& link, std::vector<pipeline::Job>& jobs,
+                     BackendPath& path, std::mutex& state_mutex);
   // Any thread, when a unit completes: its measured times feed the model.
   void observe_unit(const pipeline::Unit& unit, bool half_on_wire);
 

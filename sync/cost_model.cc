@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "compress/backend/block_codec.h"
 #include "sync/byte_io.h"
+#include "sync/link_model.h"
 
 namespace gradex::sync::cost {
 namespace {
@@ -23,31 +24,36 @@ const char* peer_class_name(PeerClass c) {
   return c == PeerClass::kSameHost ? "same-host" : "other-host";
 }
 
+// Each shape below is the link model's (sync/link_model.h: collective_terms), named for the
+// codec choice's callers.
 Terms int8_allreduce_terms(double elements, int world_size, int bits, bool one_hop) {
-  if (world_size < 2) return {};
-  const double p = world_size;
   const double encoded = elements * compress::backend::block_codec(bits).bytes_per_element();
-  if (one_hop) return {1.0, (p - 1) * encoded};
-  return {2.0, 2.0 * (p - 1) / p * encoded};
+  if (one_hop)
+    return collective_terms(Collective::kAllreduce, Algorithm::kOneHop, encoded, world_size);
+  // The direct reduce-scatter of the encodings, then the owners' re-encoded segments gathered
+  // (their sizes known): two rounds even between two ranks (each owner re-encodes its sum).
+  const Terms scatter =
+      collective_terms(Collective::kReduceScatter, Algorithm::kDirect, encoded, world_size);
+  const Terms gather = collective_terms(Collective::kAllgather, Algorithm::kDirectUnsized,
+                                        encoded / std::max(1, world_size), world_size);
+  return {scatter.latency + gather.latency, scatter.bytes + gather.bytes};
 }
 
 Terms ring_allreduce_terms(double bytes, int world_size) {
-  if (world_size < 2) return {};
-  const double p = world_size;
-  return {2.0 * (p - 1), 2.0 * (p - 1) / p * bytes};
+  return collective_terms(Collective::kAllreduce, Algorithm::kRing, bytes, world_size);
 }
 
 Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_bytes) {
-  Terms terms = ring_allreduce_terms(bytes, world_size);
-  if (bytes <= static_cast<double>(direct_max_bytes) && world_size > 1)
-    terms.latency = world_size == 2 ? 1.0 : 2.0;  // two ranks swap their buffers
-  return terms;
+  const bool direct = bytes <= static_cast<double>(direct_max_bytes);
+  return collective_terms(Collective::kAllreduce, direct ? Algorithm::kDirect : Algorithm::kRing,
+                          bytes, world_size);
 }
 
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized) {
-  if (world_size < 2) return {};
-  const double p = world_size;
-  return {ring ? p - 1 : unsized ? 1.0 : 2.0, (p - 1) * payload_bytes};
+  const Algorithm a = ring      ? Algorithm::kRing
+                      : unsized ? Algorithm::kDirectUnsized
+                                : Algorithm::kDirect;
+  return collective_terms(Collective::kAllgather, a, payload_bytes, world_size);
 }
 
 void LinkFit::add(double a, double b, double t) {

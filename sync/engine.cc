@@ -92,6 +92,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   hierarchy_ = std::move(layout.groups);
   layout_description_ = std::move(layout.description);
   sparse_gather_.reset();
+  link_.reset();
 }
 
 std::string Engine::layout_description() const {
@@ -545,14 +546,14 @@ void Engine::run() {
 }
 
 void Engine::coalesce_submissions(std::vector<Announcement>& announce, bool& leaving) {
-  const GatherModel* model = sparse_gather_.model();
+  const LinkModel* model = link_.model();
   if (model == nullptr || !model->latency_bound()) return;
   auto seconds = [](double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   };
   const auto quiet_limit =
-      Clock::now() + seconds(std::min(kCoalesceMaxS, model->link.alpha_s * kCoalesceLatencyShare));
-  const auto window = seconds(model->link.alpha_s * kCoalesceExpectLatencies);
+      Clock::now() + seconds(std::min(kCoalesceMaxS, model->link().alpha_s * kCoalesceLatencyShare));
+  const auto window = seconds(model->link().alpha_s * kCoalesceExpectLatencies);
   size_t seen = announce.size();
   while (!leaving) {
     const auto now = Clock::now();

@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
+#include "sync/agreed_link.h"
 #include "sync/localsgd.h"
 #include "sync/negotiator.h"
 #include "sync/options.h"
@@ -235,11 +236,11 @@ class Engine {
   // Runs the unit's route object (sync/route/route.h): plan, prepare, exchange, finish.
   void transfer(pipeline::Unit& unit);
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
-  // model: GatherModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
+  // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
   // How many wire bytes of a round's dense gradients ride its DGC gather (sync/gather_rider.h):
   // all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a latency-bound link, what
-  // GatherModel::rider_bytes allows; none on the hierarchical exchange or with ring/direct.
+  // LinkModel::rider_bytes allows; none on the hierarchical exchange or with ring/direct.
   uint64_t rider_bytes() const;
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
@@ -279,8 +280,10 @@ class Engine {
   const comm::HostTopology* hierarchy() const { return hierarchy_.get(); }
   std::unique_ptr<Negotiator> negotiator_;
   // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
-  SparseGather sparse_gather_{options_.sparse_collective, options_.port_queue_s,
-                              options_.port_queue_explicit};
+  SparseGather sparse_gather_{options_.sparse_collective};
+  // The membership's one link model (sync/link_model.h), probed the first time a decision needs
+  // it; every route, the gather and the planner price through it.
+  AgreedLink link_{options_.port_queue_s, options_.port_queue_explicit};
   // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
   std::unique_ptr<BackendPath> path_;
   // Every tensor's policy: GRADEX_POLICY's source (sync/policy_source.h). Initialized here, after

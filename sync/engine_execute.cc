@@ -126,7 +126,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 
   // GRADEX_POLICY=auto: an agreed re-plan when due (collective), and policy switches at agreed
   // epoch boundaries, before anything is routed.
-  if (const GatherModel* link = sparse_gather_.model(); link != nullptr && link->latency_bound()) {
+  if (const LinkModel* link = link_.model(); link != nullptr && link->latency_bound()) {
     // The flat layout's dense collectives choose direct buckets by the model
     // (route/dense_bucket.cc).
     using Dense = EngineOptions::DenseCollective;
@@ -140,7 +140,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
     const bool unsized = hierarchy_ == nullptr && comm_->receives_any_length() &&
                          options_.sparse_collective != Sparse::kRing;
     LinkPaths paths;
-    paths.coalesce_window_s = link->link.alpha_s * kCoalesceExpectLatencies;
+    paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
     paths.dense_direct_max_bytes = direct_max;
     paths.sparse_unsized = unsized;
     paths.quantized_one_hop_max_bytes = link->quantized_one_hop_max_bytes();
@@ -152,7 +152,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   rungs_before.reserve(jobs.size());
   for (const Job& job : jobs)
     rungs_before.push_back(job.tensor->policy.rung);
-  policy_->before_routes(*comm_, jobs, *path_, mutex_);
+  policy_->before_routes(*comm_, link_, jobs, *path_, mutex_);
   uint64_t switched = 0;
   for (size_t i = 0; i < jobs.size(); ++i)
     if (jobs[i].tensor->policy.rung != rungs_before[i]) ++switched;
@@ -217,7 +217,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
 bool Engine::latency_bound_group() const {
   // A group size the user wrote is honoured; the agreed model exists from the first sparse unit
   // on (every rank got it in that unit's collective), so every rank plans the same units.
-  const GatherModel* model = sparse_gather_.model();
+  const LinkModel* model = link_.model();
   return model != nullptr && model->latency_bound() &&
          config_.source_of("GRADEX_SPARSE_GROUP_MB") == config::Source::kDefault;
 }
@@ -228,13 +228,14 @@ uint64_t Engine::rider_bytes() const {
   using Collective = EngineOptions::DenseCollective;
   if (options_.dense_collective == Collective::kGather) return UINT64_MAX;
   if (options_.dense_collective != Collective::kAuto) return 0;
-  const GatherModel* model = sparse_gather_.model();
+  const LinkModel* model = link_.model();
   return model != nullptr && model->latency_bound() ? model->rider_bytes() : 0;
 }
 
 void Engine::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
-  route::Context ctx{*comm_, *path_, sparse_gather_, options_, config_, hierarchy(), world_size_};
+  route::Context ctx{*comm_,   *path_,  sparse_gather_, link_,
+                     options_, config_, hierarchy(),    world_size_};
   const route::Transfer& route = route::select(unit, ctx.hosts);
   // The route's link probe is not the unit's: it runs before the unit's bytes are counted.
   const auto planned_from = std::chrono::steady_clock::now();

@@ -21,7 +21,7 @@
 // One unit's tensors travel in one message per peer and phase (a fused bucket). Bytes on the wire:
 // 2 (P-1)/P x 1.03 bytes per element per rank at 8 bits (a ring allreduce's pattern at a quarter
 // of fp32), 2 (P-1)/P x 0.53 at 4 bits.
-// One hop (where a message latency costs more than the bytes: GatherModel::quantized_one_hop_max_
+// One hop (where a message latency costs more than the bytes: LinkModel::quantized_one_hop_max_
 // bytes): steps 2-4 become one exchange of whole encodings. Every rank sends its step-1 encoding
 // of every tensor to every rank and sums the P decoded contributions in rank order, then divides
 // by P: the same bits everywhere, one message latency instead of two, (P-1) x the encoding through

@@ -1,6 +1,7 @@
 #include "sync/link_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -8,6 +9,7 @@
 #include "base/cpu_time.h"
 #include "base/error.h"
 #include "comm/collectives.h"
+#include "comm/topology/regions.h"
 #include "sync/byte_io.h"
 
 namespace gradex::sync::cost {
@@ -110,23 +112,25 @@ std::vector<double> round_trips(comm::Communicator& comm, const std::vector<int>
   return took;
 }
 
-// The peer rank 0 probes for the other-host class: of the lowest rank on each host other than
-// rank 0's, the one whose fastest round trip (8 bytes; every host pinged at once) is the longest
-// (ties: the lowest rank). A flat collective waits on its slowest link, and the lowest-ranked
-// other-host peer may share rank 0's region while the other hosts are an ocean away: that peer's
-// link would make the model a LAN's. Collective over every rank (the candidates answer rank 0's
-// pings, then every rank takes rank 0's choice from a broadcast); a single candidate is chosen
-// without a message. -1 when every rank shares rank 0's host.
-int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::string>& hosts) {
+// The other-host peers rank 0 probes: {near, far}, each -1 when absent. Of the lowest rank on each
+// host other than rank 0's, rank 0 times the fastest round trip (8 bytes; every host pinged at
+// once); far is the one with the longest (ties: the lowest rank): a flat collective waits on its
+// slowest link, and the lowest-ranked other-host peer may share rank 0's region while the other
+// hosts are an ocean away. Where the sorted round trips split at a ratio of comm::kRegionGapRatio
+// or more (the largest such split), near is the farthest below it: rank 0's region. Collective
+// over every rank (the candidates answer rank 0's pings, then every rank takes rank 0's choice
+// from a broadcast); a single candidate is far, chosen without a message.
+std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
+                                        const std::vector<std::string>& hosts) {
   std::vector<int> candidates;
   std::set<std::string> seen{hosts[0]};
   for (size_t r = 1; r < hosts.size(); ++r)
     if (seen.insert(hosts[r]).second) candidates.push_back(static_cast<int>(r));
-  if (candidates.size() < 2) return candidates.empty() ? -1 : candidates.front();
+  if (candidates.size() < 2) return {-1, candidates.empty() ? -1 : candidates.front()};
   const uint64_t tag = comm.next_collective_tag();
   const int me = comm.rank();
   uint64_t ping = 0;
-  int32_t chosen = candidates.front();
+  std::array<int32_t, 2> chosen{-1, candidates.front()};
   if (me == 0) {
     std::vector<double> fastest;
     for (int rep = 0; rep <= kFarthestPings; ++rep) {
@@ -136,11 +140,21 @@ int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::st
       for (size_t i = 0; rep > 1 && i < took.size(); ++i)
         fastest[i] = std::min(fastest[i], took[i]);
     }
-    double longest = -1;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (fastest[i] > longest) {
-        longest = fastest[i];
-        chosen = candidates[i];
+    // Ascending by round trip; among equal ones the higher rank first, so that the last is the
+    // lowest rank of the slowest.
+    std::vector<size_t> order(candidates.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      return fastest[x] < fastest[y] || (fastest[x] == fastest[y] && x > y);
+    });
+    chosen[1] = candidates[order.back()];
+    double widest = comm::kRegionGapRatio;
+    for (size_t i = 0; i + 1 < order.size(); ++i) {
+      const double ratio = fastest[order[i + 1]] / std::max(fastest[order[i]], 1e-9);
+      if (ratio >= widest) {
+        widest = ratio;
+        chosen[0] = candidates[order[i]];
       }
     }
   } else if (std::find(candidates.begin(), candidates.end(), me) != candidates.end()) {
@@ -154,10 +168,13 @@ int farthest_other_host_peer(comm::Communicator& comm, const std::vector<std::st
       comm.wait_all(reqs, "link probe: round trip to each host");
     }
   }
-  comm::broadcast(comm, &chosen, sizeof chosen, 0);
-  if (std::find(candidates.begin(), candidates.end(), chosen) == candidates.end())
-    throw CorruptPayload("link probe: rank 0 chose rank " + std::to_string(chosen) +
-                         ", which is not the lowest rank of another host");
+  comm::broadcast(comm, chosen.data(), sizeof chosen, 0);
+  for (int32_t c : chosen)
+    if (c != -1 && std::find(candidates.begin(), candidates.end(), c) == candidates.end())
+      throw CorruptPayload("link probe: rank 0 chose rank " + std::to_string(c) +
+                           ", which is not the lowest rank of another host");
+  if (chosen[1] == -1 || chosen[0] == chosen[1])
+    throw CorruptPayload("link probe: rank 0 chose no farthest host");
   return chosen;
 }
 
@@ -167,6 +184,25 @@ PeerClass collective_class(const std::vector<std::string>& hosts) {
   for (const std::string& h : hosts)
     if (h != hosts.front()) return PeerClass::kOtherHost;
   return PeerClass::kSameHost;
+}
+
+LinkParams ProbeResult::class_link(PeerClass c) const {
+  const Tier t = c == PeerClass::kSameHost ? Tier::kHost : flat;
+  if (c == PeerClass::kOtherHost && flat == Tier::kHost) return LinkParams{};
+  return link[static_cast<size_t>(t)];
+}
+
+LinkModel ProbeResult::model(int world, double port_queue_s) const {
+  LinkModel m;
+  m.tiers = link;
+  for (size_t t = 0; t < kTiers; ++t)
+    m.present[t] = peers[t] >= 0;
+  m.present[static_cast<size_t>(flat)] = world > 1;
+  m.flat = flat;
+  m.world_size = world;
+  m.port_queue_s = port_queue_s;
+  m.bursts = bursts;
+  return m;
 }
 
 ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
@@ -179,59 +215,80 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   const int me = comm.rank();
   for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
     result.hosts.emplace_back(b.begin(), b.end());
-  // The peer rank 0 measures for each class (-1: none): the lowest rank on its own host, and the
-  // farthest host's lowest rank.
-  std::array<int, kPeerClasses>& peer = result.peers;
-  constexpr auto kSame = static_cast<size_t>(PeerClass::kSameHost);
-  for (int r = 1; r < world && peer[kSame] < 0; ++r)
-    if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[kSame] = r;
-  peer[static_cast<size_t>(PeerClass::kOtherHost)] = farthest_other_host_peer(comm, result.hosts);
+  // The rank rank 0 measures in each slot (-1: none): the lowest rank on its own host, the
+  // farthest host of its region (only where the other hosts' round trips show a gap), the
+  // farthest host. Every rank knows them (the hosts, rank 0's broadcast choice).
+  constexpr int kSlots = 3;
+  std::array<int, kSlots> peer{-1, -1, -1};
+  for (int r = 1; r < world && peer[0] < 0; ++r)
+    if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[0] = r;
+  const std::array<int32_t, 2> others = other_host_peers(comm, result.hosts);
+  peer[1] = others[0];
+  peer[2] = others[1];
+  int flat_slot = 0;
+  for (int c = 0; c < kSlots; ++c)
+    if (peer[static_cast<size_t>(c)] >= 0) flat_slot = c;
   const uint64_t tag = comm.next_collective_tag();
   size_t largest = 0;
   for (size_t s : options.sizes)
     largest = std::max(largest, s);
   std::vector<uint8_t> send(largest, 0x5a), recv(largest);
-  std::array<LinkFit, kPeerClasses> fits;
+  std::array<LinkParams, kSlots> fitted;
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
-  std::vector<double> transport_cpu;  // rank 0: the largest round trips' CPU
-  for (int c = 0; c < kPeerClasses; ++c) {
+  std::vector<double> transport_cpu;  // rank 0: the flat slot's largest round trips' CPU
+  for (int c = 0; c < kSlots; ++c) {
     const int q = peer[static_cast<size_t>(c)];
-    if (q < 0 || (me != 0 && me != q)) continue;
-    const int other = me == 0 ? q : 0;
-    for (size_t si = 0; si < options.sizes.size(); ++si) {
-      const size_t bytes = options.sizes[si];
-      double fastest = 0;
-      for (int rep = 0; rep <= options.repeats; ++rep) {
-        std::vector<comm::RequestPtr> reqs;
-        const auto t0 = Clock::now();
-        const double cpu0 = thread_cpu_seconds();
-        if (me == 0) {
-          reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
-          reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
-        } else {
-          reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 0), recv.data(), bytes));
+    if (q < 0) continue;
+    LinkFit fit;
+    if (me == 0 || me == q) {
+      const int other = me == 0 ? q : 0;
+      for (size_t si = 0; si < options.sizes.size(); ++si) {
+        const size_t bytes = options.sizes[si];
+        double fastest = 0;
+        for (int rep = 0; rep <= options.repeats; ++rep) {
+          std::vector<comm::RequestPtr> reqs;
+          const auto t0 = Clock::now();
+          const double cpu0 = thread_cpu_seconds();
+          if (me == 0) {
+            reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
+            reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
+          } else {
+            reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 0), recv.data(), bytes));
+            comm.wait_all(reqs, "link probe");
+            reqs.clear();
+            reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 1), send.data(), bytes));
+          }
           comm.wait_all(reqs, "link probe");
-          reqs.clear();
-          reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 1), send.data(), bytes));
+          const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+          // Rep 0 warms the path (connection, buffers) and is not counted. Each size counts
+          // with its fastest round trip: on a long path the first round trips of a large
+          // message wait for TCP's congestion window to open (slow start); the fastest is the
+          // one the window limited least. A round trip is two messages of `bytes` each.
+          if (me == 0 && rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
+          if (me == 0 && rep > 0 && bytes == largest && c == flat_slot)
+            transport_cpu.push_back(thread_cpu_seconds() - cpu0);
         }
-        comm.wait_all(reqs, "link probe");
-        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-        // Rep 0 warms the path (connection, buffers) and is not counted. Each size counts with
-        // its fastest round trip: on a long path the first round trips of a large message wait
-        // for TCP's congestion window to open (slow start), which a fit over every round trip
-        // read as a link 10-30x slower than it is (25 ms one way at 1 Gbit/s measured as
-        // 27 Mbit/s); the fastest is the one the window no longer limited, as in a steady
-        // stream of steps. A round trip is two messages of `bytes` each.
-        if (me == 0 && rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
-        // The transport's CPU over the largest messages of the class that flat collectives cross
-        // (the last one probed): a byte sent and one received per byte of the message.
-        if (me == 0 && rep > 0 && bytes == largest &&
-            (c == kPeerClasses - 1 || peer[static_cast<size_t>(kPeerClasses - 1)] < 0))
-          transport_cpu.push_back(thread_cpu_seconds() - cpu0);
+        if (me == 0) fit.add(2.0, 2.0 * bytes, fastest);
       }
-      if (me == 0) fits[static_cast<size_t>(c)].add(2.0, 2.0 * bytes, fastest);
     }
+    LinkParams p = fit.params(LinkParams{});
+    // Beta at line rate: one stream from the peer (ProbeOptions::stream_bytes_max). Every rank
+    // takes part in the stream's collective tag; rank 0 sizes it and tells the peer.
+    uint64_t stream = 0;
+    if (me == 0 && options.stream_bytes_max > 0) {
+      double n = static_cast<double>(options.stream_bytes_max);
+      if (p.beta_s_per_byte > 0) n = std::min(n, options.stream_max_seconds / p.beta_s_per_byte);
+      stream = std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest),
+                                  std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender));
+    }
+    const double took = options.stream_bytes_max > 0 ? time_burst(comm, {q}, stream, 2) : 0;
+    if (me == 0 && stream > 0) {
+      const double data_s = took - 2 * p.alpha_s;
+      if (data_s > 0 && data_s / static_cast<double>(stream) < p.beta_s_per_byte)
+        p.beta_s_per_byte = data_s / static_cast<double>(stream);
+    }
+    fitted[static_cast<size_t>(c)] = p;
   }
   if (!transport_cpu.empty()) {
     // The upper quartile of the round trips: a loaded host defers part of its network work (the
@@ -245,15 +302,14 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   // The incast bursts: the rule every rank derives from the hosts alone, so that all call them or
   // none.
-  constexpr auto kOther = static_cast<size_t>(PeerClass::kOtherHost);
   std::vector<IncastBurst> bursts;
-  if (!options.burst_bytes_per_sender.empty() && peer[kOther] >= 0) {
+  if (!options.burst_bytes_per_sender.empty() && peer[2] >= 0) {
     std::vector<int> senders;
     for (int r = 1; r < world; ++r)
       if (result.hosts[static_cast<size_t>(r)] != result.hosts[0]) senders.push_back(r);
-    // Rank 0 sizes each (its fit bounds the time) and tells the senders in each start message;
-    // the other ranks take part in as many bursts as rank 0 times.
-    const LinkParams fit = fits[kOther].params(LinkParams{});
+    // Rank 0 sizes each (the flat tier's numbers bound the time) and tells the senders in each
+    // start message; the other ranks take part in as many bursts as rank 0 times.
+    const LinkParams fit = fitted[2];
     std::vector<uint64_t> sizes;  // per sender, ascending and distinct (rank 0's)
     const bool wanted_here = fit.alpha_s >= options.burst_min_alpha_s;
     for (size_t wanted : options.burst_bytes_per_sender) {
@@ -281,9 +337,21 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       }
     }
   }
+  // Rank 0 labels the slots with tiers: the far slot is across regions where a gap split the
+  // hosts or its latency is a WAN's, else inside the region.
+  std::array<int32_t, kTiers> tier_peer{-1, -1, -1};
+  tier_peer[static_cast<size_t>(Tier::kHost)] = peer[0];
+  tier_peer[static_cast<size_t>(Tier::kRegion)] = peer[1];
+  if (peer[2] >= 0) {
+    const bool across = peer[1] >= 0 || fitted[2].alpha_s >= LinkModel::kLatencyBoundS;
+    tier_peer[static_cast<size_t>(across ? Tier::kAcross : Tier::kRegion)] = peer[2];
+  }
   ByteWriter w;
-  for (int c = 0; c < kPeerClasses; ++c) {
-    const LinkParams p = fits[static_cast<size_t>(c)].params(LinkParams{});
+  for (size_t t = 0; t < kTiers; ++t) {
+    const int32_t q = tier_peer[t];
+    const int slot = q < 0 ? -1 : q == peer[0] ? 0 : q == peer[1] ? 1 : 2;
+    const LinkParams p = slot < 0 ? LinkParams{} : fitted[static_cast<size_t>(slot)];
+    w.put<int32_t>(q);
     w.put<double>(p.alpha_s);
     w.put<double>(p.beta_s_per_byte);
     w.put<uint8_t>(p.measured ? 1 : 0);
@@ -298,10 +366,16 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   }
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
-  for (LinkParams& p : result.link) {
+  for (size_t t = 0; t < kTiers; ++t) {
+    const auto q = r.get<int32_t>();
+    if (q < -1 || q >= world || q == 0)
+      throw CorruptPayload("link probe result: peer " + std::to_string(q));
+    result.peers[t] = q;
+    LinkParams& p = result.link[t];
     p.alpha_s = r.get<double>();
     p.beta_s_per_byte = r.get<double>();
     p.measured = r.get<uint8_t>() != 0;
+    if (q >= 0) result.flat = static_cast<Tier>(t);
   }
   result.transport_bytes = r.get<uint64_t>();
   result.transport_cpu_s = r.get<double>();

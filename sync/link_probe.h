@@ -1,5 +1,6 @@
-// The cost model's collective parts, over the public comm::Communicator API:
-// the start-up probe of the link per peer class, and the agreement on rank 0's numbers.
+// The link model's measurement and the cost model's agreement, over the public comm::Communicator
+// API: the start-up probe of the link per tier (sync/link_model.h), and the agreement on rank 0's
+// numbers.
 #pragma once
 
 #include <array>
@@ -8,24 +9,22 @@
 
 #include "comm/communicator.h"
 #include "sync/cost_model.h"
+#include "sync/link_model.h"
 
 namespace gradex::sync::cost {
-
-// One incast burst: `bytes` arrived at rank 0 from every other-host rank at once, and the fastest
-// of its timed bursts took `seconds`, `extra_s` longer than the other-host fit predicts for the
-// same bytes from one sender (a start message's latency, then the data's; never below 0). A port
-// that overflowed and waited for a retransmission shows here as that wait; a path that absorbed
-// the burst as about 0.
-struct IncastBurst {
-  uint64_t bytes = 0;
-  double extra_s = 0;
-  double seconds = 0;  // 0: not known (a model built without the probe)
-};
 
 struct ProbeOptions {
   // Message sizes of the ping-pongs (two or more distinct sizes separate alpha from beta).
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
   int repeats = 7;  // timed round trips per size, after one untimed one
+  // Beta at line rate: after each tier's round trips, the tier's peer streams one message of what
+  // the round trips' fit moves in stream_max_seconds (at least the largest round trip's size, at
+  // most stream_bytes_max) to rank 0, twice after one untimed stream; beta is the fastest
+  // stream's (seconds - 2 alpha) / bytes where that is below the fit's. On a long path the round
+  // trips (at most 256 KiB) wait on TCP's window, not the line: at 1 Gbit/s and 25 ms one way
+  // they read 75-90 ns per byte where the line moves 8. 0 bytes: no stream.
+  size_t stream_bytes_max = 16u << 20;
+  double stream_max_seconds = 0.1;
   // The incast bursts: for each size, ascending, every rank on another host than rank 0 sends
   // that many bytes to rank 0 at once (at most burst_total_max_bytes in all, and at most what the
   // other-host fit moves in burst_max_seconds, so that a slow link spends a bounded start-up on
@@ -45,11 +44,16 @@ PeerClass collective_class(const std::vector<std::string>& hosts);
 
 struct ProbeResult {
   std::vector<std::string> hosts;  // every rank's host identity, by rank
-  // The rank each class was measured with (-1: no such rank), by class: the lowest rank on rank
-  // 0's host, and of the lowest rank on each other host the one farthest from rank 0.
-  std::array<int, kPeerClasses> peers{-1, -1};
-  std::array<LinkParams, kPeerClasses> link;  // rank 0's fit; unmeasured classes keep defaults
-  // Rank 0's CPU over the largest size's timed round trips (its thread's CPU clock: the
+  // By tier: the rank measured (-1: no such tier), rank 0's fit (unmeasured tiers keep defaults).
+  // kHost: the lowest rank on rank 0's host. The other hosts' lowest ranks are timed by one
+  // round trip each; where their round trips split at a gap of comm::kRegionGapRatio or more,
+  // kRegion is the farthest below the gap and kAcross the farthest above; without a gap the
+  // farthest is kAcross on a latency-bound link (alpha >= LinkModel::kLatencyBoundS), else
+  // kRegion. A flat collective waits on its slowest link: the farthest host's tier is `flat`.
+  std::array<int, kTiers> peers{-1, -1, -1};
+  std::array<LinkParams, kTiers> link;
+  Tier flat = Tier::kHost;
+  // Rank 0's CPU over the flat tier's largest timed round trips (its thread's CPU clock: the
   // transport's copies, protocol and progress work, not the time spent asleep waiting for the
   // link), the upper quartile of the round trips (the kernel defers network work it is not
   // charged for on a loaded host, so the dearer round trips are the closer to the whole cost):
@@ -60,13 +64,18 @@ struct ProbeResult {
   // Rank 0's incast bursts (ProbeOptions::burst_bytes_per_sender), ascending by size, none when
   // not measured.
   std::vector<IncastBurst> bursts;
+
+  // The cost model's class (CostModel::set_link): kSameHost the host tier, kOtherHost the flat
+  // tier (the one flat collectives cross). Unmeasured: defaults with measured = false.
+  LinkParams class_link(PeerClass c) const;
+  // The agreed link model of these numbers for `world` ranks and the port queue.
+  LinkModel model(int world, double port_queue_s) const;
 };
 
 // Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with one peer
-// of each class (ProbeResult::peers: on another host, the farthest host, found by a round trip to
-// each, since a flat collective waits on its slowest link) at every size and fits alpha and beta
-// per class (LinkFit) and times its own CPU over the largest messages; the other ranks only answer
-// or wait.
+// of each tier (ProbeResult::peers) at every size, fits alpha and beta per tier (LinkFit), times
+// a stream for beta at line rate (ProbeOptions::stream_bytes_max) and its own CPU over the
+// largest messages; the other ranks only answer or wait.
 // Then, if asked and some rank is on another host, rank 0 times the incast bursts. Every rank
 // returns rank 0's result.
 ProbeResult probe_links(comm::Communicator& comm, const std::string& host,

@@ -49,7 +49,7 @@ struct EngineOptions {
   // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
   // GRADEX_DENSE_COLLECTIVE: the ring or the direct allreduce for dense buckets; auto chooses per
-  // bucket from the agreed link model (sync/sparse_gather.h: GatherModel::dense_direct_for) and,
+  // bucket from the agreed link model (sync/link_model.h: LinkModel::dense_direct_for) and,
   // on a latency-bound link, lets small dense gradients ride a round's DGC gather
   // (sync/gather_rider.h); gather: every dense gradient of a round with a DGC unit rides it, other
   // rounds' buckets as auto.

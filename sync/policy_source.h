@@ -34,9 +34,11 @@ class PolicySource {
   virtual void on_reconfigure(int world_size) { (void)world_size; }
   // Progress thread, before routing `jobs` (this round's ready work); may be collective and may
   // switch the jobs' policies (CodecPlanner::before_routes). `state_mutex` is the engine's.
-  virtual void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs,
-                             BackendPath& path, std::mutex& state_mutex) {
-    (void)comm, (void)jobs, (void)path, (void)state_mutex;
+  // `link`: the membership's link model, agreed here when the source needs it.
+  virtual void before_routes(comm::Communicator& comm, AgreedLink& link,
+                             std::vector<pipeline::Job>& jobs, BackendPath& path,
+                             std::mutex& state_mutex) {
+    (void)comm, (void)link, (void)jobs, (void)path, (void)state_mutex;
   }
   // Any thread, when a unit completes: its measured times.
   virtual void observe_unit(const pipeline::Unit& unit, bool half_on_wire) {
@@ -77,9 +79,9 @@ class AutoPolicySource final : public PolicySource {
   void on_submit(const std::string& key) override { planner_->on_submit(key); }
   void on_end_step() override { planner_->on_end_step(); }
   void on_reconfigure(int world_size) override { planner_->on_reconfigure(world_size); }
-  void before_routes(comm::Communicator& comm, std::vector<pipeline::Job>& jobs, BackendPath& path,
-                     std::mutex& state_mutex) override {
-    planner_->before_routes(comm, jobs, path, state_mutex);
+  void before_routes(comm::Communicator& comm, AgreedLink& link, std::vector<pipeline::Job>& jobs,
+                     BackendPath& path, std::mutex& state_mutex) override {
+    planner_->before_routes(comm, link, jobs, path, state_mutex);
   }
   void observe_unit(const pipeline::Unit& unit, bool half_on_wire) override {
     planner_->observe_unit(unit, half_on_wire);

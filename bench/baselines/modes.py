@@ -39,7 +39,7 @@ class GradientModel(torch.nn.Module):
 
 def _noop_hook(_, bucket):
     """Returns the bucket untouched: measures DDP's own cost (bucket copies) without communication."""
-    future = torch.futures.Future()
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     future.set_result(bucket.buffer())
     return future
 

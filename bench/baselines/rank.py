@@ -5,7 +5,7 @@ gradients as `gradex-bench exchange` (same profile from bench/models/, same grad
 Started once per rank by a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
 GLOO_SOCKET_IFNAME to pin gloo to the host's interface):
 
-    .venv/bin/python bench/baselines/rank.py --model resnet50 --modes gloo_fp32,powersgd_r4 \\
+    .venv/bin/python -m bench.baselines.rank --model resnet50 --modes gloo_fp32,powersgd_r4 \\
         --steps 10 --warmup 3
 
 Output mirrors gradex-bench exchange so that one parser reads both: rank 0 prints a table and a last
@@ -25,15 +25,15 @@ import os
 import statistics
 import sys
 import time
+from typing import Any, List
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gradients import GradientGenerator  # noqa: E402
-from modes import MODES, make_ddp  # noqa: E402
-from model_profile import load_profile  # noqa: E402
+from bench.baselines.gradients import GradientGenerator  # noqa: E402
+from bench.baselines.modes import MODES, make_ddp  # noqa: E402
+from bench.baselines.model_profile import load_profile  # noqa: E402
 
 TOLERANCE = {"gloo_fp32": 1e-5, "torch_fp16": 4e-3}  # check limits; fp16 rounds to 11 bits
 
@@ -101,7 +101,7 @@ def run_mode(mode, args, profile, generators, flat, progress):
             times.append(t1 - t0)
             cpus.append(cpu1 - cpu0)
     progress.done()
-    gathered = [None] * dist.get_world_size()
+    gathered: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (times, cpus, check))
     del ddp
     step_times = [max(r[0][i] for r in gathered) for i in range(args.steps)]  # slowest rank per step

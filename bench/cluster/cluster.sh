@@ -33,7 +33,7 @@ set -euo pipefail
 
 # GX_CLUSTER_NAME / GX_CLUSTER_SUBNET let a second cluster coexist with the default one (another
 # benchmark on the same machine): namespaces <name>-sw, <name>-h<i> (probes <name>-probe-<pid>),
-# addresses <subnet>.<i+1>. bench/run --cluster-name/--subnet and bench/cluster/network.py read the
+# addresses <subnet>.<i+1>. bench/run --cluster-name/--subnet and bench/harness/network.py read the
 # same two variables.
 readonly CLUSTER_NAME=${GX_CLUSTER_NAME:-gx}
 readonly SUBNET=${GX_CLUSTER_SUBNET:-198.18.0}

@@ -26,15 +26,15 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import machine  # noqa: E402
-import gradex_vars  # noqa: E402
-from network import Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
-from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.cluster import gradex_vars  # noqa: E402
+from bench.harness.network import Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
+from bench.harness.launcher import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BASELINE = ROOT / "bench" / "baselines" / "rank.py"
+BASELINE = "bench.baselines.rank"  # the PyTorch baselines' rank program, run as a module
 NOT_MODES = {"model", "params", "tensors", "ranks", "steps", "dense_bytes"}
 AUTO = "auto"
 # The fixed modes the auto policy is judged against (bench/report.py's auto_over_best_fixed_<rate>).
@@ -44,7 +44,7 @@ RAMP = "GRADEX_POLICY_RAMP_STEPS"
 
 def modes_of(result):
     """{mode: {metric: float}} from a RESULT dict whose keys are <mode>_<metric>."""
-    modes = {}
+    modes: Dict[str, Dict[str, float]] = {}
     for key, value in result.items():
         for metric in ("step_ms", "mean_ms", "cpu_ms", "wire_bytes", "ratio", "check"):
             if key.endswith("_" + metric) and key not in NOT_MODES:
@@ -59,7 +59,7 @@ def run_tool(tool, argv, network, args, model, log_dir, *, steps, warmup, extra_
         print_progress_line(f"[{model} {network.label}] {tool} {mode} step {step}/{total}")
 
     started = time.monotonic()
-    wan_wire = {}
+    wan_wire: Dict[str, float] = {}
     stdout, wire = run_ranks(network, args.hosts, argv, warmup=warmup, steps=steps,
                              timeout_s=args.run_timeout_s, log_dir=log_dir, label=label,
                              display=display, extra_env=extra_env, wan_wire=wan_wire)
@@ -141,17 +141,14 @@ def mode_descriptions(bench):
                 described[match.group(1)] = match.group(2)
     except (OSError, subprocess.TimeoutExpired):
         pass
-    sys.path.insert(0, str(BASELINE.parent))
-    from modes import MODES
+    from bench.baselines.modes import MODES
     described.update({name: entry[0] for name, entry in MODES.items()})
     return described
 
 
 def save(path, data):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """The results so far, with their provenance (bench/harness/results.py): the links are the networks."""
+    results.write(path, data, link=data.get("networks") or data.get("layouts") or "cluster")
 
 
 def main():
@@ -198,6 +195,7 @@ def main():
     # bench/run stops a stage with SIGTERM: unwind (killing every rank) instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    networks: List[Any]
     if args.root_loopback:
         networks = [RootLoopback()]
     else:
@@ -228,7 +226,7 @@ def main():
             network.shape()
             runs = gradex_runs(args, gradex_modes, names, steps, warmup)
             if baselines:  # PowerSGD starts at DDP's step 2: the baselines warm up at least 2 steps
-                runs.append(("torch", [args.python, str(BASELINE), "--modes", baselines, "--model", "{model}",
+                runs.append(("torch", [args.python, "-m", BASELINE, "--modes", baselines, "--model", "{model}",
                                        "--steps", str(steps), "--warmup", str(max(warmup, 2))], {}, steps,
                              max(warmup, 2), None))
             entry = data["exchange"].setdefault(model, {}).setdefault(network.label, {})
@@ -270,8 +268,7 @@ def rate_bits(rate):
 
 
 def baseline_names():
-    sys.path.insert(0, str(BASELINE.parent))
-    from modes import MODES
+    from bench.baselines.modes import MODES
     return set(MODES)
 
 

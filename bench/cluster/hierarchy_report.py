@@ -1,6 +1,7 @@
 """The hierarchical-exchange part of bench/report.py: the table, the targets and the RESULT values
 of hierarchy_suite.py's hierarchy.json."""
 import math
+from typing import Any, Dict
 
 # The targets at 2 hosts x 2 ranks (100 Mbit/s and 1 Gbit/s), hierarchical against flat:
 # (policy, what is compared, bound, "max" or "min").
@@ -21,7 +22,7 @@ def _fmt(x, digits=2):
 
 def pairs(hier):
     """{(hosts, ranks_per_host, rate, policy): {"flat": run, "hierarchical": run}} in run order."""
-    out = {}
+    out: Dict[Any, Dict[str, Any]] = {}
     for run in (hier or {}).get("runs", []):
         key = (run["hosts"], run["ranks_per_host"], run["rate"], run["policy"])
         out.setdefault(key, {})[run["exchange"]] = run

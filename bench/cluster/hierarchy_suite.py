@@ -31,13 +31,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gradex_vars  # noqa: E402
-import machine  # noqa: E402
-from exchange_suite import modes_of, rate_steps, save  # noqa: E402
-from network import CLUSTER_SH, Cluster  # noqa: E402
-from ranks import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
+from bench.cluster import gradex_vars  # noqa: E402
+from bench.harness import machine  # noqa: E402
+from bench.cluster.exchange_suite import modes_of, rate_steps, save  # noqa: E402
+from bench.harness.network import CLUSTER_SH, Cluster  # noqa: E402
+from bench.harness.launcher import RankFailure, parse_result, print_progress_line, run_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODE = "auto"  # gradex-bench's engine mode with nothing overridden: what the environment selects
@@ -87,7 +87,7 @@ def intra_host_env(kind):
 def one_run(args, network, world, steps, warmup, env, label, mode=MODE):
     argv = [args.bench, "exchange", "--modes", f"{mode},{SENTINEL}", "--model", args.model, "--steps", str(steps),
             "--warmup", str(warmup), "--idle-s", "0"]
-    host_wire = {}
+    host_wire: Dict[str, Any] = {}
 
     def display(mode, step, total):
         print_progress_line(f"[{label}] step {step}/{total}")

@@ -10,7 +10,7 @@ runs' ratios (and their range) and the CPU ratio, and writes the results with th
 machine to --out (default docs/benchmarks/seal.json). Needs root (network namespaces) unless
 --loopback-only.
 
-    .venv/bin/python bench/cluster/seal_suite.py [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
+    .venv/bin/python -m bench.cluster.seal_suite [--rates 1gbit] [--reps 3] [--steps 10] [--loopback-only]
 
 --race TASK adds the time-to-accuracy race's default method (gradex_auto, bench/train/train_suite.py, seed 0)
 on TASK at the first rate, sealed and in clear in alternation, --race-reps pairs; --race-wan RATE,DELAY runs
@@ -23,11 +23,11 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import machine  # noqa: E402
-from network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
-from ranks import parse_result, run_ranks  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.harness.network import CLUSTER_SH, Cluster, NamespaceLoopback, RootLoopback  # noqa: E402
+from bench.harness.launcher import parse_result, run_ranks  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECRET = "seal-suite-secret"
@@ -127,10 +127,10 @@ def main():
     args = p.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    data = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "commit": commit,
+    data: Dict[str, Any] = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "commit": commit,
             "machine": machine.describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "networks": {}}
-    networks = []
+    networks: List[Any] = []
     if args.race_wan:
         print(f"race over the WAN {args.race_wan}:", flush=True)
         data["race"] = race(args, None)
@@ -165,8 +165,7 @@ def main():
         if up:
             subprocess.run([str(CLUSTER_SH), "down"], stdout=subprocess.DEVNULL)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1)
+    results.write(args.out, data, link=list(data["networks"]) or args.race_wan or "loopback")
     print(f"results: {os.path.relpath(args.out, ROOT)}")
 
 

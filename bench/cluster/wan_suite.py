@@ -21,7 +21,7 @@ each round runs the modes once under GRADEX_HIERARCHICAL=0 (flat) and once under
 (regions measured at start-up and used as the hierarchical exchange's groups; rank 0's `exchange
 layout:` line is checked and kept), alternating which goes first. Per mode and layout: step_ms and
 wan_bytes, the IP bytes per step that crossed between regions (the delay line's count of what its
-inter-region pipes accepted, both directions, over whole measured steps: ranks.py's WireMeter); the
+inter-region pipes accepted, both directions, over whole measured steps: bench/harness/launcher.py's WireMeter); the
 targets region_over_flat_steps_per_s (flat step / region step) and region_over_flat_wan_bytes, of
 --region-target-mode, medians over the rounds.
 
@@ -38,25 +38,24 @@ import re
 import signal
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import exchange_suite  # noqa: E402
-import gradex_vars  # noqa: E402
-import machine  # noqa: E402
-import wan  # noqa: E402
-from ranks import RankFailure  # noqa: E402
+from bench.cluster import exchange_suite  # noqa: E402
+from bench.cluster import gradex_vars  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.harness import wan  # noqa: E402
+from bench.harness.launcher import RankFailure  # noqa: E402
 
 MODES = "dense_fp32,dense_fp16,dgc99,dgc999,fixed,auto"
 REGION_MODES = "engine16,dgc999,fixed"
 # Ends each comparison program: the per-host byte window of the last mode closes when it starts (see
 # exchange_suite.gradex_runs); LocalSGD every 8 steps sends nothing in the few steps it runs.
 REGION_SENTINEL = "localsgd8"
-LAYOUTS = (("flat", {gradex_vars.HIERARCHICAL: "0"}), ("region", {}))
+LAYOUTS: Tuple[Tuple[str, Dict[str, str]], ...] = (("flat", {gradex_vars.HIERARCHICAL: "0"}), ("region", {}))
 
 
 def topology(args: argparse.Namespace, kind: str) -> wan.WanSpec:
-    common = dict(hosts=args.hosts, mtu=args.mtu, loss=args.loss, name=args.name, subnet=args.subnet,
+    common = dict(hosts=args.hosts, mtu=args.mtu, loss=args.loss, cc=args.cc, name=args.name, subnet=args.subnet,
                   tcp_buffer_mib=args.tcp_buffer_mib, sysctls=args.host_sysctl)
     if kind == "flat":
         return wan.WanSpec(rate=args.rate, delay=args.delay, **common)
@@ -112,7 +111,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
     with wan.Wan(spec, log_dir=args.log_dir) as network:
         measured = wan.check(network, seconds=args.flow_s)
         entry["measured"] = measured
-        rtt = measured["rtt_ms_max"]
+        rtt = float(measured["rtt_ms_max"])
         print(f"  rtt {rtt:.2f} ms h{measured['farthest']} (configured {measured['configured_rtt_ms']:.2f}); one flow "
               f"{measured['flow_bits'] / 1e6:.0f} Mbit/s of {measured['line_bits'] / 1e6:.0f}\n"
               f"  {measured['kernel_limits']}", flush=True)
@@ -132,7 +131,7 @@ def run_topology(args: argparse.Namespace, kind: str, names: set, data: dict) ->
                 found, _ = exchange_suite.run_tool(tool, argv, network, suite_args, args.model, args.log_dir,
                                                    steps=steps, warmup=warmup, extra_env=env)
                 found.pop(sentinel, None)
-                derive(found, rtt, measured["line_bits"])
+                derive(found, rtt, float(measured["line_bits"]))
                 entry["modes"].update(found)
             except (RankFailure, OSError) as e:
                 message = f"wan {kind} {tool}: {e}"
@@ -196,7 +195,7 @@ def run_region_compare(args, kind, network, names, entry, data, rtt, line_bits) 
     user_env = dict(item.split("=", 1) for item in args.env)
     for number in range(args.region_rounds):
         layouts = LAYOUTS if number % 2 == 0 else tuple(reversed(LAYOUTS))
-        result = {"order": [label for label, _ in layouts]}
+        result: Dict[str, Any] = {"order": [label for label, _ in layouts]}
         for label, layout_env in layouts:
             tool = f"gradex_{label}"
             argv = [args.bench, "exchange", "--modes", ",".join(modes + [REGION_SENTINEL]), "--model",
@@ -308,10 +307,9 @@ def targets(modes: Dict[str, dict]) -> Dict[str, float]:
 
 
 def save(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """The results so far, with their provenance (bench/harness/results.py): the link is every
+    topology's WAN spec (rates, delays, MTU, congestion control)."""
+    results.write(path, data, link={key: entry.get("spec") for key, entry in data.get("topologies", {}).items()})
 
 
 def main() -> int:
@@ -333,8 +331,9 @@ def main() -> int:
                    help="net.ipv4.KEY=VALUE inside the emulated hosts, e.g. net.ipv4.tcp_slow_start_after_idle=0")
     p.add_argument("--env", action="append", default=[],
                    help="KEY=VALUE for every rank, e.g. GRADEX_SPARSE_COLLECTIVE=direct (what-ifs)")
-    p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
-    p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
+    p.add_argument("--cc", default="cubic", help="the hosts' TCP congestion control ('' keeps the machine's)")
+    p.add_argument("--name", default=wan.default_name())
+    p.add_argument("--subnet", default=wan.default_subnet())
     p.add_argument("--model", default="resnet50")
     p.add_argument("--modes", default=MODES)
     p.add_argument("--region-modes", default=REGION_MODES,

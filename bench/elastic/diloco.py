@@ -3,7 +3,7 @@
 Loopback, replica groups of one rank each (tests/python/torchft_diloco_worker.py: a 16-H-4 MLP, AdamW inner
 steps, sync every --sync-every steps), torchft's Lighthouse in this process.
 
-    .venv/bin/python bench/elastic/diloco.py --hidden 16384 --syncs 6
+    .venv/bin/python -m bench.elastic.diloco --hidden 16384 --syncs 6
 
 Prints one RESULT line per measurement.
 """

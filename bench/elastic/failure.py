@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -57,8 +58,7 @@ def worker(args):
     from torchft.optim import OptimizerWrapper
     from torchft.process_group import ProcessGroupGloo
 
-    sys.path.insert(0, str(ROOT / "bench" / "train"))
-    import task
+    from bench.train import task
     import gradex.torchft as gxft
     from gradex.torchft import advertised_reconfigure_handle
 
@@ -170,7 +170,8 @@ def run(args):
     out = tempfile.mkdtemp(prefix="gradex-failure-")
     subprocess.run([str(CLUSTER_SH), "up", "--hosts", str(HOSTS), "--rate", args.rate, "--owner", str(os.getpid()),
                     "--max-s", "900"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=120)
-    procs, events = {}, {}
+    procs: Dict[int, Any] = {}
+    events: Dict[str, Any] = {}
     ns = [f"{args.cluster_name}-h{h}" for h in range(HOSTS)]
     lighthouse = subprocess.Popen(
         ["ip", "netns", "exec", ns[0], str(pathlib.Path(sys.executable).parent / "torchft_lighthouse"),
@@ -179,10 +180,10 @@ def run(args):
         stdout=open(os.path.join(out, "lighthouse.log"), "w"), stderr=subprocess.STDOUT)
 
     def start(h):
-        worker_env = dict(env, UCX_TLS="tcp,self", GRADEX_SHM="0", GRADEX_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0",
+        worker_env = dict(env, PYTHONPATH=str(ROOT), UCX_TLS="tcp,self", GRADEX_SHM="0", GRADEX_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0",
                           OMP_NUM_THREADS="1")
         events.setdefault(f"start{h}", []).append(time.time())
-        return subprocess.Popen(["ip", "netns", "exec", ns[h], sys.executable, __file__, "worker", "--replica",
+        return subprocess.Popen(["ip", "netns", "exec", ns[h], sys.executable, "-m", "bench.elastic.failure", "worker", "--replica",
                                  str(h), "--mode", args.mode, "--steps", str(args.steps), "--out", out,
                                  "--lr", str(args.lr), "--eval-every", str(args.eval_every), "--subnet",
                                  args.subnet, "--cluster-name", args.cluster_name],
@@ -215,9 +216,12 @@ def run(args):
     logs = {h: read_log(out, h) for h in range(HOSTS)}
     result = summarize(args, go, events, logs)
     path = pathlib.Path(args.out)
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results[args.mode] = result
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    from bench.harness import results as result_files
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged.pop("provenance", None)
+    # One file holds every mode's run: each run keeps its own command line, the file the latest's provenance.
+    merged[args.mode] = dict(result, command=result_files.command_line())
+    result_files.write(path, merged, link=args.rate)
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}))
     print(f"logs in {out}")
 
@@ -246,12 +250,10 @@ def summarize(args, go, events, logs):
 
 
 def plot(args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bench.harness import plot as figures
 
     results = json.loads(pathlib.Path(args.out).read_text())
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = figures.figure()
     for mode in MODES:
         if mode not in results:
             continue
@@ -272,9 +274,8 @@ def plot(args):
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("MLP race, 4 hosts at 1 Gbit/s, host 3 killed at 30% and restarted at 60% (: kill, -- restart)",
                  fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(args.png, dpi=110)
+    figures.finish(ax, legend="lower right")
+    figures.save(fig, args.png, dpi=110)
     print(f"wrote {args.png}")
 
 

@@ -5,7 +5,7 @@ sampled after each cycle. At the end every replica stops at the same step; the r
 parameters are bit-identical and whether every replica's step equals its commits plus the steps it took over
 while healing (no step lost).
 
-    .venv/bin/python bench/elastic/soak.py --cycles 20 --mode pg
+    .venv/bin/python -m bench.elastic.soak --cycles 20 --mode pg
 """
 import argparse
 import os

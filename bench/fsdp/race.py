@@ -10,8 +10,8 @@ training-clock budget:
   diloco   fully_shard on mesh["shard"], gx.DiLoCo(mesh=mesh): 4-bit streamed pseudo-gradients across replica
            groups every --period steps (2 fragments, delay 1, outer momentum 0.5)
 
-    .venv/bin/python bench/fsdp/race.py --steps 200                       # loopback, equal steps
-    sudo .venv/bin/python bench/fsdp/race.py --cluster 100mbit --budget 150 --steps 100000 \
+    .venv/bin/python -m bench.fsdp.race --steps 200                       # loopback, equal steps
+    sudo .venv/bin/python -m bench.fsdp.race --cluster 100mbit --budget 150 --steps 100000 \
         --out docs/benchmarks/fsdp_race_100m.json                         # 2 emulated hosts
 
 Held-out loss is measured every --eval-every steps (its time is not counted). The target is native HSDP's
@@ -36,15 +36,15 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "lm"))
-sys.path.insert(0, str(HERE.parent / "cluster"))
-import corpus  # noqa: E402
-import model as lm_model  # noqa: E402
-import network  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import model as lm_model  # noqa: E402
+from bench.harness import network, results  # noqa: E402
+from bench.harness.launcher import run_ranks  # noqa: E402
 
 METHODS = ("native", "gradex", "diloco")
 SHAPE = {"vocab": 4096, "d": 128, "layers": 2, "heads": 4, "context": 32}
@@ -86,7 +86,7 @@ def _rank(rank, world, init_method, method, args, data_path, sink):
     model = lm_model.make(seed=0, **SHAPE)
     _shard(model, mesh if method == "native" else mesh["shard"])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    helper = None
+    helper: Any = None
     if method == "gradex":
         helper = gx.HSDP(model, mesh, optimizer=opt)
     elif method == "diloco":
@@ -169,33 +169,13 @@ def run_cluster(net, method, args, data_path, argv):
     curve_out = os.path.join(args.log_dir, f"fsdp.{net.label}.{method}.json")
     if os.path.exists(curve_out):
         os.remove(curve_out)
-    rank_argv = [sys.executable, str(pathlib.Path(__file__).resolve()), *argv,
+    rank_argv = [sys.executable, "-m", "bench.fsdp.race", *argv,
                  "--worker", method, "--curve-out", curve_out, "--data", data_path]
-    port = network.pick_port(net)
     before = net.host_bytes()
-    procs, logs = [], []
-    try:
-        for r in range(WORLD):
-            log = open(os.path.join(args.log_dir, f"fsdp.{net.label}.{method}.rank{r}.log"), "w")
-            logs.append(log)
-            procs.append(subprocess.Popen(net.command(r, rank_argv), env=network.environment(net, r, WORLD, port),
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = time.monotonic() + args.budget + args.method_slack
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} at {net.label}: not done {args.method_slack} s after its budget")
-            if any(p.poll() not in (None, 0) for p in procs):
-                time.sleep(2)
-                bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-                raise RuntimeError(f"{method} at {net.label}: ranks {bad} failed (logs: {args.log_dir})")
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
-        for log in logs:
-            log.close()
+    # The launcher bounds the run (budget plus slack), kills every rank on a failure and raises RankFailure
+    # (a RuntimeError) with the failed ranks' log tails.
+    run_ranks(net, WORLD, rank_argv, warmup=0, steps=1, timeout_s=args.budget + args.method_slack,
+              log_dir=args.log_dir, label=f"fsdp.{net.label}.{method}")
     after = net.host_bytes()
     with open(curve_out) as f:
         run = json.load(f)
@@ -318,11 +298,12 @@ def report(args, results):
                          "curve": curve}
     print("RESULT " + " ".join(fields))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"link": args.cluster or "loopback", "budget_s": None if math.isinf(args.budget) else args.budget,
-                       "max_steps": args.steps, "target_loss": target, "shape": SHAPE, "mesh": [REPLICAS, SHARDS],
-                       "gradex_env": {k: v for k, v in os.environ.items() if k.startswith("GRADEX_")},
-                       "methods": table}, f, indent=1)
+        results.write(args.out, {"link": args.cluster or "loopback",
+                                 "budget_s": None if math.isinf(args.budget) else args.budget,
+                                 "max_steps": args.steps, "target_loss": target, "shape": SHAPE,
+                                 "mesh": [REPLICAS, SHARDS],
+                                 "gradex_env": {k: v for k, v in os.environ.items() if k.startswith("GRADEX_")},
+                                 "methods": table}, link=args.cluster or "loopback")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ loopback train the race's transformer with AdamW through DDP + gx.State(ddp, opt
 few steps, and rank 0 prints gradex's own counters (gx.stats): bytes sent, what a dense fp32 ring allreduce
 would have sent, and their ratio. Losses are measured at equal steps by adam_codec_study.py.
 
-  python bench/lm/adam_codec_bytes.py --steps 20 --ranks 2 [--config GRADEX_ADAM_SPARSITY=0.98 ...]
+  python -m bench.lm.adam_codec_bytes --steps 20 --ranks 2 [--config GRADEX_ADAM_SPARSITY=0.98 ...]
 """
 import argparse
 import datetime
@@ -16,9 +16,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import corpus  # noqa: E402
-import model as lm  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import model as lm  # noqa: E402
 
 
 def rank_main(rank, args, port):

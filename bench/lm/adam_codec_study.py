@@ -34,7 +34,7 @@ Bytes are estimated from the selection: 16-bit values (1 bit + a scale with sign
 dense tensors in 16 bits (DDP: 32); bench/lm/adam_codec_bytes.py measures the real wire bytes of the
 implemented codec through gradex's statistics.
 
-  python bench/lm/adam_codec_study.py --steps 300 --methods ddp ef:0.01 mom:0.01:0.9 track:0.01
+  python -m bench.lm.adam_codec_study --steps 300 --methods ddp ef:0.01 mom:0.01:0.9 track:0.01
 """
 import argparse
 import json
@@ -45,9 +45,8 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import corpus  # noqa: E402
-import model as lm  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import model as lm  # noqa: E402
 
 DENSE_THRESHOLD = 16384
 
@@ -278,10 +277,10 @@ class Method:
                 self.ref[i].add_(avg)
                 avg = self.ref[i].clone()
             if self.smooth > 0:
-                r = self.pending[i]
-                r.add_(avg)
-                avg = r * self.smooth
-                r.sub_(avg)
+                pending = self.pending[i]
+                pending.add_(avg)
+                avg = pending * self.smooth
+                pending.sub_(avg)
             out.append(avg)
         return out
 

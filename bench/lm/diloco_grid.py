@@ -5,8 +5,8 @@ global model after the last step. Wall time plays no part (a shared machine's no
 result); bytes are what gradex itself counted on rank 0 (a DiLoCo run's `bytes_sent`) or, for DDP, the
 fp32 ring allreduce's 2(P-1)/P x 4 bytes per parameter per step.
 
-    .venv/bin/python bench/lm/diloco_grid.py --steps 256 --ranks 2 --grid defaults
-    .venv/bin/python bench/lm/diloco_grid.py --only "ddp;diloco8 lr=0.7 m=0.9"
+    .venv/bin/python -m bench.lm.diloco_grid --steps 256 --ranks 2 --grid defaults
+    .venv/bin/python -m bench.lm.diloco_grid --only "ddp;diloco8 lr=0.7 m=0.9"
 
 Each setting is "<method> key=value ..." with method one of ddp, nocomm, diloco4, diloco8, diloco32,
 topk, and keys lr (outer), m (outer momentum), H, F (fragments), d (delay), density (topk), keep (the final
@@ -22,11 +22,10 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "cluster"))
-import corpus  # noqa: E402
-import network  # noqa: E402
-import race  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.harness import network  # noqa: E402
+from bench.harness import results as result_files  # noqa: E402
+from bench.lm import race  # noqa: E402
 
 METHOD = {"ddp": "ddp", "nocomm": "nocomm", "diloco4": "gradex_diloco4", "diloco8": "gradex_diloco8",
           "diloco32": "gradex_diloco32", "topk": "gradex_diloco_topk"}
@@ -128,8 +127,8 @@ def main(argv=None):
         results.append(r)
         print(f"[grid] {setting}: loss {r['curve'][-1][2]:.4f} "
               f"({r['wall_s']:.0f} s, {bytes_per_rank(r, args.steps, args.ranks)} B/rank)", flush=True)
-        with open(args.out, "w") as f:
-            json.dump({"steps": args.steps, "ranks": args.ranks, "results": results}, f, indent=1)
+        result_files.write(args.out, {"steps": args.steps, "ranks": args.ranks, "results": results},
+                           link="loopback")
     print(table(results, args.steps, args.ranks))
 
 

@@ -32,15 +32,15 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import corpus  # noqa: E402
-import model as lm  # noqa: E402
-import muon_adamw  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import model as lm  # noqa: E402
+from bench.lm import muon_adamw  # noqa: E402
 
 
 def _wrap_ddp(model, args):
@@ -273,6 +273,7 @@ def main():
     sampler = corpus.Sampler(data["train"], args.context, args.batch, seed=1000 + rank)
     evals = corpus.eval_batches(data["held_out"], args.context, count=args.eval_batches, batch=16)
     model = lm.make(seed=0, **shape)
+    opt: Any  # MuonWithAuxAdam or AdamW: both step, zero_grad and hold param_groups
     if args.optimizer == "muon":
         opt = muon_adamw.MuonWithAuxAdam(model, lr=args.lr, adam_lr=args.lr)
     else:

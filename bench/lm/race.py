@@ -4,8 +4,8 @@ on the standard library's .py files (corpus.py) for the same wall-clock budget, 
 (bench/cluster/cluster.sh) at each link rate. Held-out loss is plotted against training time and against
 bytes on the wire.
 
-    sudo .venv/bin/python bench/lm/race.py --rates 100mbit,1gbit --budget 300
-    sudo .venv/bin/python bench/lm/race.py --short      # 100 Mbit/s, 4 methods, 240 s each: ~25 min
+    sudo .venv/bin/python -m bench.lm.race --rates 100mbit,1gbit --budget 300
+    sudo .venv/bin/python -m bench.lm.race --short      # 100 Mbit/s, 4 methods, 240 s each: ~25 min
 
 Methods (lm_rank.METHODS): ddp, the PyTorch hooks fp16 and powersgd, gradex_default (the gradex hook as
 this gradex configures it for AdamW), gradex_auto (the same under GRADEX_POLICY=auto), gradex_localsgd, gradex_diloco8 and gradex_diloco4 (streaming), and
@@ -35,13 +35,15 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "cluster"))
-import corpus  # noqa: E402
-import lm_rank  # noqa: E402
-import network  # noqa: E402
+from bench.lm import corpus  # noqa: E402
+from bench.lm import lm_rank  # noqa: E402
+from bench.harness import network  # noqa: E402
+from bench.harness.launcher import run_ranks  # noqa: E402
+from bench.harness import plot as figures  # noqa: E402
+from bench.harness import results as result_files  # noqa: E402
 
 GRADEX = ("gradex_default", "gradex_auto", "gradex_localsgd", "gradex_diloco8", "gradex_diloco4")
 HOOKS = ("fp16", "powersgd")
@@ -57,34 +59,14 @@ def rate_tag(rate):
 
 def run_method(net, method, args, data_path, log_dir, target=None):
     curve_out = os.path.join(log_dir, f"lm.{net.label}.{method}.json")
-    argv = [args.python, str(HERE / "lm_rank.py"), "--method", method, "--data", data_path,
+    argv = [args.python, "-m", "bench.lm.lm_rank", "--method", method, "--data", data_path,
             "--budget", str(args.budget), "--curve-out", curve_out,
             *([f"--target-loss={target!r}"] if target is not None else []),
             *(["--switch", net.switch] if getattr(net, "switch", None) else []), *args.rank_args.split()]
-    port = network.pick_port(net)
-    procs, logs = [], []
-    for r in range(args.hosts):
-        log = open(os.path.join(log_dir, f"lm.{net.label}.{method}.rank{r}.log"), "w")
-        logs.append(log)
-        procs.append(subprocess.Popen(net.command(r, argv), env=network.environment(net, r, args.hosts, port),
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-    deadline = time.monotonic() + args.budget + args.method_slack
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} at {net.label}: not done {args.method_slack} s after its budget")
-            if any(p.poll() not in (None, 0) for p in procs):
-                time.sleep(2)
-                bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-                raise RuntimeError(f"{method} at {net.label}: ranks {bad} failed (logs: {log_dir}/lm.*.rank*.log)")
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-                p.wait()
-        for log in logs:
-            log.close()
+    # The launcher bounds the run (a method's budget plus its slack), kills every rank on a failure and
+    # raises RankFailure (a RuntimeError) with the failed ranks' log tails.
+    run_ranks(net, args.hosts, argv, warmup=0, steps=1, timeout_s=args.budget + args.method_slack,
+              log_dir=log_dir, label=f"lm.{net.label}.{method}")
     with open(curve_out) as f:
         return json.load(f)
 
@@ -146,11 +128,8 @@ def result_line(items):
 
 
 def plot(curves_by_rate, summary, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     rates = list(curves_by_rate)
-    fig, axes = plt.subplots(len(rates), 2, figsize=(12, 4.2 * len(rates)), squeeze=False)
+    fig, axes = figures.figure(len(rates), 2, size=(12, 4.2 * len(rates)))
     for row, rate in enumerate(rates):
         for method, curve in curves_by_rate[rate].items():
             loss = [c[2] for c in curve]
@@ -167,8 +146,7 @@ def plot(curves_by_rate, summary, path):
                 ax.axhline(summary[rate]["target"], color="grey", linestyle=":", linewidth=1)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    figures.save(fig, path, dpi=90)
 
 
 def parse_args(argv=None):
@@ -232,9 +210,12 @@ def main(argv=None):
     if own_cluster:
         cluster_sh("up", "--hosts", str(args.hosts), "--rate", args.rates[0], "--owner", str(os.getpid()),
                    "--max-s", str(int((args.budget + args.method_slack) * len(args.methods) * len(args.rates))))
-    curves, runs, failed = {}, {}, {}
+    curves: Dict[str, Any] = {}
+    runs: Dict[str, Any] = {}
+    failed: Dict[str, Any] = {}
     try:
         for rate in args.rates:
+            net: Any
             if args.loopback:
                 net = network.RootLoopback()
             else:
@@ -261,12 +242,11 @@ def main(argv=None):
     summary, items = summarize(curves, args.tolerance)
     labels = {m: r["label"] for rate_runs in runs.values() for m, r in rate_runs.items()}
     parameters = next((r["parameters"] for rate_runs in runs.values() for r in rate_runs.values()), None)
-    with open(args.out, "w") as f:
-        json.dump({"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
-                   "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
-                   "targets": {r: s["target"] for r, s in summary.items()},
-                   "result": {k: _json_number(v) for k, v in items.items()}},
-                  f, indent=1)
+    result_files.write(args.out, {"hosts": args.hosts, "budget_s": args.budget, "tolerance": args.tolerance,
+                                  "parameters": parameters, "labels": labels, "curves": curves, "failed": failed,
+                                  "targets": {r: s["target"] for r, s in summary.items()},
+                                  "result": {k: _json_number(v) for k, v in items.items()}},
+                       link="loopback" if args.loopback else list(args.rates))
     plot(curves, summary, args.plot)
     print(result_line(items))
     if failed:

@@ -1,7 +1,7 @@
 """What gradex's codecs cost an optimizer at equal steps: held-out loss and accuracy of a small classifier trained
 on 2 gloo CPU ranks through gx.DistributedOptimizer, per codec, against the dense fp32 exchange.
 
-    .venv/bin/python bench/optimizers/equal_steps.py --optimizer muon --steps 600 --lr 0.003
+    .venv/bin/python -m bench.optimizers.equal_steps --optimizer muon --steps 600 --lr 0.003
 
 The task: a fixed random teacher network labels Gaussian inputs into 10 classes; each rank draws its own
 batches. The model is bias-free (Muon updates 2-D matrices only). Every codec runs the fixed policy with the

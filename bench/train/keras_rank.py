@@ -5,7 +5,7 @@ line, clock, evaluation rule and output contract, so that train_suite.py races i
 methods (its PROGRAMS entry).
 
 Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set (and GRADEX_IFACE on the
-emulated cluster), by bench/cluster/ranks.py (subprocesses: never forked after importing TensorFlow):
+emulated cluster), by bench/harness/launcher.py (subprocesses: never forked after importing TensorFlow):
 
     keras_rank.py --task mlp --method keras_gradex_default --seeds 0 --steps 250 --target 0.72 --out r.json
 
@@ -39,10 +39,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import task  # noqa: E402  (torch, for the task's data and initial weights only)
-from seed_runs import run_seeds  # noqa: E402
-from tx_counter import TxCounter  # noqa: E402
+from bench.train import task  # noqa: E402  (torch, for the task's data and initial weights only)
+from bench.train.seed_runs import run_seeds  # noqa: E402
+from bench.train.tx_counter import TxCounter  # noqa: E402
 
 METHODS = ("keras_gradex_default", "keras_gradex_dense")
 TASKS = ("mlp",)
@@ -97,7 +96,7 @@ def train_one_seed(args, seed, data, rank, world):
     reached = None  # (clock, step) of the first evaluation at or above the target
     tty = rank == 0 and sys.stderr.isatty()
     while step < args.steps:
-        if tty:  # bench/cluster/ranks.py reads "[train] <mode> step k/n" from rank 0's terminal
+        if tty:  # bench/harness/launcher.py reads "[train] <mode> step k/n" from rank 0's terminal
             sys.stderr.write(f"\r[train] {args.task}_{args.method}_s{seed} step {step + 1}/{args.steps}   ")
             sys.stderr.flush()
         optimizer.learning_rate = args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))

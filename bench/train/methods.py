@@ -32,15 +32,14 @@ import inspect
 import os
 import re
 import sys
+from typing import Any, Dict
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "baselines"))
-from modes import _noop_hook, serialized_hook  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
+from bench.baselines.modes import _noop_hook, serialized_hook  # noqa: E402
+from bench.train.optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm")
@@ -61,6 +60,7 @@ class Method:
         # Every method's .grad are views of DDP's buckets, as a user after speed sets it: DDP then skips its two
         # copies of every gradient a step (into the bucket, back out): 5-10 % more steps/s here (docs/pytorch.md).
         self.ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
+        self.optimizer: torch.optim.Optimizer
         if self.optimizer_name == "sgd":
             # gradex applies GRADEX_MOMENTUM itself (docs/pytorch.md): the optimizer then runs at momentum 0.
             momentum = 0.0 if name in GRADEX_HOOKS else GRADEX_MOMENTUM
@@ -143,7 +143,7 @@ def auto_policy_config(steps=None):
     described = "\n" + gradex.describe_config()
     if "\nGRADEX_POLICY=" not in described:
         return {}
-    config = {"GRADEX_POLICY": "auto"}
+    config: Dict[str, Any] = {"GRADEX_POLICY": "auto"}
     if steps and "\nGRADEX_POLICY_HORIZON_STEPS=" in described:
         config["GRADEX_POLICY_HORIZON_STEPS"] = int(steps)
     return config

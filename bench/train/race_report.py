@@ -3,10 +3,7 @@ race's results file (bench/train/train_suite.py's train.json: one entry per link
 reference; a file of the older one-rate format is read as one rate)."""
 import math
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from bench.harness import plot
 
 AUTO, DEFAULT = "gradex_auto", "gradex_default"
 BASELINE = "ddp"
@@ -18,10 +15,7 @@ TASK_TITLES = {"short": "short horizon: gaussian mixture, MLP 32-2048-2048-20 (4
                "cnn": "held out: all-convolutional net (4 conv layers, 3.0 M parameters)",
                "tfm": "held out: transformer classifier on 8-token sequences (2 layers, 1.6 M parameters)"}
 OPTIMIZER_TITLES = {"sgd": "SGD momentum 0.9", "adamw": "AdamW (weight decay 0.01)"}  # train_suite.py --optimizer
-COLORS = {"ddp": "black", "torch_fp16": "tab:gray", "powersgd_r1": "tab:brown", "powersgd_r4": "tab:pink",
-          "gradex_auto": "tab:red", "gradex_default": "tab:olive", "gradex_dgc": "tab:orange",
-          "gradex_localsgd": "tab:blue", "nocomm": "tab:green", "keras_gradex_default": "tab:purple",
-          "keras_gradex_dense": "tab:cyan"}
+COLORS = plot.COLORS
 # The Keras row (bench/train/keras_rank.py): Keras 3 + gradex's default policy vs Keras + dense gradex.
 KERAS_GRADEX, KERAS_DENSE = "keras_gradex_default", "keras_gradex_dense"
 # The race targets: gradex auto's steps to target <= 1.2x DDP's, final accuracy within 0.3 points of
@@ -314,7 +308,7 @@ def plots(train, folder):
         for task, entry in net["tasks"].items():
             stem = f"race_{task}" if index == 0 else f"race_{task}_{tag(label)}"
             for axis, column, xlabel in (("time", 0, "training time, s (evaluations excluded)"), ("steps", 1, "step")):
-                fig, ax = plt.subplots(figsize=(8, 5))
+                fig, ax = plot.figure(size=(8, 5))
                 for name, r in entry["methods"].items():
                     if name == "nocomm" or r.get("rate_only"):
                         continue
@@ -328,12 +322,9 @@ def plots(train, folder):
                 ax.set_ylabel("test accuracy (5,000 examples)")
                 ax.set_ylim(max(0.0, entry["target"] - 0.4), min(1.0, entry["target"] + 0.15))
                 ax.set_title(f"{task}: {train['hosts']} hosts at {label}")
-                ax.grid(True, alpha=0.3)
-                ax.legend(fontsize=8, loc="lower right")
+                plot.finish(ax, legend="lower right")
                 path = folder / f"{stem}_{axis}.png"
-                fig.tight_layout()
-                fig.savefig(path, dpi=100)
-                plt.close(fig)
+                plot.save(fig, path)
                 paths.append(path)
             reference = networks(train)[0][1]["tasks"].get(task)
             paths.append(_bars(task, label, entry, reference, folder / f"{stem}_ttt.png"))
@@ -345,7 +336,7 @@ def _bars(task, label, entry, reference_entry, path):
     seed (to the top of the axis when a seed missed), and the compute bound's time for DDP's median steps."""
     methods, ref = entry["methods"], (reference_entry or entry)["methods"]
     names = [n for n in methods if n != "nocomm"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plot.figure()
     top = 0.0
     for i, name in enumerate(names):
         ttt, derived = time_to_target(methods, name, ref)
@@ -369,8 +360,6 @@ def _bars(task, label, entry, reference_entry, path):
     ax.set_ylabel(f"time to {entry['target']:.2f} test accuracy, s")
     ax.set_ylim(0, top * 1.1 if top else 1)
     ax.set_title(f"{task} at {label}: median over seeds (hatched: derived)")
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plot.finish(ax, legend=False, grid_axis="y")
+    plot.save(fig, path)
     return path

@@ -39,11 +39,12 @@ The task (teacher, training and test sets) depends only on the task's name: ever
 sees the same data. The race's seed changes the student's initial weights and the data order.
 """
 import torch
+from typing import Any, Dict
 
 TRAIN_SIZE, TEST_SIZE, CLASSES = 40_000, 5_000, 10
 _DATA_SEED = 1234  # the teachers and the examples; fixed, so that targets mean the same in every run
 # Per task: input shape, classes, training examples (the test set is TEST_SIZE for every task).
-SPECS = {
+SPECS: Dict[str, Dict[str, Any]] = {
     "mlp": {"inputs": (64,), "classes": CLASSES, "train": TRAIN_SIZE},
     "conv": {"inputs": (3, 8, 8), "classes": CLASSES, "train": TRAIN_SIZE},
     "short": {"inputs": (32,), "classes": 20, "train": TRAIN_SIZE},

@@ -37,12 +37,11 @@ import time
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import task  # noqa: E402
-from seed_runs import run_seeds  # noqa: E402
-from tx_counter import TxCounter  # noqa: E402
-from methods import METHODS, Method  # noqa: E402
-from optimizers import OPTIMIZERS  # noqa: E402
+from bench.train import task  # noqa: E402
+from bench.train.seed_runs import run_seeds  # noqa: E402
+from bench.train.tx_counter import TxCounter  # noqa: E402
+from bench.train.methods import METHODS, Method  # noqa: E402
+from bench.train.optimizers import OPTIMIZERS  # noqa: E402
 
 
 def evaluate(model, x_test, y_test, rank, world):
@@ -75,7 +74,7 @@ def train_one_seed(args, seed, data, rank, world):
     reached = None  # (clock, step) of the first evaluation at or above the target
     tty = rank == 0 and sys.stderr.isatty()
     while step < args.steps:
-        if tty:  # bench/cluster/ranks.py reads "[train] <mode> step k/n" from rank 0's terminal
+        if tty:  # bench/harness/launcher.py reads "[train] <mode> step k/n" from rank 0's terminal
             sys.stderr.write(f"\r[train] {args.task}_{args.method}_s{seed} step {step + 1}/{args.steps}   ")
             sys.stderr.flush()
         lr = args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))

@@ -42,16 +42,15 @@ import signal
 import statistics
 import sys
 import time
+from typing import Any, Dict
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "cluster"))
-sys.path.insert(0, str(HERE))
-import machine  # noqa: E402
-from network import Cluster, RootLoopback  # noqa: E402
-from wan import Wan, WanSpec  # noqa: E402
-from ranks import RankFailure, print_progress_line, run_ranks  # noqa: E402
-from exchange_suite import rate_bits  # noqa: E402
-from optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
+from bench.harness import machine, results  # noqa: E402
+from bench.harness.network import Cluster, RootLoopback  # noqa: E402
+from bench.harness.wan import Wan, WanSpec  # noqa: E402
+from bench.harness.launcher import RankFailure, print_progress_line, run_ranks  # noqa: E402
+from bench.cluster.exchange_suite import rate_bits  # noqa: E402
+from bench.train.optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense")
@@ -62,7 +61,7 @@ RATE_ONLY_STEPS = 10  # steps timed, without evaluation, of a link-independent m
 # Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
 # the value plain DDP reaches after about 2/3 of those steps (calibrated on DDP's curves, the same peak
 # learning rate for every task: the settings are not tuned to any gradex policy).
-TASK_SETTINGS = {
+TASK_SETTINGS: Dict[str, Dict[str, Any]] = {
     "short": {"steps": 100, "lr": 0.05, "target": 0.88},
     "mlp": {"steps": 250, "lr": 0.05, "target": 0.72},
     "conv": {"steps": 250, "lr": 0.05, "target": 0.64},
@@ -76,7 +75,7 @@ TASK_SETTINGS = {
 ADAMW_LR = {task: 1e-3 for task in TASK_SETTINGS}
 NOCOMM_STEPS = 60  # the compute bound needs no accuracy: a short run
 QUICK_METHODS = ("ddp", "gradex_auto", "nocomm")
-MODES = {
+MODES: Dict[str, Dict[str, Any]] = {
     "quick": {"tasks": ("short", "mlp"), "methods": QUICK_METHODS, "seeds": {}, "default_seeds": 1},
     "full": {"tasks": ("short", "mlp", "conv"), "seeds": {}, "default_seeds": 3, "nocomm_seeds": 3},
     "smoke": {"tasks": ("mlp",), "seeds": {}, "default_seeds": 1, "steps": 6, "hidden": 64, "eval_every": 3,
@@ -188,7 +187,7 @@ def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, ifa
     if rate_only:
         steps = mode.get("rate_only_steps", RATE_ONLY_STEPS)
     program = PROGRAMS.get(method, "train_rank.py")
-    argv = [args.python, str(HERE / program), "--task", task, "--method", method,
+    argv = [args.python, "-m", "bench.train." + program.removesuffix(".py"), "--task", task, "--method", method,
             "--seeds", ",".join(map(str, seeds)), "--steps", str(steps), "--lr", str(settings["lr"]),
             "--target", str(settings["target"]), "--out", out_path]
     if program == "train_rank.py":
@@ -213,7 +212,7 @@ def main():
     p.add_argument("--delay", default="")
     p.add_argument("--root-loopback", action="store_true")
     p.add_argument("--wan", default="", metavar="RATE,DELAY",
-                   help="race on an emulated WAN instead (bench/cluster/wan.py: --hosts hosts, each pair DELAY "
+                   help="race on an emulated WAN instead (bench/harness/wan.py: --hosts hosts, each pair DELAY "
                         "apart one way, RATE NICs, e.g. 1gbit,25ms); --rates and --delay are then unused")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
@@ -236,6 +235,7 @@ def main():
         for m in left_out:
             print(f"--optimizer {args.optimizer}: {m} left out: {unsupported(m, args.optimizer)}", flush=True)
     rates = rates_of(args)
+    networks: Dict[str, Any]
     if args.wan:
         wan = Wan(wan_spec(args), log_dir=args.log_dir)
         networks = {wan.label: wan}
@@ -255,6 +255,15 @@ def seconds_per_step(network, rate_only):
     step of the 4.3M-parameter MLP takes ~2.7 s at 100 Mbit/s) and where only the rate is measured."""
     bits = rate_bits(getattr(network, "rate", None))
     return 20.0 if rate_only or (bits is not None and bits < 1e9) else 2.0
+
+
+def network_links(networks):
+    """Every network of the race as the results' link: a WAN's spec, else the cluster's label."""
+    links = {}
+    for label, network in networks.items():
+        spec = getattr(network, "spec", None)
+        links[label] = dict(vars(spec), link_mtu=spec.link_mtu()) if spec is not None else label
+    return links
 
 
 def race(args, runs, rates, networks):
@@ -306,8 +315,7 @@ def race(args, runs, rates, networks):
                   f"{describe(record, entry['target'])} ({record['run_s']:.0f} s, "
                   f"load {record['load_average']:.1f})", flush=True)
         data["race_s"] = time.monotonic() - started_all
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
+        results.write(args.out, data, link=network_links(networks))
     return 1 if data["failures"] else 0
 
 

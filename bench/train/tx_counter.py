@@ -10,6 +10,7 @@ class TxCounter:
         self.total, self._at = 0, None
 
     def _read(self):
+        assert self.path is not None  # only called when an interface is counted
         with open(self.path) as f:
             return int(f.read())
 

@@ -13,7 +13,7 @@ void plan_dense(Context& ctx) {
   const bool dense_auto = ctx.options.dense_collective == Collective::kAuto ||
                           ctx.options.dense_collective == Collective::kGather;
   // The model decides the direct exchange, flat or across a hierarchy's hosts (or regions).
-  if (dense_auto && ctx.world_size > 1) ctx.gather.agree_model(ctx.comm);
+  if (dense_auto && ctx.world_size > 1) ctx.link.agree(ctx.comm);
 }
 
 void fold_int8_residuals(pipeline::Unit& unit, Context& ctx) {
@@ -34,7 +34,7 @@ void exchange_dense(pipeline::Unit& unit, Context& ctx, bool fp32_wire) {
                           o.dense_collective == EngineOptions::DenseCollective::kGather;
   if (o.dense_collective == EngineOptions::DenseCollective::kDirect) {
     options.direct_for = [](uint64_t) { return true; };
-  } else if (const GatherModel* model = ctx.gather.model(); dense_auto && model && !ctx.hosts) {
+  } else if (const LinkModel* model = ctx.link.model(); dense_auto && model && !ctx.hosts) {
     options.direct_for = [model](uint64_t bytes) { return model->dense_direct_for(bytes); };
   } else if (dense_auto && model && model->latency_bound()) {
     // Across a hierarchy's groups on a latency-bound link: between two groups the direct exchange

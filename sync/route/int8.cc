@@ -25,7 +25,7 @@ class QuantizedRoute : public Transfer {
   // latency-bound link (Engine::coalesce_submissions). This route prices no incast, so the
   // probe's bursts wait for a route that does, unless the link is latency-bound.
   void plan(Context& ctx) const override {
-    if (ctx.world_size > 1) ctx.gather.agree_model(ctx.comm, /*incast=*/false);
+    if (ctx.world_size > 1) ctx.link.agree(ctx.comm, /*incast=*/false);
   }
 
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
@@ -44,7 +44,7 @@ class QuantizedRoute : public Transfer {
     uint64_t encoded = 0;
     for (const TensorState* t : tensors)
       encoded += int8_encoded_bytes(t->numel, bits_);
-    const GatherModel* model = ctx.gather.model();
+    const LinkModel* model = ctx.link.model();
     unit.one_hop =
         ctx.hosts == nullptr && model != nullptr && encoded <= model->quantized_one_hop_max_bytes();
     Int8Counters c;

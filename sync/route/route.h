@@ -34,6 +34,7 @@
 #include "base/config.h"
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
+#include "sync/agreed_link.h"
 #include "sync/options.h"
 #include "sync/pipeline.h"
 #include "sync/route/path.h"
@@ -50,7 +51,8 @@ namespace gradex::sync::route {
 struct Context {
   comm::Communicator& comm;
   BackendPath& path;     // every tensor's data work, through its backend
-  SparseGather& gather;  // the DGC allgather and the agreed link model
+  SparseGather& gather;  // the DGC allgather
+  AgreedLink& link;      // the membership's link model (sync/link_model.h)
   const EngineOptions& options;
   const config::Config& config;
   const comm::HostTopology* hosts;  // the layout when the hierarchical exchange is on, else null

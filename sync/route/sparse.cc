@@ -14,7 +14,7 @@ namespace gradex::sync::route {
 // The link probe every DGC route agrees before its first gather (shared with
 // sparse_hierarchical.cc): its bytes are not the unit's.
 void plan_sparse(Context& ctx) {
-  ctx.gather.agree(ctx.comm);
+  if (ctx.gather.needs_link() && ctx.world_size > 1) ctx.link.agree(ctx.comm);
 }
 
 namespace {
@@ -27,7 +27,8 @@ class SparseRoute : public Transfer {
   void exchange(pipeline::Unit& unit, Context& ctx) const override {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      const comm::AllgathervPath path = ctx.gather.gather(ctx.comm, unit.message, unit.received);
+      const comm::AllgathervPath path =
+          ctx.gather.gather(ctx.comm, ctx.link.model(), unit.message, unit.received);
       GX_LOG(kDebug) << "sparse gather of [" << unit.keys() << "]: " << unit.message.size()
                      << " bytes, " << comm::allgatherv_path_name(path);
     } catch (const Error& e) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Faults on the emulated WAN (bench/cluster/wan.py), in about a minute:
+"""Faults on the emulated WAN (bench/harness/wan.py), in about a minute:
   - loss: 2 hosts at 100 Mbit/s, 10 ms one way, MTU 1500, 0.1 % random loss each way: a dense
     16-bit and a DGC 99.9 % exchange of a small MLP complete (TCP recovers; nothing hangs);
   - a host cut off: 3 hosts, GRADEX_TIMEOUT_S=10, a DGC exchange running; host 2 is blackholed
@@ -24,11 +24,9 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "cluster"))
-sys.path.insert(0, str(ROOT / "tests" / "bench"))
-from network import environment, pick_port  # noqa: E402
-from ranks import PROGRESS, parse_result, run_ranks  # noqa: E402
-from wan import Wan, WanSpec  # noqa: E402
+from bench.harness.network import environment, pick_port  # noqa: E402
+from bench.harness.launcher import PROGRESS, parse_result, run_ranks  # noqa: E402
+from bench.harness.wan import Wan, WanSpec  # noqa: E402
 from wan_test import expect, skip_reason  # noqa: E402
 
 NAME, SUBNET = "gxwfault", "198.19.251"

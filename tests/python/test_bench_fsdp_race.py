@@ -1,7 +1,6 @@
 """bench/fsdp/race.py's --cluster plumbing without a network: each shard group lives on one emulated host (so
 only the replicate dimension crosses the shaped link), the worker gets the driver's options less the driver-only
 ones, and bad arguments fail clearly."""
-import importlib.util
 import pathlib
 import sys
 
@@ -12,16 +11,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def race():
-    saved = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("fsdp_race", ROOT / "bench" / "fsdp" / "race.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path[:] = saved
-        for name in ("corpus", "model", "network"):  # out of other tests' way
-            sys.modules.pop(name, None)
+    from bench.fsdp import race as module
+    return module
 
 
 def test_shard_groups_are_hosts_and_replicas_cross_the_link(race):

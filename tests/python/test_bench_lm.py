@@ -10,17 +10,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "lm"))
-sys.path.insert(0, str(ROOT / "bench" / "cluster"))
-try:
-    import corpus  # noqa: E402
-    import model as lm  # noqa: E402
-    import race  # noqa: E402
-    import diloco_grid  # noqa: E402
-finally:
-    del sys.path[:2]
-    for name in ("corpus", "model", "race", "lm_rank", "network", "diloco_grid"):  # out of other tests' way
-        sys.modules.pop(name, None)
+from bench.lm import corpus, diloco_grid, race  # noqa: E402
+from bench.lm import model as lm  # noqa: E402
 
 SMALL = 256 << 10  # bytes of training text for the tests
 
@@ -114,11 +105,11 @@ def test_argument_errors_are_clear(argv, message, capsys):
 
 def test_tiny_race_on_loopback(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "lm" / "race.py"), "--loopback", "--hosts", "2",
+        [sys.executable, "-m", "bench.lm.race", "--loopback", "--hosts", "2",
          "--methods", "ddp,fp16,nocomm", "--budget", "2", "--vocab", "512", "--corpus-bytes", str(SMALL),
          "--rank-args", "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2",
          "--out", str(tmp_path / "lm.json"), "--plot", str(tmp_path / "lm.png"), "--log-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240)
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     result = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(result) == 1
@@ -160,12 +151,12 @@ def test_equal_step_runs_stop_at_their_step_count(tmp_path):
     for every method; a DiLoCo run also reports the bytes gradex counted."""
     for method in ("ddp", "gradex_diloco4"):
         out = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "lm" / "diloco_grid.py"), "--only",
+            [sys.executable, "-m", "bench.lm.diloco_grid", "--only",
              {"ddp": "ddp", "gradex_diloco4": "diloco4 H=4 F=2 d=1"}[method], "--steps", "8", "--eval-steps", "4",
              "--vocab", "512", "--corpus-bytes", str(SMALL), "--log-dir", str(tmp_path), "--out",
              str(tmp_path / f"{method}.json"), "--rank-args",
              "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2"],
-            capture_output=True, text=True, timeout=240)
+            cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert out.returncode == 0, out.stdout + out.stderr
         result = json.loads((tmp_path / f"{method}.json").read_text())["results"][0]
         assert [c[1] for c in result["curve"]] == [0, 4, 8]
@@ -179,12 +170,12 @@ def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
     ("Received data size doesn't match expected size") until lm_rank.serialized_hook ordered the buckets.
     Tiny buckets (--bucket-cap-mb) give a small model many of them; PowerSGD runs from step 2."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "lm" / "race.py"), "--loopback", "--hosts", "3",
+        [sys.executable, "-m", "bench.lm.race", "--loopback", "--hosts", "3",
          "--methods", "ddp,powersgd", "--budget", "1", "--vocab", "512", "--corpus-bytes", str(SMALL),
          "--rank-args", "--d-model 32 --layers 2 --heads 2 --context 16 --batch 2 --eval-batches 2 "
                         "--steps 12 --eval-steps 6 --bucket-cap-mb 0.005",
          "--out", str(tmp_path / "lm.json"), "--plot", str(tmp_path / "lm.png"), "--log-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240)
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     curves = json.loads((tmp_path / "lm.json").read_text())["curves"]["loopback"]
     assert [c[1] for c in curves["powersgd"]] == [0, 6, 12]
@@ -193,12 +184,7 @@ def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
 
 
 def test_curve_points_bisect_to_the_first_snapshot_at_the_target():
-    sys.path.insert(0, str(ROOT / "bench" / "lm"))
-    try:
-        import lm_rank
-    finally:
-        del sys.path[0]
-        sys.modules.pop("lm_rank", None)
+    from bench.lm import lm_rank
     losses = [10 - 0.1 * i for i in range(61)]  # falls monotonically: 10.0 at 0 ... 4.0 at 60
     seen = []
 

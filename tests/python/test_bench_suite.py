@@ -15,31 +15,15 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-_PATHS = [str(ROOT / sub) for sub in ("bench", "bench/cluster", "bench/baselines", "bench/train")]
-_before = set(sys.modules)
-sys.path[:0] = _PATHS
-try:
-    import report  # noqa: E402
-    import exchange_suite  # noqa: E402
-    import gradex_vars  # noqa: E402
-    import hierarchy_report  # noqa: E402
-    import hierarchy_suite  # noqa: E402
-    from gradients import GradientGenerator  # noqa: E402
-    from model_profile import Profile, load_profile  # noqa: E402
-    import race_report  # noqa: E402
-    import task as race_task  # noqa: E402
-    import train_suite  # noqa: E402
-    import wan_suite  # noqa: E402
-    from ranks import PROGRESS, WireMeter, parse_result, run_ranks  # noqa: E402
-    from network import Cluster, RootLoopback  # noqa: E402
-finally:
-    # The bench scripts' modules have plain names (ranks, network, report): keep them out of the
-    # other test modules' way once imported here.
-    del sys.path[:len(_PATHS)]
-    for _name in set(sys.modules) - _before:
-        if getattr(sys.modules[_name], "__file__", "") and any(
-                str(sys.modules[_name].__file__).startswith(p) for p in _PATHS):
-            del sys.modules[_name]
+# bench is a package run from the repository root (python -m bench...; pyproject's pytest pythonpath).
+from bench import report  # noqa: E402
+from bench.baselines.gradients import GradientGenerator  # noqa: E402
+from bench.baselines.model_profile import Profile, load_profile  # noqa: E402
+from bench.cluster import exchange_suite, gradex_vars, hierarchy_report, hierarchy_suite, wan_suite  # noqa: E402
+from bench.harness.launcher import PROGRESS, WireMeter, parse_result, run_ranks  # noqa: E402
+from bench.harness.network import Cluster, RootLoopback  # noqa: E402
+from bench.train import race_report, train_suite  # noqa: E402
+from bench.train import task as race_task  # noqa: E402
 
 
 def test_cluster_lifecycle():
@@ -284,8 +268,8 @@ def test_report_keeps_other_sections_and_prints_targets(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## Compression microbenchmarks\n\nkept\n\n"
                    f"{report.BEGIN}\nold\n{report.END}\n\n## After\n\nalso kept\n")
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--results", str(tmp_path),
-                           "--report", str(doc)], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(tmp_path),
+                           "--report", str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr
     text = doc.read_text()
@@ -422,9 +406,9 @@ def test_race_smoke_run_and_report(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(results / "train.json"),
+        [sys.executable, "-m", "bench.train.train_suite", "--out", str(results / "train.json"),
          "--root-loopback", "--hosts", "2", "--mode", "smoke", "--methods", "ddp",
-         "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=240)
+         "--log-dir", str(tmp_path / "logs")], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     train = json.loads((results / "train.json").read_text())
     assert train["reference"] == "loopback"
@@ -433,8 +417,8 @@ def test_race_smoke_run_and_report(tmp_path):
     assert all(0.0 <= c[2] <= 1.0 for c in record["curve"]) and record["train_s"] > 0
     assert record["wire_bytes_per_host"] is None  # the root loopback has no counters of its own
     doc = tmp_path / "benchmarks.md"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--results", str(results),
-                           "--report", str(doc)], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results),
+                           "--report", str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr
     assert "### Time to accuracy" in doc.read_text() and (results / "race_mlp_time.png").exists()
@@ -446,9 +430,9 @@ def _race_smoke(tmp_path, name, *options):
     """train_suite.py's smoke mode on 2 ranks on the loopback; its results file."""
     out = tmp_path / f"{name}.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(out), "--root-loopback",
+        [sys.executable, "-m", "bench.train.train_suite", "--out", str(out), "--root-loopback",
          "--hosts", "2", "--mode", "smoke", "--log-dir", str(tmp_path / "logs"), *options],
-        capture_output=True, text=True, timeout=240)
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(out.read_text())
 
@@ -478,9 +462,9 @@ def test_race_optimizer_reaches_the_ranks(tmp_path):
     assert record["gradex_momentum"] == 0.9 and record["gradex_optimizer"] == "unknown"
 
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(tmp_path / "no.json"),
+        [sys.executable, "-m", "bench.train.train_suite", "--out", str(tmp_path / "no.json"),
          "--root-loopback", "--hosts", "2", "--mode", "smoke", "--optimizer", "adamw", "--methods",
-         "ddp,gradex_dgc"], capture_output=True, text=True, timeout=120)
+         "ddp,gradex_dgc"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--optimizer adamw: gradex_dgc is DGC" in done.stderr
     assert not (tmp_path / "no.json").exists()
 
@@ -515,9 +499,9 @@ def test_race_keras_row_smoke_run_and_report(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "train" / "train_suite.py"), "--out", str(results / "train.json"),
+        [sys.executable, "-m", "bench.train.train_suite", "--out", str(results / "train.json"),
          "--root-loopback", "--hosts", "2", "--mode", "smoke", "--methods", "keras_gradex_default,keras_gradex_dense",
-         "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=300)
+         "--log-dir", str(tmp_path / "logs")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*")) if p.is_file())
     assert done.returncode == 0, done.stdout + done.stderr + logs
     train = json.loads((results / "train.json").read_text())
@@ -535,8 +519,8 @@ def test_race_keras_row_smoke_run_and_report(tmp_path):
     before = race_task.correct(race_task.make_model("mlp", 0, 64), x_test, y_test) / len(x_test)
     assert all(abs(methods[n]["seeds"][0]["curve"][0][2] - before) <= 2 / len(x_test) for n in methods)
     doc = tmp_path / "benchmarks.md"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--results", str(results),
-                           "--report", str(doc)], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results),
+                           "--report", str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr
     text = doc.read_text()

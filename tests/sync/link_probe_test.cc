@@ -38,12 +38,17 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
   for (const ProbeResult& r : results) {
     EXPECT_EQ(r.hosts, hosts);
     EXPECT_EQ(collective_class(r.hosts), PeerClass::kOtherHost);
+    // One other host, a loopback away: inside the region, the tier flat collectives cross.
+    EXPECT_EQ(r.flat, Tier::kRegion);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kHost)], 1);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kRegion)], 2);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kAcross)], -1);
     // Rank 0's CPU over its dearest largest round trip with the other-host peer (256 KiB each
     // way), the same on every rank.
     EXPECT_EQ(r.transport_bytes, 2u * (256u << 10));
     EXPECT_GT(r.transport_cpu_s, 0.0);
     EXPECT_EQ(r.transport_cpu_s, results[0].transport_cpu_s);
-    for (int c = 0; c < kPeerClasses; ++c) {
+    for (int c : {0, 1}) {
       EXPECT_TRUE(r.link[c].measured) << c;
       EXPECT_GE(r.link[c].alpha_s, 0);
       EXPECT_GT(r.link[c].beta_s_per_byte, 0);
@@ -88,26 +93,92 @@ TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
     std::lock_guard<std::mutex> lock(m);
     results[rank] = std::move(r);
   });
-  constexpr auto kOther = static_cast<size_t>(PeerClass::kOtherHost);
+  // The far host's round trips lie a gap above the others': it is across regions, the flat tier;
+  // the farther of the two near hosts is the region's.
+  constexpr auto kAcross = static_cast<size_t>(Tier::kAcross);
+  constexpr auto kRegion = static_cast<size_t>(Tier::kRegion);
   for (const ProbeResult& r : results) {
-    EXPECT_EQ(r.peers[kOther], kFar);
-    EXPECT_EQ(r.peers[static_cast<size_t>(PeerClass::kSameHost)], 4);
-    EXPECT_GT(r.link[kOther].alpha_s, 5e-3);
-    EXPECT_EQ(r.link[kOther].alpha_s, results[0].link[kOther].alpha_s);
+    EXPECT_EQ(r.peers[kAcross], kFar);
+    EXPECT_EQ(r.flat, Tier::kAcross);
+    EXPECT_TRUE(r.peers[kRegion] == 1 || r.peers[kRegion] == 2) << r.peers[kRegion];
+    EXPECT_EQ(r.peers[kRegion], results[0].peers[kRegion]);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kHost)], 4);
+    EXPECT_GT(r.link[kAcross].alpha_s, 5e-3);
+    EXPECT_LT(r.link[kRegion].alpha_s, 5e-3);
+    EXPECT_EQ(r.link[kAcross].alpha_s, results[0].link[kAcross].alpha_s);
+    EXPECT_EQ(r.class_link(PeerClass::kOtherHost).alpha_s, r.link[kAcross].alpha_s);
   }
-  // One other host: chosen without a round trip of its own.
+  // One other host: chosen without a round trip of its own; a loopback away, inside the region.
   const std::vector<ProbeResult> two = probe_every_rank({"a", "a", "b", "b"}, o);
   for (const ProbeResult& r : two) {
-    EXPECT_EQ(r.peers[kOther], 2);
-    EXPECT_EQ(r.peers[static_cast<size_t>(PeerClass::kSameHost)], 1);
+    EXPECT_EQ(r.peers[kRegion], 2);
+    EXPECT_EQ(r.peers[kAcross], -1);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kHost)], 1);
   }
+}
+
+// Sends of up to `window` bytes leave after bytes * slow_s_per_byte, larger ones after bytes *
+// fast_s_per_byte: round trips limited by a window the way a long TCP path limits them, and a
+// stream that runs at the line.
+class WindowLimitedCommunicator : public test::CountingCommunicator {
+ public:
+  WindowLimitedCommunicator(comm::Communicator& inner, size_t window, double slow, double fast)
+      : CountingCommunicator(inner), window_(window), slow_(slow), fast_(fast) {}
+  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    const double per_byte = bytes <= window_ ? slow_ : fast_;
+    std::this_thread::sleep_for(std::chrono::duration<double>(bytes * per_byte));
+    return CountingCommunicator::isend(peer, tag, data, bytes);
+  }
+
+ private:
+  size_t window_;
+  double slow_, fast_;
+};
+
+// Beta at line rate: round trips of at most 128 KiB read 1000 ns per byte (the window), a stream
+// above it 10; the probe takes the stream's (within what sleeping threads on a loaded machine
+// keep: a factor of 5 either way, far from the window's), and every rank holds the same number.
+TEST(LinkProbe, BetaIsTheStreamsWhereTheRoundTripsAreWindowLimited) {
+  const std::vector<std::string> hosts{"a", "b"};
+  ProbeOptions o;
+  o.repeats = 1;
+  o.sizes = {8, 32u << 10, 128u << 10};
+  o.stream_max_seconds = 5;  // 5 MB at the window's rate: 50 ms at the line's
+  auto probe = [&](const ProbeOptions& options) {
+    std::mutex m;
+    std::vector<ProbeResult> results(hosts.size());
+    test::run_ranks(2, [&](comm::Communicator& inner) {
+      WindowLimitedCommunicator comm(inner, 128u << 10, 1000e-9, 10e-9);
+      const auto rank = static_cast<size_t>(comm.rank());
+      ProbeResult r = probe_links(comm, hosts[rank], options);
+      std::lock_guard<std::mutex> lock(m);
+      results[rank] = std::move(r);
+    });
+    return results;
+  };
+  const std::vector<ProbeResult> results = probe(o);
+  for (const ProbeResult& r : results) {
+    const LinkParams& l = r.link[static_cast<size_t>(r.flat)];
+    EXPECT_LT(l.beta_s_per_byte, 50e-9);
+    EXPECT_GT(l.beta_s_per_byte, 2e-9);
+    EXPECT_EQ(l.beta_s_per_byte, results[0].link[static_cast<size_t>(r.flat)].beta_s_per_byte);
+  }
+  // Without the stream the window's rate stands.
+  ProbeOptions no_stream = o;
+  no_stream.stream_bytes_max = 0;
+  const std::vector<ProbeResult> window = probe(no_stream);
+  EXPECT_GT(window[1].link[static_cast<size_t>(window[1].flat)].beta_s_per_byte, 500e-9);
 }
 
 TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
   const std::vector<ProbeResult> results = probe_every_rank({"same", "same"}, ProbeOptions{});
   EXPECT_TRUE(results[1].link[0].measured);
   EXPECT_FALSE(results[1].link[1].measured);
-  EXPECT_EQ(results[1].peers[static_cast<size_t>(PeerClass::kOtherHost)], -1);
+  EXPECT_FALSE(results[1].link[2].measured);
+  EXPECT_FALSE(results[1].class_link(PeerClass::kOtherHost).measured);
+  EXPECT_EQ(results[1].flat, Tier::kHost);
+  EXPECT_EQ(results[1].peers[static_cast<size_t>(Tier::kRegion)], -1);
+  EXPECT_EQ(results[1].peers[static_cast<size_t>(Tier::kAcross)], -1);
   EXPECT_EQ(collective_class(results[1].hosts), PeerClass::kSameHost);
 }
 

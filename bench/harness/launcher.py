@@ -19,8 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from network import environment, pick_port
+from bench.harness.network import Network, environment, pick_port
 
 PROGRESS = re.compile(r"\[(\w+)\] (\w+) step (\d+)/(\d+)")
 
@@ -41,14 +42,19 @@ class WireMeter:
     engine's shutdown nor the next mode's start-up (connections, probes), which the per_step window
     includes. Needs two measured steps or more; with one, the per_step window is used."""
 
-    def __init__(self, network, warmup, steps, ranks):
+    def __init__(self, network: Any, warmup: int, steps: int, ranks: int):
         self.network, self.warmup, self.steps, self.ranks = network, warmup, steps, ranks
-        self.current, self.start, self.start_hosts, self.per_step, self.per_host = None, None, None, {}, {}
+        self.current: Optional[str] = None
+        self.start: Optional[int] = None
+        self.start_hosts: Optional[List[Tuple[int, int]]] = None
+        self.per_step: Dict[str, float] = {}
+        self.per_host: Dict[str, List[Tuple[float, float]]] = {}
         self.by_host = hasattr(network, "host_bytes")
         self.by_wan = getattr(network, "wan_bytes", lambda: None)() is not None
-        self.wan_samples, self.per_wan = [], {}
+        self.wan_samples: List[int] = []
+        self.per_wan: Dict[str, float] = {}
 
-    def on_progress(self, mode, step):
+    def on_progress(self, mode: str, step: int) -> None:
         if mode != self.current:
             self._close()
             self.current, self.start, self.start_hosts, self.wan_samples = mode, None, None, []
@@ -61,7 +67,7 @@ class WireMeter:
             else:
                 self.start = self.network.bytes_sent()
 
-    def _close(self):
+    def _close(self) -> None:
         if self.current is not None and self.by_wan and self.wan_samples:
             if len(self.wan_samples) >= 2:
                 self.per_wan[self.current] = ((self.wan_samples[-1] - self.wan_samples[0]) /
@@ -72,7 +78,7 @@ class WireMeter:
             if self.by_host:
                 now = self.network.host_bytes()
                 self.per_host[self.current] = [((tx - tx0) / self.steps, (rx - rx0) / self.steps)
-                                               for (tx, rx), (tx0, rx0) in zip(now, self.start_hosts)]
+                                               for (tx, rx), (tx0, rx0) in zip(now, self.start_hosts or [])]
                 delta = sum(tx for tx, _ in now) - self.start
             else:
                 delta = self.network.bytes_sent() - self.start
@@ -80,12 +86,12 @@ class WireMeter:
         self.start = None
         self.wan_samples = []
 
-    def finish(self):
+    def finish(self) -> None:
         self._close()
         self.current = None
 
 
-def _kill_all(procs):
+def _kill_all(procs: Iterable["subprocess.Popen[bytes]"]) -> None:
     for p in procs:
         if p.poll() is None:
             try:
@@ -104,10 +110,11 @@ def _kill_all(procs):
             p.wait()
 
 
-def _read_progress(master_fd, meter, display, log_path):
+def _read_progress(master_fd: int, meter: WireMeter, display: "Display", log_path: str) -> None:
     """Reads rank 0's terminal until it closes: keeps all of it in log_path (errors land there too)
     and feeds every new progress state to the meter and the display."""
-    seen, buffer = None, b""
+    seen: Optional[Tuple[str, int]] = None
+    buffer = b""
     log = open(log_path, "wb")
     while True:
         try:
@@ -130,8 +137,13 @@ def _read_progress(master_fd, meter, display, log_path):
     log.close()
 
 
-def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label, extra_env=None,
-              display=None, host_wire=None, wan_wire=None):
+Display = Callable[[str, int, int], None]  # (mode, step, total) of rank 0's progress
+
+
+def run_ranks(network: Network, world: int, argv: List[str], *, warmup: int, steps: int, timeout_s: float,
+              log_dir: str, label: str, extra_env: Optional[Mapping[str, str]] = None,
+              display: Optional[Display] = None, host_wire: Optional[Dict[str, Any]] = None,
+              wan_wire: Optional[Dict[str, float]] = None) -> Tuple[str, Dict[str, float]]:
     """Runs argv as `world` ranks on `network`. Returns (rank 0's stdout, {mode: wire bytes per step
     and rank} — empty when the network has no counters); fills host_wire (a dict, when given) with
     {mode: [(tx, rx) bytes per step of each host]} on networks that count each host's link, and
@@ -143,19 +155,21 @@ def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label,
     port = pick_port(network)
     meter = WireMeter(network, warmup, steps, world)
     display = display or (lambda mode, step, total: None)
-    procs, logs = [], []
-    master_fd, slave_fd = pty.openpty()
+    procs: List["subprocess.Popen[bytes]"] = []
+    logs: List[str] = []
+    master_fd, pty_fd = pty.openpty()
+    slave_fd: Optional[int] = pty_fd
     try:
         for rank in range(world):
             out_path = os.path.join(log_dir, f"{label}.rank{rank}.log")
             logs.append(out_path)
             out = open(out_path, "wb")
-            stderr = slave_fd if rank == 0 else subprocess.STDOUT
+            stderr = pty_fd if rank == 0 else subprocess.STDOUT
             procs.append(subprocess.Popen(
                 network.command(rank, argv), env=environment(network, rank, world, port, extra_env),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, start_new_session=True))
             out.close()
-        os.close(slave_fd)
+        os.close(pty_fd)
         slave_fd = None
         stderr_log = os.path.join(log_dir, f"{label}.rank0.stderr.log")
         logs.append(stderr_log)
@@ -193,7 +207,7 @@ def run_ranks(network, world, argv, *, warmup, steps, timeout_s, log_dir, label,
         os.close(master_fd)
 
 
-def _tails(logs, ranks, lines=15):
+def _tails(logs: List[str], ranks: Iterable[int], lines: int = 15) -> str:
     text = ""
     for r in ranks:
         try:
@@ -205,15 +219,15 @@ def _tails(logs, ranks, lines=15):
     return text
 
 
-def parse_result(stdout):
+def parse_result(stdout: str) -> Dict[str, str]:
     """The last 'RESULT k=v ...' line of a program's output as a dict of strings."""
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT")]
     if not lines:
         raise RankFailure("no RESULT line in output:\n" + stdout[-2000:])
-    return dict(item.split("=", 1) for item in lines[-1].split()[1:])
+    return dict(tuple(item.split("=", 1)) for item in lines[-1].split()[1:])  # type: ignore[misc]
 
 
-def print_progress_line(text):
+def print_progress_line(text: str) -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K" + text)
         sys.stderr.flush()

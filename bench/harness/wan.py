@@ -13,7 +13,7 @@ namespaces. Everything else (the rendezvous of ranks on one host, logs) stays on
     Wan(WanSpec(hosts=4, rate="10gbit", delay="0.25ms", regions=[0, 0, 1, 1],
                 inter_rate="1gbit", inter_delay="25ms"))                     2 regions x 2 hosts
 
-A Wan is a network of bench/cluster/network.py (command, local_rank, host_bytes, ...), so ranks.py
+A Wan is a network of bench/harness/network.py (command, local_rank, host_bytes, ...), so launcher.py
 and exchange_suite.py run ranks over it; it is also a context manager that builds the WAN on entry
 and always removes it on exit. The relay lives as long as its owner's control pipe: if the owner
 dies, the relay sees end of input and exits (its TUN devices vanish with it), and a detached watchdog
@@ -39,11 +39,11 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-LINKCHECK = HERE / "linkcheck.py"
+LINKCHECK = ROOT / "bench" / "cluster" / "linkcheck.py"
 DEV = "wan0"
 
 
@@ -65,6 +65,22 @@ def _time_s(text: str) -> float:
     return float(match.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[match.group(2)]
 
 
+def default_name() -> str:
+    """The WAN's namespace prefix: GX_WAN_NAME, else GX_CLUSTER_NAME + "w" (so that engineers who set their
+    cluster's name get WANs of their own), else gxw."""
+    cluster = os.environ.get("GX_CLUSTER_NAME", "")
+    return os.environ.get("GX_WAN_NAME") or (f"{cluster}w" if cluster and cluster != "gx" else "gxw")
+
+
+def default_subnet() -> str:
+    """The WAN's /24: GX_WAN_SUBNET, else GX_CLUSTER_SUBNET moved from 198.18.x to 198.19.x (a WAN never
+    shares cluster.sh's addresses), else 198.19.0."""
+    cluster = os.environ.get("GX_CLUSTER_SUBNET", "")
+    if os.environ.get("GX_WAN_SUBNET"):
+        return os.environ["GX_WAN_SUBNET"]
+    return "198.19." + cluster.split(".")[2] if re.fullmatch(r"198\.18\.\d{1,3}", cluster) else "198.19.0"
+
+
 @dataclasses.dataclass
 class WanSpec:
     hosts: int
@@ -80,8 +96,11 @@ class WanSpec:
     seed: int = 1
     tcp_buffer_mib: int = 0               # > 0: tcp_rmem/tcp_wmem max inside the hosts' namespaces
     sysctls: List[str] = dataclasses.field(default_factory=list)  # "key=value" inside the hosts' namespaces
-    name: str = "gxw"                     # namespaces <name>-h<i>
-    subnet: str = "198.19.0"              # host i at <subnet>.<i+1>
+    # The hosts' TCP congestion control: cubic, most clouds' default ("" keeps the machine's, which on
+    # this machine is bbr: a WAN result then says little about what a user's hosts would see).
+    cc: str = "cubic"
+    name: str = dataclasses.field(default_factory=default_name)      # namespaces <name>-h<i>
+    subnet: str = dataclasses.field(default_factory=default_subnet)  # host i at <subnet>.<i+1>
 
     def validate(self) -> None:
         if not 2 <= self.hosts <= 64:
@@ -92,19 +111,21 @@ class WanSpec:
             raise ValueError(f"bad subnet {self.subnet!r} (198.18.x or 198.19.x)")
         _rate_bits(self.rate), _time_s(self.delay)
         if self.multi_region:
-            if len(self.regions) != self.hosts:
+            if len(self.regions or []) != self.hosts:
                 raise ValueError("regions must give one region per host")
             _rate_bits(self.inter_rate), _time_s(self.inter_delay)
             self.pair_links()
         self.host_sysctls()
         if not 0 <= self.loss <= 1:
             raise ValueError("loss must be in [0, 1]")
+        if self.cc and not re.fullmatch(r"[a-z0-9_]{1,16}", self.cc):
+            raise ValueError(f"bad congestion control {self.cc!r} (e.g. cubic, bbr, reno; '' keeps the machine's)")
         if self.mtu and not 576 <= self.mtu <= 65000:
             raise ValueError(f"mtu {self.mtu} is not in [576, 65000] (0: by the rate)")
 
     @property
     def multi_region(self) -> bool:
-        return bool(self.regions) and len(set(self.regions)) > 1
+        return len(set(self.regions or [])) > 1
 
     def host_sysctls(self) -> List[str]:
         size = self.tcp_buffer_mib << 20
@@ -113,7 +134,8 @@ class WanSpec:
         for setting in self.sysctls:
             if not re.fullmatch(r"net\.ipv4\.[a-z0-9_.]+=[0-9 ]+", setting):
                 raise ValueError(f"bad host sysctl {setting!r} (net.ipv4.KEY=NUMBERS: per-namespace only)")
-        return buffers + list(self.sysctls)
+        cc = [f"net.ipv4.tcp_congestion_control={self.cc}"] if self.cc else []
+        return cc + buffers + list(self.sysctls)
 
     def pair_links(self) -> List[Tuple[str, str]]:
         """(rate, delay) of every region pair given in inter_pairs; ValueError on a bad entry."""
@@ -136,16 +158,15 @@ class WanSpec:
         return min(self.rates_bits())
 
     def link_mtu(self) -> int:
-        """The TUN MTU the hosts use: `mtu` when given, else by the fastest pipe's rate. Below 1 Gbit/s
-        1500, as on a real path (the relay's packet rate is low there); at 1 Gbit/s 9000 (jumbo frames:
-        at 1500 the relay, sharing a core with the ranks, tops out near 830 Mbit/s); above it 65000, the
-        only size at which the relay carries 10 Gbit/s. Packets far larger than a real path's distort
+        """The TUN MTU the hosts use: `mtu` when given, else by the fastest pipe's rate, as on a real
+        path: below 1 Gbit/s 1500, at and above it 9000 (jumbo frames; at 1500 the relay, sharing a
+        core with the ranks, tops out near 830 Mbit/s). Packets far larger than a real path's distort
         what several flows do in one queue: at 1 Gbit/s, 25 ms a 10 ms queue holds 19 packets of
-        64 KiB, and a four-connection exchange measured 503 ms a step against 275 ms at 9000 bytes."""
+        64 KiB, and a four-connection exchange measured 503 ms a step against 275 ms at 9000 bytes.
+        Above 1 Gbit/s the relay carries less than line rate at 9000 (10 Gbit/s needs mtu=65000)."""
         if self.mtu:
             return self.mtu
-        fastest = max(self.rates_bits())
-        return 1500 if fastest < 1e9 else 9000 if fastest <= 1e9 else 65000
+        return 1500 if max(self.rates_bits()) < 1e9 else 9000
 
     def max_one_way_s(self) -> float:
         delays = [self.delay] + ([self.inter_delay] + [d for _, d in self.pair_links()] if self.multi_region else [])
@@ -153,7 +174,7 @@ class WanSpec:
 
     def label(self) -> str:
         if self.multi_region:
-            return (f"wan{len(set(self.regions))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
+            return (f"wan{len(set(self.regions or []))}r-{self.rate}-{self.delay}-{self.inter_rate}-"
                     f"{self.inter_delay}" + ("-pairs" if self.inter_pairs else "") + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
         return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
                 (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else "") +
@@ -280,7 +301,7 @@ class Wan:
         self.up()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.down()
 
     def up(self) -> None:
@@ -316,7 +337,7 @@ class Wan:
                 "--mtu", str(mtu), "--queue-ms", str(spec.queue_ms), "--loss", str(spec.loss),
                 "--seed", str(spec.seed)]
         if spec.multi_region:
-            argv += ["--regions", ",".join(map(str, spec.regions)),
+            argv += ["--regions", ",".join(map(str, spec.regions or [])),
                      "--inter", f"{spec.inter_rate},{spec.inter_delay}"]
             if spec.inter_pairs:
                 argv += ["--inter-pairs", spec.inter_pairs]
@@ -324,6 +345,7 @@ class Wan:
         self.relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                       text=True, bufsize=1)
         log.close()
+        assert self.relay.stdout is not None  # stdout=PIPE
         ready = self.relay.stdout.readline().strip()
         if not ready.startswith("ready"):
             self.relay.wait(timeout=10)
@@ -350,6 +372,7 @@ class Wan:
         """Removes everything: the ranks still running inside, the relay (its TUN devices with it),
         the namespaces. Idempotent."""
         if self.relay is not None:
+            assert self.relay.stdin is not None and self.relay.stdout is not None  # both PIPE
             try:
                 self.relay.stdin.close()  # end of input: the relay quits
                 self.relay.wait(timeout=5)
@@ -368,6 +391,7 @@ class Wan:
         """Sends one command to the relay (relay.h) and returns its one-line answer."""
         if self.relay is None or self.relay.poll() is not None:
             raise RuntimeError("the delay line is not running")
+        assert self.relay.stdin is not None and self.relay.stdout is not None  # both PIPE
         self.relay.stdin.write(line + "\n")
         self.relay.stdin.flush()
         answer = self.relay.stdout.readline().strip()
@@ -380,6 +404,8 @@ class Wan:
 
     def relay_cpu_s(self) -> float:
         """CPU seconds (user + system) the delay line has used so far."""
+        if self.relay is None:
+            raise RuntimeError("the delay line is not running")
         with open(f"/proc/{self.relay.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -470,7 +496,7 @@ def kernel_limits(bdp_bytes: float, namespace: Optional[str] = None) -> Tuple[bo
     return False, line + ": one flow is window-limited; fix: " + "; ".join(fixes) + explicit
 
 
-def check(wan: Wan, seconds: float = 3.0) -> Dict[str, object]:
+def check(wan: Wan, seconds: float = 3.0) -> Dict[str, Any]:
     """The WAN's measured round trips (every host pair), one flow's throughput along the farthest
     pair, and the kernel limits line for that path, as a dict for a results file."""
     rtts = {f"{a}-{b}": wan.ping(a, b, count=10)
@@ -504,7 +530,7 @@ def spec_from_args(args: argparse.Namespace) -> WanSpec:
     return WanSpec(hosts=args.hosts, rate=args.rate, delay=args.delay, regions=regions,
                    inter_rate=args.inter_rate, inter_delay=args.inter_delay, inter_pairs=args.inter_pairs,
                    loss=args.loss,
-                   mtu=args.mtu, queue_ms=args.queue_ms, tcp_buffer_mib=args.tcp_buffer_mib, name=args.name,
+                   mtu=args.mtu, queue_ms=args.queue_ms, tcp_buffer_mib=args.tcp_buffer_mib, cc=args.cc, name=args.name,
                    subnet=args.subnet)
 
 
@@ -521,8 +547,9 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-ms", type=float, default=10.0)
     p.add_argument("--tcp-buffer-mib", type=int, default=0,
                    help="tcp_rmem/tcp_wmem max inside the hosts' namespaces (0: the machine's)")
-    p.add_argument("--name", default=os.environ.get("GX_WAN_NAME", "gxw"))
-    p.add_argument("--subnet", default=os.environ.get("GX_WAN_SUBNET", "198.19.0"))
+    p.add_argument("--cc", default="cubic", help="the hosts' TCP congestion control ('' keeps the machine's)")
+    p.add_argument("--name", default=default_name())
+    p.add_argument("--subnet", default=default_subnet())
 
 
 def main(argv: List[str]) -> int:

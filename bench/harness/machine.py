@@ -4,9 +4,10 @@ import datetime
 import os
 import platform
 import subprocess
+from typing import Any, Dict, Optional
 
 
-def _first(path, prefix):
+def _first(path: str, prefix: str) -> str:
     try:
         with open(path) as f:
             for line in f:
@@ -17,14 +18,14 @@ def _first(path, prefix):
     return "unknown"
 
 
-def _run(*argv):
+def _run(*argv: str) -> str:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
 
-def _read(path):
+def _read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
             return f.read().strip() or None
@@ -32,7 +33,7 @@ def _read(path):
         return None
 
 
-def tcp_congestion_control():
+def tcp_congestion_control() -> Dict[str, Optional[str]]:
     """The emulated cluster's hosts' TCP congestion control (bench/cluster/cluster.sh --cc, from its state
     directory; None when no cluster is up) and the machine's own: the hosts' decides how multi-flow
     exchanges fare on the shaped links (docs/benchmarks.md, "the hosts' TCP")."""
@@ -42,12 +43,12 @@ def tcp_congestion_control():
             "machine": _read("/proc/sys/net/ipv4/tcp_congestion_control")}
 
 
-def describe():
+def describe() -> Dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ucx = _run("ucx_info", "-v").splitlines()
     try:
         import torch
-        torch_version = torch.__version__
+        torch_version = str(torch.__version__)
     except ImportError:
         torch_version = "not installed"
     memory_kb = _first("/proc/meminfo", "MemTotal").split()[0]
