@@ -84,9 +84,11 @@ def worker(method: str, calls: int) -> None:
         else:
             gx.broadcast_parameters(state, root_rank=0)
         seconds = time.perf_counter() - start
-        tx1 = _tx_bytes(iface)
         longest = torch.tensor([seconds], dtype=torch.float64)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        # Read once every rank has returned: a root's sends complete when the kernel holds the bytes, before
+        # they have all left its link (the window adds the 8-byte all_reduce's packets).
+        tx1 = _tx_bytes(iface)
         same = torch.tensor([int(_digest(state) == _digest(_state(1000 + call)))])
         dist.all_reduce(same, op=dist.ReduceOp.MIN)
         records.append({"call": call, "seconds": longest.item(), "root_tx_bytes": tx1 - tx0,
