@@ -1,6 +1,6 @@
 """What a torchft ProcessGroup needs besides the engine's fp32 average: exact collectives over the generation's
-gradex group (gradex_group_*: bytes unchanged, a pipelined chain broadcast and a ring allgather; see
-gradex.torch._exact), and the average itself over its engine.
+gradex group (gradex_group_*: bytes unchanged, a pipelined chain broadcast and a ring allgather; gradex.torch's
+_integration.exact), and the average itself over its engine.
 
 Every function here is collective over the ranks of its engine or group and must be called by one thread per
 generation at a time, in the same order on every rank (ProcessGroupGradex runs them on one worker thread per
@@ -13,8 +13,9 @@ from typing import List, Sequence
 import torch
 
 from .. import _capi
-from ..torch import _exact as _bytes
 from ..torch import _integration as _gxt
+
+_bytes = _gxt.exact
 
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large averages
 
