@@ -418,35 +418,57 @@ size_t pieces_seen(const std::vector<uint8_t>& wire, const std::vector<uint8_t>&
   return seen;
 }
 
+// How many sealed frames' headers ("GXSL") appear in `wire`.
+size_t seal_headers_seen(const std::vector<uint8_t>& wire) {
+  static const uint8_t magic[4] = {'G', 'X', 'S', 'L'};
+  size_t seen = 0;
+  for (auto it = wire.begin(); (it = std::search(it, wire.end(), magic, magic + 4)) != wire.end();
+       ++it)
+    ++seen;
+  return seen;
+}
+
 TEST(SealedCommunicator, TheWireHoldsAKnownGradientInClearAndNothingOfItSealed) {
   // A gradient pattern nobody else sends: random floats from a seed of this run.
   std::vector<uint8_t> payload(size_t{1} << 20);
   std::mt19937 gen(static_cast<uint32_t>(std::random_device{}()));
   for (auto& b : payload)
     b = static_cast<uint8_t>(gen());
+  const size_t pieces = payload.size() / 4096;
+  // The capture sees every process's loopback traffic and drops frames when its reader falls behind
+  // (a loaded machine): each run is checked to have been captured (the clear payload's pieces; the
+  // sealed frames' headers) and repeated, up to three times, when it was not.
   for (bool seal : {false, true}) {
-    LoopbackCapture capture;
-    if (!capture.ok()) GTEST_SKIP() << "no raw socket on lo (needs CAP_NET_RAW: run as root)";
-    CommOptions o = sealed_options(seal ? CommOptions::Seal::kOn : CommOptions::Seal::kOff);
-    o.ring_chunk_bytes = 64 << 10;
-    run_ranks(
-        2,
-        [&](Communicator& c) {
-          std::vector<Bytes> got;
-          comm::allgatherv(c, payload.data(), payload.size(), got);
-          for (const Bytes& b : got)
-            ASSERT_TRUE(std::equal(b.begin(), b.end(), payload.begin()));
-          comm::barrier(c);
-        },
-        o);
-    const std::vector<uint8_t>& wire = capture.stop();
-    const size_t pieces = payload.size() / 4096;
+    size_t clear_pieces = 0, headers = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      LoopbackCapture capture;
+      if (!capture.ok()) GTEST_SKIP() << "no raw socket on lo (needs CAP_NET_RAW: run as root)";
+      CommOptions o = sealed_options(seal ? CommOptions::Seal::kOn : CommOptions::Seal::kOff);
+      o.ring_chunk_bytes = 64 << 10;
+      run_ranks(
+          2,
+          [&](Communicator& c) {
+            std::vector<Bytes> got;
+            comm::allgatherv(c, payload.data(), payload.size(), got);
+            for (const Bytes& b : got)
+              ASSERT_TRUE(std::equal(b.begin(), b.end(), payload.begin()));
+            comm::barrier(c);
+          },
+          o);
+      const std::vector<uint8_t>& wire = capture.stop();
+      clear_pieces = pieces_seen(wire, payload);
+      headers = seal_headers_seen(wire);
+      // Sealed: no piece may ever be in clear, whatever was dropped.
+      if (seal) ASSERT_EQ(clear_pieces, 0u) << "captured " << wire.size();
+      const bool captured = seal ? headers >= 16 : clear_pieces >= pieces * 9 / 10;
+      if (captured) break;
+    }
     if (!seal) {
       // The capture works: the payload's pieces are on the wire in clear.
-      EXPECT_GE(pieces_seen(wire, payload), pieces * 9 / 10) << "captured " << wire.size();
+      EXPECT_GE(clear_pieces, pieces * 9 / 10);
     } else {
-      EXPECT_EQ(pieces_seen(wire, payload), 0u) << "captured " << wire.size();
-      EXPECT_GE(wire.size(), payload.size()) << "the sealed exchange was not captured";
+      // 1 MiB each way in 64 KiB chunks: at least 16 sealed frames per direction were on the wire.
+      EXPECT_GE(headers, 16u) << "the sealed exchange was not captured";
     }
   }
 }
