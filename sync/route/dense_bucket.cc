@@ -10,8 +10,8 @@ namespace gradex::sync::route {
 
 void plan_dense(Context& ctx) {
   using Collective = EngineOptions::DenseCollective;
-  const bool dense_auto = ctx.options.dense_collective == Collective::kAuto ||
-                          ctx.options.dense_collective == Collective::kGather;
+  const bool dense_auto = ctx.options.collectives.dense == Collective::kAuto ||
+                          ctx.options.collectives.dense == Collective::kGather;
   // The model decides the direct exchange, flat or across a hierarchy's hosts (or regions).
   if (dense_auto && ctx.world_size > 1) ctx.link.agree(ctx.comm);
 }
@@ -19,9 +19,9 @@ void plan_dense(Context& ctx) {
 uint64_t dense_direct_max_bytes(const EngineOptions& options, const LinkModel* link,
                                 const comm::HostTopology* hosts) {
   using Collective = EngineOptions::DenseCollective;
-  if (options.dense_collective == Collective::kDirect) return UINT64_MAX;
-  const bool dense_auto = options.dense_collective == Collective::kAuto ||
-                          options.dense_collective == Collective::kGather;
+  if (options.collectives.dense == Collective::kDirect) return UINT64_MAX;
+  const bool dense_auto = options.collectives.dense == Collective::kAuto ||
+                          options.collectives.dense == Collective::kGather;
   if (!dense_auto || link == nullptr || link->world_size < 2) return 0;
   if (hosts == nullptr) return link->dense_direct_max_bytes();
   if (!link->latency_bound()) return 0;
