@@ -343,11 +343,8 @@ uint64_t CodecPlanner::horizon() const {
   return horizon_.steps.load();
 }
 
-void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
-                                 std::vector<pipeline::Job>& jobs, BackendPath& path,
-                                 std::mutex& state_mutex) {
-  if (!startup_.probed) {
-    startup_.probed = true;
+void CodecPlanner::measure_startup(comm::Communicator& comm, AgreedLink& link) {
+  {
     calibrate_codecs(model_, calibration());
     // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
     if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
@@ -380,6 +377,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
       startup_.one_lane = here >= cores;
       startup_.cpu_share.store(std::max(1.0, static_cast<double>(here) / cores));
     }
+  }
+}
+
+RoundDecision CodecPlanner::plan_round(comm::Communicator& comm, AgreedLink& link,
+                                       const std::vector<pipeline::Job>& jobs) {
+  if (!startup_.probed) {
+    startup_.probed = true;
+    measure_startup(comm, link);
   }
   bool gradients = false;
   uint64_t now = 0;  // the round's agreed step
@@ -415,8 +420,8 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
     epochs_.plan = epoch;
     epochs_.planned = true;
   }
-  std::lock_guard<std::mutex> lock(state_mutex);
-  for (pipeline::Job& job : jobs) {
+  RoundDecision decision;
+  for (const pipeline::Job& job : jobs) {
     if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     const uint64_t e = epoch_of(job.step);
     // A tensor takes the newest plan at its first exchange and then when it enters a new epoch.
@@ -426,17 +431,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
     applied->second = e;
     auto it = choice_.find(job.id.key);
     if (it == choice_.end() || forced_rung(job.id.key)) continue;  // overrides win
-    const AppliedPolicy to = policy_for(it->second);
-    TensorState& t = *job.tensor;
-    if (to.rung != t.policy.rung) {
+    AppliedPolicy to = policy_for(it->second);
+    if (to.rung != job.tensor->policy.rung) {
       first_exchanges_.mark(job.id.key, job.step);
-      GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
-      path.switch_policy(t, to);
-      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
-      // along in its transfer, Engine::transfer).
-      if (is_sparse(to.rung.codec)) path.int8_to_dgc_residual(t, world_size_);
+      GX_LOG(kDebug) << "'" << job.tensor->key << "' at step " << job.step << ": " << to.reason;
+      decision.switches.push_back({job.tensor, std::move(to)});
     }
   }
+  return decision;
 }
 
 void CodecPlanner::observe_unit(const pipeline::Unit& unit) {

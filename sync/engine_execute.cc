@@ -157,17 +157,18 @@ void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
       paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
     engine_.policy_->set_link_paths(paths);
   }
-  std::vector<Rung> rungs_before;
-  rungs_before.reserve(jobs.size());
-  for (const Job& job : jobs)
-    rungs_before.push_back(job.tensor->policy.rung);
-  engine_.policy_->before_routes(*engine_.comm_, link_, jobs, *path_, engine_.mutex_);
-  uint64_t switched = 0;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    if (jobs[i].tensor->policy.rung != rungs_before[i]) ++switched;
-  if (switched > 0) {
+  // The planner decides (collective when due); the engine applies its switches under its lock
+  // (applied_policy and explain read the policies), before anything is routed.
+  const RoundDecision decision = engine_.policy_->plan_round(*engine_.comm_, link_, jobs);
+  if (!decision.switches.empty()) {
     std::lock_guard<std::mutex> lock(engine_.mutex_);
-    engine_.steps_.stats.policy_switches += switched;
+    for (const PolicySwitch& s : decision.switches) {
+      path_->switch_policy(*s.tensor, s.to);
+      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
+      // along in its transfer).
+      if (is_sparse(s.to.rung.codec)) path_->int8_to_dgc_residual(*s.tensor, engine_.world_size_);
+    }
+    engine_.steps_.stats.policy_switches += decision.switches.size();
   }
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
