@@ -335,6 +335,21 @@ const std::vector<VarSpec>& registry() {
      "Threads of gradex's worker pool (one per process, created at first use, never per call): "
      "compression (a unit's tensors spread over it, large tensors split), 16-bit casts and sums of "
      "large tensors (0: the hardware's, at most 8). Results do not depend on it."},
+    // --- delayed exchange (sync/delay/) ---
+    {"GRADEX_DELAY", VarType::kChoice, "0", 0, 0, false, false, "auto|0|1|2|3|4|5|6|7|8", kEngine,
+     "Delayed Gradient Averaging: with D > 0 a tensor's exchange of step t runs while step t+1 "
+     "computes, and the gradient a step gets is g_t + (avg_{t-D} - g_{t-D}) (its own gradient alone "
+     "for the first D steps): every rank applies the same averaged past and differs only by its last "
+     "D local gradients. Codecs, error feedback and momentum run on the exchanged copy as with 0. "
+     "Host tensors only (CUDA tensors keep 0). One exchange of a tensor is in flight at a time, so "
+     "D > 1 adds staleness, not overlap. auto: measures steps 10-20 without delay and takes 1 when "
+     "the framework waited more than 5% of a step's compute on gradex, else 0 (gx.explain says why). "
+     "0: no delay. Refused with LocalSGD and DiLoCo (1-8), and by torchft's reconfigure and step "
+     "transactions while D > 0; gx.synchronize() drains it."},
+    {"GRADEX_DELAY_RULE", VarType::kChoice, "correct", 0, 0, false, false, "correct|stale", kEngine,
+     "What a delayed step (GRADEX_DELAY > 0) applies: correct, g_t + (avg_{t-D} - g_{t-D}) (Delayed "
+     "Gradient Averaging's local correction: this step's own gradient is not lost); stale, avg_{t-D} "
+     "alone (plain staleness, kept for comparison: docs/tuning.md)."},
     // --- LocalSGD ---
     {"GRADEX_LOCALSGD_PERIOD", VarType::kInt, "0", 0, 1e6, false, false, nullptr, kEngine,
      "LocalSGD: when > 0, gradients are not exchanged and parameters are averaged every H steps."},

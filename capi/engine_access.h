@@ -8,6 +8,7 @@
 #include "base/config.h"
 #include "comm/rendezvous/store.h"
 #include "gradex/gradex.h"
+#include "sync/delay/delay_line.h"
 #include "sync/engine.h"
 
 struct gradex_engine {
@@ -16,6 +17,8 @@ struct gradex_engine {
   // bootstrapped through the environment's TCP store), and the prefix of the current membership.
   std::shared_ptr<gradex::comm::Store> store;
   std::string prefix;
+  // GRADEX_DELAY's delay line over `engine` (capi/delay.cc; declared after it: destroyed first).
+  std::unique_ptr<gradex::sync::delay::DelayLine> delay;
 };
 
 namespace gradex::capi {
@@ -47,6 +50,12 @@ FirstMembership first_membership(const gradex_engine_options_t& options,
                                  const config::Config& config, const char* default_prefix);
 
 sync::Engine& engine_of(gradex_engine_t* engine);
+// The engine's delay line; `delayed`: whether submissions now go through it (D > 0).
+sync::delay::DelayLine& delay_of(gradex_engine_t* engine);
+bool delayed(gradex_engine_t* engine);
+// InvalidArgument naming GRADEX_DELAY and `operation` while submissions are delayed (D > 0):
+// torchft's step transactions and membership changes do not compose with averages in flight.
+void refuse_while_delayed(gradex_engine_t* engine, const char* operation);
 
 // Sets the calling thread's gradex_last_error() message (for C API functions in other files).
 void set_last_error(const std::string& message);

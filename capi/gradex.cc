@@ -14,6 +14,7 @@
 #include "capi/options_config.h"
 #include "comm/rendezvous/launch.h"
 #include "compress/backend/backend.h"
+#include "sync/delay/delay_rule.h"
 #include "sync/engine.h"
 #include "sync/policy_settings.h"
 
@@ -96,11 +97,22 @@ void gradex_engine_options_init(gradex_engine_options_t* options) {
 
 gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
                                      gradex_engine_t** engine) {
-  return gradex::capi::create_entry("gradex_engine_create", options, engine, "engine", "gradex/",
-                                    &gradex_engine::engine, [](const gradex::config::Config& c) {
-                                      gradex::sync::resolve_policy(c);
-                                      gradex::sync::engine_options_from_config(c);
-                                    });
+  gradex_status_t status =
+      gradex::capi::create_entry("gradex_engine_create", options, engine, "engine", "gradex/",
+                                 &gradex_engine::engine, [](const gradex::config::Config& c) {
+                                   gradex::sync::resolve_policy(c);
+                                   gradex::sync::engine_options_from_config(c);
+                                   gradex::sync::delay::check_delay_composes(c);
+                                 });
+  if (status != GRADEX_OK) return status;
+  status = guarded("gradex_engine_create", [&] {
+    (*engine)->delay = std::make_unique<gradex::sync::delay::DelayLine>(*(*engine)->engine);
+  });
+  if (status != GRADEX_OK) {
+    gradex_engine_destroy(*engine);
+    *engine = nullptr;
+  }
+  return status;
 }
 
 gradex_status_t gradex_engine_destroy(gradex_engine_t* engine) {
@@ -123,28 +135,37 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
   return guarded("gradex_register_tensor", [&] {
     auto& e = engine_of(engine);
     require(key, "key");
+    // The delay line first: it refuses what it cannot delay before the engine holds the tensor.
+    gradex::capi::delay_of(engine).on_register(key, numel, dtype_of(dtype), is_cuda(device));
     e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device));
   });
 }
 
 gradex_status_t gradex_submit(gradex_engine_t* engine, const char* key, void* data,
                               gradex_handle_t* handle) {
-  return submit_entry("gradex_submit", engine, key, handle,
-                      [&](gradex::sync::Engine& e) { return e.submit(key, data); });
+  return submit_entry("gradex_submit", engine, key, handle, [&](gradex::sync::Engine& e) {
+    return gradex::capi::delayed(engine) ? engine->delay->submit(key, data, false)
+                                         : e.submit(key, data);
+  });
 }
 
 gradex_status_t gradex_submit_device(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_device_t device, int device_index, void* stream,
                                      gradex_handle_t* handle) {
   return submit_entry("gradex_submit_device", engine, key, handle, [&](gradex::sync::Engine& e) {
+    // A CUDA tensor keeps D = 0 (DelayLine::on_register); host memory is delayed as gradex_submit.
+    if (!is_cuda(device) && gradex::capi::delayed(engine))
+      return engine->delay->submit(key, data, false);
     return e.submit_device(key, data, is_cuda(device), device_index, stream);
   });
 }
 
 gradex_status_t gradex_submit_absent(gradex_engine_t* engine, const char* key, void* data,
                                      gradex_handle_t* handle) {
-  return submit_entry("gradex_submit_absent", engine, key, handle,
-                      [&](gradex::sync::Engine& e) { return e.submit_absent(key, data); });
+  return submit_entry("gradex_submit_absent", engine, key, handle, [&](gradex::sync::Engine& e) {
+    return gradex::capi::delayed(engine) ? engine->delay->submit(key, data, true)
+                                         : e.submit_absent(key, data);
+  });
 }
 
 gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char* key, void* data,
@@ -152,12 +173,18 @@ gradex_status_t gradex_submit_device_absent(gradex_engine_t* engine, const char*
                                             gradex_handle_t* handle) {
   return submit_entry(
       "gradex_submit_device_absent", engine, key, handle, [&](gradex::sync::Engine& e) {
+        if (!is_cuda(device) && gradex::capi::delayed(engine))
+          return engine->delay->submit(key, data, true);
         return e.submit_absent(key, data, true, is_cuda(device), device_index, stream);
       });
 }
 
 gradex_status_t gradex_handle_event(gradex_engine_t* engine, gradex_handle_t handle, void* stream) {
-  return guarded("gradex_handle_event", [&] { engine_of(engine).handle_event(handle, stream); });
+  return guarded("gradex_handle_event", [&] {
+    auto& e = engine_of(engine);
+    if (gradex::sync::delay::DelayLine::owns(handle)) return;  // host memory: nothing to order
+    e.handle_event(handle, stream);
+  });
 }
 
 gradex_status_t gradex_device_available(gradex_device_t device, int device_index, int* available) {
@@ -209,14 +236,22 @@ gradex_status_t gradex_average(gradex_engine_t* engine, const char* key, void* d
 }
 
 gradex_status_t gradex_wait(gradex_engine_t* engine, gradex_handle_t handle) {
-  return guarded("gradex_wait", [&] { engine_of(engine).wait(handle); });
+  return guarded("gradex_wait", [&] {
+    auto& e = engine_of(engine);
+    if (gradex::sync::delay::DelayLine::owns(handle))
+      engine->delay->release(handle);  // complete since its submission
+    else
+      e.wait(handle);
+  });
 }
 
 gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int* done) {
   return guarded("gradex_test", [&] {
     auto& e = engine_of(engine);
     require(done, "done");
-    bool finished = e.test(handle);
+    const bool owned = gradex::sync::delay::DelayLine::owns(handle);
+    if (owned) engine->delay->release(handle);
+    bool finished = owned || e.test(handle);
     *done = finished ? 1 : 0;
   });
 }
@@ -233,6 +268,7 @@ gradex_status_t gradex_end_step(gradex_engine_t* engine, int* average_now) {
   return guarded("gradex_end_step", [&] {
     auto& e = engine_of(engine);
     bool average = e.end_step();
+    gradex::capi::delay_of(engine).on_end_step();
     if (average_now) *average_now = average ? 1 : 0;
   });
 }
@@ -266,13 +302,13 @@ gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_
 
 gradex_status_t gradex_save_state(gradex_engine_t* engine, void* buffer, size_t capacity,
                                   size_t* length) {
-  return save_state_entry("gradex_save_state", engine, engine_of, &gradex::sync::Engine::save_state,
-                          buffer, capacity, length);
+  return save_state_entry("gradex_save_state", engine, gradex::capi::delay_of,
+                          &gradex::sync::delay::DelayLine::save_state, buffer, capacity, length);
 }
 
 gradex_status_t gradex_load_state(gradex_engine_t* engine, const void* buffer, size_t length) {
-  return load_state_entry("gradex_load_state", engine, engine_of, &gradex::sync::Engine::load_state,
-                          buffer, length);
+  return load_state_entry("gradex_load_state", engine, gradex::capi::delay_of,
+                          &gradex::sync::delay::DelayLine::load_state, buffer, length);
 }
 
 gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char* key,
@@ -281,6 +317,8 @@ gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char*
   return guarded("gradex_register_tensor_rows", [&] {
     auto& e = engine_of(engine);
     require(key, "key");
+    // The delay line first: it refuses what it cannot delay before the engine holds the tensor.
+    gradex::capi::delay_of(engine).on_register(key, numel, dtype_of(dtype), is_cuda(device));
     e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device), rows);
   });
 }
@@ -289,7 +327,9 @@ gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t cap
                                size_t* length) {
   return guarded("gradex_explain", [&] {
     require(length, "length");
-    copy_out(engine_of(engine).explain(), buffer, capacity, length);
+    auto& e = engine_of(engine);
+    copy_out(e.explain() + "\n" + gradex::capi::delay_of(engine).explain(), buffer, capacity,
+             length);
   });
 }
 

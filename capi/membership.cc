@@ -95,6 +95,7 @@ gradex_status_t gradex_engine_reconfigure(gradex_engine_t* engine,
   return gradex::capi::guarded("gradex_engine_reconfigure", [&] {
     auto& e = gradex::capi::engine_of(engine);
     gradex::capi::require(options, "options");
+    gradex::capi::refuse_while_delayed(engine, "gradex_engine_reconfigure");
     std::shared_ptr<gradex::comm::Store> store;
     std::string prefix;
     gradex::capi::membership_of(*options, e.config(), engine->store, engine->prefix, "gradex/",
@@ -113,8 +114,11 @@ gradex_status_t gradex_engine_abort(gradex_engine_t* engine, const char* reason)
 }
 
 gradex_status_t gradex_state_snapshot(gradex_engine_t* engine) {
-  return gradex::capi::guarded("gradex_state_snapshot",
-                               [&] { gradex::capi::engine_of(engine).snapshot_state(); });
+  return gradex::capi::guarded("gradex_state_snapshot", [&] {
+    gradex::capi::refuse_while_delayed(engine,
+                                       "gradex_state_snapshot (torchft's step transaction)");
+    gradex::capi::engine_of(engine).snapshot_state();
+  });
 }
 
 gradex_status_t gradex_state_rollback(gradex_engine_t* engine) {

@@ -13,6 +13,7 @@
 #include "comm/rendezvous/launch.h"
 #include "gradex/gradex.h"
 #include "outer/outer.h"
+#include "sync/delay/delay_rule.h"
 
 struct gradex_outer {
   std::unique_ptr<gradex::outer::OuterOptimizer> outer;
@@ -42,8 +43,9 @@ extern "C" {
 
 gradex_status_t gradex_outer_create(const gradex_engine_options_t* options,
                                     gradex_outer_t** outer) {
-  return gradex::capi::create_entry("gradex_outer_create", options, outer, "outer", kDefaultPrefix,
-                                    &gradex_outer::outer, [](const gradex::config::Config&) {});
+  return gradex::capi::create_entry(
+      "gradex_outer_create", options, outer, "outer", kDefaultPrefix, &gradex_outer::outer,
+      [](const gradex::config::Config& c) { gradex::sync::delay::refuse_under_outer(c); });
 }
 
 gradex_status_t gradex_outer_reconfigure(gradex_outer_t* outer,

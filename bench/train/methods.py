@@ -11,6 +11,9 @@ DDP's buckets, no copies in and out; the record says so).
   gradex_auto      gx.hook with GRADEX_POLICY=auto (the cost model picks each tensor's codec for this link);
                    a gradex build without GRADEX_POLICY runs its default policy instead, and the record
                    says so ("policy"); momentum inside gradex: the optimizer runs at momentum 0
+  gradex_delay     gradex_auto with GRADEX_DELAY=auto (the delayed exchange when the exchange does not hide)
+  gradex_delay1    gradex_auto with GRADEX_DELAY=1; gradex_stale1 the same with GRADEX_DELAY_RULE=stale
+                   (plain staleness, for the comparison in docs/tuning.md)
   gradex_default   gx.hook with gradex's defaults, nothing overridden (before GRADEX_POLICY: DGC 99.9 % for
                    large tensors, fp16 dense for small ones; momentum inside gradex, as for gradex_auto)
   gradex_dgc       gx.hook with DGC at 99.9 % on every tensor (GRADEX_DENSE_THRESHOLD=0), small ones too
@@ -42,9 +45,10 @@ from bench.baselines.modes import _noop_hook, serialized_hook  # noqa: E402
 from bench.train.optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
 
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
-           "gradex_localsgd", "nocomm")
+           "gradex_localsgd", "nocomm", "gradex_delay", "gradex_delay1", "gradex_stale1")
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
-GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc")  # gx.hook methods: gradex owns SGD's momentum
+# gx.hook methods: gradex owns SGD's momentum
+GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc", "gradex_delay", "gradex_delay1", "gradex_stale1")
 SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
 
 
@@ -78,8 +82,11 @@ class Method:
             self.ddp.register_comm_hook(state, serialized_hook(powerSGD_hook.powerSGD_hook))
         elif name in GRADEX_HOOKS:
             import gradex.torch as gx
-            config = {"gradex_auto": auto_policy_config(args.steps), "gradex_default": {},
-                      "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0}}[name]
+            auto = auto_policy_config(args.steps)
+            config = {"gradex_auto": auto, "gradex_default": {},
+                      "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0},
+                      "gradex_delay": dict(auto, GRADEX_DELAY="auto"), "gradex_delay1": dict(auto, GRADEX_DELAY=1),
+                      "gradex_stale1": dict(auto, GRADEX_DELAY=1, GRADEX_DELAY_RULE="stale")}[name]
             self.policy = config.get("GRADEX_POLICY", "default")
             if self.optimizer_name == "sgd":
                 # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
@@ -120,10 +127,14 @@ class Method:
         return self.name != "nocomm"
 
     def synchronize(self):
-        """Brings every rank to the same parameters (LocalSGD: averages them now); returns whether they
-        are the same now."""
+        """Brings every rank to the same parameters (LocalSGD: averages them now; a delayed exchange:
+        gx.synchronize drains it and averages them); returns whether they are the same now."""
         if self._lsgd is not None:
             self._lsgd.average_parameters()
+            return True
+        if self.name in ("gradex_delay", "gradex_delay1", "gradex_stale1"):
+            import gradex.torch as gx
+            gx.synchronize(self.gradex, self.ddp.module)
             return True
         return self.name != "nocomm"
 

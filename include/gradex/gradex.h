@@ -278,6 +278,18 @@ gradex_status_t gradex_explain(gradex_engine_t* engine, char* buffer, size_t cap
  * (Additive to API version 1.) */
 gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t steps);
 
+/* ---- Delayed exchange, GRADEX_DELAY (additive to API version 1) -------------------------------------
+ * With a delay D > 0 (GRADEX_DELAY=1..8, or auto once it chose D > 0: sync/delay/delay_rule.h) gradex_submit
+ * and gradex_submit_absent return a handle that is already complete: `data` holds
+ * g_t + (avg_{t-D} - g_{t-D}) (Delayed Gradient Averaging; g_t alone for a tensor's first D steps), and
+ * the exchange of g_t runs while the next step computes. gradex_save_state then includes the averages
+ * not yet applied (resume is bit-identical). CUDA tensors take D = 0.
+ * gradex_delay_drain waits for every exchange in flight and drops the averages not yet applied, so that
+ * averaging the parameters next (gx.synchronize) leaves every rank with the same model; the following D
+ * steps apply local gradients only, as at the start. *delay: the D that submissions now get. */
+gradex_status_t gradex_delay_drain(gradex_engine_t* engine);
+gradex_status_t gradex_get_delay(gradex_engine_t* engine, int* delay);
+
 /* ---- DiLoCo outer optimization (additive to API version 1) -------------------------------------------
  * Ranks train locally with any optimizer; every GRADEX_OUTER_PERIOD steps each fragment's pseudo-gradient
  * (theta_global - theta_local) is averaged across ranks (4/8-bit block-quantized with error feedback, or
@@ -393,6 +405,44 @@ gradex_status_t gradex_launch_info(gradex_launch_info_t* info);
 gradex_status_t gradex_store_connect(const gradex_engine_options_t* options, gradex_store_t** store);
 /* Closes a store from gradex_store_connect (rank 0: stops serving). NULL is ignored. */
 gradex_status_t gradex_store_destroy(gradex_store_t* store);
+
+/* ---- Exact collectives: broadcast and allgather of bytes (additive to API version 1) -------------------
+ * A gradex_group_t is a set of connections over which bytes travel unchanged: no engine, no codec, no
+ * background thread. For what must arrive bit for bit (parameters and optimizer state at start-up, metrics,
+ * torchft's exact collectives). Created collectively like an engine (options as for gradex_engine_create;
+ * store_prefix NULL means "gradex/group/"); of the configuration, the connection settings apply
+ * (GRADEX_TIMEOUT_S, GRADEX_IFACE, GRADEX_SHM, GRADEX_STRIPES, GRADEX_RING_CHUNK_KB, GRADEX_JOB_SECRET,
+ * GRADEX_SEAL). Collectives on one group are called by one thread at a time, in the same order on every
+ * rank. Every collective first agrees on its arguments in one round trip: a rank whose byte count or root
+ * differs from another's, or that passed a NULL buffer, fails the call on every rank with
+ * GRADEX_ERR_MISMATCH (or GRADEX_ERR_INVALID_ARGUMENT) naming the ranks and their values; the group stays
+ * usable. A dead or stalled peer fails the call on every rank (GRADEX_ERR_PEER / GRADEX_ERR_TIMEOUT), and
+ * gradex_group_abort (any thread) fails it with GRADEX_ERR_ABORTED; after those the group is failed: every
+ * later collective returns the same error (create a new group). */
+typedef struct gradex_group gradex_group_t;
+
+gradex_status_t gradex_group_create(const gradex_engine_options_t* options, gradex_group_t** group);
+/* Waits (bounded by the timeout) for every rank to leave, then releases. A failed group is released at
+ * once. NULL is ignored. */
+gradex_status_t gradex_group_destroy(gradex_group_t* group);
+gradex_status_t gradex_group_rank(const gradex_group_t* group, int32_t* rank, int32_t* world_size);
+/* Copies `bytes` bytes of rank `root`'s `data` into every other rank's `data`, bit for bit. The bytes
+ * travel down a chain root -> root+1 -> ... in GRADEX_RING_CHUNK_KB pieces, each forwarded as it arrives:
+ * every rank, the root included, sends them once. */
+gradex_status_t gradex_group_broadcast(gradex_group_t* group, void* data, size_t bytes, int32_t root);
+/* Every rank's `bytes` bytes of `data`, in rank order, into `out` (world_size * bytes bytes; `data` may be
+ * out + rank * bytes), around the ring: every rank sends (world_size - 1) * bytes. */
+gradex_status_t gradex_group_allgather(gradex_group_t* group, const void* data, size_t bytes, void* out);
+/* From any thread: the collective in progress (or the next one) fails on this rank and its peers with
+ * GRADEX_ERR_ABORTED carrying `reason` (NULL: none), within milliseconds. The group is failed afterwards. */
+gradex_status_t gradex_group_abort(gradex_group_t* group, const char* reason);
+
+/* ---- Typed settings (additive to API version 1) ------------------------------------------------------
+ * The effective value of a numeric GRADEX_* setting (integer, float or boolean as 0/1) of `engine`'s
+ * configuration, or of the environment's when `engine` is NULL, as gradex_describe_config shows it.
+ * GRADEX_ERR_INVALID_ARGUMENT naming the variable for an undeclared name or a setting that is not a number
+ * (text, choice). */
+gradex_status_t gradex_get_setting_number(const gradex_engine_t* engine, const char* name, double* value);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,7 @@ graphs.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import tensorflow as tf
 
@@ -128,9 +128,15 @@ def broadcast(tensor: Any, root_rank: int = 0, name: Optional[str] = None) -> tf
 
 def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0, prefix: str = "var") -> None:
     """Assigns root_rank's value to every variable (e.g. the model's initial weights and the optimizer's
-    slots). Variables are matched by path; all are broadcast concurrently."""
+    slots). Eagerly, the variables' bytes travel unchanged in one broadcast of the job's gradex group (each
+    rank sends them once), after a check that every rank passes the same paths, shapes and dtypes
+    (MismatchError on every rank otherwise); inside a graph, each variable is a broadcast op of the
+    collective engine, matched by path."""
     variables = list(variables)
     if not variables:
+        return
+    if tf.executing_eagerly():
+        _broadcast_variables_eagerly(variables, root_rank)
         return
     ref = _runtime.state().collective
     keys = _exchange.unique_keys(prefix, [_exchange.variable_key(v) for v in variables])
@@ -139,11 +145,38 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0, pr
         for v, key in zip(variables, keys):
             v.assign(_exchange.broadcast(tf.convert_to_tensor(v), key, root_rank, ref))
 
-    if tf.executing_eagerly():
-        with _exchange.gradex_errors():
-            tf.function(assign_all, autograph=False)()
-    else:
-        assign_all()
+    assign_all()
+
+
+def _broadcast_variables_eagerly(variables: List[tf.Variable], root_rank: int) -> None:
+    import hashlib
+
+    import numpy as np
+    group = _runtime.group()
+    if not isinstance(root_rank, int) or not 0 <= root_rank < group.world_size:
+        raise InvalidArgumentError(f"gradex: root_rank must be a rank in [0, {group.world_size}), got {root_rank!r}")
+    if group.world_size == 1:
+        return
+    layout = repr([(_exchange.variable_key(v), tuple(v.shape), v.dtype.name) for v in variables]).encode()
+    digest = np.frombuffer(hashlib.sha256(layout).digest()[:16], dtype=np.uint8).copy()
+    digests = np.empty(16 * group.world_size, dtype=np.uint8)
+    group.allgather(digest.ctypes.data, 16, digests.ctypes.data)
+    agreeing: Dict[bytes, List[int]] = {}
+    for r in range(group.world_size):
+        agreeing.setdefault(digests[16 * r:16 * (r + 1)].tobytes(), []).append(r)
+    if len(agreeing) > 1:
+        raise MismatchError(f"gradex: broadcast_variables: ranks passed different variables (paths, shapes or "
+                            f"dtypes); groups of ranks that agree: {sorted(agreeing.values())}")
+    values = [np.array(v.numpy(), order="C") for v in variables]  # 0-d stays 0-d
+    data = np.concatenate([a.reshape(-1).view(np.uint8) for a in values]) if values else np.zeros(0, np.uint8)
+    group.broadcast(data.ctypes.data, data.nbytes, root_rank)
+    if group.rank == root_rank:
+        return
+    offset = 0
+    for v, a in zip(variables, values):
+        n = a.nbytes
+        v.assign(data[offset:offset + n].view(a.dtype).reshape(tuple(v.shape)))
+        offset += n
 
 
 def state_dict() -> Dict[str, Any]:

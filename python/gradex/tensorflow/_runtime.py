@@ -92,6 +92,7 @@ class _State:
         self.engines_created = 0
         self.next_slot = 1
         self.outers: List[Any] = []  # weak references to DiLoCo outer optimizers (closed before the store)
+        self.group: Optional[_capi.Group] = None  # exact collectives (broadcast_variables), from its first use
 
 
 _state = _State()
@@ -241,6 +242,19 @@ def new_outer(config: _capi.Config) -> _capi.Outer:
         return outer
 
 
+def group() -> _capi.Group:
+    """The group of eager exact collectives (broadcast_variables), created at its first use through the job's
+    store (collective; numbered with the engines), closed by shutdown() before the store."""
+    with _state.lock:
+        s = state()
+        if s.group is None:
+            prefix = f"gradex/tf/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{s.engines_created}/"
+            store = s.store.store if isinstance(s.store, _TorchStore) else s.store
+            s.group = _capi.Group(s.rank, s.size, store, prefix, s.init_config)
+            s.engines_created += 1
+        return s.group
+
+
 def raw_gradient_config(config: _capi.Config = None) -> Dict[str, str]:
     """The configuration of an engine whose optimizer gradex does not know: GRADEX_MOMENTUM as set
     explicitly, else 0."""
@@ -349,6 +363,12 @@ def _shutdown_locked() -> None:
             except _errors.GradexError as exc:
                 first_error = first_error or exc
     s.outers = []
+    group, s.group = s.group, None
+    if group is not None:
+        try:
+            group.close()
+        except _errors.GradexError as exc:
+            first_error = first_error or exc
     for ref in reversed(s.order + [s.collective]):
         if ref is None:
             continue

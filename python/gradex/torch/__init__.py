@@ -57,6 +57,32 @@ def explain(source: Any = None) -> str:
     return _engine_of(source, "explain").explain()
 
 
+def synchronize(source: Any = None, model: Any = None) -> None:
+    """Leaves every rank with the same model under the delayed exchange (GRADEX_DELAY > 0), e.g. before
+    evaluating or saving: drains the exchanges in flight (their averages are not applied), then averages
+    every parameter across ranks (gx.allreduce_, the engine's fp32 ring average: the same bits on every
+    rank). source as for stats(); model: the module whose parameters to average (default: the State's
+    model, or a DistributedOptimizer's parameters). The next D steps apply local gradients only, as at the
+    start. Without delay the parameters are already identical and only the drain (a no-op) runs. Collective."""
+    engine = _engine_of(source, "synchronize")
+    if engine.delay() == 0:
+        return
+    engine.delay_drain()
+    if model is None:
+        model = getattr(source, "_model", None)
+    if model is not None:
+        params = [p for p in model.parameters()]
+    elif hasattr(source, "_params"):
+        params = [p for _, p in source._params]
+    else:
+        raise InvalidArgumentError("gradex: synchronize() needs the model whose parameters to average")
+    import torch
+    with torch.no_grad():
+        for p in params:
+            if p.is_floating_point():
+                allreduce_(p.data, Average)
+
+
 _windows: Dict[int, Any] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
 
 
@@ -82,7 +108,7 @@ def has_cuda() -> bool:
 
 
 __all__ = ["State", "hook", "HSDP", "DistributedOptimizer", "LocalSGD", "DiLoCo", "stats", "log_scalars", "has_cuda",
-           "join",
+           "join", "synchronize",
            "rank", "size", "local_rank", "local_size", "allreduce", "allreduce_", "Average", "Sum", "broadcast",
            "broadcast_", "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "ConfigError",
            "CorruptError", "GradexError", "InternalError", "InvalidArgumentError", "MismatchError",

@@ -14,7 +14,7 @@ import collections
 import itertools
 import threading
 import weakref
-from typing import Any, DefaultDict, Iterator, List, Optional, Tuple
+from typing import Any, DefaultDict, Iterator, List, Optional, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -49,8 +49,34 @@ def is_default_group(group: Any) -> bool:
         (dist.is_initialized() and group_ranks(group) == list(range(dist.get_world_size())))
 
 
-def create_engine(config: _capi.Config = None, store: Any = None, group: Any = None,
-                  membership: Optional[Tuple[int, int, Any, Optional[str]]] = None) -> _capi.Engine:
+def _membership(store: Optional[_capi.KeyValueStore], group: Optional[dist.ProcessGroup]
+                ) -> Tuple[int, int, Optional[_capi.KeyValueStore], Optional[str]]:
+    """(rank, world_size, store, prefix) of a new handle over the ranks of `group` (default: the default
+    process group), through `store` (default: the default process group's, if any); (-1, -1, None, None)
+    without torch.distributed: the handle reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself."""
+    if group is not None and not (dist.is_available() and dist.is_initialized()):
+        raise _errors.InvalidArgumentError("gradex: a process group was given but torch.distributed is not initialized")
+    if store is None and dist.is_available() and dist.is_initialized():
+        # torch's Store is a KeyValueStore (its stubs declare set's value as str; it takes bytes too).
+        store = cast(_capi.KeyValueStore, dist.distributed_c10d._get_default_store())
+    if store is None:
+        return -1, -1, None, None
+    if not (dist.is_available() and dist.is_initialized()):
+        raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
+    if is_default_group(group):
+        rank, world, tag = dist.get_rank(), dist.get_world_size(), ""
+    else:
+        ranks = group_ranks(group)
+        if dist.get_rank() not in ranks:
+            raise _errors.InvalidArgumentError(
+                f"gradex: rank {dist.get_rank()} is not a member of the process group of ranks {ranks}")
+        rank, world, tag = ranks.index(dist.get_rank()), len(ranks), "g" + "-".join(map(str, ranks)) + "/"
+    return rank, world, store, f"gradex/{tag}{next(_counters[tag])}/"
+
+
+def create_engine(config: _capi.Config = None, store: Optional[_capi.KeyValueStore] = None,
+                  group: Optional[dist.ProcessGroup] = None,
+                  membership: Optional[Tuple[int, int, _capi.AnyStore, Optional[str]]] = None) -> _capi.Engine:
     """A new engine over the ranks of `group` (default: the default process group). `config`: GRADEX_*
     overrides (name -> value) that win over the environment. `store`: a torch.distributed.Store to bootstrap
     through (default: the default process group's, if any). `membership`: (rank, world_size, store,
@@ -58,35 +84,21 @@ def create_engine(config: _capi.Config = None, store: Any = None, group: Any = N
     torch.distributed."""
     _ops.load()
     config = {str(k): str(v) for k, v in (config or {}).items()}
-    if membership is not None:
-        rank, world, member_store, prefix = membership
-        engine = _capi.Engine(rank, world, member_store, prefix, config)
-        with _live_lock:
-            _live.append(weakref.ref(engine))
-        return engine
-    if group is not None and not (dist.is_available() and dist.is_initialized()):
-        raise _errors.InvalidArgumentError("gradex: a process group was given but torch.distributed is not initialized")
-    if store is None and dist.is_available() and dist.is_initialized():
-        store = dist.distributed_c10d._get_default_store()
-    if store is not None:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise _errors.InvalidArgumentError("gradex: a store was given but torch.distributed is not initialized")
-        if is_default_group(group):
-            rank, world, tag = dist.get_rank(), dist.get_world_size(), ""
-        else:
-            ranks = group_ranks(group)
-            if dist.get_rank() not in ranks:
-                raise _errors.InvalidArgumentError(
-                    f"gradex: rank {dist.get_rank()} is not a member of the process group of ranks {ranks}")
-            rank, world, tag = ranks.index(dist.get_rank()), len(ranks), "g" + "-".join(map(str, ranks)) + "/"
-        prefix = f"gradex/{tag}{next(_counters[tag])}/"
-        engine = _capi.Engine(rank, world, store, prefix, config)
+    if membership is None:
+        engine = _capi.Engine(*_membership(store, group), config)
     else:
-        # No framework store: the engine reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself.
-        engine = _capi.Engine(-1, -1, None, None, config)
+        engine = _capi.Engine(*membership, config)
     with _live_lock:
         _live.append(weakref.ref(engine))
     return engine
+
+
+def create_group(store: Optional[_capi.KeyValueStore] = None, group: Optional[dist.ProcessGroup] = None
+                 ) -> _capi.Group:
+    """A new gradex group (exact collectives) over the ranks of `group`, bootstrapped as create_engine's
+    engines are (numbered in the same sequence: every rank creates its engines and groups in one order)."""
+    _ops.load()
+    return _capi.Group(*_membership(store, group))
 
 
 def latest_engine() -> Any:

@@ -18,12 +18,12 @@ _lock = threading.Lock()
 def check(config: _capi.Config) -> None:
     """Raises gradex.ConfigError for a bad GRADEX_* value in the environment or a bad name or value in
     `config`."""
-    config = {str(k): str(v) for k, v in (config or {}).items()}
+    settings = {str(k): str(v) for k, v in (config or {}).items()}
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("GRADEX_")))
-    key = (environment, tuple(sorted(config.items())))
+    key = (environment, tuple(sorted(settings.items())))
     with _lock:
         if key in _checked:
             return
-    _capi.check_config(config)
+    _capi.check_config(settings)
     with _lock:
         _checked.add(key)

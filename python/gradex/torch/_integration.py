@@ -5,13 +5,14 @@ gradex.torch's underscore modules are private to gradex.torch; an integration im
 that moving or renaming one of them means editing this file, not the integrations. What is here:
 
 - the op library (libgradex_torch_ops.so): load_ops, submit, submit_absent, wait, wait_all;
-- the exact-integer encoding of the collectives (word_bits, to_words, from_words);
+- the exact transport of bytes through a gradex group (exact: broadcasts, gathers, layout checks);
 - bucket keys of a DDP model (BucketKeys), the thread that completes exchanges (Completer);
 - the checks of a configuration the torch hook also applies (check_config) and the momentum-ownership rule
   (decide_momentum, from gradex._optimizer_family through gradex.torch._momentum);
 - DiLoCo over FSDP modules (fsdp_modules, local_parameters, reshard) and the parameter-memory check
   (tensor_address).
 """
+from . import _exact as exact
 from ._completion import Completer
 from ._config_check import check as check_config
 from ._diloco_sharded import fsdp_modules, local_parameters, reshard
@@ -19,9 +20,7 @@ from ._layout import BucketKeys
 from ._momentum import decide as decide_momentum
 from ._ops import load as load_ops
 from ._ops import submit, submit_absent, wait, wait_all
-from ._words import from_words, to_words, word_bits
 from .diloco import tensor_address
 
-__all__ = ["BucketKeys", "Completer", "check_config", "decide_momentum", "fsdp_modules", "from_words",
-           "load_ops", "local_parameters", "reshard", "submit", "submit_absent", "tensor_address", "to_words",
-           "wait", "wait_all", "word_bits"]
+__all__ = ["BucketKeys", "Completer", "check_config", "decide_momentum", "exact", "fsdp_modules", "load_ops",
+           "local_parameters", "reshard", "submit", "submit_absent", "tensor_address", "wait", "wait_all"]

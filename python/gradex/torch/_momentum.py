@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -32,15 +31,10 @@ from .._optimizer_family import Family, unwrap
 
 
 def engine_setting(engine: Optional[_capi.Engine], config: _capi.Config, name: str, default: float) -> float:
-    """An engine's effective numeric GRADEX_* setting: from its configuration description, else from the
+    """An engine's effective numeric GRADEX_* setting (gradex_get_setting_number); without an open engine, the
     API config, the environment and `default` (in that order)."""
-    try:
-        text = engine.describe_config() if engine is not None else ""
-        match = re.search(r"(?m)^" + name + r"=([-+0-9.eEinf]+)\s", text)  # "NAME=value    [source; ...]"
-        if match:
-            return float(match.group(1))
-    except Exception:  # noqa: BLE001 - fall back to what this process was told
-        pass
+    if engine is not None and engine.address:
+        return engine.setting(name)
     value = (config or {}).get(name, os.environ.get(name))
     try:
         return float(value) if value is not None else default

@@ -6,19 +6,18 @@ state, allreduce.
     gx.broadcast_optimizer_state(optimizer, root_rank=0)
     total = gx.allreduce(torch.tensor([correct]), op=gx.Sum)
 
-They run over one gradex engine of their own per process (created collectively at the first call, through
-torch.distributed's store when a process group exists, else through gradex's own store and launcher detection,
-like every gradex engine), configured for exactness: fp32 on the wire, no momentum, no compression.
+They run over gradex groups and engines of this process's own (created collectively at the first call that
+needs them, through torch.distributed's store when a process group exists, else through gradex's own store and
+launcher detection, like every gradex engine).
 
-Exactness. The engine's fp32 average is a sum divided by the world size P. Broadcasts and gathers therefore
-travel as integers: the bytes of the tensors, cut into 16-bit words (8-bit from 257 ranks up), each multiplied
-by P on the rank that owns it and 0 elsewhere. Every partial sum is then an integer below 2^24, the division by
-P is exact, and the receiver gets the owner's bytes bit for bit, whatever the dtype (int64 buffers, bool,
-bf16). That costs 2 floats per 2 bytes, i.e. twice the tensor's bytes on the wire (4x from 257 ranks). Average
-is the engine's fp32 ring average (the same bits on every rank). Sum gathers every rank's tensor and adds them
-in rank order in float64 (int64 for integer tensors), then casts back: exact for integers, one rounding for
-floats, the same bits on every rank; it moves P times the tensor's bytes, so it is meant for counters and
-metrics rather than gradients.
+Exactness. Broadcasts and gathers move the tensors' bytes unchanged through a gradex group
+(gradex_group_broadcast: a pipelined chain in which every rank sends the bytes once; gradex_group_allgather: a
+ring), bit for bit whatever the dtype (int64 buffers, bool, bf16). Ranks agree on the byte count first: a
+different count on some rank is a MismatchError on every rank. Average is an engine's fp32 ring average (fp32
+on the wire, no momentum, nothing compressed: the same bits on every rank). Sum gathers every rank's tensor and
+adds them in rank order in float64 (int64 for integer tensors), then casts back: exact for integers, one
+rounding for floats, the same bits on every rank; it moves P times the tensor's bytes, so it is meant for
+counters and metrics rather than gradients.
 """
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
-from . import _bootstrap, _ops
-from . import _words
+from . import _bootstrap, _exact, _ops
 
 Average = "average"
 Sum = "sum"
@@ -44,15 +42,16 @@ Sum = "sum"
 _CONFIG = {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "",
            "GRADEX_LOCALSGD_PERIOD": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_NONFINITE": "propagate",
            "GRADEX_STATS_EVERY": "0", "GRADEX_POLICY": "fixed"}
-_CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large broadcasts
+_CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large averages
 
 _lock = threading.RLock()
 _engine: Optional[_capi.Engine] = None
+_group: Optional[_capi.Group] = None
 _local: Optional[Tuple[int, int]] = None  # (local_rank, local_size), found once
 
 
 def engine() -> _capi.Engine:
-    """The collectives' engine of this process (created collectively at the first call)."""
+    """The engine of allreduce(op=gx.Average) in this process (created collectively at its first call)."""
     global _engine
     with _lock:
         if _engine is None or not _engine.address:
@@ -60,19 +59,29 @@ def engine() -> _capi.Engine:
         return _engine
 
 
+def group() -> _capi.Group:
+    """The group of the exact collectives (broadcasts, gathers) in this process (created collectively at the
+    first call)."""
+    global _group
+    with _lock:
+        if _group is None or not _group.address:
+            _group = _bootstrap.create_group()
+        return _group
+
+
 def rank() -> int:
     """This process's rank: torch.distributed's when a process group exists, else the launcher's (as gradex's
     engines find it: torchrun, Open MPI, MPICH/Intel MPI, Slurm)."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    return engine().rank
+    return group().rank
 
 
 def size() -> int:
     """The number of ranks (see rank())."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
-    return engine().world_size
+    return group().world_size
 
 
 def local_rank() -> int:
@@ -112,32 +121,15 @@ def _average_in_place(values: torch.Tensor) -> None:
         _ops.wait(_ops.average(e.address, key, chunk))
 
 
-def _exact_slots(words: torch.Tensor, slot: Optional[int], slots: int) -> torch.Tensor:
-    """Every rank's `words` (float32 integers < 2^16) placed in its slot; returns the slots' words on every
-    rank, exactly (see the module docstring)."""
-    world = size()
-    m = words.numel()
-    buffer = torch.zeros(slots * m, dtype=torch.float32)
-    if slot is not None:
-        buffer[slot * m:(slot + 1) * m] = words * world
-    _average_in_place(buffer)
-    return buffer.view(slots, m)
-
-
 def _allgather_bytes(data: torch.Tensor) -> List[torch.Tensor]:
-    """Every rank's uint8 tensor (the same length on every rank), in rank order."""
-    bits = _words.word_bits(size())
-    words = _words.to_words(data, bits)
-    slots = _exact_slots(words, rank(), size())
-    return [_words.from_words(slots[r], bits, data.numel()) for r in range(size())]
+    """Every rank's uint8 tensor (the same length on every rank, else MismatchError everywhere), in rank
+    order."""
+    return _exact.allgather_bytes(group(), data)
 
 
 def _broadcast_bytes(data: torch.Tensor, root_rank: int) -> torch.Tensor:
-    """root_rank's uint8 tensor (the same length on every rank), bit for bit."""
-    bits = _words.word_bits(size())
-    words = _words.to_words(data, bits)
-    slots = _exact_slots(words, 0 if rank() == root_rank else None, 1)
-    return _words.from_words(slots[0], bits, data.numel())
+    """root_rank's uint8 tensor (the same length on every rank), bit for bit; returns it."""
+    return _exact.broadcast_bytes(group(), data, root_rank)
 
 
 def _check_root(root_rank: int) -> None:
@@ -258,51 +250,24 @@ def allreduce_(tensor: torch.Tensor, op: str = Average) -> torch.Tensor:
         return tensor
 
 
-def require_same_layout(layout: bytes, operation: str, allgather: Callable[[torch.Tensor], List[torch.Tensor]],
-                        what: str) -> None:
-    """MismatchError on every rank unless every rank's `layout` is the same: a 16-byte digest of it gathered with
-    `allgather` (every rank's uint8 tensor, in rank order). `what` says what the ranks passed differently."""
-    digest = hashlib.sha256(layout).digest()[:16]
-    digests = allgather(torch.frombuffer(bytearray(digest), dtype=torch.uint8))
-    groups: Dict[bytes, List[int]] = {}
-    for r, d in enumerate(digests):
-        groups.setdefault(bytes(d.tolist()), []).append(r)
-    if len(groups) > 1:
-        raise _errors.MismatchError(f"gradex: {operation}: ranks passed {what}; groups of ranks that agree: "
-                                    f"{sorted(groups.values())}")
-
-
 def _same_everywhere(layout: bytes, operation: str) -> None:
     """MismatchError on every rank when ranks describe their tensors differently."""
-    require_same_layout(layout, operation, _allgather_bytes, "different tensors (names, shapes or dtypes)")
+    _exact.require_same_layout(group(), layout, operation, "different tensors (names, shapes or dtypes)")
 
 
 def _broadcast_tensors(tensors: List[torch.Tensor], root_rank: int, operation: str,
                        layout: Optional[bytes] = None) -> None:
-    if layout is None:
-        layout = repr([(tuple(t.shape), str(t.dtype)) for t in tensors]).encode()
     if size() > 1:
-        _same_everywhere(layout, operation)
-    flats = [t.detach().reshape(-1).contiguous().cpu() for t in tensors]
-    parts = [f.view(torch.uint8) for f in flats if f.numel()]
-    data = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
-    if size() > 1 and data.numel():
-        data = _broadcast_bytes(data, root_rank)
-    if rank() == root_rank:
-        return
-    offset = 0
-    with torch.no_grad():
-        for t, f in zip(tensors, flats):
-            n = f.numel() * f.element_size()
-            if n:
-                t.copy_(data[offset:offset + n].clone().view(f.dtype).view(t.shape))  # clone: aligned
-            offset += n
+        _exact.broadcast_tensors(group(), tensors, root_rank, operation, layout)
 
 
 def close() -> None:
-    """Releases the collectives' engine (created again by the next collective). Collective."""
-    global _engine
+    """Releases the collectives' group and engine (created again by the next collective). Collective."""
+    global _engine, _group
     with _lock:
+        if _group is not None:
+            _group.close()
+            _group = None
         if _engine is not None:
             _engine.close()
             _engine = None

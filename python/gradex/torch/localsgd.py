@@ -43,7 +43,7 @@ class LocalSGD:
                  store: Any = None) -> None:
         if int(period) < 1:
             raise _errors.ConfigError(f"gradex: LocalSGD period must be >= 1, got {period}")
-        merged = {"GRADEX_LOCALSGD_PERIOD": int(period), "GRADEX_LOCALSGD_WARMUP_STEPS": int(warmup_steps)}
+        merged: Dict[str, _capi.ConfigValue] = {"GRADEX_LOCALSGD_PERIOD": int(period), "GRADEX_LOCALSGD_WARMUP_STEPS": int(warmup_steps)}
         merged.update(config or {})
         self._config = {str(k): str(v) for k, v in optimizer_owns_momentum(merged).items()}
         _config_check.check(self._config)

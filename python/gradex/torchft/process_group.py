@@ -18,7 +18,9 @@ same sequence of keys. Results:
 - allreduce of float32/float16/bfloat16 with AVG or SUM: the engine's fp32 ring average (SUM: times the world
   size; one rounding more than a ring sum, the same bits on every rank);
 - every other reduction (integer and bool tensors, float64, MIN/MAX/PRODUCT, bitwise ops), allgather,
-  broadcast, alltoall and reduce_scatter: exact, through _exact.py's integer transport, reduced in rank order;
+  broadcast, alltoall and reduce_scatter: exact, through the generation's gradex group (bytes unchanged: a
+  chain broadcast, a ring allgather; created at the generation's first such operation, on every member at the
+  same point of the operation sequence), reduced in rank order;
 - send/recv: through the quorum's store (point to point, no collective), for the Manager's checkpoint
   transport over a process group and small tensors; the store server lives in the first member's process.
 A failed operation (a lost peer, a timeout) fails its Work and future, makes errored() report the group as
@@ -46,6 +48,7 @@ from . import _exact, _work
 
 _BACKEND_NAME = "torchft-gradex"
 _PREFIX = "gradex/pg/"  # under the quorum's store prefix (torchft/<quorum id>/)
+_GROUP_PREFIX = "gradex/pg-group/"  # the generation's exact collectives' group, under the same prefix
 _releasing: List[threading.Thread] = []  # threads releasing retired engines; joined at interpreter exit
 
 
@@ -69,6 +72,14 @@ def engine_config(timeout: timedelta) -> Dict[str, str]:
             "GRADEX_TIMEOUT_S": f"{seconds:g}"}
 
 
+def group_config(timeout: timedelta, extra: _capi.Config) -> Dict[str, str]:
+    """The exact collectives' group configuration: the connection settings of `extra` (a group reads no
+    other), the group's timeout for every wait."""
+    config = {str(k): str(v) for k, v in (extra or {}).items()}
+    config["GRADEX_TIMEOUT_S"] = f"{max(timeout.total_seconds(), 0.01):g}"
+    return config
+
+
 def _reduce_op(opts: Any) -> Any:
     """The RedOpType of a ReduceOp, a RedOpType or an options object (ReduceOp objects compare equal to a
     RedOpType only from their own side, so everything below compares RedOpTypes)."""
@@ -79,8 +90,11 @@ def _reduce_op(opts: Any) -> Any:
 class _Generation:
     """One engine and the threads that drive it, for one membership."""
 
-    def __init__(self, engine: _capi.Engine, store_addr: str, timeout: timedelta) -> None:
+    def __init__(self, engine: _capi.Engine, store_addr: str, timeout: timedelta,
+                 group_config: Dict[str, str]) -> None:
         self.engine = engine
+        self._group: Optional[_capi.Group] = None
+        self._group_config = group_config
         self.rank, self.world_size = engine.rank, engine.world_size
         self.store_addr = store_addr
         self.timeout = timeout
@@ -93,6 +107,18 @@ class _Generation:
         self.lock = threading.Lock()
         self.error: Optional[BaseException] = None
         self.engine_aborted = False
+
+    def group(self) -> _capi.Group:
+        """The generation's group of exact collectives, created at its first use (on the worker thread, which
+        every member reaches at the same operation: creation is collective)."""
+        with self.lock:
+            if self.error is not None:
+                raise self.error
+        if self._group is None:
+            self._group = _capi.Group(self.rank, self.world_size, self.store, _GROUP_PREFIX, self._group_config)
+            if self.error is not None:  # aborted while it was being created
+                self._group.abort(str(self.error))
+        return self._group
 
     def abort(self, error: BaseException) -> None:
         """Fails every pending operation with `error`, makes later ones fail at once, and aborts the engine (its
@@ -110,6 +136,12 @@ class _Generation:
                 self.engine.abort(str(error))
             except _errors.GradexError:
                 pass  # already failed: the close or reconfigure that follows deals with it
+        group = self._group
+        if first and group is not None and group.address:
+            try:
+                group.abort(str(error))
+            except _errors.GradexError:
+                pass
 
     def retire(self, error: BaseException, keep_engine: bool = False) -> Optional[_capi.Engine]:
         """Ends the generation: abort(error), then waits for the workers to stop. keep_engine: returns the
@@ -121,12 +153,20 @@ class _Generation:
             self.collectives.shutdown(wait=True)
             self.p2p.shutdown(wait=True)
 
+        def close_group() -> None:
+            try:
+                _errors.close_quietly(self._group)  # aborted above: closes at once
+            finally:
+                self._group = None
+
         if keep_engine:
             stop_workers()
+            close_group()
             return self.engine
 
         def release() -> None:
             stop_workers()
+            close_group()
             try:
                 self.engine.close()
             except _errors.GradexError:
@@ -212,7 +252,7 @@ class ProcessGroupGradex(ProcessGroup):
             config = dict(self._extra_config)
             config.update(engine_config(timeout))
             engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, _PREFIX, config)
-        generation = _Generation(engine, rendezvous.store_addr, timeout)
+        generation = _Generation(engine, rendezvous.store_addr, timeout, group_config(timeout, self._extra_config))
         generation.store = store  # the engine's adapter holds it too; kept for p2p after bootstrap
         with self._issue_lock:
             self._generation = generation
@@ -320,16 +360,15 @@ class ProcessGroupGradex(ProcessGroup):
     @staticmethod
     def _reduce_into(generation: _Generation, tensor: torch.Tensor, op: Any) -> None:
         """Reduces `tensor` over the generation's ranks in place (see the module docstring)."""
-        engine = generation.engine
         if op in (ReduceOp.SUM, ReduceOp.AVG) and tensor.dtype in _FLOAT_AVERAGED:
             values = tensor.detach().to("cpu", torch.float32).reshape(-1).clone()
-            _exact.average_(engine, values)
+            _exact.average_(generation.engine, values)
             if op == ReduceOp.SUM:
                 values *= generation.world_size
             with torch.no_grad():
                 tensor.copy_(values.view(tensor.shape))
             return
-        gathered = _exact.allgather(engine, tensor)
+        gathered = _exact.allgather(generation.group(), tensor)
         with torch.no_grad():
             tensor.copy_(_combine(gathered, op, tensor.dtype).view(tensor.shape))
 
@@ -378,8 +417,8 @@ class ProcessGroupGradex(ProcessGroup):
                 if len(outs) != generation.world_size:
                     raise _errors.InvalidArgumentError(
                         f"gradex: allgather needs {generation.world_size} output tensors, got {len(outs)}")
-                _exact.check_same_layout(generation.engine, [inp], "allgather")
-                for out, got in zip(outs, _exact.allgather(generation.engine, inp)):
+                _exact.check_same_layout(generation.group(), [inp], "allgather")
+                for out, got in zip(outs, _exact.allgather(generation.group(), inp)):
                     with torch.no_grad():
                         out.copy_(got)
         return self._issue("allgather", output_tensors, body)
@@ -388,7 +427,7 @@ class ProcessGroupGradex(ProcessGroup):
                                         opts: Any) -> _work.GradexWork:
         def body(generation: _Generation) -> None:
             for out, inp in zip(output_tensors, input_tensors):
-                gathered = _exact.allgather(generation.engine, inp)
+                gathered = _exact.allgather(generation.group(), inp)
                 with torch.no_grad():
                     out.copy_(torch.cat([g.reshape(-1) for g in gathered]).view(out.shape))
         return self._issue("allgather_into_tensor_coalesced", output_tensors, body)
@@ -400,12 +439,7 @@ class ProcessGroupGradex(ProcessGroup):
             if not 0 <= root < generation.world_size:
                 raise _errors.InvalidArgumentError(
                     f"gradex: broadcast root {root} is not a rank of [0, {generation.world_size})")
-            _exact.check_same_layout(generation.engine, tensor_list, "broadcast")
-            for t in tensor_list:
-                data = _exact.broadcast_bytes(generation.engine, _exact.as_bytes(t), root)
-                if generation.rank != root:
-                    with torch.no_grad():
-                        t.copy_(_exact.from_bytes(data, t))
+            _exact.broadcast(generation.group(), tensor_list, root)
         return self._issue("broadcast", tensor_list, body)
 
     def barrier(self, opts: Any = None) -> _work.GradexWork:
@@ -421,11 +455,11 @@ class ProcessGroupGradex(ProcessGroup):
             row_elems = input_buffer.numel() // max(rows, 1)
             splits = list(input_split_sizes) or [rows // world] * world
             meta = torch.tensor([rows] + splits, dtype=torch.int64)
-            metas = _exact.allgather(generation.engine, meta)
+            metas = _exact.allgather(generation.group(), meta)
             longest = max(int(m[0]) for m in metas)
             padded = torch.zeros((longest, row_elems), dtype=input_buffer.dtype)
             padded[:rows] = input_buffer.detach().cpu().reshape(rows, row_elems)
-            inputs = _exact.allgather(generation.engine, padded)
+            inputs = _exact.allgather(generation.group(), padded)
             parts = []
             for k in range(world):
                 ks = [int(x) for x in metas[k][1:]]

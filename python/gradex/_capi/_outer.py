@@ -1,21 +1,18 @@
-"""The DiLoCo outer optimizer's binding (gradex_outer_*, additive to API version 1): `Outer`, re-exported by
-gradex._capi."""
+"""The DiLoCo outer optimizer's binding (gradex_outer_*, additive to API version 1): `Outer`."""
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Dict, List, Optional, Union
+from typing import List, Optional
 
-from . import _errors
-from ._capi import (Config, Signatures, _Options, _Stats, _check_with_store, _create_collectively, _keep_store,
-                    _membership_options, check, lib_with, read_out, write_in)
-
-# --- DiLoCo outer optimization (gradex_outer_*; additive to API version 1) ---------------------------
+from ._handle import Handle
+from ._library import Config, Options, Signatures, Stats, StatsStruct, check, lib_with, read_out, stats_dict, write_in
+from ._store import AnyStore
 
 
 def _outer_signatures() -> Signatures:
     status, outer_p = ctypes.c_int, ctypes.c_void_p
     return {
-        "gradex_outer_create": (status, [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p)]),
+        "gradex_outer_create": (status, [ctypes.POINTER(Options), ctypes.POINTER(ctypes.c_void_p)]),
         "gradex_outer_destroy": (status, [outer_p]),
         "gradex_outer_add_tensor": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64,
                                              ctypes.c_int]),
@@ -23,7 +20,7 @@ def _outer_signatures() -> Signatures:
         "gradex_outer_step": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
         "gradex_outer_synchronize": (status, [outer_p]),
         "gradex_outer_synchronize_all": (status, [outer_p, ctypes.POINTER(ctypes.c_int)]),
-        "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(_Stats)]),
+        "gradex_outer_get_stats": (status, [outer_p, ctypes.c_int, ctypes.POINTER(StatsStruct)]),
         "gradex_outer_global": (status, [outer_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_uint64]),
         "gradex_outer_last_merges": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
                                               ctypes.POINTER(ctypes.c_size_t)]),
@@ -31,7 +28,7 @@ def _outer_signatures() -> Signatures:
         "gradex_outer_save_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
                                              ctypes.POINTER(ctypes.c_size_t)]),
         "gradex_outer_load_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t]),
-        "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(_Options)]),
+        "gradex_outer_reconfigure": (status, [outer_p, ctypes.POINTER(Options)]),
         "gradex_outer_start_local": (status, [outer_p, ctypes.c_uint64]),
         "gradex_outer_step_count": (status, [outer_p, ctypes.POINTER(ctypes.c_uint64)]),
         "gradex_outer_save_shared_state": (status, [outer_p, ctypes.c_void_p, ctypes.c_size_t,
@@ -45,39 +42,27 @@ def _outer_lib() -> ctypes.CDLL:
     return lib_with("outer", _outer_signatures)
 
 
-class Outer:
+class Outer(Handle):
     """One DiLoCo outer optimizer (gradex_outer_create): its own connections and background thread. Creation
     is collective, like Engine's; `config` holds GRADEX_OUTER_* (and other GRADEX_*) overrides."""
 
-    def __init__(self, rank: int = -1, world_size: int = -1, store: Any = None, store_prefix: Optional[str] = None,
-                 config: Config = None) -> None:
-        c = _outer_lib()
-        self._ptr: Optional[int] = _create_collectively(self, c, c.gradex_outer_create, rank, world_size, store,
-                                                        store_prefix, config)
+    _what = "DiLoCo optimizer"
 
-    @property
-    def address(self) -> int:
-        return self._ptr or 0
+    def __init__(self, rank: int = -1, world_size: int = -1, store: AnyStore = None, store_prefix: Optional[str] = None,
+                 config: Config = None) -> None:
+        super().__init__(_outer_lib().gradex_outer_create, rank, world_size, store, store_prefix, config)
 
     def _outer(self) -> int:
-        if not self._ptr:
-            raise _errors.InvalidArgumentError("gradex: the DiLoCo optimizer is closed")
-        return self._ptr
+        return self._handle()
 
     def close(self) -> None:
-        ptr, self._ptr = self._ptr, None
-        if ptr:
-            check(_outer_lib().gradex_outer_destroy(ptr))
+        self._close_with(_outer_lib().gradex_outer_destroy)
 
-    def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
+    def reconfigure(self, rank: int, world_size: int, store: AnyStore = None, store_prefix: Optional[str] = None) -> None:
         """A new membership (gradex_outer_reconfigure), as Engine.reconfigure (store_prefix None: "gradex/outer/");
         every new member must be a survivor holding a started Outer. Unmerged exchanges are dropped; global
         copies, outer momenta, residuals and the fragment schedule are kept."""
-        keep: List[Any] = []  # alive for the call
-        options, adapter = _membership_options(rank, world_size, store, store_prefix, keep)
-        status = _outer_lib().gradex_outer_reconfigure(self._outer(), ctypes.byref(options))
-        _keep_store(self, adapter, status == 0)
-        _check_with_store(status, adapter)
+        self._reconfigure_with(_outer_lib().gradex_outer_reconfigure, rank, world_size, store, store_prefix)
 
     def add_tensor(self, key: str, address: int, numel: int, is_buffer: bool) -> None:
         check(_outer_lib().gradex_outer_add_tensor(self._outer(), key.encode(), address, numel, int(is_buffer)))
@@ -112,10 +97,10 @@ class Outer:
         check(_outer_lib().gradex_outer_synchronize_all(self._outer(), ctypes.byref(exchanged)))
         return exchanged.value
 
-    def stats(self, last_step: bool = False) -> Dict[str, Union[int, float]]:
-        s = _Stats()
+    def stats(self, last_step: bool = False) -> Stats:
+        s = StatsStruct()
         check(_outer_lib().gradex_outer_get_stats(self._outer(), int(bool(last_step)), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in _Stats._fields_}
+        return stats_dict(s)
 
     def global_copy(self, key: str, address: int, numel: int) -> None:
         check(_outer_lib().gradex_outer_global(self._outer(), key.encode(), address, numel))

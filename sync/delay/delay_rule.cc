@@ -1,0 +1,147 @@
+#include "sync/delay/delay_rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace gradex::sync::delay {
+
+DelaySetting delay_setting(const config::Config& config) {
+  const std::string& text = config.get_string("GRADEX_DELAY");
+  DelaySetting s;
+  if (text == "auto")
+    s.automatic = true;
+  else
+    s.fixed = static_cast<int>(config::parse_int_strict(text, "GRADEX_DELAY"));
+  return s;
+}
+
+void check_delay_composes(const config::Config& config) {
+  const DelaySetting s = delay_setting(config);
+  if (s.fixed > 0 && config.get_int("GRADEX_LOCALSGD_PERIOD") > 0)
+    throw ConfigError("GRADEX_DELAY=" + std::to_string(s.fixed) +
+                      " does not compose with LocalSGD (GRADEX_LOCALSGD_PERIOD=" +
+                      std::to_string(config.get_int("GRADEX_LOCALSGD_PERIOD")) +
+                      "): its local steps exchange no gradient to delay and its parameter averages "
+                      "would mix with averages still in flight; set GRADEX_DELAY=0 or auto");
+}
+
+void refuse_under_outer(const config::Config& config) {
+  const DelaySetting s = delay_setting(config);
+  if (s.fixed > 0)
+    throw ConfigError("GRADEX_DELAY=" + std::to_string(s.fixed) +
+                      " does not compose with DiLoCo (gx.DiLoCo, gradex_outer_create): its inner "
+                      "steps exchange no gradient and its outer synchronizations keep their own "
+                      "period (GRADEX_OUTER_PERIOD); set GRADEX_DELAY=0 or auto");
+}
+
+DelayRule::DelayRule(const config::Config& config) {
+  const DelaySetting s = delay_setting(config);
+  automatic_ = s.automatic;
+  delay_ = s.fixed;
+  decided_ = !s.automatic;
+  localsgd_ = config.get_int("GRADEX_LOCALSGD_PERIOD") > 0;
+}
+
+bool DelayRule::observe(double exposed_total_s, double now_s) {
+  ++steps_;
+  if (decided_) return false;
+  if (steps_ == kSkipSteps) {
+    exposed_at_start_ = exposed_total_s;
+    window_start_s_ = now_s;
+  }
+  if (steps_ != kSkipSteps + kWindowSteps) return false;
+  exposed_at_end_ = exposed_total_s;
+  wall_s_ = now_s - window_start_s_;
+  return true;
+}
+
+void DelayRule::measurement(float out[2]) const {
+  const double n = static_cast<double>(kWindowSteps);
+  const double exposed = (exposed_at_end_ - exposed_at_start_) / n;
+  out[0] = static_cast<float>(exposed);
+  out[1] = static_cast<float>(std::max(0.0, wall_s_ / n - exposed));
+}
+
+void DelayRule::decide(float exposed_s, float compute_s, const std::string& held) {
+  decided_ = true;
+  exposed_ = exposed_s;
+  compute_ = compute_s;
+  held_ = localsgd_ ? "LocalSGD exchanges no gradient in its local phase" : held;
+  const bool hidden = exposed_s <= kHiddenShare * compute_s;
+  delay_ = (hidden || !held_.empty()) ? 0 : 1;
+  if (delay_ == 1 && exposed_s > compute_s) {
+    // One step of overlap leaves exposed - compute waiting; a period that long hides it.
+    diloco_period_ = static_cast<uint64_t>(std::ceil((exposed_s + compute_s) / compute_s));
+    GX_LOG(kWarn) << "GRADEX_DELAY=auto: the exchange (>= " << exposed_s * 1e3
+                  << " ms a step) is longer than a step's compute (" << compute_s * 1e3
+                  << " ms); no delay up to " << kMaxDelay
+                  << " hides it (one exchange of a tensor is in flight at a time). gx.DiLoCo with "
+                     "GRADEX_OUTER_PERIOD >= "
+                  << diloco_period_ << " would; the optimizer is left as it is";
+  }
+  GX_LOG(kInfo) << why();
+}
+
+std::string DelayRule::why() const {
+  std::ostringstream o;
+  o << "delay: D=" << delay_;
+  if (!automatic_) {
+    o << " (GRADEX_DELAY=" << delay_ << ")";
+    return o.str();
+  }
+  if (!decided_) {
+    o << " (GRADEX_DELAY=auto: measuring steps " << kSkipSteps << ".." << kSkipSteps + kWindowSteps
+      << ", none delayed until then)";
+    return o.str();
+  }
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << " (GRADEX_DELAY=auto: the framework waited " << exposed_ * 1e3 << " ms a step on "
+    << compute_ * 1e3 << " ms of compute, agreed over ranks; ";
+  if (!held_.empty())
+    o << "kept at 0: " << held_ << ")";
+  else if (delay_ == 0)
+    o << "it hides (<= " << static_cast<int>(kHiddenShare * 100) << "% exposed))";
+  else if (diloco_period_ > 0)
+    o << "D=1 overlaps one step, not all of it: gx.DiLoCo with GRADEX_OUTER_PERIOD >= "
+      << diloco_period_ << " would hide it)";
+  else
+    o << "D=1 overlaps it with the next step)";
+  return o.str();
+}
+
+DelayRule::Saved DelayRule::saved() const {
+  Saved s;
+  s.steps = steps_;
+  s.delay = delay_;
+  s.decided = decided_ ? 1 : 0;
+  s.exposed_at_start = exposed_at_start_;
+  s.exposed_at_end = exposed_at_end_;
+  s.wall_s = wall_s_;
+  s.exposed = exposed_;
+  s.compute = compute_;
+  return s;
+}
+
+void DelayRule::restore(const Saved& s) {
+  steps_ = s.steps;
+  if (!automatic_) return;  // a fixed setting is the configuration's, not the checkpoint's
+  delay_ = s.delay;
+  decided_ = s.decided != 0;
+  // A window cut by the checkpoint measured another process's clock: it restarts at the next step,
+  // the same one on every rank (their step counts agree).
+  if (!decided_ && steps_ >= kSkipSteps) steps_ = kSkipSteps - 1;
+  exposed_at_start_ = s.exposed_at_start;
+  exposed_at_end_ = s.exposed_at_end;
+  wall_s_ = s.wall_s;
+  exposed_ = s.exposed;
+  compute_ = s.compute;
+  if (decided_ && delay_ == 1 && exposed_ > compute_ && compute_ > 0)
+    diloco_period_ = static_cast<uint64_t>(std::ceil((exposed_ + compute_) / compute_));
+}
+
+}  // namespace gradex::sync::delay

@@ -1,0 +1,88 @@
+// GRADEX_DELAY's setting and the auto rule that picks D from what the engine measures.
+//
+// auto measures, over the steps [kSkipSteps, kSkipSteps + kWindowSteps) run without delay, what the
+// framework waited on gradex per step (Stats::exposed_seconds: from a step's last submission to its
+// last completion) and the rest of the step (its compute). The measurement is agreed (averaged over
+// ranks by one fp32 parameter average, the same bits on every rank) and the decision taken once
+// from the agreed numbers, so every rank takes the same one:
+//   exposed <= kHiddenShare * compute  -> D = 0: the exchange hides already (results as without
+//   delay); otherwise                          -> D = 1: the least D that overlaps the exchange
+//   with a step.
+// The engine keeps one exchange of a tensor in flight, so no D overlaps more than one step: when
+// the exchange (at least `exposed`) exceeds a step's compute, no D within kMaxDelay hides it; the
+// log says so once and names gx.DiLoCo with the period that would (sync period >= exchange /
+// compute steps).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/config.h"
+
+namespace gradex::sync::delay {
+
+constexpr int kMaxDelay = 8;
+
+struct DelaySetting {
+  bool automatic = false;
+  int fixed = 0;  // GRADEX_DELAY=1..8 (0 under auto until it decides)
+};
+DelaySetting delay_setting(const config::Config& config);
+
+// ConfigError naming both variables when GRADEX_DELAY=1..8 is set with a schedule it cannot compose
+// with: LocalSGD (GRADEX_LOCALSGD_PERIOD > 0), whose local steps exchange no gradient to delay and
+// whose parameter averages would mix with averages in flight. auto there stays at 0.
+void check_delay_composes(const config::Config& config);
+// ConfigError naming GRADEX_DELAY when 1..8 is set for DiLoCo (gradex_outer_create, gx.DiLoCo): its
+// inner steps exchange nothing and its outer steps keep their own schedule. auto is ignored there.
+void refuse_under_outer(const config::Config& config);
+
+class DelayRule {
+ public:
+  static constexpr uint64_t kSkipSteps = 10;    // start-up: probe, calibration, first plans
+  static constexpr uint64_t kWindowSteps = 10;  // steps measured
+  static constexpr double kHiddenShare = 0.05;
+
+  explicit DelayRule(const config::Config& config);
+
+  int delay() const { return delay_; }
+  bool automatic() const { return automatic_; }
+  bool decided() const { return decided_; }
+  // Each end_step: the engine's exposed seconds so far and the time now (seconds, any epoch).
+  // True when this step closes the measurement window: the caller agrees measurement() over the
+  // ranks and calls decide() with the agreed values, on every rank at the same step.
+  bool observe(double exposed_total_s, double now_s);
+  // Per step over the window: {exposed seconds, compute seconds}.
+  void measurement(float out[2]) const;
+  // The decision from agreed values; `held` (non-empty): why D must stay 0 whatever they say.
+  void decide(float exposed_s, float compute_s, const std::string& held);
+  // The setting and, once decided, the measured numbers behind it.
+  std::string why() const;
+  // No D hides the exchange: the DiLoCo period the log names (0 when D hides it).
+  uint64_t diloco_period() const { return diloco_period_; }
+
+  // The rule's progress for the line's saved state.
+  struct Saved {
+    uint64_t steps = 0;
+    int32_t delay = 0;
+    uint8_t decided = 0;
+    double exposed_at_start = 0, exposed_at_end = 0, wall_s = 0;
+    float exposed = 0, compute = 0;
+  };
+  Saved saved() const;
+  void restore(const Saved& s);
+
+ private:
+  bool automatic_ = false;
+  bool localsgd_ = false;
+  int delay_ = 0;
+  bool decided_ = false;
+  uint64_t steps_ = 0;  // end_step calls seen
+  double exposed_at_start_ = 0, exposed_at_end_ = 0;
+  double window_start_s_ = 0, wall_s_ = 0;
+  float exposed_ = 0, compute_ = 0;  // agreed, per step
+  std::string held_;
+  uint64_t diloco_period_ = 0;
+};
+
+}  // namespace gradex::sync::delay

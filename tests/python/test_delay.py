@@ -1,0 +1,163 @@
+"""The delayed exchange (GRADEX_DELAY) through the DDP hook, real processes over gloo and gradex: the gradient
+the hook's future resolves with is g_t + (avg_{t-D} - g_{t-D}) exactly (integer data: every sum is exact, the
+reference average is gloo's), gx.synchronize() leaves every rank with the same parameters after delayed steps
+under SGD momentum, and the hook's state_dict carries the averages in flight (a resumed run continues bit for
+bit)."""
+import pytest
+
+import torch_ranks as ranks
+
+EXACT = {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_TIMEOUT_S": "60"}
+
+
+def _integer_batch(gen):
+    import torch
+    x = torch.randint(-4, 5, (8, 64), generator=gen).float()
+    weight = torch.randint(-3, 4, (8, 300), generator=gen).float()
+    return x, weight
+
+
+def _corrected_vs_reference(rank, world, delay, steps):
+    """Per step, the largest difference between the hook's gradient and the reference correction computed
+    here from this rank's own gradients and gloo's averages."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 300)
+    reference = copy.deepcopy(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = gx.State(ddp)
+    ddp.register_comm_hook(state, gx.hook)
+    gen = torch.Generator().manual_seed(100 + rank)
+    local, averages, errors = [], [], []
+    for t in range(steps):
+        x, weight = _integer_batch(gen)
+        ddp.zero_grad()
+        (ddp(x) * weight).sum().backward()
+        reference.zero_grad()
+        (reference(x) * weight).sum().backward()
+        own = [p.grad.clone() for p in reference.parameters()]
+        avg = [g.clone() for g in own]
+        for a in avg:
+            dist.all_reduce(a)
+            a /= world
+        local.append(own)
+        averages.append(avg)
+        step_errors = []
+        for i, p in enumerate(model.parameters()):
+            expected = own[i] + (averages[t - delay][i] - local[t - delay][i]) if t >= delay else own[i]
+            step_errors.append(float((p.grad - expected).abs().max()))
+        errors.append(max(step_errors))
+    differs = any(float((a - o).abs().max()) > 0 for a, o in zip(averages[-1], local[-1]))
+    chosen = state.engine.delay()
+    state.close()
+    return {"errors": errors, "differs": differs, "delay": chosen}
+
+
+@pytest.mark.parametrize("delay", [1, 2])
+def test_hook_gradient_is_the_exact_correction(delay):
+    env = dict(EXACT, GRADEX_DELAY=str(delay))
+    for result in ranks.run(_corrected_vs_reference, 2, env=env, args=(delay, 6)):
+        assert result["delay"] == delay
+        assert result["differs"], "local gradients equal the average: the test cannot fail"
+        assert result["errors"] == [0.0] * 6, result["errors"]
+
+
+def _synchronize_then_compare(rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    state = gx.State(ddp, optimizer=opt)
+    ddp.register_comm_hook(state, gx.hook)
+    gen = torch.Generator().manual_seed(7 + rank)
+
+    def spread():
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        low, high = flat.clone(), flat.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        return float((high - low).max())
+
+    for _ in range(5):
+        x = torch.randn(16, 32, generator=gen)
+        opt.zero_grad()
+        ddp(x).square().mean().backward()
+        opt.step()
+    before = spread()
+    gx.synchronize(state)
+    after = spread()
+    # Training goes on after the drain.
+    x = torch.randn(16, 32, generator=gen)
+    opt.zero_grad()
+    ddp(x).square().mean().backward()
+    opt.step()
+    state.close()
+    return {"before": before, "after": after}
+
+
+def test_synchronize_leaves_every_rank_the_same_model():
+    env = dict(EXACT, GRADEX_DELAY="1")
+    for result in ranks.run(_synchronize_then_compare, 2, env=env):
+        assert result["before"] > 0, "the ranks never differed: the test cannot fail"
+        assert result["after"] == 0.0, result
+
+
+def _resume(rank, world):
+    """Six steps in one run against three, a checkpoint (hook state, model, optimizer), and three more in a
+    new State and model restored from it: the gradients of the last three steps must be equal bit for bit."""
+    import copy
+
+    import torch
+    import gradex.torch as gx
+
+    def make(seed_state=None):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        state = gx.State(ddp, optimizer=opt)
+        ddp.register_comm_hook(state, gx.hook)
+        return model, ddp, opt, state
+
+    def steps(ddp, opt, model, first, count, out):
+        for t in range(first, first + count):
+            gen = torch.Generator().manual_seed(1000 * t + rank)
+            x = torch.randn(16, 32, generator=gen)
+            opt.zero_grad()
+            ddp(x).square().mean().backward()
+            out.append([p.grad.clone() for p in model.parameters()])
+            opt.step()
+
+    model, ddp, opt, state = make()
+    whole = []
+    steps(ddp, opt, model, 0, 6, whole)
+    state.close()
+
+    model, ddp, opt, state = make()
+    part = []
+    steps(ddp, opt, model, 0, 3, part)
+    saved = {"hook": state.state_dict(), "model": copy.deepcopy(model.state_dict()),
+             "opt": copy.deepcopy(opt.state_dict())}
+    state.close()
+
+    model, ddp, opt, state = make()
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    state.load_state_dict(saved["hook"])
+    steps(ddp, opt, model, 3, 3, part)
+    state.close()
+    return all(torch.equal(a, b) for s, r in zip(whole, part) for a, b in zip(s, r))
+
+
+def test_hook_checkpoint_with_exchanges_in_flight_resumes_bit_for_bit():
+    env = dict(EXACT, GRADEX_DELAY="2")
+    assert ranks.run(_resume, 2, env=env, timeout=240) == [True, True]

@@ -1,0 +1,327 @@
+// The delayed exchange (GRADEX_DELAY, sync/delay/delay_line.h) through the C API, forked ranks over
+// real UCX and a real TCP store: the correction g_t + (avg_{t-D} - g_{t-D}) exact against a
+// reference computed here from an undelayed run's averages (with DGC, its error feedback and
+// gradex-owned momentum on the exchanged copy), a checkpoint with averages in flight resuming bit
+// for bit, the drain leaving every rank with the same parameters, D=0 identical to no setting, the
+// settings that cannot compose refused by name, and auto agreeing on one D.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "process_ranks.h"
+#include "rank_checks.h"
+
+using namespace gradex::test;
+
+namespace {
+
+constexpr uint64_t kSparseN = 4096;
+constexpr uint64_t kDenseN = 300;
+constexpr int kSteps = 9;
+const std::vector<std::string> kEnv = {"GRADEX_TIMEOUT_S=300", "GRADEX_DENSE_THRESHOLD=1024",
+                                       "GRADEX_SPARSITY=0.99", "GRADEX_MOMENTUM=0.9",
+                                       "GRADEX_WARMUP_STEPS=3"};
+
+using Steps = std::vector<std::vector<float>>;  // per step: tensor a then d
+
+std::string create(gradex_store_t* store, const std::string& prefix, int rank, int world,
+                   const char* delay, gradex_engine_t** e) {
+  gradex_engine_options_t o;
+  gradex_engine_options_init(&o);
+  o.rank = rank;
+  o.world_size = world;
+  o.store = store;
+  o.store_prefix = prefix.c_str();
+  const char* names[] = {"GRADEX_DELAY"};
+  const char* values[] = {delay};
+  o.config_count = delay ? 1 : 0;
+  o.config_names = names;
+  o.config_values = values;
+  RANK_OK(gradex_engine_create(&o, e));
+  RANK_OK(gradex_register_tensor(*e, "a", kSparseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+  RANK_OK(gradex_register_tensor(*e, "d", kDenseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+  return "";
+}
+
+// Step s's gradients of this rank (a then d).
+std::vector<float> gradients(int rank, int s) {
+  std::vector<float> a = test_vector(21, rank, s, kSparseN);
+  std::vector<float> d = test_vector(22, rank, s, kDenseN);
+  a.insert(a.end(), d.begin(), d.end());
+  return a;
+}
+
+// Rank 1 has no data at step kAbsentStep (gx.join): it submits absent contributions there.
+constexpr int kAbsentStep = 4;
+bool absent(int rank, int s, bool with_absent) {
+  return with_absent && rank == 1 && s == kAbsentStep;
+}
+
+// What this rank contributes at step s: its gradients, or zeros when absent.
+std::vector<float> contribution(int rank, int s, bool with_absent) {
+  return absent(rank, s, with_absent) ? std::vector<float>(kSparseN + kDenseN, 0.0f)
+                                      : gradients(rank, s);
+}
+
+// One step: submits both tensors, waits, appends what came back.
+std::string step(gradex_engine_t* e, int rank, int s, Steps* out, bool with_absent = false) {
+  std::vector<float> g = gradients(rank, s);
+  gradex_handle_t ha = 0, hd = 0;
+  if (absent(rank, s, with_absent)) {
+    RANK_OK(gradex_submit_absent(e, "a", g.data(), &ha));
+    RANK_OK(gradex_submit_absent(e, "d", g.data() + kSparseN, &hd));
+  } else {
+    RANK_OK(gradex_submit(e, "a", g.data(), &ha));
+    RANK_OK(gradex_submit(e, "d", g.data() + kSparseN, &hd));
+  }
+  RANK_OK(gradex_wait(e, ha));
+  RANK_OK(gradex_wait(e, hd));
+  RANK_OK(gradex_end_step(e, nullptr));
+  out->push_back(std::move(g));
+  return "";
+}
+
+std::string save(gradex_engine_t* e, std::vector<uint8_t>* blob) {
+  size_t length = 0;
+  RANK_OK(gradex_save_state(e, nullptr, 0, &length));
+  blob->resize(length);
+  RANK_OK(gradex_save_state(e, blob->data(), blob->size(), &length));
+  return "";
+}
+
+std::string run(gradex_store_t* store, const std::string& prefix, int rank, const char* delay,
+                int steps, Steps* out, std::vector<uint8_t>* state, bool with_absent = false) {
+  gradex_engine_t* e = nullptr;
+  std::string failure = create(store, prefix, rank, 2, delay, &e);
+  for (int s = 0; failure.empty() && s < steps; ++s)
+    failure = step(e, rank, s, out, with_absent);
+  if (failure.empty() && state) failure = save(e, state);
+  if (!failure.empty()) return failure;
+  RANK_OK(gradex_engine_destroy(e));
+  return "";
+}
+
+// Rank 0 serves the store: the other rank leaves first.
+void leave(gradex_store_t* store, int rank) {
+  if (rank == 1) {
+    store->set(store->context, "done", "1", 1);
+  } else {
+    void* value = nullptr;
+    size_t length = 0;
+    if (store->get(store->context, "done", 120000, &value, &length) == 0)
+      store->release(store->context, value);
+  }
+  gradex_store_destroy(store);
+}
+
+template <typename Fn>
+std::vector<std::string> two_ranks(Fn fn) {
+  return run_ranks(
+      2, kEnv,
+      [fn](RankContext& ctx) -> std::string {
+        gradex_engine_options_t o;
+        gradex_engine_options_init(&o);
+        o.rank = ctx.rank;
+        o.world_size = 2;
+        gradex_store_t* store = nullptr;
+        RANK_OK(gradex_store_connect(&o, &store));
+        std::string failure = fn(store, ctx.rank);
+        leave(store, ctx.rank);
+        return failure;
+      },
+      std::chrono::seconds(240), false);
+}
+
+class EngineDelay : public ::testing::TestWithParam<int> {};
+
+// With an absent step too: the absent rank's local gradient is zeros there, and its handle gets
+// 0 + (avg_{t-D} - g_{t-D}) like any other.
+TEST_P(EngineDelay, CorrectionIsExactAgainstTheReference) {
+  const int d = GetParam();
+  auto results = two_ranks([d](gradex_store_t* store, int rank) -> std::string {
+    // The averages avg_t of an undelayed run: the delayed run exchanges the same g_t in the same
+    // order, so its exchanges produce these very bits (DGC residuals and momenta included).
+    Steps averages, delayed;
+    std::string failure = run(store, "plain/", rank, "0", kSteps, &averages, nullptr, true);
+    const std::string setting = std::to_string(d);
+    if (failure.empty())
+      failure = run(store, "delayed/", rank, setting.c_str(), kSteps, &delayed, nullptr, true);
+    if (!failure.empty()) return failure;
+    bool corrected = false;
+    for (int t = 0; t < kSteps; ++t) {
+      std::vector<float> expect = contribution(rank, t, true);
+      if (t >= d) {
+        const std::vector<float> old = contribution(rank, t - d, true);
+        for (size_t i = 0; i < expect.size(); ++i)
+          expect[i] = expect[i] + (averages[t - d][i] - old[i]);
+        corrected = true;
+      }
+      for (size_t i = 0; i < expect.size(); ++i)
+        RANK_REQUIRE(delayed[t][i] == expect[i], "D=" << d << " step " << t << " element " << i
+                                                      << ": " << delayed[t][i] << ", reference "
+                                                      << expect[i]);
+    }
+    RANK_REQUIRE(corrected, "no step was corrected (the test cannot fail)");
+    RANK_REQUIRE(averages[kSteps - 1] != gradients(rank, kSteps - 1),
+                 "the average equals the local gradient (the test cannot fail)");
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST_P(EngineDelay, CheckpointWithExchangesInFlightResumesBitForBit) {
+  const int d = GetParam();
+  auto results = two_ranks([d](gradex_store_t* store, int rank) -> std::string {
+    const std::string setting = std::to_string(d);
+    Steps whole, resumed;
+    std::vector<uint8_t> whole_state, mid_state, resumed_state;
+    std::string failure = run(store, "whole/", rank, setting.c_str(), kSteps, &whole, &whole_state);
+    // The first part: 4 steps, then a checkpoint while step 3's exchange (and D-1 more) is held.
+    if (failure.empty())
+      failure = run(store, "first/", rank, setting.c_str(), 4, &resumed, &mid_state);
+    if (!failure.empty()) return failure;
+    gradex_engine_t* e = nullptr;
+    failure = create(store, "second/", rank, 2, setting.c_str(), &e);
+    if (!failure.empty()) return failure;
+    RANK_OK(gradex_load_state(e, mid_state.data(), mid_state.size()));
+    for (int s = 4; failure.empty() && s < kSteps; ++s)
+      failure = step(e, rank, s, &resumed);
+    if (failure.empty()) failure = save(e, &resumed_state);
+    if (!failure.empty()) return failure;
+    RANK_OK(gradex_engine_destroy(e));
+    for (int t = 0; t < kSteps; ++t)
+      RANK_REQUIRE(resumed[t] == whole[t], "step " << t << " differs after the resume");
+    RANK_REQUIRE(resumed_state == whole_state, "the final state differs after the resume");
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Delays, EngineDelay, ::testing::Values(1, 2, 3));
+
+TEST(EngineDelayZero, ZeroIsTheUndelayedEngine) {
+  auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
+    Steps unset, zero;
+    std::vector<uint8_t> unset_state, zero_state;
+    std::string failure = run(store, "unset/", rank, nullptr, kSteps, &unset, &unset_state);
+    if (failure.empty()) failure = run(store, "zero/", rank, "0", kSteps, &zero, &zero_state);
+    if (!failure.empty()) return failure;
+    RANK_REQUIRE(zero == unset, "GRADEX_DELAY=0 changed a result");
+    RANK_REQUIRE(zero_state == unset_state, "GRADEX_DELAY=0 changed the saved state");
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST(EngineDelayDrain, DrainThenAverageLeavesEveryRankTheSameParameters) {
+  auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
+    gradex_engine_t* e = nullptr;
+    std::string failure = create(store, "drain/", rank, 2, "2", &e);
+    if (!failure.empty()) return failure;
+    RANK_OK(gradex_register_tensor(e, "p", kSparseN + kDenseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    std::vector<float> p(kSparseN + kDenseN, 1.0f);
+    Steps updates;
+    for (int s = 0; failure.empty() && s < 6; ++s) {
+      failure = step(e, rank, s, &updates);
+      for (size_t i = 0; failure.empty() && i < p.size(); ++i)
+        p[i] -= 0.1f * updates.back()[i];
+    }
+    if (!failure.empty()) return failure;
+    RANK_OK(gradex_delay_drain(e));
+    const std::vector<float> before = p;
+    gradex_handle_t h = 0;
+    RANK_OK(gradex_average(e, "p", p.data(), &h));
+    RANK_OK(gradex_wait(e, h));
+    RANK_REQUIRE(p != before, "the ranks' parameters did not differ (the test cannot fail)");
+    // Identical parameters are a fixed point of averaging.
+    std::vector<float> again = p;
+    RANK_OK(gradex_average(e, "p", again.data(), &h));
+    RANK_OK(gradex_wait(e, h));
+    RANK_REQUIRE(again == p, "the parameters differ across ranks after the drain and average");
+    // Training goes on: the next D steps apply local gradients only, then corrections again.
+    for (int s = 6; failure.empty() && s < 9; ++s)
+      failure = step(e, rank, s, &updates);
+    if (!failure.empty()) return failure;
+    RANK_REQUIRE(updates[6] == gradients(rank, 6), "the step after the drain was corrected");
+    RANK_REQUIRE(updates[8] != gradients(rank, 8), "the corrections did not resume");
+    RANK_OK(gradex_engine_destroy(e));
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST(EngineDelayRefusals, SettingsThatCannotComposeAreRefusedByName) {
+  auto results = run_ranks(
+      1, kEnv,
+      [](RankContext&) -> std::string {
+        gradex_engine_options_t o;
+        gradex_engine_options_init(&o);
+        o.rank = 0;
+        o.world_size = 1;
+        const char* names[] = {"GRADEX_DELAY", "GRADEX_LOCALSGD_PERIOD"};
+        const char* values[] = {"1", "4"};
+        o.config_count = 2;
+        o.config_names = names;
+        o.config_values = values;
+        gradex_engine_t* e = nullptr;
+        RANK_REQUIRE(gradex_engine_create(&o, &e) == GRADEX_ERR_CONFIG, "LocalSGD accepted");
+        std::string message = gradex_last_error();
+        RANK_REQUIRE(message.find("GRADEX_DELAY=1") != std::string::npos &&
+                         message.find("LocalSGD") != std::string::npos,
+                     message);
+        gradex_outer_t* outer = nullptr;
+        o.config_count = 1;
+        RANK_REQUIRE(gradex_outer_create(&o, &outer) == GRADEX_ERR_CONFIG, "DiLoCo accepted");
+        message = gradex_last_error();
+        RANK_REQUIRE(message.find("GRADEX_DELAY=1") != std::string::npos &&
+                         message.find("DiLoCo") != std::string::npos,
+                     message);
+        RANK_OK(gradex_engine_create(&o, &e));
+        RANK_REQUIRE(gradex_state_snapshot(e) == GRADEX_ERR_INVALID_ARGUMENT, "snapshot accepted");
+        message = gradex_last_error();
+        RANK_REQUIRE(message.find("GRADEX_DELAY") != std::string::npos, message);
+        RANK_REQUIRE(gradex_register_tensor(e, "c", 8, GRADEX_FLOAT32, GRADEX_DEVICE_CUDA) ==
+                         GRADEX_ERR_INVALID_ARGUMENT,
+                     "a CUDA tensor accepted");
+        message = gradex_last_error();
+        RANK_REQUIRE(message.find("GRADEX_DELAY") != std::string::npos, message);
+        RANK_OK(gradex_engine_destroy(e));
+        return "";
+      },
+      std::chrono::seconds(120), false);
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
+  auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
+    gradex_engine_t* e = nullptr;
+    std::string failure = create(store, "auto/", rank, 2, "auto", &e);
+    if (!failure.empty()) return failure;
+    Steps out;
+    RANK_REQUIRE(explain_text(e).find("GRADEX_DELAY=auto: measuring") != std::string::npos,
+                 explain_text(e));
+    for (int s = 0; failure.empty() && s < 21; ++s)
+      failure = step(e, rank, s, &out);
+    if (!failure.empty()) return failure;
+    int mine = -1;
+    RANK_OK(gradex_get_delay(e, &mine));
+    RANK_REQUIRE(mine == 0 || mine == 1, "auto chose " << mine);
+    const std::string text = explain_text(e);
+    RANK_REQUIRE(text.find("agreed over ranks") != std::string::npos, text);
+    // Every rank's D, agreed: their sum over ranks is 0 or the world size.
+    std::vector<float> flag(1, static_cast<float>(mine));
+    RANK_OK(gradex_register_tensor(e, "flag", 1, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    gradex_handle_t h = 0;
+    RANK_OK(gradex_average(e, "flag", flag.data(), &h));
+    RANK_OK(gradex_wait(e, h));
+    RANK_REQUIRE(flag[0] == static_cast<float>(mine),
+                 "ranks chose different delays: mean " << flag[0] << ", this rank " << mine);
+    RANK_OK(gradex_engine_destroy(e));
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+}  // namespace
