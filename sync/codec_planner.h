@@ -4,7 +4,7 @@
 // Agreement. Decisions depend only on data every rank has identically: rank 0's numbers (the
 // Snapshot, broadcast at each re-plan), the shared options, and the agreed exchange counters of
 // the round's ready gradients (the round's ready list is identical on every rank). Plans are made
-// in Engine::execute:
+// in Engine::Executor::execute:
 //   - the first with the first ready gradients (step 0), from the start-up probe's link, the
 //     codecs measured at start-up and the registered sizes and rows; no compute has been measured
 //     yet, so it assumes none: every tensor compressed as far as the link requires, which is what

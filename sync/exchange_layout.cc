@@ -102,7 +102,8 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
                     << describe(map.region_of_rank) << "): the hosts are the tier";
     }
   }
-  if (options.collectives.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(groups)) {
+  if (options.collectives.hierarchical == EngineOptions::Hierarchical::kOn ||
+      comm::hierarchy_pays(groups)) {
     layout.groups = std::make_unique<comm::HostTopology>(std::move(groups));
     layout.description = "hierarchical over " + layout.description;
   } else {

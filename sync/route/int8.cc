@@ -22,8 +22,8 @@ class QuantizedRoute : public Transfer {
   Path path() const override { return path_; }
   // The agreed link model: a plan that keeps every tensor on this route (the auto policy's 8-bit
   // or 4-bit rung across a slow link) must still switch on what the engine does on a
-  // latency-bound link (Engine::coalesce_submissions). This route prices no incast, so the
-  // probe's bursts wait for a route that does, unless the link is latency-bound.
+  // latency-bound link (Engine::ProgressLoop::coalesce_submissions). This route prices no incast,
+  // so the probe's bursts wait for a route that does, unless the link is latency-bound.
   void plan(Context& ctx) const override {
     if (ctx.world_size > 1) ctx.link.agree(ctx.comm, /*incast=*/false);
   }
