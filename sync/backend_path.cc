@@ -58,11 +58,12 @@ void BackendPath::attach(TensorState& t, bool cuda) {
 compress::DgcOptions BackendPath::dgc_options(double sparsity) const {
   compress::DgcOptions o =
       sparse_codec_options(sparse_codec(options_), config_, options_, world_size_, sparsity);
-  // The prepare stage spreads a unit's tensors over the pool (Engine::prepare_unit); a unit holds
-  // about GRADEX_SPARSE_GROUP_MB of gradient (a larger tensor travels alone), so a tensor larger
-  // than a 1/(2T) share of that is split across threads too. Splitting never changes a result.
+  // The prepare stage spreads a unit's tensors over the pool (Engine::Executor::prepare_unit); a
+  // unit holds about GRADEX_SPARSE_GROUP_MB of gradient (a larger tensor travels alone), so a
+  // tensor larger than a 1/(2T) share of that is split across threads too. Splitting never changes
+  // a result.
   o.parallel_min_elements = compress::dgc::split_min_elements(
-      shared_pool().threads(), std::max<uint64_t>(options_.sparse_group_bytes / 4, 1));
+      shared_pool().threads(), std::max<uint64_t>(options_.collectives.sparse_group_bytes / 4, 1));
   return o;
 }
 

@@ -9,9 +9,10 @@
 //   routing    sparse_step()       DGC's dense-or-sparse decision from the agreed counter
 //   prepare    prepare()           clipping (grad_scale; own norm: sum_squares), momentum, DGC's
 //                                  dense step, or its sparse step encoded into the unit's message
-//   transfer   dense_average()     a dense unit: one fusion bucket, cast to the wire type on each
-//                                  tensor's backend, the ring allreduce on host memory, back
-//                                  (sparse units travel as host bytes: the engine frames them)
+//   transfer   stage_dense()       a dense unit: one fusion bucket, cast to the wire type on each
+//              unstage_dense()     tensor's backend into host memory for the route's allreduce,
+//              stage_int8() ...    and back (the routes run the collectives; sparse units travel
+//                                  as host bytes, framed by their route)
 //   finish     finish()            sparse: every rank's payload summed in rank order; 16-bit
 //                                  tensors cast back; then the completion event
 //   LocalSGD   local_step()        momentum in place, no exchange
@@ -35,12 +36,17 @@
 #include "compress/wire/codec.h"
 #include "compress/wire/message.h"
 #include "sync/dense_exchange.h"
+#include "sync/int8_exchange.h"
 #include "sync/options.h"
 #include "sync/tensor_state.h"
 
 namespace gradex::sync {
 
-struct Int8Counters;  // sync/int8_exchange.h
+// A quantized unit staged for int8_allreduce (BackendPath::stage_int8).
+struct Int8Staging {
+  std::vector<Int8Item> items;
+  std::vector<std::vector<float>> host;  // device tensors' values
+};
 
 class BackendPath {
  public:
@@ -89,20 +95,27 @@ class BackendPath {
   // A gradient some rank found non-finite (progress thread): NaN fill (propagate), nothing else
   // changes; records the completion event.
   void skip(TensorState& t, void* data, bool fill_nan);
-  // The transfer of one dense unit (progress thread, collective; sync/dense_exchange.cc):
+  // A dense unit's stage work around its collective (progress thread; sync/dense_exchange.cc):
   // tensor[i] is items[i]'s tensor when the item is a gradient (its values in backend memory),
   // else null (a LocalSGD parameter average in host memory, any dtype, run on the CPU backend).
-  // The items are one fusion bucket (the dense route's unit).
-  void dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
+  // The items are one fusion bucket (the dense route's unit). stage_dense casts them into one
+  // host bucket of the wire type (16-bit: divided by `world` first); the route sums it over the
+  // ranks (route::dense_allreduce); unstage_dense writes the averages back.
+  DenseBucket stage_dense(std::vector<DenseItem>& items, const std::vector<TensorState*>& tensor,
+                          int world, const DenseExchangeOptions& options, DenseCounters& counters);
+  void unstage_dense(DenseBucket& bucket, std::vector<DenseItem>& items,
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);
-  // The transfer of one unit of the quantized route at `bits` (8 or 4; progress thread,
-  // collective; sync/int8_path.cc): values[i] is tensors[i]'s fp32 values in backend memory; the
-  // residuals are the tensors' (absent[i]: an absent contribution's zeros, sent without the
-  // tensor's own residual); `one_hop` and `hierarchy` (null: flat) as int8_allreduce's.
-  void int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
-                    const std::vector<float*>& values, const std::vector<bool>& absent, int bits,
-                    bool one_hop, const comm::HostTopology* hierarchy, Int8Counters& counters);
+  // A quantized unit's stage work around its collective (progress thread; sync/int8_path.cc):
+  // values[i] is tensors[i]'s fp32 values in backend memory; stage_int8 brings them to host
+  // memory with the tensors' residuals ready for the layout (absent[i]: an absent contribution's
+  // zeros, sent without the tensor's own residual; `hierarchy` null: flat) as int8_allreduce's
+  // items; the route runs int8_allreduce (sync/route/int8.cc); unstage_int8 writes them back.
+  Int8Staging stage_int8(const std::vector<TensorState*>& tensors,
+                         const std::vector<float*>& values, const std::vector<bool>& absent,
+                         int world, int rank, const comm::HostTopology* hierarchy);
+  void unstage_int8(Int8Staging& staging, const std::vector<TensorState*>& tensors,
+                    const std::vector<float*>& values);
   // A tensor leaving the quantized route (8 or 4 bits): its residuals added into `values` (backend
   // memory, the values about to be sent on another route) and dropped (progress thread).
   void int8_fold(TensorState& t, float* values, int world);

@@ -16,7 +16,7 @@ compress::DgcOptions sparse_codec_options(Codec kind, const config::Config& conf
   o.clip_norm = 0;
   if (kind == Codec::kAdam) {
     o.momentum = 0;
-    o.residual_dct_chunk = options.adam_dct_chunk;
+    o.residual_dct_chunk = options.adam.dct_chunk;
   }
   return o;
 }
@@ -27,11 +27,11 @@ std::unique_ptr<be::DgcCodec> make_sparse_codec(Codec kind, be::Backend& backend
                                                 const compress::WireOptions& wire,
                                                 const EngineOptions& options) {
   GX_CHECK(is_sparse(kind));
-  if (kind == Codec::kAdam && options.adam_dct_chunk > 0)
+  if (kind == Codec::kAdam && options.adam.dct_chunk > 0)
     return std::make_unique<be::DctAdamCodec>(backend, key, numel, rows, dgc, wire,
-                                              options.adam_decay);
+                                              options.adam.decay);
   if (kind == Codec::kAdam)
-    return std::make_unique<be::AdamCodec>(backend, key, numel, dgc, wire, options.adam_decay);
+    return std::make_unique<be::AdamCodec>(backend, key, numel, dgc, wire, options.adam.decay);
   return std::make_unique<be::DgcCodec>(backend, key, numel, dgc, wire);
 }
 

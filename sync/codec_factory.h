@@ -19,12 +19,12 @@ namespace gradex::sync {
 // `kind` is a sparse codec of the policy vocabulary (sync/policy.h): Codec::kDgc (top-k of
 // momentum-corrected gradients with error feedback, SGD family) or Codec::kAdam (top-k of a
 // decaying first-moment buffer, GRADEX_OPTIMIZER=adam; on the chunked DCT when
-// GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam_dct_chunk). The engine's tensors run
+// GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam.dct_chunk). The engine's tensors run
 // sparse_codec(options).
 
 // The options of a sparse tensor's codec at `sparsity`: no clipping inside the codec (the engine
 // clips by the whole step's norm); the Adam codec takes no momentum (the optimizer keeps its
-// moments) and runs on the DCT's blocks when options.adam_dct_chunk > 0.
+// moments) and runs on the DCT's blocks when options.adam.dct_chunk > 0.
 compress::DgcOptions sparse_codec_options(Codec kind, const config::Config& config,
                                           const EngineOptions& options, int world_size,
                                           double sparsity);

@@ -65,12 +65,12 @@ void CodecPlanner::adam_rungs(const EngineOptions& options, cost::ChoiceOptions&
   // priced by its own measurements, not DGC at GRADEX_POLICY_LADDER's sparsities.
   choice.sparse_codec = sparse_codec(options);
   choice.ladder.clear();
-  if (options.adam_sparsity > 0) choice.ladder.push_back(options.adam_sparsity);
+  if (options.adam.sparsity > 0) choice.ladder.push_back(options.adam.sparsity);
   // The fidelity ramp and the floors apply as to DGC. The horizon rule does not while the codec
   // decays what it has not sent (GRADEX_ADAM_DECAY < 1): an unsent value fades within ~1/(1-b)
   // steps instead of waiting in a residual to be sent later, so the end of training strands no
   // more of it than any other step does. With b = 1 (error feedback without decay) it does.
-  if (options.adam_decay < 1.0f) choice.horizon_steps = 0;
+  if (options.adam.decay < 1.0f) choice.horizon_steps = 0;
 }
 
 AdamLadder adam_ladder(const config::Config& config) {
@@ -87,7 +87,7 @@ AdamLadder adam_ladder(const config::Config& config) {
 bool fidelity_int8_enabled(const config::Config& config, const EngineOptions& options) {
   if (config.source_of("GRADEX_POLICY_FIDELITY_INT8") != config::Source::kDefault)
     return config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
-  return !options.adam_codec && config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
+  return !options.adam.codec && config.get_bool("GRADEX_POLICY_FIDELITY_INT8");
 }
 
 std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
@@ -106,7 +106,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   p.choice.int8_available = config.get_bool("GRADEX_POLICY_INT8");
   p.choice.int4_available = config.get_bool("GRADEX_POLICY_INT4");
   p.choice.fidelity_int8 = fidelity_int8_enabled(config, options);
-  if (options.adam_codec) {
+  if (options.adam.codec) {
     const AdamLadder adam = adam_ladder(config);
     p.choice.int8_available = adam.int8;
     p.choice.int4_available = adam.int4;
@@ -119,7 +119,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
                     << (!adam.adam_codec ? " (the Adam codec only when GRADEX_ADAM_SPARSITY is set)"
                         : p.choice.ladder.empty()
                             ? " (GRADEX_ADAM_SPARSITY=0: no Adam codec rung)"
-                            : ", the Adam codec at " + fmt("%g", options.adam_sparsity));
+                            : ", the Adam codec at " + fmt("%g", options.adam.sparsity));
     });
   }
   return std::make_unique<CodecPlanner>(config, options, world_size, std::move(p));
@@ -315,7 +315,7 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
 }
 
 CalibrationSettings CodecPlanner::calibration() const {
-  CalibrationSettings s{config_, options_, world_size_, options_.sparsity, options_.adam_sparsity};
+  CalibrationSettings s{config_, options_, world_size_, options_.sparsity, options_.adam.sparsity};
   if (!planner_.choice.ladder.empty()) {
     s.dgc_sparsity = planner_.choice.ladder.back();
     s.adam_sparsity = planner_.choice.ladder.back();
@@ -343,11 +343,8 @@ uint64_t CodecPlanner::horizon() const {
   return horizon_.steps.load();
 }
 
-void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
-                                 std::vector<pipeline::Job>& jobs, BackendPath& path,
-                                 std::mutex& state_mutex) {
-  if (!startup_.probed) {
-    startup_.probed = true;
+void CodecPlanner::measure_startup(comm::Communicator& comm, AgreedLink& link) {
+  {
     calibrate_codecs(model_, calibration());
     // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
     if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
@@ -380,6 +377,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
       startup_.one_lane = here >= cores;
       startup_.cpu_share.store(std::max(1.0, static_cast<double>(here) / cores));
     }
+  }
+}
+
+RoundDecision CodecPlanner::plan_round(comm::Communicator& comm, AgreedLink& link,
+                                       const std::vector<pipeline::Job>& jobs) {
+  if (!startup_.probed) {
+    startup_.probed = true;
+    measure_startup(comm, link);
   }
   bool gradients = false;
   uint64_t now = 0;  // the round's agreed step
@@ -415,8 +420,8 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
     epochs_.plan = epoch;
     epochs_.planned = true;
   }
-  std::lock_guard<std::mutex> lock(state_mutex);
-  for (pipeline::Job& job : jobs) {
+  RoundDecision decision;
+  for (const pipeline::Job& job : jobs) {
     if (job.id.kind != WorkKind::kGradient || job.tensor->backend->cuda) continue;
     const uint64_t e = epoch_of(job.step);
     // A tensor takes the newest plan at its first exchange and then when it enters a new epoch.
@@ -426,17 +431,14 @@ void CodecPlanner::before_routes(comm::Communicator& comm, AgreedLink& link,
     applied->second = e;
     auto it = choice_.find(job.id.key);
     if (it == choice_.end() || forced_rung(job.id.key)) continue;  // overrides win
-    const AppliedPolicy to = policy_for(it->second);
-    TensorState& t = *job.tensor;
-    if (to.rung != t.policy.rung) {
+    AppliedPolicy to = policy_for(it->second);
+    if (to.rung != job.tensor->policy.rung) {
       first_exchanges_.mark(job.id.key, job.step);
-      GX_LOG(kDebug) << "'" << t.key << "' at step " << job.step << ": " << to.reason;
-      path.switch_policy(t, to);
-      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
-      // along in its transfer, Engine::transfer).
-      if (is_sparse(to.rung.codec)) path.int8_to_dgc_residual(t, world_size_);
+      GX_LOG(kDebug) << "'" << job.tensor->key << "' at step " << job.step << ": " << to.reason;
+      decision.switches.push_back({job.tensor, std::move(to)});
     }
   }
+  return decision;
 }
 
 void CodecPlanner::observe_unit(const pipeline::Unit& unit) {

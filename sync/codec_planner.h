@@ -4,7 +4,7 @@
 // Agreement. Decisions depend only on data every rank has identically: rank 0's numbers (the
 // Snapshot, broadcast at each re-plan), the shared options, and the agreed exchange counters of
 // the round's ready gradients (the round's ready list is identical on every rank). Plans are made
-// in Engine::execute:
+// in Engine::Executor::execute:
 //   - the first with the first ready gradients (step 0), from the start-up probe's link, the
 //     codecs measured at start-up and the registered sizes and rows; no compute has been measured
 //     yet, so it assumes none: every tensor compressed as far as the link requires, which is what
@@ -54,12 +54,21 @@
 
 namespace gradex::sync {
 
-class BackendPath;
-
 namespace pipeline {
 struct Job;
 struct Unit;
 }  // namespace pipeline
+
+// What the planner decided for a round (CodecPlanner::plan_round): the tensors whose policy
+// changes before they are routed. The engine applies it under its lock (Engine::applied_policy
+// and explain read the policies), keeping error feedback exact (BackendPath::switch_policy).
+struct PolicySwitch {
+  TensorState* tensor;
+  AppliedPolicy to;
+};
+struct RoundDecision {
+  std::vector<PolicySwitch> switches;
+};
 
 struct PlannerOptions {
   uint64_t interval = 20;  // GRADEX_POLICY_INTERVAL
@@ -87,11 +96,11 @@ class CodecPlanner {
   void on_submit(const std::string& key);
   void on_end_step();
   // A new membership (Engine::reconfigure; progress thread stopped): the link probe runs again
-  // at the next before_routes, and the plan epochs restart so that every member, survivor or
+  // at the next plan_round, and the plan epochs restart so that every member, survivor or
   // newcomer, re-plans and applies the same plan at the same agreed step. Measurements are kept.
   void on_reconfigure(int world_size);
   // Any thread: the training's horizon learnt after creation (gradex_set_policy_horizon), `steps`
-  // more exchange steps from the next one (0: none). The next before_routes with gradients makes
+  // more exchange steps from the next one (0: none). The next plan_round with gradients makes
   // it absolute from their agreed step and re-plans there; every rank must call it alike before
   // submitting that step, so every rank re-plans in the same round.
   void set_horizon(uint64_t steps);
@@ -104,14 +113,13 @@ class CodecPlanner {
   void set_link_paths(const LinkPaths& paths) { link_paths_ = paths; }
   uint64_t horizon() const;
 
-  // Progress thread, Engine::execute, before routing `jobs` (this round's ready work). Collective
-  // (probe, agreement) when due; then switches the policies of jobs whose tensors enter an epoch.
-  // `state_mutex` (the engine's) is held while policies change (Engine::applied_policy and explain
-  // read them).
-  // The link is the engine's (AgreedLink): the first call agrees it (GRADEX_POLICY_PROBE) and
-  // the cost model takes its host tier and flat tier as its priors.
-  void before_routes(comm::Communicator& comm, AgreedLink& link, std::vector<pipeline::Job>& jobs,
-                     BackendPath& path, std::mutex& state_mutex);
+  // Progress thread, the executor (Engine::Executor::execute), before routing `jobs` (this round's
+  // ready work). Collective when due: the start-up measurement (measure_startup) at the first
+  // call, an agreed re-plan at a new epoch. Returns the policy switches of the jobs whose tensors
+  // enter an epoch, which the engine applies (BackendPath::switch_policy) before routing; nothing
+  // here touches a tensor's state.
+  RoundDecision plan_round(comm::Communicator& comm, AgreedLink& link,
+                           const std::vector<pipeline::Job>& jobs);
   // Any thread, when a unit completes: its measured times feed the model.
   void observe_unit(const pipeline::Unit& unit);
 
@@ -126,6 +134,11 @@ class CodecPlanner {
   void set_choice_hook(ChoiceHook hook) { choice_hook_ = std::move(hook); }
 
  private:
+  // The first call's measurements (collective): the codecs' calibration; the link agreed
+  // (GRADEX_POLICY_PROBE; the link is the engine's AgreedLink, its host and flat tiers become the
+  // cost model's priors) or the hosts gathered; the collective's peer class; the cores this
+  // machine's ranks share.
+  void measure_startup(comm::Communicator& comm, AgreedLink& link);
   // The first refinement's step (see above).
   static constexpr uint64_t kFirstRefineStep = 4;
   uint64_t first_refine() const;
@@ -156,7 +169,7 @@ class CodecPlanner {
   PlannerOptions planner_;
   cost::CostModel model_;
   // Progress thread only:
-  // What the start-up measured for this membership (before_routes' first call).
+  // What the start-up measured for this membership (plan_round' first call).
   struct Startup {
     bool probed = false;
     cost::PeerClass link_class = cost::PeerClass::kSameHost;
@@ -185,7 +198,7 @@ class CodecPlanner {
   cost::Snapshot agreed_;
   uint64_t plans_made_ = 0;
   std::map<std::string, double> measured_s_;  // per tensor, moving average
-  // Exchanges that run a tensor's codec for the first time (before_routes marks them):
+  // Exchanges that run a tensor's codec for the first time (plan_round marks them):
   // observe_unit keeps no record of their units.
   FirstExchanges first_exchanges_;
   // Units measured since the last plan (observe_unit), for Snapshot::codec_factor; bounded.

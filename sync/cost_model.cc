@@ -270,53 +270,54 @@ void CostModel::on_register(const std::string& key, uint64_t numel, uint64_t row
 
 void CostModel::on_submit(const std::string& key, double t) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (in_step_ && submitted_.count(key)) {
+  if (step_.in_step && step_.submitted.count(key)) {
     // Submitted again before an end of step: a caller that never ends steps; a new step begins.
-    backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
-    ++steps_;
-    in_step_ = false;
-    step_last_ = 0;
+    step_.backward_s = average(step_.backward_s, step_.last - step_.first, step_.count == 0);
+    ++step_.count;
+    step_.in_step = false;
+    step_.last = 0;
   }
-  if (!in_step_) {
-    submitted_.clear();
-    in_step_ = true;
-    step_first_ = t;
-    if (last_end_ >= 0) forward_s_ = average(forward_s_, t - last_end_, steps_ <= 1);
+  if (!step_.in_step) {
+    step_.submitted.clear();
+    step_.in_step = true;
+    step_.first = t;
+    if (step_.last_end >= 0)
+      step_.forward_s = average(step_.forward_s, t - step_.last_end, step_.count <= 1);
   }
-  step_last_ = std::max(step_last_, t);
-  submitted_.insert(key);
+  step_.last = std::max(step_.last, t);
+  step_.submitted.insert(key);
   auto it = tensors_.find(key);
   if (it == tensors_.end()) return;
-  it->second.ready_s = average(it->second.ready_s, t - step_first_, !it->second.seen);
+  it->second.ready_s = average(it->second.ready_s, t - step_.first, !it->second.seen);
   it->second.seen = true;
 }
 
 void CostModel::on_end_step(double t) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!in_step_) return;  // a step without submissions (LocalSGD's local phase) says nothing
-  backward_s_ = average(backward_s_, step_last_ - step_first_, steps_ == 0);
-  if (!skip_tail_) {
-    tail_s_ = average(tail_s_, std::max(t - step_last_, 0.0), tails_ == 0);
-    ++tails_;
+  if (!step_.in_step) return;  // a step without submissions (LocalSGD's local phase) says nothing
+  step_.backward_s = average(step_.backward_s, step_.last - step_.first, step_.count == 0);
+  if (!step_.skip_tail) {
+    step_.tail_s = average(step_.tail_s, std::max(t - step_.last, 0.0), step_.tails == 0);
+    ++step_.tails;
   }
-  skip_tail_ = false;
-  ++steps_;
-  in_step_ = false;
-  step_last_ = 0;
-  last_end_ = t;
+  step_.skip_tail = false;
+  ++step_.count;
+  step_.in_step = false;
+  step_.last = 0;
+  step_.last_end = t;
 }
 
 void CostModel::restart_tail() {
   std::lock_guard<std::mutex> lock(mutex_);
-  tail_s_ = 0;
-  tails_ = 0;
-  skip_tail_ = in_step_;
+  step_.tail_s = 0;
+  step_.tails = 0;
+  step_.skip_tail = step_.in_step;
 }
 
 double CostModel::tail_s(uint64_t* steps) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (steps) *steps = tails_;
-  return tail_s_;
+  if (steps) *steps = step_.tails;
+  return step_.tail_s;
 }
 
 Snapshot CostModel::snapshot() const {
@@ -325,9 +326,9 @@ Snapshot CostModel::snapshot() const {
   for (size_t c = 0; c < s.link.size(); ++c)
     s.link[c] = fit_[c].params(prior_[c]);
   s.codecs = codecs_;
-  s.backward_s = backward_s_;
-  s.forward_s = forward_s_;
-  s.steps_seen = steps_;
+  s.backward_s = step_.backward_s;
+  s.forward_s = step_.forward_s;
+  s.steps_seen = step_.count;
   for (const auto& [key, t] : tensors_)
     if (t.seen) s.tensors.push_back({key, t.numel, t.rows, t.ready_s});
   return s;

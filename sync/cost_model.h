@@ -241,14 +241,18 @@ class CostModel {
   bool payload_seen_ = false;
   bool adam_payload_seen_ = false;
   std::map<std::string, TensorSeen> tensors_;
-  std::set<std::string> submitted_;  // keys submitted in the step in progress
-  // The step in progress: its first and last submission; the last end of a step.
-  bool in_step_ = false;
-  double step_first_ = 0, step_last_ = 0, last_end_ = -1;
-  double backward_s_ = 0, forward_s_ = 0, tail_s_ = 0;
-  uint64_t tails_ = 0;
-  bool skip_tail_ = false;  // the step in progress began under the previous plan
-  uint64_t steps_ = 0;
+  // The framework's step as the submissions show it: the step in progress (its keys, its first
+  // and last submission), the last end of a step, and the averaged backward, forward and tail.
+  struct StepTiming {
+    std::set<std::string> submitted;  // keys submitted in the step in progress
+    bool in_step = false;
+    double first = 0, last = 0, last_end = -1;
+    double backward_s = 0, forward_s = 0, tail_s = 0;
+    uint64_t tails = 0;
+    bool skip_tail = false;  // the step in progress began under the previous plan
+    uint64_t count = 0;      // steps seen
+  };
+  StepTiming step_;
 };
 
 }  // namespace gradex::sync::cost

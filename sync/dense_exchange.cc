@@ -1,7 +1,8 @@
-// The dense exchange (BackendPath::dense_average): the dense route's unit is one fusion bucket
-// (route::pack, sync/route/select.cc), each run of consecutive tensors on one backend gathered and
-// cast to the wire type in backend memory, only the wire bucket copied to host staging memory for
-// the ring allreduce (nothing is copied on host backends), then copied back, widened and scattered.
+// The dense unit's stage work (BackendPath::stage_dense, unstage_dense): the dense route's unit is
+// one fusion bucket (route::pack, sync/route/select.cc), each run of consecutive tensors on one
+// backend gathered and cast to the wire type in backend memory, only the wire bucket copied to
+// host staging memory for the route's allreduce (sync/route/dense_bucket.cc; nothing is copied on
+// host backends), then copied back, widened and scattered.
 // Parameter averages of the same unit (host memory, any dtype) run on the CPU backend through an
 // fp32 copy, so a unit is laid out the same whatever any rank keeps on a device. (A DGC unit's
 // payloads are host bytes: BackendPath::prepare and finish, framed by the engine's stages.)
@@ -12,8 +13,6 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/wall_time.h"
-#include "comm/collectives.h"
-#include "comm/hierarchical.h"
 #include "sync/backend_lane.h"
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
@@ -25,28 +24,14 @@ namespace {
 namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
 
-// One dense item as the device exchange sees it: fp32 values in `backend`'s memory.
-struct View {
-  be::Backend* backend = nullptr;
-  float* data = nullptr;
-  size_t numel = 0;
-};
-
-std::string key_list(const std::vector<DenseItem>& items, size_t begin, size_t end) {
-  std::string keys;
-  for (size_t i = begin; i < end && i < begin + 8; ++i)
-    keys += (keys.empty() ? "'" : ", '") + (items[i].key ? *items[i].key : "?") + "'";
-  if (end - begin > 8) keys += ", ...";
-  return keys;
-}
-
 }  // namespace
 
-void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>& items,
-                                const std::vector<TensorState*>& tensor,
-                                const DenseExchangeOptions& options, DenseCounters& counters) {
+DenseBucket BackendPath::stage_dense(std::vector<DenseItem>& items,
+                                     const std::vector<TensorState*>& tensor, int world,
+                                     const DenseExchangeOptions& options, DenseCounters& counters) {
   GX_CHECK_EQ(tensor.size(), items.size());
-  const int world = comm.size();
+  DenseBucket bucket;
+  bucket.world = world;
   const DType wire = options.half_on_wire ? options.half_type : DType::kFloat32;
   const size_t elem = dtype_size(wire);
   // 16-bit: divide before the cast so the ring's partial sums stay in range.
@@ -59,7 +44,8 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
   for (size_t i = 0; i < items.size(); ++i)
     if (!tensor[i] && items[i].dtype != DType::kFloat32) scratch += items[i].numel;
   if (host_scratch_.size() < scratch) host_scratch_.resize(scratch);
-  std::vector<View> views(items.size());
+  std::vector<DenseView>& views = bucket.views;
+  views.assign(items.size(), DenseView{});
   be::Backend* pinned_from = nullptr;
   size_t at = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -167,24 +153,40 @@ void BackendPath::dense_average(comm::Communicator& comm, std::vector<DenseItem>
     });
     counters.cast_seconds += seconds_since(t0);
 
-    auto t1 = Clock::now();
-    const uint64_t sent_before = comm.bytes_sent();
-    try {
-      if (options.hierarchy != nullptr)
-        comm::hierarchical_allreduce_sum(comm, *options.hierarchy, stage, bytes / elem, wire,
-                                         options.direct);
-      else if (options.direct)
-        comm::direct_allreduce_sum(comm, stage, bytes / elem, wire);
-      else
-        comm::allreduce_sum(comm, stage, bytes / elem, wire);
-    } catch (const Error& e) {
-      throw Error(e.code(), "dense bucket of " + std::to_string(end - begin) + " tensor(s) [" +
-                                key_list(items, begin, end) + "], " + std::to_string(bytes / elem) +
-                                " x " + dtype_name(wire) + ": " + e.what());
-    }
-    counters.wire_bytes += comm.bytes_sent() - sent_before;
-    counters.communicate_seconds += seconds_since(t1);
+    bucket.wire = wire;
+    bucket.bytes = stage;
+    bucket.count = bytes / elem;
+  }
+  return bucket;
+}
 
+void BackendPath::unstage_dense(DenseBucket& bucket, std::vector<DenseItem>& items,
+                                const std::vector<TensorState*>& tensor,
+                                const DenseExchangeOptions& options, DenseCounters& counters) {
+  const int world = bucket.world;
+  const DType wire = bucket.wire;
+  const size_t elem = dtype_size(wire);
+  const bool cast_in_place = wire != DType::kFloat32 && options.nonfinite != NonFinitePolicy::kZero;
+  std::vector<DenseView>& views = bucket.views;
+  std::vector<be::FusionEntry> entries;
+  {
+    const size_t begin = 0, end = items.size();
+    uint8_t* stage = bucket.bytes;
+    auto for_each_run = [&](auto&& fn) {
+      size_t run_begin = begin, offset = 0;
+      while (run_begin < end) {
+        size_t run_end = run_begin, n = 0;
+        entries.clear();
+        while (run_end < end && views[run_end].backend == views[run_begin].backend) {
+          entries.push_back({views[run_end].data, views[run_end].numel, n});
+          n += views[run_end].numel;
+          ++run_end;
+        }
+        fn(*views[run_begin].backend, n, stage + offset * elem, run_begin, run_end);
+        offset += n;
+        run_begin = run_end;
+      }
+    };
     auto t2 = Clock::now();
     // fp32 sums are divided here (16-bit values were divided before the cast): on a host backend
     // straight into each tensor, else in the staging bucket before it is copied back.

@@ -1,7 +1,8 @@
-// Dense averaging of many tensors at once (BackendPath::dense_average, sync/dense_exchange.cc): the
-// items are one fusion bucket (the dense route's unit: the routes' packing, route::pack,
-// sync/route/select.cc, is the only place that fuses), summed with one allreduce, then unpacked as
-// averages.
+// Dense averaging of many tensors at once: the items are one fusion bucket (the dense route's
+// unit: the routes' packing, route::pack, sync/route/select.cc, is the only place that fuses),
+// staged on their backends (BackendPath::stage_dense, sync/dense_exchange.cc), summed with one
+// allreduce by the route (route::dense_allreduce, sync/route/dense_bucket.cc), then unstaged as
+// averages (BackendPath::unstage_dense).
 //   16-bit wire: values are divided by the world size before the cast (sums cannot overflow);
 //                finite values beyond the 16-bit range saturate and are counted.
 //   fp32 wire:   sums in fp32, then divides by the world size (the same as an exact reference that
@@ -23,6 +24,10 @@
 #include "comm/topology/host_topology.h"
 #include "sync/options.h"
 
+namespace gradex::compress::backend {
+class Backend;
+}  // namespace gradex::compress::backend
+
 namespace gradex::sync {
 
 struct DenseItem {
@@ -43,6 +48,23 @@ struct DenseExchangeOptions {
   // Otherwise by comm::direct_allreduce_sum when set (the same bits as the ring, fewer message
   // latencies; the dense routes' rule decides), else by the ring.
   bool direct = false;
+};
+
+// One item as the staging sees it: fp32 values in `backend`'s memory.
+struct DenseView {
+  compress::backend::Backend* backend = nullptr;
+  float* data = nullptr;
+  size_t numel = 0;
+};
+
+// A bucket staged for its allreduce: `count` values of `wire` at `bytes` (host memory the
+// BackendPath owns until the next bucket), and what unstaging needs.
+struct DenseBucket {
+  int world = 1;
+  DType wire = DType::kFloat32;
+  uint8_t* bytes = nullptr;
+  size_t count = 0;
+  std::vector<DenseView> views;
 };
 
 struct DenseCounters {

@@ -20,18 +20,13 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/communicator.h"
-#include "comm/topology/host_topology.h"
-#include "sync/agreed_link.h"
 #include "sync/localsgd.h"
-#include "sync/negotiator.h"
 #include "sync/options.h"
 #include "sync/policy_source.h"
-#include "sync/sparse_gather.h"
 #include "sync/stats.h"
 #include "sync/stats_report.h"
-#include "sync/submission_timeline.h"
 #include "sync/tensor_state.h"
-#include "sync/wake_event.h"
+#include "sync/tensor_table.h"
 
 namespace gradex::sync {
 
@@ -167,55 +162,37 @@ class Engine {
   void abort(const std::string& reason);
 
  private:
-  struct Handle {
-    WorkId id;
-    void* data = nullptr;
-    bool done = false;
+  using Handle = TensorTable::Handle;
+  // The progress loop (negotiation, coalescing: sync/engine_progress.h) and the executor (a round's
+  // units: sync/engine_executor.h). Nested so that they reach the engine's shared state (options,
+  // communicator, lock, statistics) without widening its interface.
+  class ProgressLoop;
+  class Executor;
+  friend class ProgressLoop;
+  friend class Executor;
+
+  // The current step's accounting (mutex_).
+  struct StepAccount {
+    uint64_t completed = 0;
+    float clip_scale = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
+    Stats stats;
+    Stats at_last_step;
+    Stats last_step;
+    StatsReporter reporter;  // GRADEX_STATS_EVERY and the one-time warnings (end_step)
+    // The step's last submission and last completion: what the framework waited on gradex
+    // (Stats::exposed_seconds, the timeline's wait row).
+    std::chrono::steady_clock::time_point last_submit{};
+    std::chrono::steady_clock::time_point last_complete{};
+  };
+  // A fatal error: sticky until a reconfiguration (mutex_).
+  struct Failure {
     ErrorCode code = ErrorCode::kOk;
     std::string message;
-    // The clipping factor of this gradient's step (-1: none given; clip by the tensor's own norm).
-    float clip_scale = -1.0f;
-    bool absent = false;  // submit_absent: this rank contributes zeros, its state untouched
   };
+
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data, bool device_call = false,
                    bool cuda = false, int device_index = 0, void* stream = nullptr,
                    bool absent = false);
-  // LocalSGD's local phase: the gradient stays on this rank, but gradex's momentum (and clipping)
-  // still apply to it, in place, so that an optimizer at momentum 0 trains like SGD with momentum
-  // in every phase. Called from enqueue with mutex_ held; completes `handle`.
-  void local_step(TensorState& tensor, void* data, Handle& handle);
-  // The progress thread. It runs a negotiation round only when this rank has something to
-  // announce (a submission, its leaving) or to decide (rank 0's deadlines: Negotiator::
-  // next_decision), and otherwise sleeps until one of those or until another rank starts a round,
-  // which it then joins (Communicator::wait_for_next_collective): an idle engine costs no CPU.
-  void run();
-  // Moves what enqueue() queued into `announce` (appending) and reads leaving_.
-  void take_announcements(std::vector<Announcement>& announce, bool& leaving);
-  // Removes announcements whose handle was answered before they went out (and all but the newest
-  // of a key's), and marks parameter averages with this rank's LocalSGD anchor presence.
-  // On a latency-bound link (the agreed link model) every negotiation round costs a round trip:
-  // submissions arriving together (a framework handing over a step's tensors one call after
-  // another) join the round of the first, the thread waiting while new ones keep coming (a quiet
-  // kCoalesceQuiet ends it), at most kCoalesceLatencyShare of the latency and kCoalesceMaxS.
-  // Beyond that it also waits for the groups that the previous step says come soon
-  // (SubmissionTimeline: the keys submitted there within kCoalesceExpectLatencies message
-  // latencies of the step's first submission), at most that long after this step's first (the
-  // auto policy's timeline plans with the same grouping: coalesce_ready_times). Elsewhere a round
-  // starts at once.
-  void coalesce_submissions(std::vector<Announcement>& announce, bool& leaving);
-  static constexpr double kCoalesceMaxS = 2e-3;
-  static constexpr double kCoalesceLatencyShare = 0.1;
-  static constexpr std::chrono::microseconds kCoalesceQuiet{250};
-  void finalize_announcements(std::vector<Announcement>& announce);
-  // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
-  // every rank left in this round with nothing outstanding.
-  void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);
-  // Fills in what this rank announces about its gradients: the exchange counter and whether the
-  // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).
-  void inspect(std::vector<Announcement>& announce);
-  void execute(const std::vector<ReadyWork>& ready);
-  void complete(const WorkId& id, ErrorCode code, const std::string& message);
-  std::string with_own_size(const NegotiationFailure& f) const;
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
@@ -224,68 +201,23 @@ class Engine {
   void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
   // With mutex_ held: every handle in flight completes with `code` and `message`.
   void fail_in_flight(ErrorCode code, const std::string& message);
-
-  // execute()'s pipeline stages (sync/pipeline.h). prepare and finish run on any thread (the
-  // worker pool or the progress thread) and touch only their unit's tensors; transfer runs on the
-  // progress thread (the only caller of comm_); complete_unit takes mutex_.
-  // A sparse job appends its encoded payload to payload_out (the unit's message).
-  void prepare(pipeline::Job& job, std::vector<uint8_t>& payload_out);
-  void prepare_unit(pipeline::Unit& unit);
-  // prepare(), with any error naming the job's tensor.
-  void prepare_named(pipeline::Job& job, std::vector<uint8_t>& payload_out);
-  // Runs the unit's route object (sync/route/route.h): plan, prepare, exchange, finish.
-  void transfer(pipeline::Unit& unit);
-  // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
-  // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
-  bool latency_bound_group() const;
-  // How many wire bytes of a round's dense gradients ride its DGC gather (sync/gather_rider.h):
-  // all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a latency-bound link, what
-  // LinkModel::rider_bytes allows; none on the hierarchical exchange or with ring/direct.
-  uint64_t rider_bytes() const;
-  // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
-  void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
-  void finish_unit(pipeline::Unit& unit);
-  void complete_unit(pipeline::Unit& unit);
-  // Test hook (tests/sync/engine_pipeline_test.cc, through EngineTestAccess): called on the
-  // progress thread before each unit's transfer. Set it before the first submit.
-  std::function<void(const pipeline::Unit&)> before_transfer_;
-  // Test hook: called before each job's prepare, on the thread that prepares it (a worker when the
-  // unit is spread over the pool). Set it before the first submit.
-  std::function<void(const pipeline::Job&)> before_prepare_;
+  // Starts the progress thread (engine creation and reconfigure()).
+  void start_progress();
+  // The timeline's row for the calling thread: the progress thread's, or a worker's.
+  int trace_row() const;
   friend struct EngineTestAccess;
 
   config::Config config_;
   EngineOptions options_;
   int rank_;
   int world_size_;
+  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
   // GRADEX_TIMELINE's recorder (null: off; every event site tests it once). Declared before comm_,
   // which refers to it while the timeline is on, so that it outlives it.
   std::unique_ptr<timeline::Recorder> trace_;
   std::unique_ptr<comm::Communicator> comm_;
   // comm_ itself when the timeline is on (it counts every peer's traffic), else null.
   timeline::TracedCommunicator* traced_comm_ = nullptr;
-  // The timeline's row for the calling thread: the progress thread's, or a worker's.
-  int trace_row() const;
-  // The current step's last submission and last completion (mutex_): what the framework waited
-  // on gradex (Stats::exposed_seconds, the timeline's wait row). Negotiation rounds so far, for
-  // the timeline (progress thread).
-  std::chrono::steady_clock::time_point step_last_submit_{};
-  std::chrono::steady_clock::time_point step_last_complete_{};
-  uint64_t trace_rounds_ = 0;
-  std::thread::id trace_progress_thread_;  // set by run() before its first round
-  // The groups of comm_'s hierarchical exchange (hosts or regions, sync/exchange_layout.h) when
-  // it is on for this membership, else null; set by connect().
-  std::unique_ptr<comm::HostTopology> hierarchy_;
-  std::string layout_description_;
-  const comm::HostTopology* hierarchy() const { return hierarchy_.get(); }
-  std::unique_ptr<Negotiator> negotiator_;
-  // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
-  SparseGather sparse_gather_{options_.sparse_collective};
-  // The membership's one link model (sync/link_model.h), probed the first time a decision needs
-  // it; every route, the gather and the planner price through it.
-  AgreedLink link_{options_.port_queue_s, options_.port_queue_explicit};
-  // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
-  std::unique_ptr<BackendPath> path_;
   // Every tensor's policy: GRADEX_POLICY's source (sync/policy_source.h). Initialized here, after
   // config_, options_ and world_size_.
   std::unique_ptr<PolicySource> policy_ = PolicySource::create(config_, options_, world_size_);
@@ -293,56 +225,15 @@ class Engine {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  // Wakes the progress thread (enqueue, shutdown): it sleeps on this fd and the transport's events.
-  WakeEvent wake_;
-  std::map<std::string, TensorState> tensors_;
-  std::map<uint64_t, Handle> handles_;
-  std::map<WorkId, uint64_t> in_flight_;  // work id -> handle
-  std::vector<Announcement> to_announce_;
-  SubmissionTimeline timeline_;  // this rank's gradient submissions (coalesce_submissions)
-  uint64_t next_handle_ = 1;
-  uint64_t completed_steps_ = 0;
-  float step_clip_scale_ = -1.0f;  // set_gradient_norm's factor for the current step; -1: none
-  Stats stats_;
-  Stats stats_at_last_step_;
-  Stats last_step_stats_;
-  StatsReporter stats_reporter_;  // GRADEX_STATS_EVERY and the one-time warnings (end_step)
-  bool leaving_ = false;
-  // Held by reconfigure() and shutdown() for their whole work (they join thread_); abort() joins
-  // thread_ only when it can take it at once.
+  // Held by reconfigure() and shutdown() for their whole work (they join the progress thread);
+  // abort() joins it only when it can take it at once.
   std::mutex membership_mutex_;
   uint64_t aborts_ = 0;  // abort() calls so far (mutex_)
-  // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the
-  // current one (progress thread).
-  uint64_t connects_ = 0;
-  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
-  std::set<std::string> exchanged_in_membership_;
-  ErrorCode fatal_code_ = ErrorCode::kOk;
-  std::string fatal_message_;
-  std::thread thread_;
-
-  // snapshot_state()'s buffers (mutex_).
-  struct TensorSnapshot {
-    bool taken = false;
-    bool sparse = false;  // the tensor's codec was sparse (a switch since refuses the rollback)
-    bool has_dgc = false;
-    bool in_state = false;     // the DGC state keeps its own snapshot (BackendPath::snapshot_dgc)
-    std::vector<uint8_t> dgc;  // else DGC's state blob (BackendPath::save_dgc)
-    std::vector<float> momentum;  // a dense tensor's u (empty: none yet)
-    std::vector<float> anchor;
-    std::vector<float> int8_residual, int8_owner_residual;  // the 8-bit route's (empty: none)
-    int int8_world = 0;
-    uint64_t int8_layout = 0;
-    uint64_t step = 0;
-    uint64_t exchanges = 0;
-  };
-  struct Snapshot {
-    bool valid = false;
-    std::map<std::string, TensorSnapshot> tensors;
-    uint64_t completed_steps = 0;
-    float step_clip_scale = -1.0f;
-  };
-  Snapshot snapshot_;
+  Failure fatal_;
+  StepAccount steps_;
+  TensorTable table_;  // mutex_
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ProgressLoop> loop_;
 };
 
 }  // namespace gradex::sync

@@ -18,22 +18,41 @@
 #include "comm/hierarchical.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
-#include "sync/engine_internal.h"
+#include "sync/engine_executor.h"
 #include "sync/pipeline.h"
 #include "sync/route/route.h"
+#include "sync/submission_timeline.h"
 #include "sync/timeline/recorder.h"
 #include "sync/timeline/traced_communicator.h"
 
 namespace gradex::sync {
 namespace {
 
-using detail::work_name;
 using pipeline::Job;
 using pipeline::Unit;
 
 }  // namespace
 
-void Engine::inspect(std::vector<Announcement>& announce) {
+Engine::Executor::Executor(Engine& engine, const config::Config& config,
+                           const EngineOptions& options, int world_size)
+    : engine_(engine),
+      config_(config),
+      options_(options),
+      path_(std::make_unique<BackendPath>(config, options, world_size)),
+      sparse_gather_(options.collectives.sparse),
+      link_(options.collectives.port_queue_s, options.collectives.port_queue_explicit) {}
+
+void Engine::Executor::on_connect(std::unique_ptr<comm::HostTopology> hierarchy,
+                                  std::string layout_description) {
+  ++connects_;
+  exchanged_in_membership_.clear();
+  hierarchy_ = std::move(hierarchy);
+  layout_description_ = std::move(layout_description);
+  sparse_gather_.reset();
+  link_.reset();
+}
+
+void Engine::Executor::inspect(std::vector<Announcement>& announce) {
   struct Item {
     Announcement* a;
     void* data;
@@ -42,13 +61,14 @@ void Engine::inspect(std::vector<Announcement>& announce) {
   };
   std::vector<Item> items;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
     for (Announcement& a : announce) {
       if (a.id.kind != WorkKind::kGradient) continue;
-      auto f = in_flight_.find(a.id);
-      if (f == in_flight_.end()) continue;  // failed meanwhile (the announcement still goes out)
-      const Handle& h = handles_[f->second];
-      items.push_back({&a, h.data, &tensors_.at(a.id.key), h.absent});
+      auto f = engine_.table_.in_flight.find(a.id);
+      if (f == engine_.table_.in_flight.end())
+        continue;  // failed meanwhile (the announcement still goes out)
+      const Handle& h = engine_.table_.handles[f->second];
+      items.push_back({&a, h.data, &engine_.table_.tensors.at(a.id.key), h.absent});
     }
   }
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
@@ -64,19 +84,20 @@ void Engine::inspect(std::vector<Announcement>& announce) {
     it.a->nonfinite = bad > 0 && !zero;
   }
   if (total > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.nonfinite += total;
-    if (stats_.first_nonfinite_tensor.empty()) stats_.first_nonfinite_tensor = *first_bad;
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
+    engine_.steps_.stats.nonfinite += total;
+    if (engine_.steps_.stats.first_nonfinite_tensor.empty())
+      engine_.steps_.stats.first_nonfinite_tensor = *first_bad;
   }
 }
 
-void Engine::local_step(TensorState& t, void* data, Handle& handle) {
+void Engine::Executor::local_step(TensorState& t, void* data, Handle& handle) {
   // This rank's momentum continues: the same u its synchronous steps used (DGC's own u for DGC
   // tensors, which no sparse exchange touches any more). Non-finite: the rank's own optimizer
   // (or GradScaler) sees it; momentum stays untouched.
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
   const uint64_t bad = path_->local_step(t, data, handle.clip_scale, zero);
-  stats_.nonfinite += bad;
+  engine_.steps_.stats.nonfinite += bad;
   if (bad > 0 && !zero && options_.nonfinite == NonFinitePolicy::kError) {
     handle.code = ErrorCode::kInvalidArgument;
     handle.message = work_name(handle.id) +
@@ -84,21 +105,21 @@ void Engine::local_step(TensorState& t, void* data, Handle& handle) {
   }
 }
 
-void Engine::execute(const std::vector<ReadyWork>& ready) {
+void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
   std::vector<Job> jobs;
   jobs.reserve(ready.size());
   // Gradients that some rank found non-finite: excluded from the exchange on every rank, their
   // state untouched everywhere; the policy decides what every rank's caller gets.
   std::vector<std::pair<Job, const ReadyWork*>> skipped;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
     for (const ReadyWork& w : ready) {
-      auto f = in_flight_.find(w.id);
-      GX_CHECK(f != in_flight_.end());  // ready means this rank announced it
-      const Handle& handle = handles_[f->second];
+      auto f = engine_.table_.in_flight.find(w.id);
+      GX_CHECK(f != engine_.table_.in_flight.end());  // ready means this rank announced it
+      const Handle& handle = engine_.table_.handles[f->second];
       Job job;
       job.id = w.id;
-      job.tensor = &tensors_.at(w.id.key);
+      job.tensor = &engine_.table_.tensors.at(w.id.key);
       job.data = handle.data;
       job.clip = handle.clip_scale;
       job.absent = handle.absent;
@@ -130,22 +151,24 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   // the planner prices what is sent.
   {
     const LinkModel* link = link_.model();
-    LinkPaths paths = route::link_paths(link, options_, hierarchy(), comm_->receives_any_length());
+    LinkPaths paths =
+        route::link_paths(link, options_, hierarchy(), engine_.comm_->receives_any_length());
     if (link != nullptr && link->latency_bound())
       paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
-    policy_->set_link_paths(paths);
+    engine_.policy_->set_link_paths(paths);
   }
-  std::vector<Rung> rungs_before;
-  rungs_before.reserve(jobs.size());
-  for (const Job& job : jobs)
-    rungs_before.push_back(job.tensor->policy.rung);
-  policy_->before_routes(*comm_, link_, jobs, *path_, mutex_);
-  uint64_t switched = 0;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    if (jobs[i].tensor->policy.rung != rungs_before[i]) ++switched;
-  if (switched > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.policy_switches += switched;
+  // The planner decides (collective when due); the engine applies its switches under its lock
+  // (applied_policy and explain read the policies), before anything is routed.
+  const RoundDecision decision = engine_.policy_->plan_round(*engine_.comm_, link_, jobs);
+  if (!decision.switches.empty()) {
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
+    for (const PolicySwitch& s : decision.switches) {
+      path_->switch_policy(*s.tensor, s.to);
+      // Leaving the 8-bit route for DGC: its residuals join DGC's (a dense route takes them
+      // along in its transfer).
+      if (is_sparse(s.to.rung.codec)) path_->int8_to_dgc_residual(*s.tensor, engine_.world_size_);
+    }
+    engine_.steps_.stats.policy_switches += decision.switches.size();
   }
 
   // Routes, from agreed data only (policy, agreed counter, anchor presence), so that every rank
@@ -169,27 +192,28 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
       GX_CHECK(job.id.kind == WorkKind::kGradient);
       path_->skip(*job.tensor, job.data, propagate);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
     for (auto& [job, w] : skipped) {
       ++job.tensor->exchanges;
-      ++stats_.tensors;
+      ++engine_.steps_.stats.tensors;
       if (options_.nonfinite == NonFinitePolicy::kError)
-        complete(job.id, ErrorCode::kInvalidArgument,
-                 work_name(job.id) + " holds NaN/Inf values on ranks " +
-                     rank_list(w->nonfinite_ranks) +
-                     " (GRADEX_NONFINITE=error); no rank changed its state for it");
+        engine_.table_.complete(job.id, ErrorCode::kInvalidArgument,
+                                work_name(job.id) + " holds NaN/Inf values on ranks " +
+                                    rank_list(w->nonfinite_ranks) +
+                                    " (GRADEX_NONFINITE=error); no rank changed its state for it");
       else
-        complete(job.id, ErrorCode::kOk, "");
+        engine_.table_.complete(job.id, ErrorCode::kOk, "");
     }
-    cv_.notify_all();
+    engine_.cv_.notify_all();
   }
   if (jobs.empty()) return;
 
   pipeline::PlanOptions plan_options;
   plan_options.fusion_bytes = options_.fusion_bytes;
   plan_options.dense_wire = options_.half_on_wire ? options_.half_type : DType::kFloat32;
-  plan_options.sparse_group_elements = latency_bound_group() ? std::numeric_limits<uint64_t>::max()
-                                                             : options_.sparse_group_bytes / 4;
+  plan_options.sparse_group_elements = latency_bound_group()
+                                           ? std::numeric_limits<uint64_t>::max()
+                                           : options_.collectives.sparse_group_bytes / 4;
   plan_options.rider_bytes = rider_bytes();
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
@@ -201,7 +225,7 @@ void Engine::execute(const std::vector<ReadyWork>& ready) {
   pipeline::run(units, stages, pool, pipeline::lookahead_for(pool.threads()));
 }
 
-bool Engine::latency_bound_group() const {
+bool Engine::Executor::latency_bound_group() const {
   // A group size the user wrote is honoured; the agreed model exists from the first sparse unit
   // on (every rank got it in that unit's collective), so every rank plans the same units.
   const LinkModel* model = link_.model();
@@ -209,87 +233,89 @@ bool Engine::latency_bound_group() const {
          config_.source_of("GRADEX_SPARSE_GROUP_MB") == config::Source::kDefault;
 }
 
-uint64_t Engine::rider_bytes() const {
+uint64_t Engine::Executor::rider_bytes() const {
   // The hierarchical exchange re-selects DGC payloads per host: nothing dense can ride it.
   if (hierarchy() != nullptr) return 0;
   using Collective = EngineOptions::DenseCollective;
-  if (options_.dense_collective == Collective::kGather) return UINT64_MAX;
-  if (options_.dense_collective != Collective::kAuto) return 0;
+  if (options_.collectives.dense == Collective::kGather) return UINT64_MAX;
+  if (options_.collectives.dense != Collective::kAuto) return 0;
   const LinkModel* model = link_.model();
   return model != nullptr && model->latency_bound() ? model->rider_bytes() : 0;
 }
 
-void Engine::transfer(Unit& unit) {
+void Engine::Executor::transfer(Unit& unit) {
   if (before_transfer_) before_transfer_(unit);
-  route::Context ctx{*comm_,   *path_,  sparse_gather_, link_,
-                     options_, config_, hierarchy(),    world_size_};
+  route::Context ctx{*engine_.comm_, *path_,  sparse_gather_, link_,
+                     options_,       config_, hierarchy(),    engine_.world_size_};
   const route::Transfer& route = route::select(unit, ctx.hosts);
   // The route's link probe is not the unit's: it runs before the unit's bytes are counted.
   const auto planned_from = std::chrono::steady_clock::now();
   route.plan(ctx);
-  if (trace_) traced_comm_->drain("link probe", timeline::Args());
+  if (engine_.trace_) engine_.traced_comm_->drain("link probe", timeline::Args());
   const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t sent_before = comm_->bytes_sent();
-  const uint64_t received_before = comm_->bytes_received();
+  const uint64_t sent_before = engine_.comm_->bytes_sent();
+  const uint64_t received_before = engine_.comm_->bytes_received();
   route.prepare(unit, ctx);
   route.exchange(unit, ctx);
-  unit.counters.wire_bytes += comm_->bytes_sent() - sent_before;
-  unit.counters.received_bytes += comm_->bytes_received() - received_before;
+  unit.counters.wire_bytes += engine_.comm_->bytes_sent() - sent_before;
+  unit.counters.received_bytes += engine_.comm_->bytes_received() - received_before;
   route.finish(unit, ctx);
-  if (trace_) {
+  if (engine_.trace_) {
     const auto t1 = std::chrono::steady_clock::now();
     if (t0 - planned_from > std::chrono::microseconds(50))
-      trace_->span(trace_row(), "link probe", planned_from, t0);
+      engine_.trace_->span(engine_.trace_row(), "link probe", planned_from, t0);
     timeline::Args args = timeline::Args::from_members(unit.timeline_args);
     args.add("collective", route.name())
         .add("one_hop", unit.one_hop ? "yes" : "no")
-        .add("bytes_sent", comm_->bytes_sent() - sent_before)
-        .add("bytes_received", comm_->bytes_received() - received_before);
-    trace_->span(trace_row(), "transfer", t0, t1, args);
-    traced_comm_->drain(route.name(), timeline::Args::from_members(unit.timeline_args));
+        .add("bytes_sent", engine_.comm_->bytes_sent() - sent_before)
+        .add("bytes_received", engine_.comm_->bytes_received() - received_before);
+    engine_.trace_->span(engine_.trace_row(), "transfer", t0, t1, args);
+    engine_.traced_comm_->drain(route.name(), timeline::Args::from_members(unit.timeline_args));
   }
   GX_LOG(kDebug) << "unit of " << unit.jobs.size() << " tensor(s) by " << route.name()
-                 << (unit.one_hop ? " in one hop" : "") << ": " << comm_->bytes_sent() - sent_before
-                 << " bytes sent in " << unit.counters.transfer_seconds * 1e3 << " ms";
+                 << (unit.one_hop ? " in one hop" : "") << ": "
+                 << engine_.comm_->bytes_sent() - sent_before << " bytes sent in "
+                 << unit.counters.transfer_seconds * 1e3 << " ms";
 }
 
-void Engine::complete_unit(Unit& unit) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void Engine::Executor::complete_unit(Unit& unit) {
+  std::lock_guard<std::mutex> lock(engine_.mutex_);
   for (Job* job : unit.jobs) {
     TensorState& t = *job->tensor;
     ++t.exchanges;
-    ++stats_.tensors;
-    stats_.dense_bytes += ring_allreduce_bytes(t.numel * 4, world_size_);
-    if (job->id.kind == WorkKind::kAverage) ++stats_.parameter_averages;
+    ++engine_.steps_.stats.tensors;
+    engine_.steps_.stats.dense_bytes += ring_allreduce_bytes(t.numel * 4, engine_.world_size_);
+    if (job->id.kind == WorkKind::kAverage) ++engine_.steps_.stats.parameter_averages;
     const route::JobRole role = route::role_of(*job);
-    if (role.selects) ++stats_.sparse_exchanges;
-    if (role.dense_step) ++stats_.dense_fallbacks;
+    if (role.selects) ++engine_.steps_.stats.sparse_exchanges;
+    if (role.dense_step) ++engine_.steps_.stats.dense_fallbacks;
     if (job->nonfinite_result && options_.nonfinite == NonFinitePolicy::kError)
-      complete(job->id, ErrorCode::kInvalidArgument,
-               work_name(job->id) +
-                   " has NaN/Inf values in its average (a rank submitted "
-                   "non-finite values and GRADEX_NONFINITE=error)");
+      engine_.table_.complete(job->id, ErrorCode::kInvalidArgument,
+                              work_name(job->id) +
+                                  " has NaN/Inf values in its average (a rank submitted "
+                                  "non-finite values and GRADEX_NONFINITE=error)");
     else
-      complete(job->id, ErrorCode::kOk, "");
+      engine_.table_.complete(job->id, ErrorCode::kOk, "");
   }
   const pipeline::UnitCounters& c = unit.counters;
-  policy_->observe_unit(unit);  // what the unit's route ran, and its measured times
-  stats_.bytes_sent += c.wire_bytes;
-  stats_.bytes_received += c.received_bytes;
-  stats_.saturated += c.saturated;
-  if (stats_.first_saturated_tensor.empty()) stats_.first_saturated_tensor = c.first_saturated;
-  stats_.compress_seconds += c.prepare_seconds;
-  stats_.communicate_seconds += c.transfer_seconds;
-  stats_.decode_seconds += c.finish_seconds;
-  stats_.staged_bytes = path_->staged_bytes();
-  step_last_complete_ = std::chrono::steady_clock::now();
-  if (trace_) {
-    trace_->instant(trace_row(), "complete", step_last_complete_,
-                    timeline::Args()
-                        .add("tensors", static_cast<uint64_t>(unit.jobs.size()))
-                        .add("keys", unit.keys()));
+  engine_.policy_->observe_unit(unit);  // what the unit's route ran, and its measured times
+  engine_.steps_.stats.bytes_sent += c.wire_bytes;
+  engine_.steps_.stats.bytes_received += c.received_bytes;
+  engine_.steps_.stats.saturated += c.saturated;
+  if (engine_.steps_.stats.first_saturated_tensor.empty())
+    engine_.steps_.stats.first_saturated_tensor = c.first_saturated;
+  engine_.steps_.stats.compress_seconds += c.prepare_seconds;
+  engine_.steps_.stats.communicate_seconds += c.transfer_seconds;
+  engine_.steps_.stats.decode_seconds += c.finish_seconds;
+  engine_.steps_.stats.staged_bytes = path_->staged_bytes();
+  engine_.steps_.last_complete = std::chrono::steady_clock::now();
+  if (engine_.trace_) {
+    engine_.trace_->instant(engine_.trace_row(), "complete", engine_.steps_.last_complete,
+                            timeline::Args()
+                                .add("tensors", static_cast<uint64_t>(unit.jobs.size()))
+                                .add("keys", unit.keys()));
   }
-  cv_.notify_all();
+  engine_.cv_.notify_all();
 }
 
 }  // namespace gradex::sync

@@ -13,7 +13,7 @@ std::string Engine::explain() const {
   std::string out = policy_->explain();
   std::lock_guard<std::mutex> lock(mutex_);
   char line[512];
-  for (const auto& [key, t] : tensors_) {
+  for (const auto& [key, t] : table_.tensors) {
     const Rung& r = t.policy.rung;
     std::string codec = codec_name(r.codec);
     if (is_sparse(r.codec)) codec += " " + std::to_string(r.sparsity * 100.0).substr(0, 6) + "%";

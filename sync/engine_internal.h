@@ -1,5 +1,4 @@
-// Helpers shared by the engine's source files (engine.cc, engine_execute.cc, engine_stages.cc,
-// engine_state.cc).
+// Casts shared by the engine's stages (engine_stages.cc) and the dense exchange.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +25,6 @@ inline void from_float(const float* in, uint64_t n, DType t, void* data) {
     std::memcpy(data, in, n * 4);
   else
     compress::half::to_half(in, static_cast<uint16_t*>(data), n, t, 1.0f);
-}
-
-inline std::string work_name(const WorkId& id) {
-  return (id.kind == WorkKind::kGradient ? "tensor '" : "parameters '") + id.key + "'";
 }
 
 }  // namespace gradex::sync::detail

@@ -10,30 +10,34 @@
 #include "sync/backend_path.h"
 #include "sync/backend_tensor.h"
 #include "sync/engine.h"
+#include "sync/engine_executor.h"
 
 namespace gradex::sync {
 
+using TensorSnapshot = TensorTable::TensorSnapshot;
+
 void Engine::snapshot_state() {
   auto lock = wait_until_idle();
-  if (fatal_code_ != ErrorCode::kOk)
-    throw StateError("snapshot refused: the engine failed (" + fatal_message_ +
+  BackendPath& path = executor_->path();
+  if (fatal_.code != ErrorCode::kOk)
+    throw StateError("snapshot refused: the engine failed (" + fatal_.message +
                      "); its state may be partly updated (roll back to the last snapshot, or "
                      "reconfigure first)");
-  for (auto& [key, t] : tensors_) {
-    TensorSnapshot& s = snapshot_.tensors[key];  // kept between snapshots: no new buffers
+  for (auto& [key, t] : table_.tensors) {
+    TensorSnapshot& s = table_.snapshot.tensors[key];  // kept between snapshots: no new buffers
     s.sparse = is_sparse(t.policy.rung.codec);
-    s.has_dgc = path_->has_dgc(t);
+    s.has_dgc = path.has_dgc(t);
     if (s.has_dgc) {
       // Kept inside the DGC state itself (CPU: a copy of u, v and the threshold history into
       // buffers it keeps); a CUDA tensor not bound yet keeps its blob here.
-      s.in_state = path_->snapshot_dgc(t);
+      s.in_state = path.snapshot_dgc(t);
       if (!s.in_state) {
-        const std::vector<uint8_t> blob = path_->save_dgc(t);
+        const std::vector<uint8_t> blob = path.save_dgc(t);
         s.dgc.assign(blob.begin(), blob.end());
       }
       s.momentum.clear();
     } else {
-      path_->copy_momentum(t, s.momentum);
+      path.copy_momentum(t, s.momentum);
       s.dgc.clear();
     }
     s.anchor.assign(t.anchor.begin(), t.anchor.end());
@@ -47,35 +51,37 @@ void Engine::snapshot_state() {
   }
   // A tensor registered after the last snapshot and gone since cannot be: tensors are never
   // unregistered. Entries of earlier snapshots all belong to registered tensors.
-  snapshot_.completed_steps = completed_steps_;
-  snapshot_.step_clip_scale = step_clip_scale_;
-  snapshot_.valid = true;
+  table_.snapshot.completed_steps = steps_.completed;
+  table_.snapshot.step_clip_scale = steps_.clip_scale;
+  table_.snapshot.valid = true;
 }
 
 void Engine::rollback_state() {
   auto lock = wait_until_idle();
-  if (!snapshot_.valid) throw StateError("rollback without a snapshot (gradex_state_snapshot)");
+  BackendPath& path = executor_->path();
+  if (!table_.snapshot.valid)
+    throw StateError("rollback without a snapshot (gradex_state_snapshot)");
   // Validate everything first: a rollback that cannot restore every tensor changes nothing.
-  for (auto& [key, t] : tensors_) {
-    auto it = snapshot_.tensors.find(key);
-    if (it == snapshot_.tensors.end() || !it->second.taken) continue;  // registered since
+  for (auto& [key, t] : table_.tensors) {
+    auto it = table_.snapshot.tensors.find(key);
+    if (it == table_.snapshot.tensors.end() || !it->second.taken) continue;  // registered since
     const TensorSnapshot& s = it->second;
-    if (s.sparse != is_sparse(t.policy.rung.codec) || s.has_dgc != path_->has_dgc(t) ||
-        (s.in_state && !path_->dgc_snapshot_taken(t)))
+    if (s.sparse != is_sparse(t.policy.rung.codec) || s.has_dgc != path.has_dgc(t) ||
+        (s.in_state && !path.dgc_snapshot_taken(t)))
       throw StateError("rollback: tensor '" + key +
                        "' changed its policy since the snapshot (GRADEX_POLICY=auto switched it); "
                        "its state cannot be restored");
   }
-  for (auto& [key, t] : tensors_) {
-    auto it = snapshot_.tensors.find(key);
-    if (it == snapshot_.tensors.end() || !it->second.taken) {
+  for (auto& [key, t] : table_.tensors) {
+    auto it = table_.snapshot.tensors.find(key);
+    if (it == table_.snapshot.tensors.end() || !it->second.taken) {
       // Registered after the snapshot: back to the state of a fresh registration.
-      if (path_->has_dgc(t)) {
+      if (path.has_dgc(t)) {
         const std::vector<uint8_t> fresh =
             compress::DgcCompressor(t.numel, t.backend->dgc_options).save_state();
-        path_->load_dgc(t, fresh.data(), fresh.size());
+        path.load_dgc(t, fresh.data(), fresh.size());
       } else {
-        path_->load_momentum(t, nullptr, 0);
+        path.load_momentum(t, nullptr, 0);
       }
       t.anchor.clear();
       t.int8_residual.clear();
@@ -88,11 +94,11 @@ void Engine::rollback_state() {
     }
     const TensorSnapshot& s = it->second;
     if (s.has_dgc && s.in_state)
-      path_->rollback_dgc(t);
+      path.rollback_dgc(t);
     else if (s.has_dgc)
-      path_->load_dgc(t, s.dgc.data(), s.dgc.size());
+      path.load_dgc(t, s.dgc.data(), s.dgc.size());
     else
-      path_->restore_momentum(t, s.momentum);
+      path.restore_momentum(t, s.momentum);
     t.anchor.assign(s.anchor.begin(), s.anchor.end());
     t.int8_residual.assign(s.int8_residual.begin(), s.int8_residual.end());
     t.int8_owner_residual.assign(s.int8_owner_residual.begin(), s.int8_owner_residual.end());
@@ -101,9 +107,9 @@ void Engine::rollback_state() {
     t.step = s.step;
     t.exchanges = s.exchanges;
   }
-  completed_steps_ = snapshot_.completed_steps;
-  stats_.steps = completed_steps_;
-  step_clip_scale_ = snapshot_.step_clip_scale;
+  steps_.completed = table_.snapshot.completed_steps;
+  steps_.stats.steps = steps_.completed;
+  steps_.clip_scale = table_.snapshot.step_clip_scale;
 }
 
 }  // namespace gradex::sync

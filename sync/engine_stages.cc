@@ -13,6 +13,7 @@
 #include "base/wall_time.h"
 #include "sync/backend_path.h"
 #include "sync/engine.h"
+#include "sync/engine_executor.h"
 #include "sync/engine_internal.h"
 #include "sync/pipeline.h"
 #include "sync/route/route.h"
@@ -25,13 +26,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::from_float;
 using detail::to_float;
-using detail::work_name;
 using pipeline::Job;
 using pipeline::Unit;
 
 }  // namespace
 
-void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
+void Engine::Executor::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   TensorState& t = *job.tensor;
   const route::JobRole role = route::role_of(job);
   if (role.first_average) {
@@ -61,7 +61,7 @@ void Engine::prepare(Job& job, std::vector<uint8_t>& payload_out) {
   if (job.rider) job.saturated = path_->encode_rider(t, job.data, job.rider_wire, payload_out);
 }
 
-void Engine::prepare_named(Job& job, std::vector<uint8_t>& payload_out) {
+void Engine::Executor::prepare_named(Job& job, std::vector<uint8_t>& payload_out) {
   try {
     if (before_prepare_) before_prepare_(job);
     prepare(job, payload_out);
@@ -129,7 +129,7 @@ void spread_jobs(ThreadPool& pool, Unit& unit, const HostJobs& host, Fn&& fn) {
 
 }  // namespace
 
-void Engine::prepare_unit(Unit& unit) {
+void Engine::Executor::prepare_unit(Unit& unit) {
   auto t0 = Clock::now();
   ThreadPool& pool = shared_pool();
   // Each tensor's work is independent (its own momentum, residual and selection; a large tensor is
@@ -143,14 +143,14 @@ void Engine::prepare_unit(Unit& unit) {
     work.spread = [&](const std::function<void(size_t)>& fn) { spread_jobs(pool, unit, host, fn); };
   route::select(unit, hierarchy()).pack(unit, work);
   unit.counters.prepare_seconds += seconds_since(t0);
-  if (trace_) {
+  if (engine_.trace_) {
     unit.timeline_args = timeline::unit_args(unit).members();
-    trace_->span(trace_row(), "encode", t0, Clock::now(),
-                 timeline::Args::from_members(unit.timeline_args));
+    engine_.trace_->span(engine_.trace_row(), "encode", t0, Clock::now(),
+                         timeline::Args::from_members(unit.timeline_args));
   }
 }
 
-void Engine::finish(Job& job, const std::vector<compress::wire::PayloadSpan>& payloads) {
+void Engine::Executor::finish(Job& job, const std::vector<compress::wire::PayloadSpan>& payloads) {
   TensorState& t = *job.tensor;
   if (job.rider) {
     job.nonfinite_result = path_->finish_rider(t, job.data, payloads, job.rider_wire);
@@ -172,11 +172,11 @@ void Engine::finish(Job& job, const std::vector<compress::wire::PayloadSpan>& pa
   }
 }
 
-void Engine::finish_unit(Unit& unit) {
+void Engine::Executor::finish_unit(Unit& unit) {
   auto t0 = Clock::now();
   // Unpacking reads the layout and the world size only (no collective: any thread).
-  route::Context ctx{*comm_,   *path_,  sparse_gather_, link_,
-                     options_, config_, hierarchy(),    world_size_};
+  route::Context ctx{*engine_.comm_, *path_,  sparse_gather_, link_,
+                     options_,       config_, hierarchy(),    engine_.world_size_};
   const route::Payloads payloads = route::select(unit, hierarchy()).unpack(unit, ctx);
   // Every tensor's finish is its own (its sum, its cast back): spread like the prepare stage.
   ThreadPool& pool = shared_pool();
@@ -196,9 +196,9 @@ void Engine::finish_unit(Unit& unit) {
     if (unit.counters.first_saturated.empty()) unit.counters.first_saturated = job->tensor->key;
   }
   unit.counters.finish_seconds += seconds_since(t0);
-  if (trace_)
-    trace_->span(trace_row(), "decode", t0, Clock::now(),
-                 timeline::Args::from_members(unit.timeline_args));
+  if (engine_.trace_)
+    engine_.trace_->span(engine_.trace_row(), "decode", t0, Clock::now(),
+                         timeline::Args::from_members(unit.timeline_args));
   complete_unit(unit);
 }
 

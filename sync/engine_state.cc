@@ -7,6 +7,7 @@
 #include "sync/backend_tensor.h"
 #include "sync/byte_io.h"
 #include "sync/engine.h"
+#include "sync/engine_executor.h"
 
 namespace gradex::sync {
 namespace {
@@ -27,27 +28,32 @@ void put_floats(ByteWriter& w, const std::vector<float>& v) {
 
 std::vector<float> Engine::residual_of(const std::string& key) {
   auto lock = wait_until_idle();
-  auto it = tensors_.find(key);
-  if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
-  return path_->residual(it->second);  // host copy of v
+  BackendPath& path = executor_->path();
+  auto it = table_.tensors.find(key);
+  if (it == table_.tensors.end())
+    throw InvalidArgument("tensor '" + key + "' was never registered");
+  return path.residual(it->second);  // host copy of v
 }
 
 std::vector<float> Engine::momentum_of(const std::string& key) {
   auto lock = wait_until_idle();
-  auto it = tensors_.find(key);
-  if (it == tensors_.end()) throw InvalidArgument("tensor '" + key + "' was never registered");
-  return path_->momentum(it->second);  // host copy of u
+  BackendPath& path = executor_->path();
+  auto it = table_.tensors.find(key);
+  if (it == table_.tensors.end())
+    throw InvalidArgument("tensor '" + key + "' was never registered");
+  return path.momentum(it->second);  // host copy of u
 }
 
 std::vector<uint8_t> Engine::save_state() {
   auto lock = wait_until_idle();
+  BackendPath& path = executor_->path();
   // After a fatal error some tensors' residuals, momenta or counters may have advanced on this
   // rank and not on others: such a state would resume ranks out of step, so none is written.
-  if (fatal_code_ != ErrorCode::kOk)
-    throw StateError("save_state refused: the engine failed earlier (" + fatal_message_ +
+  if (fatal_.code != ErrorCode::kOk)
+    throw StateError("save_state refused: the engine failed earlier (" + fatal_.message +
                      "), so its state may be partly updated");
   bool int8 = false;
-  for (const auto& [key, t] : tensors_)
+  for (const auto& [key, t] : table_.tensors)
     int8 |= !t.int8_residual.empty();
   const uint32_t version = int8 ? kStateVersion : 2;
   ByteWriter w;
@@ -55,12 +61,12 @@ std::vector<uint8_t> Engine::save_state() {
   w.put<uint32_t>(version);
   w.put<uint32_t>(static_cast<uint32_t>(world_size_));
   w.put<uint32_t>(static_cast<uint32_t>(rank_));
-  w.put<uint64_t>(completed_steps_);
-  w.put<uint32_t>(static_cast<uint32_t>(tensors_.size()));
-  for (auto& [key, t] : tensors_) {
+  w.put<uint64_t>(steps_.completed);
+  w.put<uint32_t>(static_cast<uint32_t>(table_.tensors.size()));
+  for (auto& [key, t] : table_.tensors) {
     // u and v are copied to host and written in DgcCompressor's format (a state saved on one
     // backend restores on any other).
-    const bool has_dgc = path_->has_dgc(t);
+    const bool has_dgc = path.has_dgc(t);
     w.put_string(key);
     w.put<uint64_t>(t.numel);
     w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
@@ -68,7 +74,7 @@ std::vector<uint8_t> Engine::save_state() {
     if (has_dgc) {
       // The DGC blob inside its own length (format 1's codec framing).
       ByteWriter codec;
-      const std::vector<uint8_t> blob = path_->save_dgc(t);
+      const std::vector<uint8_t> blob = path.save_dgc(t);
       codec.put<uint64_t>(blob.size());
       codec.put_bytes(blob.data(), blob.size());
       w.put<uint64_t>(codec.bytes().size());
@@ -77,7 +83,7 @@ std::vector<uint8_t> Engine::save_state() {
     w.put<uint64_t>(t.anchor.size());
     w.put_bytes(t.anchor.data(), t.anchor.size() * sizeof(float));
     w.put<uint64_t>(t.step);
-    const std::vector<float> u = has_dgc ? std::vector<float>() : path_->momentum(t);
+    const std::vector<float> u = has_dgc ? std::vector<float>() : path.momentum(t);
     w.put<uint64_t>(u.size());
     w.put_bytes(u.data(), u.size() * sizeof(float));
     if (version >= 3) {
@@ -90,6 +96,7 @@ std::vector<uint8_t> Engine::save_state() {
 
 void Engine::load_state(const uint8_t* data, size_t size) {
   auto lock = wait_until_idle();
+  BackendPath& path = executor_->path();
   ByteReader r(data, size, "saved gradex state");
   if (r.get<uint32_t>() != kStateMagic) throw StateError("not a gradex state (bad magic)");
   uint32_t version = r.get<uint32_t>();
@@ -105,9 +112,10 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   r.get<uint32_t>();  // the saving rank: informative only (residuals are per rank, see docs)
   uint64_t steps = r.get<uint64_t>();
   uint32_t count = r.get<uint32_t>();
-  if (count != tensors_.size())
+  if (count != table_.tensors.size())
     throw StateError("gradex state holds " + std::to_string(count) + " tensors, this engine has " +
-                     std::to_string(tensors_.size()) + " registered (register every tensor first)");
+                     std::to_string(table_.tensors.size()) +
+                     " registered (register every tensor first)");
 
   // Parse and validate everything before changing anything, so a bad state leaves the engine
   // intact.
@@ -130,8 +138,8 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     std::string key = r.get_string();
     uint64_t numel = r.get<uint64_t>();
     uint8_t dtype = r.get<uint8_t>();
-    auto it = tensors_.find(key);
-    if (it == tensors_.end())
+    auto it = table_.tensors.find(key);
+    if (it == table_.tensors.end())
       throw StateError("gradex state holds tensor '" + key + "', which is not registered here");
     TensorState& t = it->second;
     if (t.numel != numel || static_cast<uint8_t>(t.dtype) != dtype)
@@ -141,8 +149,8 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     bool has_codec = r.get<uint8_t>() != 0;
     // GRADEX_POLICY=auto starts every host tensor dense: a saved DGC state is restored into it (its
     // dense steps flush the residual until a plan makes it DGC again).
-    p.adopt = has_codec && !path_->has_dgc(t) && policy_->adopts_saved_codec(t.backend->cuda);
-    if (has_codec != path_->has_dgc(t) && !p.adopt)
+    p.adopt = has_codec && !path.has_dgc(t) && policy_->adopts_saved_codec(t.backend->cuda);
+    if (has_codec != path.has_dgc(t) && !p.adopt)
       throw StateError("tensor '" + key + "' was saved with a different policy (" +
                        (has_codec ? "DGC" : "dense") + ") than it has now");
     if (has_codec) {
@@ -184,12 +192,12 @@ void Engine::load_state(const uint8_t* data, size_t size) {
   std::vector<DgcBlob> blobs(parsed.size());
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
-    if (!path_->has_dgc(t) && !parsed[i].adopt) continue;
+    if (!path.has_dgc(t) && !parsed[i].adopt) continue;
     ByteReader cr(parsed[i].codec, parsed[i].codec_size, "DGC state of tensor '" + t.key + "'");
     const uint64_t size = cr.get<uint64_t>();
     const uint8_t* blob = cr.get_bytes(size);
     cr.expect_end();
-    blobs[i] = {blob, size, path_->validate_dgc(t, blob, size)};
+    blobs[i] = {blob, size, path.validate_dgc(t, blob, size)};
   }
   for (size_t i = 0; i < parsed.size(); ++i) {
     TensorState& t = *parsed[i].tensor;
@@ -198,12 +206,12 @@ void Engine::load_state(const uint8_t* data, size_t size) {
       std::memcpy(t.anchor.data(), parsed[i].anchor, parsed[i].anchor_size * sizeof(float));
     uint64_t dgc_steps = 0;
     if (blobs[i].data) {
-      path_->load_dgc(t, blobs[i].data, blobs[i].size);
+      path.load_dgc(t, blobs[i].data, blobs[i].size);
       dgc_steps = blobs[i].steps;
     } else {
       std::vector<float> u(parsed[i].momentum_size);
       if (!u.empty()) std::memcpy(u.data(), parsed[i].momentum, u.size() * sizeof(float));
-      path_->load_momentum(t, u.data(), u.size());
+      path.load_momentum(t, u.data(), u.size());
     }
     t.step = parsed[i].has_step ? parsed[i].step : dgc_steps;
     // The 8-bit residuals: saved at this world size (checked above), so the owned segments match.
@@ -217,8 +225,8 @@ void Engine::load_state(const uint8_t* data, size_t size) {
     t.int8_world = n8 ? world_size_ : 0;
     t.int8_layout = 0;  // a checkpoint does not record it (sync/int8_path.cc: ready_residuals)
   }
-  completed_steps_ = steps;
-  stats_.steps = steps;
+  steps_.completed = steps;
+  steps_.stats.steps = steps;
 }
 
 }  // namespace gradex::sync

@@ -57,7 +57,7 @@ std::string describe(const std::vector<int>& region_of_rank) {
 ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& config,
                                const EngineOptions& options) {
   ExchangeLayout layout;
-  if (options.hierarchical == EngineOptions::Hierarchical::kOff) {
+  if (options.collectives.hierarchical == EngineOptions::Hierarchical::kOff) {
     layout.description = "flat (GRADEX_HIERARCHICAL=0)";
     return layout;
   }
@@ -102,7 +102,8 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
                     << describe(map.region_of_rank) << "): the hosts are the tier";
     }
   }
-  if (options.hierarchical == EngineOptions::Hierarchical::kOn || comm::hierarchy_pays(groups)) {
+  if (options.collectives.hierarchical == EngineOptions::Hierarchical::kOn ||
+      comm::hierarchy_pays(groups)) {
     layout.groups = std::make_unique<comm::HostTopology>(std::move(groups));
     layout.description = "hierarchical over " + layout.description;
   } else {

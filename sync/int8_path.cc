@@ -1,6 +1,7 @@
 // The backends' side of the dense quantized route, 8 or 4 bits (sync/int8_exchange.h; the route
 // objects are sync/route/int8.cc): each tensor's values reach the exchange through its backend
-// (BackendPath::int8_average: host tensors in place, device tensors through host memory). The
+// (BackendPath::stage_int8 / unstage_int8 around the route's int8_allreduce: host tensors in
+// place, device tensors through host memory). The
 // residuals live in TensorState (host memory, saved with the engine's state).
 #include "sync/backend_lane.h"
 #include "sync/backend_path.h"
@@ -68,38 +69,42 @@ void ready_residuals(TensorState& t, int world, int rank, uint64_t layout, float
 
 }  // namespace
 
-void BackendPath::int8_average(comm::Communicator& comm, const std::vector<TensorState*>& tensors,
-                               const std::vector<float*>& values, const std::vector<bool>& absent,
-                               int bits, bool one_hop, const comm::HostTopology* hierarchy,
-                               Int8Counters& counters) {
-  const int world = comm.size();
-  const uint64_t layout = residual_layout(world, hierarchy, comm.rank());
-  std::vector<Int8Item> items(tensors.size());
-  std::vector<std::vector<float>> host(tensors.size());  // device tensors' values
+Int8Staging BackendPath::stage_int8(const std::vector<TensorState*>& tensors,
+                                    const std::vector<float*>& values,
+                                    const std::vector<bool>& absent, int world, int rank,
+                                    const comm::HostTopology* hierarchy) {
+  const uint64_t layout = residual_layout(world, hierarchy, rank);
+  Int8Staging staging;
+  staging.items.resize(tensors.size());
+  staging.host.resize(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);
     wait_ready(t, l);  // the prepare stage's work on it
     float* v = values[i];
     if (!t.backend->backend->host_accessible()) {
-      host[i] = download(t, v, t.numel);
+      staging.host[i] = download(t, v, t.numel);
       staged_bytes_ += t.numel * 4;
-      v = host[i].data();
+      v = staging.host[i].data();
     }
-    ready_residuals(t, world, comm.rank(), layout, v);
+    ready_residuals(t, world, rank, layout, v);
     // With a layout a rank's residual takes part whether or not the rank is absent: on the shards
     // it owns it stands for its group's sum (an absent rank adds zeros to it), elsewhere it carries
     // the error of this rank's own encoding inside the group.
     const bool own_residual = !absent[i] || hierarchy != nullptr;
-    items[i] = {v, t.numel, own_residual ? t.int8_residual.data() : nullptr,
-                t.int8_owner_residual.data(), &t.key};
+    staging.items[i] = {v, t.numel, own_residual ? t.int8_residual.data() : nullptr,
+                        t.int8_owner_residual.data(), &t.key};
   }
-  int8_allreduce(comm, items, bits, counters, one_hop, hierarchy);
+  return staging;
+}
+
+void BackendPath::unstage_int8(Int8Staging& staging, const std::vector<TensorState*>& tensors,
+                               const std::vector<float*>& values) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorState& t = *tensors[i];
     Lane& l = lane(*t.backend->backend);
-    if (!host[i].empty()) {
-      upload(t, values[i], host[i].data(), t.numel);
+    if (!staging.host[i].empty()) {
+      upload(t, values[i], staging.host[i].data(), t.numel);
       staged_bytes_ += t.numel * 4;
     }
     t.backend->ready->record(*l.stream);  // the finish stage waits

@@ -148,10 +148,11 @@ class LinkModel {
 
 // What the routes do on the agreed link (route::link_paths, from the agreed model, so the same on
 // every rank), for the planner's pricing: how close to a step's first submission the others must
-// come to share its negotiation round on a latency-bound link (Engine::coalesce_submissions), the
-// largest dense bucket summed by the direct exchange (route::dense_direct_max_bytes: the dense
-// routes' own rule), whether a DGC gather skips its size round (SparseGather), and the largest
-// 8-bit or 4-bit unit summed in one hop (route::quantized_one_hop_max_bytes, one rank's encoding).
+// come to share its negotiation round on a latency-bound link
+// (Engine::ProgressLoop::coalesce_submissions), the largest dense bucket summed by the direct
+// exchange (route::dense_direct_max_bytes: the dense routes' own rule), whether a DGC gather skips
+// its size round (SparseGather), and the largest 8-bit or 4-bit unit summed in one hop
+// (route::quantized_one_hop_max_bytes, one rank's encoding).
 struct LinkPaths {
   double coalesce_window_s = 0;
   uint64_t dense_direct_max_bytes = 0;

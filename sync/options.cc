@@ -81,39 +81,41 @@ EngineOptions engine_options_from_config(const config::Config& c) {
   o.momentum = static_cast<float>(c.get_float("GRADEX_MOMENTUM"));
   o.nesterov = c.get_bool("GRADEX_NESTEROV");
   o.clip_norm = c.get_float("GRADEX_CLIP_NORM");
-  o.adam_codec = c.get_string("GRADEX_OPTIMIZER") == "adam";
+  o.adam.codec = c.get_string("GRADEX_OPTIMIZER") == "adam";
   // A GRADEX_SPARSITY the user set (and no GRADEX_ADAM_SPARSITY) is their choice for every codec.
-  o.adam_sparsity = c.source_of("GRADEX_SPARSITY") != config::Source::kDefault &&
+  o.adam.sparsity = c.source_of("GRADEX_SPARSITY") != config::Source::kDefault &&
                             c.source_of("GRADEX_ADAM_SPARSITY") == config::Source::kDefault
                         ? o.sparsity
                         : c.get_float("GRADEX_ADAM_SPARSITY");
-  o.adam_decay = static_cast<float>(c.get_float("GRADEX_ADAM_DECAY"));
-  o.adam_dct_chunk = c.get_string("GRADEX_ADAM_TRANSFORM") == "dct"
+  o.adam.decay = static_cast<float>(c.get_float("GRADEX_ADAM_DECAY"));
+  o.adam.dct_chunk = c.get_string("GRADEX_ADAM_TRANSFORM") == "dct"
                          ? static_cast<uint32_t>(c.get_int("GRADEX_ADAM_DCT_CHUNK"))
                          : 0u;
-  if (o.adam_codec && o.momentum > 0)
+  if (o.adam.codec && o.momentum > 0)
     throw ConfigError(
         "GRADEX_MOMENTUM=" + c.canonical_text("GRADEX_MOMENTUM") +
         " with GRADEX_OPTIMIZER=adam: an optimizer that keeps its own moments gets no "
         "gradex momentum (set GRADEX_MOMENTUM=0, or GRADEX_OPTIMIZER to its family)");
   const std::string& collective = c.get_string("GRADEX_SPARSE_COLLECTIVE");
-  o.sparse_collective = collective == "ring"     ? EngineOptions::SparseCollective::kRing
-                        : collective == "direct" ? EngineOptions::SparseCollective::kDirect
-                                                 : EngineOptions::SparseCollective::kAuto;
+  o.collectives.sparse = collective == "ring"     ? EngineOptions::SparseCollective::kRing
+                         : collective == "direct" ? EngineOptions::SparseCollective::kDirect
+                                                  : EngineOptions::SparseCollective::kAuto;
   const std::string& dense_collective = c.get_string("GRADEX_DENSE_COLLECTIVE");
-  o.dense_collective = dense_collective == "ring"     ? EngineOptions::DenseCollective::kRing
-                       : dense_collective == "direct" ? EngineOptions::DenseCollective::kDirect
-                       : dense_collective == "gather" ? EngineOptions::DenseCollective::kGather
-                                                      : EngineOptions::DenseCollective::kAuto;
+  o.collectives.dense = dense_collective == "ring"     ? EngineOptions::DenseCollective::kRing
+                        : dense_collective == "direct" ? EngineOptions::DenseCollective::kDirect
+                        : dense_collective == "gather" ? EngineOptions::DenseCollective::kGather
+                                                       : EngineOptions::DenseCollective::kAuto;
   const std::string& hierarchical = c.get_string("GRADEX_HIERARCHICAL");
-  o.hierarchical = hierarchical == "0"   ? EngineOptions::Hierarchical::kOff
-                   : hierarchical == "1" ? EngineOptions::Hierarchical::kOn
-                                         : EngineOptions::Hierarchical::kAuto;
-  o.port_queue_s = c.get_float("GRADEX_PORT_QUEUE_MS") / 1000.0;
-  o.port_queue_explicit = c.source_of("GRADEX_PORT_QUEUE_MS") != config::Source::kDefault;
-  o.sparse_group_bytes = static_cast<size_t>(c.get_float("GRADEX_SPARSE_GROUP_MB") * (1 << 20));
-  o.localsgd_period = c.get_int("GRADEX_LOCALSGD_PERIOD");
-  o.localsgd_warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
+  o.collectives.hierarchical = hierarchical == "0"   ? EngineOptions::Hierarchical::kOff
+                               : hierarchical == "1" ? EngineOptions::Hierarchical::kOn
+                                                     : EngineOptions::Hierarchical::kAuto;
+  o.collectives.port_queue_s = c.get_float("GRADEX_PORT_QUEUE_MS") / 1000.0;
+  o.collectives.port_queue_explicit =
+      c.source_of("GRADEX_PORT_QUEUE_MS") != config::Source::kDefault;
+  o.collectives.sparse_group_bytes =
+      static_cast<size_t>(c.get_float("GRADEX_SPARSE_GROUP_MB") * (1 << 20));
+  o.localsgd.period = c.get_int("GRADEX_LOCALSGD_PERIOD");
+  o.localsgd.warmup_steps = c.get_int("GRADEX_LOCALSGD_WARMUP_STEPS");
   o.timeline_dir = c.get_string("GRADEX_TIMELINE");
   return o;
 }

@@ -39,46 +39,55 @@ struct EngineOptions {
   double clip_norm = 0;
   // GRADEX_OPTIMIZER=adam: compressed tensors use the Adam codec (compress/backend/adam_codec.h)
   // at GRADEX_ADAM_SPARSITY with decay GRADEX_ADAM_DECAY instead of DGC at GRADEX_SPARSITY.
-  bool adam_codec = false;
-  double adam_sparsity = 0.98;
-  float adam_decay = 0.9f;
   // GRADEX_ADAM_TRANSFORM=dct: the Adam codec runs on the chunked DCT (dct_adam_codec.h) with
   // blocks of at most GRADEX_ADAM_DCT_CHUNK; 0: on the elements.
-  uint32_t adam_dct_chunk = 64;
+  struct Adam {
+    bool codec = false;
+    double sparsity = 0.98;
+    float decay = 0.9f;
+    uint32_t dct_chunk = 64;
+  } adam;
+
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
   // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
-  enum class SparseCollective { kAuto, kRing, kDirect } sparse_collective = SparseCollective::kAuto;
+  enum class SparseCollective { kAuto, kRing, kDirect };
   // GRADEX_DENSE_COLLECTIVE: the ring or the direct allreduce for dense buckets; auto chooses per
-  // bucket from the agreed link model (sync/link_model.h: LinkModel::dense_direct_for) and,
+  // bucket from the agreed link model (sync/route/route.h: dense_direct_max_bytes) and,
   // on a latency-bound link, lets small dense gradients ride a round's DGC gather
   // (sync/gather_rider.h); gather: every dense gradient of a round with a DGC unit rides it, other
   // rounds' buckets as auto.
-  enum class DenseCollective {
-    kAuto,
-    kRing,
-    kDirect,
-    kGather
-  } dense_collective = DenseCollective::kAuto;
+  enum class DenseCollective { kAuto, kRing, kDirect, kGather };
   // GRADEX_HIERARCHICAL: dense buckets and sparse payloads through comm/hierarchical.h. auto: when
   // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
-  enum class Hierarchical { kAuto, kOff, kOn } hierarchical = Hierarchical::kAuto;
-  // GRADEX_PORT_QUEUE_MS, in seconds: what a switch port between hosts buffers (auto's incast
-  // term), and whether the user set it (then it is taken as written: no measured incast burst).
-  double port_queue_s = 1e-3;
-  bool port_queue_explicit = false;
+  enum class Hierarchical { kAuto, kOff, kOn };
+  // How units travel: the collectives' choices and what the link model needs to be told.
+  struct Collectives {
+    SparseCollective sparse = SparseCollective::kAuto;
+    DenseCollective dense = DenseCollective::kAuto;
+    Hierarchical hierarchical = Hierarchical::kAuto;
+    // GRADEX_PORT_QUEUE_MS, in seconds: what a switch port between hosts buffers (auto's incast
+    // term), and whether the user set it (then it is taken as written: no measured incast burst).
+    double port_queue_s = 1e-3;
+    bool port_queue_explicit = false;
+    // GRADEX_SPARSE_GROUP_MB: DGC tensors of a round travel in groups of consecutive tensors (key
+    // order) holding at least this many bytes of fp32 gradient; a larger tensor travels alone
+    // (0: every DGC tensor alone). Each group is one unit of the engine's pipeline
+    // (sync/pipeline.h).
+    size_t sparse_group_bytes = 16u << 20;
+  } collectives;
   // The planner's rank-count guess of the transfer's latency terms (sync/codec_planner.cc); the
   // engine itself chooses per unit (sync/sparse_gather.h).
   static constexpr int kSparseRingMinRanks = 8;
   bool sparse_ring_for(int world_size) const {
-    return sparse_collective == SparseCollective::kRing ||
-           (sparse_collective == SparseCollective::kAuto && world_size >= kSparseRingMinRanks);
+    return collectives.sparse == SparseCollective::kRing ||
+           (collectives.sparse == SparseCollective::kAuto && world_size >= kSparseRingMinRanks);
   }
-  // GRADEX_SPARSE_GROUP_MB: DGC tensors of a round travel in groups of consecutive tensors (key
-  // order) holding at least this many bytes of fp32 gradient; a larger tensor travels alone
-  // (0: every DGC tensor alone). Each group is one unit of the engine's pipeline (sync/pipeline.h).
-  size_t sparse_group_bytes = 16u << 20;
-  int64_t localsgd_period = 0;
-  int64_t localsgd_warmup_steps = 0;
+
+  // GRADEX_LOCALSGD_PERIOD, GRADEX_LOCALSGD_WARMUP_STEPS (sync/localsgd.h).
+  struct LocalSgd {
+    int64_t period = 0;
+    int64_t warmup_steps = 0;
+  } localsgd;
   // GRADEX_TIMELINE: where this rank writes its timeline (sync/timeline/recorder.h); empty: off.
   std::string timeline_dir;
 };

@@ -54,8 +54,8 @@ struct Job {
   void* values = nullptr;  // what is sent and receives the average (BackendPath::values)
   DType values_dtype = DType::kFloat32;
   std::vector<float> delta;  // LocalSGD: parameters - anchor, sent instead
-  // A sparse job prepared beside others (Engine::prepare_unit spreads a unit over the pool): its
-  // payload, framed into the unit's message in job order once every job is prepared.
+  // A sparse job prepared beside others (Engine::Executor::prepare_unit spreads a unit over the
+  // pool): its payload, framed into the unit's message in job order once every job is prepared.
   std::vector<uint8_t> payload;
   uint64_t saturated = 0;  // a rider's values that saturated its 16-bit wire
   // transfer (dense), finish (riders):
@@ -158,19 +158,19 @@ struct Stages {
 // consequences); units already finished stay finished.
 void run(std::deque<Unit>& units, const Stages& stages, ThreadPool& pool, int lookahead);
 
-// Whether a unit's prepare stage is spread over a pool of `threads` (Engine::prepare_unit): its
-// `jobs` (those whose backend allows it) run at once, largest first, when there are two or more
-// and they compute on at least kSpreadMinElements elements together; below that, waking workers
-// costs about what it saves.
+// Whether a unit's prepare stage is spread over a pool of `threads`
+// (Engine::Executor::prepare_unit): its `jobs` (those whose backend allows it) run at once, largest
+// first, when there are two or more and they compute on at least kSpreadMinElements elements
+// together; below that, waking workers costs about what it saves.
 constexpr uint64_t kSpreadMinElements = uint64_t{1} << 16;
 inline bool spread_prepare(int threads, size_t jobs, uint64_t work_elements) {
   return threads > 1 && jobs > 1 && work_elements >= kSpreadMinElements;
 }
 
 // The engine's lookahead for a pool of `threads`: 1, and one more unit per 8 threads. A unit's
-// prepare stage is itself spread over the pool (Engine::prepare_unit); on a wide pool the tail of
-// one unit's prepare (its largest tensor's last chunks) leaves threads idle that the next unit's
-// prepare can use.
+// prepare stage is itself spread over the pool (Engine::Executor::prepare_unit); on a wide pool the
+// tail of one unit's prepare (its largest tensor's last chunks) leaves threads idle that the next
+// unit's prepare can use.
 int lookahead_for(int threads);
 
 }  // namespace gradex::sync::pipeline

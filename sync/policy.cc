@@ -31,8 +31,8 @@ AppliedPolicy choose_policy(const EngineOptions& options, const std::string& key
   if (std::optional<AppliedPolicy> forced = override_policy(options, key)) return *forced;
   if (numel < options.dense_threshold)
     return {default_dense_rung(options), "below GRADEX_DENSE_THRESHOLD"};
-  if (options.adam_codec)  // GRADEX_OPTIMIZER=adam: the Adam codec's own sparsity
-    return at_sparsity(options, options.adam_sparsity,
+  if (options.adam.codec)  // GRADEX_OPTIMIZER=adam: the Adam codec's own sparsity
+    return at_sparsity(options, options.adam.sparsity,
                        "GRADEX_OPTIMIZER=adam: Adam codec at GRADEX_ADAM_SPARSITY",
                        "GRADEX_ADAM_SPARSITY=0");
   return at_sparsity(options, options.sparsity, "GRADEX_SPARSITY", "GRADEX_SPARSITY=0");

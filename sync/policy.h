@@ -57,7 +57,7 @@ inline int quantized_bits(Codec c) {
 // The run's sparse codec: the Adam codec under GRADEX_OPTIMIZER=adam, else DGC. The one place
 // that rule lives: every sparse rung a tensor is given, and every sparse codec built, follows it.
 inline Codec sparse_codec(const EngineOptions& options) {
-  return options.adam_codec ? Codec::kAdam : Codec::kDgc;
+  return options.adam.codec ? Codec::kAdam : Codec::kDgc;
 }
 
 struct Rung {

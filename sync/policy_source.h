@@ -11,7 +11,7 @@
 #include <memory>
 
 // AutoPolicySource holds the planner; its header also declares what the interface names
-// (BackendPath, pipeline::Job and Unit, the communicator, options and policy vocabulary).
+// (pipeline::Job and Unit, the communicator, options and policy vocabulary).
 #include "sync/codec_planner.h"
 
 namespace gradex::sync {
@@ -32,19 +32,19 @@ class PolicySource {
   virtual void on_end_step() {}
   // Engine::reconfigure, a new membership (progress thread stopped).
   virtual void on_reconfigure(int world_size) { (void)world_size; }
-  // Progress thread, before routing `jobs` (this round's ready work); may be collective and may
-  // switch the jobs' policies (CodecPlanner::before_routes). `state_mutex` is the engine's.
-  // `link`: the membership's link model, agreed here when the source needs it.
-  virtual void before_routes(comm::Communicator& comm, AgreedLink& link,
-                             std::vector<pipeline::Job>& jobs, BackendPath& path,
-                             std::mutex& state_mutex) {
-    (void)comm, (void)link, (void)jobs, (void)path, (void)state_mutex;
+  // Progress thread, before routing `jobs` (this round's ready work); may be collective. Returns
+  // the policy switches the engine applies before routing (CodecPlanner::plan_round). `link`: the
+  // membership's link model, agreed here when the source needs it.
+  virtual RoundDecision plan_round(comm::Communicator& comm, AgreedLink& link,
+                                   const std::vector<pipeline::Job>& jobs) {
+    (void)comm, (void)link, (void)jobs;
+    return {};
   }
   // Any thread, when a unit completes: its measured times.
   virtual void observe_unit(const pipeline::Unit& unit) { (void)unit; }
   // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
   virtual void set_horizon(uint64_t steps) { (void)steps; }
-  // Progress thread, before each before_routes: what the engine does on the agreed link
+  // Progress thread, before each plan_round: what the engine does on the agreed link
   // (LinkPaths, sync/codec_planner.h).
   virtual void set_link_paths(const LinkPaths& paths) { (void)paths; }
   // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
@@ -77,9 +77,9 @@ class AutoPolicySource final : public PolicySource {
   void on_submit(const std::string& key) override { planner_->on_submit(key); }
   void on_end_step() override { planner_->on_end_step(); }
   void on_reconfigure(int world_size) override { planner_->on_reconfigure(world_size); }
-  void before_routes(comm::Communicator& comm, AgreedLink& link, std::vector<pipeline::Job>& jobs,
-                     BackendPath& path, std::mutex& state_mutex) override {
-    planner_->before_routes(comm, link, jobs, path, state_mutex);
+  RoundDecision plan_round(comm::Communicator& comm, AgreedLink& link,
+                           const std::vector<pipeline::Job>& jobs) override {
+    return planner_->plan_round(comm, link, jobs);
   }
   void observe_unit(const pipeline::Unit& unit) override { planner_->observe_unit(unit); }
   void set_horizon(uint64_t steps) override { planner_->set_horizon(steps); }

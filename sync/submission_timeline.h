@@ -1,5 +1,6 @@
 // When this rank's gradient submissions of a step arrive, so that a negotiation round on a
-// latency-bound link can wait for the rest of a step it expects (Engine::coalesce_submissions).
+// latency-bound link can wait for the rest of a step it expects
+// (Engine::ProgressLoop::coalesce_submissions).
 //
 // A framework hands a step's gradients over in groups (DDP's buckets, each after the part of the
 // backward pass that produced it). Where every negotiation round and every unit costs a message
@@ -30,8 +31,8 @@ constexpr double kCoalesceExpectLatencies = 2.0;
 
 // The ready times the cost model's timeline should plan a latency-bound step with
 // (sync/codec_choice.h): the submissions within `window_s` of the earliest travel in its
-// negotiation round and unit (Engine::coalesce_submissions), so they become ready together, at the
-// last of them; later ones keep their times. Relative order is kept for the rest.
+// negotiation round and unit (Engine::ProgressLoop::coalesce_submissions), so they become ready
+// together, at the last of them; later ones keep their times. Relative order is kept for the rest.
 void coalesce_ready_times(std::vector<double>& ready_s, double window_s);
 
 class SubmissionTimeline {

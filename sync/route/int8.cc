@@ -1,10 +1,10 @@
 // Routes kInt8 and kInt4 (the policies 'int8' and 'int4', the auto policy's 8-bit and 4-bit rungs):
 // a bucket of such tensors in one comm::encoded_allreduce of 8-bit (or 4-bit) blocks with error
 // feedback on both quantizations (sync/int8_exchange.h). Each tensor's values reach the exchange
-// through its backend (BackendPath::int8_average: host tensors in place, device tensors through
-// host memory); the residuals live in TensorState. Under GRADEX_HIERARCHICAL the encoded phases
-// cross the layout's groups only (comm::hierarchical_encoded_allreduce); flat, in one hop instead
-// of two where the agreed link model says so.
+// through its backend (BackendPath::stage_int8 and unstage_int8: host tensors in place, device
+// tensors through host memory); the residuals live in TensorState. Under GRADEX_HIERARCHICAL the
+// encoded phases cross the layout's groups only (comm::hierarchical_encoded_allreduce); flat, in
+// one hop instead of two where the agreed link model says so.
 #include <string>
 #include <vector>
 
@@ -22,8 +22,8 @@ class QuantizedRoute : public Transfer {
   Path path() const override { return path_; }
   // The agreed link model: a plan that keeps every tensor on this route (the auto policy's 8-bit
   // or 4-bit rung across a slow link) must still switch on what the engine does on a
-  // latency-bound link (Engine::coalesce_submissions). This route prices no incast, so the
-  // probe's bursts wait for a route that does, unless the link is latency-bound.
+  // latency-bound link (Engine::ProgressLoop::coalesce_submissions). This route prices no incast,
+  // so the probe's bursts wait for a route that does, unless the link is latency-bound.
   void plan(Context& ctx) const override {
     if (ctx.world_size > 1) ctx.link.agree(ctx.comm, /*incast=*/false);
   }
@@ -54,7 +54,10 @@ class QuantizedRoute : public Transfer {
     unit.sample.codec_cpu_in_transfer = true;
     Int8Counters c;
     try {
-      ctx.path.int8_average(ctx.comm, tensors, values, absent, bits_, unit.one_hop, ctx.hosts, c);
+      Int8Staging staging =
+          ctx.path.stage_int8(tensors, values, absent, ctx.comm.size(), ctx.comm.rank(), ctx.hosts);
+      int8_allreduce(ctx.comm, staging.items, bits_, c, unit.one_hop, ctx.hosts);
+      ctx.path.unstage_int8(staging, tensors, values);
     } catch (const Error& e) {
       throw Error(e.code(), std::to_string(bits_) + "-bit dense bucket of " +
                                 std::to_string(unit.jobs.size()) + " tensor(s) [" + unit.keys() +

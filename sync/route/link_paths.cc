@@ -17,9 +17,9 @@ LinkPaths link_paths(const LinkModel* link, const EngineOptions& options,
   // every step that is planned (the first is the probe's).
   using Sparse = EngineOptions::SparseCollective;
   const bool by_model =
-      options.sparse_collective == Sparse::kAuto && link != nullptr && link->latency_bound();
+      options.collectives.sparse == Sparse::kAuto && link != nullptr && link->latency_bound();
   paths.sparse_unsized = hosts == nullptr && receives_any_length &&
-                         (options.sparse_collective == Sparse::kDirect || by_model);
+                         (options.collectives.sparse == Sparse::kDirect || by_model);
   return paths;
 }
 

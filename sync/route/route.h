@@ -23,7 +23,7 @@
 //                                                 gathered across hosts (GRADEX_HIERARCHICAL)
 // clang-format on
 //
-// A unit's journey (Engine::prepare_unit, transfer, finish_unit):
+// A unit's journey (Engine::Executor::prepare_unit, transfer, finish_unit):
 //   pack       the engine's per-job prepare work (momentum, clipping, DGC selection: `each`), run
 //              by the route over the unit's jobs, and the route's framing of their payloads
 //   plan       collectives the route agrees on before the unit's bytes are counted (the probe)

@@ -574,9 +574,9 @@ Snapshot adam_numbers(double gbit) {
 ChoiceOptions adam_options() {
   ChoiceOptions o = options();
   EngineOptions engine;
-  engine.adam_codec = true;
-  engine.adam_sparsity = 0.98;
-  engine.adam_decay = 0.9f;
+  engine.adam.codec = true;
+  engine.adam.sparsity = 0.98;
+  engine.adam.decay = 0.9f;
   o.ramp_steps = 100;
   o.horizon_steps = 500;
   CodecPlanner::adam_rungs(engine, o);
@@ -593,14 +593,14 @@ TEST(CodecChoice, AdamRungsReplaceTheDgcLadder) {
   EXPECT_EQ(o.ramp_steps, 100u);   // the fidelity ramp applies as to DGC
   EXPECT_EQ(rung_name({Codec::kAdam, 0.98}), "adam 98%");
   EngineOptions engine;
-  engine.adam_codec = true;
-  engine.adam_sparsity = 0.98;
-  engine.adam_decay = 1.0f;  // error feedback without decay: the horizon rule stays
+  engine.adam.codec = true;
+  engine.adam.sparsity = 0.98;
+  engine.adam.decay = 1.0f;  // error feedback without decay: the horizon rule stays
   ChoiceOptions undecayed = options();
   undecayed.horizon_steps = 500;
   CodecPlanner::adam_rungs(engine, undecayed);
   EXPECT_EQ(undecayed.horizon_steps, 500u);
-  engine.adam_sparsity = 0;  // GRADEX_ADAM_SPARSITY=0: AdamW stays dense
+  engine.adam.sparsity = 0;  // GRADEX_ADAM_SPARSITY=0: AdamW stays dense
   ChoiceOptions dense = options();
   CodecPlanner::adam_rungs(engine, dense);
   EXPECT_TRUE(dense.ladder.empty());

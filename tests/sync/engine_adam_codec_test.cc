@@ -232,8 +232,8 @@ TEST(EngineAdamCodec, GradexMomentumWithAnAdamOptimizerIsRefused) {
 TEST(EngineAdamCodec, PolicyGivesCompressedTensorsTheAdamSparsity) {
   gradex::sync::EngineOptions o;
   o.sparsity = 0.999;
-  o.adam_codec = true;
-  o.adam_sparsity = 0.98;
+  o.adam.codec = true;
+  o.adam.sparsity = 0.98;
   o.overrides = gradex::sync::parse_policy_overrides("embed:0.9,norm:dense");
   using gradex::sync::Codec;
   using gradex::sync::Rung;
@@ -243,9 +243,9 @@ TEST(EngineAdamCodec, PolicyGivesCompressedTensorsTheAdamSparsity) {
   // Overrides still win on sparsity; a sparse tensor's codec is the Adam codec whatever decided.
   EXPECT_EQ(choose_policy(o, "embed.weight", 100000).rung, (Rung{Codec::kAdam, 0.9}));
   EXPECT_EQ(choose_policy(o, "norm.weight", 100000).rung, dense);
-  o.adam_sparsity = 0;
+  o.adam.sparsity = 0;
   EXPECT_EQ(choose_policy(o, "fc.weight", 100000).rung, dense);
-  o.adam_codec = false;  // no optimizer known: DGC
+  o.adam.codec = false;  // no optimizer known: DGC
   EXPECT_EQ(choose_policy(o, "fc.weight", 100000).rung, (Rung{Codec::kDgc, 0.999}));
 }
 
@@ -255,13 +255,13 @@ TEST(EngineAdamCodec, AnExplicitSparsityAppliesToTheAdamCodec) {
   using gradex::config::Config;
   using gradex::config::Source;
   Config c = Config::from_strings({"GRADEX_OPTIMIZER=adam"}, Source::kEnvironment);
-  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.98);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam.sparsity, 0.98);
   c.set("GRADEX_SPARSITY", "0");
-  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.0);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam.sparsity, 0.0);
   EXPECT_FALSE(gradex::sync::is_sparse(
       choose_policy(gradex::sync::engine_options_from_config(c), "fc.weight", 100000).rung.codec));
   c.set("GRADEX_ADAM_SPARSITY", "0.995");
-  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam_sparsity, 0.995);
+  EXPECT_EQ(gradex::sync::engine_options_from_config(c).adam.sparsity, 0.995);
 }
 
 // The 8-bit rung under the fidelity caps: on by default, off by default under an Adam-family

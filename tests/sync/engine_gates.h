@@ -17,17 +17,18 @@
 
 #include "capi/engine_access.h"
 #include "sync/engine.h"
+#include "sync/engine_executor.h"
 #include "sync/pipeline.h"
 
 namespace gradex::sync {
 // The engine's test hook (engine.h): a function the progress thread calls before each transfer.
 struct EngineTestAccess {
   static void before_transfer(Engine& e, std::function<void(const pipeline::Unit&)> hook) {
-    e.before_transfer_ = std::move(hook);
+    e.executor_->before_transfer_ = std::move(hook);
   }
   // Called before each job's prepare, on the thread that prepares it.
   static void before_prepare(Engine& e, std::function<void(const pipeline::Job&)> hook) {
-    e.before_prepare_ = std::move(hook);
+    e.executor_->before_prepare_ = std::move(hook);
   }
 };
 }  // namespace gradex::sync

@@ -1,6 +1,6 @@
 // The engine's results pinned bit for bit: digests of what two ranks see in short training runs
 // (averages, DGC residuals, momenta, the saved state), recorded from the classic host path
-// (SparseCodec, sync/momentum.cc, dense_average) that the one host path through the CPU backend
+// (SparseCodec, sync/momentum.cc, the dense bucket) that the one host path through the CPU backend
 // replaced, and required of it. Each scenario covers what the classic path
 // did on its own: dense fp32/fp16/bf16 tensors on fp16, bf16 and fp32 wires, with and without
 // momentum and clipping; DGC tensors (fp32 and 16-bit) in dense warm-up and sparse steps, a NaN

@@ -1,8 +1,8 @@
-// Parallel compression (Engine::prepare_unit spreads a unit's tensors over the worker pool; large
-// tensors are split inside their DGC step as well): nothing a rank sends, receives or keeps depends
-// on GRADEX_THREADS, a unit's tensors really are prepared on several threads at once, and a
-// tensor whose prepare throws on a worker fails the round on every rank with a message naming it,
-// without a hang.
+// Parallel compression (Engine::Executor::prepare_unit spreads a unit's tensors over the worker
+// pool; large tensors are split inside their DGC step as well): nothing a rank sends, receives or
+// keeps depends on GRADEX_THREADS, a unit's tensors really are prepared on several threads at once,
+// and a tensor whose prepare throws on a worker fails the round on every rank with a message naming
+// it, without a hang.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -110,7 +110,7 @@ TEST(Policy, AppliedRungsHaveOneEncoding) {
     for (bool adam : {false, true}) {
       EngineOptions o;
       o.half_on_wire = half;
-      o.adam_codec = adam;
+      o.adam.codec = adam;
       const Codec sparse = adam ? Codec::kAdam : Codec::kDgc;
       EXPECT_EQ(sparse_codec(o), sparse);
       const Rung wire = default_dense_rung(o);

@@ -146,7 +146,7 @@ TEST(Route, TheDenseDirectOrRingRuleIsOneForTheRouteAndThePlanner) {
   three.hosts = {{0}, {1, 2}, {3}};
   EngineOptions o;
   for (Mode mode : {Mode::kAuto, Mode::kGather, Mode::kRing, Mode::kDirect}) {
-    o.dense_collective = mode;
+    o.collectives.dense = mode;
     for (const LinkModel* link : {static_cast<const LinkModel*>(nullptr), &lan, &wan}) {
       const uint64_t flat = dense_direct_max_bytes(o, link, nullptr);
       const bool priced = mode == Mode::kAuto || mode == Mode::kGather;
@@ -168,7 +168,7 @@ TEST(Route, TheDenseDirectOrRingRuleIsOneForTheRouteAndThePlanner) {
     }
   }
   // A LAN sends its small buckets directly: the planner now prices them so.
-  o.dense_collective = Mode::kAuto;
+  o.collectives.dense = Mode::kAuto;
   EXPECT_GT(link_paths(&lan, o, nullptr, true).dense_direct_max_bytes, uint64_t{64} << 10);
   // The one hop and the unsized gather: flat only, the latter where the gather skips its size
   // round.

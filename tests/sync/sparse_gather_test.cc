@@ -141,11 +141,11 @@ TEST(LinkModelGather, AnExplicitPortQueueIsTakenAsWritten) {
   using config::Config;
   using config::Source;
   EXPECT_FALSE(sync::engine_options_from_config(Config::from_strings({}, Source::kEnvironment))
-                   .port_queue_explicit);
+                   .collectives.port_queue_explicit);
   const sync::EngineOptions o = sync::engine_options_from_config(
       Config::from_strings({"GRADEX_PORT_QUEUE_MS=1"}, Source::kEnvironment));
-  EXPECT_TRUE(o.port_queue_explicit);
-  EXPECT_EQ(o.port_queue_s, 1e-3);
+  EXPECT_TRUE(o.collectives.port_queue_explicit);
+  EXPECT_EQ(o.collectives.port_queue_s, 1e-3);
 }
 
 TEST(LinkModelGather, InlineMaximumIsCappedAcrossHostsToFitThePortQueue) {
@@ -409,7 +409,7 @@ TEST(SparseGatherProcesses, AnExplicitPortQueueMeasuresNoBurst) {
     const sync::EngineOptions o = sync::engine_options_from_config(
         config::Config::from_strings({"GRADEX_PORT_QUEUE_MS=1"}, config::Source::kEnvironment));
     SparseGather gather(Mode::kAuto);
-    sync::AgreedLink link(o.port_queue_s, o.port_queue_explicit);
+    sync::AgreedLink link(o.collectives.port_queue_s, o.collectives.port_queue_explicit);
     link.agree(*comm);
     const LinkModel& m = *link.model();
     report(m.crosses_hosts() && m.bursts.empty() && m.port_queue_s == 1e-3 ? "as written"
