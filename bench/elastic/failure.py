@@ -95,6 +95,7 @@ def worker(args):
     optimizer = OptimizerWrapper(manager, inner)
     loss_fn = torch.nn.CrossEntropyLoss()
     log = open(os.path.join(args.out, f"replica{args.replica}.jsonl"), "a", buffering=1)
+    timed_phases(manager, pg, log)
     log.write(json.dumps({"event": "up", "wall": time.time()}) + "\n")
     go = os.path.join(args.out, "go")
     while not os.path.exists(go):
@@ -118,12 +119,15 @@ def worker(args):
             group["lr"] = lr
         g = torch.Generator().manual_seed(100_000 * args.replica + step)
         idx = torch.randint(0, len(x_shard), (16,), generator=g)
+        t_start = time.time()
         optimizer.zero_grad()
         loss_fn(ddp(x_shard[idx]), y_shard[idx]).backward()
+        t_backward = time.time()
         optimizer.step()  # steps only if the quorum commits
         now = manager.current_step()
         log.write(json.dumps({"event": "step", "wall": time.time(), "step": now, "committed": now != step,
-                              "participants": manager.num_participants()}) + "\n")
+                              "participants": manager.num_participants(), "start": t_start,
+                              "backward_done": t_backward}) + "\n")
         if evaluating and (now - last_eval >= args.eval_every or now >= args.steps):
             last_eval = now
             t0 = time.time()
@@ -136,6 +140,49 @@ def worker(args):
     manager.shutdown(wait=False)
     pg.shutdown()
     os._exit(0)  # peers may still be closing; nothing here needs an orderly exit
+
+
+def timed_phases(manager, pg, log):
+    """Writes a "phase" event (name, start, end: wall clock) for each of a quorum's set-up phases on this
+    replica: the process group's reconfiguration (for gradex: its engine, then the comm hook's engine, told
+    through a membership listener) and the newcomer's checkpoint transfer. The step's own phases are in its
+    "step" event (start, backward done, end)."""
+    def record(name, start):
+        log.write(json.dumps({"event": "phase", "name": name, "start": start, "end": time.time()}) + "\n")
+
+    def timed(owner, method, name):
+        inner = getattr(owner, method)
+
+        def call(*a, **k):
+            start = time.time()
+            try:
+                return inner(*a, **k)
+            finally:
+                record(name, start)
+        setattr(owner, method, call)
+
+    timed(pg, "reconfigure", "pg_reconfigure")
+    timed(manager._checkpoint_transport, "recv_checkpoint", "recv_checkpoint")
+    listeners = getattr(pg, "_listeners", None)
+    if listeners:  # gradex: the group's own engine is up when the first listener runs, the hook's at the last
+        marks = {}
+        listeners.insert(0, lambda *a: marks.__setitem__("engine", time.time()))
+        listeners.append(lambda *a: log.write(json.dumps(
+            {"event": "phase", "name": "hook_engine", "start": marks.pop("engine", time.time()),
+             "end": time.time()}) + "\n"))
+    client = manager._client
+    quorum = client._quorum
+
+    def timed_quorum(*a, **k):
+        start = time.time()
+        try:
+            return quorum(*a, **k)
+        finally:
+            record("quorum", start)
+    try:
+        client._quorum = timed_quorum
+    except AttributeError:  # a native client whose methods cannot be replaced: the phase stays unmeasured
+        pass
 
 
 # --- the driver (root namespace) ---------------------------------------------------------------------------
@@ -246,7 +293,30 @@ def summarize(args, go, events, logs):
         result["rejoin_after_start_s"] = rejoined[0]["wall"] - restart if rejoined else None
         result["rejoin_after_manager_up_s"] = rejoined[0]["wall"] - up[0]["wall"] if rejoined and up else None
         result["discarded_steps_replica0"] = sum(1 for e in logs[0] if e["event"] == "step" and not e["committed"])
+        if rejoined and up:
+            result["rejoin_phases_s"] = phases_between(logs[VICTIM], up[0]["wall"], rejoined[0])
+        survivor_commit = commits[0] if commits else None
+        if survivor_commit is not None:
+            result["survivor_phases_s"] = phases_between(logs[0], kill, survivor_commit)
     return result
+
+
+def phases_between(log, since, step):
+    """Where a replica's seconds went from `since` (wall clock) to the end of the committed `step` event: every
+    phase event that began in between (seconds, summed by name; a phase may begin more than once), the
+    committed step's forward + backward from `since` on (the comm hook's exchanges run in it, after waiting
+    for the quorum and the heal) and its optimizer step
+    (the Manager's should_commit: waits for the quorum, the heal and the exchanges), and what is left
+    (waiting between them, the steps that did not commit)."""
+    out: Dict[str, float] = {}
+    for e in log:
+        if e["event"] == "phase" and since <= e["start"] <= step["wall"]:
+            out[e["name"]] = out.get(e["name"], 0.0) + e["end"] - e["start"]
+    if "start" in step:
+        out["step_forward_backward"] = step["backward_done"] - max(step["start"], since)
+        out["step_optimizer_commit"] = step["wall"] - step["backward_done"]
+    out["total"] = step["wall"] - since
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def plot(args):

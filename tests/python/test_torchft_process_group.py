@@ -293,3 +293,57 @@ def test_sealed_group_gives_the_same_bits_and_refuses_a_tampered_message():
         sums(tampered, "tampered")
     text = str(failure.value)
     assert "refused a sealed message" in text or "corrupt" in text, text
+
+
+def test_listeners_run_while_the_engine_forms_and_their_error_is_raised():
+    """Membership listeners (the comm hook re-forms its engine in one) run on threads of their own while the
+    group's engine forms, not after it: each starts before the group is configured, a listener's own engine
+    bootstraps over the same quorum at the same time, reconfigure returns only after every listener, and a
+    listener's exception is raised by reconfigure with the group's own engine up (its collectives work)."""
+    from gradex import _capi
+    from torchft.process_group import create_store_client
+
+    store = _store()
+    world = 2
+    groups = [ProcessGroupGradex(timeout=timedelta(seconds=10)) for _ in range(world)]
+    seen = {r: [] for r in range(world)}
+    engines = {}
+    failing = {"on": False}
+
+    def listener_of(r):
+        def told(store_addr, rank, world_size, timeout):
+            with pytest.raises(RuntimeError, match="not initialized"):
+                groups[r].size()  # the group's own engine is not up yet
+            seen[r].append((rank, world_size))
+            if failing["on"]:
+                raise ValueError(f"listener of rank {r} failed")
+            engines[r] = _capi.Engine(rank, world_size, create_store_client(store_addr, timeout), "test/listener/",
+                                      {"GRADEX_POLICY": "fixed", "GRADEX_SPARSITY": "0"})
+        return told
+
+    for r in range(world):
+        groups[r].add_membership_listener(listener_of(r))
+
+    def quorum(name):
+        def join(r):
+            try:
+                reconfigure_with_store(groups[r], f"localhost:{store.port}/{name}", r, world)
+            except ValueError as exc:
+                return str(exc)
+            return None
+        with ThreadPoolExecutor(world) as pool:
+            return list(pool.map(join, range(world)))
+
+    try:
+        assert quorum("listen0") == [None, None]
+        assert seen == {0: [(0, 2)], 1: [(1, 2)]}
+        assert sorted(engines) == [0, 1] and [engines[r].world_size for r in range(world)] == [2, 2]
+        _on_every_rank(groups, lambda r: engines[r].close())  # collective: every rank at once
+        failing["on"] = True
+        assert quorum("listen1") == ["listener of rank 0 failed", "listener of rank 1 failed"]
+        results = _on_every_rank(groups, lambda r: (lambda t: (groups[r].allreduce([t], ReduceOp.SUM).wait(), t)[1])(
+            torch.full((3,), float(r + 1))))
+        assert [t.tolist() for t in results] == [[3.0] * 3, [3.0] * 3]
+    finally:
+        for g in groups:
+            g.shutdown()

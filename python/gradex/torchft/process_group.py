@@ -242,28 +242,37 @@ class ProcessGroupGradex(ProcessGroup):
                                              f"{rendezvous.uuid}"), keep_engine=True)
         _gxt.load_ops()
         store = create_store_client(rendezvous.store_addr, timeout)
-        if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
-            try:
-                engine.reconfigure(rendezvous.rank, rendezvous.world_size, store, _PREFIX)
-            except _errors.GradexError:
-                self._spare_engine = engine  # failed, and reconfigurable again at the next quorum
-                raise
-        else:
-            config = dict(self._extra_config)
-            config.update(engine_config(timeout))
-            engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, _PREFIX, config)
+        # The listeners' engines bootstrap through the same quorum under prefixes of their own, independent of
+        # this group's engine: they are re-formed concurrently with it (in series, every engine's wire-up and
+        # start-up agreement added to a rejoining replica's wait).
+        told = _Listeners(self._listeners, rendezvous.store_addr, rendezvous.rank, rendezvous.world_size, timeout)
+        try:
+            if engine is not None:  # a survivor: same engine, new members (collective with newcomers' creation)
+                try:
+                    engine.reconfigure(rendezvous.rank, rendezvous.world_size, store, _PREFIX)
+                except _errors.GradexError:
+                    self._spare_engine = engine  # failed, and reconfigurable again at the next quorum
+                    raise
+            else:
+                config = dict(self._extra_config)
+                config.update(engine_config(timeout))
+                engine = _capi.Engine(rendezvous.rank, rendezvous.world_size, store, _PREFIX, config)
+        finally:
+            listener_error = told.join()  # a failed engine above is the error to report; the listeners end first
         generation = _Generation(engine, rendezvous.store_addr, timeout, group_config(timeout, self._extra_config))
         generation.store = store  # the engine's adapter holds it too; kept for p2p after bootstrap
         with self._issue_lock:
             self._generation = generation
             self._holder[0] = generation
-        for listener in list(self._listeners):
-            listener(rendezvous.store_addr, rendezvous.rank, rendezvous.world_size, timeout)
+        if listener_error is not None:
+            raise listener_error
         return _work.completed_work(None)
 
     def add_membership_listener(self, listener: Callable[[str, int, int, timedelta], None]) -> None:
-        """Calls listener(store_addr, rank, world_size, timeout) after every reconfiguration (gradex's torchft
-        comm hook re-forms its own engine over the same quorum this way)."""
+        """Calls listener(store_addr, rank, world_size, timeout) at every reconfiguration, on a thread of its
+        own while this group's engine is re-formed (gradex's torchft comm hook re-forms its own engine over the
+        same quorum this way); reconfigure() returns once every listener has returned and raises the first
+        listener's exception (after the group's own engine is up) when one raised."""
         self._listeners.append(listener)
 
     def _retire(self, error: BaseException) -> None:
@@ -517,6 +526,31 @@ class ProcessGroupGradex(ProcessGroup):
                     t.copy_(_exact.from_bytes(raw[offset:offset + n], t))
                 offset += n
         return self._issue("recv", tensors, body, p2p=True)
+
+
+class _Listeners:
+    """The membership listeners of one reconfiguration, each called on a thread of its own (started at
+    construction), and the first exception one of them raised."""
+
+    def __init__(self, listeners: Sequence[Callable[[str, int, int, timedelta], None]], store_addr: str, rank: int,
+                 world_size: int, timeout: timedelta) -> None:
+        self._errors: List[BaseException] = []
+        self._threads = [threading.Thread(target=self._call, args=(listener, store_addr, rank, world_size, timeout),
+                                          name="gradex_pg_listener", daemon=True) for listener in listeners]
+        for thread in self._threads:
+            thread.start()
+
+    def _call(self, listener: Callable[[str, int, int, timedelta], None], *args: Any) -> None:
+        try:
+            listener(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reconfiguring thread by join()
+            self._errors.append(exc)
+
+    def join(self) -> Optional[BaseException]:
+        """Waits for every listener; the first exception raised, or None."""
+        for thread in self._threads:
+            thread.join()
+        return self._errors[0] if self._errors else None
 
 
 def _retire_held(holder: List[Optional[_Generation]]) -> None:
