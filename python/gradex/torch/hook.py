@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _capi, _errors
-from . import _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
+from . import _amp, _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
 
 _STATE_FORMAT = "gradex.torch.State/2"
 
@@ -46,7 +46,8 @@ class State:
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, *, config: _capi.Config = None,
-                 dense_iterations: Optional[int] = None, store: Any = None, scaler: Any = None,
+                 dense_iterations: Optional[int] = None, store: Any = None,
+                 scaler: Optional[_amp.GradScalerLike] = None,
                  process_group: Optional[dist.ProcessGroup] = None, optimizer: Optional[torch.optim.Optimizer] = None,
                  horizon_steps: Optional[int] = None) -> None:
         config = {str(k): str(v) for k, v in (config or {}).items()}
