@@ -28,16 +28,10 @@ import weakref
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import _capi, _errors
+from .._exact_config import exact_average_config
 from . import _ops
 
 logger = logging.getLogger("gradex")
-
-# What makes the collective engine exact: every tensor dense (sparsity 0), fp32 on the wire, no DGC
-# momentum, clipping or LocalSGD.
-COLLECTIVE_CONFIG = {"GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "", "GRADEX_FP16": "0",
-                     "GRADEX_MOMENTUM": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_LOCALSGD_PERIOD": "0",
-                     "GRADEX_WARMUP_STEPS": "0", "GRADEX_NONFINITE": "propagate", "GRADEX_POLICY": "fixed"}
-
 
 class Engine:
     """A gradex engine of this process as TensorFlow sees it: the C engine bound to an op-library slot, and
@@ -301,7 +295,7 @@ def init(config: _capi.Config = None) -> None:
                 local_rank = found_rank if local_rank is None else local_rank
                 local_size = found_size if local_size is None else local_size
             s.local_rank, s.local_size = local_rank, local_size
-            s.collective = _new_engine(COLLECTIVE_CONFIG)
+            s.collective = _new_engine(exact_average_config())
             s.gradients = _gradient_engine_locked(raw_gradient_config())
         except BaseException:
             if s.store is None and store is not None and hasattr(store, "close"):
