@@ -65,7 +65,7 @@ def unwrap(optimizer: Any) -> Any:
     return optimizer
 
 
-def class_names(optimizer: Any) -> List[str]:
+def class_names(optimizer: object) -> List[str]:
     """Lower-case names of the optimizer's classes, most derived first."""
     return [c.__name__.lower() for c in type(unwrap(optimizer)).__mro__]
 
@@ -90,7 +90,7 @@ def _number(value: Any) -> float:
         return 0.0
 
 
-def family(optimizer: Any) -> Family:
+def family(optimizer: object) -> Family:
     """The family of `optimizer` (None: OTHER)."""
     if optimizer is None:
         return Family.OTHER

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -52,7 +52,7 @@ def gradex_clip_norm(engine: Optional[_capi.Engine], config: _capi.Config) -> fl
     return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
-def keeps_first_moment(optimizer: Any) -> bool:
+def keeps_first_moment(optimizer: object) -> bool:
     """Whether the optimizer keeps its own first moment (Adam family, Lion, LAMB, RMSprop with momentum...)."""
     return _optimizer_family.family(optimizer) is Family.FIRST_MOMENT
 
@@ -72,7 +72,7 @@ class SgdMomentumTakeover:
     """While gradex owns an SGD optimizer's momentum: the optimizer's groups run at momentum 0 (and without
     nesterov), its state_dict() reports the user's values, and load_state_dict() keeps gradex the owner."""
 
-    def __init__(self, optimizer: Any, momentum: float, nesterov: bool) -> None:
+    def __init__(self, optimizer: object, momentum: float, nesterov: bool) -> None:
         self.optimizer = unwrap(optimizer)
         self.momentum, self.nesterov = momentum, nesterov
         self._saved = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
@@ -85,12 +85,12 @@ class SgdMomentumTakeover:
             g["momentum"] = 0.0
             g["nesterov"] = False
 
-    def _report_user_values(self, _optimizer: Any, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+    def _report_user_values(self, _optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         for group, (m, nesterov) in zip(state_dict["param_groups"], self._saved):
             group["momentum"], group["nesterov"] = m, nesterov
         return state_dict
 
-    def _after_load(self, _optimizer: Any) -> None:
+    def _after_load(self, _optimizer: torch.optim.Optimizer) -> None:
         loaded = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
         if any(m != self.momentum or bool(n) != self.nesterov for m, n in loaded if m != 0):
             _log.warn_once(("momentum-load", id(self)),
@@ -109,7 +109,7 @@ class SgdMomentumTakeover:
             g["momentum"], g["nesterov"] = m, nesterov
 
 
-def rule_inputs(optimizer: Any, explicit: Optional[float]) -> _momentum_rule.MomentumInputs:
+def rule_inputs(optimizer: object, explicit: Optional[float]) -> _momentum_rule.MomentumInputs:
     """The momentum rule's inputs read from a torch optimizer (None: no optimizer). An SGD-family optimizer
     that is not a torch.optim.SGD (its momentum may not be SGD's) counts as Family.OTHER."""
     if optimizer is None:
@@ -129,7 +129,8 @@ def rule_inputs(optimizer: Any, explicit: Optional[float]) -> _momentum_rule.Mom
         weight_decay_in_momentum=True, explicit=explicit)
 
 
-def decide(optimizer: Any, config: _capi.Config, owner: str) -> Tuple[Dict[str, str], Optional[SgdMomentumTakeover]]:
+def decide(optimizer: object, config: _capi.Config,
+           owner: str) -> Tuple[Dict[str, Union[str, int, float]], Optional[SgdMomentumTakeover]]:
     """Applies the momentum rule (gradex/_momentum_rule.py) for `owner` (e.g. "gx.DistributedOptimizer"):
     returns (config, takeover), `config` a copy of the API overrides with GRADEX_MOMENTUM/GRADEX_NESTEROV set
     when the rule fixes them, `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum
@@ -182,7 +183,7 @@ class MomentumWarner:
         self._momentum = momentum
         self._warned = False
 
-    def check(self, optimizer: Any) -> None:
+    def check(self, optimizer: object) -> None:
         if self._warned or self._momentum <= 0:
             return
         inner = unwrap(optimizer)

@@ -42,6 +42,7 @@ from torchft.process_group import ProcessGroupDummy
 from .. import _capi, _errors, _log
 from ..torch import _integration as _gxt
 from . import process_group as _pg
+from ._manager import ManagerLike
 
 _PREFIX = "gradex/hook/"
 
@@ -82,7 +83,7 @@ class State:
     for gradex's momentum rule (as for gx.State). scaler: the torch.amp.GradScaler that scales the loss, if any
     (as for gx.State)."""
 
-    def __init__(self, manager: Any, process_group: _pg.ProcessGroupGradex, model: torch.nn.Module, *,
+    def __init__(self, manager: ManagerLike, process_group: _pg.ProcessGroupGradex, model: torch.nn.Module, *,
                  config: _capi.Config = None, optimizer: Optional[torch.optim.Optimizer] = None,
                  scaler: Optional[_gxt.GradScalerLike] = None) -> None:
         if not isinstance(process_group, _pg.ProcessGroupGradex):
@@ -198,7 +199,7 @@ class DistributedDataParallel(parallel.DistributedDataParallel):
     takes DDP's initial broadcast, the Manager syncs weights; buckets are never rebuilt), with gradients
     exchanged by `state` (a gradex.torchft.State)."""
 
-    def __init__(self, manager: Any, module: torch.nn.Module, state: State, **kwargs: Any) -> None:
+    def __init__(self, manager: ManagerLike, module: torch.nn.Module, state: State, **kwargs: Any) -> None:
         super().__init__(module, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True, **kwargs)
         self.register_comm_hook(state, hook)
 

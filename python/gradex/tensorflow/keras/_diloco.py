@@ -35,7 +35,7 @@ _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.keras.DiLoCo/1"
 
 
-def _close_quietly(box: Dict[str, Any]) -> None:
+def _close_quietly(box: Dict[str, Optional[_capi.Outer]]) -> None:
     _errors.close_quietly(box.get("outer"))
 
 
@@ -58,7 +58,7 @@ class DiLoCoCallback(keras.callbacks.Callback):
         self._delay = int(self._config["GRADEX_OUTER_DELAY"])
         self._mixing = float(self._config["GRADEX_OUTER_MIXING"]) != 0.0
         self.synchronize_at_end = bool(synchronize_at_end)
-        self._box: Dict[str, Any] = {"outer": None}  # what the finalizer closes (it must not hold this object)
+        self._box: Dict[str, Optional[_capi.Outer]] = {"outer": None}  # what the finalizer closes (it must not hold this object)
         self._finalizer = weakref.finalize(self, _close_quietly, self._box)
         # [key, variable, host mirror, fragment or None for a buffer]
         self._entries: List[List[Any]] = []
@@ -128,13 +128,13 @@ class DiLoCoCallback(keras.callbacks.Callback):
 
     # --- Keras hooks ------------------------------------------------------------------------------------
 
-    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_begin(self, logs: Optional[Dict[str, object]] = None) -> None:
         self._bootstrap()
 
-    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self.step()
 
-    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_end(self, logs: Optional[Dict[str, object]] = None) -> None:
         if self.synchronize_at_end:
             self.synchronize()
 

@@ -21,30 +21,30 @@ DGC's error-feedback top-k.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ... import _capi, _momentum_rule, _optimizer_family
 from ..._optimizer_family import Family
 from .. import _runtime
 
 
-def optimizer_momentum(optimizer: Any) -> float:
+def optimizer_momentum(optimizer: object) -> float:
     try:
         return float(getattr(optimizer, "momentum", 0) or 0)
     except (TypeError, ValueError):  # a variable or schedule: not SGD's plain float
         return 0.0
 
 
-def is_sgd(optimizer: Any) -> bool:
+def is_sgd(optimizer: object) -> bool:
     return _optimizer_family.family(optimizer) is Family.SGD
 
 
-def keeps_own_momentum(optimizer: Any) -> bool:
+def keeps_own_momentum(optimizer: object) -> bool:
     """Adam-family and orthogonalising/preconditioning optimizers (gradex/_optimizer_family.py)."""
     return _optimizer_family.keeps_own_momentum(_optimizer_family.family(optimizer))
 
 
-def decide(optimizer: Any, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
+def decide(optimizer: object, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
     """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
     settings, m = _decide_momentum(optimizer, config, local_sgd)
     # Only `adam` changes what the engine does; the other families are left at the default so that their
@@ -55,7 +55,7 @@ def decide(optimizer: Any, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[
     return settings, m
 
 
-def rule_inputs(optimizer: Any, explicit: Optional[float], local_sgd: bool) -> _momentum_rule.MomentumInputs:
+def rule_inputs(optimizer: object, explicit: Optional[float], local_sgd: bool) -> _momentum_rule.MomentumInputs:
     """The momentum rule's inputs read from a Keras optimizer. Keras applies weight decay to the variables,
     outside SGD's momentum, and its SGD has no dampening."""
     kind = _optimizer_family.family(optimizer)
@@ -65,7 +65,7 @@ def rule_inputs(optimizer: Any, explicit: Optional[float], local_sgd: bool) -> _
         weight_decay_in_momentum=False, explicit=explicit, local_sgd=local_sgd)
 
 
-def _decide_momentum(optimizer: Any, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
+def _decide_momentum(optimizer: object, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
     explicit = _runtime.explicit_setting("GRADEX_MOMENTUM", config)
     explicit_value = float(explicit) if explicit is not None else None
     name = type(optimizer).__name__
