@@ -11,7 +11,7 @@ bucket, over the ranks of the DDP module's process group, through torch.distribu
 """
 import threading
 import weakref
-from typing import Any, Dict, Literal, Optional, Tuple, TypeGuard
+from typing import Any, Dict, Literal, Optional, Tuple, TypeGuard, Union
 
 import torch
 import torch.distributed as dist
@@ -66,7 +66,7 @@ class State:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._engine: Union[_capi.Engine, None, Literal[False]] = None  # None: not bootstrapped; False: closed
         self._exchanger: Optional[_buckets.BucketExchanger] = None
         self._step_hook: Optional[RemovableHandle] = None
         self._finalizer: Optional[weakref.finalize] = None
@@ -160,7 +160,7 @@ class State:
             if self._exchanger is None:
                 self._membership = (int(rank), int(world_size), store, store_prefix)
                 return
-            engine = self._engine
+            engine = self._exchanger.engine
         engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
@@ -202,10 +202,11 @@ class State:
                                      f"states of gradex.torch.State/1 were keyed by DDP bucket and cannot be "
                                      f"mapped to parameters)")
         with self._lock:
-            if self._exchanger is None:
+            exchanger = self._exchanger
+            if exchanger is None:
                 self._pending_load = dict(state)
                 return
-        _load(self._exchanger, self._engine, state)
+        _load(exchanger, exchanger.engine, state)
 
     def close(self) -> None:
         """Finishes outstanding exchanges, then releases the engine and gives an SGD optimizer whose momentum

@@ -21,7 +21,7 @@ and the engine applies this rank's momentum in place without any traffic (sync/l
 import os
 import threading
 import weakref
-from typing import Any, Dict, Literal, Mapping, Optional, cast
+from typing import Any, Dict, Literal, Mapping, Optional, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -57,7 +57,7 @@ class LocalSGD:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._engine: Union[_capi.Engine, None, Literal[False]] = None  # None: not bootstrapped; False: closed
         self._exchanger: Optional[_buckets.BucketExchanger] = None
         self._ddp = isinstance(self._module, torch.nn.parallel.DistributedDataParallel)
         inner = self._module.module if self._ddp else self._module

@@ -39,7 +39,7 @@ class CommHook(TrainerCallback):
         self._config = config
         self._registered: Optional[torch.nn.Module] = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[torch.nn.Module] = None,
+    def on_train_begin(self, args: object, state: object, control: object, model: Optional[torch.nn.Module] = None,
                        optimizer: Optional[torch.optim.Optimizer] = None, **kwargs: Any) -> None:
         if model is None:
             raise _errors.InvalidArgumentError("gradex: CommHook.on_train_begin got no model from the Trainer")

@@ -23,7 +23,7 @@ or saving any rank's model gives the same result.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import keras
 import numpy as np
@@ -116,12 +116,12 @@ class DiLoCoCallback(keras.callbacks.Callback):
 
     # --- copies between the variables and the mirrors -------------------------------------------------
 
-    def _copy_in(self, wanted: Any) -> None:
+    def _copy_in(self, wanted: Callable[[Optional[int]], bool]) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 mirror[...] = v.numpy()
 
-    def _copy_out(self, wanted: Any) -> None:
+    def _copy_out(self, wanted: Callable[[Optional[int]], bool]) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 v.assign(mirror)
