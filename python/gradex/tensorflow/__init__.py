@@ -179,7 +179,7 @@ def _broadcast_variables_eagerly(variables: List[tf.Variable], root_rank: int) -
         offset += n
 
 
-def state_dict() -> Dict[str, Any]:
+def state_dict() -> Dict[str, object]:
     """The compressor state (residuals, momenta, step counters) of every gradient engine of this process,
     for checkpoints; restore with load_state_dict() after creating the same wrappers in the same order."""
     s = _runtime.state()

@@ -12,7 +12,7 @@ gxk.DistributedOptimizer at the first epoch of every fit, and TrainingHorizonCal
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import keras
 import tensorflow as tf
@@ -23,7 +23,8 @@ from .. import _exchange, _runtime
 from ._diloco import DiLoCoCallback  # noqa: F401  (gxk.callbacks.DiLoCoCallback)
 
 
-def pass_training_horizon(model: Any, params: Optional[Dict[str, Any]], first_epoch: int) -> Optional[int]:
+def pass_training_horizon(model: object, params: Optional[Mapping[str, Optional[int]]],
+                          first_epoch: int) -> Optional[int]:
     """Gives the engine of `model`'s gxk.DistributedOptimizer the steps this fit will still run,
     (epochs - first_epoch) x steps per epoch from model.fit's `params` (GRADEX_POLICY=auto's horizon rule,
     gradex_set_policy_horizon). Returns the steps passed, or None when the optimizer is not gradex's or
