@@ -23,7 +23,7 @@ Framework-neutral: the rule reads only class names (through the class hierarchy,
 from __future__ import annotations
 
 import enum
-from typing import Any, List, Optional
+from typing import Any, List, Optional, SupportsFloat
 
 # Lower-case class names. A class name containing one of _OWN_UPDATE_WORDS is OWN_UPDATE ("SingleDeviceMuon",
 # "DistributedShampoo", "MuonWithAuxAdam").
@@ -65,12 +65,12 @@ def unwrap(optimizer: Any) -> Any:
     return optimizer
 
 
-def class_names(optimizer: Any) -> List[str]:
+def class_names(optimizer: object) -> List[str]:
     """Lower-case names of the optimizer's classes, most derived first."""
     return [c.__name__.lower() for c in type(unwrap(optimizer)).__mro__]
 
 
-def hyperparameter(optimizer: Any, name: str) -> Any:
+def hyperparameter(optimizer: object, name: str) -> object:
     """A hyperparameter's value: the first found in `defaults`, each of `param_groups` (torch), or as an
     attribute (Keras); None when the optimizer has no such setting."""
     inner = unwrap(optimizer)
@@ -83,14 +83,16 @@ def hyperparameter(optimizer: Any, name: str) -> Any:
     return getattr(inner, name, None)
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
+    if value is None or not isinstance(value, (SupportsFloat, str)):
+        return 0.0  # a schedule, or no such setting
     try:
         return float(value or 0)
     except (TypeError, ValueError):  # a variable or a schedule: not a plain number
         return 0.0
 
 
-def family(optimizer: Any) -> Family:
+def family(optimizer: object) -> Family:
     """The family of `optimizer` (None: OTHER)."""
     if optimizer is None:
         return Family.OTHER

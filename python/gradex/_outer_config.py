@@ -2,13 +2,26 @@
 (gxk.callbacks.DiLoCoCallback) front ends of the one outer optimizer (_capi.Outer, outer/)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Dict, Optional, TypedDict
 
 from . import _capi, _errors
 
 # The keyword defaults of both front ends (docs/pytorch.md, "Which method for which optimizer and link").
-DEFAULTS: Dict[str, Any] = dict(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=4,
-                                nesterov=True, mixing=0.0, compression="quant", density=None)
+class Defaults(TypedDict):
+    period: int
+    outer_lr: float
+    outer_momentum: float
+    fragments: int
+    delay: int
+    bits: int
+    nesterov: bool
+    mixing: float
+    compression: str
+    density: Optional[float]
+
+
+DEFAULTS = Defaults(period=100, outer_lr=0.7, outer_momentum=0.9, fragments=1, delay=0, bits=4, nesterov=True,
+                    mixing=0.0, compression="quant", density=None)
 
 
 def _int_arg(name: str, value: object) -> str:

@@ -13,9 +13,16 @@ Tags, all under "gradex/", each over the window since the previous report of the
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, Mapping, Optional, Protocol, Union
 
 Number = Union[int, float]
+
+
+class ScalarWriter(Protocol):
+    """Where gx.log_scalars writes: torch.utils.tensorboard.SummaryWriter or anything with add_scalar(tag,
+    value, step)."""
+
+    def add_scalar(self, tag: str, scalar_value: float, global_step: int, /) -> object: ...
 
 
 def scalars(now: Mapping[str, Number], before: Optional[Mapping[str, Number]] = None) -> Dict[str, float]:

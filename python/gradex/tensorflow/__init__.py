@@ -69,7 +69,7 @@ def engine(config: _capi.Config = None) -> _runtime.Engine:
     return ref
 
 
-def _engine_of(source: Any) -> _runtime.Engine:
+def _engine_of(source: object) -> _runtime.Engine:
     if source is None:
         return _runtime.state().gradients
     if isinstance(source, bool):
@@ -84,7 +84,7 @@ def _engine_of(source: Any) -> _runtime.Engine:
         f"gxt.engine(), not {type(source).__name__}")
 
 
-def stats(source: Any = None, *, last_step: bool = False) -> _capi.Stats:
+def stats(source: object = None, *, last_step: bool = False) -> _capi.Stats:
     """The counters of `source`'s engine (a DistributedGradientTape, a gxk.DistributedOptimizer or an engine
     from gxt.engine(); None: init's default gradient engine): bytes_sent, bytes_received, dense_bytes,
     compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
@@ -93,12 +93,12 @@ def stats(source: Any = None, *, last_step: bool = False) -> _capi.Stats:
     return _engine_of(source).stats(last_step)
 
 
-def describe_config(source: Any = None) -> str:
+def describe_config(source: object = None) -> str:
     """The effective GRADEX_* configuration of `source`'s engine (as for stats()), with help text."""
     return _engine_of(source).describe_config()
 
 
-def explain(source: Any = None) -> str:
+def explain(source: object = None) -> str:
     """Each tensor's codec and why, for `source`'s engine (as for stats()): with GRADEX_POLICY=auto the
     agreed link, codec and step numbers and per tensor its choice with predicted and measured times."""
     return _engine_of(source).explain()
@@ -179,7 +179,7 @@ def _broadcast_variables_eagerly(variables: List[tf.Variable], root_rank: int) -
         offset += n
 
 
-def state_dict() -> Dict[str, Any]:
+def state_dict() -> Dict[str, object]:
     """The compressor state (residuals, momenta, step counters) of every gradient engine of this process,
     for checkpoints; restore with load_state_dict() after creating the same wrappers in the same order."""
     s = _runtime.state()

@@ -50,7 +50,7 @@ def gradex_errors() -> Iterator[None]:
         raise translated from None
 
 
-def variable_key(variable: Any) -> str:
+def variable_key(variable: object) -> str:
     """A variable's name that is the same on every rank: Keras 3's path, else the TF variable name."""
     path = getattr(variable, "path", None)
     if path:

@@ -25,19 +25,13 @@ import os
 import socket
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Set, Tuple, Union
 
 from .. import _capi, _errors
+from .._exact_config import exact_average_config
 from . import _ops
 
 logger = logging.getLogger("gradex")
-
-# What makes the collective engine exact: every tensor dense (sparsity 0), fp32 on the wire, no DGC
-# momentum, clipping or LocalSGD.
-COLLECTIVE_CONFIG = {"GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "", "GRADEX_FP16": "0",
-                     "GRADEX_MOMENTUM": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_LOCALSGD_PERIOD": "0",
-                     "GRADEX_WARMUP_STEPS": "0", "GRADEX_NONFINITE": "propagate", "GRADEX_POLICY": "fixed"}
-
 
 class Engine:
     """A gradex engine of this process as TensorFlow sees it: the C engine bound to an op-library slot, and
@@ -76,7 +70,7 @@ class Engine:
 class _State:
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.store: Any = None  # a JobStore, a _TorchStore or None
+        self.store: Optional[_JobStoreLike] = None
         self.rank = 0
         self.size = 1
         self.local_rank = 0
@@ -91,15 +85,15 @@ class _State:
         self.order: List[Engine] = []  # gradient engines in creation order (state_dict)
         self.engines_created = 0
         self.next_slot = 1
-        self.outers: List[Any] = []  # weak references to DiLoCo outer optimizers (closed before the store)
+        self.outers: List[weakref.ref[_capi.Outer]] = []  # weak references to DiLoCo outer optimizers (closed before the store)
         self.group: Optional[_capi.Group] = None  # exact collectives (broadcast_variables), from its first use
 
 
 _state = _State()
-_said_once: Set[Any] = set()
+_said_once: Set[Hashable] = set()
 
 
-def say_once(key: Any, message: str, level: int = logging.WARNING) -> None:
+def say_once(key: Hashable, message: str, level: int = logging.WARNING) -> None:
     """Logs `message` on the "gradex" logger the first time `key` is seen in this process."""
     if key in _said_once:
         return
@@ -173,7 +167,7 @@ def _launcher_store(host: str, port: int, size: int) -> Optional[_TorchStore]:
 class _TorchStore:
     """torch's TCPStore with JobStore's get(key, timeout_ms), for the local-size agreement."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any) -> None:  # torch.distributed.TCPStore (its stubs type values as str)
         self.store = store
 
     def set(self, key: str, value: bytes) -> None:
@@ -183,14 +177,14 @@ class _TorchStore:
         self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
         return bytes(self.store.get(key))
 
-    def wait(self, keys: List[str], timeout: Any) -> None:
+    def wait(self, keys: List[str], timeout: datetime.timedelta) -> None:
         self.store.wait(keys, timeout)
 
     def add(self, key: str, delta: int) -> int:
         return int(self.store.add(key, int(delta)))
 
 
-def _local_placement(store: Any, rank: int, size: int, prefix: str) -> Tuple[int, int]:
+def _local_placement(store: _JobStoreLike, rank: int, size: int, prefix: str) -> Tuple[int, int]:
     """(local rank, local size) when the launcher does not say: ranks sharing this host's name, numbered in
     global rank order, agreed through the store (each rank publishes its host, then reads the others')."""
     host = socket.gethostname().encode()
@@ -199,6 +193,10 @@ def _local_placement(store: Any, rank: int, size: int, prefix: str) -> Tuple[int
     hosts = [store.get(f"{prefix}host/{r}", ms) for r in range(size)]
     mine = [r for r in range(size) if hosts[r] == host]
     return mine.index(rank), len(mine)
+
+
+# The job's store: the core's JobStore, or torchrun's store (_TorchStore).
+_JobStoreLike = Union[_capi.JobStore, _TorchStore]
 
 
 def initialized() -> bool:
@@ -286,7 +284,7 @@ def init(config: _capi.Config = None) -> None:
         info = _capi.launch_info()  # ConfigError for a rank without a size (or the reverse)
         s.init_config = config
         rank, size = info["rank"], info["world_size"]
-        store: Any = None
+        store: Optional[_JobStoreLike] = None
         try:
             if size > 1:
                 store = _launcher_store(info["master_addr"], info["master_port"], size)
@@ -301,7 +299,7 @@ def init(config: _capi.Config = None) -> None:
                 local_rank = found_rank if local_rank is None else local_rank
                 local_size = found_size if local_size is None else local_size
             s.local_rank, s.local_size = local_rank, local_size
-            s.collective = _new_engine(COLLECTIVE_CONFIG)
+            s.collective = _new_engine(exact_average_config())
             s.gradients = _gradient_engine_locked(raw_gradient_config())
         except BaseException:
             if s.store is None and store is not None and hasattr(store, "close"):

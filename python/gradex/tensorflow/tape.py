@@ -40,7 +40,7 @@ class DistributedGradientTape:
         self._tape.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> Any:
+    def __exit__(self, *exc: object) -> Optional[bool]:
         return self._tape.__exit__(*exc)
 
     def __getattr__(self, name: str) -> Any:  # watch, stop_recording, reset, jacobian, ...

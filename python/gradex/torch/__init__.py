@@ -12,8 +12,11 @@ gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine rai
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
+import torch
+
+from .. import _scalars
 from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
                 MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _bootstrap, _ops
@@ -39,7 +42,7 @@ def _engine_of(source: Any, what: str) -> Any:
                                f"engine, not {type(source).__name__}")
 
 
-def stats(source: Any = None, *, last_step: bool = False) -> Dict[str, Union[int, float]]:
+def stats(source: object = None, *, last_step: bool = False) -> Dict[str, Union[int, float]]:
     """Counters as a dict: bytes_sent, bytes_received, dense_bytes (what a dense fp32 ring allreduce would have
     sent), compression_ratio, steps, tensors, sparse_exchanges, dense_fallbacks, saturated, nonfinite,
     parameter_averages, compress/communicate/decode_seconds, control_bytes and staged_bytes.
@@ -50,14 +53,14 @@ def stats(source: Any = None, *, last_step: bool = False) -> Dict[str, Union[int
     return _engine_of(source, "stats").stats(last_step)
 
 
-def explain(source: Any = None) -> str:
+def explain(source: object = None) -> str:
     """Each tensor's codec and why, as text (source as for stats(); not for DiLoCo): with GRADEX_POLICY=auto
     the agreed link, codec and step numbers, and per tensor its choice with predicted and measured times
     (what `gradex-bench plan` prints)."""
     return _engine_of(source, "explain").explain()
 
 
-def synchronize(source: Any = None, model: Any = None) -> None:
+def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) -> None:
     """Leaves every rank with the same model under the delayed exchange (GRADEX_DELAY > 0), e.g. before
     evaluating or saving: drains the exchanges in flight (their averages are not applied), then averages
     every parameter across ranks (gx.allreduce_, the engine's fp32 ring average: the same bits on every
@@ -73,26 +76,24 @@ def synchronize(source: Any = None, model: Any = None) -> None:
     if model is not None:
         params = [p for p in model.parameters()]
     elif hasattr(source, "_params"):
-        params = [p for _, p in source._params]
+        params = [p for _, p in getattr(source, "_params")]
     else:
         raise InvalidArgumentError("gradex: synchronize() needs the model whose parameters to average")
-    import torch
     with torch.no_grad():
         for p in params:
             if p.is_floating_point():
                 allreduce_(p.data, Average)
 
 
-_windows: Dict[int, Any] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
+_windows: Dict[int, _scalars.Window] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
 
 
-def log_scalars(writer: Any, step: int, source: Any = None) -> Dict[str, float]:
+def log_scalars(writer: _scalars.ScalarWriter, step: int, source: object = None) -> Dict[str, float]:
     """Writes gradex's scalars over the steps since the previous call for the same source (bytes sent,
     compression, codec mix, exposed exchange time, plan changes: gradex/_scalars.py) to `writer`, a
     torch.utils.tensorboard.SummaryWriter (anything with add_scalar(tag, value, step)), at `step`; returns them
     (empty, and nothing written, when no gradex step completed since). source as for stats(). Call it every N
     steps; on every rank each writes its own counters (pass rank 0's writer only, as usual)."""
-    from .. import _scalars
     engine = _engine_of(source, "log_scalars")
     window = _windows.setdefault(id(engine), _scalars.Window())
     values = window.take(engine.stats())

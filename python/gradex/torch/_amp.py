@@ -11,24 +11,31 @@ the division; the engine tells every rank (GRADEX_NONFINITE=propagate), so every
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional, Protocol
 
 import torch
 
 from .. import _errors
 
 
+class GradScalerLike(Protocol):
+    """What gradex calls of a torch.amp.GradScaler; its scale tensor is read as the attribute `_scale`, and
+    ScaleDomain checks that scale, unscale_ and update exist."""
+
+    def is_enabled(self) -> bool: ...
+
+
 class ScaleDomain:
     """Reads a GradScaler's current scale (or none) for unscale()/rescale()."""
 
-    def __init__(self, scaler: Any) -> None:
+    def __init__(self, scaler: Optional[GradScalerLike]) -> None:
         if scaler is not None and not all(hasattr(scaler, a) for a in ("scale", "unscale_", "update")):
             raise _errors.InvalidArgumentError(
                 f"gradex: scaler= takes a torch.amp.GradScaler, not {type(scaler).__name__}")
         self._scaler = scaler
 
     @property
-    def scaler(self) -> Any:
+    def scaler(self) -> Optional[GradScalerLike]:
         return self._scaler
 
     def current(self) -> Optional[torch.Tensor]:
@@ -39,9 +46,7 @@ class ScaleDomain:
             return None
         # GradScaler keeps its scale as a one-element tensor, updated in place by update(); reading the
         # attribute avoids get_scale()'s .item(), which would synchronise a CUDA device every bucket.
-        scale = getattr(s, "_scale", None)
-        if scale is None:
-            return None
+        scale: Optional[torch.Tensor] = getattr(s, "_scale", None)
         return scale
 
     @staticmethod

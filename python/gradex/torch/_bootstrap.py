@@ -14,7 +14,7 @@ import collections
 import itertools
 import threading
 import weakref
-from typing import Any, DefaultDict, Iterator, List, Optional, Tuple, cast
+from typing import DefaultDict, Iterator, List, Optional, Tuple, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -24,7 +24,7 @@ from . import _ops
 
 _counters: DefaultDict[str, Iterator[int]] = collections.defaultdict(itertools.count)  # group tag -> engine numbers
 # weak references to live engines, most recent last (for gradex.torch.stats())
-_live: List[weakref.ref[Any]] = []
+_live: List[weakref.ref[Union[_capi.Engine, _capi.Outer]]] = []
 _live_lock = threading.Lock()
 
 
@@ -37,14 +37,14 @@ def dtype_code(dtype: torch.dtype) -> int:
     return codes[dtype]
 
 
-def group_ranks(group: Any) -> List[int]:
+def group_ranks(group: Optional[dist.ProcessGroup]) -> List[int]:
     """Global ranks of a process group (None: the default group's, when torch.distributed is initialized)."""
     if group is None or group is dist.GroupMember.WORLD:
         return list(range(dist.get_world_size()))
     return list(dist.get_process_group_ranks(group))
 
 
-def is_default_group(group: Any) -> bool:
+def is_default_group(group: Optional[dist.ProcessGroup]) -> bool:
     return group is None or group is dist.GroupMember.WORLD or \
         (dist.is_initialized() and group_ranks(group) == list(range(dist.get_world_size())))
 
@@ -101,7 +101,7 @@ def create_group(store: Optional[_capi.KeyValueStore] = None, group: Optional[di
     return _capi.Group(*_membership(store, group))
 
 
-def latest_engine() -> Any:
+def latest_engine() -> Optional[Union[_capi.Engine, _capi.Outer]]:
     """The most recently created engine that is still open, or None."""
     with _live_lock:
         _live[:] = [ref for ref in _live if (engine := ref()) is not None and engine.address]

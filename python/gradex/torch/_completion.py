@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Union
 
 import torch
 
@@ -22,17 +22,15 @@ from . import _ops, _profile
 class Completer:
     def __init__(self, name: str) -> None:
         self._queue: queue.Queue = queue.Queue()
-        self._streams: Dict[Any, Any] = {}
+        self._streams: Dict[torch.device, torch.cuda.Stream] = {}
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def add(self, tickets: List[Any], future: torch.futures.Future, value: Any,
+    def add(self, tickets: Union[int, Sequence[int]], future: torch.futures.Future, value: torch.Tensor,
             after: Optional[Callable[[], None]] = None) -> None:
         """Waits for `tickets` (a ticket or a list, in order), calls `after()`, then
         future.set_result(value)."""
-        if not isinstance(tickets, (list, tuple)):
-            tickets = [tickets]
-        self._queue.put((tickets, future, value, after))
+        self._queue.put(([tickets] if isinstance(tickets, int) else list(tickets), future, value, after))
 
     def close(self) -> None:
         """Completes everything queued, then stops the thread."""
@@ -40,7 +38,7 @@ class Completer:
             self._queue.put(None)
             self._thread.join()
 
-    def _stream_context(self, tensor: Any) -> Any:
+    def _stream_context(self, tensor: torch.Tensor) -> ContextManager[object]:
         if not tensor.is_cuda:
             return contextlib.nullcontext()
         device = tensor.device

@@ -12,9 +12,11 @@ rows than shards) are left out, identically on every rank of a replicate group.
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 
 from .. import _errors
 
@@ -49,8 +51,8 @@ def local_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.Tensor]]:
     return [(name, local) for name, local in shards if local.numel()]
 
 
-def outer_tensors(model: torch.nn.Module, mesh: Any, replicate_dim: str,
-                  shard_dim: str) -> Tuple[Any, List[Tuple[str, torch.Tensor]]]:
+def outer_tensors(model: torch.nn.Module, mesh: Optional[DeviceMesh], replicate_dim: str,
+                  shard_dim: str) -> Tuple[Optional[dist.ProcessGroup], List[Tuple[str, torch.Tensor]]]:
     """(process group or None, [(name, tensor)]): the group the outer optimizer spans (None: the default
     group) and the parameters, as local shards for an FSDP2 model."""
     from torch.distributed.tensor import DTensor

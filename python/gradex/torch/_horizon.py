@@ -4,9 +4,9 @@ total_steps). Never guessed: without it the engine applies no horizon rule (docs
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional
+from typing import Dict, Mapping, Optional
 
-from .. import _errors
+from .. import _capi, _errors
 
 VARIABLE = "GRADEX_POLICY_HORIZON_STEPS"
 
@@ -30,14 +30,15 @@ def steps_of(horizon_steps: Optional[int], what: str) -> Optional[int]:
     return steps
 
 
-def with_horizon(config: Any, horizon_steps: Optional[int], what: str) -> Any:
+def with_horizon(config: Mapping[str, _capi.ConfigValue], horizon_steps: Optional[int],
+                 what: str) -> Dict[str, _capi.ConfigValue]:
     """`config` (GRADEX_* overrides) with GRADEX_POLICY_HORIZON_STEPS set from `horizon_steps` (None: unchanged).
     A different value already in `config` is an error: the two would contradict each other."""
     if horizon_steps is None:
-        return config
+        return dict(config)
     steps = str(steps_of(horizon_steps, what))
     given = config.get(VARIABLE)
-    if given is not None and given.strip() != steps:
+    if given is not None and str(given).strip() != steps:
         raise _errors.InvalidArgumentError(
             f"gradex: {what}: horizon_steps={steps} contradicts config {VARIABLE}={given}")
     return {**config, VARIABLE: steps}

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .. import _capi, _log, _optimizer_family
+from .. import _capi, _log, _momentum_rule, _optimizer_family
 from .._optimizer_family import Family, unwrap
 
 
@@ -52,7 +52,7 @@ def gradex_clip_norm(engine: Optional[_capi.Engine], config: _capi.Config) -> fl
     return engine_setting(engine, config, "GRADEX_CLIP_NORM", 0.0)
 
 
-def keeps_first_moment(optimizer: Any) -> bool:
+def keeps_first_moment(optimizer: object) -> bool:
     """Whether the optimizer keeps its own first moment (Adam family, Lion, LAMB, RMSprop with momentum...)."""
     return _optimizer_family.family(optimizer) is Family.FIRST_MOMENT
 
@@ -72,7 +72,7 @@ class SgdMomentumTakeover:
     """While gradex owns an SGD optimizer's momentum: the optimizer's groups run at momentum 0 (and without
     nesterov), its state_dict() reports the user's values, and load_state_dict() keeps gradex the owner."""
 
-    def __init__(self, optimizer: Any, momentum: float, nesterov: bool) -> None:
+    def __init__(self, optimizer: object, momentum: float, nesterov: bool) -> None:
         self.optimizer = unwrap(optimizer)
         self.momentum, self.nesterov = momentum, nesterov
         self._saved = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
@@ -85,12 +85,12 @@ class SgdMomentumTakeover:
             g["momentum"] = 0.0
             g["nesterov"] = False
 
-    def _report_user_values(self, _optimizer: Any, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+    def _report_user_values(self, _optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         for group, (m, nesterov) in zip(state_dict["param_groups"], self._saved):
             group["momentum"], group["nesterov"] = m, nesterov
         return state_dict
 
-    def _after_load(self, _optimizer: Any) -> None:
+    def _after_load(self, _optimizer: torch.optim.Optimizer) -> None:
         loaded = [(g["momentum"], g.get("nesterov", False)) for g in self.optimizer.param_groups]
         if any(m != self.momentum or bool(n) != self.nesterov for m, n in loaded if m != 0):
             _log.warn_once(("momentum-load", id(self)),
@@ -109,64 +109,69 @@ class SgdMomentumTakeover:
             g["momentum"], g["nesterov"] = m, nesterov
 
 
-def decide(optimizer: Any, config: _capi.Config, owner: str) -> Tuple[Any, Optional[SgdMomentumTakeover]]:
-    """Applies the momentum rule for `owner` (e.g. "gx.DistributedOptimizer"): returns (config, takeover),
-    `config` a copy of the API overrides with GRADEX_MOMENTUM/GRADEX_NESTEROV set when the rule fixes them,
-    `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum (else None)."""
+def rule_inputs(optimizer: object, explicit: Optional[float]) -> _momentum_rule.MomentumInputs:
+    """The momentum rule's inputs read from a torch optimizer (None: no optimizer). An SGD-family optimizer
+    that is not a torch.optim.SGD (its momentum may not be SGD's) counts as Family.OTHER."""
+    if optimizer is None:
+        return _momentum_rule.MomentumInputs(family=None, explicit=explicit)
+    inner = unwrap(optimizer)
+    kind = _optimizer_family.family(optimizer)
+    if kind is Family.SGD and not isinstance(inner, torch.optim.SGD):
+        kind = Family.OTHER
+    if kind is not Family.SGD:
+        return _momentum_rule.MomentumInputs(family=kind, explicit=explicit)
+    groups = inner.param_groups
+    return _momentum_rule.MomentumInputs(
+        family=kind, momenta=frozenset(float(g.get("momentum", 0) or 0) for g in groups),
+        nesterovs=frozenset(bool(g.get("nesterov", False)) for g in groups),
+        dampening=max(float(g.get("dampening", 0) or 0) for g in groups),
+        weight_decay=max(abs(float(g.get("weight_decay", 0) or 0)) for g in groups),
+        weight_decay_in_momentum=True, explicit=explicit)
+
+
+def decide(optimizer: object, config: _capi.Config,
+           owner: str) -> Tuple[Dict[str, Union[str, int, float]], Optional[SgdMomentumTakeover]]:
+    """Applies the momentum rule (gradex/_momentum_rule.py) for `owner` (e.g. "gx.DistributedOptimizer"):
+    returns (config, takeover), `config` a copy of the API overrides with GRADEX_MOMENTUM/GRADEX_NESTEROV set
+    when the rule fixes them, `takeover` an SgdMomentumTakeover when gradex now owns the optimizer's momentum
+    (else None)."""
     config = dict(config or {})
     explicit = _explicit_momentum(config)
-    kind = _optimizer_family.family(optimizer)
     # Only `adam` changes what the engine does; other families keep the default configuration.
-    engine_optimizer = _optimizer_family.engine_optimizer(kind)
+    engine_optimizer = _optimizer_family.engine_optimizer(_optimizer_family.family(optimizer))
     if engine_optimizer and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ:
         config["GRADEX_OPTIMIZER"] = engine_optimizer
-    if optimizer is None:
-        if explicit is None:
-            _log.info_once("momentum-none", "gradex: %s adds no momentum (GRADEX_MOMENTUM is not set and no "
-                           "optimizer= was given); pass optimizer= so that an SGD optimizer's momentum moves "
-                           "into gradex (DGC's momentum correction), or set GRADEX_MOMENTUM", owner)
-        return config, None
-    inner = unwrap(optimizer)
-    name = type(inner).__name__
-    if _optimizer_family.keeps_own_momentum(kind):
-        if explicit:
-            _log.warn_once(("momentum-own", name), "gradex: GRADEX_MOMENTUM=%g is ignored: %s, so gradex adds no "
-                           "momentum to its gradients", explicit, _optimizer_family.why_no_momentum(kind, name))
-        config["GRADEX_MOMENTUM"] = "0"
-        return config, None
-    if kind is not Family.SGD or not isinstance(inner, torch.optim.SGD):
-        return config, None
-    groups = inner.param_groups
-    momenta = {float(g.get("momentum", 0) or 0) for g in groups}
-    if momenta == {0.0}:
-        return config, None
-    if explicit == 0:
+    decision = _momentum_rule.decide(rule_inputs(optimizer, explicit))
+    Reason = _momentum_rule.Reason
+    name = type(unwrap(optimizer)).__name__
+    if decision.reason is Reason.NO_OPTIMIZER and explicit is None:
+        _log.info_once("momentum-none", "gradex: %s adds no momentum (GRADEX_MOMENTUM is not set and no "
+                       "optimizer= was given); pass optimizer= so that an SGD optimizer's momentum moves "
+                       "into gradex (DGC's momentum correction), or set GRADEX_MOMENTUM", owner)
+    elif decision.reason is Reason.OWN_MOMENTUM and explicit:
+        _log.warn_once(("momentum-own", name), "gradex: GRADEX_MOMENTUM=%g is ignored: %s, so gradex adds no "
+                       "momentum to its gradients", explicit,
+                       _optimizer_family.why_no_momentum(_optimizer_family.family(optimizer), name))
+    elif decision.reason is Reason.EXPLICIT_ZERO:
         _log.info_once(("momentum-kept", name), "gradex: GRADEX_MOMENTUM=0 is set, so %s keeps its own momentum",
                        name)
-        return config, None
-    nesterovs = {bool(g.get("nesterov", False)) for g in groups}
-    problems = []
-    if len(momenta) > 1 or len(nesterovs) > 1:
-        problems.append("its parameter groups use different momentum or nesterov settings")
-    if any(float(g.get("dampening", 0) or 0) != 0 for g in groups):
-        problems.append("dampening is not 0")
-    if any(float(g.get("weight_decay", 0) or 0) != 0 for g in groups):
-        problems.append("weight decay is folded into SGD's momentum buffer")
-    if problems:
-        _log.warn_once(("momentum-sgd-kept", id(inner)), "gradex: %s keeps the momentum of its SGD optimizer "
-                       "(%s) and gradex adds none, so DGC runs without momentum correction", owner,
-                       "; ".join(problems))
+    elif decision.reason is Reason.SGD_KEPT:
+        _log.warn_once(("momentum-sgd-kept", id(unwrap(optimizer))), "gradex: %s keeps the momentum of its SGD "
+                       "optimizer (%s) and gradex adds none, so DGC runs without momentum correction", owner,
+                       "; ".join(decision.problems))
+    if decision.momentum is not None and not decision.takeover:
         config["GRADEX_MOMENTUM"] = "0"
+    if not decision.takeover:
         return config, None
-    momentum, nesterov = momenta.pop(), nesterovs.pop()
+    momentum, nesterov = float(decision.momentum or 0.0), bool(decision.nesterov)
     if explicit is not None and explicit != momentum:
-        _log.warn_once(("momentum-mismatch", id(inner)), "gradex: GRADEX_MOMENTUM=%g is replaced by the SGD "
-                       "optimizer's momentum %g, which gradex takes over", explicit, momentum)
+        _log.warn_once(("momentum-mismatch", id(unwrap(optimizer))), "gradex: GRADEX_MOMENTUM=%g is replaced by "
+                       "the SGD optimizer's momentum %g, which gradex takes over", explicit, momentum)
     config["GRADEX_MOMENTUM"] = repr(momentum)
     config["GRADEX_NESTEROV"] = "1" if nesterov else "0"
     logging.getLogger("gradex").debug("gradex: %s takes over SGD momentum %g (nesterov %s)", owner, momentum,
                                       nesterov)
-    return config, SgdMomentumTakeover(inner, momentum, nesterov)
+    return config, SgdMomentumTakeover(unwrap(optimizer), momentum, nesterov)
 
 
 class MomentumWarner:
@@ -178,7 +183,7 @@ class MomentumWarner:
         self._momentum = momentum
         self._warned = False
 
-    def check(self, optimizer: Any) -> None:
+    def check(self, optimizer: object) -> None:
         if self._warned or self._momentum <= 0:
             return
         inner = unwrap(optimizer)

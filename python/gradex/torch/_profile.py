@@ -14,7 +14,7 @@ entered), so the hook pays nothing measurable without a profiler.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import ContextManager
 
 import torch
 
@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - older or newer torch without the modul
         return bool(torch._C._autograd._profiler_enabled())
 
 
-def range(name: str) -> Any:  # noqa: A001 - reads as profile.range("gradex.wait")
+def range(name: str) -> ContextManager[object]:  # noqa: A001 - reads as profile.range("gradex.wait")
     """A context manager that records `name` in the user's profiler trace while one records."""
     if recording():
         return torch.profiler.record_function(name)

@@ -33,15 +33,13 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi, _errors
+from .._exact_config import exact_average_config
 from . import _bootstrap, _exact, _ops
 
 Average = "average"
 Sum = "sum"
 
-# The collectives' engine: exact (fp32 wire), no momentum, nothing compressed, no LocalSGD.
-_CONFIG = {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0", "GRADEX_SPARSITY_OVERRIDES": "",
-           "GRADEX_LOCALSGD_PERIOD": "0", "GRADEX_CLIP_NORM": "0", "GRADEX_NONFINITE": "propagate",
-           "GRADEX_STATS_EVERY": "0", "GRADEX_POLICY": "fixed"}
+# The collectives run on an engine created with gradex._exact_config.exact_average_config().
 _CHUNK_WORDS = 1 << 22  # floats per engine call (16 MiB): bounds the staging memory of large averages
 
 _lock = threading.RLock()
@@ -55,7 +53,7 @@ def engine() -> _capi.Engine:
     global _engine
     with _lock:
         if _engine is None or not _engine.address:
-            _engine = _bootstrap.create_engine(_CONFIG)
+            _engine = _bootstrap.create_engine(exact_average_config())
         return _engine
 
 

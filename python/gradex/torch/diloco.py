@@ -42,6 +42,8 @@ from typing import Any, Dict, List, Literal, Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.utils.hooks import RemovableHandle
 
 from .. import _capi, _errors, _outer_config
 from . import _bootstrap, _diloco_sharded as _sharded
@@ -85,8 +87,9 @@ class DiLoCo:
                  period: int = _D["period"], outer_lr: float = _D["outer_lr"],
                  outer_momentum: float = _D["outer_momentum"], fragments: int = _D["fragments"],
                  delay: int = _D["delay"], bits: int = _D["bits"], nesterov: bool = _D["nesterov"],
-                 mixing: float = _D["mixing"], config: _capi.Config = None, store: Any = None,
-                 compression: str = _D["compression"], density: Optional[float] = _D["density"], mesh: Any = None,
+                 mixing: float = _D["mixing"], config: _capi.Config = None, store: Optional[_capi.KeyValueStore] = None,
+                 compression: str = _D["compression"], density: Optional[float] = _D["density"],
+                 mesh: Optional[DeviceMesh] = None,
                  replicate_dim: str = "replicate", shard_dim: str = "shard") -> None:
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise _errors.InvalidArgumentError(
@@ -107,8 +110,8 @@ class DiLoCo:
             tensor_address(name, t.detach())  # rejected now, not at the first step
         self._lock = threading.RLock()
         self._outer: Any = None  # None: not created yet; False: closed
-        self._finalizer: Any = None
-        self._first_use_hooks: List[Any] = []
+        self._finalizer: Optional[weakref.finalize] = None
+        self._first_use_hooks: List[RemovableHandle] = []
         self._pending_load: Optional[bytes] = None  # a state dict loaded before the engine exists
         self.steps = 0
         if store is not None or (dist.is_available() and dist.is_initialized()):
@@ -248,7 +251,8 @@ class DiLoCo:
             outer, self._outer = self._outer, False
             self._remove_first_use_hooks()
         if outer:
-            self._finalizer.detach()
+            if self._finalizer is not None:
+                self._finalizer.detach()
             outer.close()
 
     def __enter__(self) -> DiLoCo:

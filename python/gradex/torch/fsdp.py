@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from typing import Any, Dict, List, Literal, Optional, Sequence, Set, Tuple, cast
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -48,7 +48,8 @@ from . import _bootstrap, _config_check, _fsdp_layout, _horizon, _momentum, _ops
 _STATE_FORMAT = "gradex.torch.HSDP/1"
 
 
-def replicate_layout(mesh: DeviceMesh, replicate_dim: str, shard_dim: str) -> Tuple[Any, int, int, DeviceMesh]:
+def replicate_layout(mesh: DeviceMesh, replicate_dim: str,
+                     shard_dim: str) -> Tuple[dist.ProcessGroup, int, int, DeviceMesh]:
     """(replicate process group, shard index, shard count, shard submesh) of this rank in a 2-D mesh."""
     names = tuple(mesh.mesh_dim_names or ())
     if mesh.ndim != 2 or replicate_dim not in names or shard_dim not in names:
@@ -73,7 +74,7 @@ def check_sharded_on(model: torch.nn.Module, shard_mesh: DeviceMesh, owner: str)
                 f"2-D mesh) so that {owner} owns the replicate dimension")
 
 
-def broadcast_across_replicas(tensors: Sequence[torch.Tensor], group: Any) -> None:
+def broadcast_across_replicas(tensors: Sequence[torch.Tensor], group: dist.ProcessGroup) -> None:
     """Copies the first replica group's values of `tensors` (local shards) to the other replica groups."""
     source = dist.get_global_rank(group, 0)
     with torch.no_grad():
@@ -158,14 +159,15 @@ class HSDP:
         return self._engine
 
     @property
-    def process_group(self) -> Any:
+    def process_group(self) -> Optional[dist.ProcessGroup]:
         """The replicate group this rank's engine spans."""
         return self._group
 
     def stats(self, last_step: bool = False) -> _capi.Stats:
         return self._engine.stats(last_step)
 
-    def _make_hook(self, module_name: str, layout: List[_fsdp_layout.ShardSlice]) -> Any:
+    def _make_hook(self, module_name: str,
+                   layout: List[_fsdp_layout.ShardSlice]) -> Callable[[torch.Tensor], None]:
         owner = weakref.ref(self)  # FSDP2 keeps the hook; it must not keep the engine alive
 
         def all_reduce_hook(reduce_output: torch.Tensor) -> None:

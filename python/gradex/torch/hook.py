@@ -11,14 +11,15 @@ bucket, over the ranks of the DDP module's process group, through torch.distribu
 """
 import threading
 import weakref
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple, TypeGuard, Union
 
 import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils.hooks import RemovableHandle
 
 from .. import _capi, _errors
-from . import _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
+from . import _amp, _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
 
 _STATE_FORMAT = "gradex.torch.State/2"
 
@@ -46,14 +47,15 @@ class State:
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, *, config: _capi.Config = None,
-                 dense_iterations: Optional[int] = None, store: Any = None, scaler: Any = None,
+                 dense_iterations: Optional[int] = None, store: Optional[_capi.KeyValueStore] = None,
+                 scaler: Optional[_amp.GradScalerLike] = None,
                  process_group: Optional[dist.ProcessGroup] = None, optimizer: Optional[torch.optim.Optimizer] = None,
                  horizon_steps: Optional[int] = None) -> None:
         config = {str(k): str(v) for k, v in (config or {}).items()}
         config = _horizon.with_horizon(config, horizon_steps, "gx.State")
         _config_check.check(config)
         self._base_config = config  # before the momentum rule: set_optimizer() applies it again
-        self._optimizer: Any = _momentum.unwrap(optimizer) if optimizer is not None else None
+        self._optimizer: Optional[torch.optim.Optimizer] = _momentum.unwrap(optimizer) if optimizer is not None else None
         self._config, self._takeover = _momentum.decide(optimizer, config, "the gradex DDP hook")
         self._model = model
         self._dense_iterations = dense_iterations
@@ -64,15 +66,15 @@ class State:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._engine: Union[_capi.Engine, None, Literal[False]] = None  # None: not bootstrapped; False: closed
         self._exchanger: Optional[_buckets.BucketExchanger] = None
-        self._step_hook: Any = None
-        self._finalizer: Any = None
+        self._step_hook: Optional[RemovableHandle] = None
+        self._finalizer: Optional[weakref.finalize] = None
         # a state dict loaded before bootstrap
         self._pending_load: Optional[Dict[str, Any]] = getattr(self, "_pending_load", None)
         # (rank, world_size, store, store_prefix) given to reconfigure() before bootstrap: the engine's
         # first membership.
-        self._membership: Optional[Tuple[int, int, Any, Optional[str]]] = getattr(self, "_membership", None)
+        self._membership: Optional[Tuple[int, int, _capi.AnyStore, Optional[str]]] = getattr(self, "_membership", None)
         self._closed_iteration = 0
 
     def _bootstrap(self, bucket: Optional[dist.GradBucket] = None) -> _buckets.BucketExchanger:
@@ -84,7 +86,7 @@ class State:
             if self._engine is False:
                 raise _errors.InvalidArgumentError("gradex: this State was closed")
             model, group = self._model, self._group
-            ddp: Any
+            ddp: Optional[torch.nn.parallel.DistributedDataParallel]
             ddp = model if _is_ddp(model) else None
             if ddp is None and bucket is not None:
                 ddp = _discover.owner_of(bucket.parameters())
@@ -111,7 +113,8 @@ class State:
             self._engine, self._exchanger = engine, exchanger
             return exchanger
 
-    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Tuple[object, ...],
+                           kwargs: Dict[str, object]) -> None:
         self._warner.check(optimizer)
         if self._step_hook is not None:
             self._step_hook.remove()
@@ -145,7 +148,7 @@ class State:
         """The optimizer the momentum rule follows (given to the constructor or set_optimizer), unwrapped."""
         return self._optimizer
 
-    def reconfigure(self, rank: int, world_size: int, store: Any = None, store_prefix: Optional[str] = None) -> None:
+    def reconfigure(self, rank: int, world_size: int, store: _capi.AnyStore = None, store_prefix: Optional[str] = None) -> None:
         """A new membership for this State's engine (torchft's quorum changes; Engine.reconfigure): collective
         over the new members. Creates nothing: the engine keeps its per-tensor state (residuals, momenta,
         counters). Before the engine exists (no bucket yet), the membership is kept and the engine is created
@@ -157,7 +160,7 @@ class State:
             if self._exchanger is None:
                 self._membership = (int(rank), int(world_size), store, store_prefix)
                 return
-            engine = self._engine
+            engine = self._exchanger.engine
         engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
@@ -199,10 +202,11 @@ class State:
                                      f"states of gradex.torch.State/1 were keyed by DDP bucket and cannot be "
                                      f"mapped to parameters)")
         with self._lock:
-            if self._exchanger is None:
+            exchanger = self._exchanger
+            if exchanger is None:
                 self._pending_load = dict(state)
                 return
-        _load(self._exchanger, self._engine, state)
+        _load(exchanger, exchanger.engine, state)
 
     def close(self) -> None:
         """Finishes outstanding exchanges, then releases the engine and gives an SGD optimizer whose momentum
@@ -234,7 +238,7 @@ class State:
         self.close()
         return False
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> Dict[str, object]:
         """Only a State that has not bootstrapped can be pickled: its configuration, scaler, process group
         and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
         would not be the module that DDP trains, so the unpickled State finds its DDP module at the first
@@ -249,13 +253,12 @@ class State:
                 "_pending_load": self._pending_load, "_takeover": None,
                 "_membership": getattr(self, "_membership", None)}
 
-    def __setstate__(self, values: Dict[str, Any]) -> None:
+    def __setstate__(self, values: Dict[str, object]) -> None:
         self.__dict__.update(values)
         self._init_runtime()
 
 
-def _is_ddp(module: object) -> bool:
-    import torch
+def _is_ddp(module: object) -> TypeGuard[torch.nn.parallel.DistributedDataParallel]:
     return isinstance(module, torch.nn.parallel.DistributedDataParallel)
 
 

@@ -33,7 +33,7 @@ from .. import _errors, _log
 
 
 class CommHook(_Callback):
-    def __init__(self, state: Any = None, hook: Optional[Callable[..., Any]] = None) -> None:
+    def __init__(self, state: object = None, hook: Optional[Callable[..., object]] = None) -> None:
         super().__init__()
         if (state is None) != (hook is None):
             raise _errors.InvalidArgumentError("gradex: CommHook takes both state and hook, or neither")
@@ -58,7 +58,7 @@ class CommHook(_Callback):
         ddp.register_comm_hook(state, hook)
 
 
-def _give_optimizer(state: Any, optimizers: List[Any]) -> None:
+def _give_optimizer(state: object, optimizers: List[torch.optim.Optimizer]) -> None:
     """Hands the Trainer's optimizer to a gx.State that has none yet (other hook states are left alone)."""
     from .hook import State
 
@@ -77,7 +77,7 @@ class Scalars(_Callback):
     last `every_n_steps` optimizer steps: gradex/_scalars.py) to the Trainer's loggers (TensorBoard, CSV, ...)
     every `every_n_steps` steps. source: whose counters (default: the DDPStrategy's ddp_comm_state)."""
 
-    def __init__(self, every_n_steps: int = 50, source: Any = None) -> None:
+    def __init__(self, every_n_steps: int = 50, source: object = None) -> None:
         super().__init__()
         if every_n_steps < 1:
             raise _errors.InvalidArgumentError(f"gradex: Scalars(every_n_steps={every_n_steps}) must be >= 1")

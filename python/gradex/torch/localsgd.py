@@ -21,7 +21,7 @@ and the engine applies this rank's momentum in place without any traffic (sync/l
 import os
 import threading
 import weakref
-from typing import Any, Dict, Literal, Mapping, Optional, cast
+from typing import Any, Dict, Literal, Mapping, Optional, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -40,7 +40,7 @@ class LocalSGD:
     whichever comes first. Picklable until then."""
 
     def __init__(self, module: torch.nn.Module, period: int, warmup_steps: int = 0, config: _capi.Config = None,
-                 store: Any = None) -> None:
+                 store: Optional[_capi.KeyValueStore] = None) -> None:
         if int(period) < 1:
             raise _errors.ConfigError(f"gradex: LocalSGD period must be >= 1, got {period}")
         merged: Dict[str, _capi.ConfigValue] = {"GRADEX_LOCALSGD_PERIOD": int(period), "GRADEX_LOCALSGD_WARMUP_STEPS": int(warmup_steps)}
@@ -57,7 +57,7 @@ class LocalSGD:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._engine: Any = None  # an Engine once bootstrapped, False once closed
+        self._engine: Union[_capi.Engine, None, Literal[False]] = None  # None: not bootstrapped; False: closed
         self._exchanger: Optional[_buckets.BucketExchanger] = None
         self._ddp = isinstance(self._module, torch.nn.parallel.DistributedDataParallel)
         inner = self._module.module if self._ddp else self._module
@@ -149,21 +149,21 @@ class LocalSGD:
         self.close()
         return False
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> Dict[str, object]:
         if self._engine is not None:
             raise TypeError("gradex.torch.LocalSGD holds an engine once it has been used; checkpoint "
                             "state_dict() instead of pickling it")
         return {"_config": self._config, "_module": self._module, "_store": self._store, "steps": self.steps,
                 "averaging_rounds": self.averaging_rounds}
 
-    def __setstate__(self, values: Dict[str, Any]) -> None:
+    def __setstate__(self, values: Dict[str, object]) -> None:
         self.__dict__.update(values)
         self._init_runtime()
         if self._ddp:  # the unpickled DDP module has a new reducer without the hook
             self._module.register_comm_hook(self, LocalSGD._hook)
 
 
-def optimizer_owns_momentum(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def optimizer_owns_momentum(config: Mapping[str, _capi.ConfigValue]) -> Mapping[str, _capi.ConfigValue]:
     """LocalSGD's default momentum rule (module docstring): GRADEX_MOMENTUM defaults to 0, so the optimizer
     owns momentum; a value the caller set (config= or the environment) is kept. Returns the config to create
     the engine with."""

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Set, 
 
 import torch
 import torch.distributed as dist
+from torch.utils.hooks import RemovableHandle
 
 from .. import _capi, _errors
 from . import _amp, _bootstrap, _horizon, _layout, _momentum, _ops, _profile
@@ -48,7 +49,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable[Tuple[str, torch.nn.Parameter]]] = None,
-                 config: _capi.Config = None, store: Any = None, scaler: Any = None,
+                 config: _capi.Config = None, store: Optional[_capi.KeyValueStore] = None,
+                 scaler: Optional[_amp.GradScalerLike] = None,
                  process_group: Optional[dist.ProcessGroup] = None, uneven_inputs: bool = False,
                  horizon_steps: Optional[int] = None) -> None:
         if isinstance(optimizer, DistributedOptimizer):
@@ -56,7 +58,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._gradex_ready = False
         self._takeover: Optional[_momentum.SgdMomentumTakeover] = None
         self._engine: Any = None  # the Engine from the first step on (every user checks _bootstrap first)
-        self._hooks: List[Any] = []
+        self._hooks: List[RemovableHandle] = []
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state

@@ -28,7 +28,7 @@ class CommHook(TrainerCallback):
     """state: a gx.State to register (default: gx.State(ddp, config=config) at the start of training);
     hook: the comm hook (default gx.hook); config: GRADEX_* overrides of the State CommHook builds."""
 
-    def __init__(self, state: Optional[State] = None, hook: Optional[Callable[..., Any]] = None, *,
+    def __init__(self, state: Optional[State] = None, hook: Optional[Callable[..., object]] = None, *,
                  config: _capi.Config = None) -> None:
         super().__init__()
         if state is not None and config:
@@ -39,8 +39,8 @@ class CommHook(TrainerCallback):
         self._config = config
         self._registered: Optional[torch.nn.Module] = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[torch.nn.Module] = None,
-                       optimizer: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: object, state: object, control: object, model: Optional[torch.nn.Module] = None,
+                       optimizer: Optional[torch.optim.Optimizer] = None, **kwargs: Any) -> None:
         if model is None:
             raise _errors.InvalidArgumentError("gradex: CommHook.on_train_begin got no model from the Trainer")
         ddp = model if isinstance(model, torch.nn.parallel.DistributedDataParallel) else \

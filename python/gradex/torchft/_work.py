@@ -18,7 +18,7 @@ import torch.distributed as dist
 class Operation:
     """One issued collective: its name (for messages), the value its future completes with, its completion."""
 
-    def __init__(self, name: str, result: Any) -> None:
+    def __init__(self, name: str, result: object) -> None:
         self.name = name
         self.result = result
         self.future: torch.futures.Future = torch.futures.Future()
@@ -86,7 +86,7 @@ class GradexWork(dist._Work):
         return self._operation.future
 
 
-def completed_work(result: Any) -> GradexWork:
+def completed_work(result: object) -> GradexWork:
     """A Work that has already succeeded with `result`."""
     operation = Operation("noop", result)
     operation.succeed()

@@ -34,10 +34,12 @@ from datetime import timedelta
 from typing import Any, Dict, List, Literal, Optional
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from .. import _capi, _errors, _outer_config
 from ..torch import _integration as _gxt
 from . import process_group as _pg
+from ._manager import ManagerLike
 
 _PREFIX = "gradex/diloco/"
 _STATE_KEY = "gradex.torchft.DiLoCo"
@@ -73,11 +75,11 @@ class DiLoCo:
     (block-quantized with error feedback) or 32 (exact); compression="topk" with density= for top-k.
     config: other GRADEX_* settings of the outer optimizer."""
 
-    def __init__(self, manager: Any, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer, sync_every: int,
+    def __init__(self, manager: ManagerLike, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer, sync_every: int,
                  *, fragments: int = 1, fragment_sync_delay: int = 0, fragment_update_alpha: float = 0.0,
                  outer_lr: float = 0.7, outer_momentum: float = 0.9, nesterov: bool = True, bits: int = 4,
                  compression: str = "quant", density: Optional[float] = None, config: _capi.Config = None,
-                 process_group: Any = None) -> None:
+                 process_group: Optional[_pg.ProcessGroupGradex] = None) -> None:
         if getattr(manager, "_use_async_quorum", False):
             raise ValueError("gradex: DiLoCo needs a synchronous quorum: create the Manager with "
                              "use_async_quorum=False (as torchft's DiLoCo)")
@@ -127,7 +129,7 @@ class DiLoCo:
         self._finalizer = weakref.finalize(self, _close_quietly, self._holder)
         self._steps = 0  # inner steps ended (the outer optimizer's step count, mirrored before it exists)
         self._attempt: Optional[_Attempt] = None
-        self._hooks: List[Any] = []
+        self._hooks: List[RemovableHandle] = []
         self._closed = False
         self.commits = 0  # outer syncs committed
         self.rollbacks = 0  # outer syncs that did not commit (rolled back)

@@ -26,10 +26,14 @@ quorum to the participants, as torchft's Manager.allreduce divides its sum by th
 
 A failed exchange (a lost replica) is reported to the Manager and the bucket is returned as it is: backward
 completes, should_commit() says no, and the step is discarded everywhere.
+
+The buckets go through gradex.torch's BucketExchanger, as under gx.State: a GradScaler given as `scaler=` is
+kept out of the engine's state, and GRADEX_CLIP_NORM clips by this replica's whole-model norm. The step logic
+above (rollback, absent submissions, the participants' factor, errors to the Manager) is this module's.
 """
 import threading
 from datetime import timedelta
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 from torch.nn import parallel
@@ -38,22 +42,23 @@ from torchft.process_group import ProcessGroupDummy
 from .. import _capi, _errors, _log
 from ..torch import _integration as _gxt
 from . import process_group as _pg
+from ._manager import ManagerLike
 
 _PREFIX = "gradex/hook/"
 
 
 class _Generation:
-    """The engine of one membership and the thread that completes its exchanges."""
+    """The engine of the State's memberships and the exchanger that submits its buckets."""
 
-    def __init__(self, engine: _capi.Engine, model: Optional[torch.nn.Module]) -> None:
+    def __init__(self, engine: _capi.Engine, model: torch.nn.Module, scaler: Optional[_gxt.GradScalerLike],
+                 on_failure: Callable[[BaseException], None]) -> None:
         self.engine = engine
-        self.keys = _gxt.BucketKeys(model)
-        self.completer = _gxt.Completer("gradex-torchft")
+        self.exchanger = _gxt.BucketExchanger(engine, model, dense_iterations=0, end_steps=True, scaler=scaler,
+                                              on_failure=on_failure)
         # Every parameter is registered up front, so that a snapshot taken at any step start covers every
         # tensor a rollback may have to restore.
-        if model is not None:
-            self.keys.register_saved(engine, {name: (p.numel(), str(p.dtype))
-                                              for name, p in _named_parameters(model) if p.requires_grad})
+        self.exchanger.keys.register_saved(engine, {name: (p.numel(), str(p.dtype))
+                                                    for name, p in model.named_parameters() if p.requires_grad})
 
     def release(self) -> None:
         """Aborts the engine (exchanges in flight fail at once; the peers learn it at once and go on after
@@ -62,7 +67,7 @@ class _Generation:
             self.engine.abort("gradex.torchft.State closed")
         except _errors.GradexError:
             pass  # already failed
-        self.completer.close()
+        self.exchanger.close()
         try:
             self.engine.close()
         except _errors.GradexError:
@@ -75,22 +80,23 @@ class State:
     manager: the torchft Manager. process_group: the ProcessGroupGradex given to the Manager (its
     reconfigurations re-form this State's engine). model: the module whose parameter names key the gradients.
     config: GRADEX_* overrides for the engine (checked here). optimizer: the optimizer that trains the model,
-    for gradex's momentum rule (as for gx.State)."""
+    for gradex's momentum rule (as for gx.State). scaler: the torch.amp.GradScaler that scales the loss, if any
+    (as for gx.State)."""
 
-    def __init__(self, manager: Any, process_group: _pg.ProcessGroupGradex, model: torch.nn.Module, *,
-                 config: _capi.Config = None, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    def __init__(self, manager: ManagerLike, process_group: _pg.ProcessGroupGradex, model: torch.nn.Module, *,
+                 config: _capi.Config = None, optimizer: Optional[torch.optim.Optimizer] = None,
+                 scaler: Optional[_gxt.GradScalerLike] = None) -> None:
         if not isinstance(process_group, _pg.ProcessGroupGradex):
             raise _errors.InvalidArgumentError(
                 "gradex: gradex.torchft.State needs the Manager's ProcessGroupGradex (its quorum is the State's "
                 f"membership), not {type(process_group).__name__}")
         config = {str(k): str(v) for k, v in (config or {}).items()}
         _gxt.check_config(config)
-        if float(config.get("GRADEX_CLIP_NORM", "0") or 0) > 0:
-            raise _errors.InvalidArgumentError("gradex: GRADEX_CLIP_NORM is not supported by the torchft hook "
-                                               "(clip before backward ends, or use torch's clip_grad_norm_)")
+        _gxt.ScaleDomain(scaler)  # a bad scaler is rejected here, not at the first quorum
         self._config, self._takeover = _gxt.decide_momentum(optimizer, config, "the gradex torchft hook")
         self._manager = manager
         self._model = model.module if isinstance(model, parallel.DistributedDataParallel) else model
+        self._scaler = scaler
         self._lock = threading.Lock()
         self._generation: Optional[_Generation] = None
         self._in_step = False
@@ -118,7 +124,7 @@ class State:
         _gxt.load_ops()
         engine = _capi.Engine(rank, world_size, store, _PREFIX, config)
         with self._lock:
-            self._generation = _Generation(engine, self._model)
+            self._generation = _Generation(engine, self._model, self._scaler, self._on_failure)
 
     @property
     def engine(self) -> Optional[_capi.Engine]:
@@ -152,58 +158,23 @@ class State:
         return generation
 
     def exchange(self, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        buffer = bucket.buffer()
         if not self._in_step:
             self._in_step = True
             self._step_generation = self._begin_step()
         generation = self._step_generation
-        last = bucket.is_last()
-        if last:
+        if bucket.is_last():
             self._in_step = False
-        if generation is None or self._manager.errored() is not None:
-            return _completed(buffer)
-        try:
-            gradients = bucket.gradients()
-            keys = generation.keys.keys(bucket.index(), bucket.parameters(), gradients)
-            generation.keys.register_all(generation.engine, keys, gradients)
-            tickets = []
-            try:
-                for key, view in zip(keys, gradients):
-                    on_device = key in generation.keys.on_device
-                    if self._absent:
-                        tickets.append(_gxt.submit_absent(generation.engine.address, key, view, on_device))
-                    else:
-                        tickets.append(_gxt.submit(generation.engine.address, key, view, on_device))
-            except BaseException:
-                try:
-                    _gxt.wait_all(tickets)
-                except _errors.GradexError:
-                    pass  # the submission's own error is the one to report
-                raise
-        except _errors.GradexError as exc:
-            self._manager.report_error(exc)
-            return _completed(buffer)
-        future: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
-        scale = self._scale
-        engine = generation.engine
+        if generation is None:
+            return _completed(bucket.buffer())
+        if self._manager.errored() is not None:
+            return generation.exchanger.skip(bucket)
+        return generation.exchanger.exchange(bucket, absent=self._absent, factor=self._scale)
 
-        def after() -> None:
-            if scale != 1.0:
-                buffer.mul_(scale)
-            if last:
-                engine.end_step()
-        generation.completer.add(tickets, future, buffer, after)
-        manager = self._manager
-
-        def settle(fut: torch.futures.Future) -> torch.Tensor:
-            try:
-                return fut.value()
-            except Exception as exc:  # a lost replica: torchft discards the step
-                _log.warn_once(("torchft-hook-failed", id(self)), "gradex: torchft hook: exchange failed, the "
-                               "step is discarded: %s", exc)
-                manager.report_error(exc)
-                return buffer
-        return future.then(settle)
+    def _on_failure(self, exc: BaseException) -> None:
+        """A lost replica: torchft discards the step."""
+        _log.warn_once(("torchft-hook-failed", id(self)), "gradex: torchft hook: exchange failed, the step is "
+                       "discarded: %s", exc)
+        self._manager.report_error(exc)
 
     def close(self) -> None:
         """Releases the engine (idempotent); the other replicas see this replica leave, as if it had died."""
@@ -228,13 +199,9 @@ class DistributedDataParallel(parallel.DistributedDataParallel):
     takes DDP's initial broadcast, the Manager syncs weights; buckets are never rebuilt), with gradients
     exchanged by `state` (a gradex.torchft.State)."""
 
-    def __init__(self, manager: Any, module: torch.nn.Module, state: State, **kwargs: Any) -> None:
+    def __init__(self, manager: ManagerLike, module: torch.nn.Module, state: State, **kwargs: Any) -> None:
         super().__init__(module, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True, **kwargs)
         self.register_comm_hook(state, hook)
-
-
-def _named_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
-    return list(model.named_parameters())
 
 
 def _completed(buffer: torch.Tensor) -> torch.futures.Future:

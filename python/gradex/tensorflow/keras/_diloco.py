@@ -23,7 +23,7 @@ or saving any rank's model gives the same result.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import keras
 import numpy as np
@@ -35,7 +35,7 @@ _D = _outer_config.DEFAULTS
 _STATE_FORMAT = "gradex.keras.DiLoCo/1"
 
 
-def _close_quietly(box: Dict[str, Any]) -> None:
+def _close_quietly(box: Dict[str, Optional[_capi.Outer]]) -> None:
     _errors.close_quietly(box.get("outer"))
 
 
@@ -58,7 +58,7 @@ class DiLoCoCallback(keras.callbacks.Callback):
         self._delay = int(self._config["GRADEX_OUTER_DELAY"])
         self._mixing = float(self._config["GRADEX_OUTER_MIXING"]) != 0.0
         self.synchronize_at_end = bool(synchronize_at_end)
-        self._box: Dict[str, Any] = {"outer": None}  # what the finalizer closes (it must not hold this object)
+        self._box: Dict[str, Optional[_capi.Outer]] = {"outer": None}  # what the finalizer closes (it must not hold this object)
         self._finalizer = weakref.finalize(self, _close_quietly, self._box)
         # [key, variable, host mirror, fragment or None for a buffer]
         self._entries: List[List[Any]] = []
@@ -116,25 +116,25 @@ class DiLoCoCallback(keras.callbacks.Callback):
 
     # --- copies between the variables and the mirrors -------------------------------------------------
 
-    def _copy_in(self, wanted: Any) -> None:
+    def _copy_in(self, wanted: Callable[[Optional[int]], bool]) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 mirror[...] = v.numpy()
 
-    def _copy_out(self, wanted: Any) -> None:
+    def _copy_out(self, wanted: Callable[[Optional[int]], bool]) -> None:
         for _, v, mirror, fragment in self._entries:
             if wanted(fragment):
                 v.assign(mirror)
 
     # --- Keras hooks ------------------------------------------------------------------------------------
 
-    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_begin(self, logs: Optional[Dict[str, object]] = None) -> None:
         self._bootstrap()
 
-    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self.step()
 
-    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_end(self, logs: Optional[Dict[str, object]] = None) -> None:
         if self.synchronize_at_end:
             self.synchronize()
 

@@ -19,7 +19,7 @@ from .. import _exchange, _runtime
 from . import _wrapper
 
 
-def is_legacy_optimizer(optimizer: Any) -> bool:
+def is_legacy_optimizer(optimizer: object) -> bool:
     try:
         import tf_keras
     except ImportError:

@@ -12,7 +12,7 @@ gxk.DistributedOptimizer at the first epoch of every fit, and TrainingHorizonCal
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import keras
 import tensorflow as tf
@@ -23,7 +23,8 @@ from .. import _exchange, _runtime
 from ._diloco import DiLoCoCallback  # noqa: F401  (gxk.callbacks.DiLoCoCallback)
 
 
-def pass_training_horizon(model: Any, params: Optional[Dict[str, Any]], first_epoch: int) -> Optional[int]:
+def pass_training_horizon(model: object, params: Optional[Mapping[str, Optional[int]]],
+                          first_epoch: int) -> Optional[int]:
     """Gives the engine of `model`'s gxk.DistributedOptimizer the steps this fit will still run,
     (epochs - first_epoch) x steps per epoch from model.fit's `params` (GRADEX_POLICY=auto's horizon rule,
     gradex_set_policy_horizon). Returns the steps passed, or None when the optimizer is not gradex's or
@@ -67,10 +68,10 @@ class TrainingHorizonCallback(_HorizonOnce, keras.callbacks.Callback):
     model's gxk.DistributedOptimizer as GRADEX_POLICY=auto's training horizon (GRADEX_POLICY_HORIZON_STEPS), at
     the first epoch of every fit. BroadcastGlobalVariablesCallback does the same; use this one without it."""
 
-    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_begin(self, logs: Optional[Dict[str, object]] = None) -> None:
         self._horizon_arm()
 
-    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self._horizon_pass(epoch)
 
 
@@ -86,10 +87,10 @@ class BroadcastGlobalVariablesCallback(_HorizonOnce, keras.callbacks.Callback):
         self._done = False
         self._horizon = bool(horizon)
 
-    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self._horizon_pass(epoch)
 
-    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_begin(self, logs: Optional[Dict[str, object]] = None) -> None:
         if self._horizon:
             self._horizon_arm()
         if self._done:
@@ -108,7 +109,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of every epoch, replaces each numeric entry of `logs` (loss, metrics, val_*) by its average
     over the ranks (exact fp32), in one exchange. Place it before callbacks that read the logs."""
 
-    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, object]] = None) -> None:
         if not logs:
             return
         names = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "dtype"))
@@ -129,7 +130,7 @@ class ScalarsCallback(keras.callbacks.Callback):
     default: the model's gxk.DistributedOptimizer, else init's gradient engine). Every rank counts its own: give
     rank 0 the callback, or each rank its own log_dir."""
 
-    def __init__(self, log_dir: Optional[str] = None, every_n_steps: int = 50, source: Any = None,
+    def __init__(self, log_dir: Optional[str] = None, every_n_steps: int = 50, source: object = None,
                  writer: Any = None) -> None:
         super().__init__()
         if (log_dir is None) == (writer is None):
@@ -142,7 +143,7 @@ class ScalarsCallback(keras.callbacks.Callback):
         self._window = _scalars.Window()
         self._step = 0
 
-    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self._step += 1
         if self._step % self._every != 0:
             return
@@ -209,7 +210,7 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
     def _steps(self) -> Optional[int]:
         return self.steps_per_epoch or (self.params or {}).get("steps")
 
-    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, object]] = None) -> None:
         self._epoch = epoch
         if self._done:
             return
@@ -221,14 +222,14 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         elif not self._steps():
             self._set(self.learning_rate_at(epoch))
 
-    def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, object]] = None) -> None:
         steps = self._steps()
         if self._done or not steps:
             return
         self._set(self.learning_rate_at(self._epoch + batch / steps))
 
 
-def _own_momentum(optimizer: Any) -> float:
+def _own_momentum(optimizer: object) -> float:
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     try:
         return float(getattr(inner, "momentum", 0) or 0)
