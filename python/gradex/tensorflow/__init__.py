@@ -157,7 +157,9 @@ def _broadcast_variables_eagerly(variables: List[tf.Variable], root_rank: int) -
         raise InvalidArgumentError(f"gradex: root_rank must be a rank in [0, {group.world_size}), got {root_rank!r}")
     if group.world_size == 1:
         return
-    layout = repr([(_exchange.variable_key(v), tuple(v.shape), v.dtype.name) for v in variables]).encode()
+    # Keras 3 variables carry their dtype as a string, tf.Variable as a tf.DType: one name for both.
+    layout = repr([(_exchange.variable_key(v), tuple(v.shape), tf.as_dtype(v.dtype).name)
+                   for v in variables]).encode()
     digest = np.frombuffer(hashlib.sha256(layout).digest()[:16], dtype=np.uint8).copy()
     digests = np.empty(16 * group.world_size, dtype=np.uint8)
     group.allgather(digest.ctypes.data, 16, digests.ctypes.data)
