@@ -24,6 +24,29 @@ namespace {
 namespace be = compress::backend;
 using Clock = std::chrono::steady_clock;
 
+// Calls fn(backend, values, bucket position, run_begin, run_end) for each run [run_begin, run_end)
+// of consecutive views on one backend, with `entries` holding that run's fusion entries; the runs
+// lie back to back in the bucket at `stage` (`elem` bytes a value). Staging and unstaging walk the
+// same runs.
+template <typename Fn>
+void for_each_backend_run(const std::vector<DenseView>& views, size_t begin, size_t end,
+                          uint8_t* stage, size_t elem, std::vector<be::FusionEntry>& entries,
+                          Fn&& fn) {
+  size_t run_begin = begin, offset = 0;
+  while (run_begin < end) {
+    size_t run_end = run_begin, n = 0;
+    entries.clear();
+    while (run_end < end && views[run_end].backend == views[run_begin].backend) {
+      entries.push_back({views[run_end].data, views[run_end].numel, n});
+      n += views[run_end].numel;
+      ++run_end;
+    }
+    fn(*views[run_begin].backend, n, stage + offset * elem, run_begin, run_end);
+    offset += n;
+    run_begin = run_end;
+  }
+}
+
 }  // namespace
 
 DenseBucket BackendPath::stage_dense(std::vector<DenseItem>& items,
@@ -80,19 +103,7 @@ DenseBucket BackendPath::stage_dense(std::vector<DenseItem>& items,
 
     // Runs of consecutive items on one backend: [run_begin, run_end).
     auto for_each_run = [&](auto&& fn) {
-      size_t run_begin = begin, offset = 0;
-      while (run_begin < end) {
-        size_t run_end = run_begin, n = 0;
-        entries.clear();
-        while (run_end < end && views[run_end].backend == views[run_begin].backend) {
-          entries.push_back({views[run_end].data, views[run_end].numel, n});
-          n += views[run_end].numel;
-          ++run_end;
-        }
-        fn(*views[run_begin].backend, n, stage + offset * elem, run_begin, run_end);
-        offset += n;
-        run_begin = run_end;
-      }
+      for_each_backend_run(views, begin, end, stage, elem, entries, fn);
     };
 
     // On a host backend a 16-bit wire is cast from each tensor straight into the bucket and back
@@ -173,19 +184,7 @@ void BackendPath::unstage_dense(DenseBucket& bucket, std::vector<DenseItem>& ite
     const size_t begin = 0, end = items.size();
     uint8_t* stage = bucket.bytes;
     auto for_each_run = [&](auto&& fn) {
-      size_t run_begin = begin, offset = 0;
-      while (run_begin < end) {
-        size_t run_end = run_begin, n = 0;
-        entries.clear();
-        while (run_end < end && views[run_end].backend == views[run_begin].backend) {
-          entries.push_back({views[run_end].data, views[run_end].numel, n});
-          n += views[run_end].numel;
-          ++run_end;
-        }
-        fn(*views[run_begin].backend, n, stage + offset * elem, run_begin, run_end);
-        offset += n;
-        run_begin = run_end;
-      }
+      for_each_backend_run(views, begin, end, stage, elem, entries, fn);
     };
     auto t2 = Clock::now();
     // fp32 sums are divided here (16-bit values were divided before the cast): on a host backend

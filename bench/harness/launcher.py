@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from bench.harness.network import Network, environment, pick_port
+from bench.harness.network import Network, RootLoopback, environment, pick_port
 
 PROGRESS = re.compile(r"\[(\w+)\] (\w+) step (\d+)/(\d+)")
 
@@ -140,10 +140,32 @@ def _read_progress(master_fd: int, meter: WireMeter, display: "Display", log_pat
 Display = Callable[[str, int, int], None]  # (mode, step, total) of rank 0's progress
 
 
+class _PortTaken(RankFailure):
+    """The rendezvous port picked free on loopback was bound by another process before rank 0 listened."""
+
+
 def run_ranks(network: Network, world: int, argv: List[str], *, warmup: int, steps: int, timeout_s: float,
               log_dir: str, label: str, extra_env: Optional[Mapping[str, str]] = None,
               display: Optional[Display] = None, host_wire: Optional[Dict[str, Any]] = None,
               wan_wire: Optional[Dict[str, float]] = None) -> Tuple[str, Dict[str, float]]:
+    """Runs argv as `world` ranks on `network` (see _run_ranks_once). On the root namespace's loopback
+    a free port can be taken by another process between the pick and rank 0's listen (tests run side
+    by side): that run alone is repeated on a fresh port, up to three times."""
+    for attempt in range(3):
+        try:
+            return _run_ranks_once(network, world, argv, warmup=warmup, steps=steps, timeout_s=timeout_s,
+                                   log_dir=log_dir, label=label, extra_env=extra_env, display=display,
+                                   host_wire=host_wire, wan_wire=wan_wire)
+        except _PortTaken:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_ranks_once(network: Network, world: int, argv: List[str], *, warmup: int, steps: int,
+                    timeout_s: float, log_dir: str, label: str, extra_env: Optional[Mapping[str, str]] = None,
+                    display: Optional[Display] = None, host_wire: Optional[Dict[str, Any]] = None,
+                    wan_wire: Optional[Dict[str, float]] = None) -> Tuple[str, Dict[str, float]]:
     """Runs argv as `world` ranks on `network`. Returns (rank 0's stdout, {mode: wire bytes per step
     and rank} — empty when the network has no counters); fills host_wire (a dict, when given) with
     {mode: [(tx, rx) bytes per step of each host]} on networks that count each host's link, and
@@ -197,7 +219,10 @@ def run_ranks(network: Network, world: int, argv: List[str], *, warmup: int, ste
             time.sleep(0.5)  # let a peer's own message land in its log before it is killed
             _kill_all(procs)
             shown = failed + ([world] if 0 in failed else [])  # rank 0's stderr log is logs[world]
-            raise RankFailure(f"{label}: rank(s) {failed} failed" + _tails(logs, shown))
+            tails = _tails(logs, shown)
+            if isinstance(network, RootLoopback) and "EADDRINUSE" in tails:
+                raise _PortTaken(f"{label}: rank(s) {failed} failed" + tails)
+            raise RankFailure(f"{label}: rank(s) {failed} failed" + tails)
         with open(logs[0], errors="replace") as f:
             return f.read(), meter.per_step
     finally:
