@@ -83,21 +83,13 @@ std::string step(gradex_engine_t* e, int rank, int s, Steps* out, bool with_abse
   return "";
 }
 
-std::string save(gradex_engine_t* e, std::vector<uint8_t>* blob) {
-  size_t length = 0;
-  RANK_OK(gradex_save_state(e, nullptr, 0, &length));
-  blob->resize(length);
-  RANK_OK(gradex_save_state(e, blob->data(), blob->size(), &length));
-  return "";
-}
-
 std::string run(gradex_store_t* store, const std::string& prefix, int rank, const char* delay,
                 int steps, Steps* out, std::vector<uint8_t>* state, bool with_absent = false) {
   gradex_engine_t* e = nullptr;
   std::string failure = create(store, prefix, rank, 2, delay, &e);
   for (int s = 0; failure.empty() && s < steps; ++s)
     failure = step(e, rank, s, out, with_absent);
-  if (failure.empty() && state) failure = save(e, state);
+  if (failure.empty() && state) failure = save_state(e, state);
   if (!failure.empty()) return failure;
   RANK_OK(gradex_engine_destroy(e));
   return "";
@@ -188,7 +180,7 @@ TEST_P(EngineDelay, CheckpointWithExchangesInFlightResumesBitForBit) {
     RANK_OK(gradex_load_state(e, mid_state.data(), mid_state.size()));
     for (int s = 4; failure.empty() && s < kSteps; ++s)
       failure = step(e, rank, s, &resumed);
-    if (failure.empty()) failure = save(e, &resumed_state);
+    if (failure.empty()) failure = save_state(e, &resumed_state);
     if (!failure.empty()) return failure;
     RANK_OK(gradex_engine_destroy(e));
     for (int t = 0; t < kSteps; ++t)

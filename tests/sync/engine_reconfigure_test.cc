@@ -107,14 +107,6 @@ std::string steps_agree(gradex_engine_t* e, gradex_store_t* s, const std::string
   return "";
 }
 
-std::string save(gradex_engine_t* e, std::vector<uint8_t>* blob) {
-  size_t length = 0;
-  RANK_OK(gradex_save_state(e, nullptr, 0, &length));
-  blob->resize(length);
-  RANK_OK(gradex_save_state(e, blob->data(), blob->size(), &length));
-  return "";
-}
-
 // A saved state without its membership fields (world size and rank: bytes 8..16 of the header).
 std::vector<uint8_t> without_membership(std::vector<uint8_t> blob) {
   if (blob.size() >= 16) blob.erase(blob.begin() + 8, blob.begin() + 16);
@@ -167,7 +159,7 @@ TEST(EngineReconfigure, SurvivorsKeepTheirStateAfterAPeerDies) {
           if (failure.empty()) failure = steps_agree(e, store, "m1", p, {0, 1, 2}, 0, 4);
           if (!failure.empty()) return failure;
           std::vector<uint8_t> before;
-          failure = save(e, &before);
+          failure = save_state(e, &before);
           if (!failure.empty()) return failure;
           barrier(store, "saved", p, {0, 1, 2});
           if (p == 1) ::_exit(0);  // dies without leaving: its endpoints fail under the others
@@ -181,7 +173,7 @@ TEST(EngineReconfigure, SurvivorsKeepTheirStateAfterAPeerDies) {
           failure = check_membership(e, rank, 2);
           if (!failure.empty()) return failure;
           std::vector<uint8_t> after;
-          failure = save(e, &after);  // refused while the death's error were still standing
+          failure = save_state(e, &after);  // refused while the death's error were still standing
           if (!failure.empty()) return failure;
           RANK_REQUIRE(without_membership(after) == without_membership(before),
                        "the state changed across the reconfiguration ("
@@ -212,14 +204,14 @@ TEST_P(EngineReconfigureGrow, ANewcomerJoins) {
             RANK_OK(create(store, "n1/", p, 2, &e));
             failure = register_tensors(e);
             if (failure.empty()) failure = steps_agree(e, store, "n1", p, {0, 1}, 0, 4);
-            if (failure.empty()) failure = save(e, &before);
+            if (failure.empty()) failure = save_state(e, &before);
             if (!failure.empty()) return failure;
           }
           barrier(store, "grow", p, {0, 1, 2});
           if (p < 2) {
             RANK_OK(reconfigure(e, "n2/", p, 3));
             std::vector<uint8_t> after;
-            failure = save(e, &after);
+            failure = save_state(e, &after);
             if (!failure.empty()) return failure;
             RANK_REQUIRE(without_membership(after) == without_membership(before),
                          "a survivor's state changed when the newcomer joined");
@@ -229,7 +221,7 @@ TEST_P(EngineReconfigureGrow, ANewcomerJoins) {
             RANK_OK(create(store, "n2/", 2, 3, &e));  // the newcomer: created into the membership
             failure = register_tensors(e);
             std::vector<uint8_t> fresh;
-            if (failure.empty()) failure = save(e, &fresh);
+            if (failure.empty()) failure = save_state(e, &fresh);
             if (!failure.empty()) return failure;
             RANK_REQUIRE(saved_steps(fresh) == 0, "a newcomer starts at step 0");
             if (loaded) {
@@ -237,7 +229,7 @@ TEST_P(EngineReconfigureGrow, ANewcomerJoins) {
               RANK_REQUIRE(!peer.empty(), "rank 0's state did not arrive");
               RANK_OK(gradex_load_state(e, peer.data(), peer.size()));
               std::vector<uint8_t> mine;
-              failure = save(e, &mine);
+              failure = save_state(e, &mine);
               if (!failure.empty()) return failure;
               RANK_REQUIRE(without_membership(mine) ==
                                without_membership(std::vector<uint8_t>(peer.begin(), peer.end())),

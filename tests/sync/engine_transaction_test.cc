@@ -61,14 +61,6 @@ std::string step(gradex_engine_t* e, int rank, uint64_t seed, int s,
   return "";
 }
 
-std::string save(gradex_engine_t* e, std::vector<uint8_t>* blob) {
-  size_t length = 0;
-  RANK_OK(gradex_save_state(e, nullptr, 0, &length));
-  blob->resize(length);
-  RANK_OK(gradex_save_state(e, blob->data(), blob->size(), &length));
-  return "";
-}
-
 // `transaction`: snapshot after kBefore steps, a rejected step (other gradients), rollback; with
 // `abort_and_reconfigure` the rejected step is followed by an abort and the rollback by a
 // reconfiguration under a new prefix.
@@ -85,7 +77,7 @@ std::string run(gradex_store_t* store, const char* prefix, int rank, bool transa
     failure = step(e, rank, 99, kBefore, nullptr);  // the step that does not commit
     if (!failure.empty()) return failure;
     std::vector<uint8_t> changed;
-    failure = save(e, &changed);
+    failure = save_state(e, &changed);
     if (!failure.empty()) return failure;
     if (abort_and_reconfigure) {
       // Both ranks have saved (an abort fails the peer's engine too), then both abort.
@@ -110,13 +102,13 @@ std::string run(gradex_store_t* store, const char* prefix, int rank, bool transa
       RANK_OK(gradex_engine_reconfigure(e, &o));
     }
     std::vector<uint8_t> restored;
-    failure = save(e, &restored);
+    failure = save_state(e, &restored);
     if (!failure.empty()) return failure;
     RANK_REQUIRE(restored != changed, "the rejected step changed nothing (the test cannot fail)");
   }
   for (int s = kBefore; failure.empty() && s < kBefore + kAfter; ++s)
     failure = step(e, rank, 11, s, &result->results);
-  if (failure.empty()) failure = save(e, &result->final_state);
+  if (failure.empty()) failure = save_state(e, &result->final_state);
   if (!failure.empty()) return failure;
   RANK_OK(gradex_engine_destroy(e));
   return "";

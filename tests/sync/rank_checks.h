@@ -32,4 +32,13 @@ inline std::string explain_text(gradex_engine_t* engine) {
   return text;
 }
 
+// gradex_save_state's blob for `engine` into `blob`; "" on success, else what failed.
+inline std::string save_state(gradex_engine_t* engine, std::vector<uint8_t>* blob) {
+  size_t length = 0;
+  RANK_OK(gradex_save_state(engine, nullptr, 0, &length));
+  blob->resize(length);
+  RANK_OK(gradex_save_state(engine, blob->data(), blob->size(), &length));
+  return "";
+}
+
 }  // namespace gradex::test
