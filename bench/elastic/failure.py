@@ -165,7 +165,7 @@ def timed_phases(manager, pg, log):
     timed(manager._checkpoint_transport, "recv_checkpoint", "recv_checkpoint")
     listeners = getattr(pg, "_listeners", None)
     if listeners:  # gradex: the group's own engine is up when the first listener runs, the hook's at the last
-        marks = {}
+        marks: Dict[str, float] = {}
         listeners.insert(0, lambda *a: marks.__setitem__("engine", time.time()))
         listeners.append(lambda *a: log.write(json.dumps(
             {"event": "phase", "name": "hook_engine", "start": marks.pop("engine", time.time()),

@@ -43,6 +43,7 @@ from torch.distributed.distributed_c10d import ReduceOp
 from torchft.process_group import ProcessGroup, _rendezvous, create_store_client
 
 from .. import _capi, _errors
+from .._exact_config import exact_average_config
 from ..torch import _integration as _gxt
 from . import _exact, _work
 
@@ -63,13 +64,9 @@ _FLOAT_AVERAGED = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def engine_config(timeout: timedelta) -> Dict[str, str]:
-    """The collectives' engine configuration: exact fp32 on the wire, nothing compressed, no momentum, the
-    group's timeout for every wait (a dead peer fails an operation within it)."""
-    seconds = max(timeout.total_seconds(), 0.01)
-    return {"GRADEX_FP16": "0", "GRADEX_MOMENTUM": "0", "GRADEX_SPARSITY": "0",
-            "GRADEX_SPARSITY_OVERRIDES": "", "GRADEX_LOCALSGD_PERIOD": "0", "GRADEX_CLIP_NORM": "0",
-            "GRADEX_NONFINITE": "propagate", "GRADEX_STATS_EVERY": "0", "GRADEX_POLICY": "fixed",
-            "GRADEX_TIMEOUT_S": f"{seconds:g}"}
+    """The collectives' engine configuration: gradex's exact-average settings with the group's timeout for
+    every wait (a dead peer fails an operation within it)."""
+    return exact_average_config(GRADEX_TIMEOUT_S=f"{max(timeout.total_seconds(), 0.01):g}")
 
 
 def group_config(timeout: timedelta, extra: _capi.Config) -> Dict[str, str]:
