@@ -17,6 +17,11 @@ struct gradex_engine {
   // bootstrapped through the environment's TCP store), and the prefix of the current membership.
   std::shared_ptr<gradex::comm::Store> store;
   std::string prefix;
+  // The first membership's prefixed store, rank and world size: where GRADEX_DELAY's lanes meet
+  // (sync/delay/delay_lanes.h).
+  std::shared_ptr<gradex::comm::Store> lane_store;
+  int lane_rank = -1;
+  int lane_world = 0;
   // GRADEX_DELAY's delay line over `engine` (capi/delay.cc; declared after it: destroyed first).
   std::unique_ptr<gradex::sync::delay::DelayLine> delay;
 };

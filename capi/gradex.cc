@@ -97,16 +97,29 @@ void gradex_engine_options_init(gradex_engine_options_t* options) {
 
 gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
                                      gradex_engine_t** engine) {
-  gradex_status_t status =
-      gradex::capi::create_entry("gradex_engine_create", options, engine, "engine", "gradex/",
-                                 &gradex_engine::engine, [](const gradex::config::Config& c) {
-                                   gradex::sync::resolve_policy(c);
-                                   gradex::sync::engine_options_from_config(c);
-                                   gradex::sync::delay::check_delay_composes(c);
-                                 });
+  gradex_status_t status = gradex::capi::create_entry(
+      "gradex_engine_create", options, engine, "engine", "gradex/", &gradex_engine::engine,
+      [](const gradex::config::Config& c) {
+        gradex::sync::resolve_policy(c);
+        gradex::sync::engine_options_from_config(c);
+        gradex::sync::delay::check_delay_composes(c);
+      },
+      [](gradex_engine& handle, const std::shared_ptr<gradex::comm::Store>& store) {
+        handle.lane_store = store;
+      });
   if (status != GRADEX_OK) return status;
   status = guarded("gradex_engine_create", [&] {
-    (*engine)->delay = std::make_unique<gradex::sync::delay::DelayLine>(*(*engine)->engine);
+    gradex_engine* h = *engine;
+    h->lane_rank = h->engine->rank();
+    h->lane_world = h->engine->world_size();
+    auto make_lane = [store = h->lane_store, rank = h->lane_rank, world = h->lane_world](
+                         int lane, gradex::config::Config config) {
+      return std::make_unique<gradex::sync::Engine>(
+          std::move(config),
+          gradex::comm::make_prefix_store(store, "delay-lane" + std::to_string(lane) + "/"), rank,
+          world, GRADEX_API_VERSION);
+    };
+    h->delay = std::make_unique<gradex::sync::delay::DelayLine>(*h->engine, make_lane);
   });
   if (status != GRADEX_OK) {
     gradex_engine_destroy(*engine);
@@ -138,6 +151,7 @@ gradex_status_t gradex_register_tensor(gradex_engine_t* engine, const char* key,
     // The delay line first: it refuses what it cannot delay before the engine holds the tensor.
     gradex::capi::delay_of(engine).on_register(key, numel, dtype_of(dtype), is_cuda(device));
     e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device));
+    gradex::capi::delay_of(engine).register_on_lanes(key);
   });
 }
 
@@ -207,19 +221,17 @@ gradex_status_t gradex_device_available(gradex_device_t device, int device_index
 
 gradex_status_t gradex_get_staged_bytes(gradex_engine_t* engine, int last_step, uint64_t* bytes) {
   return guarded("gradex_get_staged_bytes", [&] {
-    auto& e = engine_of(engine);
     require(bytes, "bytes");
-    *bytes = e.stats(last_step != 0).staged_bytes;
+    *bytes = gradex::capi::delay_of(engine).stats(last_step != 0).staged_bytes;
   });
 }
 
 gradex_status_t gradex_get_step_report(gradex_engine_t* engine, int last_step,
                                        double* exposed_seconds, uint64_t* policy_switches) {
   return guarded("gradex_get_step_report", [&] {
-    auto& e = engine_of(engine);
     require(exposed_seconds, "exposed_seconds");
     require(policy_switches, "policy_switches");
-    const gradex::sync::Stats s = e.stats(last_step != 0);
+    const gradex::sync::Stats s = gradex::capi::delay_of(engine).stats(last_step != 0);
     *exposed_seconds = s.exposed_seconds;
     *policy_switches = s.policy_switches;
   });
@@ -257,7 +269,8 @@ gradex_status_t gradex_test(gradex_engine_t* engine, gradex_handle_t handle, int
 }
 
 gradex_status_t gradex_set_gradient_norm(gradex_engine_t* engine, double norm) {
-  return guarded("gradex_set_gradient_norm", [&] { engine_of(engine).set_gradient_norm(norm); });
+  return guarded("gradex_set_gradient_norm",
+                 [&] { gradex::capi::delay_of(engine).set_gradient_norm(norm); });
 }
 
 gradex_status_t gradex_set_policy_horizon(gradex_engine_t* engine, uint64_t steps) {
@@ -283,9 +296,8 @@ gradex_status_t gradex_exchanges_gradients(gradex_engine_t* engine, int* exchang
 
 gradex_status_t gradex_get_stats(gradex_engine_t* engine, int last_step, gradex_stats_t* stats) {
   return guarded("gradex_get_stats", [&] {
-    auto& e = engine_of(engine);
     require(stats, "stats");
-    gradex::sync::Stats s = e.stats(last_step != 0);
+    gradex::sync::Stats s = gradex::capi::delay_of(engine).stats(last_step != 0);
     gradex_stats_t out = gradex::capi::common_stats(s);
     out.tensors = s.tensors;
     out.sparse_exchanges = s.sparse_exchanges;
@@ -318,8 +330,9 @@ gradex_status_t gradex_register_tensor_rows(gradex_engine_t* engine, const char*
     auto& e = engine_of(engine);
     require(key, "key");
     // The delay line first: it refuses what it cannot delay before the engine holds the tensor.
-    gradex::capi::delay_of(engine).on_register(key, numel, dtype_of(dtype), is_cuda(device));
+    gradex::capi::delay_of(engine).on_register(key, numel, dtype_of(dtype), is_cuda(device), rows);
     e.register_tensor(key, numel, dtype_of(dtype), is_cuda(device), rows);
+    gradex::capi::delay_of(engine).register_on_lanes(key);
   });
 }
 

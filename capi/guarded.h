@@ -73,10 +73,16 @@ gradex_stats_t common_stats(const Stats& s) {
 // first membership. `check(config)` runs first, so that settings which cannot start the object
 // fail on every rank before any rank waits for another in the bootstrap (a rank that failed after
 // serving the store would leave its peers waiting for it until their timeout).
-template <typename Handle, typename Object, typename Check>
+// `keep(handle, store)` sees the membership's prefixed store before the object takes it.
+struct KeepNothing {
+  template <typename Handle>
+  void operator()(Handle&, const std::shared_ptr<comm::Store>&) const {}
+};
+template <typename Handle, typename Object, typename Check, typename Keep = KeepNothing>
 gradex_status_t create_entry(const char* function, const gradex_engine_options_t* options,
                              Handle** out, const char* out_name, const char* default_prefix,
-                             std::unique_ptr<Object> Handle::*object, Check&& check) {
+                             std::unique_ptr<Object> Handle::*object, Check&& check,
+                             Keep keep = {}) {
   return guarded(function, [&] {
     require(options, "options");
     require(out, out_name);
@@ -86,6 +92,7 @@ gradex_status_t create_entry(const char* function, const gradex_engine_options_t
     auto created = std::make_unique<Handle>();
     created->store = m.reusable_store;
     created->prefix = m.prefix;
+    keep(*created, m.store);
     created.get()->*object = std::make_unique<Object>(std::move(config), std::move(m.store), m.rank,
                                                       m.world_size, GRADEX_API_VERSION);
     *out = created.release();

@@ -102,6 +102,7 @@ gradex_status_t gradex_engine_reconfigure(gradex_engine_t* engine,
                                 &store, &prefix);
     engine->store = store;
     engine->prefix = prefix;
+    gradex::capi::delay_of(engine).on_reconfigure();
     e.reconfigure(gradex::comm::make_prefix_store(store, prefix), options->rank,
                   options->world_size);
   });

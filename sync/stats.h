@@ -41,6 +41,10 @@ struct Stats {
                            : static_cast<double>(dense_bytes) / static_cast<double>(bytes_sent);
   }
   Stats minus(const Stats& earlier) const;
+  // The counters of two engines together (the delayed exchange's lanes, sync/delay/delay_lanes.h):
+  // sums, except `steps` (the larger: both count the same steps) and the first tensors (this one's
+  // when it has one).
+  Stats plus(const Stats& other) const;
 };
 
 // Bytes one rank sends in a ring allreduce of `bytes` over `world` ranks: 2 (P-1)/P * bytes.

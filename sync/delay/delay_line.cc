@@ -14,7 +14,9 @@ namespace gradex::sync::delay {
 namespace {
 
 constexpr uint32_t kMagic = 0x4c445847;  // "GXDL": an engine state with a delay line's
-constexpr uint32_t kVersion = 1;
+// 1: the delayed engine's state and the held steps; 2: with the lanes' states, each line's
+// momentum and carried residual, and each held step's lane.
+constexpr uint32_t kVersion = 2;
 
 // The tensor registered under auto for the one agreement of the measurement (Engine::average:
 // its first average is fp32, the same bits on every rank).
@@ -66,21 +68,36 @@ double now_s() {
 
 }  // namespace
 
-DelayLine::DelayLine(Engine& engine)
+DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
     : engine_(engine),
+      make_lane_(std::move(make_lane)),
+      momentum_(engine.options().momentum),
+      nesterov_(engine.options().nesterov),
       rule_(engine.config()),
       stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale") {
   if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 2, DType::kFloat32);
+  if (!rule_.automatic() && rule_.delay() >= 2) {
+    const std::string held = lanes_held();
+    if (!held.empty())
+      throw ConfigError("GRADEX_DELAY=" + std::to_string(rule_.delay()) +
+                        " runs several exchanges of a tensor at once, which " + held +
+                        "; set GRADEX_DELAY=1 or auto");
+    make_lanes(rule_.delay(), false);
+  }
 }
 
-DelayLine::~DelayLine() = default;
+DelayLine::~DelayLine() {
+  // The lanes first: their exchanges in flight write into the lines' buffers until they end.
+  lanes_.reset();
+}
 
 int DelayLine::delay() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return rule_.delay();
 }
 
-void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda) {
+void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda,
+                            uint64_t rows) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (cuda && !rule_.automatic() && rule_.delay() > 0)
     throw InvalidArgument("tensor '" + key +
@@ -97,6 +114,37 @@ void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype,
                           "its delayed exchanges are held (GRADEX_DELAY)");
   l->numel = numel;
   l->dtype = dtype;
+  l->rows = rows;
+}
+
+void DelayLine::register_on_lanes(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!lanes_) return;
+  auto it = lines_.find(key);
+  if (it == lines_.end()) return;
+  lanes_->register_tensor(key, it->second->numel, it->second->dtype, it->second->rows);
+}
+
+std::string DelayLine::lanes_held() const {
+  if (!make_lane_) return "this engine cannot make (no lane factory: a C++ engine)";
+  if (reconfigured_) return "the membership changed since the start (the lanes' store is gone)";
+  if (has_cuda_) return "takes host tensors only (CUDA tensors are registered)";
+  if (momentum_ > 0 && engine_.options().clip_norm > 0)
+    return "applies gradex's momentum before the engines clip (GRADEX_CLIP_NORM with "
+           "GRADEX_MOMENTUM > 0)";
+  return "";
+}
+
+void DelayLine::make_lanes(int d, bool take_state) {
+  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_.config(), d);
+  for (auto& [key, l] : lines_) {
+    std::lock_guard<std::mutex> line_lock(l->mutex);
+    lanes_->register_tensor(key, l->numel, l->dtype, l->rows);
+    if (!take_state) continue;
+    // The undelayed steps' momentum continues here; the residual is gradient not applied yet.
+    if (momentum_ > 0) l->momentum = engine_.momentum_of(key);
+    l->carry = engine_.residual_of(key);
+  }
 }
 
 DelayLine::Line& DelayLine::line_of(const std::string& key) {
@@ -107,11 +155,18 @@ DelayLine::Line& DelayLine::line_of(const std::string& key) {
   return *it->second;
 }
 
+Engine& DelayLine::engine_of(const Slot& slot) {
+  if (slot.lane < 0) return engine_;
+  if (!lanes_ || slot.lane >= lanes_->count())
+    throw InternalError("a delayed exchange's lane " + std::to_string(slot.lane) + " is gone");
+  return lanes_->lane(slot.lane);
+}
+
 void DelayLine::settle(Slot& slot) {
   if (slot.handle == 0) return;
   const uint64_t h = slot.handle;
   slot.handle = 0;  // released by wait() whether it succeeds or throws
-  engine_.wait(h);
+  engine_of(slot).wait(h);
 }
 
 void DelayLine::settle_before(uint64_t step) {
@@ -126,6 +181,18 @@ void DelayLine::settle_before(uint64_t step) {
 uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
   Line& l = line_of(key);
   const int d = delay();
+  bool lanes = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lanes = lanes_active();
+  }
+  if (lanes) {
+    submit_to_lane(l, key, data, absent, d);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t h = kHandleBit | next_handle_++;
+    issued_.insert(h);
+    return h;
+  }
   uint64_t step = 0;
   {
     std::lock_guard<std::mutex> lock(l.mutex);
@@ -175,6 +242,78 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
   return h;
 }
 
+void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool absent, int d) {
+  uint64_t step = 0;
+  int lane = 0;
+  {
+    std::lock_guard<std::mutex> lock(l.mutex);
+    step = l.submitted;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lane = static_cast<int>(steps_ended_ % static_cast<uint64_t>(d));
+    touched_.insert(lane);
+  }
+  // Every tensor's exchanges of steps <= t - D: the step's first submission thereby waits for
+  // what this step's corrections need, and its own submissions reach the lane together.
+  if (step + 1 >= static_cast<uint64_t>(d)) settle_before(step + 1 - static_cast<uint64_t>(d));
+  std::lock_guard<std::mutex> lock(l.mutex);
+  const size_t bytes = l.numel * dtype_size(l.dtype);
+  if (data == nullptr && bytes > 0)
+    throw InvalidArgument("tensor '" + key + "' submitted with a null data pointer");
+  // A lane holds one exchange of a tensor: the one it carried D steps ago (or fewer, when this
+  // tensor skipped steps).
+  for (Slot& s : l.slots)
+    if (s.lane == lane) settle(s);
+  Slot s;
+  if (!l.spare.empty()) {
+    s = std::move(l.spare.back());
+    l.spare.pop_back();
+  }
+  s.local.resize(bytes);
+  s.exchanged.resize(bytes);
+  uint8_t* x = s.local.data();
+  if (absent) {
+    // Zeros; momentum and the carried residual wait for a step with data (as the engine's).
+    std::memset(x, 0, bytes);
+  } else {
+    const auto* g = static_cast<const uint8_t*>(data);
+    if (momentum_ > 0 && l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
+    const bool carry = l.carry.size() == l.numel && l.numel > 0;
+    for (uint64_t i = 0; i < l.numel; ++i) {
+      const float gi = load(g, l.dtype, i);
+      float xi = gi;
+      if (momentum_ > 0) {
+        float& u = l.momentum[i];
+        u = momentum_ * u + gi;
+        xi = nesterov_ ? gi + momentum_ * u : u;
+      }
+      if (carry) xi += l.carry[i];
+      store(x, l.dtype, i, xi);
+    }
+    l.carry.clear();
+  }
+  if (bytes > 0) {
+    std::memcpy(s.exchanged.data(), x, bytes);
+    std::memcpy(data, x, bytes);
+  }
+  s.step = l.submitted;
+  s.lane = lane;
+  Engine& e = lanes_->lane(lane);
+  s.handle = absent ? e.submit_absent(key, s.exchanged.data()) : e.submit(key, s.exchanged.data());
+  ++l.submitted;
+  l.slots.push_back(std::move(s));
+  while (l.slots.size() > static_cast<size_t>(d)) {
+    Slot old = std::move(l.slots.front());
+    l.slots.pop_front();
+    settle(old);
+    if (l.slots.size() == static_cast<size_t>(d))
+      correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype, l.numel,
+              stale_);
+    l.spare.push_back(std::move(old));
+  }
+}
+
 void DelayLine::release(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (issued_.erase(handle) == 0)
@@ -187,6 +326,10 @@ void DelayLine::on_end_step() {
   float measured[2] = {0, 0};
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    for (int lane : touched_)
+      lanes_->lane(lane).end_step();
+    touched_.clear();
+    ++steps_ended_;
     agree = rule_.observe(engine_.stats(false).exposed_seconds, now_s());
     if (agree) rule_.measurement(measured);
   }
@@ -195,7 +338,29 @@ void DelayLine::on_end_step() {
   engine_.wait(engine_.average(kAgreementKey, measured));
   std::lock_guard<std::mutex> lock(mutex_);
   rule_.decide(measured[0], measured[1],
-               has_cuda_ ? "CUDA tensors (the delay's copies are host memory)" : "");
+               has_cuda_ ? "CUDA tensors (the delay's copies are host memory)" : "", lanes_held());
+  // Collective as well: the decision is the same on every rank, at the same step.
+  if (rule_.delay() >= 2) make_lanes(rule_.delay(), true);
+}
+
+void DelayLine::set_gradient_norm(double norm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (lanes_active())
+    lanes_->lane(static_cast<int>(steps_ended_ % static_cast<uint64_t>(rule_.delay())))
+        .set_gradient_norm(norm);
+  else
+    engine_.set_gradient_norm(norm);
+}
+
+Stats DelayLine::stats(bool last_step) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Stats own = engine_.stats(last_step);
+  return lanes_ ? own.plus(lanes_->stats(last_step)) : own;
+}
+
+void DelayLine::on_reconfigure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reconfigured_ = true;
 }
 
 void DelayLine::drain_locked() {
@@ -218,6 +383,25 @@ void DelayLine::drain() {
   }
 }
 
+namespace {
+
+void put_floats(ByteWriter& w, const std::vector<float>& v) {
+  w.put<uint64_t>(v.size());
+  w.put_bytes(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+}
+
+std::vector<float> get_floats(ByteReader& r, uint64_t numel, const std::string& key) {
+  const uint64_t n = r.get<uint64_t>();
+  if (n != 0 && n != numel)
+    throw StateError("gradex delay state's tensor '" + key + "' holds " + std::to_string(n) +
+                     " momentum or residual values for " + std::to_string(numel) + " elements");
+  std::vector<float> v(n);
+  if (n > 0) std::memcpy(v.data(), r.get_bytes(n * sizeof(float)), n * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
 std::vector<uint8_t> DelayLine::save_state() {
   std::lock_guard<std::mutex> lock(mutex_);
   drain_locked();
@@ -237,18 +421,31 @@ std::vector<uint8_t> DelayLine::save_state() {
   w.put<double>(r.wall_s);
   w.put<float>(r.exposed);
   w.put<float>(r.compute);
+  const std::vector<std::vector<uint8_t>> lane_states =
+      lanes_ ? lanes_->save_states() : std::vector<std::vector<uint8_t>>{};
+  w.put<uint64_t>(steps_ended_);
+  w.put<uint32_t>(static_cast<uint32_t>(lane_states.size()));
+  for (const auto& state : lane_states) {
+    w.put<uint64_t>(state.size());
+    w.put_bytes(state.data(), state.size());
+  }
   uint32_t held = 0;
   for (auto& [key, l] : lines_)
-    held += l->slots.empty() ? 0 : 1;
+    held += (l->slots.empty() && l->momentum.empty() && l->carry.empty()) ? 0 : 1;
   w.put<uint32_t>(held);
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
-    if (l->slots.empty()) continue;
+    if (l->slots.empty() && l->momentum.empty() && l->carry.empty()) continue;
     w.put_string(key);
     w.put<uint64_t>(l->numel);
     w.put<uint8_t>(static_cast<uint8_t>(l->dtype));
+    w.put<uint64_t>(l->submitted);
+    put_floats(w, l->momentum);
+    put_floats(w, l->carry);
     w.put<uint32_t>(static_cast<uint32_t>(l->slots.size()));
     for (const Slot& s : l->slots) {
+      w.put<uint64_t>(s.step);
+      w.put<int32_t>(s.lane);
       w.put_bytes(s.local.data(), s.local.size());
       w.put_bytes(s.exchanged.data(), s.exchanged.size());
     }
@@ -263,8 +460,11 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   if (magic != kMagic) {
     engine_.load_state(data, size);
     drain_locked();
-    for (auto& [key, l] : lines_)
+    for (auto& [key, l] : lines_) {
       l->slots.clear();
+      l->momentum.clear();
+      l->carry.clear();
+    }
     return;
   }
   ByteReader r(data, size, "saved gradex state (GRADEX_DELAY)");
@@ -285,11 +485,23 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   saved.wall_s = r.get<double>();
   saved.exposed = r.get<float>();
   saved.compute = r.get<float>();
+  const uint64_t steps_ended = r.get<uint64_t>();
+  const uint32_t lane_count = r.get<uint32_t>();
+  if (lane_count > static_cast<uint32_t>(kMaxDelay))
+    throw StateError("gradex delay state holds " + std::to_string(lane_count) +
+                     " lanes, more than GRADEX_DELAY's maximum");
+  std::vector<std::pair<const uint8_t*, size_t>> lane_states;
+  for (uint32_t i = 0; i < lane_count; ++i) {
+    const uint64_t n = r.get<uint64_t>();
+    lane_states.emplace_back(r.get_bytes(n), static_cast<size_t>(n));
+  }
   // Parse everything before changing anything: a bad state leaves the line and the engine intact.
   struct Parsed {
     Line* line;
-    uint32_t slots;
-    const uint8_t* bytes;
+    uint64_t submitted;
+    std::vector<float> momentum, carry;
+    std::vector<std::pair<uint64_t, int32_t>> steps;  // per held slot: step, lane
+    std::vector<const uint8_t*> bytes;                // per held slot: local, then exchanged
   };
   std::vector<Parsed> parsed;
   const uint32_t held = r.get<uint32_t>();
@@ -297,30 +509,68 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
     const std::string key = r.get_string();
     const uint64_t numel = r.get<uint64_t>();
     const uint8_t dtype = r.get<uint8_t>();
-    const uint32_t slots = r.get<uint32_t>();
     auto it = lines_.find(key);
     if (it == lines_.end())
       throw StateError("gradex delay state holds tensor '" + key +
                        "', which is not registered here (register every tensor first)");
     if (it->second->numel != numel || static_cast<uint8_t>(it->second->dtype) != dtype)
       throw StateError("gradex delay state's tensor '" + key + "' has another size or type");
+    Parsed p;
+    p.line = it->second.get();
+    p.submitted = r.get<uint64_t>();
+    p.momentum = get_floats(r, numel, key);
+    p.carry = get_floats(r, numel, key);
+    const uint32_t slots = r.get<uint32_t>();
     if (slots > static_cast<uint32_t>(kMaxDelay))
       throw StateError("gradex delay state's tensor '" + key + "' holds " + std::to_string(slots) +
                        " steps, more than GRADEX_DELAY's maximum");
     const uint64_t bytes = numel * dtype_size(static_cast<DType>(dtype));
-    parsed.push_back({it->second.get(), slots, r.get_bytes(2 * bytes * slots)});
+    for (uint32_t k = 0; k < slots; ++k) {
+      const uint64_t step = r.get<uint64_t>();
+      const int32_t lane = r.get<int32_t>();
+      if (lane >= static_cast<int32_t>(lane_count) || lane < -1)
+        throw StateError("gradex delay state's tensor '" + key + "' names lane " +
+                         std::to_string(lane) + " of " + std::to_string(lane_count));
+      p.steps.emplace_back(step, lane);
+      p.bytes.push_back(r.get_bytes(2 * bytes));
+    }
+    parsed.push_back(std::move(p));
   }
   engine_.load_state(engine_state, engine_size);
   drain_locked();
-  for (auto& [key, l] : lines_)
+  for (auto& [key, l] : lines_) {
     l->slots.clear();
+    l->momentum.clear();
+    l->carry.clear();
+  }
   rule_.restore(saved);
-  for (const Parsed& p : parsed) {
+  steps_ended_ = steps_ended;
+  touched_.clear();
+  if (lane_count > 0) {
+    // The saved run ran lanes: this one runs the same (a fixed D made them at the start; auto's
+    // decision, restored above, makes them now: collective, as every rank loads the same state).
+    if (!lanes_ || lanes_->count() != static_cast<int>(lane_count)) {
+      const std::string held_here = lanes_held();
+      if (!held_here.empty())
+        throw StateError("gradex delay state runs " + std::to_string(lane_count) +
+                         " lanes, which this engine cannot: it " + held_here);
+      lanes_.reset();
+      make_lanes(static_cast<int>(lane_count), false);
+    }
+    lanes_->load_states(lane_states);
+  }
+  for (Parsed& p : parsed) {
     const size_t bytes = p.line->numel * dtype_size(p.line->dtype);
-    for (uint32_t k = 0; k < p.slots; ++k) {
+    p.line->submitted = p.submitted;
+    p.line->momentum = std::move(p.momentum);
+    p.line->carry = std::move(p.carry);
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      const uint8_t* at = p.bytes[k];
       Slot s;
-      s.local.assign(p.bytes + 2 * bytes * k, p.bytes + 2 * bytes * k + bytes);
-      s.exchanged.assign(p.bytes + 2 * bytes * k + bytes, p.bytes + 2 * bytes * (k + 1));
+      s.step = p.steps[k].first;
+      s.lane = p.steps[k].second;
+      s.local.assign(at, at + bytes);
+      s.exchanged.assign(at + bytes, at + 2 * bytes);
       p.line->slots.push_back(std::move(s));
     }
   }
@@ -328,7 +578,13 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
 
 std::string DelayLine::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return rule_.why();
+  std::string out = rule_.why();
+  if (lanes_active())
+    out += "; " + std::to_string(lanes_->count()) +
+           " lanes, one exchange of each tensor in flight on each, gradex's momentum applied "
+           "before them\n" +
+           lanes_->explain();
+  return out;
 }
 
 }  // namespace gradex::sync::delay

@@ -2,19 +2,27 @@
 // tensor's step-t gradient runs while the next steps compute, and the gradient handed back at step
 // t is this rank's own gradient corrected by the newest average it has,
 //
-//   update_t = g_t + (avg_{t-D} - g_{t-D})        (t >= D; before that update_t = g_t),
+//   update_t = x_t + (avg_{t-D} - x_{t-D})        (t >= D; before that update_t = x_t),
 //
 // so every rank applies the same averaged past and differs only by its last D local gradients
-// (their sum telescopes: sum_s update_s = sum_{s <= t-D} avg_s + sum_{t-D < s <= t} g_s).
+// (their sum telescopes: sum_s update_s = sum_{s <= t-D} avg_s + sum_{t-D < s <= t} x_s).
 //
 // It sits at the C API's submit/complete boundary (capi/), so every front end that submits through
-// gradex_submit / gradex_submit_absent gets it: submit() copies g_t, starts the engine's exchange
-// on a second copy (the codec, its error feedback and momentum correction run on that copy as
-// without delay), and answers with a handle that is already complete, the corrected gradient
-// written into the caller's buffer. The engine keeps one exchange of a tensor in flight, so
-// submit() waits for the tensor's previous exchange (step t-1) before starting step t's: its
-// exchange time overlaps one step of compute, whatever D (a larger D adds staleness, not overlap,
-// on this engine; the auto rule therefore chooses 0 or 1, sync/delay/delay_rule.h).
+// gradex_submit / gradex_submit_absent gets it: submit() copies x_t, starts an exchange on a second
+// copy, and answers with a handle that is already complete, the corrected gradient written into
+// the caller's buffer.
+//
+// D = 1: x_t is the gradient g_t and the delayed engine itself exchanges it (its codec, error
+// feedback and momentum correction run on the copy as without delay). An engine keeps one exchange
+// of a tensor in flight, so step t waits for step t-1's exchange: one step of compute overlaps it.
+//
+// D >= 2: D exchanges in flight, one per lane (sync/delay/delay_lanes.h): step s goes to lane
+// s mod D, and step t waits only for step t-D's exchange, which its correction needs. gradex's
+// momentum (GRADEX_MOMENTUM, SGD's taken over) is then applied here, once per step in submission
+// order, u_t = m u_{t-1} + g_t, and x_t = u_t (Nesterov: g_t + m u_t): the lanes exchange x_t, so
+// that avg(x_t) is the momentum of the averaged gradients, as dense SGD momentum has it. When auto
+// chooses D >= 2 after steps without delay, the delayed engine's momentum u and DGC residual move
+// here: u continues, the residual is added to the next x (it is gradient not applied yet).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +36,9 @@
 
 #include "base/config.h"
 #include "base/dtype.h"
+#include "sync/delay/delay_lanes.h"
 #include "sync/delay/delay_rule.h"
+#include "sync/stats.h"
 
 namespace gradex::sync {
 class Engine;
@@ -39,7 +49,9 @@ namespace gradex::sync::delay {
 class DelayLine {
  public:
   // Reads GRADEX_DELAY from the engine's configuration (check_delay_composes has accepted it).
-  explicit DelayLine(Engine& engine);
+  // `make_lane` makes the lanes of D >= 2 (null: D is held at 1, with the reason in the log and
+  // explain()). Collective with a fixed GRADEX_DELAY >= 2: the lanes are made here.
+  DelayLine(Engine& engine, DelayLanes::Factory make_lane);
   ~DelayLine();
   DelayLine(const DelayLine&) = delete;
   DelayLine& operator=(const DelayLine&) = delete;
@@ -53,16 +65,26 @@ class DelayLine {
   // gradex_register_tensor: the line learns the tensor's size and type. InvalidArgument naming
   // GRADEX_DELAY for a CUDA tensor while a fixed D > 0 is set (the copies are host memory); under
   // auto a CUDA tensor keeps D at 0.
-  void on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda);
+  // With lanes, the tensor is registered on each (after the delayed engine accepted it).
+  void on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda,
+                   uint64_t rows = 0);
+  void register_on_lanes(const std::string& key);
   // With delay() > 0: the delayed exchange of `data` (absent: this rank contributes zeros, as
   // Engine::submit_absent); `data` holds update_t on return and the handle is complete.
   uint64_t submit(const std::string& key, void* data, bool absent);
   // gradex_wait / gradex_test of a handle submit() returned: releases it (InvalidArgument when it
   // is unknown or already released).
   void release(uint64_t handle);
-  // gradex_end_step, after the engine's: under auto, the measurement and (once) the agreed
-  // decision.
+  // gradex_end_step, after the engine's: the lanes that carried this step end theirs; under auto,
+  // the measurement and (once) the agreed decision (collective: lanes are made there).
   void on_end_step();
+  // gradex_set_gradient_norm: for the engine that carries this step's exchanges.
+  void set_gradient_norm(double norm);
+  // The counters of the delayed engine and its lanes together.
+  Stats stats(bool last_step) const;
+  // gradex_engine_reconfigure: the lanes' store belongs to the first membership, so a D chosen
+  // later is held at 1.
+  void on_reconfigure();
   // Waits for every exchange in flight and forgets the averages not yet applied: what
   // gx.synchronize() does before it averages the parameters (after which those averages are part of
   // every rank's model). The next D steps apply local gradients only, as at the start.
@@ -77,20 +99,25 @@ class DelayLine {
 
  private:
   struct Slot {
-    std::vector<uint8_t> local;      // g_s as submitted (zeros for an absent contribution)
+    std::vector<uint8_t> local;      // x_s as submitted (zeros for an absent contribution)
     std::vector<uint8_t> exchanged;  // the engine's buffer: avg_s once `handle` is done
     uint64_t handle = 0;             // the engine's handle while in flight, else 0
     uint64_t step = 0;               // the tensor's submission count when it was submitted
+    int32_t lane = -1;               // the lane that exchanges it (-1: the delayed engine)
   };
   struct Line {
     uint64_t numel = 0;
     DType dtype = DType::kFloat32;
-    uint64_t submitted = 0;  // submissions so far
-    std::deque<Slot> slots;  // oldest first: steps t-k..t-1
+    uint64_t rows = 0;
+    std::vector<float> momentum;  // u, with lanes and GRADEX_MOMENTUM > 0
+    std::vector<float> carry;     // a DGC residual moved here, added to the next x
+    uint64_t submitted = 0;       // submissions so far
+    std::deque<Slot> slots;       // oldest first: steps t-k..t-1
     std::vector<Slot> spare;
     std::mutex mutex;  // one submission of a tensor at a time
   };
   Line& line_of(const std::string& key);
+  Engine& engine_of(const Slot& slot);
   void settle(Slot& slot);  // waits for its exchange, if any
   // Waits for every tensor's exchanges of steps before `step`: a step's first submission waits for
   // the whole previous step, so that its own submissions reach the engine together (one
@@ -98,8 +125,23 @@ class DelayLine {
   // steps: every rank submitted those before starting this one, whatever its order within a step.
   void settle_before(uint64_t step);
   void drain_locked();
+  // The submission of D >= 2 (lanes); `data` holds g_t on entry, update_t on return.
+  void submit_to_lane(Line& l, const std::string& key, void* data, bool absent, int d);
+  // Why D >= 2 cannot run here ("" when it can).
+  std::string lanes_held() const;
+  // Collective: the D lanes, each registered tensor on them, and (after undelayed steps) the
+  // delayed engine's momentum and residuals moved into the lines.
+  void make_lanes(int d, bool take_state);
+  bool lanes_active() const { return lanes_ && lanes_->count() == rule_.delay(); }
 
   Engine& engine_;
+  DelayLanes::Factory make_lane_;
+  std::unique_ptr<DelayLanes> lanes_;
+  const float momentum_;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
+  const bool nesterov_;
+  bool reconfigured_ = false;
+  uint64_t steps_ended_ = 0;  // end_step calls: step s's exchanges go to lane s mod D
+  std::set<int> touched_;     // lanes that carried exchanges since the last end_step
   DelayRule rule_;
   mutable std::mutex mutex_;  // lines_ (the map), issued_, next_handle_
   std::map<std::string, std::unique_ptr<Line>> lines_;

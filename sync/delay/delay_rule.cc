@@ -27,6 +27,14 @@ void check_delay_composes(const config::Config& config) {
                       std::to_string(config.get_int("GRADEX_LOCALSGD_PERIOD")) +
                       "): its local steps exchange no gradient to delay and its parameter averages "
                       "would mix with averages still in flight; set GRADEX_DELAY=0 or auto");
+  if (s.fixed >= 2 && config.get_float("GRADEX_MOMENTUM") > 0 &&
+      config.get_float("GRADEX_CLIP_NORM") > 0)
+    throw ConfigError(
+        "GRADEX_DELAY=" + std::to_string(s.fixed) +
+        " applies gradex's momentum (GRADEX_MOMENTUM=" + config.canonical_text("GRADEX_MOMENTUM") +
+        ") before its lanes exchange, so the engines cannot clip the gradient first "
+        "(GRADEX_CLIP_NORM=" +
+        config.canonical_text("GRADEX_CLIP_NORM") + "); set GRADEX_DELAY=1 or auto");
 }
 
 void refuse_under_outer(const config::Config& config) {
@@ -66,22 +74,40 @@ void DelayRule::measurement(float out[2]) const {
   out[1] = static_cast<float>(std::max(0.0, wall_s_ / n - exposed));
 }
 
-void DelayRule::decide(float exposed_s, float compute_s, const std::string& held) {
+namespace {
+
+// The D that hides `exposed` seconds of exchange behind `compute` seconds a step, uncapped.
+int hiding_delay(double exposed_s, double compute_s) {
+  if (exposed_s <= compute_s) return 1;
+  if (compute_s <= 0) return kMaxDelay + 1;
+  return 1 + static_cast<int>(std::min<double>(kMaxDelay, std::ceil(exposed_s / compute_s)));
+}
+
+}  // namespace
+
+void DelayRule::decide(float exposed_s, float compute_s, const std::string& held,
+                       const std::string& lanes_held) {
   decided_ = true;
   exposed_ = exposed_s;
   compute_ = compute_s;
   held_ = localsgd_ ? "LocalSGD exchanges no gradient in its local phase" : held;
+  lanes_held_ = lanes_held;
   const bool hidden = exposed_s <= kHiddenShare * compute_s;
-  delay_ = (hidden || !held_.empty()) ? 0 : 1;
-  if (delay_ == 1 && exposed_s > compute_s) {
-    // One step of overlap leaves exposed - compute waiting; a period that long hides it.
+  const int needed = hiding_delay(exposed_s, compute_s);
+  if (hidden || !held_.empty())
+    delay_ = 0;
+  else
+    delay_ = lanes_held_.empty() ? std::min(needed, kAutoMaxDelay) : 1;
+  diloco_period_ = 0;
+  if (delay_ > 0 && needed > delay_) {
     diloco_period_ = static_cast<uint64_t>(std::ceil((exposed_s + compute_s) / compute_s));
     GX_LOG(kWarn) << "GRADEX_DELAY=auto: the exchange (>= " << exposed_s * 1e3
-                  << " ms a step) is longer than a step's compute (" << compute_s * 1e3
-                  << " ms); no delay up to " << kMaxDelay
-                  << " hides it (one exchange of a tensor is in flight at a time). gx.DiLoCo with "
-                     "GRADEX_OUTER_PERIOD >= "
-                  << diloco_period_ << " would; the optimizer is left as it is";
+                  << " ms a step) needs D=" << needed << " to hide behind " << compute_s * 1e3
+                  << " ms of compute a step; D=" << delay_ << " overlaps part of it ("
+                  << (lanes_held_.empty() ? "auto's largest D"
+                                          : "one exchange in flight: several " + lanes_held_)
+                  << "). gx.DiLoCo with GRADEX_OUTER_PERIOD >= " << diloco_period_
+                  << " would hide it; the optimizer is left as it is";
   }
   GX_LOG(kInfo) << why();
 }
@@ -107,10 +133,13 @@ std::string DelayRule::why() const {
   else if (delay_ == 0)
     o << "it hides (<= " << static_cast<int>(kHiddenShare * 100) << "% exposed))";
   else if (diloco_period_ > 0)
-    o << "D=1 overlaps one step, not all of it: gx.DiLoCo with GRADEX_OUTER_PERIOD >= "
-      << diloco_period_ << " would hide it)";
-  else
+    o << "D=" << delay_ << " overlaps " << delay_ << " step(s), not all of it"
+      << (lanes_held_.empty() ? "" : " (several exchanges in flight " + lanes_held_ + ")")
+      << ": gx.DiLoCo with GRADEX_OUTER_PERIOD >= " << diloco_period_ << " would hide it)";
+  else if (delay_ == 1)
     o << "D=1 overlaps it with the next step)";
+  else
+    o << "D=" << delay_ << " exchanges in flight, each overlapping " << delay_ << " steps)";
   return o.str();
 }
 
@@ -140,7 +169,7 @@ void DelayRule::restore(const Saved& s) {
   wall_s_ = s.wall_s;
   exposed_ = s.exposed;
   compute_ = s.compute;
-  if (decided_ && delay_ == 1 && exposed_ > compute_ && compute_ > 0)
+  if (decided_ && delay_ > 0 && hiding_delay(exposed_, compute_) > delay_)
     diloco_period_ = static_cast<uint64_t>(std::ceil((exposed_ + compute_) / compute_));
 }
 

@@ -6,11 +6,14 @@
 // ranks by one fp32 parameter average, the same bits on every rank) and the decision taken once
 // from the agreed numbers, so every rank takes the same one:
 //   exposed <= kHiddenShare * compute  -> D = 0: the exchange hides already (results as without
-//   delay); otherwise                          -> D = 1: the least D that overlaps the exchange
-//   with a step.
-// The engine keeps one exchange of a tensor in flight, so no D overlaps more than one step: when
-// the exchange (at least `exposed`) exceeds a step's compute, no D within kMaxDelay hides it; the
-// log says so once and names gx.DiLoCo with the period that would (sync period >= exchange /
+//                                         delay);
+//   exposed <= compute                 -> D = 1: one step of compute overlaps it;
+//   otherwise                          -> D = 1 + ceil(exposed / compute), at most kAutoMaxDelay:
+//                                         D exchanges in flight (lanes, delay_lanes.h), each with
+//                                         D steps of compute to hide behind. The exchange of a
+//                                         step takes at most exposed + compute, so D steps hide it.
+// Where lanes cannot run (lanes_held) D stays 1. Where kAutoMaxDelay steps do not hide it, the log
+// says so once and names gx.DiLoCo with the period that would (sync period >= 1 + exposed /
 // compute steps).
 #pragma once
 
@@ -22,6 +25,9 @@
 namespace gradex::sync::delay {
 
 constexpr int kMaxDelay = 8;
+// auto's largest D: each further step of staleness costs steps to the target (docs/wan.md measures
+// D = 2..8), so auto stops where the delayed races still reach the target within 1.1x DDP's steps.
+constexpr int kAutoMaxDelay = 8;
 
 struct DelaySetting {
   bool automatic = false;
@@ -54,8 +60,10 @@ class DelayRule {
   bool observe(double exposed_total_s, double now_s);
   // Per step over the window: {exposed seconds, compute seconds}.
   void measurement(float out[2]) const;
-  // The decision from agreed values; `held` (non-empty): why D must stay 0 whatever they say.
-  void decide(float exposed_s, float compute_s, const std::string& held);
+  // The decision from agreed values; `held` (non-empty): why D must stay 0 whatever they say;
+  // `lanes_held` (non-empty): why D must stay at most 1.
+  void decide(float exposed_s, float compute_s, const std::string& held,
+              const std::string& lanes_held = "");
   // The setting and, once decided, the measured numbers behind it.
   std::string why() const;
   // No D hides the exchange: the DiLoCo period the log names (0 when D hides it).
@@ -82,6 +90,7 @@ class DelayRule {
   double window_start_s_ = 0, wall_s_ = 0;
   float exposed_ = 0, compute_ = 0;  // agreed, per step
   std::string held_;
+  std::string lanes_held_;
   uint64_t diloco_period_ = 0;
 };
 

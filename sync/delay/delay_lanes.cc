@@ -1,0 +1,60 @@
+#include "sync/delay/delay_lanes.h"
+
+#include "base/error.h"
+#include "sync/engine.h"
+
+namespace gradex::sync::delay {
+
+DelayLanes::DelayLanes(const Factory& make, const config::Config& base, int count) {
+  if (!make) throw InternalError("the delayed exchange's lanes need an engine factory");
+  config::Config lane_config = base;
+  lane_config.set("GRADEX_DELAY", "0");
+  lane_config.set("GRADEX_MOMENTUM", "0");
+  lane_config.set("GRADEX_NESTEROV", "0");
+  lane_config.set("GRADEX_TIMELINE", "");
+  // One after another: the lanes meet through one store client, whose blocking reads are served
+  // one at a time (a lane waiting there for a peer's key would hold up the lane that must write
+  // the key that peer waits for).
+  for (int i = 0; i < count; ++i)
+    lanes_.push_back(make(i, lane_config));
+}
+
+DelayLanes::~DelayLanes() = default;
+
+void DelayLanes::register_tensor(const std::string& key, uint64_t numel, DType dtype,
+                                 uint64_t rows) {
+  for (auto& lane : lanes_)
+    lane->register_tensor(key, numel, dtype, false, rows);
+}
+
+Stats DelayLanes::stats(bool last_step) const {
+  Stats sum;
+  for (const auto& lane : lanes_)
+    sum = sum.plus(lane->stats(last_step));
+  return sum;
+}
+
+std::vector<std::vector<uint8_t>> DelayLanes::save_states() {
+  std::vector<std::vector<uint8_t>> states;
+  for (auto& lane : lanes_)
+    states.push_back(lane->save_state());
+  return states;
+}
+
+void DelayLanes::load_states(const std::vector<std::pair<const uint8_t*, size_t>>& states) {
+  if (states.size() != lanes_.size())
+    throw StateError("gradex delay state holds " + std::to_string(states.size()) +
+                     " lanes, this engine runs " + std::to_string(lanes_.size()));
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    lanes_[i]->load_state(states[i].first, states[i].second);
+}
+
+std::string DelayLanes::explain() const {
+  std::string out;
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    out += "lane " + std::to_string(i) + " (steps s with s mod " + std::to_string(lanes_.size()) +
+           " = " + std::to_string(i) + "):\n" + lanes_[i]->explain() + "\n";
+  return out;
+}
+
+}  // namespace gradex::sync::delay

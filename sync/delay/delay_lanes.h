@@ -1,0 +1,60 @@
+// The delayed exchange's lanes (GRADEX_DELAY = D >= 2): D engines of their own, each with its own
+// membership (communicator, negotiation, progress thread) under the store prefix
+// "delay-lane<i>/", so that D exchanges of a tensor are in flight at once. Step s of every tensor
+// goes to lane s mod D; a lane holds one exchange of a tensor at a time, the one of step s - D,
+// which step s's correction needs anyway (sync/delay/delay_line.h). One engine keeps one exchange
+// of a tensor in flight, so without lanes no D overlaps more than one step of compute.
+//
+// Each lane runs its own codecs and error feedback on the steps it carries (a DGC residual holds
+// what its lane has not sent yet and is sent by its lane), its own GRADEX_POLICY=auto planner
+// (which sees D steps of compute between its submissions), and no momentum: gradex's momentum
+// (GRADEX_MOMENTUM) is applied once, in submission order, by the delay line, and the lanes exchange
+// what it makes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "base/dtype.h"
+#include "sync/stats.h"
+
+namespace gradex::sync {
+class Engine;
+}
+
+namespace gradex::sync::delay {
+
+class DelayLanes {
+ public:
+  // Makes lane `lane`'s engine from `config` (collective: every rank makes the same lanes).
+  using Factory = std::function<std::unique_ptr<Engine>(int lane, config::Config config)>;
+
+  // Collective: `count` lane engines, in lane order; `base` is the delayed engine's configuration,
+  // which the lanes keep except GRADEX_DELAY, GRADEX_MOMENTUM, GRADEX_NESTEROV (0: the delay
+  // line's) and GRADEX_TIMELINE (the delayed engine's alone).
+  DelayLanes(const Factory& make, const config::Config& base, int count);
+  ~DelayLanes();
+  DelayLanes(const DelayLanes&) = delete;
+  DelayLanes& operator=(const DelayLanes&) = delete;
+
+  int count() const { return static_cast<int>(lanes_.size()); }
+  Engine& lane(int i) { return *lanes_.at(static_cast<size_t>(i)); }
+
+  void register_tensor(const std::string& key, uint64_t numel, DType dtype, uint64_t rows);
+  // Every lane's counters together.
+  Stats stats(bool last_step) const;
+  // Each lane's state, in lane order (the delay line's checkpoint).
+  std::vector<std::vector<uint8_t>> save_states();
+  void load_states(const std::vector<std::pair<const uint8_t*, size_t>>& states);
+  // The lanes' plans, one block per lane (gx.explain).
+  std::string explain() const;
+
+ private:
+  std::vector<std::unique_ptr<Engine>> lanes_;
+};
+
+}  // namespace gradex::sync::delay
