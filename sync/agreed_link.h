@@ -36,6 +36,15 @@ class AgreedLink {
   const LinkModel* model() const { return model_.get(); }
   // The probe behind the model (hosts, the transport's CPU); null before, or with one rank.
   const cost::ProbeResult* probe() const { return probe_.get(); }
+  // Takes `other`'s agreed model and probe (when it has one), so that no probe runs here: another
+  // membership over the same ranks and hosts (the delayed exchange's lanes). Every rank adopts
+  // the same numbers, so decisions stay agreed.
+  void adopt(const AgreedLink& other) {
+    if (!other.model_) return;
+    model_ = std::make_unique<LinkModel>(*other.model_);
+    probe_ = other.probe_ ? std::make_unique<cost::ProbeResult>(*other.probe_) : nullptr;
+    lacks_bursts_ = other.lacks_bursts_;
+  }
   // A new membership (Engine::connect) probes its own links again.
   void reset() {
     model_.reset();

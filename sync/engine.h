@@ -112,6 +112,11 @@ class Engine {
   // under GRADEX_POLICY=fixed.
   void set_policy_horizon(uint64_t steps);
 
+  // Before this engine's first exchange: it takes `other`'s link model (probed and agreed there)
+  // instead of probing its own, for another membership over the same ranks (the delayed
+  // exchange's lanes, sync/delay/delay_lanes.h). No effect when `other` has not probed yet.
+  void adopt_link_model(Engine& other);
+
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);
   // gradex's momentum buffer u of a tensor (DGC's u for DGC tensors; empty when GRADEX_MOMENTUM is

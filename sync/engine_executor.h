@@ -45,6 +45,7 @@ class Engine::Executor {
 
   BackendPath& path() { return *path_; }
   const AgreedLink& link() const { return link_; }
+  AgreedLink& link() { return link_; }
   const std::string& layout_description() const { return layout_description_; }
 
  private:

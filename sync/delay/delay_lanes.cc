@@ -1,13 +1,21 @@
 #include "sync/delay/delay_lanes.h"
 
+#include <chrono>
+
 #include "base/error.h"
+#include "base/log.h"
 #include "sync/engine.h"
 
 namespace gradex::sync::delay {
 
-DelayLanes::DelayLanes(const Factory& make, const config::Config& base, int count) {
+DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count) {
   if (!make) throw InternalError("the delayed exchange's lanes need an engine factory");
-  config::Config lane_config = base;
+  config::Config lane_config = delayed.config();
+  if (delayed.layout_description().rfind("regions", 0) != 0)
+    lane_config.set("GRADEX_HIERARCHY_TIER", "host");
+  // The lanes are parallel flows already: under GRADEX_STRIPES=auto each keeps one connection to
+  // a peer (no round trip timed for striping, one wire-up instead of several per lane).
+  if (lane_config.get_string("GRADEX_STRIPES") == "auto") lane_config.set("GRADEX_STRIPES", "1");
   lane_config.set("GRADEX_DELAY", "0");
   lane_config.set("GRADEX_MOMENTUM", "0");
   lane_config.set("GRADEX_NESTEROV", "0");
@@ -15,8 +23,16 @@ DelayLanes::DelayLanes(const Factory& make, const config::Config& base, int coun
   // One after another: the lanes meet through one store client, whose blocking reads are served
   // one at a time (a lane waiting there for a peer's key would hold up the lane that must write
   // the key that peer waits for).
-  for (int i = 0; i < count; ++i)
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
     lanes_.push_back(make(i, lane_config));
+    lanes_.back()->adopt_link_model(delayed);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (delayed.rank() == 0) {
+    GX_LOG(kInfo) << "delay: " << count << " lanes connected in " << seconds * 1e3 << " ms";
+  }
 }
 
 DelayLanes::~DelayLanes() = default;

@@ -33,10 +33,13 @@ class DelayLanes {
   // Makes lane `lane`'s engine from `config` (collective: every rank makes the same lanes).
   using Factory = std::function<std::unique_ptr<Engine>(int lane, config::Config config)>;
 
-  // Collective: `count` lane engines, in lane order; `base` is the delayed engine's configuration,
-  // which the lanes keep except GRADEX_DELAY, GRADEX_MOMENTUM, GRADEX_NESTEROV (0: the delay
+  // Collective: `count` lane engines, in lane order, with the delayed engine's configuration,
+  // which they keep except GRADEX_DELAY, GRADEX_MOMENTUM, GRADEX_NESTEROV (0: the delay
   // line's) and GRADEX_TIMELINE (the delayed engine's alone).
-  DelayLanes(const Factory& make, const config::Config& base, int count);
+  // Each lane takes `delayed`'s link model when it has one (no probe per lane), when its layout
+  // found no regions GRADEX_HIERARCHY_TIER=host (no round trips measured again per lane), and under
+  // GRADEX_STRIPES=auto one connection per peer (the lanes are the parallel flows).
+  DelayLanes(const Factory& make, Engine& delayed, int count);
   ~DelayLanes();
   DelayLanes(const DelayLanes&) = delete;
   DelayLanes& operator=(const DelayLanes&) = delete;

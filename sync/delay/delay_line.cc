@@ -136,7 +136,7 @@ std::string DelayLine::lanes_held() const {
 }
 
 void DelayLine::make_lanes(int d, bool take_state) {
-  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_.config(), d);
+  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_, d);
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
     lanes_->register_tensor(key, l->numel, l->dtype, l->rows);
