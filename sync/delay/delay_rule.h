@@ -25,9 +25,11 @@
 namespace gradex::sync::delay {
 
 constexpr int kMaxDelay = 8;
-// auto's largest D: each further step of staleness costs steps to the target (docs/wan.md measures
-// D = 2..8), so auto stops where the delayed races still reach the target within 1.1x DDP's steps.
-constexpr int kAutoMaxDelay = 8;
+// auto's largest D. Each lane costs a connection set-up when auto decides (about 30 round trips),
+// two host copies of each tensor and staleness: on the MLP race D = 4 and D = 8 took 170-190 steps
+// to the target against 140, and reached it in the same time within the runs' spread
+// (docs/tuning.md), so auto takes the smaller cost.
+constexpr int kAutoMaxDelay = 4;
 
 struct DelaySetting {
   bool automatic = false;
