@@ -116,6 +116,9 @@ class Engine {
   // instead of probing its own, for another membership over the same ranks (the delayed
   // exchange's lanes, sync/delay/delay_lanes.h). No effect when `other` has not probed yet.
   void adopt_link_model(Engine& other);
+  // Whether the agreed link model says latency-bound (sync/link_model.h): 1 yes, 0 no, -1 not
+  // probed yet. The same on every rank.
+  int link_latency_bound();
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);

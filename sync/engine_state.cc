@@ -41,6 +41,13 @@ void Engine::adopt_link_model(Engine& other) {
   executor_->link().adopt(other.executor_->link());
 }
 
+int Engine::link_latency_bound() {
+  auto lock = wait_until_idle();
+  const LinkModel* model = executor_->link().model();
+  if (model == nullptr) return -1;
+  return model->latency_bound() ? 1 : 0;
+}
+
 std::vector<float> Engine::momentum_of(const std::string& key) {
   auto lock = wait_until_idle();
   BackendPath& path = executor_->path();
