@@ -405,6 +405,10 @@ const std::vector<VarSpec>& registry() {
      "Test only: this rank's engine fails on its own (an InternalError in its progress thread) "
      "just before its N-th negotiation round, as a bug or a corrupt payload would; the other "
      "ranks must then fail at once naming it (0: never)."},
+    {"GRADEX_TEST_DELAY_LANES", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
+     "Test only: GRADEX_DELAY=auto treats the link as latency-bound, so that a test on one machine "
+     "reaches its switch to several exchanges in flight (lanes) mid-run. Set it on every rank or "
+     "on none."},
   };
   // clang-format on
   return vars;

@@ -3,7 +3,8 @@
 // reference computed here from an undelayed run's averages (with DGC, its error feedback and
 // gradex-owned momentum on the exchanged copy), a checkpoint with averages in flight resuming bit
 // for bit, the drain leaving every rank with the same parameters, D=0 identical to no setting, the
-// settings that cannot compose refused by name, and auto agreeing on one D.
+// settings that cannot compose refused by name, auto agreeing on one D, and auto's switch to lanes
+// mid-run (D >= 2) resuming bit for bit from a checkpoint taken after it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -110,9 +111,11 @@ void leave(gradex_store_t* store, int rank) {
 }
 
 template <typename Fn>
-std::vector<std::string> two_ranks(Fn fn) {
+std::vector<std::string> two_ranks(Fn fn, const std::vector<std::string>& more_env = {}) {
+  std::vector<std::string> env = kEnv;
+  env.insert(env.end(), more_env.begin(), more_env.end());
   return run_ranks(
-      2, kEnv,
+      2, env,
       [fn](RankContext& ctx) -> std::string {
         gradex_engine_options_t o;
         gradex_engine_options_init(&o);
@@ -377,6 +380,72 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
     RANK_OK(gradex_engine_destroy(e));
     return "";
   });
+  EXPECT_EQ(failures(results), "");
+}
+
+// GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
+// latency-bound link): every rank takes the same D >= 2 at step 20, the engine's momentum and
+// residual move into the line, training goes on, and a checkpoint taken with the lanes' exchanges
+// in flight resumes bit for bit in a fresh engine (which makes the lanes from the state), after
+// which a drain and an average leave every rank with the same parameters.
+TEST(EngineDelayAuto, SwitchToLanesMidRunResumesBitForBit) {
+  auto results = two_ranks(
+      [](gradex_store_t* store, int rank) -> std::string {
+        constexpr int kSwitchSteps = 24, kMore = 4;
+        Steps whole, resumed;
+        std::vector<uint8_t> mid_state;
+        // One run of kSwitchSteps + kMore steps, and one of kSwitchSteps steps saved and resumed.
+        gradex_engine_t* e = nullptr;
+        std::string failure = create(store, "switch-whole/", rank, 2, "auto", &e);
+        for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s)
+          failure = step(e, rank, s % kSteps, &whole);
+        if (!failure.empty()) return failure;
+        int d = -1;
+        RANK_OK(gradex_get_delay(e, &d));
+        RANK_REQUIRE(d >= 2 && d <= 4, "auto chose " << d << " with lanes allowed");
+        const std::string text = explain_text(e);
+        RANK_REQUIRE(text.find("lanes") != std::string::npos, text);
+        RANK_OK(gradex_engine_destroy(e));
+
+        failure = create(store, "switch-first/", rank, 2, "auto", &e);
+        for (int s = 0; failure.empty() && s < kSwitchSteps; ++s)
+          failure = step(e, rank, s % kSteps, &resumed);
+        if (failure.empty()) failure = save_state(e, &mid_state);
+        if (!failure.empty()) return failure;
+        RANK_OK(gradex_engine_destroy(e));
+        failure = create(store, "switch-second/", rank, 2, "auto", &e);
+        if (!failure.empty()) return failure;
+        RANK_OK(gradex_load_state(e, mid_state.data(), mid_state.size()));
+        for (int s = kSwitchSteps; failure.empty() && s < kSwitchSteps + kMore; ++s)
+          failure = step(e, rank, s % kSteps, &resumed);
+        if (!failure.empty()) return failure;
+        for (int t = 0; t < kSwitchSteps + kMore; ++t)
+          RANK_REQUIRE(resumed[t] == whole[t], "step " << t << " differs after the resume");
+        // (The saved states themselves differ: they hold each run's own timings, auto's
+        // measurement and the lanes' plans, which decide nothing here once D is agreed.)
+        int resumed_d = -1;
+        RANK_OK(gradex_get_delay(e, &resumed_d));
+        RANK_REQUIRE(resumed_d == d,
+                     "the resumed run delays by " << resumed_d << ", the whole one by " << d);
+        // Delayed steps leave the ranks' parameters apart; the drain and one average bring them
+        // together.
+        std::vector<float> p(kSparseN + kDenseN, 1.0f);
+        for (int t = kSwitchSteps; t < kSwitchSteps + kMore; ++t)
+          for (size_t i = 0; i < p.size(); ++i)
+            p[i] -= 0.1f * resumed[t][i];
+        RANK_OK(gradex_delay_drain(e));
+        RANK_OK(gradex_register_tensor(e, "p", p.size(), GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        gradex_handle_t h = 0;
+        RANK_OK(gradex_average(e, "p", p.data(), &h));
+        RANK_OK(gradex_wait(e, h));
+        std::vector<float> again = p;
+        RANK_OK(gradex_average(e, "p", again.data(), &h));
+        RANK_OK(gradex_wait(e, h));
+        RANK_REQUIRE(again == p, "the parameters differ across ranks after the drain and average");
+        RANK_OK(gradex_engine_destroy(e));
+        return "";
+      },
+      {"GRADEX_TEST_DELAY_LANES=1"});
   EXPECT_EQ(failures(results), "");
 }
 
