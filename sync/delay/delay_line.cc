@@ -178,6 +178,29 @@ void DelayLine::settle_before(uint64_t step) {
   }
 }
 
+DelayLine::Slot DelayLine::take_slot(Line& l, size_t bytes) {
+  Slot s;
+  if (!l.spare.empty()) {
+    s = std::move(l.spare.back());
+    l.spare.pop_back();
+  }
+  s.local.resize(bytes);
+  s.exchanged.resize(bytes);
+  return s;
+}
+
+void DelayLine::retire_oldest(Line& l, int d, void* data) {
+  while (l.slots.size() > static_cast<size_t>(d)) {
+    Slot old = std::move(l.slots.front());
+    l.slots.pop_front();
+    settle(old);
+    if (l.slots.size() == static_cast<size_t>(d))
+      correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype, l.numel,
+              stale_);
+    l.spare.push_back(std::move(old));
+  }
+}
+
 uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
   Line& l = line_of(key);
   const int d = delay();
@@ -207,13 +230,7 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
     // The engine holds one exchange of a tensor at a time: step t-1's must be done before step t's
     // starts (it has had this step's compute to run).
     if (!l.slots.empty()) settle(l.slots.back());
-    Slot s;
-    if (!l.spare.empty()) {
-      s = std::move(l.spare.back());
-      l.spare.pop_back();
-    }
-    s.local.resize(bytes);
-    s.exchanged.resize(bytes);
+    Slot s = take_slot(l, bytes);
     if (absent)
       std::memset(s.local.data(), 0, bytes);
     else if (bytes > 0)
@@ -226,15 +243,7 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
     l.slots.push_back(std::move(s));
     // update_t: g_t, corrected by the oldest average held once D steps are.
     if (absent && bytes > 0) std::memset(data, 0, bytes);
-    while (l.slots.size() > static_cast<size_t>(d)) {
-      Slot old = std::move(l.slots.front());
-      l.slots.pop_front();
-      settle(old);
-      if (l.slots.size() == static_cast<size_t>(d))
-        correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype,
-                l.numel, stale_);
-      l.spare.push_back(std::move(old));
-    }
+    retire_oldest(l, d, data);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t h = kHandleBit | next_handle_++;
@@ -265,13 +274,7 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   // tensor skipped steps).
   for (Slot& s : l.slots)
     if (s.lane == lane) settle(s);
-  Slot s;
-  if (!l.spare.empty()) {
-    s = std::move(l.spare.back());
-    l.spare.pop_back();
-  }
-  s.local.resize(bytes);
-  s.exchanged.resize(bytes);
+  Slot s = take_slot(l, bytes);
   uint8_t* x = s.local.data();
   if (absent) {
     // Zeros; momentum and the carried residual wait for a step with data (as the engine's).
@@ -303,15 +306,7 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   s.handle = absent ? e.submit_absent(key, s.exchanged.data()) : e.submit(key, s.exchanged.data());
   ++l.submitted;
   l.slots.push_back(std::move(s));
-  while (l.slots.size() > static_cast<size_t>(d)) {
-    Slot old = std::move(l.slots.front());
-    l.slots.pop_front();
-    settle(old);
-    if (l.slots.size() == static_cast<size_t>(d))
-      correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype, l.numel,
-              stale_);
-    l.spare.push_back(std::move(old));
-  }
+  retire_oldest(l, d, data);
 }
 
 void DelayLine::release(uint64_t handle) {

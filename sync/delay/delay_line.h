@@ -119,6 +119,11 @@ class DelayLine {
   Line& line_of(const std::string& key);
   Engine& engine_of(const Slot& slot);
   void settle(Slot& slot);  // waits for its exchange, if any
+  // A slot of `bytes` for the next submission (a spare one when the line has it). Line mutex held.
+  Slot take_slot(Line& l, size_t bytes);
+  // Retires the held steps beyond the newest d, the last one retired correcting `data` (update_t
+  // = x_t + avg_{t-d} - x_{t-d}) once d steps are held. Line mutex held.
+  void retire_oldest(Line& l, int d, void* data);
   // Waits for every tensor's exchanges of steps before `step`: a step's first submission waits for
   // the whole previous step, so that its own submissions reach the engine together (one
   // negotiation round) instead of one by one between the previous step's completions. Only earlier

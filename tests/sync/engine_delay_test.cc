@@ -67,20 +67,28 @@ std::vector<float> contribution(int rank, int s, bool with_absent) {
                                       : gradients(rank, s);
 }
 
-// One step: submits both tensors, waits, appends what came back.
-std::string step(gradex_engine_t* e, int rank, int s, Steps* out, bool with_absent = false) {
-  std::vector<float> g = gradients(rank, s);
+// Submits both tensors of `v` (a then d; absent contributions when `is_absent`), waits for both and
+// ends the step: `v` then holds what came back.
+std::string exchange_step(gradex_engine_t* e, std::vector<float>& v, bool is_absent) {
   gradex_handle_t ha = 0, hd = 0;
-  if (absent(rank, s, with_absent)) {
-    RANK_OK(gradex_submit_absent(e, "a", g.data(), &ha));
-    RANK_OK(gradex_submit_absent(e, "d", g.data() + kSparseN, &hd));
+  if (is_absent) {
+    RANK_OK(gradex_submit_absent(e, "a", v.data(), &ha));
+    RANK_OK(gradex_submit_absent(e, "d", v.data() + kSparseN, &hd));
   } else {
-    RANK_OK(gradex_submit(e, "a", g.data(), &ha));
-    RANK_OK(gradex_submit(e, "d", g.data() + kSparseN, &hd));
+    RANK_OK(gradex_submit(e, "a", v.data(), &ha));
+    RANK_OK(gradex_submit(e, "d", v.data() + kSparseN, &hd));
   }
   RANK_OK(gradex_wait(e, ha));
   RANK_OK(gradex_wait(e, hd));
   RANK_OK(gradex_end_step(e, nullptr));
+  return "";
+}
+
+// One step: submits both tensors, waits, appends what came back.
+std::string step(gradex_engine_t* e, int rank, int s, Steps* out, bool with_absent = false) {
+  std::vector<float> g = gradients(rank, s);
+  const std::string failure = exchange_step(e, g, absent(rank, s, with_absent));
+  if (!failure.empty()) return failure;
   out->push_back(std::move(g));
   return "";
 }
@@ -161,17 +169,8 @@ std::string lane_averages(gradex_store_t* store, int rank, int d, const Steps& x
     if (!failure.empty()) return failure;
     for (size_t t = static_cast<size_t>(k); t < x.size(); t += static_cast<size_t>(d)) {
       std::vector<float> v = x[t];
-      gradex_handle_t ha = 0, hd = 0;
-      if (absent(rank, static_cast<int>(t), with_absent)) {
-        RANK_OK(gradex_submit_absent(e, "a", v.data(), &ha));
-        RANK_OK(gradex_submit_absent(e, "d", v.data() + kSparseN, &hd));
-      } else {
-        RANK_OK(gradex_submit(e, "a", v.data(), &ha));
-        RANK_OK(gradex_submit(e, "d", v.data() + kSparseN, &hd));
-      }
-      RANK_OK(gradex_wait(e, ha));
-      RANK_OK(gradex_wait(e, hd));
-      RANK_OK(gradex_end_step(e, nullptr));
+      failure = exchange_step(e, v, absent(rank, static_cast<int>(t), with_absent));
+      if (!failure.empty()) return failure;
       (*out)[t] = std::move(v);
     }
     RANK_OK(gradex_engine_destroy(e));
