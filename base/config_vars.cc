@@ -407,8 +407,8 @@ const std::vector<VarSpec>& registry() {
      "ranks must then fail at once naming it (0: never)."},
     {"GRADEX_TEST_DELAY_LANES", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
      "Test only: GRADEX_DELAY=auto treats the link as latency-bound, so that a test on one machine "
-     "reaches its switch to several exchanges in flight (lanes) mid-run. Set it on every rank or "
-     "on none."},
+     "reaches its switch to several exchanges in flight (lanes) mid-run, and the lanes take over "
+     "two steps after the decision. Set it on every rank or on none."},
   };
   // clang-format on
   return vars;

@@ -25,6 +25,13 @@ class AgreedLink {
   // probe measures no incast burst.
   AgreedLink(double port_queue_s, bool port_queue_explicit)
       : port_queue_s_(port_queue_s), port_queue_explicit_(port_queue_explicit) {}
+  // A copy of the agreed model (none when `other` has not probed): what another membership over
+  // the same ranks adopts later, taken while `other`'s engine is idle.
+  AgreedLink(const AgreedLink& other)
+      : port_queue_s_(other.port_queue_s_), port_queue_explicit_(other.port_queue_explicit_) {
+    adopt(other);
+  }
+  AgreedLink& operator=(const AgreedLink&) = delete;
 
   // Collective (every rank at the same point of the same round): the model, probed on the first
   // call of a membership. `incast`: the caller prices arrivals (DGC gathers, dense buckets), so

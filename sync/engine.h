@@ -30,6 +30,7 @@
 
 namespace gradex::sync {
 
+class AgreedLink;     // sync/agreed_link.h
 class BackendPath;    // sync/backend_path.h
 namespace timeline {  // sync/timeline/
 class Recorder;
@@ -116,6 +117,14 @@ class Engine {
   // instead of probing its own, for another membership over the same ranks (the delayed
   // exchange's lanes, sync/delay/delay_lanes.h). No effect when `other` has not probed yet.
   void adopt_link_model(Engine& other);
+  // The same from a copy taken earlier (link_model_copy), so that the adopting engine can be made
+  // on another thread while `other` keeps exchanging.
+  void adopt_link_model(const AgreedLink& model);
+  // A copy of this membership's agreed link model (empty when not probed yet); waits until idle.
+  std::unique_ptr<AgreedLink> link_model_copy();
+  // The agreed model's round trip between the farthest ranks (twice the flat tier's alpha), 0 when
+  // not probed yet. The same on every rank.
+  double link_round_trip_s();
   // Whether the agreed link model says latency-bound (sync/link_model.h): 1 yes, 0 no, -1 not
   // probed yet. The same on every rank.
   int link_latency_bound();

@@ -41,6 +41,22 @@ void Engine::adopt_link_model(Engine& other) {
   executor_->link().adopt(other.executor_->link());
 }
 
+void Engine::adopt_link_model(const AgreedLink& model) {
+  auto lock = wait_until_idle();
+  executor_->link().adopt(model);
+}
+
+std::unique_ptr<AgreedLink> Engine::link_model_copy() {
+  auto lock = wait_until_idle();
+  return std::make_unique<AgreedLink>(executor_->link());
+}
+
+double Engine::link_round_trip_s() {
+  auto lock = wait_until_idle();
+  const LinkModel* model = executor_->link().model();
+  return model == nullptr ? 0.0 : 2 * model->link().alpha_s;
+}
+
 int Engine::link_latency_bound() {
   auto lock = wait_until_idle();
   const LinkModel* model = executor_->link().model();

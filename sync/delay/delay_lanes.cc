@@ -4,11 +4,13 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "sync/agreed_link.h"
 #include "sync/engine.h"
 
 namespace gradex::sync::delay {
 
-DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count) {
+DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count, int first_slot,
+                       Start start) {
   if (!make) throw InternalError("the delayed exchange's lanes need an engine factory");
   config::Config lane_config = delayed.config();
   if (delayed.layout_description().rfind("regions", 0) != 0)
@@ -20,22 +22,57 @@ DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count) {
   lane_config.set("GRADEX_MOMENTUM", "0");
   lane_config.set("GRADEX_NESTEROV", "0");
   lane_config.set("GRADEX_TIMELINE", "");
+  link_ = delayed.link_model_copy();
+  const int rank = delayed.rank();
+  if (start == Start::kNow) {
+    connect(make, lane_config, count, first_slot, rank);
+    return;
+  }
+  starter_ = std::thread([this, make, lane_config, count, first_slot, rank] {
+    try {
+      connect(make, lane_config, count, first_slot, rank);
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+    ready_ = true;
+  });
+}
+
+void DelayLanes::connect(const Factory& make, const config::Config& lane_config, int count,
+                         int first_slot, int rank) {
   // One after another: the lanes meet through one store client, whose blocking reads are served
   // one at a time (a lane waiting there for a peer's key would hold up the lane that must write
   // the key that peer waits for).
   const auto started = std::chrono::steady_clock::now();
   for (int i = 0; i < count; ++i) {
-    lanes_.push_back(make(i, lane_config));
-    lanes_.back()->adopt_link_model(delayed);
+    lanes_.push_back(make(first_slot + i, lane_config));
+    lanes_.back()->adopt_link_model(*link_);
   }
-  const double seconds =
+  connect_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (delayed.rank() == 0) {
-    GX_LOG(kInfo) << "delay: " << count << " lanes connected in " << seconds * 1e3 << " ms";
+  if (rank == 0) {
+    GX_LOG(kInfo) << "delay: " << count << " lanes connected in " << connect_seconds_ * 1e3
+                  << " ms";
   }
+  ready_ = true;
 }
 
-DelayLanes::~DelayLanes() = default;
+DelayLanes::~DelayLanes() {
+  if (starter_.joinable()) starter_.join();
+}
+
+bool DelayLanes::ready() const {
+  return ready_;
+}
+
+void DelayLanes::wait_ready() {
+  if (starter_.joinable()) starter_.join();
+  if (failure_) std::rethrow_exception(failure_);
+}
+
+double DelayLanes::connect_seconds() const {
+  return ready_ ? connect_seconds_ : 0.0;
+}
 
 void DelayLanes::register_tensor(const std::string& key, uint64_t numel, DType dtype,
                                  uint64_t rows) {

@@ -12,10 +12,13 @@
 // what it makes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/config.h"
@@ -23,27 +26,45 @@
 #include "sync/stats.h"
 
 namespace gradex::sync {
+class AgreedLink;
 class Engine;
-}
+}  // namespace gradex::sync
 
 namespace gradex::sync::delay {
 
 class DelayLanes {
  public:
-  // Makes lane `lane`'s engine from `config` (collective: every rank makes the same lanes).
-  using Factory = std::function<std::unique_ptr<Engine>(int lane, config::Config config)>;
+  // Makes the engine of lane slot `slot` from `config` (collective: every rank makes the same
+  // lanes). Slots are never reused by one delay line, so a slot's store keys are its own.
+  using Factory = std::function<std::unique_ptr<Engine>(int slot, config::Config config)>;
+  enum class Start {
+    kNow,         // the constructor returns with every lane connected
+    kBackground,  // a thread of this object connects them; wait_ready() ends it
+  };
 
-  // Collective: `count` lane engines, in lane order, with the delayed engine's configuration,
-  // which they keep except GRADEX_DELAY, GRADEX_MOMENTUM, GRADEX_NESTEROV (0: the delay
-  // line's) and GRADEX_TIMELINE (the delayed engine's alone).
-  // Each lane takes `delayed`'s link model when it has one (no probe per lane), when its layout
-  // found no regions GRADEX_HIERARCHY_TIER=host (no round trips measured again per lane), and under
-  // GRADEX_STRIPES=auto one connection per peer (the lanes are the parallel flows).
-  DelayLanes(const Factory& make, Engine& delayed, int count);
+  // Collective: `count` lane engines, in lane order, in slots first_slot.., with the delayed
+  // engine's configuration, which they keep except GRADEX_DELAY, GRADEX_MOMENTUM, GRADEX_NESTEROV
+  // (0: the delay line's) and GRADEX_TIMELINE (the delayed engine's alone). Each lane takes
+  // `delayed`'s link model as it is now when it has one (no probe per lane), when its layout found
+  // no regions GRADEX_HIERARCHY_TIER=host (no round trips measured again per lane), and under
+  // GRADEX_STRIPES=auto one connection per peer (the lanes are the parallel flows). With
+  // kBackground, `delayed` keeps exchanging meanwhile (only its configuration and a copy of its
+  // link model are read, here), and `make` must be callable from another thread.
+  DelayLanes(const Factory& make, Engine& delayed, int count, int first_slot,
+             Start start = Start::kNow);
+  // Waits for a background start first (bounded by the lanes' GRADEX_TIMEOUT_S).
   ~DelayLanes();
   DelayLanes(const DelayLanes&) = delete;
   DelayLanes& operator=(const DelayLanes&) = delete;
 
+  // Whether every lane is connected (never blocks). Always true after a kNow start.
+  bool ready() const;
+  // Blocks until every lane is connected; rethrows the error that stopped a background start.
+  void wait_ready();
+  // The seconds the lanes took to connect (0 before ready).
+  double connect_seconds() const;
+
+  // The accessors below need ready().
   int count() const { return static_cast<int>(lanes_.size()); }
   Engine& lane(int i) { return *lanes_.at(static_cast<size_t>(i)); }
 
@@ -57,7 +78,15 @@ class DelayLanes {
   std::string explain() const;
 
  private:
+  void connect(const Factory& make, const config::Config& lane_config, int count, int first_slot,
+               int rank);
+
   std::vector<std::unique_ptr<Engine>> lanes_;
+  std::unique_ptr<AgreedLink> link_;  // the delayed engine's model when the lanes were asked for
+  std::thread starter_;               // kBackground: connects the lanes
+  std::atomic<bool> ready_{false};
+  std::exception_ptr failure_;  // of the background start, read after joining starter_
+  double connect_seconds_ = 0;
 };
 
 }  // namespace gradex::sync::delay

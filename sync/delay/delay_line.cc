@@ -16,7 +16,8 @@ namespace {
 constexpr uint32_t kMagic = 0x4c445847;  // "GXDL": an engine state with a delay line's
 // 1: the delayed engine's state and the held steps; 2: with the lanes' states, each line's
 // momentum and carried residual, and each held step's lane.
-constexpr uint32_t kVersion = 2;
+// 3: with the end_step count from which auto's lanes, connecting when saved, take over.
+constexpr uint32_t kVersion = 3;
 
 // The tensor registered under auto for the one agreement of the measurement (Engine::average:
 // its first average is fp32, the same bits on every rank).
@@ -74,7 +75,8 @@ DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
       momentum_(engine.options().momentum),
       nesterov_(engine.options().nesterov),
       rule_(engine.config()),
-      stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale") {
+      stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale"),
+      test_lanes_(engine.config().get_bool("GRADEX_TEST_DELAY_LANES")) {
   if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 2, DType::kFloat32);
   if (!rule_.automatic() && rule_.delay() >= 2) {
     const std::string held = lanes_held();
@@ -89,11 +91,17 @@ DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
 DelayLine::~DelayLine() {
   // The lanes first: their exchanges in flight write into the lines' buffers until they end.
   lanes_.reset();
+  pending_.reset();
 }
 
 int DelayLine::delay() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return rule_.delay();
+  return pending_ ? std::min(rule_.delay(), 1) : rule_.delay();
+}
+
+uint64_t DelayLine::lanes_from() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pending_ ? lanes_from_ : 0;
 }
 
 void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda,
@@ -136,7 +144,37 @@ std::string DelayLine::lanes_held() const {
 }
 
 void DelayLine::make_lanes(int d, bool take_state) {
-  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_, d);
+  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay);
+  install_lanes(take_state);
+}
+
+void DelayLine::start_pending_lanes(int d, uint64_t from) {
+  pending_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay,
+                                          DelayLanes::Start::kBackground);
+  lanes_from_ = from;
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: D=" << d << "'s lanes connect in the background; D=1 until step "
+                  << from;
+  }
+}
+
+void DelayLine::take_pending_lanes() {
+  std::unique_ptr<DelayLanes> lanes = std::move(pending_);
+  lanes_from_ = 0;
+  const auto waited_from = std::chrono::steady_clock::now();
+  lanes->wait_ready();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: " << lanes->count() << " lanes take over at step " << steps_ended_
+                  << " (connected in " << lanes->connect_seconds() * 1e3 << " ms; the step waited "
+                  << waited * 1e3 << " ms for them)";
+  }
+  lanes_ = std::move(lanes);
+  install_lanes(true);
+}
+
+void DelayLine::install_lanes(bool take_state) {
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
     lanes_->register_tensor(key, l->numel, l->dtype, l->rows);
@@ -325,6 +363,7 @@ void DelayLine::on_end_step() {
       lanes_->lane(lane).end_step();
     touched_.clear();
     ++steps_ended_;
+    if (pending_ && steps_ended_ >= lanes_from_) take_pending_lanes();
     agree = rule_.observe(engine_.stats(false).exposed_seconds, now_s());
     if (agree) rule_.measurement(measured);
   }
@@ -332,10 +371,20 @@ void DelayLine::on_end_step() {
   // Collective: every rank closes the window at the same step count.
   engine_.wait(engine_.average(kAgreementKey, measured));
   std::lock_guard<std::mutex> lock(mutex_);
+  std::string lanes_why = lanes_held();
+  if (lanes_why.empty() && !test_lanes_ && engine_.link_latency_bound() == 0)
+    lanes_why = "overlap round trips, not bytes or CPU, and the agreed link is not latency-bound";
   rule_.decide(measured[0], measured[1],
-               has_cuda_ ? "CUDA tensors (the delay's copies are host memory)" : "", lanes_held());
-  // Collective as well: the decision is the same on every rank, at the same step.
-  if (rule_.delay() >= 2) make_lanes(rule_.delay(), true);
+               has_cuda_ ? "CUDA tensors (the delay's copies are host memory)" : "", lanes_why);
+  // Collective as well: the decision is the same on every rank, at the same step. The lanes
+  // connect while the steps run with one exchange in flight, and take over at a step computed
+  // from agreed numbers only (the same on every rank and in a resumed run).
+  if (rule_.delay() >= 2)
+    start_pending_lanes(
+        rule_.delay(),
+        steps_ended_ + (test_lanes_ ? 2
+                                    : lane_start_steps(rule_.delay(), engine_.link_round_trip_s(),
+                                                       rule_.overlapped_step_s())));
 }
 
 void DelayLine::set_gradient_norm(double norm) {
@@ -419,6 +468,7 @@ std::vector<uint8_t> DelayLine::save_state() {
   const std::vector<std::vector<uint8_t>> lane_states =
       lanes_ ? lanes_->save_states() : std::vector<std::vector<uint8_t>>{};
   w.put<uint64_t>(steps_ended_);
+  w.put<uint64_t>(pending_ ? lanes_from_ : 0);
   w.put<uint32_t>(static_cast<uint32_t>(lane_states.size()));
   for (const auto& state : lane_states) {
     w.put<uint64_t>(state.size());
@@ -465,7 +515,7 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   ByteReader r(data, size, "saved gradex state (GRADEX_DELAY)");
   r.get<uint32_t>();
   const uint32_t version = r.get<uint32_t>();
-  if (version != kVersion)
+  if (version != kVersion && version != 2)
     throw StateError("gradex delay state version " + std::to_string(version) +
                      " is not supported (this build reads version " + std::to_string(kVersion) +
                      ")");
@@ -481,6 +531,10 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   saved.exposed = r.get<float>();
   saved.compute = r.get<float>();
   const uint64_t steps_ended = r.get<uint64_t>();
+  const uint64_t lanes_from = version >= 3 ? r.get<uint64_t>() : 0;
+  if (lanes_from != 0 && lanes_from <= steps_ended)
+    throw StateError("gradex delay state's lanes take over at step " + std::to_string(lanes_from) +
+                     ", which is not after its step " + std::to_string(steps_ended));
   const uint32_t lane_count = r.get<uint32_t>();
   if (lane_count > static_cast<uint32_t>(kMaxDelay))
     throw StateError("gradex delay state holds " + std::to_string(lane_count) +
@@ -541,6 +595,20 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   rule_.restore(saved);
   steps_ended_ = steps_ended;
   touched_.clear();
+  if (lane_count == 0 && lanes_from != 0) {
+    // The saved run's lanes were connecting: they connect again and take over at the same step.
+    lanes_.reset();
+    if (!pending_) {
+      const std::string held_here = lanes_held();
+      if (!held_here.empty())
+        throw StateError("gradex delay state connects " + std::to_string(rule_.delay()) +
+                         " lanes, which this engine cannot: it " + held_here);
+      start_pending_lanes(rule_.delay(), lanes_from);
+    }
+    lanes_from_ = lanes_from;
+  } else {
+    pending_.reset();
+  }
   if (lane_count > 0) {
     // The saved run ran lanes: this one runs the same (a fixed D made them at the start; auto's
     // decision, restored above, makes them now: collective, as every rank loads the same state).
@@ -574,6 +642,9 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
 std::string DelayLine::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out = rule_.why();
+  if (pending_)
+    out += "; D=1 while its lanes connect in the background, D=" + std::to_string(rule_.delay()) +
+           " from step " + std::to_string(lanes_from_);
   if (lanes_active())
     out += "; " + std::to_string(lanes_->count()) +
            " lanes, one exchange of each tensor in flight on each, gradex's momentum applied "

@@ -56,8 +56,12 @@ class DelayLine {
   DelayLine(const DelayLine&) = delete;
   DelayLine& operator=(const DelayLine&) = delete;
 
-  // The delay steps now apply (0: every call passes through to the engine unchanged).
+  // The delay steps now apply (0: every call passes through to the engine unchanged). While
+  // auto's lanes connect in the background this is 1, the decided D from lanes_from() on.
   int delay() const;
+  // auto's step (end_step count) from which its lanes carry the exchanges; 0 when no lanes are
+  // connecting in the background.
+  uint64_t lanes_from() const;
   // Handles this line answers carry this bit (the engine's never do: they count from 1).
   static constexpr uint64_t kHandleBit = uint64_t{1} << 63;
   static bool owns(uint64_t handle) { return (handle & kHandleBit) != 0; }
@@ -137,11 +141,23 @@ class DelayLine {
   // Collective: the D lanes, each registered tensor on them, and (after undelayed steps) the
   // delayed engine's momentum and residuals moved into the lines.
   void make_lanes(int d, bool take_state);
+  // Collective: auto's D >= 2 lanes start connecting on a thread of their own while the steps run
+  // with D = 1; they take over at end_step count `from` (take_pending_lanes).
+  void start_pending_lanes(int d, uint64_t from);
+  // At end_step count lanes_from_: waits for the pending lanes (when they are late), then moves
+  // the delayed engine's momentum and residuals into the lines, as make_lanes.
+  void take_pending_lanes();
+  // The lanes and the tensors registered on them (and the moved state with `take_state`).
+  void install_lanes(bool take_state);
   bool lanes_active() const { return lanes_ && lanes_->count() == rule_.delay(); }
 
   Engine& engine_;
   DelayLanes::Factory make_lane_;
   std::unique_ptr<DelayLanes> lanes_;
+  // auto's lanes while they connect, and the end_step count from which they carry the exchanges.
+  std::unique_ptr<DelayLanes> pending_;
+  uint64_t lanes_from_ = 0;
+  int lane_sets_ = 0;     // lane sets made so far: each set meets under store keys of its own
   const float momentum_;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
   const bool nesterov_;
   bool reconfigured_ = false;
@@ -151,7 +167,10 @@ class DelayLine {
   mutable std::mutex mutex_;  // lines_ (the map), issued_, next_handle_
   std::map<std::string, std::unique_ptr<Line>> lines_;
   std::set<uint64_t> issued_;
-  const bool stale_;       // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
+  const bool stale_;  // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
+  // GRADEX_TEST_DELAY_LANES: auto takes the link as latency-bound, and its lanes take over two
+  // steps after the decision (loopback has no round trip to size their start by).
+  const bool test_lanes_;
   bool has_cuda_ = false;  // a CUDA tensor is registered: auto keeps D at 0
   uint64_t next_handle_ = 1;
 };

@@ -46,6 +46,15 @@ void refuse_under_outer(const config::Config& config) {
                       "period (GRADEX_OUTER_PERIOD); set GRADEX_DELAY=0 or auto");
 }
 
+uint64_t lane_start_steps(int lanes, double round_trip_s, double step_s) {
+  constexpr uint64_t kLeast = 2, kMost = 500;
+  if (step_s <= 0) return kMost;
+  const double seconds = lanes * kLaneStartRoundTrips * round_trip_s;
+  const double steps = std::ceil(seconds / step_s);
+  if (!(steps < static_cast<double>(kMost))) return kMost;
+  return std::max(kLeast, static_cast<uint64_t>(steps));
+}
+
 DelayRule::DelayRule(const config::Config& config) {
   const DelaySetting s = delay_setting(config);
   automatic_ = s.automatic;
@@ -110,6 +119,10 @@ void DelayRule::decide(float exposed_s, float compute_s, const std::string& held
                   << " would hide it; the optimizer is left as it is";
   }
   GX_LOG(kInfo) << why();
+}
+
+double DelayRule::overlapped_step_s() const {
+  return decided_ ? std::max(static_cast<double>(exposed_), static_cast<double>(compute_)) : 0.0;
 }
 
 std::string DelayRule::why() const {

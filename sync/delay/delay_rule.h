@@ -33,6 +33,14 @@ constexpr int kMaxDelay = 8;
 // (docs/tuning.md), so auto takes the smaller cost.
 constexpr int kAutoMaxDelay = 4;
 
+// Round trips one lane's connection takes (store keys, wire-up, the start-up agreement): measured
+// 29-30 for each of 8 lanes at 50 and 150 ms round trips.
+constexpr double kLaneStartRoundTrips = 30;
+// Steps that auto's `lanes` take to connect in the background while steps of `step_s` seconds run
+// (D = 1), from the agreed round trip (0: not probed): at least 2, at most 500. Agreed inputs
+// only, so every rank and every resumed run switches at the same step.
+uint64_t lane_start_steps(int lanes, double round_trip_s, double step_s);
+
 struct DelaySetting {
   bool automatic = false;
   int fixed = 0;  // GRADEX_DELAY=1..8 (0 under auto until it decides)
@@ -70,6 +78,9 @@ class DelayRule {
               const std::string& lanes_held = "");
   // The setting and, once decided, the measured numbers behind it.
   std::string why() const;
+  // A step's seconds with one exchange in flight, from the agreed measurement: the longer of
+  // the compute and the wait (0 before the decision).
+  double overlapped_step_s() const;
   // No D hides the exchange: the DiLoCo period the log names (0 when D hides it).
   uint64_t diloco_period() const { return diloco_period_; }
 

@@ -383,21 +383,31 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
 }
 
 // GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
-// latency-bound link): every rank takes the same D >= 2 at step 20, the engine's momentum and
-// residual move into the line, training goes on, and a checkpoint taken with the lanes' exchanges
-// in flight resumes bit for bit in a fresh engine (which makes the lanes from the state), after
-// which a drain and an average leave every rank with the same parameters.
-TEST(EngineDelayAuto, SwitchToLanesMidRunResumesBitForBit) {
+// latency-bound link): every rank takes the same D >= 2 at step 20, runs D = 1 while the lanes
+// connect in the background, and switches at step 22 (two steps later under the test setting),
+// where the engine's momentum and residual move into the line; training goes on, and a checkpoint
+// resumes bit for bit in a fresh engine, after which a drain and an average leave every rank with
+// the same parameters. The checkpoint is taken at step GetParam(): 21 while the lanes connect (the
+// resumed engine connects its own and switches at the same step), 24 with the lanes' exchanges in
+// flight (it makes the lanes from the state).
+class EngineDelaySwitch : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
+  const int switch_steps = GetParam();
   auto results = two_ranks(
-      [](gradex_store_t* store, int rank) -> std::string {
-        constexpr int kSwitchSteps = 24, kMore = 4;
+      [switch_steps](gradex_store_t* store, int rank) -> std::string {
+        const int kSwitchSteps = switch_steps, kMore = 6;
         Steps whole, resumed;
         std::vector<uint8_t> mid_state;
-        // One run of kSwitchSteps + kMore steps, and one of kSwitchSteps steps saved and resumed.
+        // One run of kSwitchSteps + kMore steps that saves its state after kSwitchSteps (the save
+        // waits for the exchanges in flight, which changes no result), and a fresh engine that
+        // resumes from that state: one run decides D (from its timings) for both.
         gradex_engine_t* e = nullptr;
         std::string failure = create(store, "switch-whole/", rank, 2, "auto", &e);
-        for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s)
-          failure = step(e, rank, s % kSteps, &whole);
+        for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s) {
+          if (s == kSwitchSteps) failure = save_state(e, &mid_state);
+          if (failure.empty()) failure = step(e, rank, s % kSteps, &whole);
+        }
         if (!failure.empty()) return failure;
         int d = -1;
         RANK_OK(gradex_get_delay(e, &d));
@@ -406,26 +416,19 @@ TEST(EngineDelayAuto, SwitchToLanesMidRunResumesBitForBit) {
         RANK_REQUIRE(text.find("lanes") != std::string::npos, text);
         RANK_OK(gradex_engine_destroy(e));
 
-        failure = create(store, "switch-first/", rank, 2, "auto", &e);
-        for (int s = 0; failure.empty() && s < kSwitchSteps; ++s)
-          failure = step(e, rank, s % kSteps, &resumed);
-        if (failure.empty()) failure = save_state(e, &mid_state);
-        if (!failure.empty()) return failure;
-        RANK_OK(gradex_engine_destroy(e));
+        resumed.assign(whole.begin(), whole.begin() + kSwitchSteps);
         failure = create(store, "switch-second/", rank, 2, "auto", &e);
         if (!failure.empty()) return failure;
         RANK_OK(gradex_load_state(e, mid_state.data(), mid_state.size()));
         for (int s = kSwitchSteps; failure.empty() && s < kSwitchSteps + kMore; ++s)
           failure = step(e, rank, s % kSteps, &resumed);
         if (!failure.empty()) return failure;
-        for (int t = 0; t < kSwitchSteps + kMore; ++t)
-          RANK_REQUIRE(resumed[t] == whole[t], "step " << t << " differs after the resume");
-        // (The saved states themselves differ: they hold each run's own timings, auto's
-        // measurement and the lanes' plans, which decide nothing here once D is agreed.)
         int resumed_d = -1;
         RANK_OK(gradex_get_delay(e, &resumed_d));
         RANK_REQUIRE(resumed_d == d,
                      "the resumed run delays by " << resumed_d << ", the whole one by " << d);
+        for (int t = kSwitchSteps; t < kSwitchSteps + kMore; ++t)
+          RANK_REQUIRE(resumed[t] == whole[t], "step " << t << " differs after the resume");
         // Delayed steps leave the ranks' parameters apart; the drain and one average bring them
         // together.
         std::vector<float> p(kSparseN + kDenseN, 1.0f);
@@ -447,5 +450,7 @@ TEST(EngineDelayAuto, SwitchToLanesMidRunResumesBitForBit) {
       {"GRADEX_TEST_DELAY_LANES=1"});
   EXPECT_EQ(failures(results), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(CheckpointSteps, EngineDelaySwitch, ::testing::Values(21, 24));
 
 }  // namespace

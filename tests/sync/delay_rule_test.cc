@@ -1,0 +1,66 @@
+// GRADEX_DELAY=auto's rule (sync/delay/delay_rule.h) as pure functions: the D it takes from an
+// agreed measurement, and the steps its lanes get to connect in the background.
+#include "sync/delay/delay_rule.h"
+
+#include <gtest/gtest.h>
+
+#include "base/config.h"
+
+namespace gradex::sync::delay {
+namespace {
+
+using config::Config;
+using config::Source;
+
+DelayRule auto_rule() {
+  return DelayRule(Config::from_strings({"GRADEX_DELAY=auto"}, Source::kEnvironment));
+}
+
+TEST(DelayRule, TakesTheLeastDelayThatHidesTheWaitWithinItsCap) {
+  DelayRule hidden = auto_rule();
+  hidden.decide(0.001f, 0.1f, "");
+  EXPECT_EQ(hidden.delay(), 0);  // 1% exposed: hidden already
+  DelayRule one = auto_rule();
+  one.decide(0.08f, 0.1f, "");
+  EXPECT_EQ(one.delay(), 1);
+  DelayRule three = auto_rule();
+  three.decide(0.15f, 0.1f, "");
+  EXPECT_EQ(three.delay(), 3);  // 1 + ceil(1.5)
+  EXPECT_EQ(three.diloco_period(), 0u);
+  DelayRule capped = auto_rule();
+  capped.decide(0.9f, 0.1f, "");
+  EXPECT_EQ(capped.delay(), kAutoMaxDelay);
+  EXPECT_EQ(capped.diloco_period(), 10u);  // (0.9 + 0.1) / 0.1 steps
+  EXPECT_NE(capped.why().find("gx.DiLoCo"), std::string::npos) << capped.why();
+}
+
+TEST(DelayRule, HeldLanesKeepOneExchangeInFlightAndHeldDelayKeepsNone) {
+  DelayRule lanes_held = auto_rule();
+  lanes_held.decide(0.5f, 0.1f, "", "overlap round trips, not bytes or CPU");
+  EXPECT_EQ(lanes_held.delay(), 1);
+  EXPECT_NE(lanes_held.why().find("overlap round trips"), std::string::npos) << lanes_held.why();
+  DelayRule held = auto_rule();
+  held.decide(0.5f, 0.1f, "CUDA tensors");
+  EXPECT_EQ(held.delay(), 0);
+}
+
+TEST(DelayRule, OverlappedStepIsTheLongerOfWaitAndCompute) {
+  DelayRule rule = auto_rule();
+  EXPECT_EQ(rule.overlapped_step_s(), 0.0);
+  rule.decide(0.3f, 0.05f, "");
+  EXPECT_NEAR(rule.overlapped_step_s(), 0.3, 1e-6);
+}
+
+TEST(DelayRule, LanesConnectOverTheStepsTheirRoundTripsTake) {
+  // 4 lanes x 30 round trips x 50 ms = 6 s over 0.3 s steps: 20 steps.
+  EXPECT_EQ(lane_start_steps(4, 0.05, 0.3), 20u);
+  // A round trip not probed, or a fast one: at least two steps.
+  EXPECT_EQ(lane_start_steps(4, 0.0, 0.3), 2u);
+  EXPECT_EQ(lane_start_steps(2, 1e-4, 0.3), 2u);
+  // No step time (nothing measured) or a huge ratio: the most.
+  EXPECT_EQ(lane_start_steps(4, 0.05, 0.0), 500u);
+  EXPECT_EQ(lane_start_steps(8, 1.0, 1e-6), 500u);
+}
+
+}  // namespace
+}  // namespace gradex::sync::delay
