@@ -37,10 +37,15 @@ std::vector<uint8_t> broadcast_bytes(comm::Communicator& comm, std::vector<uint8
   return bytes;
 }
 
+// A start message's top bit: the burst it starts is the last one (rank 0 decides how many).
+constexpr uint64_t kLastBurst = uint64_t{1} << 63;
+// A ping's first byte: 1 when another round trip of the same size follows, 0 for the last.
+constexpr uint8_t kMorePings = 1;
+
 // Rank 0's part of the incast burst: the fastest of `timed` bursts (after one untimed one) of
 // `each` bytes (rank 0's number) from every rank in `senders` at once, each started by a message
-// from rank 0 that carries `each`. The senders' part: answer each start with that many bytes.
-// Other ranks do nothing.
+// from rank 0 that carries `each` and whether it is the last. The senders' part: answer each
+// start with that many bytes until the last. Other ranks do nothing.
 double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uint64_t each,
                   int timed) {
   const uint64_t tag = comm.next_collective_tag();
@@ -51,12 +56,15 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uin
   std::vector<uint8_t> data;
   if (me == 0) data.assign(std::max<uint64_t>(1, each * senders.size()), 0x3c);
   double fastest = 0;
-  for (int rep = 0; rep <= timed; ++rep) {
+  // The senders stop at the start marked last; kBurstMaxCount bounds a peer that never marks one.
+  for (int rep = 0; rep <= (me == 0 ? timed : static_cast<int>(kBurstMaxCount)); ++rep) {
     const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
     std::vector<comm::RequestPtr> reqs;
     if (me != 0) {
       reqs.push_back(comm.irecv(0, t, &start, sizeof start));
       comm.wait_all(reqs, "link probe burst");
+      const bool last = (start & kLastBurst) != 0;
+      start &= ~kLastBurst;
       if (start > kBurstMaxPerSender)
         throw CorruptPayload("link probe burst: rank 0 asked for " + std::to_string(start) +
                              " bytes");
@@ -64,8 +72,13 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uin
       reqs.clear();
       reqs.push_back(comm.isend(0, t + 1, data.data(), start));
       comm.wait_all(reqs, "link probe burst");
+      if (last) break;
+      if (rep == static_cast<int>(kBurstMaxCount))
+        throw CorruptPayload("link probe burst: rank 0 marked none of " +
+                             std::to_string(kBurstMaxCount + 1) + " bursts the last");
       continue;
     }
+    start = rep == timed ? (each | kLastBurst) : each;
     for (size_t i = 0; i < senders.size(); ++i)
       reqs.push_back(comm.irecv(senders[i], t + 1, data.data() + i * each, each));
     const auto t0 = Clock::now();
@@ -237,6 +250,9 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
   std::vector<double> transport_cpu;  // rank 0: the flat slot's largest round trips' CPU
+  // Rank 0's: a long path's economy (ProbeOptions::long_path_round_trip_s), from its first
+  // untimed round trip; the peers follow the pings' flags and the bursts' last marks.
+  bool long_path = false;
   for (int c = 0; c < kSlots; ++c) {
     const int q = peer[static_cast<size_t>(c)];
     if (q < 0) continue;
@@ -246,21 +262,32 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       for (size_t si = 0; si < options.sizes.size(); ++si) {
         const size_t bytes = options.sizes[si];
         double fastest = 0;
-        for (int rep = 0; rep <= options.repeats; ++rep) {
+        // The peer answers until a ping says it is the last; rank 0 may shorten its own count
+        // after the first round trip (a long path), never lengthen it.
+        int repeats = options.repeats;
+        for (int rep = 0; rep <= repeats; ++rep) {
           std::vector<comm::RequestPtr> reqs;
           const auto t0 = Clock::now();
           const double cpu0 = thread_cpu_seconds();
           if (me == 0) {
+            send[0] = rep < repeats ? kMorePings : 0;
             reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
             reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
           } else {
             reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 0), recv.data(), bytes));
             comm.wait_all(reqs, "link probe");
+            if (comm.recv_length(*reqs[0]) < 1)
+              throw CorruptPayload("link probe: an empty ping from rank 0");
+            if (recv[0] != kMorePings) repeats = rep;  // this round trip is the last
             reqs.clear();
             reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 1), send.data(), bytes));
           }
           comm.wait_all(reqs, "link probe");
           const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (me == 0 && rep == 0 && si == 0 && seconds >= options.long_path_round_trip_s)
+            long_path = true;
+          if (me == 0 && long_path)
+            repeats = std::min(repeats, std::max(1, options.long_path_repeats));
           // Rep 0 warms the path (connection, buffers) and is not counted. Each size counts
           // with its fastest round trip: on a long path the first round trips of a large
           // message wait for TCP's congestion window to open (slow start); the fastest is the
@@ -282,7 +309,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       stream = std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest),
                                   std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender));
     }
-    const double took = options.stream_bytes_max > 0 ? time_burst(comm, {q}, stream, 2) : 0;
+    const double took =
+        options.stream_bytes_max > 0 ? time_burst(comm, {q}, stream, long_path ? 1 : 2) : 0;
     if (me == 0 && stream > 0) {
       const double data_s = took - 2 * p.alpha_s;
       if (data_s > 0 && data_s / static_cast<double>(stream) < p.beta_s_per_byte)
@@ -328,7 +356,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       throw CorruptPayload("link probe: rank 0 asked for " + std::to_string(count) + " bursts");
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t each = me == 0 ? sizes[i] : 0;  // the senders learn it from rank 0
-      const double fastest = time_burst(comm, senders, each, 2);
+      const double fastest = time_burst(comm, senders, each, long_path ? 1 : 2);
       if (me == 0) {
         const uint64_t total = each * senders.size();
         bursts.push_back({total,

@@ -17,6 +17,14 @@ struct ProbeOptions {
   // Message sizes of the ping-pongs (two or more distinct sizes separate alpha from beta).
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
   int repeats = 7;  // timed round trips per size, after one untimed one
+  // On a long path every timed round trip, stream and burst costs a WAN round trip or more of the
+  // start-up (the probe took 4.8 s at 50 ms and about three times that at 150 ms), and the
+  // fastest of a few is as good as of many when each lasts a round trip: where rank 0's untimed
+  // first round trip takes at least long_path_round_trip_s, each size gets long_path_repeats
+  // timed round trips and each stream and burst one timed after the untimed one. Rank 0 decides;
+  // its peers follow the flags its messages carry.
+  double long_path_round_trip_s = 0.01;
+  int long_path_repeats = 2;
   // Beta at line rate: after each tier's round trips, the tier's peer streams one message of what
   // the round trips' fit moves in stream_max_seconds (at least the largest round trip's size, at
   // most stream_bytes_max) to rank 0, twice after one untimed stream; beta is the fastest

@@ -181,6 +181,24 @@ class WanSpec:
                 ("-" + "-".join(x.split("=")[0].rsplit(".", 1)[1] for x in self.sysctls) if self.sysctls else ""))
 
 
+ALLOWED_CC = pathlib.Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def allow_congestion_control(cc: str) -> None:
+    """A namespace may only choose a congestion control the machine allows (the kernel refuses the others with
+    EPERM even to root): `cc` is added to the machine's allowed list when it is available but not listed. The
+    machine's own default is left alone."""
+    if not cc:
+        return
+    allowed = ALLOWED_CC.read_text().split()
+    if cc in allowed:
+        return
+    available = pathlib.Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    if cc not in available:
+        _run(["modprobe", f"tcp_{cc}"], check=False)
+    _run(["sysctl", "-qw", f"net.ipv4.tcp_allowed_congestion_control={' '.join(allowed + [cc])}"])
+
+
 def _run(argv: List[str], timeout: float = 30, check: bool = True) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
@@ -351,6 +369,7 @@ class Wan:
             self.relay.wait(timeout=10)
             raise RuntimeError(f"gradex-delayline did not start ({self.relay.returncode}): "
                                f"{(self.log_dir / f'{spec.name}.delayline.log').read_text().strip()}")
+        allow_congestion_control(spec.cc)
         for h in range(self.hosts):
             ns = self.namespace(h)
             # IPv4 only: no IPv6 autoconfiguration chatter through the relay.

@@ -233,6 +233,45 @@ TEST(LinkProbe, TimesTheIncastBurstsFromEveryOtherHostRank) {
     EXPECT_TRUE(r.bursts.empty());
 }
 
+// A long path (ProbeOptions::long_path_round_trip_s; 0 here, so that loopback counts as one): rank
+// 0 alone decides after its first round trip to take fewer timed round trips, streams and bursts,
+// and its peers follow the flags its messages carry, so the probe ends on every rank with the same
+// numbers, having sent less.
+TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
+  const std::vector<std::string> hosts{"hostA", "hostA", "hostB", "hostC"};
+  ProbeOptions o;
+  o.repeats = 7;
+  o.burst_bytes_per_sender = {16u << 10, 64u << 10};
+  auto sent_by_rank_zero = [&](const ProbeOptions& options, std::vector<ProbeResult>* out) {
+    std::mutex m;
+    uint64_t sent = 0;
+    out->assign(hosts.size(), ProbeResult{});
+    test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& comm) {
+      const uint64_t before = comm.bytes_sent();
+      ProbeResult r = probe_links(comm, hosts[static_cast<size_t>(comm.rank())], options);
+      std::lock_guard<std::mutex> lock(m);
+      if (comm.rank() == 0) sent = comm.bytes_sent() - before;
+      (*out)[static_cast<size_t>(comm.rank())] = std::move(r);
+    });
+    return sent;
+  };
+  std::vector<ProbeResult> usual, long_path;
+  const uint64_t usual_bytes = sent_by_rank_zero(o, &usual);
+  ProbeOptions long_options = o;
+  long_options.long_path_round_trip_s = 0;
+  const uint64_t long_bytes = sent_by_rank_zero(long_options, &long_path);
+  // 8 round trips a size against 3: rank 0's pings are most of what it sends.
+  EXPECT_LT(long_bytes, usual_bytes / 2) << long_bytes << " against " << usual_bytes;
+  for (const ProbeResult& r : long_path) {
+    EXPECT_TRUE(r.link[static_cast<size_t>(Tier::kHost)].measured);
+    EXPECT_GT(r.link[static_cast<size_t>(r.flat)].alpha_s, 0.0);
+    EXPECT_EQ(r.link[static_cast<size_t>(r.flat)].alpha_s,
+              long_path[0].link[static_cast<size_t>(long_path[0].flat)].alpha_s);
+    ASSERT_EQ(r.bursts.size(), 2u);
+    EXPECT_EQ(r.bursts[1].seconds, long_path[0].bursts[1].seconds);
+  }
+}
+
 TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
   constexpr int kRanks = 3;
   std::vector<std::string> local_plans(kRanks), agreed_plans(kRanks);
