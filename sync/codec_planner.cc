@@ -96,6 +96,7 @@ std::unique_ptr<CodecPlanner> CodecPlanner::create(const config::Config& config,
   PlannerOptions p;
   p.interval = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_INTERVAL"));
   p.probe = config.get_bool("GRADEX_POLICY_PROBE");
+  p.learn_link = config.get_bool("GRADEX_POLICY_LEARN_LINK");
   p.choice.ladder = parse_ladder(config.get_string("GRADEX_POLICY_LADDER"));
   p.choice.slack = config.get_float("GRADEX_POLICY_SLACK");
   p.choice.dense_steps = static_cast<uint64_t>(config.get_int("GRADEX_POLICY_DENSE_STEPS"));
@@ -482,7 +483,7 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit) {
   }
   if (sample.codec_work)
     model_.observe_codec(codec, elements, c.prepare_seconds, c.finish_seconds, decoded);
-  if (world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
+  if (planner_.learn_link && world_size_ > 1 && c.transfer_seconds > 0 && !first_on_codec) {
     // The quantized route's transfer also holds the owners' sums and re-encodes, which the model
     // prices in the codec's encode cost, not in the link's terms: where that CPU and the
     // transport's outweigh its bytes' wire time, its time is not the link's (CostModel::

@@ -73,6 +73,7 @@ struct RoundDecision {
 struct PlannerOptions {
   uint64_t interval = 20;  // GRADEX_POLICY_INTERVAL
   bool probe = true;       // GRADEX_POLICY_PROBE
+  bool learn_link = true;  // GRADEX_POLICY_LEARN_LINK
   cost::ChoiceOptions choice;
 };
 

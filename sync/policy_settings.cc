@@ -19,7 +19,7 @@ constexpr const char* kAutoOnly[] = {
     "GRADEX_POLICY_INTERVAL",      "GRADEX_POLICY_LADDER",      "GRADEX_POLICY_SLACK",
     "GRADEX_POLICY_DENSE_STEPS",   "GRADEX_POLICY_RAMP_STEPS",  "GRADEX_POLICY_MIN_SELECTED",
     "GRADEX_POLICY_INT8",          "GRADEX_POLICY_MIN_PER_ROW", "GRADEX_POLICY_PROBE",
-    "GRADEX_POLICY_FIDELITY_INT8", "GRADEX_POLICY_INT4"};
+    "GRADEX_POLICY_FIDELITY_INT8", "GRADEX_POLICY_INT4",        "GRADEX_POLICY_LEARN_LINK"};
 
 bool given(const config::Config& c, const char* name) {
   return c.source_of(name) != config::Source::kDefault;

@@ -461,6 +461,36 @@ TEST(EnginePolicy, APlanWithNoStepMeasuredSinceTheLastKeepsItsCalibration) {
   EXPECT_EQ(failures(results), "");
 }
 
+// GRADEX_POLICY_LEARN_LINK=0 (what the delayed exchange's lanes set): the plans keep the start-up
+// probe's link, however the collectives' timings read it (here a large tensor's exchanges, whose
+// refit moves the numbers of the plan at step 4 when learning is on).
+TEST(EnginePolicy, WithoutLearningThePlansKeepTheProbedLink) {
+  auto results = run_ranks(
+      2,
+      {"GRADEX_POLICY=auto", "GRADEX_POLICY_INTERVAL=50", "GRADEX_POLICY_RAMP_STEPS=20",
+       "GRADEX_POLICY_LEARN_LINK=0"},
+      [&](RankContext& ctx) -> std::string {
+        const uint64_t size = 2000000;
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", size, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        std::vector<std::string> links;
+        for (int step = 0; step < 7; ++step) {
+          std::vector<float> g = test_vector(9, ctx.rank, step, size);
+          gradex_handle_t h;
+          RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+          RANK_OK(gradex_wait(ctx.engine, h));
+          RANK_OK(gradex_end_step(ctx.engine, nullptr));
+          const std::string text = gradex::capi::engine_of(ctx.engine).explain();
+          const size_t at = text.find("link alpha ");
+          const size_t end = text.find(';', at);
+          links.push_back(at == std::string::npos ? "" : text.substr(at, end - at));
+        }
+        RANK_REQUIRE(!links.front().empty(), "no link in the plan");
+        RANK_REQUIRE(links.back() == links.front(), links.front() << " then " << links.back());
+        return "";
+      });
+  EXPECT_EQ(failures(results), "");
+}
+
 // GRADEX_POLICY=fixed is today's chain: overrides, then the dense threshold, then GRADEX_SPARSITY.
 TEST(EnginePolicy, FixedIsTodaysPolicy) {
   auto results = run_ranks(
