@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "bench/exchange_modes.h"
 #include "comm/rendezvous/store.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 namespace gradex::bench {
 namespace {

@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "compress/half/cast.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/int8_exchange.h"
 
 namespace gradex::bench {
 

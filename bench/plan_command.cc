@@ -18,7 +18,7 @@
 #include "bench/stats.h"
 #include "comm/collectives.h"
 #include "comm/rendezvous/store.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 namespace gradex::bench {
 namespace {

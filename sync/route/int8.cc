@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "sync/backend_path.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/backend_path.h"
+#include "sync/data/int8_exchange.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {

@@ -42,12 +42,12 @@
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
 #include "compress/wire/message.h"
-#include "sync/agreed_link.h"
-#include "sync/options.h"
-#include "sync/pipeline.h"
+#include "sync/data/sparse_gather.h"
+#include "sync/data/tensor_state.h"
+#include "sync/engine/options.h"
+#include "sync/engine/pipeline.h"
+#include "sync/policy/agreed_link.h"
 #include "sync/route/path.h"
-#include "sync/sparse_gather.h"
-#include "sync/tensor_state.h"
 
 namespace gradex::sync {
 class BackendPath;  // sync/backend_path.h

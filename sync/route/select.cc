@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "base/check.h"
-#include "sync/dense_exchange.h"
+#include "sync/data/dense_exchange.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {

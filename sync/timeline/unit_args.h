@@ -3,7 +3,7 @@
 // tensors' keys. Shared by the unit's encode, transfer, decode and per-peer spans.
 #pragma once
 
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 #include "sync/timeline/recorder.h"
 
 namespace gradex::sync::timeline {

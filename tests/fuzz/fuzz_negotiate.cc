@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 #include "tests/fuzz/negotiate_script.h"
 #include "tests/fuzz/scripted_comm.h"
 

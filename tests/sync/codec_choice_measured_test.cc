@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "codec_choice_fixture.h"
-#include "sync/codec_choice.h"
-#include "sync/codec_planner.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/codec_planner.h"
 
 namespace gradex::sync::cost {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "codec_choice_fixture.h"
 #include "compress/backend/block_codec.h"
-#include "sync/codec_choice.h"
-#include "sync/codec_planner.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/codec_planner.h"
 
 namespace gradex::sync::cost {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "base/error.h"
 #include "compress/backend/block_codec.h"
-#include "sync/cost_model.h"
+#include "sync/policy/cost_model.h"
 
 namespace gradex::sync::cost {
 namespace {

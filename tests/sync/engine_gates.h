@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "capi/engine_access.h"
-#include "sync/engine.h"
-#include "sync/engine_executor.h"
-#include "sync/pipeline.h"
+#include "sync/engine/engine.h"
+#include "sync/engine/engine_executor.h"
+#include "sync/engine/pipeline.h"
 
 namespace gradex::sync {
 // The engine's test hook (engine.h): a function the progress thread calls before each transfer.

@@ -18,7 +18,7 @@
 #include "capi/engine_access.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/exchange_layout.h"
+#include "sync/data/exchange_layout.h"
 
 using namespace gradex::test;
 

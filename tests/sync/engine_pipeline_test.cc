@@ -22,7 +22,7 @@
 #include "engine_gates.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 using namespace gradex::test;
 using gradex::sync::pipeline::Unit;

@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/policy_settings.h"
+#include "sync/policy/policy_settings.h"
 
 using namespace gradex::test;
 using gradex::config::Config;

@@ -12,9 +12,9 @@
 #include "compress/backend/backend.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/codec_planner.h"
-#include "sync/pipeline.h"
-#include "sync/policy.h"
+#include "sync/engine/pipeline.h"
+#include "sync/policy/codec_planner.h"
+#include "sync/policy/policy.h"
 
 namespace gradex::sync {
 struct EngineTestAccess {

@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "comm/topology/host_topology.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/int8_exchange.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include "base/error.h"
-#include "sync/agreed_link.h"
-#include "sync/link_model.h"
+#include "sync/policy/agreed_link.h"
+#include "sync/policy/link_model.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::sync {

@@ -7,9 +7,9 @@
 #include <mutex>
 #include <thread>
 
-#include "sync/codec_choice.h"
-#include "sync/link_probe.h"
-#include "sync/transport_cpu.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/link_probe.h"
+#include "sync/policy/transport_cpu.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::sync::cost {

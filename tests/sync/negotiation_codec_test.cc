@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "sync/negotiation_codec.h"
+#include "sync/negotiation/negotiation_codec.h"
 
 namespace gradex::sync {
 namespace {

@@ -2,7 +2,7 @@
 // where: the units every rank cuts, transfers in unit order on the calling thread, each unit's
 // stages in order, the next unit's prepare overlapping a transfer, and no stage running after
 // run() returns, whatever fails.
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 namespace gradex::sync::route {
 namespace {

@@ -11,8 +11,8 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/rendezvous/launch.h"
-#include "sync/agreed_link.h"
-#include "sync/sparse_gather.h"
+#include "sync/data/sparse_gather.h"
+#include "sync/policy/agreed_link.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {
