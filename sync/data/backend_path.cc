@@ -1,5 +1,5 @@
 // BackendPath: registration, submission, inspection, preparation, completion, LocalSGD's local step
-// and checkpoints. The dense transfer is in sync/dense_exchange.cc.
+// and checkpoints. The dense transfer is in sync/data/dense_exchange.cc.
 #include "sync/data/backend_path.h"
 
 #include <cmath>

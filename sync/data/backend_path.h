@@ -1,7 +1,7 @@
 // What the engine does to a gradient's data, stage by stage: the only place where sync/ touches
 // tensor memory, always through the tensor's backend (compress/backend/backend.h): the CPU backend
 // for host tensors, the CUDA backend for CUDA tensors. The engine calls one function per stage of
-// its pipeline of units (sync/pipeline.h):
+// its pipeline of units (sync/engine/pipeline.h):
 //   register   attach()            backend + DGC codec (compress/backend/dgc_codec.h) or momentum
 //   submit     on_submit()         the caller's stream is ready: an event recorded on it
 //   inspect    scan_nonfinite()    count_nonfinite / zero_nonfinite (the negotiation's flag);
@@ -82,8 +82,8 @@ class BackendPath {
   bool concurrent_stages(const TensorState& t) const;
   // The fp32 values the stages compute on: `data` itself, or a 16-bit tensor's fp32 copy.
   float* values(TensorState& t, void* data);
-  // The pipeline's prepare stage (any thread; sync/pipeline.h), after the tensor's ready event:
-  // clipping and momentum (dense policy), or DGC's dense step, or DGC's sparse step with its
+  // The pipeline's prepare stage (any thread; sync/engine/pipeline.h), after the tensor's ready
+  // event: clipping and momentum (dense policy), or DGC's dense step, or DGC's sparse step with its
   // selection encoded, appended to `payload_out` (the unit's message).
   void prepare(TensorState& t, void* data, float step_clip, uint64_t step, bool sparse,
                std::vector<uint8_t>& payload_out);
@@ -95,7 +95,7 @@ class BackendPath {
   // A gradient some rank found non-finite (progress thread): NaN fill (propagate), nothing else
   // changes; records the completion event.
   void skip(TensorState& t, void* data, bool fill_nan);
-  // A dense unit's stage work around its collective (progress thread; sync/dense_exchange.cc):
+  // A dense unit's stage work around its collective (progress thread; sync/data/dense_exchange.cc):
   // tensor[i] is items[i]'s tensor when the item is a gradient (its values in backend memory),
   // else null (a LocalSGD parameter average in host memory, any dtype, run on the CPU backend).
   // The items are one fusion bucket (the dense route's unit). stage_dense casts them into one
@@ -106,7 +106,7 @@ class BackendPath {
   void unstage_dense(DenseBucket& bucket, std::vector<DenseItem>& items,
                      const std::vector<TensorState*>& tensor, const DenseExchangeOptions& options,
                      DenseCounters& counters);
-  // A quantized unit's stage work around its collective (progress thread; sync/int8_path.cc):
+  // A quantized unit's stage work around its collective (progress thread; sync/data/int8_path.cc):
   // values[i] is tensors[i]'s fp32 values in backend memory; stage_int8 brings them to host
   // memory with the tensors' residuals ready for the layout (absent[i]: an absent contribution's
   // zeros, sent without the tensor's own residual; `hierarchy` null: flat) as int8_allreduce's
@@ -126,7 +126,7 @@ class BackendPath {
   // into the values; a 16-bit tensor's values cast back into `data`; the completion event.
   void finish(TensorState& t, void* data, const std::vector<compress::wire::PayloadSpan>& payloads,
               bool sparse);
-  // A dense gradient riding a DGC unit's gather (sync/gather_rider.h), after prepare(): its
+  // A dense gradient riding a DGC unit's gather (sync/data/gather_rider.h), after prepare(): its
   // values in full as one payload of `wire` values appended to `payload_out` (prepare stage).
   // Returns the count of values that saturated a 16-bit wire.
   uint64_t encode_rider(TensorState& t, void* data, DType wire, std::vector<uint8_t>& payload_out);
@@ -214,7 +214,7 @@ class BackendPath {
   std::map<uint64_t, HandleEvent> events_;
   std::atomic<bool> warned_no_norm_{false};
   std::atomic<uint64_t> staged_bytes_{0};
-  // Parameter averages in a dense unit (sync/dense_exchange.cc; progress thread only).
+  // Parameter averages in a dense unit (sync/data/dense_exchange.cc; progress thread only).
   compress::backend::BufferPtr staging_;
   bool staging_pinned_ = false;
   std::vector<float> host_scratch_;

@@ -1,4 +1,4 @@
-// The fidelity caps of GRADEX_POLICY=auto's choice (contracts in sync/codec_choice.h: "Early
+// The fidelity caps of GRADEX_POLICY=auto's choice (contracts in sync/policy/codec_choice.h: "Early
 // training" and "The end of training"): the most sparsity the ramp and the horizon rule allow at an
 // agreed step, the steps where they change, and the ladder and 8-bit rung they leave. Pure
 // functions of the shared options and the step, so every rank applies the same caps.

@@ -1,6 +1,6 @@
 // The one place a tensor's sparse codec is built. The engine's tensors (BackendPath) and the auto
-// policy's start-up calibration (sync/codec_calibration.h) both build through it, so the codec
-// the cost model measured is, by construction, the codec the engine runs.
+// policy's start-up calibration (sync/policy/codec_calibration.h) both build through it, so the
+// codec the cost model measured is, by construction, the codec the engine runs.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 
 namespace gradex::sync {
 
-// `kind` is a sparse codec of the policy vocabulary (sync/policy.h): Codec::kDgc (top-k of
+// `kind` is a sparse codec of the policy vocabulary (sync/policy/policy.h): Codec::kDgc (top-k of
 // momentum-corrected gradients with error feedback, SGD family) or Codec::kAdam (top-k of a
 // decaying first-moment buffer, GRADEX_OPTIMIZER=adam; on the chunked DCT when
 // GRADEX_ADAM_TRANSFORM=dct, blocks of at most options.adam.dct_chunk). The engine's tensors run

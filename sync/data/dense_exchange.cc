@@ -116,7 +116,7 @@ DenseBucket BackendPath::stage_dense(std::vector<DenseItem>& items,
       if (n == 0) return;
       Lane& l = lane(b);
       // Names the first tensor whose cast saturated (for the one-time warning,
-      // sync/stats_report.h).
+      // sync/engine/stats_report.h).
       auto note_saturated = [&](const be::CastCounts& c, size_t item) {
         if (c.saturated > 0 && counters.first_saturated == nullptr)
           counters.first_saturated = items[item].key;

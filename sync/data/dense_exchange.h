@@ -1,6 +1,6 @@
 // Dense averaging of many tensors at once: the items are one fusion bucket (the dense route's
 // unit: the routes' packing, route::pack, sync/route/select.cc, is the only place that fuses),
-// staged on their backends (BackendPath::stage_dense, sync/dense_exchange.cc), summed with one
+// staged on their backends (BackendPath::stage_dense, sync/data/dense_exchange.cc), summed with one
 // allreduce by the route (route::dense_allreduce, sync/route/dense_bucket.cc), then unstaged as
 // averages (BackendPath::unstage_dense).
 //   16-bit wire: values are divided by the world size before the cast (sums cannot overflow);

@@ -1,7 +1,7 @@
-// The backends' side of the dense quantized route, 8 or 4 bits (sync/int8_exchange.h; the route
-// objects are sync/route/int8.cc): each tensor's values reach the exchange through its backend
-// (BackendPath::stage_int8 / unstage_int8 around the route's int8_allreduce: host tensors in
-// place, device tensors through host memory). The
+// The backends' side of the dense quantized route, 8 or 4 bits (sync/data/int8_exchange.h; the
+// route objects are sync/route/int8.cc): each tensor's values reach the exchange through its
+// backend (BackendPath::stage_int8 / unstage_int8 around the route's int8_allreduce: host tensors
+// in place, device tensors through host memory). The
 // residuals live in TensorState (host memory, saved with the engine's state).
 #include "sync/data/backend_lane.h"
 #include "sync/data/backend_path.h"
@@ -14,7 +14,7 @@ namespace {
 
 // Where a rank's owner residual may be non-zero depends on the layout it was kept under: the
 // rank's segments at its world size in the flat exchange, its segments among the owners of the
-// local shards it owns with a layout (sync/int8_exchange.h). Bit 0: a layout.
+// local shards it owns with a layout (sync/data/int8_exchange.h). Bit 0: a layout.
 uint64_t residual_layout(int world, const comm::HostTopology* hierarchy, int rank) {
   if (hierarchy == nullptr) return static_cast<uint64_t>(world) << 1;
   const size_t r = static_cast<size_t>(rank);

@@ -1,11 +1,11 @@
 // How the engine gathers a DGC unit's messages: one round trip while every payload is small, and
 // above the inline maximum the direct exchange or the ring, whichever the link model
-// (sync/link_model.h) prices faster for the sizes at hand.
+// (sync/policy/link_model.h) prices faster for the sizes at hand.
 //
 // Agreement. The choice must be the same on every rank, or ranks would run different collectives.
 // It depends only on numbers every rank holds identically: the agreed link model (rank 0's probe,
-// sync/agreed_link.h), the shared options (GRADEX_ALLGATHER_INLINE_KB), the world size, and every
-// rank's payload size, which every rank knows after the allgatherv's first round
+// sync/policy/agreed_link.h), the shared options (GRADEX_ALLGATHER_INLINE_KB), the world size, and
+// every rank's payload size, which every rank knows after the allgatherv's first round
 // (comm/collectives.h: allgatherv_inline's ring_for) or from the previous gather.
 #pragma once
 

@@ -61,7 +61,8 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
 void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_size) {
   std::unique_ptr<comm::Communicator> comm = comm::create_ucx_communicator(
       std::move(store), rank, world_size, comm_options(config_, options_));
-  // Every rank's options that must be equal are, or every rank stops here (sync/agreement.h).
+  // Every rank's options that must be equal are, or every rank stops here
+  // (sync/negotiation/agreement.h).
   agreement::require_agreement(comm, config_, agreement::Scope::kEngine, api_version_);
   // The hierarchical exchange's groups (hosts, or regions measured here): collective, so at the
   // same point on every rank, before any unit.

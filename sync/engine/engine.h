@@ -1,8 +1,8 @@
 // The exchange engine: what a framework plugin drives each training step (through the C API).
 // submit() queues a tensor and returns at once; a background thread negotiates readiness across
-// ranks (sync/negotiator.h), then exchanges ready tensors — dense ones fused, DGC ones sparse — and
-// completes their handles. wait() is the only place a caller blocks. Any transport failure is
-// sticky: every outstanding and later handle fails with the same message.
+// ranks (sync/negotiation/negotiator.h), then exchanges ready tensors — dense ones fused, DGC ones
+// sparse — and completes their handles. wait() is the only place a caller blocks. Any transport
+// failure is sticky: every outstanding and later handle fails with the same message.
 #pragma once
 
 #include <atomic>
@@ -30,13 +30,13 @@
 
 namespace gradex::sync {
 
-class AgreedLink;     // sync/agreed_link.h
-class BackendPath;    // sync/backend_path.h
+class AgreedLink;     // sync/policy/agreed_link.h
+class BackendPath;    // sync/data/backend_path.h
 namespace timeline {  // sync/timeline/
 class Recorder;
 class TracedCommunicator;
 }  // namespace timeline
-namespace pipeline {  // sync/pipeline.h
+namespace pipeline {  // sync/engine/pipeline.h
 struct Job;
 struct Unit;
 }  // namespace pipeline
@@ -44,9 +44,9 @@ struct Unit;
 class Engine {
  public:
   // Collective: bootstraps and connects every rank through `store`. `api_version`: the version of
-  // the API this engine is driven through, part of the start-up agreement (sync/agreement.h):
-  // capi/ passes GRADEX_API_VERSION; C++ callers that bypass the C API (gradex-bench) keep 0, a
-  // value no C API release uses.
+  // the API this engine is driven through, part of the start-up agreement
+  // (sync/negotiation/agreement.h): capi/ passes GRADEX_API_VERSION; C++ callers that bypass the C
+  // API (gradex-bench) keep 0, a value no C API release uses.
   Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
          uint32_t api_version = 0);
   ~Engine();
@@ -103,9 +103,9 @@ class Engine {
   // The policy chosen for a registered tensor (for tests and gradex-bench).
   AppliedPolicy applied_policy(const std::string& key) const;
   // Each tensor's codec with the reason; under GRADEX_POLICY=auto the newest plan with its
-  // predicted and measured times (sync/codec_planner.h). gradex_explain, gradex-bench plan.
+  // predicted and measured times (sync/policy/codec_planner.h). gradex_explain, gradex-bench plan.
   std::string explain() const;
-  // The hierarchical exchange's layout for this membership, in words (sync/exchange_layout.h):
+  // The hierarchical exchange's layout for this membership, in words (sync/data/exchange_layout.h):
   // "flat (...)" or "hierarchical over regions (...)" / "... host(s) as groups".
   std::string layout_description() const;
   // GRADEX_POLICY=auto: `steps` more exchange steps from the next one (0: no horizon rule), set
@@ -125,8 +125,8 @@ class Engine {
   // The agreed model's round trip between the farthest ranks (twice the flat tier's alpha), 0 when
   // not probed yet. The same on every rank.
   double link_round_trip_s();
-  // Whether the agreed link model says latency-bound (sync/link_model.h): 1 yes, 0 no, -1 not
-  // probed yet. The same on every rank.
+  // Whether the agreed link model says latency-bound (sync/policy/link_model.h): 1 yes, 0 no, -1
+  // not probed yet. The same on every rank.
   int link_latency_bound();
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
@@ -138,7 +138,7 @@ class Engine {
   std::vector<uint8_t> save_state();
   void load_state(const uint8_t* data, size_t size);
 
-  // Step transactions (torchft's commit protocol; sync/engine_snapshot.cc). Both wait
+  // Step transactions (torchft's commit protocol; sync/engine/engine_snapshot.cc). Both wait
   // for the exchanges in flight (bounded by the timeout). snapshot_state() records every
   // per-tensor value a step changes (DGC's complete state, dense momentum, exchange counter,
   // LocalSGD anchor) and the step count, into buffers kept from one snapshot to the next;
@@ -160,15 +160,16 @@ class Engine {
   // creates its engine instead) with the same store namespace, which must not hold the keys of
   // an earlier membership (a new store or a new prefix). Every handle of the old membership still
   // in flight fails at once with kAborted; the old communicator is torn down (its peers get the
-  // abort notice); a new one bootstraps through `store`; the start-up agreement (sync/agreement.h)
-  // runs again, and under GRADEX_POLICY=auto the link probe reruns at the first exchange. What is
-  // kept, by tensor key: registrations and policies, DGC residuals and momenta, dense momenta,
-  // exchange counters, LocalSGD anchors and the step count, the cost model's measurements.
-  // What restarts: negotiation and its cache, the plan epochs of GRADEX_POLICY=auto. A fatal
-  // error of the old membership (a dead peer, abort()) is cleared by a successful reconfiguration
-  // unless abort() was called during it. On failure (bootstrap, agreement) the engine stays failed
-  // with that error and may be reconfigured again. InvalidArgument for a rank outside
-  // [0, world_size) or after shutdown(). Not concurrently with itself or shutdown().
+  // abort notice); a new one bootstraps through `store`; the start-up agreement
+  // (sync/negotiation/agreement.h) runs again, and under GRADEX_POLICY=auto the link probe reruns
+  // at the first exchange. What is kept, by tensor key: registrations and policies, DGC residuals
+  // and momenta, dense momenta, exchange counters, LocalSGD anchors and the step count, the cost
+  // model's measurements. What restarts: negotiation and its cache, the plan epochs of
+  // GRADEX_POLICY=auto. A fatal error of the old membership (a dead peer, abort()) is cleared by a
+  // successful reconfiguration unless abort() was called during it. On failure (bootstrap,
+  // agreement) the engine stays failed with that error and may be reconfigured again.
+  // InvalidArgument for a rank outside [0, world_size) or after shutdown(). Not concurrently with
+  // itself or shutdown().
   void reconfigure(std::shared_ptr<comm::Store> store, int rank, int world_size);
   // Any thread, at any time: every handle in flight and every later submission fails with
   // kAborted carrying `reason`, within milliseconds (the progress thread leaves its current
@@ -180,9 +181,9 @@ class Engine {
 
  private:
   using Handle = TensorTable::Handle;
-  // The progress loop (negotiation, coalescing: sync/engine_progress.h) and the executor (a round's
-  // units: sync/engine_executor.h). Nested so that they reach the engine's shared state (options,
-  // communicator, lock, statistics) without widening its interface.
+  // The progress loop (negotiation, coalescing: sync/engine/engine_progress.h) and the executor (a
+  // round's units: sync/engine/engine_executor.h). Nested so that they reach the engine's shared
+  // state (options, communicator, lock, statistics) without widening its interface.
   class ProgressLoop;
   class Executor;
   friend class ProgressLoop;
@@ -235,8 +236,8 @@ class Engine {
   std::unique_ptr<comm::Communicator> comm_;
   // comm_ itself when the timeline is on (it counts every peer's traffic), else null.
   timeline::TracedCommunicator* traced_comm_ = nullptr;
-  // Every tensor's policy: GRADEX_POLICY's source (sync/policy_source.h). Initialized here, after
-  // config_, options_ and world_size_.
+  // Every tensor's policy: GRADEX_POLICY's source (sync/policy/policy_source.h). Initialized here,
+  // after config_, options_ and world_size_.
   std::unique_ptr<PolicySource> policy_ = PolicySource::create(config_, options_, world_size_);
   LocalSgdSchedule localsgd_;
 

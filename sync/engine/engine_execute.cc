@@ -1,11 +1,12 @@
 // What the engine does with a round's gradients, around the negotiation: inspect() fills in what
 // this rank announces (exchange counter, non-finite flag); execute() runs the round's ready work as
-// a pipeline of units (sync/pipeline.h): each gradient is given a route (sync/route/route.h), the
-// round is cut into units (dense buckets first, then DGC tensors in key order), and every unit is
-// prepared, transferred and finished on its own; its handles complete as soon as its results are
-// written. The prepare and finish stages are in engine_stages.cc; the transfer (the unit's route
-// object, sync/route/) and the completion are here. LocalSGD's local step (no exchange) is here
-// too. The data work is the tensor's backend's (sync/backend_path.h).
+// a pipeline of units (sync/engine/pipeline.h): each gradient is given a route
+// (sync/route/route.h), the round is cut into units (dense buckets first, then DGC tensors in key
+// order), and every unit is prepared, transferred and finished on its own; its handles complete as
+// soon as its results are written. The prepare and finish stages are in engine_stages.cc; the
+// transfer (the unit's route object, sync/route/) and the completion are here. LocalSGD's local
+// step (no exchange) is here too. The data work is the tensor's backend's
+// (sync/data/backend_path.h).
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -73,7 +74,8 @@ void Engine::Executor::inspect(std::vector<Announcement>& announce) {
   }
   const bool zero = options_.nonfinite == NonFinitePolicy::kZero;
   uint64_t total = 0;
-  const std::string* first_bad = nullptr;  // named by the one-time warning (sync/stats_report.h)
+  const std::string* first_bad = nullptr;  // named by the one-time warning
+                                           // (sync/engine/stats_report.h)
   for (Item& it : items) {
     // The counter is written only by this thread (execute), so it is read without the lock.
     it.a->step = it.tensor->step;

@@ -1,11 +1,11 @@
 // The engine's executor: what happens to a round's ready work once the negotiation agreed on it.
 // It inspects what this rank announces, gives every job a route, cuts the round into units
-// (sync/pipeline.h) and runs them through their stages: prepare and finish (engine_stages.cc) on
-// the worker pool or the progress thread, touching only their unit's tensors; transfer (the unit's
-// route object, sync/route/) on the progress thread, the only caller of the communicator;
-// complete_unit under the engine's lock. It owns what the units travel over in this membership:
-// the hierarchical layout, the agreed link model, the sparse gather, and every tensor's backend
-// work (sync/backend_path.h). Internal to the engine's source files.
+// (sync/engine/pipeline.h) and runs them through their stages: prepare and finish
+// (engine_stages.cc) on the worker pool or the progress thread, touching only their unit's tensors;
+// transfer (the unit's route object, sync/route/) on the progress thread, the only caller of the
+// communicator; complete_unit under the engine's lock. It owns what the units travel over in this
+// membership: the hierarchical layout, the agreed link model, the sparse gather, and every tensor's
+// backend work (sync/data/backend_path.h). Internal to the engine's source files.
 #pragma once
 
 #include <cstdint>
@@ -61,9 +61,10 @@ class Engine::Executor {
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
   // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
-  // How many wire bytes of a round's dense gradients ride its DGC gather (sync/gather_rider.h):
-  // all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a latency-bound link, what
-  // LinkModel::rider_bytes allows; none on the hierarchical exchange or with ring/direct.
+  // How many wire bytes of a round's dense gradients ride its DGC gather
+  // (sync/data/gather_rider.h): all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a
+  // latency-bound link, what LinkModel::rider_bytes allows; none on the hierarchical exchange or
+  // with ring/direct.
   uint64_t rider_bytes() const;
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
@@ -73,15 +74,16 @@ class Engine::Executor {
   Engine& engine_;
   const config::Config& config_;  // the engine's
   const EngineOptions& options_;  // the engine's
-  // Every tensor's data work, through the tensor's backend (sync/backend_path.h).
+  // Every tensor's data work, through the tensor's backend (sync/data/backend_path.h).
   std::unique_ptr<BackendPath> path_;
-  // How DGC units travel (sync/sparse_gather.h): one round trip when small, direct or ring above.
+  // How DGC units travel (sync/data/sparse_gather.h): one round trip when small, direct or ring
+  // above.
   SparseGather sparse_gather_;
-  // The membership's one link model (sync/link_model.h), probed the first time a decision needs
-  // it; every route, the gather and the planner price through it.
+  // The membership's one link model (sync/policy/link_model.h), probed the first time a decision
+  // needs it; every route, the gather and the planner price through it.
   AgreedLink link_;
-  // The groups of the hierarchical exchange (hosts or regions, sync/exchange_layout.h) when it is
-  // on for this membership, else null.
+  // The groups of the hierarchical exchange (hosts or regions, sync/data/exchange_layout.h) when it
+  // is on for this membership, else null.
   std::unique_ptr<comm::HostTopology> hierarchy_;
   std::string layout_description_;
   // Memberships so far (1 until the first reconfigure()), and the tensors exchanged in the

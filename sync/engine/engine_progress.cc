@@ -1,5 +1,5 @@
-// The engine's progress loop (sync/engine_progress.h): the thread, its negotiation rounds and the
-// coalescing of submissions on a latency-bound link.
+// The engine's progress loop (sync/engine/engine_progress.h): the thread, its negotiation rounds
+// and the coalescing of submissions on a latency-bound link.
 #include "sync/engine/engine_progress.h"
 
 #include <algorithm>

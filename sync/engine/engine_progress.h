@@ -1,10 +1,10 @@
 // The engine's progress loop: the background thread that negotiates readiness across ranks
-// (sync/negotiator.h) and hands what became ready to the executor (sync/engine_executor.h). It
-// runs a negotiation round only when this rank has something to announce (a submission, its
-// leaving) or to decide (rank 0's deadlines: Negotiator::next_decision), and otherwise sleeps
-// until one of those or until another rank starts a round, which it then joins
-// (Communicator::wait_for_next_collective): an idle engine costs no CPU. Internal to the engine's
-// source files.
+// (sync/negotiation/negotiator.h) and hands what became ready to the executor
+// (sync/engine/engine_executor.h). It runs a negotiation round only when this rank has something to
+// announce (a submission, its leaving) or to decide (rank 0's deadlines:
+// Negotiator::next_decision), and otherwise sleeps until one of those or until another rank starts
+// a round, which it then joins (Communicator::wait_for_next_collective): an idle engine costs no
+// CPU. Internal to the engine's source files.
 #pragma once
 
 #include <chrono>

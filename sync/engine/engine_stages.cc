@@ -1,8 +1,9 @@
-// The per-tensor work of the engine's pipeline stages (sync/pipeline.h): prepare (a gradient's
-// clipping, momentum and DGC step on its backend, sync/backend_path.h; LocalSGD deltas) and finish
-// (every rank's payload summed, casts back into the caller's buffer, LocalSGD anchors). The unit's
-// route (sync/route/route.h) runs them over its jobs and frames what they select; these run on the
-// worker pool or on the progress thread and touch only their own job's tensor.
+// The per-tensor work of the engine's pipeline stages (sync/engine/pipeline.h): prepare (a
+// gradient's clipping, momentum and DGC step on its backend, sync/data/backend_path.h; LocalSGD
+// deltas) and finish (every rank's payload summed, casts back into the caller's buffer, LocalSGD
+// anchors). The unit's route (sync/route/route.h) runs them over its jobs and frames what they
+// select; these run on the worker pool or on the progress thread and touch only their own job's
+// tensor.
 #include <algorithm>
 #include <chrono>
 #include <cstring>

@@ -14,9 +14,9 @@ namespace {
 
 constexpr uint32_t kStateMagic = 0x54535847;  // "GXST"
 // Version 2 added per tensor: the exchange counter and gradex's momentum of dense-policy tensors.
-// Version 3 added per tensor the 8-bit route's two residuals (sync/int8_exchange.h; empty: none);
-// a state without any is still written as version 2, so that builds before it read it. Versions 1
-// and 2 load (counter from DGC's own step count, momentum and residuals empty).
+// Version 3 added per tensor the 8-bit route's two residuals (sync/data/int8_exchange.h; empty:
+// none); a state without any is still written as version 2, so that builds before it read it.
+// Versions 1 and 2 load (counter from DGC's own step count, momentum and residuals empty).
 constexpr uint32_t kStateVersion = 3;
 
 void put_floats(ByteWriter& w, const std::vector<float>& v) {
@@ -252,7 +252,7 @@ void Engine::load_state(const uint8_t* data, size_t size) {
       std::memcpy(t.int8_owner_residual.data(), parsed[i].int8[1], n8 * sizeof(float));
     }
     t.int8_world = n8 ? world_size_ : 0;
-    t.int8_layout = 0;  // a checkpoint does not record it (sync/int8_path.cc: ready_residuals)
+    t.int8_layout = 0;  // a checkpoint does not record it (sync/data/int8_path.cc: ready_residuals)
   }
   steps_.completed = steps;
   steps_.stats.steps = steps;

@@ -14,7 +14,7 @@ namespace gradex::sync {
 enum class NonFinitePolicy { kPropagate, kZero, kError };
 
 // One entry of GRADEX_SPARSITY_OVERRIDES: tensors whose name matches `pattern` get `sparsity`, or
-// go dense when `dense` is set, or dense on the quantized route (sync/int8_exchange.h) with
+// go dense when `dense` is set, or dense on the quantized route (sync/data/int8_exchange.h) with
 // quant_bits codes ('int8': 8, 'int4': 4; 0: not that route).
 struct PolicyOverride {
   std::string pattern;
@@ -49,13 +49,13 @@ struct EngineOptions {
   } adam;
 
   // GRADEX_SPARSE_COLLECTIVE: the ring allgatherv or the direct one for sparse payloads; auto
-  // chooses per unit from the payload sizes and the agreed link model (sync/sparse_gather.h).
+  // chooses per unit from the payload sizes and the agreed link model (sync/data/sparse_gather.h).
   enum class SparseCollective { kAuto, kRing, kDirect };
   // GRADEX_DENSE_COLLECTIVE: the ring or the direct allreduce for dense buckets; auto chooses per
   // bucket from the agreed link model (sync/route/route.h: dense_direct_max_bytes) and,
   // on a latency-bound link, lets small dense gradients ride a round's DGC gather
-  // (sync/gather_rider.h); gather: every dense gradient of a round with a DGC unit rides it, other
-  // rounds' buckets as auto.
+  // (sync/data/gather_rider.h); gather: every dense gradient of a round with a DGC unit rides it,
+  // other rounds' buckets as auto.
   enum class DenseCollective { kAuto, kRing, kDirect, kGather };
   // GRADEX_HIERARCHICAL: dense buckets and sparse payloads through comm/hierarchical.h. auto: when
   // the job spans two hosts or more and some host holds two ranks or more (comm::hierarchy_pays).
@@ -72,18 +72,18 @@ struct EngineOptions {
     // GRADEX_SPARSE_GROUP_MB: DGC tensors of a round travel in groups of consecutive tensors (key
     // order) holding at least this many bytes of fp32 gradient; a larger tensor travels alone
     // (0: every DGC tensor alone). Each group is one unit of the engine's pipeline
-    // (sync/pipeline.h).
+    // (sync/engine/pipeline.h).
     size_t sparse_group_bytes = 16u << 20;
   } collectives;
-  // The planner's rank-count guess of the transfer's latency terms (sync/codec_planner.cc); the
-  // engine itself chooses per unit (sync/sparse_gather.h).
+  // The planner's rank-count guess of the transfer's latency terms (sync/policy/codec_planner.cc);
+  // the engine itself chooses per unit (sync/data/sparse_gather.h).
   static constexpr int kSparseRingMinRanks = 8;
   bool sparse_ring_for(int world_size) const {
     return collectives.sparse == SparseCollective::kRing ||
            (collectives.sparse == SparseCollective::kAuto && world_size >= kSparseRingMinRanks);
   }
 
-  // GRADEX_LOCALSGD_PERIOD, GRADEX_LOCALSGD_WARMUP_STEPS (sync/localsgd.h).
+  // GRADEX_LOCALSGD_PERIOD, GRADEX_LOCALSGD_WARMUP_STEPS (sync/engine/localsgd.h).
   struct LocalSgd {
     int64_t period = 0;
     int64_t warmup_steps = 0;

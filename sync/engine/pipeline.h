@@ -46,7 +46,7 @@ struct Job {
   // How its bytes travel (route::assign, from agreed data only).
   route::Path path = route::Path::kDense;
   bool absent = false;  // Engine::submit_absent: zeros sent, the tensor's state untouched
-  // A dense gradient riding its round's DGC gather (sync/gather_rider.h; plan() decides), with
+  // A dense gradient riding its round's DGC gather (sync/data/gather_rider.h; plan() decides), with
   // its dense route's wire type.
   bool rider = false;
   DType rider_wire = DType::kFloat32;
@@ -86,14 +86,15 @@ struct UnitSample {
 // One collective's worth of jobs.
 struct Unit {
   // Its jobs' route::unit_path (plan never mixes paths in a unit, but for riders: dense jobs in a
-  // kSparse unit, sync/gather_rider.h); never kDgcDenseStep, and kSparse even where the
+  // kSparse unit, sync/data/gather_rider.h); never kDgcDenseStep, and kSparse even where the
   // hierarchical exchange carries it (route::path_of decides that).
   route::Path path = route::Path::kDense;
   std::vector<Job*> jobs;             // round order
   std::vector<uint8_t> message;       // sparse: this rank's payloads, framed (engine_stages.cc)
   std::vector<comm::Bytes> received;  // sparse: every rank's message, by rank
   uint64_t rider_message_bytes = 0;   // sparse: the riders' share of `message`, framing included
-  bool one_hop = false;  // 8-bit/4-bit: summed in one hop (sync/int8_exchange.h), set by its route
+  bool one_hop = false;  // 8-bit/4-bit: summed in one hop (sync/data/int8_exchange.h), set by
+                         // its route
   UnitSample sample;     // set by its route's exchange and finish
   UnitCounters counters;
   // GRADEX_TIMELINE: the unit's description (sync/timeline/unit_args.h), made once by its prepare
@@ -115,7 +116,7 @@ struct PlanOptions {
   size_t fusion_bytes = 64u << 20;     // GRADEX_FUSION_MB
   DType dense_wire = DType::kFloat16;  // wire type of kDense buckets
   uint64_t sparse_group_elements = 0;  // GRADEX_SPARSE_GROUP_MB / 4 bytes (0: one tensor each)
-  // Riders (sync/gather_rider.h): at most this many wire bytes of dense gradients ride the
+  // Riders (sync/data/gather_rider.h): at most this many wire bytes of dense gradients ride the
   // round's first DGC unit (0: none).
   uint64_t rider_bytes = 0;
 };
@@ -124,10 +125,10 @@ struct PlanOptions {
 // route::pack, sync/route/select.cc: the only fusion of dense jobs into buckets):
 //   1. kDense and kDgcDenseStep jobs in round order, packed greedily into buckets of at most
 //      fusion_bytes wire bytes (a larger tensor travels alone) — the fusion rule of
-//      sync/dense_exchange.h, so each unit is exactly one bucket of the dense exchange; kDenseFp32
-//      jobs (fp32 on a 16-bit wire) after them, packed the same way in buckets of their own; then
-//      kInt8 and kInt4 jobs (the quantized route, a bucket per width), packed the same way at one
-//      byte per element;
+//      sync/data/dense_exchange.h, so each unit is exactly one bucket of the dense exchange;
+//      kDenseFp32 jobs (fp32 on a 16-bit wire) after them, packed the same way in buckets of their
+//      own; then kInt8 and kInt4 jobs (the quantized route, a bucket per width), packed the same
+//      way at one byte per element;
 //   2. kFirstAverage jobs, packed the same way with 4-byte elements;
 //   3. kSparse jobs in round order, consecutive ones grouped until a group holds at least
 //      sparse_group_elements elements (a larger tensor travels alone).

@@ -31,8 +31,8 @@ struct Stats {
   // Tensors whose codec a GRADEX_POLICY=auto plan changed, its first plan included.
   uint64_t policy_switches = 0;
   // The first tensor (key) whose values were clamped to the 16-bit range / held NaN or Inf on this
-  // rank, for the one-time warning that names it (sync/stats_report.h); "" until it happens. Kept
-  // as they are by minus().
+  // rank, for the one-time warning that names it (sync/engine/stats_report.h); "" until it happens.
+  // Kept as they are by minus().
   std::string first_saturated_tensor;
   std::string first_nonfinite_tensor;
 

@@ -1,7 +1,7 @@
 // The engine's tensor table: every registered tensor's state, the handles of submissions and
 // which of them are in flight, and snapshot_state()'s buffers. It holds no lock: the engine's
 // mutex guards it (a tensor's per-exchange state is also written by the progress thread and the
-// worker pool, which own it while its unit runs: sync/pipeline.h).
+// worker pool, which own it while its unit runs: sync/engine/pipeline.h).
 #pragma once
 
 #include <cstdint>

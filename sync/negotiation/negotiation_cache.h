@@ -1,8 +1,8 @@
-// The negotiation cache (message format 3, sync/negotiator.h): keys that have once become ready on
-// every rank get a small cache id, so later announcements of them travel as bits instead of names.
-// Every rank's cache changes only at the end of a round, from that round's verdicts, in the same
-// order everywhere (failures first, then ready keys in (kind, key) order), so the caches of all
-// ranks hold the same keys under the same ids at the start of every round.
+// The negotiation cache (message format 3, sync/negotiation/negotiator.h): keys that have once
+// become ready on every rank get a small cache id, so later announcements of them travel as bits
+// instead of names. Every rank's cache changes only at the end of a round, from that round's
+// verdicts, in the same order everywhere (failures first, then ready keys in (kind, key) order), so
+// the caches of all ranks hold the same keys under the same ids at the start of every round.
 //
 // An id is the smallest one not in use (so ids stay dense after evictions); the cache holds at
 // most `capacity` keys, and a key that becomes ready while it is full simply stays uncached (its

@@ -1,7 +1,8 @@
-// Negotiation messages, format 3 (the layout is documented in sync/negotiator.h): encoding one
-// rank's announcements against the negotiation cache, and decoding a peer's message back into full
-// announcements, so that the negotiator's table sees exactly what format 2 carried. Both sides use
-// the cache as it was at the start of the round (sync/negotiation_cache.h).
+// Negotiation messages, format 3 (the layout is documented in sync/negotiation/negotiator.h):
+// encoding one rank's announcements against the negotiation cache, and decoding a peer's message
+// back into full announcements, so that the negotiator's table sees exactly what format 2 carried.
+// Both sides use the cache as it was at the start of the round
+// (sync/negotiation/negotiation_cache.h).
 #pragma once
 
 #include <cstddef>

@@ -184,8 +184,8 @@ void Negotiator::decide(const std::vector<WorkId>& ids, RoundResult& result,
         consistent = false;
       }
     }
-    // A parameter average's counter is its rank's LocalSGD anchor presence (sync/engine.cc): ranks
-    // with and without one would sum full parameters with deltas.
+    // A parameter average's counter is its rank's LocalSGD anchor presence (sync/engine/engine.cc):
+    // ranks with and without one would sum full parameters with deltas.
     const bool anchors_differ =
         id.kind == WorkKind::kAverage && consistent && !e.mismatched && anchors_disagree(e);
     if (anchors_differ) {
@@ -218,7 +218,8 @@ void Negotiator::decide(const std::vector<WorkId>& ids, RoundResult& result,
 }
 
 void Negotiator::inspect_stalls() {
-  // The stall inspector (sync/stall_inspector.h) reads the table on rank 0, whose clock decides.
+  // The stall inspector (sync/engine/stall_inspector.h) reads the table on rank 0, whose clock
+  // decides.
   if (!stall_ || comm_.rank() != 0 || table_.empty()) return;
   auto now = std::chrono::steady_clock::now();
   auto oldest = now;

@@ -20,10 +20,10 @@
 // every rank before any rank touches the tensor's momentum or residual.
 //
 // Cached negotiation: a key that has become ready once (consistently on every rank) gets a cache
-// id, identical on every rank (sync/negotiation_cache.h: assigned at the end of the round, in the
-// round's (kind, key) order, smallest free id first; at most `cache_capacity` keys; a key that
-// fails is evicted). Later announcements of it travel as one bit, its counter only when it is not
-// the one every rank expects (last agreed step + 1 for gradients, the last agreed value for
+// id, identical on every rank (sync/negotiation/negotiation_cache.h: assigned at the end of the
+// round, in the round's (kind, key) order, smallest free id first; at most `cache_capacity` keys; a
+// key that fails is evicted). Later announcements of it travel as one bit, its counter only when it
+// is not the one every rank expects (last agreed step + 1 for gradients, the last agreed value for
 // parameter averages), so a
 // steady-state round costs a few bytes plus one bit per announced tensor. Decoding turns bits back
 // into full announcements before anything else happens, so verdicts, error messages and the

@@ -1,5 +1,6 @@
-// What negotiation (sync/negotiator.h) talks about: a unit of work named by kind and key, and what
-// one rank announces about it. Separate so that the cache and the message codec can use them.
+// What negotiation (sync/negotiation/negotiator.h) talks about: a unit of work named by kind and
+// key, and what one rank announces about it. Separate so that the cache and the message codec can
+// use them.
 #pragma once
 
 #include <cstdint>

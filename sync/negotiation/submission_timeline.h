@@ -30,7 +30,7 @@ namespace gradex::sync {
 constexpr double kCoalesceExpectLatencies = 2.0;
 
 // The ready times the cost model's timeline should plan a latency-bound step with
-// (sync/codec_choice.h): the submissions within `window_s` of the earliest travel in its
+// (sync/policy/codec_choice.h): the submissions within `window_s` of the earliest travel in its
 // negotiation round and unit (Engine::ProgressLoop::coalesce_submissions), so they become ready
 // together, at the last of them; later ones keep their times. Relative order is kept for the rest.
 void coalesce_ready_times(std::vector<double>& ready_s, double window_s);

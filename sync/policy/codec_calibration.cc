@@ -112,7 +112,7 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
       case kGather:  // an fp32 bucket: gathered into the ring's buffer (prepare) ...
         std::copy(g.begin(), g.end(), bucket.begin());
         break;
-      case kDivide:  // ... and divided back into the tensor (sync/dense_exchange.cc)
+      case kDivide:  // ... and divided back into the tensor (sync/data/dense_exchange.cc)
         for (size_t j = 0; j < kN; ++j)
           values[j] = bucket[j] / divisor;
         break;
@@ -170,7 +170,7 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& s) {
 }
 
 void calibrate_adam_codec(cost::CostModel& model, const CalibrationSettings& s) {
-  // The Adam codec as the engine builds it (sync/codec_factory.h: the chunked DCT unless
+  // The Adam codec as the engine builds it (sync/data/codec_factory.h: the chunked DCT unless
   // GRADEX_ADAM_TRANSFORM=none), at its sparsity, measured as measure_codecs measures DGC: this
   // thread's CPU time, the least of kRepeats runs. On 255 x 256 elements (blocks of 51 x 64 at
   // the default chunk, as a weight's): under 2^16, where the DCT would spread its blocks over

@@ -1,7 +1,8 @@
 // The auto policy's start-up calibration: what each codec, each ring's sum and the transport cost
 // on this machine, measured alone before the first plan (the units' measured times correct them
 // later: CodecPlanner::observe_unit, cost::Snapshot::codec_factor). Codecs are built through the
-// engine's own factory (sync/codec_factory.h), so the measured codec is the one the engine runs.
+// engine's own factory (sync/data/codec_factory.h), so the measured codec is the one the engine
+// runs.
 #pragma once
 
 #include "base/config.h"
@@ -25,7 +26,7 @@ void calibrate_codecs(cost::CostModel& model, const CalibrationSettings& setting
 // The Adam codec's encode and decode costs and its bytes per value, into `model`.
 void calibrate_adam_codec(cost::CostModel& model, const CalibrationSettings& settings);
 // The transport's CPU per byte (cost::CodecCosts::transport_s_per_byte): from the link probe's
-// round trips when it ran (`probe`), else from a loopback connection (sync/transport_cpu.h).
+// round trips when it ran (`probe`), else from a loopback connection (sync/policy/transport_cpu.h).
 void calibrate_transport(cost::CostModel& model, const cost::ProbeResult* probe);
 
 }  // namespace gradex::sync

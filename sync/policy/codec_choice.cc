@@ -130,7 +130,7 @@ std::vector<Rung> allowed_rungs(const TensorInput& t, const ChoiceOptions& o, ui
       const uint64_t k = selected_count(t.numel, s);
       const double per_row = t.rows > 0 ? static_cast<double>(k) / static_cast<double>(t.rows) : 0;
       if ((1.0 - s) * 2.0 * o.world_size >= 1.0) {
-        // The engine sends a DGC step this dense (sync/policy.h: sparse_is_cheaper).
+        // The engine sends a DGC step this dense (sync/policy/policy.h: sparse_is_cheaper).
         if (why.empty()) why = rung_name({o.sparse_codec, s}) + " is denser than 1/(2P)";
         continue;
       }
@@ -194,8 +194,9 @@ void rung_costs(const TensorInput& t, const Rung& rung, const Snapshot& numbers,
   const auto c = static_cast<size_t>(rung.codec);
   const double n = static_cast<double>(t.numel);
   const LinkParams& link = numbers.link[static_cast<size_t>(o.link_class)];
-  // Both measured per element of the tensor (prepare and finish stages, sync/codec_planner.cc);
-  // the Adam codec's decode too (its finish stage zeroes and transforms the whole tensor).
+  // Both measured per element of the tensor (prepare and finish stages,
+  // sync/policy/codec_planner.cc); the Adam codec's decode too (its finish stage zeroes and
+  // transforms the whole tensor).
   encode_s = numbers.codecs.encode_s[c] * n;
   decode_s = numbers.codecs.decode_s[c] * n;
   if (rung.codec == Codec::kDgc)  // per received value: k from each of the P ranks

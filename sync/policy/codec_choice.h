@@ -1,6 +1,6 @@
 // The per-tensor codec choice of GRADEX_POLICY=auto: a pure function of the
-// agreed cost numbers (sync/cost_model.h: rank 0's Snapshot), the shared options and an agreed
-// step, so that every rank computes the same choices.
+// agreed cost numbers (sync/policy/cost_model.h: rank 0's Snapshot), the shared options and an
+// agreed step, so that every rank computes the same choices.
 //
 // Objective, fidelity first: the least compression whose communication stays hidden behind
 // compute, compressing harder only as far as the link requires. The step is modelled as a timeline
@@ -79,7 +79,7 @@
 
 namespace gradex::sync::cost {
 
-// Rungs are the policy vocabulary's (sync/policy.h).
+// Rungs are the policy vocabulary's (sync/policy/policy.h).
 using sync::Rung;
 using sync::rung_name;
 
@@ -116,7 +116,7 @@ struct ChoiceOptions {
   bool one_lane = false;
   // The codec of the sparse rungs: DGC, or with GRADEX_OPTIMIZER=adam the Adam codec, whose ladder
   // is then its one sparsity (GRADEX_ADAM_SPARSITY; none when that is 0): CodecPlanner::adam_rungs;
-  // by default auto leaves it off and takes the 8-bit rung instead (sync/codec_planner.h:
+  // by default auto leaves it off and takes the 8-bit rung instead (sync/policy/codec_planner.h:
   // adam_ladder).
   Codec sparse_codec = Codec::kDgc;
 };

@@ -444,9 +444,10 @@ RoundDecision CodecPlanner::plan_round(comm::Communicator& comm, AgreedLink& lin
 void CodecPlanner::observe_unit(const pipeline::Unit& unit) {
   if (unit.jobs.empty()) return;
   // A unit holding a tensor's first exchange on its codec is no record of the codec's steady cost
-  // (sync/first_exchanges.h); its stages still refine the per-element costs (the least is kept).
+  // (sync/engine/first_exchanges.h); its stages still refine the per-element costs (the least is
+  // kept).
   const bool first_on_codec = first_exchanges_.take(unit);
-  // Riders (dense gradients in a DGC unit's gather, sync/gather_rider.h) are not the codec's
+  // Riders (dense gradients in a DGC unit's gather, sync/data/gather_rider.h) are not the codec's
   // work: their bytes count as the link's, their tensors and payloads are left out of the codec's
   // samples (their encode and sum, a copy and an add per value, stay in the stage times).
   std::vector<const pipeline::Job*> jobs;

@@ -15,7 +15,7 @@
 //     interval;
 //   - then one at every multiple of GRADEX_POLICY_INTERVAL;
 //   - and, over the first GRADEX_POLICY_RAMP_STEPS steps, one at each quarter of the fidelity
-//     ramp (sync/codec_choice.h), whose cap on DGC's sparsity rises there.
+//     ramp (sync/policy/codec_choice.h), whose cap on DGC's sparsity rises there.
 // Every rank is then in the same round and runs the same broadcast. A tensor takes the newest
 // plan's choice at its first exchange and when its own counter enters a new epoch, i.e. at an
 // agreed step of its own, before its units are planned, so every rank plans the same units.
@@ -27,8 +27,9 @@
 //                     u + v and empties v (the residual is flushed through the dense path), then
 //                     keeps u: an ordinary momentum step (compress/backend/dgc_codec.h:
 //                     dense_step).
-// The switches run on the tensor's own backend (BackendPath::switch_policy, sync/backend_path.h).
-// CUDA tensors keep their registered (fixed) policy: their switches are not tested on a GPU yet.
+// The switches run on the tensor's own backend (BackendPath::switch_policy,
+// sync/data/backend_path.h). CUDA tensors keep their registered (fixed) policy: their switches are
+// not tested on a GPU yet.
 #pragma once
 
 #include <atomic>
@@ -155,9 +156,9 @@ class CodecPlanner {
   std::vector<cost::TensorInput> inputs_of(const cost::Snapshot& numbers,
                                            const std::map<std::string, cost::Rung>* rungs) const;
   cost::ChoiceOptions choice_options(const cost::Snapshot& numbers) const;
-  // What sync/codec_calibration.h measures at start-up: this planner's settings.
+  // What sync/policy/codec_calibration.h measures at start-up: this planner's settings.
   CalibrationSettings calibration() const;
-  // A chosen rung as the policy it applies (sync/policy.h: canonical_rung), with its reason.
+  // A chosen rung as the policy it applies (sync/policy/policy.h: canonical_rung), with its reason.
   AppliedPolicy policy_for(const Rung& rung) const;
   std::optional<cost::Rung> forced_rung(const std::string& key) const;
   // The numbers a plan is made from (link, per-element costs, step, corrections), one line.

@@ -24,7 +24,7 @@ const char* peer_class_name(PeerClass c) {
   return c == PeerClass::kSameHost ? "same-host" : "other-host";
 }
 
-// Each shape below is the link model's (sync/link_model.h: collective_terms), named for the
+// Each shape below is the link model's (sync/policy/link_model.h: collective_terms), named for the
 // codec choice's callers.
 Terms int8_allreduce_terms(double elements, int world_size, int bits, bool one_hop) {
   const double encoded = elements * compress::backend::block_codec(bits).bytes_per_element();

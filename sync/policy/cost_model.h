@@ -1,5 +1,5 @@
 // The engine's measured cost model: what the link, the codecs and the training
-// step cost, as the per-tensor codec choice (sync/codec_choice.h) needs them.
+// step cost, as the per-tensor codec choice (sync/policy/codec_choice.h) needs them.
 //
 //   link      per peer class (same host / other host): latency alpha (s) and inverse bandwidth
 //             beta (s/byte), fitted by least squares to t = a*alpha + b*beta over every observed
@@ -18,7 +18,7 @@
 //             one step to the next step's first submission (forward pass, optimizer, data).
 //
 // Every rank observes its own numbers; decisions use only rank 0's (Snapshot, agreed with
-// sync/link_probe.h's agree_snapshot), so they are identical on every rank.
+// sync/policy/link_probe.h's agree_snapshot), so they are identical on every rank.
 #pragma once
 
 #include <array>
@@ -66,7 +66,7 @@ Terms dense_allreduce_terms(double bytes, int world_size, uint64_t direct_max_by
 // comm::allgatherv_unsized).
 Terms allgatherv_terms(double payload_bytes, int world_size, bool ring, bool unsized = false);
 // The quantized route's direct reduce-scatter + allgather of `elements` at `bits` (8 or 4;
-// sync/int8_exchange.h): two rounds of P-1 concurrent messages, each rank's link carrying
+// sync/data/int8_exchange.h): two rounds of P-1 concurrent messages, each rank's link carrying
 // 2(P-1)/P of the encoding; `one_hop`: one round, each rank's link carrying P-1 encodings.
 Terms int8_allreduce_terms(double elements, int world_size, int bits = 8, bool one_hop = false);
 
@@ -89,7 +89,7 @@ class LinkFit {
   uint64_t samples_ = 0;
 };
 
-// The codecs are the policy vocabulary's (sync/policy.h).
+// The codecs are the policy vocabulary's (sync/policy/policy.h).
 using sync::Codec;
 using sync::codec_name;
 using sync::is_quantized;

@@ -1,9 +1,9 @@
 // The engine's one link model: alpha (s per message) and beta (s per byte, at line rate) per tier
-// of the network, probed once per membership (sync/link_probe.h) and agreed on rank 0's numbers,
-// and the price of every collective the engine runs on it. Every decision that depends on the
-// link prices through it: the planner's codec choice (sync/codec_planner.h), the DGC gather's
-// direct-or-ring choice (sync/sparse_gather.h), the dense direct-or-ring rule, riders and the
-// quantized one hop.
+// of the network, probed once per membership (sync/policy/link_probe.h) and agreed on rank 0's
+// numbers, and the price of every collective the engine runs on it. Every decision that depends on
+// the link prices through it: the planner's codec choice (sync/policy/codec_planner.h), the DGC
+// gather's direct-or-ring choice (sync/data/sparse_gather.h), the dense direct-or-ring rule, riders
+// and the quantized one hop.
 //
 //   tier      kHost    two ranks on one host (shared memory or loopback)
 //             kRegion  two hosts a LAN apart (rank 0's region)

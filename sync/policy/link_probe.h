@@ -1,6 +1,6 @@
 // The link model's measurement and the cost model's agreement, over the public comm::Communicator
-// API: the start-up probe of the link per tier (sync/link_model.h), and the agreement on rank 0's
-// numbers.
+// API: the start-up probe of the link per tier (sync/policy/link_model.h), and the agreement on
+// rank 0's numbers.
 #pragma once
 
 #include <array>

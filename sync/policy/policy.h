@@ -1,7 +1,8 @@
 // The policy vocabulary: the codecs a tensor can be exchanged with, a rung (a codec and, for the
 // sparse codecs, its sparsity) and a tensor's applied policy (a rung with the reason it was
-// chosen), shared by GRADEX_POLICY=fixed, GRADEX_POLICY=auto's cost model (sync/cost_model.h,
-// sync/codec_choice.h), the routes (sync/route/route.h) and the backends (sync/backend_path.h).
+// chosen), shared by GRADEX_POLICY=fixed, GRADEX_POLICY=auto's cost model
+// (sync/policy/cost_model.h, sync/policy/codec_choice.h), the routes (sync/route/route.h) and the
+// backends (sync/data/backend_path.h).
 //
 // GRADEX_POLICY=fixed's per-tensor policy: an ordered chain of candidates, the first that applies
 // wins.
@@ -28,8 +29,8 @@ namespace gradex::sync {
 //   kFp32  fp32. On an fp32 wire (GRADEX_FP16=0) that is the dense wire itself, the same fused
 //          buckets; on a 16-bit wire fp32 buckets of their own (route kDenseFp32: the auto
 //          policy's fp32 rung, sync/route/route.h).
-//   kInt8  the dense 8-bit route with error feedback (sync/int8_exchange.h), between 16-bit and
-//          DGC on the ladder.
+//   kInt8  the dense 8-bit route with error feedback (sync/data/int8_exchange.h), between 16-bit
+//          and DGC on the ladder.
 //   kInt4  the same route at 4 bits (about half of 8-bit's bytes), the rung after 8-bit.
 // kInt8 and kInt4 are the quantized codecs: one route, one pair of residuals per tensor (a
 // tensor moving between them keeps its residuals: both are the rounding error still owed).

@@ -10,11 +10,11 @@
 namespace gradex::sync {
 namespace {
 
-// Settings only GRADEX_POLICY=fixed reads (sync/policy.h's chain).
+// Settings only GRADEX_POLICY=fixed reads (sync/policy/policy.h's chain).
 constexpr const char* kFixedOnly[] = {"GRADEX_SPARSITY", "GRADEX_WARMUP_STEPS",
                                       "GRADEX_DENSE_THRESHOLD"};
-// Settings only GRADEX_POLICY=auto reads (sync/codec_planner.h). GRADEX_POLICY_HORIZON_STEPS is
-// not among them: it states how long the training runs, which plugins pass whatever the policy.
+// Settings only GRADEX_POLICY=auto reads (sync/policy/codec_planner.h). GRADEX_POLICY_HORIZON_STEPS
+// is not among them: it states how long the training runs, which plugins pass whatever the policy.
 constexpr const char* kAutoOnly[] = {
     "GRADEX_POLICY_INTERVAL",      "GRADEX_POLICY_LADDER",      "GRADEX_POLICY_SLACK",
     "GRADEX_POLICY_DENSE_STEPS",   "GRADEX_POLICY_RAMP_STEPS",  "GRADEX_POLICY_MIN_SELECTED",

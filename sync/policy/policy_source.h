@@ -2,10 +2,12 @@
 // once by GRADEX_POLICY. The engine calls the source at each point a policy may be decided or fed
 // (registration, submission, step end, routing, unit completion, reconfiguration, state restore,
 // explain) and never asks which one it holds.
-//   FixedPolicySource  GRADEX_POLICY=fixed: the chain of sync/policy.h, decided at registration
-//                      and never changed; every other call is a no-op.
-//   AutoPolicySource   GRADEX_POLICY=auto: the cost model's agreed plans (sync/codec_planner.h).
-// Both honour GRADEX_SPARSITY_OVERRIDES through the one matcher, override_policy (sync/policy.h).
+//   FixedPolicySource  GRADEX_POLICY=fixed: the chain of sync/policy/policy.h, decided at
+//                      registration and never changed; every other call is a no-op.
+//   AutoPolicySource   GRADEX_POLICY=auto: the cost model's agreed plans
+//                      (sync/policy/codec_planner.h).
+// Both honour GRADEX_SPARSITY_OVERRIDES through the one matcher, override_policy
+// (sync/policy/policy.h).
 #pragma once
 
 #include <memory>
@@ -45,7 +47,7 @@ class PolicySource {
   // gradex_set_policy_horizon (CodecPlanner::set_horizon); no effect on a fixed source.
   virtual void set_horizon(uint64_t steps) { (void)steps; }
   // Progress thread, before each plan_round: what the engine does on the agreed link
-  // (LinkPaths, sync/codec_planner.h).
+  // (LinkPaths, sync/policy/codec_planner.h).
   virtual void set_link_paths(const LinkPaths& paths) { (void)paths; }
   // Engine::restore: whether a saved DGC state may be restored into a tensor that is dense now
   // (its dense steps then flush the residual), because a later plan may make it DGC again.

@@ -1,7 +1,7 @@
 // The transport's CPU per byte, measured alone on this host: what sending a byte and
 // receiving it costs the kernel and the caller (socket copies, protocol work), the part of a
 // collective's time that a CPU-bound host pays whatever its link's rate. GRADEX_POLICY=auto prices
-// the dense ring with it (CodecCosts::transport_s_per_byte, sync/codec_choice.h).
+// the dense ring with it (CodecCosts::transport_s_per_byte, sync/policy/codec_choice.h).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
-// The codec choice from measured numbers (sync/codec_choice.h): calibration factors, the first plan
-// from start-up numbers, the collectives' CPU, the horizon rule, and the Adam codec's rung.
+// The codec choice from measured numbers (sync/policy/codec_choice.h): calibration factors, the
+// first plan from start-up numbers, the collectives' CPU, the horizon rule, and the Adam codec's
+// rung.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// The per-tensor codec choice of GRADEX_POLICY=auto (sync/codec_choice.h), as a pure function:
-// least compression that hides, harder as the link slows, the floors, overrides, early training.
+// The per-tensor codec choice of GRADEX_POLICY=auto (sync/policy/codec_choice.h), as a pure
+// function: least compression that hides, harder as the link slows, the floors, overrides, early
+// training.
 #include <gtest/gtest.h>
 
 #include <algorithm>

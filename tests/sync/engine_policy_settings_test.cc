@@ -1,5 +1,6 @@
-// The precedence between GRADEX_POLICY and the settings of one policy (sync/policy_settings.h):
-// what a user writes is honoured exactly or rejected at start-up naming both settings.
+// The precedence between GRADEX_POLICY and the settings of one policy
+// (sync/policy/policy_settings.h): what a user writes is honoured exactly or rejected at start-up
+// naming both settings.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// The dense quantized route's allreduce (sync/int8_exchange.h) at 8 and 4 bits over real UCX,
+// The dense quantized route's allreduce (sync/data/int8_exchange.h) at 8 and 4 bits over real UCX,
 // ranks as threads, 1-4 ranks: bit-identical averages on every rank, exact error feedback (what
 // was delivered plus every residual is what was submitted), closeness to the exact mean, and
 // refusal of a unit whose pieces do not match; in two phases, in one hop, and alternating (the one

@@ -1,6 +1,6 @@
-// The link probe and the agreement on rank 0's numbers (sync/link_probe.h), ranks as threads over
-// real UCX: every rank ends with the same numbers, and so the same codec choices, although each
-// measured its own.
+// The link probe and the agreement on rank 0's numbers (sync/policy/link_probe.h), ranks as threads
+// over real UCX: every rank ends with the same numbers, and so the same codec choices, although
+// each measured its own.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,7 +1,7 @@
-// How the engine gathers DGC units (sync/sparse_gather.h): the alpha-beta model's choice as a pure
-// function; over forked processes and real UCX, every rank takes the same path for every unit (the
-// choice is made from rank 0's link numbers and sizes every rank knows), the path is the model's,
-// the payloads are exact; a rank killed in the middle fails the others within the timeout.
+// How the engine gathers DGC units (sync/data/sparse_gather.h): the alpha-beta model's choice as a
+// pure function; over forked processes and real UCX, every rank takes the same path for every unit
+// (the choice is made from rank 0's link numbers and sizes every rank knows), the path is the
+// model's, the payloads are exact; a rank killed in the middle fails the others within the timeout.
 #include <gtest/gtest.h>
 #include <signal.h>
 

@@ -1,5 +1,5 @@
-// SubmissionTimeline (sync/submission_timeline.h): what a latency-bound negotiation round waits
-// for.
+// SubmissionTimeline (sync/negotiation/submission_timeline.h): what a latency-bound negotiation
+// round waits for.
 #include "sync/negotiation/submission_timeline.h"
 
 #include <gtest/gtest.h>
