@@ -17,8 +17,8 @@ enum class VarType { kInt, kFloat, kBool, kString, kChoice };
 
 // Which ranks must run with the same value of a variable. Stated in every declaration; an engine
 // (and a DiLoCo optimizer) proves at start-up that its ranks agree on every variable of its scope
-// (sync/agreement.h): a difference is a ConfigError on every rank naming the variable, the values
-// and the ranks. docs/configuration.md gives the reason for each choice.
+// (sync/negotiation/agreement.h): a difference is a ConfigError on every rank naming the variable,
+// the values and the ranks. docs/configuration.md gives the reason for each choice.
 enum class Agreement : uint8_t {
   kPerRank = 0,   // may legitimately differ (local resources, logging, local waits, secrets)
   kEngine = 1,    // equal on every rank of an engine

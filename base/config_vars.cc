@@ -190,12 +190,12 @@ const std::vector<VarSpec>& registry() {
      "99.9%, was seen to cost accuracy)."},
     {"GRADEX_POLICY_INT8", VarType::kBool, "0", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: the 8-bit rung (dense, 8-bit codes with error feedback, half of 16-bit's "
-     "bytes; sync/int8_exchange.h) between 16-bit and DGC. Opt-in: with 4 ranks on 2 shared cores "
-     "at 1 Gbit/s the 8-bit exchange measured slower than the 16-bit ring although it sends half "
-     "the bytes (it is CPU-bound there), and the cost model does not predict that yet. The 'int8' "
-     "override of GRADEX_SPARSITY_OVERRIDES works either way. Unset under an Adam-family optimizer "
-     "(GRADEX_OPTIMIZER=adam) it is on, and takes the Adam codec's place on the ladder: see "
-     "GRADEX_ADAM_SPARSITY."},
+     "bytes; sync/data/int8_exchange.h) between 16-bit and DGC. Opt-in: with 4 ranks on 2 shared "
+     "cores at 1 Gbit/s the 8-bit exchange measured slower than the 16-bit ring although it sends "
+     "half the bytes (it is CPU-bound there), and the cost model does not predict that yet. The "
+     "'int8' override of GRADEX_SPARSITY_OVERRIDES works either way. Unset under an Adam-family "
+     "optimizer (GRADEX_OPTIMIZER=adam) it is on, and takes the Adam codec's place on the ladder: "
+     "see GRADEX_ADAM_SPARSITY."},
     {"GRADEX_POLICY_INT4", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
      "GRADEX_POLICY=auto: the 4-bit rung before DGC's (dense, 4-bit codes with error feedback on "
      "the 8-bit route, a quarter of 16-bit's bytes), taken where 16-bit (and 8-bit, when on) would "

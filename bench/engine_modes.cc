@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "bench/exchange_modes.h"
 #include "comm/rendezvous/store.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 namespace gradex::bench {
 namespace {
@@ -139,8 +139,8 @@ std::string codec_mix_of_plan(const std::string& text) {
     Mix& m = mix[codec];
     ++m.tensors;
     m.values += elements;
-    // The row's reason (sync/codec_choice.cc: allowed_rungs) says when the floor of values a sparse
-    // rung keeps, not the cost model, kept the tensor off every sparse rung.
+    // The row's reason (sync/policy/codec_choice.cc: allowed_rungs) says when the floor of values a
+    // sparse rung keeps, not the cost model, kept the tensor off every sparse rung.
     if (sparse) continue;
     if (line.find("too small for any sparse rung") != std::string::npos)
       ++m.floored;

@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "compress/half/cast.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/int8_exchange.h"
 
 namespace gradex::bench {
 
@@ -62,7 +62,7 @@ class DenseFp16 : public ExchangeMode {
   std::vector<uint16_t> half_;
 };
 
-// Dense 8-bit or 4-bit (the engine's 'int8' / 'int4' route, sync/int8_exchange.h, without the
+// Dense 8-bit or 4-bit (the engine's 'int8' / 'int4' route, sync/data/int8_exchange.h, without the
 // engine): every profile tensor encoded to blocks of that width with error feedback, a direct
 // reduce-scatter whose owners sum in fp32 and re-encode the average with error feedback of their
 // own, a direct allgather. The output is the average up to two roundings whose errors are carried

@@ -18,7 +18,7 @@
 #include "bench/stats.h"
 #include "comm/collectives.h"
 #include "comm/rendezvous/store.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 namespace gradex::bench {
 namespace {
@@ -57,7 +57,7 @@ int plan_rank(RankContext& ctx, const PlanSettings& s) {
   const double gap_ms =
       model.tensors.empty() ? 0 : s.backward_ms / static_cast<double>(model.tensors.size());
   // Plans are made at steps 0, min(4, interval), then every multiple of the interval
-  // (sync/codec_planner.h): the step time is measured after the last of them.
+  // (sync/policy/codec_planner.h): the step time is measured after the last of them.
   const int refine = std::min(4, interval);
   int last_plan = (s.steps - 1) / interval * interval;
   if (last_plan == 0 && s.steps - 1 >= refine) last_plan = refine;

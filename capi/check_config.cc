@@ -14,8 +14,8 @@
 #include "comm/communicator.h"
 #include "gradex/gradex.h"
 #include "outer/outer.h"
-#include "sync/options.h"
-#include "sync/policy_settings.h"
+#include "sync/engine/options.h"
+#include "sync/policy/policy_settings.h"
 
 namespace {
 

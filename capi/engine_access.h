@@ -9,7 +9,7 @@
 #include "comm/rendezvous/store.h"
 #include "gradex/gradex.h"
 #include "sync/delay/delay_line.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 struct gradex_engine {
   std::unique_ptr<gradex::sync::Engine> engine;

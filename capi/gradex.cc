@@ -15,8 +15,8 @@
 #include "comm/rendezvous/launch.h"
 #include "compress/backend/backend.h"
 #include "sync/delay/delay_rule.h"
-#include "sync/engine.h"
-#include "sync/policy_settings.h"
+#include "sync/engine/engine.h"
+#include "sync/policy/policy_settings.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 
 #include "comm/collectives.h"
 #include "outer/outer_options.h"
-#include "sync/byte_io.h"
+#include "sync/data/byte_io.h"
 
 namespace gradex::outer {
 

@@ -12,7 +12,7 @@
 // The pseudo-gradient theta_global - theta_local travels through the codecs of outer/codecs.h
 // (exact fp32, block quantization with error feedback, or top-k); fragments.h is Streaming DiLoCo's
 // schedule. Depends on base/, compress/, comm/ and sync/'s agreement and byte serialization
-// (sync/agreement.h, sync/byte_io.h); nothing below includes outer/.
+// (sync/negotiation/agreement.h, sync/data/byte_io.h); nothing below includes outer/.
 #pragma once
 
 #include "outer/codecs.h"

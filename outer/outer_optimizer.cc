@@ -11,7 +11,7 @@
 #include "outer/fragment_exchange.h"
 #include "outer/fragments.h"
 #include "outer/outer_job.h"
-#include "sync/agreement.h"
+#include "sync/negotiation/agreement.h"
 
 namespace gradex::outer {
 namespace {

@@ -12,7 +12,7 @@
 #include "compress/wire/checksum.h"
 #include "outer/fragment_exchange.h"
 #include "outer/outer_optimizer.h"
-#include "sync/byte_io.h"
+#include "sync/data/byte_io.h"
 
 namespace gradex::outer {
 namespace {

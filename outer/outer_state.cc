@@ -4,7 +4,7 @@
 
 #include "outer/fragment_exchange.h"
 #include "outer/outer_optimizer.h"
-#include "sync/byte_io.h"
+#include "sync/data/byte_io.h"
 
 namespace gradex::outer {
 namespace {

@@ -41,7 +41,7 @@
 #include "compress/dgc/parallel.h"
 #include "compress/options.h"
 #include "compress/wire/message.h"
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 // 2(P-1); the same bytes per rank ((P-1)/P of the buffer out and in, per phase), but P-1 messages
 // arrive at once at every rank in each phase, which only pays where latency, not a shallow switch
 // queue, bounds the exchange (the engine decides from the agreed link model:
-// sync/dense_exchange.h). Two ranks swap their whole buffers instead, in one message latency: the
-// same bytes as the two phases' halves, and nothing arrives at once. The ring's order makes every
-// result bit-identical to allreduce_sum's, so the two are interchangeable at any step.
+// sync/data/dense_exchange.h). Two ranks swap their whole buffers instead, in one message latency:
+// the same bytes as the two phases' halves, and nothing arrives at once. The ring's order makes
+// every result bit-identical to allreduce_sum's, so the two are interchangeable at any step.
 #include <algorithm>
 #include <cstring>
 #include <string>

@@ -147,9 +147,9 @@ class DgcState {
   virtual std::vector<uint8_t> save_state(Backend& backend, Stream& stream);
   virtual void load_state(const uint8_t* data, size_t size, Backend& backend, Stream& stream);
 
-  // Step transactions (sync/engine_snapshot.cc): snapshot() records this state's complete value
-  // inside the state, rollback() restores the last one exactly (false, nothing changed, when none
-  // was taken). The defaults go through save_state/load_state; the CPU backend copies
+  // Step transactions (sync/engine/engine_snapshot.cc): snapshot() records this state's complete
+  // value inside the state, rollback() restores the last one exactly (false, nothing changed, when
+  // none was taken). The defaults go through save_state/load_state; the CPU backend copies
   // DgcCompressor's values into buffers it keeps (no allocation after the first snapshot).
   virtual void snapshot(Backend& backend, Stream& stream) {
     snapshot_blob_ = save_state(backend, stream);

@@ -1,6 +1,6 @@
 // The dense block codecs as one table by code width (8: int8_codec.h, 4: int4_codec.h), for the
 // callers that take the width as a parameter: the quantized route's allreduce
-// (sync/int8_exchange.cc), its start-up calibration and its cost terms (sync/).
+// (sync/data/int8_exchange.cc), its start-up calibration and its cost terms (sync/).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // The dense 4-bit gradient codec: the 4-bit rung of the dense quantized route
-// (sync/int8_exchange.h), at about half of the 8-bit codec's (int8_codec.h) bytes. compress/quant's
-// block format at 4 bits, nearest rounding, fp32 scales, with error feedback, plus the validation
-// every received piece passes before it is summed.
+// (sync/data/int8_exchange.h), at about half of the 8-bit codec's (int8_codec.h) bytes.
+// compress/quant's block format at 4 bits, nearest rounding, fp32 scales, with error feedback, plus
+// the validation every received piece passes before it is summed.
 //
 // Format of `count` elements: ceil(count / kInt4Block) blocks, each [fp32 scale, little-endian]
 // [two codes per byte: element 2i in the low nibble, 2i+1 in the high one, each stored as q + 8 for

@@ -1,7 +1,7 @@
 // The dense 8-bit gradient codec (GRADEX_SPARSITY_OVERRIDES 'pattern:int8', the auto policy's
 // '8-bit' rung): compress/quant's block format at 8 bits, nearest rounding, fp32 scales, with error
 // feedback, plus the validation every received piece passes before it is summed. The engine's
-// route (sync/int8_exchange.h) moves these encodings in a reduce-scatter + allgather.
+// route (sync/data/int8_exchange.h) moves these encodings in a reduce-scatter + allgather.
 //
 // Format of `count` elements: ceil(count / kInt8Block) blocks, each [fp32 scale, little-endian]
 // [one signed byte per element in [-127, 127]] (compress/quant/quant.h). A block of 128 elements

@@ -4,8 +4,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "sync/agreed_link.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
+#include "sync/policy/agreed_link.h"
 
 namespace gradex::sync::delay {
 

@@ -23,7 +23,7 @@
 
 #include "base/config.h"
 #include "base/dtype.h"
-#include "sync/stats.h"
+#include "sync/engine/stats.h"
 
 namespace gradex::sync {
 class AgreedLink;

@@ -6,8 +6,8 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/log.h"
-#include "sync/byte_io.h"
-#include "sync/engine.h"
+#include "sync/data/byte_io.h"
+#include "sync/engine/engine.h"
 
 namespace gradex::sync::delay {
 

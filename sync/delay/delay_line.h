@@ -38,7 +38,7 @@
 #include "base/dtype.h"
 #include "sync/delay/delay_lanes.h"
 #include "sync/delay/delay_rule.h"
-#include "sync/stats.h"
+#include "sync/engine/stats.h"
 
 namespace gradex::sync {
 class Engine;

@@ -1,7 +1,7 @@
 // Route kDense: Fused allreduce of a bucket on the dense wire type (fp32, or 16-bit with
-// GRADEX_FP16/BF16; the collective ring, direct or hierarchical per sync/dense_exchange.h). DGC
-// tensors in their dense warm-up steps (kDgcDenseStep) ride these buckets: their prepare stage is
-// DGC's, the wire is this.
+// GRADEX_FP16/BF16; the collective ring, direct or hierarchical per sync/data/dense_exchange.h).
+// DGC tensors in their dense warm-up steps (kDgcDenseStep) ride these buckets: their prepare stage
+// is DGC's, the wire is this.
 #include "sync/route/dense_bucket.h"
 #include "sync/route/routes.h"
 

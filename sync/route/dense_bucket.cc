@@ -9,8 +9,8 @@
 #include "base/wall_time.h"
 #include "comm/collectives.h"
 #include "comm/hierarchical.h"
-#include "sync/backend_path.h"
-#include "sync/dense_exchange.h"
+#include "sync/data/backend_path.h"
+#include "sync/data/dense_exchange.h"
 
 namespace gradex::sync::route {
 namespace {

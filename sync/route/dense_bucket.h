@@ -1,7 +1,7 @@
 // What the three fused dense routes (kDense, kDenseFp32, kFirstAverage) share: one fusion bucket
-// (the unit, route::pack) averaged by sync/dense_exchange.h through the tensors' backends, by the
-// direct exchange or the ring as the one rule says (route.h: dense_direct_max_bytes). They differ
-// only in the wire type, which each route's file fixes.
+// (the unit, route::pack) averaged by sync/data/dense_exchange.h through the tensors' backends, by
+// the direct exchange or the ring as the one rule says (route.h: dense_direct_max_bytes). They
+// differ only in the wire type, which each route's file fixes.
 #pragma once
 
 #include "sync/route/route.h"

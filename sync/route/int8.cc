@@ -1,16 +1,16 @@
 // Routes kInt8 and kInt4 (the policies 'int8' and 'int4', the auto policy's 8-bit and 4-bit rungs):
 // a bucket of such tensors in one comm::encoded_allreduce of 8-bit (or 4-bit) blocks with error
-// feedback on both quantizations (sync/int8_exchange.h). Each tensor's values reach the exchange
-// through its backend (BackendPath::stage_int8 and unstage_int8: host tensors in place, device
-// tensors through host memory); the residuals live in TensorState. Under GRADEX_HIERARCHICAL the
-// encoded phases cross the layout's groups only (comm::hierarchical_encoded_allreduce); flat, in
-// one hop instead of two where the agreed link model says so.
+// feedback on both quantizations (sync/data/int8_exchange.h). Each tensor's values reach the
+// exchange through its backend (BackendPath::stage_int8 and unstage_int8: host tensors in place,
+// device tensors through host memory); the residuals live in TensorState. Under GRADEX_HIERARCHICAL
+// the encoded phases cross the layout's groups only (comm::hierarchical_encoded_allreduce); flat,
+// in one hop instead of two where the agreed link model says so.
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "sync/backend_path.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/backend_path.h"
+#include "sync/data/int8_exchange.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {

@@ -32,7 +32,7 @@ constexpr bool dense_allreduce(Path path) {
          path == Path::kInt8 || path == Path::kInt4;
 }
 
-// The quantized route's paths (sync/int8_exchange.h) and their code width.
+// The quantized route's paths (sync/data/int8_exchange.h) and their code width.
 constexpr bool quantized_path(Path path) {
   return path == Path::kInt8 || path == Path::kInt4;
 }

@@ -9,16 +9,17 @@
 //   path                 file                     what travels
 //   kDense               dense.cc                 fused allreduce on the dense wire type (fp32, or
 //                                                 16-bit with GRADEX_FP16/BF16): ring, direct or
-//                                                 hierarchical (sync/dense_exchange.h)
+//                                                 hierarchical (sync/data/dense_exchange.h)
 //   kDgcDenseStep        (rides kDense buckets)   a DGC tensor sent densely (its warm-up steps)
 //   kDenseFp32           dense_fp32.cc            the auto policy's fp32 rung on a 16-bit wire
 //   kInt8                int8.cc                  8-bit blocks with error feedback through
-//                                                 comm::encoded_allreduce (sync/int8_exchange.h)
+//                                                 comm::encoded_allreduce
+//                                                 (sync/data/int8_exchange.h)
 //   kInt4                int8.cc                  the same at 4 bits
 //   kFirstAverage        first_average.cc         LocalSGD's first parameter average, fp32
 //   kSparse              sparse.cc                DGC payloads in one allgatherv
-//                                                 (sync/sparse_gather.h), and the dense
-//                                                 gradients riding it (sync/gather_rider.h)
+//                                                 (sync/data/sparse_gather.h), and the dense
+//                                                 gradients riding it (sync/data/gather_rider.h)
 //   kSparseHierarchical  sparse_hierarchical.cc   DGC host sums re-selected per host, then
 //                                                 gathered across hosts (GRADEX_HIERARCHICAL)
 // clang-format on
@@ -42,15 +43,15 @@
 #include "comm/communicator.h"
 #include "comm/topology/host_topology.h"
 #include "compress/wire/message.h"
-#include "sync/agreed_link.h"
-#include "sync/options.h"
-#include "sync/pipeline.h"
+#include "sync/data/sparse_gather.h"
+#include "sync/data/tensor_state.h"
+#include "sync/engine/options.h"
+#include "sync/engine/pipeline.h"
+#include "sync/policy/agreed_link.h"
 #include "sync/route/path.h"
-#include "sync/sparse_gather.h"
-#include "sync/tensor_state.h"
 
 namespace gradex::sync {
-class BackendPath;  // sync/backend_path.h
+class BackendPath;  // sync/data/backend_path.h
 }
 
 namespace gradex::sync::route {
@@ -60,7 +61,7 @@ struct Context {
   comm::Communicator& comm;
   BackendPath& path;     // every tensor's data work, through its backend
   SparseGather& gather;  // the DGC allgather
-  AgreedLink& link;      // the membership's link model (sync/link_model.h)
+  AgreedLink& link;      // the membership's link model (sync/policy/link_model.h)
   const EngineOptions& options;
   const config::Config& config;
   const comm::HostTopology* hosts;  // the layout when the hierarchical exchange is on, else null
@@ -95,8 +96,8 @@ class Transfer {
 };
 
 // Sets a job's path from agreed data only (the work kind, the tensor's rung and anchor, whether
-// this is a DGC sparse step, whether the dense wire is 16-bit: sync/policy.h), so that every rank
-// cuts the same units.
+// this is a DGC sparse step, whether the dense wire is 16-bit: sync/policy/policy.h), so that every
+// rank cuts the same units.
 void assign(pipeline::Job& job, const TensorState& tensor, bool sparse_step, bool half_on_wire);
 // The path of one job (kDgcDenseStep for a DGC tensor's dense step): job.path.
 Path path_of(const pipeline::Job& job);

@@ -1,11 +1,11 @@
 // Route selection: the one place that writes a job's path (pipeline::Job::path), the map from a
 // unit's path to its route object, what a job's route asks of the engine's per-job stages, and
 // how the round's jobs are cut into units (pack: the only fusion of dense jobs into buckets, so
-// each dense unit is exactly one bucket of sync/dense_exchange.h, which sums it as it is).
+// each dense unit is exactly one bucket of sync/data/dense_exchange.h, which sums it as it is).
 #include <algorithm>
 
 #include "base/check.h"
-#include "sync/dense_exchange.h"
+#include "sync/data/dense_exchange.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {
@@ -167,8 +167,8 @@ std::deque<Unit> pack(std::vector<Job>& jobs, const PlanOptions& options) {
   add_buckets(jobs, Path::kDense, dtype_size(options.dense_wire), options.fusion_bytes, units);
   // Dense jobs a policy keeps in fp32 on a 16-bit wire (GRADEX_POLICY=auto): buckets of their own.
   add_buckets(jobs, Path::kDenseFp32, 4, options.fusion_bytes, units);
-  // The quantized route (sync/int8_exchange.h): buckets of their own per code width, counted at
-  // one byte per element (4-bit buckets thus hold twice their wire bytes' worth).
+  // The quantized route (sync/data/int8_exchange.h): buckets of their own per code width, counted
+  // at one byte per element (4-bit buckets thus hold twice their wire bytes' worth).
   add_buckets(jobs, Path::kInt8, 1, options.fusion_bytes, units);
   add_buckets(jobs, Path::kInt4, 1, options.fusion_bytes, units);
   add_buckets(jobs, Path::kFirstAverage, 4, options.fusion_bytes, units);

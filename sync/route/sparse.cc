@@ -1,7 +1,7 @@
 // Route kSparse: a DGC unit (one tensor, or a group of small ones) whose payloads, framed into one
-// message per rank (pack_sparse, below), travel in one allgatherv chosen by sync/sparse_gather.h
-// (inline round trip when small, direct or ring above); the engine's finish stage sums every
-// rank's payloads of each tensor.
+// message per rank (pack_sparse, below), travel in one allgatherv chosen by
+// sync/data/sparse_gather.h (inline round trip when small, direct or ring above); the engine's
+// finish stage sums every rank's payloads of each tensor.
 #include <chrono>
 #include <string>
 

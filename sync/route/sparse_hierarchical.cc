@@ -26,8 +26,8 @@
 #include "compress/backend/host_reselect.h"
 #include "compress/options.h"
 #include "compress/wire/message.h"
-#include "sync/backend_path.h"
-#include "sync/backend_tensor.h"
+#include "sync/data/backend_path.h"
+#include "sync/data/backend_tensor.h"
 #include "sync/route/routes.h"
 
 namespace gradex::sync::route {

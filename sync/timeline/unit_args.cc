@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-#include "sync/policy.h"
+#include "sync/policy/policy.h"
 #include "sync/route/path.h"
 
 namespace gradex::sync::timeline {

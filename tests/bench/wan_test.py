@@ -9,9 +9,10 @@
     over it, its step longer than one round trip, and GRADEX_STRIPES=auto timed the round trip and
     chose its connections per peer from it; the sparse gather's model measured the incast burst
     (1 MiB from the other host) and, the link being latency-bound, the gathers after the first
-    skipped the size round (sync/sparse_gather.h); ResNet-50's tensors handed over in two groups, on
-    DGC and on the dense 4-bit route, travel in one negotiation round a step once the model is agreed,
-    and the 4-bit units in one hop (two ranks send the same bytes either way: sync/sparse_gather.h);
+    skipped the size round (sync/data/sparse_gather.h); ResNet-50's tensors handed over in two
+    groups, on DGC and on the dense 4-bit route, travel in one negotiation round a step once the
+    model is agreed, and the 4-bit units in one hop (two ranks send the same bytes either way:
+    sync/data/sparse_gather.h);
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
@@ -110,7 +111,8 @@ def check_grouped_steps(log_path):
     """ResNet-50's 161 tensors handed over in two groups 3 ms apart, across 10 ms one way: the first
     step(s) negotiate each group in a round of its own; once the link model is latency-bound and the
     previous step showed the second group 3 ms behind the first, a step's round waits for it
-    (sync/submission_timeline.h), so the last steps are one round of 161 tensors each."""
+    (sync/negotiation/submission_timeline.h), so the last steps are one round of 161 tensors
+    each."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     rounds = [int(n) for n in re.findall(r"negotiation round: (\d+) ready", text)]
     expect(len(rounds) >= 4 and rounds[-2:] == [161, 161],

@@ -1,17 +1,18 @@
-// libFuzzer target for negotiation messages (format 3, sync/negotiator.h). The input reaches the
-// parser through the narrowest public function, Negotiator::round(), with rank 0's contribution to
-// each round's allgatherv taken from the input (rank 0's messages may carry aborts). This process
-// is rank 1 of 2 and runs the shared script (tests/fuzz/negotiate_script.h): it announces its keys
-// again after every verdict, so its cache fills and later rounds go as bits, which rank 0's
-// messages may then refer to by cache id. Input: a sequence of [u16 little-endian length][message]
-// chunks, one per round. Every round must either complete or fail with CorruptPayload (a malformed
-// message); anything else (a crash, a sanitizer report, another exception) is a bug. Verdicts must
-// be well-formed: a ready key this rank owns was announced by it, ranks are in range.
+// libFuzzer target for negotiation messages (format 3, sync/negotiation/negotiator.h). The input
+// reaches the parser through the narrowest public function, Negotiator::round(), with rank 0's
+// contribution to each round's allgatherv taken from the input (rank 0's messages may carry
+// aborts). This process is rank 1 of 2 and runs the shared script (tests/fuzz/negotiate_script.h):
+// it announces its keys again after every verdict, so its cache fills and later rounds go as bits,
+// which rank 0's messages may then refer to by cache id. Input: a sequence of [u16 little-endian
+// length][message] chunks, one per round. Every round must either complete or fail with
+// CorruptPayload (a malformed message); anything else (a crash, a sanitizer report, another
+// exception) is a bug. Verdicts must be well-formed: a ready key this rank owns was announced by
+// it, ranks are in range.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 #include "tests/fuzz/negotiate_script.h"
 #include "tests/fuzz/scripted_comm.h"
 

@@ -17,7 +17,7 @@
 #include "comm/rendezvous/memory_store.h"
 #include "comm/rendezvous/tcp_store_protocol.h"
 #include "gradex/gradex.h"
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 #include "tests/fuzz/negotiate_script.h"
 
 using namespace gradex;

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 
 namespace gradex::fuzz {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/codec_choice.h"
+#include "sync/policy/codec_choice.h"
 
 namespace gradex::sync::cost::choice_fixture {
 

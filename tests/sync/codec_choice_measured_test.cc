@@ -1,12 +1,13 @@
-// The codec choice from measured numbers (sync/codec_choice.h): calibration factors, the first plan
-// from start-up numbers, the collectives' CPU, the horizon rule, and the Adam codec's rung.
+// The codec choice from measured numbers (sync/policy/codec_choice.h): calibration factors, the
+// first plan from start-up numbers, the collectives' CPU, the horizon rule, and the Adam codec's
+// rung.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "codec_choice_fixture.h"
-#include "sync/codec_choice.h"
-#include "sync/codec_planner.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/codec_planner.h"
 
 namespace gradex::sync::cost {
 namespace {

@@ -1,13 +1,14 @@
-// The per-tensor codec choice of GRADEX_POLICY=auto (sync/codec_choice.h), as a pure function:
-// least compression that hides, harder as the link slows, the floors, overrides, early training.
+// The per-tensor codec choice of GRADEX_POLICY=auto (sync/policy/codec_choice.h), as a pure
+// function: least compression that hides, harder as the link slows, the floors, overrides, early
+// training.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "codec_choice_fixture.h"
 #include "compress/backend/block_codec.h"
-#include "sync/codec_choice.h"
-#include "sync/codec_planner.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/codec_planner.h"
 
 namespace gradex::sync::cost {
 namespace {

@@ -1,10 +1,10 @@
-// The cost model alone (sync/cost_model.h): alpha and beta recovered from synthetic transfers,
-// forgetting, codec costs, step timings, and the snapshot's byte form.
+// The cost model alone (sync/policy/cost_model.h): alpha and beta recovered from synthetic
+// transfers, forgetting, codec costs, step timings, and the snapshot's byte form.
 #include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "compress/backend/block_codec.h"
-#include "sync/cost_model.h"
+#include "sync/policy/cost_model.h"
 
 namespace gradex::sync::cost {
 namespace {

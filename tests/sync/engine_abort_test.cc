@@ -118,7 +118,7 @@ std::vector<std::string> start_with_different(const std::string& name, bool oute
         // Rank 0 states the default: the harness may set some variables (GRADEX_POLICY=fixed).
         ::setenv(name.c_str(), ctx.rank == 1 ? other.c_str() : s.default_value, 1);
         // An auto-only setting under the harness's fixed policy is a contradiction on its own
-        // (sync/policy_settings.h): the auto policy, which reads it, runs instead.
+        // (sync/policy/policy_settings.h): the auto policy, which reads it, runs instead.
         if (name.rfind("GRADEX_POLICY_", 0) == 0) ::setenv("GRADEX_POLICY", "auto", 1);
         const auto t0 = std::chrono::steady_clock::now();
         gradex_engine_options_t options;

@@ -15,7 +15,7 @@
 #include "compress/half/cast.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/engine.h"
+#include "sync/engine/engine.h"
 
 using namespace gradex::test;
 

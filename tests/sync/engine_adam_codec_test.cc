@@ -24,8 +24,8 @@
 #include "compress/dct/chunked_dct.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/codec_planner.h"
-#include "sync/policy.h"
+#include "sync/policy/codec_planner.h"
+#include "sync/policy/policy.h"
 
 using namespace gradex::test;
 

@@ -1,7 +1,7 @@
 // Decisions every rank agrees on: DGC's schedule follows the exchange counter carried in
 // negotiation (the largest any rank announces), not a per-rank count; and ranks that would sum
-// differently packed buffers are refused at start-up (sync/agreement.h; every agreed variable is
-// covered by engine_abort_test.cc).
+// differently packed buffers are refused at start-up (sync/negotiation/agreement.h; every agreed
+// variable is covered by engine_abort_test.cc).
 #include <gtest/gtest.h>
 
 #include <stdlib.h>

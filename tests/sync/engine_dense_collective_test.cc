@@ -3,7 +3,7 @@
 // 16-bit wires, with gradex's momentum, 2, 3 and 4 ranks. Each tensor is its own bucket
 // (GRADEX_FUSION_MB=0): with more than two ranks a fused bucket's segments depend on which tensors
 // a round happened to hold, so only unfused results are comparable across runs (comm/'s tests cover
-// any buffer). gather: dense gradients ride the round's DGC gather (sync/gather_rider.h): the
+// any buffer). gather: dense gradients ride the round's DGC gather (sync/data/gather_rider.h): the
 // average on every rank, the same bits everywhere, the DGC tensor's results unchanged, and the
 // allgather's bytes.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// The engine's test hooks (sync/engine.h, through EngineTestAccess) and Gates, which holds the
-// progress thread before a chosen unit's transfer: tests use it to put many tensors into one
+// The engine's test hooks (sync/engine/engine.h, through EngineTestAccess) and Gates, which holds
+// the progress thread before a chosen unit's transfer: tests use it to put many tensors into one
 // negotiation round (submit a gate tensor, wait until its transfer is reached, submit the rest,
 // release it) and to watch the units that travel.
 #pragma once
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "capi/engine_access.h"
-#include "sync/engine.h"
-#include "sync/engine_executor.h"
-#include "sync/pipeline.h"
+#include "sync/engine/engine.h"
+#include "sync/engine/engine_executor.h"
+#include "sync/engine/pipeline.h"
 
 namespace gradex::sync {
 // The engine's test hook (engine.h): a function the progress thread calls before each transfer.

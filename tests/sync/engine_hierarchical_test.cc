@@ -18,7 +18,7 @@
 #include "capi/engine_access.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/exchange_layout.h"
+#include "sync/data/exchange_layout.h"
 
 using namespace gradex::test;
 
@@ -372,7 +372,7 @@ TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
   }
 }
 
-// Regions as the hierarchical exchange's groups (sync/exchange_layout.h).
+// Regions as the hierarchical exchange's groups (sync/data/exchange_layout.h).
 TEST(ExchangeLayout, RegionTopologyGroupsRanksByRegion) {
   const gradex::comm::HostTopology t = gradex::sync::region_topology({0, 1, 0, 1, 1});
   ASSERT_EQ(t.host_count(), 2);

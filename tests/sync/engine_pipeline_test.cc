@@ -1,5 +1,5 @@
-// The engine's pipeline of stages (sync/pipeline.h) through real ranks: a unit's handles complete
-// as soon as its own results are written (a dense bucket does not wait for a DGC tensor's
+// The engine's pipeline of stages (sync/engine/pipeline.h) through real ranks: a unit's handles
+// complete as soon as its own results are written (a dense bucket does not wait for a DGC tensor's
 // allgather), and a round of many DGC tensors cut into several units (groups and lone tensors)
 // gives, bit for bit, what each tensor's codec gives alone: every rank's payload decoded in rank
 // order (the engine before the pipeline did exactly that for all tensors of a round at once).
@@ -22,7 +22,7 @@
 #include "engine_gates.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 using namespace gradex::test;
 using gradex::sync::pipeline::Unit;
@@ -237,8 +237,8 @@ TEST(EnginePipeline, ManyDgcTensorsInOneRoundMatchEachCodecAlone) {
 }
 
 // Ranks that would cut a round into different units (here: different GRADEX_SPARSE_GROUP_MB)
-// would issue different collectives: the start-up agreement (sync/agreement.h) refuses them on
-// every rank, naming the variable, before any unit travels.
+// would issue different collectives: the start-up agreement (sync/negotiation/agreement.h) refuses
+// them on every rank, naming the variable, before any unit travels.
 TEST(EnginePipeline, DifferentSparseGroupsFailOnEveryRank) {
   auto results = run_ranks(
       2,

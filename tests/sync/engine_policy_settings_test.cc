@@ -1,5 +1,6 @@
-// The precedence between GRADEX_POLICY and the settings of one policy (sync/policy_settings.h):
-// what a user writes is honoured exactly or rejected at start-up naming both settings.
+// The precedence between GRADEX_POLICY and the settings of one policy
+// (sync/policy/policy_settings.h): what a user writes is honoured exactly or rejected at start-up
+// naming both settings.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,7 +11,7 @@
 #include "base/error.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/policy_settings.h"
+#include "sync/policy/policy_settings.h"
 
 using namespace gradex::test;
 using gradex::config::Config;

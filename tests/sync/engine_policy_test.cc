@@ -1,4 +1,4 @@
-// GRADEX_POLICY=auto in the engine (sync/codec_planner.h), real ranks over real UCX: policy
+// GRADEX_POLICY=auto in the engine (sync/policy/codec_planner.h), real ranks over real UCX: policy
 // switches at agreed steps keep error feedback exact and every rank bit-identical; the model's own
 // plan on loopback agrees across ranks; fixed is today's policy.
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include "compress/backend/backend.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/codec_planner.h"
-#include "sync/pipeline.h"
-#include "sync/policy.h"
+#include "sync/engine/pipeline.h"
+#include "sync/policy/codec_planner.h"
+#include "sync/policy/policy.h"
 
 namespace gradex::sync {
 struct EngineTestAccess {

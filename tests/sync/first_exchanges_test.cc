@@ -1,5 +1,5 @@
 // FirstExchanges: which units hold a tensor's first exchange on its codec (no record of its cost).
-#include "sync/first_exchanges.h"
+#include "sync/engine/first_exchanges.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Riders' payloads (sync/gather_rider.h): every element travels, the average sums the ranks in
+// Riders' payloads (sync/data/gather_rider.h): every element travels, the average sums the ranks in
 // order with the dense route's scaling, 16-bit saturation is counted, and a payload that is not
 // this tensor's full payload is a CorruptPayload naming the rank.
-#include "sync/gather_rider.h"
+#include "sync/data/gather_rider.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The dense quantized route's allreduce (sync/int8_exchange.h) at 8 and 4 bits over real UCX,
+// The dense quantized route's allreduce (sync/data/int8_exchange.h) at 8 and 4 bits over real UCX,
 // ranks as threads, 1-4 ranks: bit-identical averages on every rank, exact error feedback (what
 // was delivered plus every residual is what was submitted), closeness to the exact mean, and
 // refusal of a unit whose pieces do not match; in two phases, in one hop, and alternating (the one
@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "comm/collectives.h"
 #include "comm/topology/host_topology.h"
-#include "sync/int8_exchange.h"
+#include "sync/data/int8_exchange.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -1,14 +1,14 @@
-// The engine's one link model (sync/link_model.h): every (collective, algorithm) priced against
-// alpha + beta * bytes worked by hand, per tier; the flat tier's incast; the encoding that carries
-// rank 0's numbers; and over real UCX (ranks as threads, each its own host) the agreed model:
-// bit-identical on every rank, probed once per membership.
+// The engine's one link model (sync/policy/link_model.h): every (collective, algorithm) priced
+// against alpha + beta * bytes worked by hand, per tier; the flat tier's incast; the encoding that
+// carries rank 0's numbers; and over real UCX (ranks as threads, each its own host) the agreed
+// model: bit-identical on every rank, probed once per membership.
 #include <gtest/gtest.h>
 
 #include <mutex>
 
 #include "base/error.h"
-#include "sync/agreed_link.h"
-#include "sync/link_model.h"
+#include "sync/policy/agreed_link.h"
+#include "sync/policy/link_model.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::sync {

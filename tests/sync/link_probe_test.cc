@@ -1,15 +1,15 @@
-// The link probe and the agreement on rank 0's numbers (sync/link_probe.h), ranks as threads over
-// real UCX: every rank ends with the same numbers, and so the same codec choices, although each
-// measured its own.
+// The link probe and the agreement on rank 0's numbers (sync/policy/link_probe.h), ranks as threads
+// over real UCX: every rank ends with the same numbers, and so the same codec choices, although
+// each measured its own.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <mutex>
 #include <thread>
 
-#include "sync/codec_choice.h"
-#include "sync/link_probe.h"
-#include "sync/transport_cpu.h"
+#include "sync/policy/codec_choice.h"
+#include "sync/policy/link_probe.h"
+#include "sync/policy/transport_cpu.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::sync::cost {

@@ -1,12 +1,12 @@
-// Negotiation messages, format 3 (sync/negotiation_codec.h), without a network: what the encoder
-// writes decodes to the announcements it was given, in the documented layout; malformed messages
-// are refused with a CorruptPayload that names the sending rank and what was wrong.
+// Negotiation messages, format 3 (sync/negotiation/negotiation_codec.h), without a network: what
+// the encoder writes decodes to the announcements it was given, in the documented layout; malformed
+// messages are refused with a CorruptPayload that names the sending rank and what was wrong.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "base/error.h"
-#include "sync/negotiation_codec.h"
+#include "sync/negotiation/negotiation_codec.h"
 
 namespace gradex::sync {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "base/error.h"
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "comm/collectives.h"
-#include "sync/negotiator.h"
+#include "sync/negotiation/negotiator.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -1,8 +1,8 @@
-// The pipeline's planner and scheduler alone (sync/pipeline.h), with stages that record what ran
-// where: the units every rank cuts, transfers in unit order on the calling thread, each unit's
+// The pipeline's planner and scheduler alone (sync/engine/pipeline.h), with stages that record what
+// ran where: the units every rank cuts, transfers in unit order on the calling thread, each unit's
 // stages in order, the next unit's prepare overlapping a transfer, and no stage running after
 // run() returns, whatever fails.
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -81,7 +81,7 @@ TEST(PipelinePlan, DenseBucketsFirstThenFirstAveragesThenSparseGroups) {
   EXPECT_EQ(keys_of(units), (K{{"b", "d", "e", "i"}, {"g", "j"}, {"a"}, {"c"}, {"f"}, {"h"}}));
 }
 
-// Riders (sync/gather_rider.h): with a byte budget and a DGC job in the round, a prefix (round
+// Riders (sync/data/gather_rider.h): with a byte budget and a DGC job in the round, a prefix (round
 // order) of the dense gradients that fit rides the first sparse unit after its DGC jobs, each with
 // its route's wire type; absent ones, parameter averages, DGC dense steps and 8-bit residual
 // holders never ride; without a DGC job, or without a budget, nothing rides.

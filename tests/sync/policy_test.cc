@@ -1,5 +1,5 @@
 // Policy chain and override parsing, without any networking.
-#include "sync/policy.h"
+#include "sync/policy/policy.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "sync/localsgd.h"
+#include "sync/engine/localsgd.h"
 
 using namespace gradex::sync;
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/pipeline.h"
+#include "sync/engine/pipeline.h"
 
 namespace gradex::sync::route {
 namespace {
@@ -71,8 +71,8 @@ TEST(Route, EveryPathIsReachedFromItsPolicy) {
     EXPECT_EQ(path_of(r.jobs[i]), cases()[i].want) << cases()[i].key;
 }
 
-// On an fp32 dense wire kFp32 is the dense wire itself (sync/policy.h: canonical_rung): the fused
-// buckets, not fp32 buckets of their own. The Adam codec's tensors take DGC's paths.
+// On an fp32 dense wire kFp32 is the dense wire itself (sync/policy/policy.h: canonical_rung): the
+// fused buckets, not fp32 buckets of their own. The Adam codec's tensors take DGC's paths.
 TEST(Route, OnAnFp32WireFp32IsTheDenseWire) {
   TensorState t;
   t.key = "w";

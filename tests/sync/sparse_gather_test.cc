@@ -1,7 +1,7 @@
-// How the engine gathers DGC units (sync/sparse_gather.h): the alpha-beta model's choice as a pure
-// function; over forked processes and real UCX, every rank takes the same path for every unit (the
-// choice is made from rank 0's link numbers and sizes every rank knows), the path is the model's,
-// the payloads are exact; a rank killed in the middle fails the others within the timeout.
+// How the engine gathers DGC units (sync/data/sparse_gather.h): the alpha-beta model's choice as a
+// pure function; over forked processes and real UCX, every rank takes the same path for every unit
+// (the choice is made from rank 0's link numbers and sizes every rank knows), the path is the
+// model's, the payloads are exact; a rank killed in the middle fails the others within the timeout.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -11,8 +11,8 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "comm/rendezvous/launch.h"
-#include "sync/agreed_link.h"
-#include "sync/sparse_gather.h"
+#include "sync/data/sparse_gather.h"
+#include "sync/policy/agreed_link.h"
 #include "tests/comm/rank_harness.h"
 
 namespace gradex::test {

@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "process_ranks.h"
 #include "rank_checks.h"
-#include "sync/stall_inspector.h"
+#include "sync/engine/stall_inspector.h"
 
 using namespace gradex;
 using namespace gradex::test;

@@ -1,6 +1,6 @@
 // StatsReporter: the GRADEX_STATS_EVERY line (rank 0 only, one per N steps, the window's figures)
 // and the one-time warnings that name the first saturated / non-finite tensor.
-#include "sync/stats_report.h"
+#include "sync/engine/stats_report.h"
 
 #include <gtest/gtest.h>
 

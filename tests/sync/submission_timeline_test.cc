@@ -1,6 +1,6 @@
-// SubmissionTimeline (sync/submission_timeline.h): what a latency-bound negotiation round waits
-// for.
-#include "sync/submission_timeline.h"
+// SubmissionTimeline (sync/negotiation/submission_timeline.h): what a latency-bound negotiation
+// round waits for.
+#include "sync/negotiation/submission_timeline.h"
 
 #include <gtest/gtest.h>
 

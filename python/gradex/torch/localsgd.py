@@ -16,7 +16,7 @@ The momentum rule for LocalSGD: whoever owns momentum owns it in both phases. By
 does: LocalSGD sets GRADEX_MOMENTUM=0 unless the caller set it (config= or the environment), and in the local
 phase the hook hands DDP its buckets back at once. A caller who sets GRADEX_MOMENTUM > 0 (optimizer at
 momentum 0) gets gradex's momentum in both phases: in the local phase the hook then submits the gradients,
-and the engine applies this rank's momentum in place without any traffic (sync/localsgd.h).
+and the engine applies this rank's momentum in place without any traffic (sync/engine/localsgd.h).
 """
 import os
 import threading

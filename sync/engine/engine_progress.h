@@ -1,0 +1,87 @@
+// The engine's progress loop: the background thread that negotiates readiness across ranks
+// (sync/negotiation/negotiator.h) and hands what became ready to the executor
+// (sync/engine/engine_executor.h). It runs a negotiation round only when this rank has something to
+// announce (a submission, its leaving) or to decide (rank 0's deadlines:
+// Negotiator::next_decision), and otherwise sleeps until one of those or until another rank starts
+// a round, which it then joins (Communicator::wait_for_next_collective): an idle engine costs no
+// CPU. Internal to the engine's source files.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "sync/engine/engine.h"
+#include "sync/engine/wake_event.h"
+#include "sync/negotiation/negotiator.h"
+#include "sync/negotiation/submission_timeline.h"
+
+namespace gradex::sync {
+
+class Engine::ProgressLoop {
+ public:
+  explicit ProgressLoop(Engine& engine) : engine_(engine) {}
+
+  // With the engine's mutex held: `a` goes out in the next round (the thread is woken).
+  void announce(Announcement a);
+  // With the engine's mutex held: a gradient's submission time (coalescing's timeline).
+  void on_submit(const std::string& key, std::chrono::steady_clock::time_point now) {
+    timeline_.on_submit(key, now);
+  }
+  // With the engine's mutex held: drops what was queued for announcement (every handle failed).
+  void drop_announcements() { to_announce_.clear(); }
+
+  void start();  // the thread, on the membership's negotiator (set_negotiator)
+  // With the engine's mutex held: the thread leaves once every rank has; false when it is not
+  // running.
+  bool leave();
+  bool leaving() const { return leaving_; }
+  void wake() { wake_.signal(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool running() const { return thread_.joinable(); }
+  void set_negotiator(std::unique_ptr<Negotiator> negotiator) {
+    negotiator_ = std::move(negotiator);
+  }
+  std::thread::id thread_id() const { return progress_thread_; }
+
+ private:
+  void run();
+  // Moves what enqueue() queued into `announce` (appending) and reads leaving_.
+  void take_announcements(std::vector<Announcement>& announce, bool& leaving);
+  // Removes announcements whose handle was answered before they went out (and all but the newest
+  // of a key's), and marks parameter averages with this rank's LocalSGD anchor presence.
+  void finalize_announcements(std::vector<Announcement>& announce);
+  // On a latency-bound link (the agreed link model) every negotiation round costs a round trip:
+  // submissions arriving together (a framework handing over a step's tensors one call after
+  // another) join the round of the first, the thread waiting while new ones keep coming (a quiet
+  // kCoalesceQuiet ends it), at most kCoalesceLatencyShare of the latency and kCoalesceMaxS.
+  // Beyond that it also waits for the groups that the previous step says come soon
+  // (SubmissionTimeline: the keys submitted there within kCoalesceExpectLatencies message
+  // latencies of the step's first submission), at most that long after this step's first (the
+  // auto policy's timeline plans with the same grouping: coalesce_ready_times). Elsewhere a round
+  // starts at once.
+  void coalesce_submissions(std::vector<Announcement>& announce, bool& leaving);
+  static constexpr double kCoalesceMaxS = 2e-3;
+  static constexpr double kCoalesceLatencyShare = 0.1;
+  static constexpr std::chrono::microseconds kCoalesceQuiet{250};
+  // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
+  // every rank left in this round with nothing outstanding.
+  void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);
+
+  Engine& engine_;
+  std::unique_ptr<Negotiator> negotiator_;  // the membership's (refers to its communicator)
+  std::vector<Announcement> to_announce_;   // engine mutex
+  SubmissionTimeline timeline_;  // this rank's gradient submissions (coalesce_submissions)
+  // Wakes the thread (enqueue, shutdown): it sleeps on this fd and the transport's events.
+  WakeEvent wake_;
+  bool leaving_ = false;  // engine mutex
+  std::thread thread_;
+  std::thread::id progress_thread_;  // set by run() before its first round
+  uint64_t trace_rounds_ = 0;        // negotiation rounds so far, for the timeline
+};
+
+}  // namespace gradex::sync

@@ -1,0 +1,61 @@
+#include "sync/policy/agreed_link.h"
+
+#include <iterator>
+#include <mutex>
+#include <string>
+
+#include "base/log.h"
+#include "comm/topology/host_identity.h"
+#include "comm/topology/tcp_limits.h"
+
+namespace gradex::sync {
+namespace {
+// The link rate the TCP advice sizes windows for: the fast end of the commodity Ethernet gradex
+// is built for (a slower link needs proportionally less, which the advice line states). Not the
+// measured rate: where the windows cap the link, the stream measures the cap.
+constexpr double kTcpAdviceTargetBits = 10e9;
+}  // namespace
+
+const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
+  if (model_ && !(incast && lacks_bursts_)) return *model_;
+  if (comm.size() < 2) {
+    model_ = std::make_unique<LinkModel>();
+    return *model_;
+  }
+  cost::ProbeOptions options;
+  if (!port_queue_explicit_)
+    options.burst_bytes_per_sender.assign(std::begin(kBurstBytesPerSender),
+                                          std::end(kBurstBytesPerSender));
+  if (!incast) options.burst_min_alpha_s = LinkModel::kLatencyBoundS;
+  auto probe = std::make_unique<cost::ProbeResult>(
+      cost::probe_links(comm, comm::host_identity(comm.options().host_id), options));
+  auto model = std::make_unique<LinkModel>(probe->model(comm.size(), port_queue_s_));
+  std::string bursts;
+  for (const cost::IncastBurst& b : model->bursts)
+    bursts += " " + std::to_string(b.bytes) + " B cost " + std::to_string(b.extra_s * 1e3) + " ms,";
+  GX_LOG(kDebug) << "link model: " << model->describe() << "; incast bursts"
+                 << (bursts.empty() ? " none," : bursts)
+                 << " beyond their transfer, inline maximum "
+                 << model->inline_max(comm.options().allgather_inline_bytes) << " B";
+  // Across regions the kernel's TCP settings, not the link, often cap the exchange: said once,
+  // with the fix, by rank 0 (whose numbers every rank plans from).
+  if (model->latency_bound() && comm.rank() == 0) {
+    static std::once_flag said;
+    const double rtt_s = 2 * model->link().alpha_s;
+    const int flows = comm.connections_per_peer();  // striping (GRADEX_STRIPES)
+    std::call_once(said, [rtt_s, flows] {
+      const std::string advice =
+          comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits, flows);
+      if (!advice.empty()) {
+        GX_LOG(kWarn) << advice;
+      }
+    });
+  }
+  lacks_bursts_ = !options.burst_bytes_per_sender.empty() && model->crosses_hosts() &&
+                  model->link().alpha_s < options.burst_min_alpha_s;
+  model_ = std::move(model);
+  probe_ = std::move(probe);
+  return *model_;
+}
+
+}  // namespace gradex::sync
