@@ -173,7 +173,7 @@ def plan(args):
 
 def wan_spec(args):
     rate, _, delay = args.wan.partition(",")
-    return WanSpec(hosts=args.hosts, rate=rate, delay=delay)
+    return WanSpec(hosts=args.hosts, rate=rate, delay=delay, sysctls=list(getattr(args, "host_sysctl", None) or []))
 
 
 def rates_of(args):
@@ -216,6 +216,9 @@ def main():
     p.add_argument("--wan", default="", metavar="RATE,DELAY",
                    help="race on an emulated WAN instead (bench/harness/wan.py: --hosts hosts, each pair DELAY "
                         "apart one way, RATE NICs, e.g. 1gbit,25ms); --rates and --delay are then unused")
+    p.add_argument("--host-sysctl", action="append", default=[], metavar="KEY=VALUE",
+                   help="a sysctl inside every emulated host's namespace (repeatable), e.g. "
+                        "net.ipv4.tcp_slow_start_after_idle=0: what a result would be with the log's advice applied")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
     p.add_argument("--tasks", default="", help=f"override the mode's tasks ({','.join(TASK_SETTINGS)})")
