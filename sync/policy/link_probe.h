@@ -19,8 +19,9 @@ struct ProbeOptions {
   int repeats = 7;  // timed round trips per size, after one untimed one
   // On a long path every timed round trip, stream and burst costs a WAN round trip or more of the
   // start-up (the probe took 4.8 s at 50 ms and about three times that at 150 ms), and the
-  // fastest of a few is as good as of many when each lasts a round trip: where rank 0's untimed
-  // first round trip takes at least long_path_round_trip_s, each size gets long_path_repeats
+  // fastest of a few is as good as of many when each lasts a round trip: where rank 0's first two
+  // round trips (the untimed one and the first timed) take at least long_path_round_trip_s each,
+  // each size gets long_path_repeats
   // timed round trips and each stream and burst one timed after the untimed one. Rank 0 decides;
   // its peers follow the flags its messages carry.
   double long_path_round_trip_s = 0.01;
