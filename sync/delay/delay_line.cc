@@ -99,11 +99,6 @@ int DelayLine::delay() const {
   return pending_ ? std::min(rule_.delay(), 1) : rule_.delay();
 }
 
-uint64_t DelayLine::lanes_from() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pending_ ? lanes_from_ : 0;
-}
-
 void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda,
                             uint64_t rows) {
   std::lock_guard<std::mutex> lock(mutex_);

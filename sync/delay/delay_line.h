@@ -57,11 +57,8 @@ class DelayLine {
   DelayLine& operator=(const DelayLine&) = delete;
 
   // The delay steps now apply (0: every call passes through to the engine unchanged). While
-  // auto's lanes connect in the background this is 1, the decided D from lanes_from() on.
+  // auto's lanes connect in the background this is 1, the decided D from their take-over step on.
   int delay() const;
-  // auto's step (end_step count) from which its lanes carry the exchanges; 0 when no lanes are
-  // connecting in the background.
-  uint64_t lanes_from() const;
   // Handles this line answers carry this bit (the engine's never do: they count from 1).
   static constexpr uint64_t kHandleBit = uint64_t{1} << 63;
   static bool owns(uint64_t handle) { return (handle & kHandleBit) != 0; }

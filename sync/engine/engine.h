@@ -113,12 +113,10 @@ class Engine {
   // under GRADEX_POLICY=fixed.
   void set_policy_horizon(uint64_t steps);
 
-  // Before this engine's first exchange: it takes `other`'s link model (probed and agreed there)
-  // instead of probing its own, for another membership over the same ranks (the delayed
-  // exchange's lanes, sync/delay/delay_lanes.h). No effect when `other` has not probed yet.
-  void adopt_link_model(Engine& other);
-  // The same from a copy taken earlier (link_model_copy), so that the adopting engine can be made
-  // on another thread while `other` keeps exchanging.
+  // Before this engine's first exchange: it takes `model` (another engine's agreed link model,
+  // link_model_copy) instead of probing its own, for another membership over the same ranks (the
+  // delayed exchange's lanes, sync/delay/delay_lanes.h, made on another thread while that engine
+  // keeps exchanging). No effect when the copy holds no model.
   void adopt_link_model(const AgreedLink& model);
   // A copy of this membership's agreed link model (empty when not probed yet); waits until idle.
   std::unique_ptr<AgreedLink> link_model_copy();

@@ -35,12 +35,6 @@ std::vector<float> Engine::residual_of(const std::string& key) {
   return path.residual(it->second);  // host copy of v
 }
 
-void Engine::adopt_link_model(Engine& other) {
-  auto lock = wait_until_idle();
-  auto other_lock = other.wait_until_idle();
-  executor_->link().adopt(other.executor_->link());
-}
-
 void Engine::adopt_link_model(const AgreedLink& model) {
   auto lock = wait_until_idle();
   executor_->link().adopt(model);
