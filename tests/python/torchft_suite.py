@@ -11,6 +11,8 @@ import io
 import math
 import os
 import tempfile
+import threading
+import time
 import unittest
 from datetime import timedelta
 from unittest import mock
@@ -64,6 +66,51 @@ EXTRA_SUBSTITUTIONS = {
     "ManagerIntegTest.test_ddp_skip_init_sync": lambda module: {"MyModel": seeded_privately(module.MyModel)},
 }
 
+
+@contextlib.contextmanager
+def late_replica_joins_the_last_quorum(module, late_replica="0", last_step=3, margin_s=0.5, join_timeout_ms=5000,
+                                       limit_s=120.0):
+    """torchft's upscale test starts replica 0 once replicas 1 and 2 have reached step 2, and expects all three
+    in the quorum before 1 and 2 stop after step 4. Two races in the test can leave one replica alone below
+    min_replicas until its quorum times out (measured with 6 busy processes beside it: 1 run in 4):
+    - the lighthouse forms a "fast quorum" as soon as every member of the previous quorum asks, so replicas 1
+      and 2 can take their quorums for steps 2 and 3 while replica 0 is still on its first inner step;
+    - it waits for a heartbeating replica that has not asked only for join_timeout_ms (100 ms here) after the
+      first request, so replica 0, having asked early, and one of 1 and 2 can form a quorum without the other.
+    This holds the other replicas' last quorum until replica 0 has asked (plus a margin for its request to
+    reach the lighthouse) and gives the lighthouse a join timeout longer than that margin: the order the test
+    is written for. What the test checks (the late replica heals from a peer and all three end with the same
+    state) is unchanged; its first quorum now waits the join timeout for replica 0, held at its barrier."""
+    from torchft import manager as manager_module
+
+    asked = threading.Event()
+    original = manager_module.Manager._async_quorum
+
+    def async_quorum(self, *args, **kwargs):
+        if self._replica_id == late_replica:
+            asked.set()
+        elif self.current_step() >= last_step and not asked.is_set():
+            if not asked.wait(limit_s):
+                raise TimeoutError(f"replica {late_replica} never asked for a quorum in {limit_s:.0f} s")
+            time.sleep(margin_s)
+        return original(self, *args, **kwargs)
+
+    lighthouse = module.LighthouseServer
+
+    def patient_lighthouse(*args, **kwargs):
+        kwargs.setdefault("join_timeout_ms", join_timeout_ms)
+        return lighthouse(*args, **kwargs)
+
+    with mock.patch.object(manager_module.Manager, "_async_quorum", async_quorum), \
+            substituted(module, {"LighthouseServer": patient_lighthouse}):
+        yield
+
+
+# Tests whose replicas race in a way torchft's own test does not order (see the function named).
+ORDERED_BY = {
+    "LocalSGDIntegTest.test_streaming_diloco_upscale_00": late_replica_joins_the_last_quorum,
+}
+
 # torchft's tests give each quorum 10 s, sized for torchft's CI, where one test has the machine to itself. Here
 # pytest runs several workers on two cores: a quorum waits for the slowest replica's whole step, and under that
 # load a healthy upscale test was measured at 8-12 s end to end, so a 10 s quorum wait fails it now and then
@@ -102,6 +149,8 @@ def run(module_name, test_id, also=()):
             stack.enter_context(substituted(importlib.import_module(name), {"ProcessGroupGloo": gradex_group}))
         if test_id in EXTRA_SUBSTITUTIONS:
             stack.enter_context(substituted(module, EXTRA_SUBSTITUTIONS[test_id](module)))
+        if test_id in ORDERED_BY:
+            stack.enter_context(ORDERED_BY[test_id](module))
         result = unittest.TextTestRunner(stream=out, verbosity=2).run(suite)
     # Some of torchft's tests leave a default process group behind (torchft's CI runs each file in a process
     # of its own); the next test may create one again.
