@@ -4,8 +4,8 @@
 # and a short fuzzing run of each fuzzer. Expects scripts/setup.sh to have built build/. Prints each stage's wall time and pytest's
 # slowest tests, so that a test that got slower shows in CI's log.
 #
-# Schedule: ctest; pytest with mypy and TSan's run beside it (computing stages beside one whose tests
-# mostly wait); then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
+# Schedule: ctest; pytest with mypy beside it (a computing stage beside one whose tests mostly wait); then
+# TSan's run, alone; then the fuzzers, which fuzz for wall-clock seconds and so run alone. pytest keeps
 # file order: on the recorded durations, xdist's worksteal ends within 2-3 % of a longest-first order
 # (simulated), and file order keeps each worker's TensorFlow tests together, where their rank
 # interpreters are reused (tests/python/tf_ranks.py) instead of importing TF again on every worker.
@@ -16,7 +16,8 @@
 #   GX_PYTEST_JOBS   pytest-xdist workers (default 3; 0 runs pytest in this process, as does a
 #                    .venv without pytest-xdist)
 #   GX_FUZZ_SECONDS, GX_FUZZ_PARALLEL   see tests/fuzz/run.sh
-#   GX_BESIDE        1 (default): mypy and TSan's run beside pytest; 0: each in its own stage
+#   GX_BESIDE        1 (default): mypy beside pytest; 0: in its own stage
+#   GX_TSAN_BESIDE   1: TSan's run beside pytest as well (default 0, below)
 #   GX_PREBUILD      1 (default): the sanitizer trees build in the background at nice 19 from the start
 #                    (below), GX_PREBUILD_JOBS compiles at a time (default 2); 0: each in its own stage
 #
@@ -98,11 +99,13 @@ stage "C++ tests (ctest)" ctest --test-dir build --output-on-failure -j "${GX_CT
 # pytest's stage is the long one (11 minutes on 3 workers) and its workers spend much of it waiting on rank
 # processes, sockets and timeouts: the two clean-clone runs of the test command on 2026-12-02 (setup's
 # build included, which keeps both cores busy) used 39 and 36 CPU-minutes in 28 and 25 minutes, 70 % of
-# two cores. The two stages that only compute run beside it: the type check of the Python package (one
-# process, 42 s) and, once the background build has its tree, the ThreadSanitizer run (its shards).
+# two cores. The type check of the Python package (one process, 42 s) runs beside it.
+# The ThreadSanitizer run does not: its engines' threads wait on peers and timeouts that a core taken by
+# pytest's ranks delays, and every wait is slower under TSan. Measured on 2026-12-02: 107 s alone after
+# pytest, against 904 s (this machine) and 1,770 s (CI) beside it, where it also slowed pytest.
 # ctest keeps the machine to itself: its tests are CPU-bound enough that the nice-19 background build
 # alone slowed it by a fifth (above), and its RUN_SERIAL test measures round trips and goodput.
-# GX_BESIDE=0 runs each in its own stage instead: mypy before pytest, TSan after it.
+# GX_BESIDE=0 runs mypy in its own stage before pytest; GX_TSAN_BESIDE=1 runs TSan beside pytest.
 have_pytest=0
 [ -d tests/python ] && [ -x .venv/bin/python ] && have_pytest=1
 beside=${GX_BESIDE:-1}
@@ -115,12 +118,14 @@ else
   echo "== $mypy_name: .venv has no mypy (bash scripts/setup.sh installs it)"
   status=1
 fi
-if [ "$beside" = 1 ]; then
-  [ "$have_mypy" = 1 ] && side_stage "$mypy_name" .venv/bin/python -m mypy
-  side_stage "$tsan_name" tsan_stage
+tsan_beside=${GX_TSAN_BESIDE:-0}
+[ "$have_pytest" = 1 ] || tsan_beside=0
+if [ "$beside" = 1 ] && [ "$have_mypy" = 1 ]; then
+  side_stage "$mypy_name" .venv/bin/python -m mypy
 elif [ "$have_mypy" = 1 ]; then
   stage "$mypy_name" .venv/bin/python -m mypy
 fi
+[ "$tsan_beside" = 1 ] && side_stage "$tsan_name" tsan_stage
 if [ "$have_pytest" = 1 ]; then
   pytest_args=(-q --durations=30 --durations-min=1.0)
   if [ "${GX_SLOW:-0}" != 1 ]; then pytest_args+=(-m "not slow"); fi
@@ -131,12 +136,8 @@ if [ "$have_pytest" = 1 ]; then
   fi
   stage "Python tests (pytest)" .venv/bin/python -m pytest "${pytest_args[@]}" tests/python
 fi
-if [ "$beside" = 1 ]; then
-  [ "$have_mypy" = 1 ] && side_wait "$mypy_name"
-  side_wait "$tsan_name"
-else
-  stage "$tsan_name" tsan_stage
-fi
+if [ "$beside" = 1 ] && [ "$have_mypy" = 1 ]; then side_wait "$mypy_name"; fi
+if [ "$tsan_beside" = 1 ]; then side_wait "$tsan_name"; else stage "$tsan_name" tsan_stage; fi
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Four fuzzers (payload decoder, store protocol, negotiation, saved state), each this long after replaying
