@@ -199,6 +199,22 @@ def allow_congestion_control(cc: str) -> None:
     _run(["sysctl", "-qw", f"net.ipv4.tcp_allowed_congestion_control={' '.join(allowed + [cc])}"])
 
 
+def _proc_net_counters(text: str) -> Dict[str, int]:
+    """/proc/net/snmp and /proc/net/netstat as nstat names them ("Tcp" + "RetransSegs", "TcpExt" + ...):
+    each table is a line of names followed by a line of values, both led by the table's name."""
+    out: Dict[str, int] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines, lines[1:]):
+        head, _, rest = names.partition(":")
+        vhead, _, vrest = values.partition(":")
+        if head != vhead or not rest.strip() or not rest.split()[0].isalpha():
+            continue
+        for name, value in zip(rest.split(), vrest.split()):
+            if value.lstrip("-").isdigit():
+                out[head + name] = int(value)
+    return out
+
+
 def _run(argv: List[str], timeout: float = 30, check: bool = True) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
@@ -313,6 +329,27 @@ class Wan:
         if not self.spec.multi_region or self.relay is None:
             return None
         return self.stats().get("wan_bytes")
+
+    # TCP's loss-recovery counters (nstat's names) that say how a run's flows met the WAN's drops: segments
+    # sent again, retransmission timeouts (a stall of at least 200 ms, doubling), tail loss probes, and
+    # fast retransmits.
+    TCP_LOSS_COUNTERS = ("TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpExtTCPFastRetrans")
+
+    def loss_counters(self) -> Dict[str, int]:
+        """The delay line's queue and loss drops, and TCP_LOSS_COUNTERS summed over the hosts, so far: a
+        run's figures are the difference of two reads."""
+        out = {"queue_drops": 0, "loss_drops": 0}
+        if self.relay is not None:
+            relay = self.stats()
+            out = {k: relay.get(k, 0) for k in out}
+        for name in self.TCP_LOSS_COUNTERS:
+            out[name] = 0
+        for h in range(self.hosts):
+            text = _run(["ip", "netns", "exec", self.namespace(h), "cat", "/proc/net/snmp", "/proc/net/netstat"])
+            for name, value in _proc_net_counters(text).items():
+                if name in out:
+                    out[name] += value
+        return out
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Wan":

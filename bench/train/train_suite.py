@@ -298,6 +298,8 @@ def race(args, runs, rates, networks):
         def display(mode, step, total):
             print_progress_line(f"[train {network.label}] {mode} step {step}/{total}")
 
+        counters = getattr(network, "loss_counters", None)  # an emulated WAN's drops and TCP recoveries
+        before = counters() if counters else None
         started = time.monotonic()
         try:
             run_ranks(network, args.hosts, argv, warmup=0, steps=1, display=display, log_dir=args.log_dir,
@@ -313,15 +315,25 @@ def race(args, runs, rates, networks):
         if record is not None:
             record["run_s"] = time.monotonic() - started
             record["load_average"] = os.getloadavg()[0]
+            if counters is not None and before is not None:
+                record["network_losses"] = {k: v - before[k] for k, v in counters().items()}
             result = entry["methods"].setdefault(method, {"seeds": [], "steps": steps, "rate_only": rate_only})
             result["seeds"].append(record)
             result["summary"] = summarize(result["seeds"])
             print(f"  {network.label} {task} {method} seed {seed}: "
                   f"{describe(record, entry['target'])} ({record['run_s']:.0f} s, "
-                  f"load {record['load_average']:.1f})", flush=True)
+                  f"load {record['load_average']:.1f}{losses_note(record)})", flush=True)
         data["race_s"] = time.monotonic() - started_all
         results.write(args.out, data, link=network_links(networks))
     return 1 if data["failures"] else 0
+
+
+def losses_note(record):
+    losses = record.get("network_losses")
+    if not losses:
+        return ""
+    return (f"; WAN drops {losses['queue_drops'] + losses['loss_drops']}, TCP retransmitted "
+            f"{losses['TcpRetransSegs']} segments, {losses['TcpExtTCPTimeouts']} timeouts")
 
 
 def describe(record, target):

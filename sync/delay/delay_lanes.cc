@@ -25,7 +25,9 @@ DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count, int firs
   lane_config.set("GRADEX_DELAY", "0");
   lane_config.set("GRADEX_MOMENTUM", "0");
   lane_config.set("GRADEX_NESTEROV", "0");
-  lane_config.set("GRADEX_TIMELINE", "");
+  // GRADEX_TIMELINE stays: each lane writes its own rank<r>.<n>.json beside the delayed engine's
+  // (n = 2.. in the order the lanes are made, the same on every rank), so a lane whose exchanges
+  // hold steps up shows in the merged trace as a process of its own.
   link_ = delayed.link_model_copy();
   const int rank = delayed.rank();
   if (start == Start::kNow) {
