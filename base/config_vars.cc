@@ -228,10 +228,12 @@ const std::vector<VarSpec>& registry() {
      "peer class, 8 B to 256 KiB) at the first exchange; 0: start from defaults and learn from "
      "the collectives only."},
     {"GRADEX_POLICY_LEARN_LINK", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
-     "GRADEX_POLICY=auto: refit the link's latency and rate from the collectives' timings as "
-     "training runs; 0 keeps the start-up probe's numbers. The delayed exchange's lanes "
-     "(GRADEX_DELAY >= 2) set 0: their collectives share the link with each other's, so each "
-     "lane's timings read it slower than it is."},
+     "GRADEX_POLICY=auto: refit the link's latency and rate, each codec's measured-over-"
+     "predicted factor and the step's calibration from the collectives' timings as training "
+     "runs; 0 plans from the start-up probe's numbers and the codecs' calibrated costs only. The "
+     "delayed exchange's lanes (GRADEX_DELAY >= 2) set 0: their collectives share the link with "
+     "each other's, so each lane's timings read it slower than it is, and a lane's step ends "
+     "before its exchange does."},
     {"GRADEX_SPARSITY", VarType::kFloat, "0.999", 0, 1, false, true, nullptr, kEngine,
      "GRADEX_POLICY=fixed: target DGC sparsity after warm-up, the fraction of elements NOT sent "
      "each step. Setting it selects the fixed policy when GRADEX_POLICY is not given."},

@@ -20,14 +20,20 @@ DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count, int firs
   if (lane_config.get_string("GRADEX_STRIPES") == "auto") lane_config.set("GRADEX_STRIPES", "1");
   // The lanes' collectives share the link with each other's: their timings would read it slower
   // than the probe found it, and each lane's plan would drift on its own.
-  if (lane_config.get_string("GRADEX_POLICY") == "auto")
-    lane_config.set("GRADEX_POLICY_LEARN_LINK", "0");
+  const bool planned = lane_config.get_string("GRADEX_POLICY") == "auto";
+  if (planned) lane_config.set("GRADEX_POLICY_LEARN_LINK", "0");
   lane_config.set("GRADEX_DELAY", "0");
   lane_config.set("GRADEX_MOMENTUM", "0");
   lane_config.set("GRADEX_NESTEROV", "0");
   // GRADEX_TIMELINE stays: each lane writes its own rank<r>.<n>.json beside the delayed engine's
   // (n = 2.. in the order the lanes are made, the same on every rank), so a lane whose exchanges
   // hold steps up shows in the merged trace as a process of its own.
+  // Each lane plans as if its exchange had one step's compute and the whole link: it has `count`
+  // steps (GRADEX_POLICY_SLACK is not widened) but shares the link with the other count - 1 lanes
+  // in flight (the rate is not divided), and for the bytes the two cancel. A lane's own compute,
+  // measured between its submissions, holds the steps' waits: a deadline grown from it would
+  // loosen the plan as the steps slow (measured: fp32 chosen for a 4M-element tensor, 1-2 s
+  // transfers, half the steps/s).
   link_ = delayed.link_model_copy();
   const int rank = delayed.rank();
   if (start == Start::kNow) {

@@ -268,7 +268,10 @@ void CodecPlanner::replan(comm::Communicator& comm, uint64_t epoch) {
     const cost::Plan in_force =
         cost::choose_codecs(inputs_of(local, &choice_), local, choice_options(local), 0);
     const double predicted = in_force.finish_s - in_force.backward_end_s;
-    if (tails > 0 && measured > 1e-3 && predicted > 1e-3)
+    // Not without learning (GRADEX_POLICY_LEARN_LINK=0): a delayed-exchange lane's step ends
+    // before its exchange does, so its measured tail says nothing of the plan (measured: 0.25,
+    // the floor, every lane's predictions cut by 4 and fp32 chosen for a 4M-element tensor).
+    if (planner_.learn_link && tails > 0 && measured > 1e-3 && predicted > 1e-3)
       local.calibration = std::clamp(measured / predicted, 0.25, 16.0);
     // No step ended since the last plan (a plan at a ramp quarter or a horizon rung right after
     // a regular one): what that plan knew still holds. Dropped, the floor below fell away with
@@ -501,7 +504,9 @@ void CodecPlanner::observe_unit(const pipeline::Unit& unit) {
   }
   const double total = c.prepare_seconds + c.transfer_seconds + c.finish_seconds;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (world_size_ > 1 && !first_on_codec && sample.codec_work &&
+  // Without learning (GRADEX_POLICY_LEARN_LINK=0) the units' times calibrate no codec either: a
+  // unit's time is mostly its transfer, which is the link's.
+  if (planner_.learn_link && world_size_ > 1 && !first_on_codec && sample.codec_work &&
       elements >= cost::CostModel::kMinCodecSample && unit_records_.size() < kMaxUnitRecords) {
     cost::UnitRecord record;
     record.codec = codec;

@@ -472,7 +472,7 @@ TEST(EnginePolicy, WithoutLearningThePlansKeepTheProbedLink) {
       [&](RankContext& ctx) -> std::string {
         const uint64_t size = 2000000;
         RANK_OK(gradex_register_tensor(ctx.engine, "w", size, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
-        std::vector<std::string> links;
+        std::vector<std::string> links, factors;
         for (int step = 0; step < 7; ++step) {
           std::vector<float> g = test_vector(9, ctx.rank, step, size);
           gradex_handle_t h;
@@ -483,9 +483,17 @@ TEST(EnginePolicy, WithoutLearningThePlansKeepTheProbedLink) {
           const size_t at = text.find("link alpha ");
           const size_t end = text.find(';', at);
           links.push_back(at == std::string::npos ? "" : text.substr(at, end - at));
+          // Nor the step's calibration and the codecs' measured-over-predicted factors.
+          const size_t from = text.find("calibration ");
+          factors.push_back(from == std::string::npos
+                                ? ""
+                                : text.substr(from, text.find('\n', from) - from));
         }
         RANK_REQUIRE(!links.front().empty(), "no link in the plan");
         RANK_REQUIRE(links.back() == links.front(), links.front() << " then " << links.back());
+        RANK_REQUIRE(factors.back().rfind("calibration 1.00;", 0) == 0, factors.back());
+        RANK_REQUIRE(factors.back().find("fp32 1.00, 16-bit 1.00, dgc 1.00") != std::string::npos,
+                     factors.back());
         return "";
       });
   EXPECT_EQ(failures(results), "");
