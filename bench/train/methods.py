@@ -45,13 +45,13 @@ from torch.nn.parallel import DistributedDataParallel
 from bench.baselines.modes import _noop_hook, serialized_hook  # noqa: E402
 from bench.train.optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
 
+# The delayed exchange (GRADEX_DELAY): gradex_auto with D exchanges in flight, drained by gx.synchronize.
+DELAYED = ("gradex_delay", "gradex_delay1", "gradex_delay4", "gradex_delay8", "gradex_stale1")
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
-           "gradex_localsgd", "nocomm", "gradex_delay", "gradex_delay1", "gradex_delay4", "gradex_delay8",
-           "gradex_stale1")
+           "gradex_localsgd", "nocomm") + DELAYED
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
 # gx.hook methods: gradex owns SGD's momentum
-GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc", "gradex_delay", "gradex_delay1", "gradex_delay4",
-                "gradex_delay8", "gradex_stale1")
+GRADEX_HOOKS = ("gradex_auto", "gradex_default", "gradex_dgc") + DELAYED
 SYNCED = "synced"  # what after_step returns when every rank holds the same parameters
 
 
@@ -136,7 +136,7 @@ class Method:
         if self._lsgd is not None:
             self._lsgd.average_parameters()
             return True
-        if self.name in ("gradex_delay", "gradex_delay1", "gradex_delay4", "gradex_delay8", "gradex_stale1"):
+        if self.name in DELAYED:
             import gradex.torch as gx
             gx.synchronize(self.gradex, self.ddp.module)
             return True

@@ -52,13 +52,13 @@ from bench.harness.launcher import RankFailure, print_progress_line, run_ranks  
 from bench.cluster.exchange_suite import rate_bits  # noqa: E402
 from bench.train.optimizers import ADAMW_UNSUPPORTED, OPTIMIZERS  # noqa: E402
 
+# methods.py's DELAYED (not imported: methods.py imports torch, which this driver never needs).
+DELAYED = ("gradex_delay", "gradex_delay1", "gradex_delay4", "gradex_delay8", "gradex_stale1")
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
-           "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense", "gradex_delay", "gradex_delay1",
-           "gradex_delay4", "gradex_delay8", "gradex_stale1")
+           "gradex_localsgd", "nocomm", "keras_gradex_default", "keras_gradex_dense") + DELAYED
 # Methods whose arithmetic (and so their steps to target) may depend on the link: they train in full at
 # every rate. gradex_default and keras_gradex_default follow GRADEX_POLICY's default, auto once it exists.
-LINK_ADAPTIVE = ("gradex_auto", "gradex_default", "keras_gradex_default", "gradex_delay", "gradex_delay1",
-                 "gradex_delay4", "gradex_delay8", "gradex_stale1")
+LINK_ADAPTIVE = ("gradex_auto", "gradex_default", "keras_gradex_default") + DELAYED
 RATE_ONLY_STEPS = 10  # steps timed, without evaluation, of a link-independent method at a non-reference rate
 # Per task: steps (the cosine schedule's length), the peak learning rate, and the target test accuracy:
 # the value plain DDP reaches after about 2/3 of those steps (calibrated on DDP's curves, the same peak

@@ -20,8 +20,8 @@ DelayLanes::DelayLanes(const Factory& make, Engine& delayed, int count, int firs
   if (lane_config.get_string("GRADEX_STRIPES") == "auto") lane_config.set("GRADEX_STRIPES", "1");
   // The lanes' collectives share the link with each other's: their timings would read it slower
   // than the probe found it, and each lane's plan would drift on its own.
-  const bool planned = lane_config.get_string("GRADEX_POLICY") == "auto";
-  if (planned) lane_config.set("GRADEX_POLICY_LEARN_LINK", "0");
+  if (lane_config.get_string("GRADEX_POLICY") == "auto")
+    lane_config.set("GRADEX_POLICY_LEARN_LINK", "0");
   lane_config.set("GRADEX_DELAY", "0");
   lane_config.set("GRADEX_MOMENTUM", "0");
   lane_config.set("GRADEX_NESTEROV", "0");
