@@ -147,21 +147,19 @@ def test_diloco_grid_settings_parse_and_reject_by_name():
 
 
 def test_equal_step_runs_stop_at_their_step_count(tmp_path):
-    """lm_rank.py --steps: the run ends after exactly N steps (not a budget), evaluating every --eval-steps,
-    for every method; a DiLoCo run also reports the bytes gradex counted."""
-    for method in ("ddp", "gradex_diloco4"):
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.lm.diloco_grid", "--only",
-             {"ddp": "ddp", "gradex_diloco4": "diloco4 H=4 F=2 d=1"}[method], "--steps", "8", "--eval-steps", "4",
-             "--vocab", "512", "--corpus-bytes", str(SMALL), "--log-dir", str(tmp_path), "--out",
-             str(tmp_path / f"{method}.json"), "--rank-args",
-             "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2"],
-            cwd=ROOT, capture_output=True, text=True, timeout=240)
-        assert out.returncode == 0, out.stdout + out.stderr
-        result = json.loads((tmp_path / f"{method}.json").read_text())["results"][0]
-        assert [c[1] for c in result["curve"]] == [0, 4, 8]
-        if method == "gradex_diloco4":
-            assert result["gradex_bytes_sent_rank0"] > 0
+    """lm_rank.py --steps: the run ends after exactly N steps (not a budget), evaluating every --eval-steps; a
+    DiLoCo run (its outer rounds count steps) also reports the bytes gradex counted. DDP's --steps run is
+    test_powersgd_hook_with_many_buckets_on_gloo's."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.lm.diloco_grid", "--only", "diloco4 H=4 F=2 d=1", "--steps", "8",
+         "--eval-steps", "4", "--vocab", "512", "--corpus-bytes", str(SMALL), "--log-dir", str(tmp_path), "--out",
+         str(tmp_path / "diloco4.json"), "--rank-args",
+         "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads((tmp_path / "diloco4.json").read_text())["results"][0]
+    assert [c[1] for c in result["curve"]] == [0, 4, 8]
+    assert result["gradex_bytes_sent_rank0"] > 0
 
 
 def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
@@ -179,6 +177,7 @@ def test_powersgd_hook_with_many_buckets_on_gloo(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     curves = json.loads((tmp_path / "lm.json").read_text())["curves"]["loopback"]
     assert [c[1] for c in curves["powersgd"]] == [0, 6, 12]
+    assert [c[1] for c in curves["ddp"]] == [0, 6, 12]  # --steps ends DDP's run at its step count too
     assert all(math.isfinite(c[2]) for c in curves["powersgd"])
     assert curves["powersgd"][-1][2] < curves["powersgd"][0][2]  # it trained
 

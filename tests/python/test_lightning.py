@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import test_scalars
 import torch_ranks as ranks
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_train.py")
@@ -32,13 +33,20 @@ def _train(tmp_path, launcher, mode):
     return results
 
 
-@pytest.mark.parametrize("launcher", ["popen", "spawn"])
-def test_lightning_ddp_strategy_with_gradex_hook(tmp_path, launcher):
-    for r in _train(tmp_path, launcher, "hook"):
+# The default launcher's run also carries the TensorBoard logger and gradex.torch.lightning.Scalars ("scalars"
+# mode: the hook at 99 %), whose event files are checked here as test_scalars.py checks the other front ends':
+# one Lightning job instead of two (each interpreter spends ~7 s of CPU importing Lightning).
+@pytest.mark.parametrize("launcher,mode", [("popen", "scalars"), ("spawn", "hook")])
+def test_lightning_ddp_strategy_with_gradex_hook(tmp_path, launcher, mode):
+    for r in _train(tmp_path, launcher, mode):
         s = r["stats"]
         assert s["steps"] == 12 and s["tensors"] == 12 * 4  # per parameter, from the first iteration
         assert s["sparse_exchanges"] == 12  # the 32768-element weight goes DGC every step
         assert s["compression_ratio"] > 20, s
+    if mode == "scalars":
+        values = test_scalars.scalars_in(str(tmp_path))
+        test_scalars.check_scalars(values)
+        assert sorted(s for s, _ in values["gradex/compression_ratio"]) == [4, 8, 12]
 
 
 def test_lightning_localsgd_recipe(tmp_path):

@@ -1,6 +1,7 @@
 """Scalars where users look: gx.log_scalars into a torch SummaryWriter, gradex.torch.lightning.Scalars into the
 Trainer's TensorBoard logger, and gxk.callbacks.ScalarsCallback into a tf.summary writer, each on real ranks with
-DGC at 99 %: the event files must hold gradex's tags with values that agree with its counters."""
+DGC at 99 %: the event files must hold gradex's tags with values that agree with its counters. Lightning's callback is
+checked in test_lightning.py's run with the default launcher (scalars_in and check_scalars from here)."""
 import glob
 import math
 import os
@@ -25,7 +26,7 @@ _TAGS = {"gradex/sent_mb_per_step", "gradex/compression_ratio", "gradex/codec_mi
          "gradex/plan_changes"}
 
 
-def _scalars_in(log_dir):
+def scalars_in(log_dir):
     """{tag: [(step, value), ...]} from every event file under log_dir (TF2 tensor summaries or scalars)."""
     no_tensorflow_in_tensorboard()  # the test process holds torch
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -44,7 +45,7 @@ def _scalars_in(log_dir):
     return out
 
 
-def _check(values, sparse_expected=True):
+def check_scalars(values, sparse_expected=True):
     assert _TAGS <= set(values), set(values)
     for tag in _TAGS:
         assert all(math.isfinite(v) and v >= 0 for _, v in values[tag]), (tag, values[tag])
@@ -88,26 +89,13 @@ def _torch_job(rank, world, log_dir):
 def test_log_scalars_writes_a_summary_writer(tmp_path):
     out = ranks.run(_torch_job, 2, args=(str(tmp_path),), timeout=240,
                     env={"GRADEX_SPARSITY": "0.99", "GRADEX_WARMUP_STEPS": "2", "GRADEX_TIMEOUT_S": "60"})
-    values = _scalars_in(str(tmp_path))
-    _check(values)
+    values = scalars_in(str(tmp_path))
+    check_scalars(values)
     assert sorted(s for s, _ in values["gradex/sent_mb_per_step"]) == [4, 8, 12]
     returned, stats = out[0]["returned"], out[0]["stats"]
     # The three windows add up to the counters: 12 steps' bytes.
     sent = sum(r["gradex/sent_mb_per_step"] * 4 for r in returned) * 1e6
     assert abs(sent - stats["bytes_sent"]) < 1e-3 * stats["bytes_sent"], (sent, stats["bytes_sent"])
-
-
-def test_lightning_scalars_callback_logs_to_tensorboard(tmp_path):
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_train.py")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ranks.free_port()), GRADEX_TIMEOUT_S="60")
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(name, None)
-    done = subprocess.run([sys.executable, script, str(tmp_path), "popen", "scalars"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    values = _scalars_in(str(tmp_path))
-    _check(values)
-    assert sorted(s for s, _ in values["gradex/compression_ratio"]) == [4, 8, 12]
 
 
 def _keras_job(rank, world, log_dir):
@@ -132,8 +120,8 @@ def _keras_job(rank, world, log_dir):
 
 def test_keras_scalars_callback_writes_tf_summaries(tmp_path):
     out = tf_ranks.run("test_scalars:_keras_job", 2, args=(str(tmp_path),), timeout=240)
-    values = _scalars_in(str(tmp_path))
-    _check(values)
+    values = scalars_in(str(tmp_path))
+    check_scalars(values)
     assert sorted(s for s, _ in values["gradex/sent_mb_per_step"]) == [4, 8, 12]
     assert out[0]["steps"] == 12
 
