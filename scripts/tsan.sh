@@ -3,7 +3,7 @@
 # (ranks as threads over real UCX, collectives incl. the ring allgatherv) and the sync engine tests
 # (each rank's engine has a progress thread beside the caller's), the one-round allgatherv, the
 # hierarchical collectives and reconfiguration/abort from another thread. Builds build-tsan/
-# (-DGRADEX_TSAN=ON, no bench, no CUDA) with only those targets and runs each binary. Fails on any TSan report (halt_on_error) or test
+# (-DGRADEX_TSAN=ON, no bench, no CUDA, no Thrust-on-OpenMP) with only those targets and runs each binary. Fails on any TSan report (halt_on_error) or test
 # failure. UCX itself is not instrumented: races inside it are out of sight, races on our memory
 # are not. TSAN_FILTER (a gtest filter) replaces the per-binary subsets below.
 # GX_SLOW=1 (the opt-in stage: GX_SLOW=1 bash scripts/test.sh) adds what the default run leaves to the plain
@@ -27,7 +27,7 @@ mkdir -p build-tsan
 # than full debug information.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADEX_TSAN=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-  -DGRADEX_CUDA=OFF -DGRADEX_BUILD_BENCH=OFF "${launcher[@]}" >build-tsan/configure.log 2>&1 ||
+  -DGRADEX_CUDA=OFF -DGRADEX_THRUST_OMP=OFF -DGRADEX_BUILD_BENCH=OFF "${launcher[@]}" >build-tsan/configure.log 2>&1 ||
   { cat build-tsan/configure.log; exit 1; }
 tests=(gradex_base_test gradex_compress_test gradex_comm_collectives_test gradex_comm_ring_allgatherv_test
        gradex_comm_communicator_test gradex_comm_wait_collective_test gradex_sync_test
