@@ -348,9 +348,11 @@ const std::vector<VarSpec>& registry() {
      "computes, and the gradient a step gets is g_t + (avg_{t-D} - g_{t-D}) (its own gradient alone "
      "for the first D steps): every rank applies the same averaged past and differs only by its last "
      "D local gradients. Codecs, error feedback and momentum run on the exchanged copy as with 0. "
-     "Host tensors only (CUDA tensors keep 0). One exchange of a tensor is in flight at a time, so "
-     "D > 1 adds staleness, not overlap. auto: measures steps 10-20 without delay and takes 1 when "
-     "the framework waited more than 5% of a step's compute on gradex, else 0 (gx.explain says why). "
+     "Host tensors only (CUDA tensors keep 0). D >= 2 runs D lanes (engines of their own), so that D "
+     "exchanges of a tensor are in flight. auto: measures steps 10-20 without delay and, from the "
+     "numbers agreed over ranks, keeps 0 when the framework waited at most 5% of a step's compute on "
+     "gradex, else takes the least D that hides the wait, at most 4; at most 1 on a link that is not "
+     "latency-bound, and 0 there where the ranks outnumber their host's cores (gx.explain says why). "
      "0: no delay. Refused with LocalSGD and DiLoCo (1-8), and by torchft's reconfigure and step "
      "transactions while D > 0; gx.synchronize() drains it."},
     {"GRADEX_DELAY_RULE", VarType::kChoice, "correct", 0, 0, false, false, "correct|stale", kEngine,

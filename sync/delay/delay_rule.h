@@ -14,9 +14,11 @@
 //                                         step takes at most exposed + compute, so D steps hide it.
 // Where lanes cannot run (lanes_held), or the agreed link is not latency-bound (several exchanges
 // in flight overlap round trips, not bytes or CPU; measured on a 1 Gbit/s LAN: D = 3 was 0.9x of
-// D = 0's steps per second), D stays 1. Where kAutoMaxDelay steps do not hide it, the log
-// says so once and names gx.DiLoCo with the period that would (sync period >= 1 + exposed /
-// compute steps).
+// D = 0's steps per second), D stays 1; there, where the ranks outnumber their host's cores (the
+// auto planner's count, averaged over ranks), D stays 0 (sync/delay/delay_line.cc: one exchange in
+// flight only moves its CPU work into the compute; D = 1 ran at 0.91-0.94x of D = 0 on that LAN).
+// Where kAutoMaxDelay steps do not hide it, the log says so once and names gx.DiLoCo with the
+// period that would (sync period >= 1 + exposed / compute steps).
 #pragma once
 
 #include <cstdint>

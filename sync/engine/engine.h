@@ -126,6 +126,9 @@ class Engine {
   // Whether the agreed link model says latency-bound (sync/policy/link_model.h): 1 yes, 0 no, -1
   // not probed yet. The same on every rank.
   int link_latency_bound();
+  // This host's ranks per core as GRADEX_POLICY=auto counted them (PolicySource::cpu_share; 1
+  // under a fixed policy). Host-local, not agreed.
+  double cpu_share() const;
 
   // The DGC residual of a sparse tensor (empty for dense ones): for tests and diagnostics.
   std::vector<float> residual_of(const std::string& key);

@@ -51,6 +51,10 @@ double Engine::link_round_trip_s() {
   return model == nullptr ? 0.0 : 2 * model->link().alpha_s;
 }
 
+double Engine::cpu_share() const {
+  return policy_->cpu_share();
+}
+
 int Engine::link_latency_bound() {
   auto lock = wait_until_idle();
   const LinkModel* model = executor_->link().model();

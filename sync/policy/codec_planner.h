@@ -128,6 +128,8 @@ class CodecPlanner {
   // The newest plan with predicted and measured times, the agreed numbers and this rank's
   // measured step tail (gradex_explain, gradex-bench plan).
   std::string explain() const;
+  // This host's max(1, ranks / cores) once the first plan has probed (1 before): not agreed.
+  double cpu_share() const { return startup_.cpu_share.load(); }
 
   // Test hook: called at each re-plan for every tensor of the plan with the plan's epoch; a rung
   // it returns replaces the model's choice (tests force switches on links that would not). Set

@@ -54,6 +54,9 @@ class PolicySource {
   virtual bool adopts_saved_codec(bool cuda) const = 0;
   // The head of Engine::explain, before the per-tensor lines.
   virtual std::string explain() const = 0;
+  // This host's ranks per core, max(1, ranks / cores), as the auto planner counted them at its
+  // probe (1: a fixed policy, or not probed yet). Host-local: callers agree it themselves.
+  virtual double cpu_share() const { return 1.0; }
 };
 
 class FixedPolicySource final : public PolicySource {
@@ -89,6 +92,7 @@ class AutoPolicySource final : public PolicySource {
   // Host tensors start dense and a plan may make them DGC: a saved DGC state is adopted.
   bool adopts_saved_codec(bool cuda) const override { return !cuda; }
   std::string explain() const override;
+  double cpu_share() const override { return planner_->cpu_share(); }
 
   CodecPlanner& planner() { return *planner_; }  // tests: CodecPlanner::set_choice_hook
 

@@ -7,8 +7,10 @@
 // mid-run (D >= 2) resuming bit for bit from a checkpoint taken after it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process_ranks.h"
@@ -105,37 +107,44 @@ std::string run(gradex_store_t* store, const std::string& prefix, int rank, cons
   return "";
 }
 
-// Rank 0 serves the store: the other rank leaves first.
-void leave(gradex_store_t* store, int rank) {
-  if (rank == 1) {
-    store->set(store->context, "done", "1", 1);
+// Rank 0 serves the store: the other ranks leave first.
+void leave(gradex_store_t* store, int rank, int world = 2) {
+  if (rank > 0) {
+    int64_t left = 0;
+    store->add(store->context, "done", 1, &left);
   } else {
-    void* value = nullptr;
-    size_t length = 0;
-    if (store->get(store->context, "done", 120000, &value, &length) == 0)
-      store->release(store->context, value);
+    for (int64_t left = 0; left < world - 1;) {
+      if (store->add(store->context, "done", 0, &left) != 0) break;
+      if (left < world - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   gradex_store_destroy(store);
+}
+
+// `world` ranks, each setting `env` and connecting its store client, then fn(store, rank).
+template <typename Fn>
+std::vector<std::string> world_ranks(int world, Fn fn, const std::vector<std::string>& env) {
+  return run_ranks(
+      world, env,
+      [fn, world](RankContext& ctx) -> std::string {
+        gradex_engine_options_t o;
+        gradex_engine_options_init(&o);
+        o.rank = ctx.rank;
+        o.world_size = world;
+        gradex_store_t* store = nullptr;
+        RANK_OK(gradex_store_connect(&o, &store));
+        std::string failure = fn(store, ctx.rank);
+        leave(store, ctx.rank, world);
+        return failure;
+      },
+      std::chrono::seconds(240), false);
 }
 
 template <typename Fn>
 std::vector<std::string> two_ranks(Fn fn, const std::vector<std::string>& more_env = {}) {
   std::vector<std::string> env = kEnv;
   env.insert(env.end(), more_env.begin(), more_env.end());
-  return run_ranks(
-      2, env,
-      [fn](RankContext& ctx) -> std::string {
-        gradex_engine_options_t o;
-        gradex_engine_options_init(&o);
-        o.rank = ctx.rank;
-        o.world_size = 2;
-        gradex_store_t* store = nullptr;
-        RANK_OK(gradex_store_connect(&o, &store));
-        std::string failure = fn(store, ctx.rank);
-        leave(store, ctx.rank);
-        return failure;
-      },
-      std::chrono::seconds(240), false);
+  return world_ranks(2, fn, env);
 }
 
 // What the delay line exchanges at each step with D >= 2 (its lanes): x_t = u_t, gradex's momentum
@@ -379,6 +388,39 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
     RANK_OK(gradex_engine_destroy(e));
     return "";
   });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Four ranks on this host under GRADEX_POLICY=auto, on loopback (a link that is not latency-bound):
+// where they outnumber the cores, auto keeps D = 0 on every rank and says why (one exchange in
+// flight would only move its CPU work into the compute); where the cores suffice, that reason is
+// not given.
+TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
+  constexpr int kWorld = 4;
+  const bool sharing = std::thread::hardware_concurrency() < static_cast<unsigned>(kWorld);
+  auto results =
+      world_ranks(kWorld,
+                  [sharing](gradex_store_t* store, int rank) -> std::string {
+                    gradex_engine_t* e = nullptr;
+                    std::string failure = create(store, "cores/", rank, kWorld, "auto", &e);
+                    if (!failure.empty()) return failure;
+                    Steps out;
+                    for (int s = 0; failure.empty() && s < 21; ++s)
+                      failure = step(e, rank, s, &out);
+                    if (!failure.empty()) return failure;
+                    int mine = -1;
+                    RANK_OK(gradex_get_delay(e, &mine));
+                    const std::string text = explain_text(e);
+                    const bool held = text.find("the ranks share cores (") != std::string::npos;
+                    if (sharing) {
+                      RANK_REQUIRE(mine == 0 && held, "D=" << mine << ": " << text);
+                    } else {
+                      RANK_REQUIRE(text.find("the ranks share cores") == std::string::npos, text);
+                    }
+                    RANK_OK(gradex_engine_destroy(e));
+                    return "";
+                  },
+                  {"GRADEX_TIMEOUT_S=300", "GRADEX_MOMENTUM=0.9", "GRADEX_POLICY=auto"});
   EXPECT_EQ(failures(results), "");
 }
 
