@@ -70,6 +70,9 @@ def train_one_seed(args, seed, data, rank, world):
     evaluating = args.method != "nocomm" and not args.no_eval
     clock, step, due = 0.0, 0, False
     step_s = []  # rank 0's training-step times (the clock's parts), for where a method's time goes
+    # rank 0's process CPU seconds per step, every thread (gradex's progress threads, its lanes, torch's
+    # intra-op pool): with ranks sharing cores, a method's CPU per step bounds its steps/s as the link does
+    step_cpu_s = []
     curve = [(0.0, 0, evaluate(model, x_test, y_test, rank, world))] if evaluating else []
     reached = None  # (clock, step) of the first evaluation at or above the target
     tty = rank == 0 and sys.stderr.isatty()
@@ -82,12 +85,13 @@ def train_one_seed(args, seed, data, rank, world):
             group["lr"] = lr
         x, y = shard.next()
         tx.start()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
         loss_fn(ddp(x), y).backward()
         optimizer.step()
         synced = method.after_step()
         step_s.append(time.perf_counter() - t0)
+        step_cpu_s.append(time.process_time() - cpu0)
         clock += step_s[-1]
         tx.stop()
         step += 1
@@ -114,7 +118,7 @@ def train_one_seed(args, seed, data, rank, world):
         "curve": curve, "final_accuracy": curve[-1][2] if curve else None,
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
-        "step_s": [round(t, 5) for t in step_s],
+        "step_s": [round(t, 5) for t in step_s], "step_cpu_s": [round(t, 5) for t in step_cpu_s],
         "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
         **method.settings(),
     }

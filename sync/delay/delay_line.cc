@@ -64,6 +64,52 @@ void correct(uint8_t* out, const uint8_t* avg, const uint8_t* old, DType t, uint
     store(out, t, i, load(out, t, i) + (load(avg, t, i) - load(old, t, i)));
 }
 
+// x = g, or with momentum m (u non-null): u = m u + g, x = u (Nesterov: g + m u); plus `carry`
+// when non-null. Element by element in fp32, one rounding to a 16-bit type at the end. The fp32
+// case is a loop of its own, with the options decided outside it, so that it vectorizes: it reads
+// every gradient once a step (4.3M elements of the MLP race: milliseconds of each step's CPU, which
+// ranks sharing cores pay in steps).
+void make_x(const uint8_t* g, uint8_t* x, DType t, uint64_t n, float* u, float m, bool nesterov,
+            const float* carry) {
+  if (t == DType::kFloat32) {
+    const float* gf = reinterpret_cast<const float*>(g);
+    float* xf = reinterpret_cast<float*>(x);
+    if (u == nullptr) {
+      if (carry == nullptr) {
+        std::memcpy(xf, gf, n * sizeof(float));
+      } else {
+        for (uint64_t i = 0; i < n; ++i)
+          xf[i] = gf[i] + carry[i];
+      }
+    } else if (!nesterov) {
+      for (uint64_t i = 0; i < n; ++i) {
+        u[i] = m * u[i] + gf[i];
+        xf[i] = u[i];
+      }
+    } else {
+      for (uint64_t i = 0; i < n; ++i) {
+        u[i] = m * u[i] + gf[i];
+        xf[i] = gf[i] + m * u[i];
+      }
+    }
+    if (u != nullptr && carry != nullptr) {
+      for (uint64_t i = 0; i < n; ++i)
+        xf[i] += carry[i];
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const float gi = load(g, t, i);
+    float xi = gi;
+    if (u != nullptr) {
+      u[i] = m * u[i] + gi;
+      xi = nesterov ? gi + m * u[i] : u[i];
+    }
+    if (carry != nullptr) xi += carry[i];
+    store(x, t, i, xi);
+  }
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -110,7 +156,10 @@ void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype,
                           "GRADEX_DELAY=0 for CUDA tensors");
   if (cuda) has_cuda_ = true;
   auto& l = lines_[key];
-  if (!l) l = std::make_unique<Line>();
+  if (!l) {
+    l = std::make_unique<Line>();
+    l->key = key;
+  }
   std::lock_guard<std::mutex> line_lock(l->mutex);
   if (!l->slots.empty() && (l->numel != numel || l->dtype != dtype))
     throw InvalidArgument("tensor '" + key +
@@ -196,7 +245,13 @@ Engine& DelayLine::engine_of(const Slot& slot) {
   return lanes_->lane(slot.lane);
 }
 
-void DelayLine::settle(Slot& slot) {
+void DelayLine::settle(Line& l, Slot& slot) {
+  if (slot.deferred) {
+    slot.deferred = false;
+    Engine& e = engine_of(slot);
+    slot.handle = slot.absent ? e.submit_absent(l.key, slot.exchanged.data())
+                              : e.submit(l.key, slot.exchanged.data());
+  }
   if (slot.handle == 0) return;
   const uint64_t h = slot.handle;
   slot.handle = 0;  // released by wait() whether it succeeds or throws
@@ -208,7 +263,7 @@ void DelayLine::settle_before(uint64_t step) {
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
     for (Slot& s : l->slots)
-      if (s.step < step) settle(s);
+      if (s.step < step) settle(*l, s);
   }
 }
 
@@ -227,7 +282,7 @@ void DelayLine::retire_oldest(Line& l, int d, void* data) {
   while (l.slots.size() > static_cast<size_t>(d)) {
     Slot old = std::move(l.slots.front());
     l.slots.pop_front();
-    settle(old);
+    settle(l, old);
     if (l.slots.size() == static_cast<size_t>(d))
       correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype, l.numel,
               stale_);
@@ -263,7 +318,7 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
       throw InvalidArgument("tensor '" + key + "' submitted with a null data pointer");
     // The engine holds one exchange of a tensor at a time: step t-1's must be done before step t's
     // starts (it has had this step's compute to run).
-    if (!l.slots.empty()) settle(l.slots.back());
+    if (!l.slots.empty()) settle(l, l.slots.back());
     Slot s = take_slot(l, bytes);
     if (absent)
       std::memset(s.local.data(), 0, bytes);
@@ -307,27 +362,18 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   // A lane holds one exchange of a tensor: the one it carried D steps ago (or fewer, when this
   // tensor skipped steps).
   for (Slot& s : l.slots)
-    if (s.lane == lane) settle(s);
+    if (s.lane == lane) settle(l, s);
   Slot s = take_slot(l, bytes);
   uint8_t* x = s.local.data();
   if (absent) {
     // Zeros; momentum and the carried residual wait for a step with data (as the engine's).
     std::memset(x, 0, bytes);
   } else {
-    const auto* g = static_cast<const uint8_t*>(data);
     if (momentum_ > 0 && l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
     const bool carry = l.carry.size() == l.numel && l.numel > 0;
-    for (uint64_t i = 0; i < l.numel; ++i) {
-      const float gi = load(g, l.dtype, i);
-      float xi = gi;
-      if (momentum_ > 0) {
-        float& u = l.momentum[i];
-        u = momentum_ * u + gi;
-        xi = nesterov_ ? gi + momentum_ * u : u;
-      }
-      if (carry) xi += l.carry[i];
-      store(x, l.dtype, i, xi);
-    }
+    make_x(static_cast<const uint8_t*>(data), x, l.dtype, l.numel,
+           momentum_ > 0 ? l.momentum.data() : nullptr, momentum_, nesterov_,
+           carry ? l.carry.data() : nullptr);
     l.carry.clear();
   }
   if (bytes > 0) {
@@ -336,11 +382,47 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   }
   s.step = l.submitted;
   s.lane = lane;
-  Engine& e = lanes_->lane(lane);
-  s.handle = absent ? e.submit_absent(key, s.exchanged.data()) : e.submit(key, s.exchanged.data());
+  s.handle = 0;
+  s.deferred = true;
+  s.absent = absent;
   ++l.submitted;
   l.slots.push_back(std::move(s));
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    deferred_.emplace_back(&l, l.slots.back().step);
+  }
   retire_oldest(l, d, data);
+}
+
+void DelayLine::flush_deferred_locked() {
+  std::vector<std::pair<Line*, uint64_t>> deferred;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    deferred.swap(deferred_);
+  }
+  // Per lane, in submission order: the slots and what they submit.
+  std::map<Engine*,
+           std::pair<std::vector<std::pair<Line*, Slot*>>, std::vector<Engine::HostSubmission>>>
+      batches;
+  for (const auto& [line, step] : deferred) {
+    std::lock_guard<std::mutex> line_lock(line->mutex);
+    for (Slot& s : line->slots) {
+      if (s.step != step || !s.deferred) continue;
+      auto& batch = batches[&engine_of(s)];
+      batch.first.emplace_back(line, &s);
+      batch.second.push_back({&line->key, s.exchanged.data(), s.absent});
+    }
+  }
+  // The slots stay where they are meanwhile: a tensor is not submitted again before its step ends.
+  for (auto& [engine, batch] : batches) {
+    const std::vector<uint64_t> handles = engine->submit_together(batch.second);
+    for (size_t i = 0; i < handles.size(); ++i) {
+      auto [line, slot] = batch.first[i];
+      std::lock_guard<std::mutex> line_lock(line->mutex);
+      slot->deferred = false;
+      slot->handle = handles[i];
+    }
+  }
 }
 
 void DelayLine::release(uint64_t handle) {
@@ -356,6 +438,7 @@ void DelayLine::on_end_step() {
   float measured[3] = {0, 0, 0};
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_deferred_locked();
     for (int lane : touched_)
       lanes_->lane(lane).end_step();
     touched_.clear();
@@ -422,10 +505,11 @@ void DelayLine::on_reconfigure() {
 }
 
 void DelayLine::drain_locked() {
+  flush_deferred_locked();
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
     for (Slot& s : l->slots)
-      settle(s);
+      settle(*l, s);
   }
 }
 

@@ -17,7 +17,9 @@
 // of a tensor in flight, so step t waits for step t-1's exchange: one step of compute overlaps it.
 //
 // D >= 2: D exchanges in flight, one per lane (sync/delay/delay_lanes.h): step s goes to lane
-// s mod D, and step t waits only for step t-D's exchange, which its correction needs. gradex's
+// s mod D, and step t waits only for step t-D's exchange, which its correction needs. A lane gets
+// its step's tensors together when the step ends (gradex_end_step), one negotiation round a step
+// whatever order and pace the framework hands them over in. gradex's
 // momentum (GRADEX_MOMENTUM, SGD's taken over) is then applied here, once per step in submission
 // order, u_t = m u_{t-1} + g_t, and x_t = u_t (Nesterov: g_t + m u_t): the lanes exchange x_t, so
 // that avg(x_t) is the momentum of the averaged gradients, as dense SGD momentum has it. When auto
@@ -105,8 +107,13 @@ class DelayLine {
     uint64_t handle = 0;             // the engine's handle while in flight, else 0
     uint64_t step = 0;               // the tensor's submission count when it was submitted
     int32_t lane = -1;               // the lane that exchanges it (-1: the delayed engine)
+    // With lanes: submitted to its lane at the step's end (flush_deferred), not yet; `absent` is
+    // how it will be submitted.
+    bool deferred = false;
+    bool absent = false;
   };
   struct Line {
+    std::string key;
     uint64_t numel = 0;
     DType dtype = DType::kFloat32;
     uint64_t rows = 0;
@@ -119,7 +126,14 @@ class DelayLine {
   };
   Line& line_of(const std::string& key);
   Engine& engine_of(const Slot& slot);
-  void settle(Slot& slot);  // waits for its exchange, if any
+  // Waits for its exchange, if any (a deferred slot is submitted first, alone). Its line's mutex
+  // held.
+  void settle(Line& l, Slot& slot);
+  // Submits every deferred slot to its lane, in submission order: a lane's exchange of a step then
+  // starts with all of the step's tensors, in one negotiation round (submitted one by one as the
+  // backward pass hands them over, the first round took what had arrived and a second round
+  // followed for the rest: on a 50 ms round trip, ~90 ms more a step). mutex_ held, no line's.
+  void flush_deferred_locked();
   // A slot of `bytes` for the next submission (a spare one when the line has it). Line mutex held.
   Slot take_slot(Line& l, size_t bytes);
   // Retires the held steps beyond the newest d, the last one retired correcting `data` (update_t
@@ -160,6 +174,11 @@ class DelayLine {
   bool reconfigured_ = false;
   uint64_t steps_ended_ = 0;  // end_step calls: step s's exchanges go to lane s mod D
   std::set<int> touched_;     // lanes that carried exchanges since the last end_step
+  // Deferred slots (Slot::deferred) in submission order: their line and step count. Under
+  // deferred_mutex_, a leaf lock (taken under a line's mutex by submit_to_lane, nothing taken
+  // under it).
+  std::vector<std::pair<Line*, uint64_t>> deferred_;
+  std::mutex deferred_mutex_;
   DelayRule rule_;
   mutable std::mutex mutex_;  // lines_ (the map), issued_, next_handle_
   std::map<std::string, std::unique_ptr<Line>> lines_;

@@ -221,6 +221,21 @@ void Engine::register_tensor(const std::string& key, uint64_t numel, DType dtype
 uint64_t Engine::enqueue(WorkKind kind, const std::string& key, void* data, bool device_call,
                          bool cuda, int device_index, void* stream, bool absent) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return enqueue_locked(kind, key, data, device_call, cuda, device_index, stream, absent);
+}
+
+std::vector<uint64_t> Engine::submit_together(const std::vector<HostSubmission>& submissions) {
+  std::vector<uint64_t> handles;
+  handles.reserve(submissions.size());
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const HostSubmission& s : submissions)
+    handles.push_back(
+        enqueue_locked(WorkKind::kGradient, *s.key, s.data, false, false, 0, nullptr, s.absent));
+  return handles;
+}
+
+uint64_t Engine::enqueue_locked(WorkKind kind, const std::string& key, void* data, bool device_call,
+                                bool cuda, int device_index, void* stream, bool absent) {
   if (fatal_.code != ErrorCode::kOk) throw Error(fatal_.code, fatal_.message);
   if (loop_->leaving()) throw InvalidArgument("the engine is shutting down");
   auto t = table_.tensors.find(key);

@@ -81,6 +81,16 @@ class Engine {
   // exchange to be absent from).
   uint64_t submit_absent(const std::string& key, void* data, bool device_call = false,
                          bool cuda = false, int device_index = 0, void* stream = nullptr);
+  // Host-memory gradients (submit, or submit_absent where `absent`) queued together: the progress
+  // thread sees all of them or none, so they go into one negotiation round (the delay's lanes
+  // submit a step's tensors at its end). Handles in the order given; on an error, those before
+  // the failing one stay submitted.
+  struct HostSubmission {
+    const std::string* key;
+    void* data;
+    bool absent;
+  };
+  std::vector<uint64_t> submit_together(const std::vector<HostSubmission>& submissions);
   uint64_t average(const std::string& key, void* data);
   // Blocks until done; throws the handle's error. Releases the handle.
   void wait(uint64_t handle);
@@ -212,6 +222,8 @@ class Engine {
   uint64_t enqueue(WorkKind kind, const std::string& key, void* data, bool device_call = false,
                    bool cuda = false, int device_index = 0, void* stream = nullptr,
                    bool absent = false);
+  uint64_t enqueue_locked(WorkKind kind, const std::string& key, void* data, bool device_call,
+                          bool cuda, int device_index, void* stream, bool absent);  // mutex_ held
   void fail_everything(ErrorCode code, const std::string& message);
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;

@@ -7,7 +7,9 @@
 // mid-run (D >= 2) resuming bit for bit from a checkpoint taken after it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -280,6 +282,47 @@ TEST(EngineDelayZero, ZeroIsTheUndelayedEngine) {
     RANK_REQUIRE(zero_state == unset_state, "GRADEX_DELAY=0 changed the saved state");
     return "";
   });
+  EXPECT_EQ(failures(results), "");
+}
+
+// With lanes (D >= 2), a step's tensors reach their lane together at the step's end, so the lane
+// negotiates each step in one round: submitted as the framework hands them over (here 40 ms apart,
+// as a backward pass does), the lane's first round took the first tensor alone and a second round
+// followed for the other, a round trip more per step across a WAN. Read from each lane's
+// timeline (GRADEX_TIMELINE writes rank<r>.<n>.json per engine: the lanes are n = 2 and 3).
+TEST(EngineDelayLanes, AStepReachesItsLaneInOneNegotiationRound) {
+  char pattern[] = "/tmp/gx_delay_lanes_XXXXXX";
+  const char* made = mkdtemp(pattern);
+  ASSERT_NE(made, nullptr);
+  const std::string dir = made;
+  auto results = two_ranks(
+      [&dir](gradex_store_t* store, int rank) -> std::string {
+        gradex_engine_t* e = nullptr;
+        std::string failure = create(store, "lanes-round/", rank, 2, "2", &e);
+        if (!failure.empty()) return failure;
+        for (int s = 0; s < 6; ++s) {
+          std::vector<float> v = gradients(rank, s);
+          gradex_handle_t ha = 0, hd = 0;
+          RANK_OK(gradex_submit(e, "a", v.data(), &ha));
+          std::this_thread::sleep_for(std::chrono::milliseconds(40));
+          RANK_OK(gradex_submit(e, "d", v.data() + kSparseN, &hd));
+          RANK_OK(gradex_wait(e, ha));
+          RANK_OK(gradex_wait(e, hd));
+          RANK_OK(gradex_end_step(e, nullptr));
+        }
+        RANK_OK(gradex_engine_destroy(e));
+        for (int lane = 2; lane <= 3; ++lane) {
+          const std::string text = read_text_file(dir + "/rank" + std::to_string(rank) + "." +
+                                                  std::to_string(lane) + ".json");
+          RANK_REQUIRE(text.find("\"ready\":2}") != std::string::npos,
+                       "lane " + std::to_string(lane) + " never negotiated both tensors at once");
+          RANK_REQUIRE(text.find("\"ready\":1}") == std::string::npos,
+                       "lane " + std::to_string(lane) +
+                           " negotiated a step's tensors in more than one round");
+        }
+        return "";
+      },
+      {"GRADEX_TIMELINE=" + dir});
   EXPECT_EQ(failures(results), "");
 }
 
