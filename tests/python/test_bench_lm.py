@@ -106,7 +106,7 @@ def test_argument_errors_are_clear(argv, message, capsys):
 def test_tiny_race_on_loopback(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "bench.lm.race", "--loopback", "--hosts", "2",
-         "--methods", "ddp,fp16,nocomm", "--budget", "2", "--vocab", "512", "--corpus-bytes", str(SMALL),
+         "--methods", "ddp,nocomm", "--budget", "2", "--vocab", "512", "--corpus-bytes", str(SMALL),
          "--rank-args", "--d-model 32 --layers 1 --heads 2 --context 16 --batch 2 --eval-batches 2",
          "--out", str(tmp_path / "lm.json"), "--plot", str(tmp_path / "lm.png"), "--log-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -116,7 +116,7 @@ def test_tiny_race_on_loopback(tmp_path):
     fields = dict(kv.split("=") for kv in result[0].split()[1:])
     doc = json.loads((tmp_path / "lm.json").read_text())
     curves = doc["curves"]["loopback"]
-    assert set(curves) == {"ddp", "fp16", "nocomm"}
+    assert set(curves) == {"ddp", "nocomm"}  # a hook method is the same path as ddp's in the harness
     for method, curve in curves.items():
         assert curve[-1][0] >= 2.0 and curve[-1][1] > 0  # trained through the budget
         assert float(fields[f"final_loss_{method}_loopback"]) == pytest.approx(curve[-1][2], rel=1e-3)

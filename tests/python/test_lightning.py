@@ -36,7 +36,11 @@ def _train(tmp_path, launcher, mode):
 # The default launcher's run also carries the TensorBoard logger and gradex.torch.lightning.Scalars ("scalars"
 # mode: the hook at 99 %), whose event files are checked here as test_scalars.py checks the other front ends':
 # one Lightning job instead of two (each interpreter spends ~7 s of CPU importing Lightning).
-@pytest.mark.parametrize("launcher,mode", [("popen", "scalars"), ("spawn", "hook")])
+# The spawn launcher's case is the opt-in stage's (GX_SLOW=1): what it adds to the default launcher's run is the
+# State's trip through pickle, which test_lazy_state.py checks with DDP in a second (53 s here, the suite's
+# longest case: three interpreters importing Lightning).
+@pytest.mark.parametrize("launcher,mode", [("popen", "scalars"),
+                                           pytest.param("spawn", "hook", marks=pytest.mark.slow)])
 def test_lightning_ddp_strategy_with_gradex_hook(tmp_path, launcher, mode):
     for r in _train(tmp_path, launcher, mode):
         s = r["stats"]
