@@ -141,8 +141,8 @@ if [ "$tsan_beside" = 1 ]; then side_wait "$tsan_name"; else stage "$tsan_name" 
 
 if [ -x build-fuzz/bin/gradex-fuzz-decode ] || [ -f tests/fuzz/run.sh ]; then
   # Five fuzzers (payload decoder, store protocol, negotiation, saved state, sealed frames), each this long
-  # after replaying its whole seed corpus, two at a time; the opt-in stage fuzzes each for two minutes. 12 s (was 20) keeps the test stages near
-  # 15 minutes on the 2-core machine.
+  # after replaying its whole seed corpus, two at a time; the opt-in stage fuzzes each for two minutes. 12 s
+  # (was 20) keeps the test stages near 15 minutes on the 2-core machine.
   fuzz_seconds=${GX_FUZZ_SECONDS:-12}
   if [ "${GX_SLOW:-0}" = 1 ]; then fuzz_seconds=${GX_FUZZ_SECONDS:-120}; fi
   stage "fuzzing ($fuzz_seconds s per target)" fuzz_stage "$fuzz_seconds"
