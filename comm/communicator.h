@@ -167,6 +167,14 @@ class Communicator {
     return true;
   }
 
+  // The peers that do not answer a liveness probe within a grace period (a quarter of the
+  // timeout, 0.2-2 s): stopped, hung, dead or cut off. Blocks for the grace period at most; throws
+  // as wait_all when the communicator has failed. This is how a rank that waits for the others to
+  // start the next collective (wait_for_next_collective), with nothing of its own in flight to
+  // time out, tells a silent peer from a slow one. The default, for a communicator that cannot
+  // tell, names none.
+  virtual std::vector<int> unresponsive_peers() { return {}; }
+
   // Tells every peer that this rank failed on its own, with `code` and `message` (the first
   // kAbortMessageMax bytes of it travel): each peer's current or next call (wait_all, test,
   // wait_for_next_collective, even while it sleeps) then throws an Error of the same code whose

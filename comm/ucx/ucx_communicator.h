@@ -114,6 +114,7 @@ class UcxCommunicator : public Communicator {
   size_t recv_length(const Request& request) const override;
   uint64_t next_collective_tag() override;
   bool wait_for_next_collective(int wake_fd, Millis max_wait) override;
+  std::vector<int> unresponsive_peers() override;
   void abort(ErrorCode code, const std::string& message) override;
   void interrupt(ErrorCode code, const std::string& message) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }

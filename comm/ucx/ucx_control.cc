@@ -160,6 +160,15 @@ void UcxCommunicator::take_interrupt(const char* operation,
   throw Error(code, std::string(operation) + ": " + text);
 }
 
+std::vector<int> UcxCommunicator::unresponsive_peers() {
+  static const char* const kOperation = "liveness probe";
+  take_interrupt(kOperation, {});
+  check_usable(kOperation, rank_);
+  std::vector<int> silent = probe_unresponsive();
+  throw_if_failed(kOperation, {});  // a notice or an endpoint error may have come meanwhile
+  return silent;
+}
+
 std::vector<int> UcxCommunicator::probe_unresponsive() {
   int32_t seq = ++probe_seq_;
   for (int p = 0; p < size_; ++p)

@@ -79,6 +79,7 @@ void Engine::ProgressLoop::run() {
       if (!own_round) {
         // Nothing to do: sleep until enqueue()/shutdown() signal, a deadline, or another rank
         // starts the next round (its first message arrives), then join that round.
+        check_passive_wait(now);
         const auto until = std::min({decide_at, leave_deadline, now + kMaxSleep});
         const auto max_sleep = std::chrono::ceil<std::chrono::milliseconds>(until - now);
         if (!engine_.comm_->wait_for_next_collective(wake_.fd(), max_sleep)) continue;
@@ -98,6 +99,7 @@ void Engine::ProgressLoop::run() {
         throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
                             " (GRADEX_TEST_FAIL_ROUND)");
       bool all_left = false;
+      passive_since_ = Clock::time_point::max();
       run_round(announce, leaving, all_left);
       announced_leaving = leaving;
       if (all_left) break;
@@ -116,6 +118,38 @@ void Engine::ProgressLoop::run() {
   }
   std::lock_guard<std::mutex> lock(engine_.mutex_);
   engine_.cv_.notify_all();
+}
+
+void Engine::ProgressLoop::check_passive_wait(Clock::time_point now) {
+  bool waiting_on_peers = false;
+  {
+    std::lock_guard<std::mutex> lock(engine_.mutex_);
+    waiting_on_peers = !engine_.table_.in_flight.empty();
+  }
+  if (!waiting_on_peers) {
+    passive_since_ = Clock::time_point::max();
+    return;
+  }
+  if (passive_since_ == Clock::time_point::max()) {
+    passive_since_ = now;
+    return;
+  }
+  const comm::Millis timeout = engine_.comm_->options().timeout;
+  if (now - passive_since_ < timeout) return;
+  const std::vector<int> silent = engine_.comm_->unresponsive_peers();
+  if (silent.empty()) {
+    passive_since_ = Clock::now();  // every peer answered: slow, not gone
+    return;
+  }
+  std::string detail =
+      "no round started for " +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(now - passive_since_).count()) +
+      " s with work in flight; ranks not answering a liveness probe (stopped, "
+      "hung or dead):";
+  for (int r : silent)
+    detail += " " + std::to_string(r);
+  throw TimeoutError("waiting for the next negotiation round", silent.front(), detail);
 }
 
 void Engine::ProgressLoop::coalesce_submissions(std::vector<Announcement>& announce,

@@ -71,6 +71,16 @@ class Engine::ProgressLoop {
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);
+  // Called before each passive wait for another rank's round. While this rank has work in flight
+  // (announced, waiting for the others) and no round has started for the communicator's timeout,
+  // it probes its peers: a TimeoutError naming those that do not answer (stopped, hung, dead or cut
+  // off: the peers that would abort its work cannot reach it, rank 0 among them); when all answer
+  // (slow, not silent), it waits another timeout. Without it such a rank waited for ever: nothing
+  // of its own was in a collective, so nothing timed out (a host cut off from the others found out
+  // only when UCX gave its endpoints up, 20.7 s after a 10 s timeout).
+  void check_passive_wait(std::chrono::steady_clock::time_point now);
+  std::chrono::steady_clock::time_point passive_since_ =
+      std::chrono::steady_clock::time_point::max();  // progress thread
 
   Engine& engine_;
   std::unique_ptr<Negotiator> negotiator_;  // the membership's (refers to its communicator)

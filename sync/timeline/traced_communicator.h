@@ -38,6 +38,7 @@ class TracedCommunicator final : public comm::Communicator {
   bool wait_for_next_collective(int wake_fd, comm::Millis max_wait) override {
     return inner_->wait_for_next_collective(wake_fd, max_wait);
   }
+  std::vector<int> unresponsive_peers() override { return inner_->unresponsive_peers(); }
   void abort(ErrorCode code, const std::string& message) override { inner_->abort(code, message); }
   std::vector<std::string> rank_hosts() const override { return inner_->rank_hosts(); }
   int connections_per_peer() const override { return inner_->connections_per_peer(); }

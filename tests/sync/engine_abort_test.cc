@@ -5,8 +5,11 @@
 //   - one rank's own failure reaches every other rank (naming it and carrying its message) at once,
 //     even a rank asleep with nothing to do; save_state then refuses;
 //   - a rank whose first announcement of a key races rank 0's timeout abort of it fails with the
-//     others and keeps no entry behind (the next exchange of the key waits for it, as it should).
+//     others and keeps no entry behind (the next exchange of the key waits for it, as it should);
+//   - a rank waiting for stopped peers to start the next round fails after the timeout, naming
+//   them.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,6 +239,51 @@ TEST(EngineAbort, SleepingRankLearnsOfAnotherRanksFailureAtOnce) {
       },
       std::chrono::seconds(90), /*create_engine=*/false);
   ::unlink(stamp.c_str());
+  EXPECT_EQ(failures(results), "");
+}
+
+// A rank whose work waits for the others to start the next round, while those others have stopped
+// (SIGSTOP: alive to the kernel, silent to gradex, as a hung or cut-off host), fails after
+// GRADEX_TIMEOUT_S naming them: it probes its peers when no round has started for the timeout.
+// Rank 2 announces "w" in a round the others join with nothing; then ranks 0 and 1 stop before rank
+// 0's own deadline for "w" could abort it. Without the probe rank 2 waited for ever (the
+// watchdog's kill).
+TEST(EngineAbort, ARankWaitingOnSilentPeersFailsNamingThemAfterTheTimeout) {
+  const std::string stem = "/tmp/gradex_passive_wait_" + std::to_string(::getpid()) + "_";
+  auto results = run_ranks(
+      3, {"GRADEX_TIMEOUT_S=4", "GRADEX_SPARSITY=0"},
+      [&](RankContext& ctx) -> std::string {
+        { std::ofstream(stem + std::to_string(ctx.rank)) << ::getpid() << "\n"; }
+        RANK_OK(gradex_register_tensor(ctx.engine, "w", 100, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+        if (ctx.rank != 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 2's round is over
+          ::raise(SIGSTOP);
+          return "";  // resumed by rank 2 once it has failed; its abort notice ends this engine
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::vector<float> g(100, 1.0f);
+        gradex_handle_t h;
+        const double from = monotonic_seconds();
+        RANK_OK(gradex_submit(ctx.engine, "w", g.data(), &h));
+        const gradex_status_t st = gradex_wait(ctx.engine, h);
+        const double waited = monotonic_seconds() - from;
+        const std::string what = gradex_last_error();
+        for (int r = 0; r < 2; ++r) {
+          pid_t pid = 0;
+          { std::ifstream(stem + std::to_string(r)) >> pid; }
+          if (pid > 0) ::kill(pid, SIGCONT);
+        }
+        std::fprintf(stderr, "rank 2 failed %.2f s after submitting: %s\n", waited, what.c_str());
+        RANK_REQUIRE(st == GRADEX_ERR_TIMEOUT, "status " << st << ": " << what);
+        RANK_REQUIRE(what.find("not answering a liveness probe (stopped, hung or dead): 0 1") !=
+                         std::string::npos,
+                     what);
+        RANK_REQUIRE(waited < 4 + 10, "failed after " << waited << " s");
+        return "";
+      },
+      std::chrono::seconds(60));
+  for (int r = 0; r < 3; ++r)
+    ::unlink((stem + std::to_string(r)).c_str());
   EXPECT_EQ(failures(results), "");
 }
 

@@ -223,4 +223,8 @@ TEST_P(EngineDenseRiders, DenseGradientsRideTheDgcGather) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldAndWire, EngineDenseRiders,
-                         ::testing::Combine(::testing::Values(3, 4), ::testing::Values("0", "1")));
+                         ::testing::Combine(::testing::Values(3, 4), ::testing::Values("0", "1")),
+                         [](const ::testing::TestParamInfo<EngineDenseRiders::ParamType>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::string(std::get<1>(info.param)) == "1" ? "fp16" : "fp32");
+                         });
