@@ -246,11 +246,10 @@ Engine& DelayLine::engine_of(const Slot& slot) {
 }
 
 void DelayLine::settle(Line& l, Slot& slot) {
-  if (slot.deferred) {
+  if (slot.deferred) {  // alone, through the path flush_deferred_locked takes for a step
     slot.deferred = false;
-    Engine& e = engine_of(slot);
-    slot.handle = slot.absent ? e.submit_absent(l.key, slot.exchanged.data())
-                              : e.submit(l.key, slot.exchanged.data());
+    slot.handle =
+        engine_of(slot).submit_together({{&l.key, slot.exchanged.data(), slot.absent}}).front();
   }
   if (slot.handle == 0) return;
   const uint64_t h = slot.handle;
