@@ -15,10 +15,15 @@ namespace gradex::comm {
 // Two round trips belong to different tiers when the larger is at least this many times the
 // smaller (a LAN's 0.1-1 ms against a WAN's 20-300 ms; jitter inside a tier stays well below it).
 constexpr double kRegionGapRatio = 4.0;
+// ... and the larger is at least this many ms: below it both ends are a LAN's (or one host's
+// loopback), whatever their ratio; a loaded host's loopback round trips of 20-200 us differ 4x
+// from one sample to the next, and a tier split on that is noise (a phantom region tier).
+constexpr double kRegionMinFarRoundTripMs = 2.0;
 
 // The regions of `n` hosts from their round trips in ms (`rtt_ms[a][b]`, symmetric in meaning;
 // the larger of [a][b] and [b][a] is used, the diagonal ignored). The round trips are sorted and
-// cut at the largest ratio between consecutive values if that ratio is at least kRegionGapRatio;
+// cut at the largest ratio between consecutive values if that ratio is at least kRegionGapRatio
+// (and the value above the cut at least kRegionMinFarRoundTripMs);
 // hosts joined by a chain of round trips below the cut share a region. No such gap: one region.
 // Regions are numbered in the order of their first host (host 0 is in region 0).
 std::vector<int> regions_from_rtts(const std::vector<std::vector<double>>& rtt_ms);

@@ -130,7 +130,8 @@ std::vector<double> round_trips(comm::Communicator& comm, const std::vector<int>
 // once); far is the one with the longest (ties: the lowest rank): a flat collective waits on its
 // slowest link, and the lowest-ranked other-host peer may share rank 0's region while the other
 // hosts are an ocean away. Where the sorted round trips split at a ratio of comm::kRegionGapRatio
-// or more (the largest such split), near is the farthest below it: rank 0's region. Collective
+// or more (the largest such split) with the round trip above it at least
+// comm::kRegionMinFarRoundTripMs, near is the farthest below it: rank 0's region. Collective
 // over every rank (the candidates answer rank 0's pings, then every rank takes rank 0's choice
 // from a broadcast); a single candidate is far, chosen without a message.
 std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
@@ -164,8 +165,9 @@ std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
     chosen[1] = candidates[order.back()];
     double widest = comm::kRegionGapRatio;
     for (size_t i = 0; i + 1 < order.size(); ++i) {
-      const double ratio = fastest[order[i + 1]] / std::max(fastest[order[i]], 1e-9);
-      if (ratio >= widest) {
+      const double above = fastest[order[i + 1]];
+      const double ratio = above / std::max(fastest[order[i]], 1e-9);
+      if (ratio >= widest && above * 1e3 >= comm::kRegionMinFarRoundTripMs) {
         widest = ratio;
         chosen[0] = candidates[order[i]];
       }

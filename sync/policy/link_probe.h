@@ -55,8 +55,9 @@ struct ProbeResult {
   std::vector<std::string> hosts;  // every rank's host identity, by rank
   // By tier: the rank measured (-1: no such tier), rank 0's fit (unmeasured tiers keep defaults).
   // kHost: the lowest rank on rank 0's host. The other hosts' lowest ranks are timed by one
-  // round trip each; where their round trips split at a gap of comm::kRegionGapRatio or more,
-  // kRegion is the farthest below the gap and kAcross the farthest above; without a gap the
+  // round trip each; where their round trips split at a gap of comm::kRegionGapRatio or more
+  // (and at least comm::kRegionMinFarRoundTripMs above it), kRegion is the farthest below the
+  // gap and kAcross the farthest above; without a gap the
   // farthest is kAcross on a latency-bound link (alpha >= LinkModel::kLatencyBoundS), else
   // kRegion. A flat collective waits on its slowest link: the farthest host's tier is `flat`.
   std::array<int, kTiers> peers{-1, -1, -1};

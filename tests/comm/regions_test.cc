@@ -51,6 +51,12 @@ TEST(Regions, NoGapIsOneRegion) {
   EXPECT_EQ(regions_from_rtts(layout({0, 0, 0}, 0.2, {{0}})), (std::vector<int>{0, 0, 0}));
   Matrix jitter{{0, 0.1, 0.18}, {0.1, 0, 0.12}, {0.18, 0.12, 0}};
   EXPECT_EQ(regions_from_rtts(jitter), (std::vector<int>{0, 0, 0}));
+  // A loaded host's loopback: 5x apart, but every round trip a LAN's (below
+  // kRegionMinFarRoundTripMs), so no gap.
+  Matrix loopback{{0, 0.03, 0.15}, {0.03, 0, 0.15}, {0.15, 0.15, 0}};
+  EXPECT_EQ(regions_from_rtts(loopback), (std::vector<int>{0, 0, 0}));
+  Matrix lan{{0, 0.1, 1.5}, {0.1, 0, 1.5}, {1.5, 1.5, 0}};
+  EXPECT_EQ(regions_from_rtts(lan), (std::vector<int>{0, 0, 0}));
 }
 
 TEST(Regions, TheWidestGapCuts) {

@@ -3,6 +3,7 @@
 // each measured its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -62,7 +63,7 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
 // Sends of one rank wait `delay` before they leave: that rank's host is far from every other.
 class FarRankCommunicator : public test::CountingCommunicator {
  public:
-  FarRankCommunicator(comm::Communicator& inner, int far_rank, std::chrono::milliseconds delay)
+  FarRankCommunicator(comm::Communicator& inner, int far_rank, std::chrono::microseconds delay)
       : CountingCommunicator(inner), far_(inner.rank() == far_rank), delay_(delay) {}
   comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
     if (far_) std::this_thread::sleep_for(delay_);
@@ -71,7 +72,7 @@ class FarRankCommunicator : public test::CountingCommunicator {
 
  private:
   bool far_;
-  std::chrono::milliseconds delay_;
+  std::chrono::microseconds delay_;
 };
 
 // The other-host class is measured with the farthest host (a flat collective waits on its slowest
@@ -107,6 +108,24 @@ TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
     EXPECT_LT(r.link[kRegion].alpha_s, r.link[kAcross].alpha_s);
     EXPECT_EQ(r.link[kAcross].alpha_s, results[0].link[kAcross].alpha_s);
     EXPECT_EQ(r.class_link(PeerClass::kOtherHost).alpha_s, r.link[kAcross].alpha_s);
+  }
+  // A host a LAN away (0.3 ms a message) is many times a loopback's round trip but no region of
+  // its own: no gap below comm::kRegionMinFarRoundTripMs splits the tiers, so the farthest host
+  // is the region's and flat collectives cross the region tier (a loaded host's loopback jitter
+  // made a phantom region tier of such a gap).
+  std::vector<ProbeResult> lan(hosts.size());
+  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& inner) {
+    FarRankCommunicator comm(inner, kFar, std::chrono::microseconds(300));
+    const auto rank = static_cast<size_t>(comm.rank());
+    ProbeResult r = probe_links(comm, hosts[rank], o);
+    std::lock_guard<std::mutex> lock(m);
+    lan[rank] = std::move(r);
+  });
+  for (const ProbeResult& r : lan) {
+    EXPECT_EQ(r.peers[kAcross], -1);
+    EXPECT_GE(r.peers[kRegion], 1);  // the farthest (kFar unless load slowed another host more)
+    EXPECT_EQ(r.peers[kRegion], lan[0].peers[kRegion]);
+    EXPECT_EQ(r.flat, Tier::kRegion);
   }
   // One other host: chosen without a round trip of its own; a loopback away, inside the region.
   const std::vector<ProbeResult> two = probe_every_rank({"a", "a", "b", "b"}, o);
@@ -263,7 +282,13 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   ProbeOptions long_options = o;
   long_options.long_path_round_trip_s = 0;
   const uint64_t long_bytes = sent_by_rank_zero(long_options, &long_path);
-  // 8 round trips a size against 3: rank 0's pings are most of what it sends.
+  // 8 round trips a size against 3 for every tier measured: rank 0's pings are most of what it
+  // sends.
+  auto tiers = [](const ProbeResult& r) {
+    return static_cast<uint64_t>(std::count_if(r.peers.begin(), r.peers.end(),
+                                               [](int peer) { return peer >= 0; }));
+  };
+  ASSERT_EQ(tiers(usual[0]), tiers(long_path[0]));
   EXPECT_LT(long_bytes, usual_bytes / 2) << long_bytes << " against " << usual_bytes;
   for (const ProbeResult& r : long_path) {
     EXPECT_TRUE(r.link[static_cast<size_t>(Tier::kHost)].measured);
