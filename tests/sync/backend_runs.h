@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compress/backend/backend.h"
+#include "process_ranks.h"
 
 namespace gradex::test {
 
@@ -23,22 +24,6 @@ inline std::vector<std::string> engine_backends() {
     out.push_back("thrust-omp");
   return out;
 }
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    char tmpl[] = "/tmp/gradex_backend_XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    path_ = d ? d : "/tmp";
-  }
-  ~ScratchDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& backend, const std::string& kind, int rank) const {
-    return path_ + "/" + backend + "." + kind + "." + std::to_string(rank);
-  }
-
- private:
-  std::string path_;
-};
 
 inline void append_bytes(const std::string& file, const void* data, size_t bytes) {
   std::ofstream out(file, std::ios::binary | std::ios::app);

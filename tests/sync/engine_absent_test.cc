@@ -35,11 +35,6 @@ const std::vector<std::string> kEnv = {"GRADEX_SPARSITY=0.99", "GRADEX_DENSE_THR
                                        "GRADEX_WARMUP_STEPS=16", "GRADEX_MOMENTUM=0.9",
                                        "GRADEX_FP16=1"};
 
-std::string temp_dir() {
-  char t[] = "/tmp/gradex-absent-XXXXXX";
-  return mkdtemp(t);
-}
-
 void append_file(const std::string& path, const void* data, size_t bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::app);
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
@@ -143,7 +138,8 @@ std::string run_rank(RankContext& ctx, Mode mode, const std::string& dir) {
 }
 
 std::string run_job(Mode mode) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("absent");
+  const std::string& dir = scratch.path();
   auto results =
       run_ranks(kWorld, kEnv, [&](RankContext& ctx) { return run_rank(ctx, mode, dir); });
   EXPECT_EQ(failures(results), "");

@@ -54,11 +54,6 @@ std::vector<char> read_file(const std::string& path) {
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
 }
 
-std::string temp_dir() {
-  char dir_template[] = "/tmp/gradex-adam-XXXXXX";
-  return mkdtemp(dir_template);
-}
-
 std::string step(gradex_engine_t* engine, int rank, int s, std::vector<float>& out) {
   out = test_vector(21, rank, s, kNumel);
   gradex_handle_t h;
@@ -70,7 +65,8 @@ std::string step(gradex_engine_t* engine, int rank, int s, std::vector<float>& o
 
 void averages_are_what_ranks_sent_and_identical(const std::string& backend, bool dct) {
   const int world = 3, steps = 5;
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("adam");
+  const std::string& dir = scratch.path();
   std::vector<std::string> env = kEnv;
   env.push_back("GRADEX_BACKEND=" + backend);
   env.push_back(dct ? "GRADEX_ADAM_TRANSFORM=dct" : "GRADEX_ADAM_TRANSFORM=none");
@@ -151,7 +147,8 @@ TEST(EngineAdamCodec, AveragesAreWhatRanksSentAndBitIdenticalOnThrustOmp) {
 }
 
 TEST(EngineAdamCodec, CheckpointMidRunContinuesBitForBit) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("adam");
+  const std::string& dir = scratch.path();
   auto first = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
     RANK_OK(gradex_register_tensor_rows(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU,
                                         kRows));

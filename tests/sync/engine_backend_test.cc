@@ -147,7 +147,7 @@ std::string compare_steps(const std::vector<float>& a, const std::vector<float>&
 
 TEST(EngineBackend, BackendsAgreeAndRestore) {
   const int world = 3;
-  ScratchDir dir;
+  const ScratchDir dir("backend");
   const std::vector<std::string> backends = engine_backends();
   for (const std::string& backend : backends) {
     std::vector<std::string> env = kTrainEnv;

@@ -90,7 +90,7 @@ std::string run_rank(RankContext& ctx, bool cuda, const ScratchDir& dir) {
 
 TEST(EngineCuda, CudaTensorsMatchTheHostPath) {
   const int world = 2;
-  ScratchDir dir;
+  const ScratchDir dir("cuda");
   const std::vector<std::string> env = {"GRADEX_SPARSITY=0.99", "GRADEX_WARMUP_STEPS=3",
                                         "GRADEX_FUSION_MB=0.02", "GRADEX_TIMEOUT_S=60"};
   auto cuda = run_ranks(world, env, [&](RankContext& ctx) { return run_rank(ctx, true, dir); });

@@ -291,10 +291,8 @@ TEST(EngineDelayZero, ZeroIsTheUndelayedEngine) {
 // followed for the other, a round trip more per step across a WAN. Read from each lane's
 // timeline (GRADEX_TIMELINE writes rank<r>.<n>.json per engine: the lanes are n = 2 and 3).
 TEST(EngineDelayLanes, AStepReachesItsLaneInOneNegotiationRound) {
-  char pattern[] = "/tmp/gx_delay_lanes_XXXXXX";
-  const char* made = mkdtemp(pattern);
-  ASSERT_NE(made, nullptr);
-  const std::string dir = made;
+  const ScratchDir scratch("delay-lanes");
+  const std::string& dir = scratch.path();
   auto results = two_ranks(
       [&dir](gradex_store_t* store, int rank) -> std::string {
         gradex_engine_t* e = nullptr;

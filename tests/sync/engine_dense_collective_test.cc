@@ -69,8 +69,8 @@ std::string read(const std::string& path) {
 }  // namespace
 
 TEST(EngineDenseCollective, DirectAllreduceGivesTheRingsBits) {
-  char dir_template[] = "/tmp/gradex-dense-collective-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  const ScratchDir scratch("dense-collective");
+  const std::string& dir = scratch.path();
   for (int world : {2, 3, 4}) {
     for (const char* fp16 : {"0", "1"}) {
       std::vector<std::string> digests[2];
@@ -156,8 +156,8 @@ std::string run_mixed(RankContext& ctx, const std::string& out_prefix, double to
 class EngineDenseRiders : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(EngineDenseRiders, DenseGradientsRideTheDgcGather) {
-  char dir_template[] = "/tmp/gradex-dense-riders-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  const ScratchDir scratch("dense-riders");
+  const std::string& dir = scratch.path();
   const int world = std::get<0>(GetParam());
   const char* fp16 = std::get<1>(GetParam());
   {

@@ -21,7 +21,7 @@ using namespace gradex::test;
 TEST(EngineDevice, ErrorFeedbackIsExactOnEveryBackend) {
   const int world = 3, steps = 5;
   const uint64_t n = 50000;
-  ScratchDir dir;
+  const ScratchDir dir("device");
   for (const std::string& backend : engine_backends()) {
     auto results = run_ranks(
         world,
@@ -82,7 +82,7 @@ TEST(EngineDevice, ErrorFeedbackIsExactOnEveryBackend) {
 TEST(EngineDevice, LocalSgdStepsAgreeAcrossBackends) {
   const int world = 2, steps = 5;
   const uint64_t dense_n = 3000, dgc_n = 30000;
-  ScratchDir dir;
+  const ScratchDir dir("device");
   const auto backends = engine_backends();
   for (const std::string& backend : backends) {
     auto results = run_ranks(
@@ -158,7 +158,7 @@ TEST(EngineDevice, MixedEntryPointsMatch) {
       "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_SPARSITY_OVERRIDES=dense:dense",
       "GRADEX_SPARSE_GROUP_MB=0.1",  "GRADEX_FUSION_MB=0.004",
       "GRADEX_TIMEOUT_S=60"};
-  ScratchDir dir;
+  const ScratchDir dir("device");
   for (const std::string& run : {std::string("host"), std::string("mixed")}) {
     auto results = run_ranks(
         world, env,

@@ -208,7 +208,7 @@ std::vector<Scenario> scenarios() {
 }  // namespace
 
 TEST(EngineGolden, ResultsAreThoseOfTheClassicHostPath) {
-  ScratchDir dir;
+  const ScratchDir dir("golden");
   std::string report;
   bool all_match = true;
   for (const Scenario& sc : scenarios()) {

@@ -36,20 +36,6 @@ const std::vector<std::string> k3x2 = {"a", "b", "c", "a", "b", "c"};
 // death.
 const std::vector<std::string> k1x4 = {"a", "a", "a", "a"};
 
-// A fresh directory for the ranks' result files, removed with everything in it at scope exit.
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char tmpl[] = "/tmp/gradex_hier_XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    path = d == nullptr ? std::string() : std::string(d);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    if (!path.empty()) std::filesystem::remove_all(path, ignored);
-  }
-};
-
 void write_floats(const std::string& path, const std::vector<float>& v) {
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
@@ -171,8 +157,8 @@ const std::vector<std::string> kDenseFp32 = {"GRADEX_FP16=0", "GRADEX_SPARSITY=0
 }  // namespace
 
 TEST(EngineHierarchical, DenseFp32IsIdenticalAcrossRanksAndMatchesFlat) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   for (const auto* hosts : {&k2x2, &k3x2}) {
     const int world = static_cast<int>(hosts->size());
@@ -195,8 +181,8 @@ TEST(EngineHierarchical, DenseFp32IsIdenticalAcrossRanksAndMatchesFlat) {
 }
 
 TEST(EngineHierarchical, Dense16BitIsIdenticalAcrossRanksAndNearFlat) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   for (const char* half : {"fp16", "bf16"}) {
     const std::vector<std::string> env = {"GRADEX_FP16=1", std::string("GRADEX_HALF_TYPE=") + half,
@@ -221,8 +207,8 @@ TEST(EngineHierarchical, Dense16BitIsIdenticalAcrossRanksAndNearFlat) {
 // and within the codec's rounding of the exact average (values in [-1, 1): a 4-bit block of host
 // sums steps by at most 2 * 2 / 7, and the average is re-encoded once more).
 TEST(EngineHierarchical, QuantizedRouteIsIdenticalAcrossRanksAndNearTheAverage) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   for (const auto* hosts : {&k2x2, &k3x2}) {
     const int world = static_cast<int>(hosts->size());
@@ -250,8 +236,8 @@ TEST(EngineHierarchical, QuantizedRouteIsIdenticalAcrossRanksAndNearTheAverage) 
 // and what was delivered plus what stays in the residuals is what was submitted (the values the
 // re-selection drops return to the owner's residual).
 TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   const uint64_t n = 50000;
   const int steps = 5;
@@ -337,8 +323,8 @@ TEST(EngineHierarchical, SparseReselectsPerHostAndConservesMass) {
 // GRADEX_TIMEOUT_S would end a hang; the run_ranks watchdog (180 s) would report a hang as a
 // failure.
 TEST(EngineHierarchical, DeadSameHostPeerIsAnErrorEverywhere) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   const std::vector<const std::vector<std::string>*> layouts = {&k2x2, &k3x2, &k1x4};
   for (size_t layout = 0; layout < layouts.size(); ++layout) {
@@ -397,8 +383,8 @@ TEST(ExchangeLayout, NearestRegionRoundTripIsTheSmallestAcrossRegions) {
 // of a millisecond from the others) auto finds no WAN and stays flat; regions of unequal size are
 // used only when GRADEX_HIERARCHY_TIER=region says so.
 TEST(EngineHierarchical, DeclaredRegionsAreTheGroupsAndResultsStayExact) {
-  const ScratchDir scratch;
-  const std::string& dir = scratch.path;
+  const ScratchDir scratch("hierarchical");
+  const std::string& dir = scratch.path();
   ASSERT_FALSE(dir.empty());
   auto expect_layout = [](const std::string& want,
                           std::function<std::string(RankContext&, std::vector<float>&)> inner) {

@@ -50,11 +50,6 @@ std::vector<char> read_file(const std::string& path) {
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
 }
 
-std::string temp_dir() {
-  char dir_template[] = "/tmp/gradex-int8-XXXXXX";
-  return mkdtemp(dir_template);
-}
-
 // The engine's state, written to `path`.
 std::string save_state_to(RankContext& ctx, const std::string& path) {
   size_t length = 0;
@@ -83,7 +78,8 @@ std::string exchange_w(RankContext& ctx, std::vector<float> g, std::vector<float
 // 0.9: what travels is u).
 TEST(EngineInt8, BitIdenticalAcrossRanksAndCloseToTheMean) {
   for (int world : {2, 3, 4}) {
-    const std::string dir = temp_dir();
+    const ScratchDir scratch("int8");
+    const std::string& dir = scratch.path();
     const std::vector<std::string> keys = {"q.a", "q.b", "q.c", "dense"};
     const std::vector<uint64_t> sizes = {1, 1000, 70000, 5000};
     const int steps = 4;
@@ -145,7 +141,8 @@ TEST(EngineInt8, BitIdenticalAcrossRanksAndCloseToTheMean) {
 // The residuals are part of the saved state: save after 3 steps, run 3 more; a fresh engine that
 // loads the state and runs the same 3 steps gets the same bits.
 TEST(EngineInt8, RestoredRunMatchesUninterruptedRun) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const std::vector<std::string> keys = {"w"};
   const std::vector<uint64_t> sizes = {30000};
   const std::vector<std::string> env = {"GRADEX_SPARSITY_OVERRIDES=w:int8", "GRADEX_MOMENTUM=0.9"};
@@ -190,7 +187,8 @@ TEST(EngineInt8, RestoredRunMatchesUninterruptedRun) {
 // averaged by the engine in fp32 or on the 8-bit route; after 200 steps the 8-bit run's distance
 // to the optimum is within 2% of fp32's and its iterate within 1e-2 (relative) of fp32's.
 TEST(EngineInt8, QuadraticConvergesLikeFp32) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const uint64_t n = 20000;
   const int world = 3, steps = 200;
   for (const char* mode : {"fp32", "int8"}) {
@@ -245,7 +243,8 @@ TEST(EngineInt8, QuadraticConvergesLikeFp32) {
 // gradient averaged in fp32, 16-bit or 8-bit. The 8-bit run must end within 1 point of fp32's test
 // accuracy.
 TEST(EngineInt8, SoftmaxAccuracyMatchesDense) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   constexpr int kClasses = 10, kFeatures = 256, kBatch = 32, kSteps = 150, kTest = 2000;
   const int world = 3;
   const uint64_t n = kClasses * (kFeatures + 1);
@@ -342,7 +341,8 @@ TEST(EngineInt8, SoftmaxAccuracyMatchesDense) {
 // what the 8-bit steps delivered plus that flush is the exact average of everything submitted (to
 // fp32 rounding), and the exchange after it sends nothing more.
 TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const uint64_t n = 30000;
   const int world = 3, steps = 3;
   auto first = run_ranks(
@@ -401,7 +401,8 @@ TEST(EngineInt8, LeavingTheRouteFlushesTheResiduals) {
 // into plain dense fp32, which flushes the rest: what the 4-bit steps delivered plus the flush is
 // the exact average of everything submitted.
 TEST(EngineInt8, ResidualsSurviveALayoutChange) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const uint64_t n = 30000;
   const std::vector<std::string> hosts = {"hostA", "hostA", "hostB", "hostB"};
   const int world = 4;
@@ -476,7 +477,8 @@ TEST(EngineInt8, ResidualsSurviveALayoutChange) {
 // its averages are bit-identical on every rank, not the flat job's bits (another quantization of
 // host sums), and within a few 8-bit steps of them (momentum 0.9 over values in [-1, 1)).
 TEST(EngineInt8, HierarchicalJobTakesTheRouteAcrossHosts) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const std::vector<std::string> hosts = {"hostA", "hostA", "hostB", "hostB"};
   for (const char* mode : {"1", "0"}) {
     auto results = run_ranks(
@@ -526,7 +528,8 @@ TEST(EngineInt8, HierarchicalJobTakesTheRouteAcrossHosts) {
 // exact mean, named in gradex_explain, and about half of 8-bit's bytes (0.53 bytes per element in
 // both phases: 13% of an fp32 ring's).
 TEST(EngineInt8, FourBitsBitIdenticalCloseToTheMeanAtHalfTheBytes) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const int world = 3, steps = 3;
   const uint64_t n = 30000;
   auto results = run_ranks(
@@ -571,7 +574,8 @@ TEST(EngineInt8, FourBitsBitIdenticalCloseToTheMeanAtHalfTheBytes) {
 // plain dense fp32, whose first exchange flushes the residuals. Everything delivered plus that
 // flush is the exact average of everything submitted, to fp32 rounding.
 TEST(EngineInt8, SwitchingWidthsLosesNothing) {
-  const std::string dir = temp_dir();
+  const ScratchDir scratch("int8");
+  const std::string& dir = scratch.path();
   const uint64_t n = 30000;
   const int world = 3, steps = 3;
   auto stage = [&](const std::vector<std::string>& env, int first, bool load, bool flush) {

@@ -21,11 +21,6 @@ namespace {
 const float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-std::string temp_dir() {
-  char t[] = "/tmp/gradex-nonfinite-XXXXXX";
-  return mkdtemp(t);
-}
-
 void append_file(const std::string& path, const std::vector<float>& v) {
   std::ofstream f(path, std::ios::binary | std::ios::app);
   f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
@@ -63,7 +58,8 @@ TEST(EngineNonFinite, OneRanksInfIsSeenByEveryRankAndChangesNoState) {
   for (const char* warmup : {"0", "400"}) {
     const int world = 4;
     const uint64_t big = 30000, small = 500;
-    const std::string dir = temp_dir();
+    const ScratchDir scratch("nonfinite");
+    const std::string& dir = scratch.path();
     auto results = run_ranks(
         world,
         {"GRADEX_SPARSITY=0.99", "GRADEX_DENSE_THRESHOLD=1000", "GRADEX_MOMENTUM=0.9",

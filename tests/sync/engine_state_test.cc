@@ -41,8 +41,8 @@ std::vector<char> read_file(const std::string& path) {
 }  // namespace
 
 TEST(EngineState, RestoredRunMatchesUninterruptedRun) {
-  char dir_template[] = "/tmp/gradex-state-XXXXXX";
-  std::string dir = mkdtemp(dir_template);
+  const ScratchDir scratch("state");
+  const std::string& dir = scratch.path();
   // Run 1: 3 steps, save, 3 more steps (recorded).
   auto first = run_ranks(2, kEnv, [&](RankContext& ctx) -> std::string {
     RANK_OK(gradex_register_tensor(ctx.engine, "w", kNumel, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));

@@ -27,13 +27,6 @@ namespace {
 constexpr int kWorld = 3;
 constexpr int kSteps = 4;
 
-std::string temp_dir(const char* name) {
-  char pattern[128];
-  std::snprintf(pattern, sizeof pattern, "/tmp/gx_%s_XXXXXX", name);
-  const char* made = mkdtemp(pattern);
-  return made != nullptr ? made : "";
-}
-
 // The lines of `text` holding an event named `name` on row `tid` (any row: -1).
 std::vector<std::string> events(const std::string& text, const std::string& name, int tid = -1) {
   std::vector<std::string> found;
@@ -83,7 +76,8 @@ std::string train(RankContext& ctx) {
 }
 
 TEST(EngineTimeline, EveryRankRecordsEveryPhaseAndPeerOfEveryStep) {
-  const std::string dir = temp_dir("timeline") + "/nested";
+  const ScratchDir scratch("timeline");
+  const std::string dir = scratch.file("nested");
   ASSERT_EQ(failures(run_ranks(kWorld,
                                {"GRADEX_TIMELINE=" + dir, "GRADEX_POLICY=fixed",
                                 "GRADEX_SPARSITY=0.99", "GRADEX_WARMUP_STEPS=1"},
@@ -158,7 +152,8 @@ TEST(EngineTimeline, MergeAlignsRanksOnTheirNegotiationRounds) {
   // 0's on that reading: the merge moves it by the rounds' median, whatever one outlier says. A
   // second engine of rank 0's process (rank0.2.json) runs rounds of its own: nothing aligns it
   // with the first engine's.
-  const std::string dir = temp_dir("merge");
+  const ScratchDir scratch("merge");
+  const std::string& dir = scratch.path();
   auto write = [&](int rank, double wall, const std::vector<double>& ends, int engine = 1) {
     std::ofstream f(dir + "/rank" + std::to_string(rank) +
                     (engine > 1 ? "." + std::to_string(engine) : "") + ".json");
@@ -186,11 +181,13 @@ TEST(EngineTimeline, MergeAlignsRanksOnTheirNegotiationRounds) {
   EXPECT_NE(
       m.json.find("\"ts\":" + std::to_string(90 + static_cast<int>(m.ranks[0].offset_us)) + ".000"),
       std::string::npos);
-  EXPECT_THROW(timeline::merge_directory(temp_dir("empty")), gradex::InvalidArgument);
+  const ScratchDir empty("empty");
+  EXPECT_THROW(timeline::merge_directory(empty.path()), gradex::InvalidArgument);
 }
 
 TEST(EngineTimeline, RecorderNamesFilesEscapesAndRefusesAnUnwritableDirectory) {
-  const std::string dir = temp_dir("recorder");
+  const ScratchDir scratch("recorder");
+  const std::string& dir = scratch.path();
   {
     timeline::Recorder first(dir, 2, 4);
     timeline::Recorder second(dir, 2, 4);

@@ -8,10 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 
 namespace gradex::test {
 namespace {
@@ -83,6 +86,19 @@ std::string store_get(gradex_store_t* s, const std::string& key) {
   std::string out(static_cast<const char*>(value), length);
   s->release(s->context, value);
   return out;
+}
+
+ScratchDir::ScratchDir(const std::string& label) {
+  std::string pattern = "/tmp/gradex-" + label + "-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("cannot make the scratch directory " + pattern + ": " +
+                             std::strerror(errno));
+  path_ = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ignored;  // a directory already gone is no failure of the test
+  std::filesystem::remove_all(path_, ignored);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -44,6 +44,28 @@ std::string store_get(gradex_store_t* s, const std::string& key);
 // compare.
 std::string read_text_file(const std::string& path);
 
+// A fresh directory /tmp/gradex-<label>-XXXXXX for the files ranks leave for the test, removed with
+// everything in it when the object goes, so a failing test leaves nothing behind. Made in the
+// test's process before run_ranks forks (the children end with _exit and never remove it). Throws
+// std::runtime_error naming the directory when it cannot be made.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& label);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // "<part>.<kind>.<rank>": one rank's file of one run of several (a backend's, a device's).
+  std::string file(const std::string& part, const std::string& kind, int rank) const {
+    return file(part + "." + kind + "." + std::to_string(rank));
+  }
+
+ private:
+  std::string path_;
+};
+
 // Joins the failure messages of all ranks ("" when every rank succeeded).
 std::string failures(const std::vector<std::string>& results);
 
