@@ -110,6 +110,46 @@ void make_x(const uint8_t* g, uint8_t* x, DType t, uint64_t n, float* u, float m
   }
 }
 
+// make_x and correct in one pass for fp32, where the slot retired this step is already settled
+// (the steady state of the lanes: it is this lane's exchange of step t - D): x goes to `local`
+// and `exchanged`, and `data` (g on entry) gets x + (avg - x_old). Bit for bit what make_x, two
+// copies of x and correct give (the same operations in the same order, element by element), in
+// one read of each input instead of seven passes over the tensor a step.
+template <bool kMomentum, bool kNesterov, bool kCarry>
+void make_x_and_correct_loop(float* data, float* local, float* exchanged, uint64_t n, float* u,
+                             float m, const float* carry, const float* avg, const float* old) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const float g = data[i];
+    float x = g;
+    if (kMomentum) {
+      u[i] = m * u[i] + g;
+      x = kNesterov ? g + m * u[i] : u[i];
+    }
+    if (kCarry) x += carry[i];
+    local[i] = x;
+    exchanged[i] = x;
+    data[i] = x + (avg[i] - old[i]);
+  }
+}
+
+void make_x_and_correct(float* data, float* local, float* exchanged, uint64_t n, float* u, float m,
+                        bool nesterov, const float* carry, const float* avg, const float* old) {
+  const bool c = carry != nullptr;
+  if (u == nullptr) {
+    (c ? make_x_and_correct_loop<false, false, true>
+       : make_x_and_correct_loop<false, false, false>)(data, local, exchanged, n, u, m, carry, avg,
+                                                       old);
+  } else if (!nesterov) {
+    (c ? make_x_and_correct_loop<true, false, true>
+       : make_x_and_correct_loop<true, false, false>)(data, local, exchanged, n, u, m, carry, avg,
+                                                      old);
+  } else {
+    (c ? make_x_and_correct_loop<true, true, true>
+       : make_x_and_correct_loop<true, true, false>)(data, local, exchanged, n, u, m, carry, avg,
+                                                     old);
+  }
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -364,18 +404,31 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
     if (s.lane == lane) settle(l, s);
   Slot s = take_slot(l, bytes);
   uint8_t* x = s.local.data();
+  // The steady state: the step this submission retires (the oldest of D + 1 held) is this lane's
+  // of step t - D, settled above, so x and update_t come out of one pass.
+  const bool fused = !absent && !stale_ && l.dtype == DType::kFloat32 && bytes > 0 &&
+                     l.slots.size() == static_cast<size_t>(d) && l.slots.front().handle == 0 &&
+                     !l.slots.front().deferred;
   if (absent) {
     // Zeros; momentum and the carried residual wait for a step with data (as the engine's).
     std::memset(x, 0, bytes);
   } else {
     if (momentum_ > 0 && l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
     const bool carry = l.carry.size() == l.numel && l.numel > 0;
-    make_x(static_cast<const uint8_t*>(data), x, l.dtype, l.numel,
-           momentum_ > 0 ? l.momentum.data() : nullptr, momentum_, nesterov_,
-           carry ? l.carry.data() : nullptr);
+    float* u = momentum_ > 0 ? l.momentum.data() : nullptr;
+    const float* c = carry ? l.carry.data() : nullptr;
+    if (fused) {
+      const Slot& oldest = l.slots.front();
+      make_x_and_correct(static_cast<float*>(data), reinterpret_cast<float*>(x),
+                         reinterpret_cast<float*>(s.exchanged.data()), l.numel, u, momentum_,
+                         nesterov_, c, reinterpret_cast<const float*>(oldest.exchanged.data()),
+                         reinterpret_cast<const float*>(oldest.local.data()));
+    } else {
+      make_x(static_cast<const uint8_t*>(data), x, l.dtype, l.numel, u, momentum_, nesterov_, c);
+    }
     l.carry.clear();
   }
-  if (bytes > 0) {
+  if (bytes > 0 && !fused) {
     std::memcpy(s.exchanged.data(), x, bytes);
     std::memcpy(data, x, bytes);
   }
@@ -389,6 +442,11 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   {
     std::lock_guard<std::mutex> lock(deferred_mutex_);
     deferred_.emplace_back(&l, l.slots.back().step);
+  }
+  if (fused) {  // corrected above: the oldest only goes back to the spares
+    l.spare.push_back(std::move(l.slots.front()));
+    l.slots.pop_front();
+    return;
   }
   retire_oldest(l, d, data);
 }
