@@ -7,6 +7,7 @@
 #include "comm/ucx/ucx_peer_auth.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -77,17 +78,31 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   if (!options_.use_event_fd || ucp_worker_get_efd(worker_->get(), &event_fd_) != UCS_OK)
     event_fd_ = -1;
   pong_seq_.assign(static_cast<size_t>(size_), 0);
+  // Each part's milliseconds, for the log: across a WAN each is a chain of round trips.
+  std::string took;
   try {
+    auto part = [&took, since = std::chrono::steady_clock::now()](const char* name) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      took += std::string(took.empty() ? "" : ", ") + name + " " +
+              std::to_string(static_cast<long long>(
+                  std::chrono::duration<double, std::milli>(now - since).count())) +
+              " ms";
+      since = now;
+    };
     post_control_recv();
     connect_endpoints(*store);
+    part("endpoints");
     exchange_hello();
+    part("hello");
     connect_stripes();
+    part("stripes");
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {
     shutdown();  // the destructor does not run for a half-built object
     throw;
   }
-  GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_;
+  GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_ << " (" << took
+                << ")";
 }
 
 bool UcxCommunicator::hierarchical_shm_for(const std::vector<std::string>& hosts) const {

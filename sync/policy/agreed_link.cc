@@ -1,5 +1,6 @@
 #include "sync/policy/agreed_link.h"
 
+#include <chrono>
 #include <iterator>
 #include <mutex>
 #include <string>
@@ -27,8 +28,17 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
     options.burst_bytes_per_sender.assign(std::begin(kBurstBytesPerSender),
                                           std::end(kBurstBytesPerSender));
   if (!incast) options.burst_min_alpha_s = LinkModel::kLatencyBoundS;
+  const auto started = std::chrono::steady_clock::now();
+  const uint64_t received_before = comm.bytes_received();
   auto probe = std::make_unique<cost::ProbeResult>(
       cost::probe_links(comm, comm::host_identity(comm.options().host_id), options));
+  if (comm.rank() == 0) {
+    GX_LOG(kInfo) << "link probe: "
+                  << static_cast<long long>(std::chrono::duration<double, std::milli>(
+                                                std::chrono::steady_clock::now() - started)
+                                                .count())
+                  << " ms, " << (comm.bytes_received() - received_before) / 1000 << " kB received";
+  }
   auto model = std::make_unique<LinkModel>(probe->model(comm.size(), port_queue_s_));
   std::string bursts;
   for (const cost::IncastBurst& b : model->bursts)
