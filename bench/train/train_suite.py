@@ -257,9 +257,13 @@ def main():
 
 def seconds_per_step(network, rate_only):
     """A run's time allowance per step: 2 s on links of 1 Gbit/s and more, 20 s on slower ones (DDP's fp32
-    step of the 4.3M-parameter MLP takes ~2.7 s at 100 Mbit/s) and where only the rate is measured."""
+    step of the 4.3M-parameter MLP takes ~2.7 s at 100 Mbit/s) and where only the rate is measured; on a WAN
+    30 one-way delays more a step, for the collectives' round trips (DDP's step at 1 Gbit/s and 75 ms one way
+    took ~2.6 s and the run outlived a 2 s allowance)."""
     bits = rate_bits(getattr(network, "rate", None))
-    return 20.0 if rate_only or (bits is not None and bits < 1e9) else 2.0
+    base = 20.0 if rate_only or (bits is not None and bits < 1e9) else 2.0
+    spec = getattr(network, "spec", None)
+    return base + (30.0 * spec.max_one_way_s() if spec is not None else 0.0)
 
 
 def network_links(networks):
