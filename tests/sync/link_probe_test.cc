@@ -16,13 +16,30 @@
 namespace gradex::sync::cost {
 namespace {
 
+// Sends of one rank wait `delay` before they leave: that rank's host is far from every other.
+class FarRankCommunicator : public test::CountingCommunicator {
+ public:
+  FarRankCommunicator(comm::Communicator& inner, int far_rank, std::chrono::microseconds delay)
+      : CountingCommunicator(inner), far_(inner.rank() == far_rank), delay_(delay) {}
+  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    if (far_) std::this_thread::sleep_for(delay_);
+    return CountingCommunicator::isend(peer, tag, data, bytes);
+  }
+
+ private:
+  bool far_;
+  std::chrono::microseconds delay_;
+};
+
 // probe_links on one rank per entry of `hosts` (that rank's host identity), ranks as threads: every
-// rank's result, by rank.
+// rank's result, by rank. Rank `far_rank` (none: -1) sends every message `delay` late.
 std::vector<ProbeResult> probe_every_rank(const std::vector<std::string>& hosts,
-                                          const ProbeOptions& options) {
+                                          const ProbeOptions& options, int far_rank = -1,
+                                          std::chrono::microseconds delay = {}) {
   std::mutex m;
   std::vector<ProbeResult> results(hosts.size());
-  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& comm) {
+  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& inner) {
+    FarRankCommunicator comm(inner, far_rank, delay);
     const auto rank = static_cast<size_t>(comm.rank());
     ProbeResult r = probe_links(comm, hosts[rank], options);
     std::lock_guard<std::mutex> lock(m);
@@ -60,21 +77,6 @@ TEST(LinkProbe, MeasuresEachClassAndAgrees) {
   }
 }
 
-// Sends of one rank wait `delay` before they leave: that rank's host is far from every other.
-class FarRankCommunicator : public test::CountingCommunicator {
- public:
-  FarRankCommunicator(comm::Communicator& inner, int far_rank, std::chrono::microseconds delay)
-      : CountingCommunicator(inner), far_(inner.rank() == far_rank), delay_(delay) {}
-  comm::RequestPtr isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
-    if (far_) std::this_thread::sleep_for(delay_);
-    return CountingCommunicator::isend(peer, tag, data, bytes);
-  }
-
- private:
-  bool far_;
-  std::chrono::microseconds delay_;
-};
-
 // The other-host class is measured with the farthest host (a flat collective waits on its slowest
 // link), not the lowest-ranked one: here rank 3, whose every message leaves 20 ms late, while ranks
 // 1 and 2 (another host each) answer at loopback speed. Every rank learns the same peer and the
@@ -85,15 +87,8 @@ TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
   constexpr int kFar = 3;
   ProbeOptions o;
   o.repeats = 2;
-  std::mutex m;
-  std::vector<ProbeResult> results(hosts.size());
-  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& inner) {
-    FarRankCommunicator comm(inner, kFar, std::chrono::milliseconds(20));
-    const auto rank = static_cast<size_t>(comm.rank());
-    ProbeResult r = probe_links(comm, hosts[rank], o);
-    std::lock_guard<std::mutex> lock(m);
-    results[rank] = std::move(r);
-  });
+  const std::vector<ProbeResult> results =
+      probe_every_rank(hosts, o, kFar, std::chrono::milliseconds(20));
   // The far host's round trips lie a gap above the others': it is across regions, the flat tier;
   // the farther of the two near hosts is the region's.
   constexpr auto kAcross = static_cast<size_t>(Tier::kAcross);
@@ -113,14 +108,8 @@ TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
   // its own: no gap below comm::kRegionMinFarRoundTripMs splits the tiers, so the farthest host
   // is the region's and flat collectives cross the region tier (a loaded host's loopback jitter
   // made a phantom region tier of such a gap).
-  std::vector<ProbeResult> lan(hosts.size());
-  test::run_ranks(static_cast<int>(hosts.size()), [&](comm::Communicator& inner) {
-    FarRankCommunicator comm(inner, kFar, std::chrono::microseconds(300));
-    const auto rank = static_cast<size_t>(comm.rank());
-    ProbeResult r = probe_links(comm, hosts[rank], o);
-    std::lock_guard<std::mutex> lock(m);
-    lan[rank] = std::move(r);
-  });
+  const std::vector<ProbeResult> lan =
+      probe_every_rank(hosts, o, kFar, std::chrono::microseconds(300));
   for (const ProbeResult& r : lan) {
     EXPECT_EQ(r.peers[kAcross], -1);
     EXPECT_GE(r.peers[kRegion], 1);  // the farthest (kFar unless load slowed another host more)
@@ -285,8 +274,8 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   // 8 round trips a size against 3 for every tier measured: rank 0's pings are most of what it
   // sends.
   auto tiers = [](const ProbeResult& r) {
-    return static_cast<uint64_t>(std::count_if(r.peers.begin(), r.peers.end(),
-                                               [](int peer) { return peer >= 0; }));
+    return static_cast<uint64_t>(
+        std::count_if(r.peers.begin(), r.peers.end(), [](int peer) { return peer >= 0; }));
   };
   ASSERT_EQ(tiers(usual[0]), tiers(long_path[0]));
   EXPECT_LT(long_bytes, usual_bytes / 2) << long_bytes << " against " << usual_bytes;
