@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "base/half.h"
 #include "base/log.h"
 #include "sync/data/byte_io.h"
+#include "sync/delay/delay_arithmetic.h"
 #include "sync/engine/engine.h"
 
 namespace gradex::sync::delay {
@@ -23,132 +23,6 @@ constexpr uint32_t kVersion = 3;
 // The tensor registered under auto for the one agreement of the measurement (Engine::average:
 // its first average is fp32, the same bits on every rank).
 constexpr const char* kAgreementKey = "gradex.delay.auto";
-
-float load(const uint8_t* p, DType t, uint64_t i) {
-  if (t == DType::kFloat32) {
-    float v;
-    std::memcpy(&v, p + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  return t == DType::kFloat16 ? half_to_float(h) : bf16_to_float(h);
-}
-
-void store(uint8_t* p, DType t, uint64_t i, float v) {
-  if (t == DType::kFloat32) {
-    std::memcpy(p + 4 * i, &v, 4);
-    return;
-  }
-  const uint16_t h = t == DType::kFloat16 ? float_to_half(v) : float_to_bf16(v);
-  std::memcpy(p + 2 * i, &h, 2);
-}
-
-// out = g + (avg - g_old), element by element in fp32 (one rounding to a 16-bit type at the end).
-// In place: `out` holds g on entry. `stale`: out = avg (GRADEX_DELAY_RULE=stale).
-void correct(uint8_t* out, const uint8_t* avg, const uint8_t* old, DType t, uint64_t n,
-             bool stale) {
-  if (stale) {
-    std::memcpy(out, avg, n * dtype_size(t));
-    return;
-  }
-  if (t == DType::kFloat32) {
-    float* o = reinterpret_cast<float*>(out);
-    const float* a = reinterpret_cast<const float*>(avg);
-    const float* g = reinterpret_cast<const float*>(old);
-    for (uint64_t i = 0; i < n; ++i)
-      o[i] = o[i] + (a[i] - g[i]);
-    return;
-  }
-  for (uint64_t i = 0; i < n; ++i)
-    store(out, t, i, load(out, t, i) + (load(avg, t, i) - load(old, t, i)));
-}
-
-// x = g, or with momentum m (u non-null): u = m u + g, x = u (Nesterov: g + m u); plus `carry`
-// when non-null. Element by element in fp32, one rounding to a 16-bit type at the end. The fp32
-// case is a loop of its own, with the options decided outside it, so that it vectorizes: it reads
-// every gradient once a step (4.3M elements of the MLP race: milliseconds of each step's CPU, which
-// ranks sharing cores pay in steps).
-void make_x(const uint8_t* g, uint8_t* x, DType t, uint64_t n, float* u, float m, bool nesterov,
-            const float* carry) {
-  if (t == DType::kFloat32) {
-    const float* gf = reinterpret_cast<const float*>(g);
-    float* xf = reinterpret_cast<float*>(x);
-    if (u == nullptr) {
-      if (carry == nullptr) {
-        std::memcpy(xf, gf, n * sizeof(float));
-      } else {
-        for (uint64_t i = 0; i < n; ++i)
-          xf[i] = gf[i] + carry[i];
-      }
-    } else if (!nesterov) {
-      for (uint64_t i = 0; i < n; ++i) {
-        u[i] = m * u[i] + gf[i];
-        xf[i] = u[i];
-      }
-    } else {
-      for (uint64_t i = 0; i < n; ++i) {
-        u[i] = m * u[i] + gf[i];
-        xf[i] = gf[i] + m * u[i];
-      }
-    }
-    if (u != nullptr && carry != nullptr) {
-      for (uint64_t i = 0; i < n; ++i)
-        xf[i] += carry[i];
-    }
-    return;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    const float gi = load(g, t, i);
-    float xi = gi;
-    if (u != nullptr) {
-      u[i] = m * u[i] + gi;
-      xi = nesterov ? gi + m * u[i] : u[i];
-    }
-    if (carry != nullptr) xi += carry[i];
-    store(x, t, i, xi);
-  }
-}
-
-// make_x and correct in one pass for fp32, where the slot retired this step is already settled
-// (the steady state of the lanes: it is this lane's exchange of step t - D): x goes to `local`
-// and `exchanged`, and `data` (g on entry) gets x + (avg - x_old). Bit for bit what make_x, two
-// copies of x and correct give (the same operations in the same order, element by element), in
-// one read of each input instead of seven passes over the tensor a step.
-template <bool kMomentum, bool kNesterov, bool kCarry>
-void make_x_and_correct_loop(float* data, float* local, float* exchanged, uint64_t n, float* u,
-                             float m, const float* carry, const float* avg, const float* old) {
-  for (uint64_t i = 0; i < n; ++i) {
-    const float g = data[i];
-    float x = g;
-    if (kMomentum) {
-      u[i] = m * u[i] + g;
-      x = kNesterov ? g + m * u[i] : u[i];
-    }
-    if (kCarry) x += carry[i];
-    local[i] = x;
-    exchanged[i] = x;
-    data[i] = x + (avg[i] - old[i]);
-  }
-}
-
-void make_x_and_correct(float* data, float* local, float* exchanged, uint64_t n, float* u, float m,
-                        bool nesterov, const float* carry, const float* avg, const float* old) {
-  const bool c = carry != nullptr;
-  if (u == nullptr) {
-    (c ? make_x_and_correct_loop<false, false, true>
-       : make_x_and_correct_loop<false, false, false>)(data, local, exchanged, n, u, m, carry, avg,
-                                                       old);
-  } else if (!nesterov) {
-    (c ? make_x_and_correct_loop<true, false, true>
-       : make_x_and_correct_loop<true, false, false>)(data, local, exchanged, n, u, m, carry, avg,
-                                                      old);
-  } else {
-    (c ? make_x_and_correct_loop<true, true, true>
-       : make_x_and_correct_loop<true, true, false>)(data, local, exchanged, n, u, m, carry, avg,
-                                                     old);
-  }
-}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
