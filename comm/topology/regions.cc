@@ -100,7 +100,7 @@ std::vector<int> regions_from_rtts(const std::vector<std::vector<double>>& rtt_m
   for (size_t i = 1; i < all.size(); ++i) {
     const double lo = std::max(all[i - 1], 1e-6);  // a 0 ms round trip: a LAN's, not a division
     const double ratio = all[i] / lo;
-    if (ratio >= kRegionGapRatio && all[i] >= kRegionMinFarRoundTripMs && ratio > widest) {
+    if (region_gap(lo, all[i]) && ratio > widest) {
       widest = ratio;
       cut = all[i - 1];
     }

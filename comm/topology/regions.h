@@ -20,6 +20,12 @@ constexpr double kRegionGapRatio = 4.0;
 // from one sample to the next, and a tier split on that is noise (a phantom region tier).
 constexpr double kRegionMinFarRoundTripMs = 2.0;
 
+// Whether round trips of `below_ms` (> 0) and `above_ms` (>= below_ms) lie in different tiers: the
+// rule of both regions_from_rtts and the link probe's choice of a region peer.
+inline bool region_gap(double below_ms, double above_ms) {
+  return above_ms / below_ms >= kRegionGapRatio && above_ms >= kRegionMinFarRoundTripMs;
+}
+
 // The regions of `n` hosts from their round trips in ms (`rtt_ms[a][b]`, symmetric in meaning;
 // the larger of [a][b] and [b][a] is used, the diagonal ignored). The round trips are sorted and
 // cut at the largest ratio between consecutive values if that ratio is at least kRegionGapRatio

@@ -165,9 +165,9 @@ std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
     chosen[1] = candidates[order.back()];
     double widest = comm::kRegionGapRatio;
     for (size_t i = 0; i + 1 < order.size(); ++i) {
-      const double above = fastest[order[i + 1]];
-      const double ratio = above / std::max(fastest[order[i]], 1e-9);
-      if (ratio >= widest && above * 1e3 >= comm::kRegionMinFarRoundTripMs) {
+      const double below = std::max(fastest[order[i]], 1e-9), above = fastest[order[i + 1]];
+      const double ratio = above / below;
+      if (comm::region_gap(below * 1e3, above * 1e3) && ratio >= widest) {
         widest = ratio;
         chosen[0] = candidates[order[i]];
       }
