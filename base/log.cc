@@ -66,4 +66,10 @@ void write(Level level, const std::string& message) {
     std::fprintf(stderr, "gradex %s: %s\n", level_name(level), message.c_str());
 }
 
+std::string ms_between(std::chrono::steady_clock::time_point from,
+                       std::chrono::steady_clock::time_point to) {
+  return std::to_string(
+      static_cast<long long>(std::chrono::duration<double, std::milli>(to - from).count()));
+}
+
 }  // namespace gradex::log

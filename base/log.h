@@ -3,6 +3,7 @@
 // communicator).
 #pragma once
 
+#include <chrono>
 #include <sstream>
 
 namespace gradex::log {
@@ -13,6 +14,9 @@ bool enabled(Level level);
 void set_level(Level level);
 void set_rank(int rank);
 void write(Level level, const std::string& message);
+// Whole milliseconds from `from` to `to`, as a log line gives a duration ("2203").
+std::string ms_between(std::chrono::steady_clock::time_point from,
+                       std::chrono::steady_clock::time_point to);
 
 class Line {
  public:

@@ -83,10 +83,8 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   try {
     auto part = [&took, since = std::chrono::steady_clock::now()](const char* name) mutable {
       const auto now = std::chrono::steady_clock::now();
-      took += std::string(took.empty() ? "" : ", ") + name + " " +
-              std::to_string(static_cast<long long>(
-                  std::chrono::duration<double, std::milli>(now - since).count())) +
-              " ms";
+      took +=
+          std::string(took.empty() ? "" : ", ") + name + " " + log::ms_between(since, now) + " ms";
       since = now;
     };
     post_control_recv();

@@ -72,14 +72,11 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   ExchangeLayout layout = exchange_layout(*comm, config_, options_);
   if (rank == 0) {
     // What the start costs, by part: across a WAN each is a chain of round trips.
-    auto ms = [](Clock::time_point a, Clock::time_point b) {
-      return std::to_string(
-          static_cast<long long>(std::chrono::duration<double, std::milli>(b - a).count()));
-    };
     const auto laid_out = Clock::now();
     GX_LOG(kInfo) << "exchange layout: " << layout.description;
-    GX_LOG(kInfo) << "start: connected in " << ms(started, connected) << " ms, options agreed in "
-                  << ms(connected, agreed) << " ms, layout in " << ms(agreed, laid_out)
+    GX_LOG(kInfo) << "start: connected in " << log::ms_between(started, connected)
+                  << " ms, options agreed in " << log::ms_between(connected, agreed)
+                  << " ms, layout in " << log::ms_between(agreed, laid_out)
                   << " ms (the link probe follows at the first exchange)";
   }
   // GRADEX_TIMELINE: every later message is counted per peer (the start-up agreement and the

@@ -33,10 +33,7 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   auto probe = std::make_unique<cost::ProbeResult>(
       cost::probe_links(comm, comm::host_identity(comm.options().host_id), options));
   if (comm.rank() == 0) {
-    GX_LOG(kInfo) << "link probe: "
-                  << static_cast<long long>(std::chrono::duration<double, std::milli>(
-                                                std::chrono::steady_clock::now() - started)
-                                                .count())
+    GX_LOG(kInfo) << "link probe: " << log::ms_between(started, std::chrono::steady_clock::now())
                   << " ms, " << (comm.bytes_received() - received_before) / 1000 << " kB received";
   }
   auto model = std::make_unique<LinkModel>(probe->model(comm.size(), port_queue_s_));
