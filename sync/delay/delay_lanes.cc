@@ -1,5 +1,6 @@
 #include "sync/delay/delay_lanes.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/error.h"
@@ -84,6 +85,11 @@ void DelayLanes::wait_ready() {
 
 double DelayLanes::connect_seconds() const {
   return ready_ ? connect_seconds_ : 0.0;
+}
+
+void DelayLanes::keep_first(int n) {
+  while (static_cast<int>(lanes_.size()) > std::max(n, 0))
+    lanes_.pop_back();
 }
 
 void DelayLanes::register_tensor(const std::string& key, uint64_t numel, DType dtype,

@@ -68,6 +68,8 @@ class DelayLanes {
   int count() const { return static_cast<int>(lanes_.size()); }
   Engine& lane(int i) { return *lanes_.at(static_cast<size_t>(i)); }
 
+  // Collective (the same n at the same step on every rank): closes the lanes from n on, last first.
+  void keep_first(int n);
   void register_tensor(const std::string& key, uint64_t numel, DType dtype, uint64_t rows);
   // Every lane's counters together.
   Stats stats(bool last_step) const;

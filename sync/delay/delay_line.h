@@ -12,9 +12,12 @@
 // copy, and answers with a handle that is already complete, the corrected gradient written into
 // the caller's buffer.
 //
-// D = 1: x_t is the gradient g_t and the delayed engine itself exchanges it (its codec, error
-// feedback and momentum correction run on the copy as without delay). An engine keeps one exchange
-// of a tensor in flight, so step t waits for step t-1's exchange: one step of compute overlaps it.
+// D = 1: the delayed engine itself exchanges g_t (its codec, error feedback and momentum correction
+// run on the copy as without delay), so avg is its averaged momentum; x_t is g_t, or under gradex's
+// momentum (GRADEX_MOMENTUM) this rank's own u_t = m u_{t-1} + g_t (Nesterov: g_t + m u_t), the
+// same recursion, so that the corrected steps sum to the averaged momentum of the past plus x_t
+// rather than lag a momentum step behind. An engine keeps one exchange of a tensor in flight, so
+// step t waits for step t-1's exchange: one step of compute overlaps it.
 //
 // D >= 2: D exchanges in flight, one per lane (sync/delay/delay_lanes.h): step s goes to lane
 // s mod D, and step t waits only for step t-D's exchange, which its correction needs. A lane gets
@@ -155,9 +158,22 @@ class DelayLine {
   // Collective: auto's D >= 2 lanes start connecting on a thread of their own while the steps run
   // with D = 1; they take over at end_step count `from` (take_pending_lanes).
   void start_pending_lanes(int d, uint64_t from);
-  // At end_step count lanes_from_: waits for the pending lanes (when they are late), then moves
-  // the delayed engine's momentum and residuals into the lines, as make_lanes.
+  // At end_step count lanes_from_: waits for the pending lanes (when they are late), keeps the
+  // decided D of them, then moves the delayed engine's momentum and residuals into the lines, as
+  // make_lanes.
   void take_pending_lanes();
+  // Collective, at an end_step count from agreed state only: under auto, once the link is known
+  // and agreed latency-bound (only there can auto choose D >= 2), kAutoMaxDelay lanes start
+  // connecting in the background while the undelayed steps are measured, so that a decision for
+  // lanes does not wait their ~30 round trips each after it (on the race's short task at 50 ms
+  // round trips: 6.2 s of connecting, 16 steps at D = 1 between the decision and the lanes).
+  void maybe_start_early_lanes();
+  // At the decision: D >= 2 takes the early lanes (or starts connecting lanes now) as the pending
+  // lanes; after D <= 1 the early lanes close once connected.
+  void settle_lanes_at_decision();
+  // Waits for the early lanes' connection (a failure only logged: no step needs them) and closes
+  // them. Collective.
+  void close_early_lanes();
   // The lanes and the tensors registered on them (and the moved state with `take_state`).
   void install_lanes(bool take_state);
   bool lanes_active() const { return lanes_ && lanes_->count() == rule_.delay(); }
@@ -168,8 +184,14 @@ class DelayLine {
   // auto's lanes while they connect, and the end_step count from which they carry the exchanges.
   std::unique_ptr<DelayLanes> pending_;
   uint64_t lanes_from_ = 0;
-  int lane_sets_ = 0;     // lane sets made so far: each set meets under store keys of its own
-  const float momentum_;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
+  // Lanes connecting before auto's decision (maybe_start_early_lanes); after a decision for
+  // D <= 1 they close at end_step count early_close_at_, an agreed step by which they have
+  // connected (closing is collective and waits for a connection still under way).
+  std::unique_ptr<DelayLanes> early_;
+  uint64_t early_close_at_ = 0;
+  bool early_checked_ = false;  // maybe_start_early_lanes asked once
+  int lane_sets_ = 0;           // lane sets made so far: each set meets under store keys of its own
+  const float momentum_;        // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
   const bool nesterov_;
   bool reconfigured_ = false;
   uint64_t steps_ended_ = 0;  // end_step calls: step s's exchanges go to lane s mod D

@@ -70,7 +70,7 @@ bool DelayRule::observe(double exposed_total_s, double now_s) {
     exposed_at_start_ = exposed_total_s;
     window_start_s_ = now_s;
   }
-  if (steps_ != kSkipSteps + kWindowSteps) return false;
+  if (steps_ != kDecisionStep) return false;
   exposed_at_end_ = exposed_total_s;
   wall_s_ = now_s - window_start_s_;
   return true;
@@ -133,7 +133,7 @@ std::string DelayRule::why() const {
     return o.str();
   }
   if (!decided_) {
-    o << " (GRADEX_DELAY=auto: measuring steps " << kSkipSteps << ".." << kSkipSteps + kWindowSteps
+    o << " (GRADEX_DELAY=auto: measuring steps " << kSkipSteps << ".." << kDecisionStep
       << ", none delayed until then)";
     return o.str();
   }

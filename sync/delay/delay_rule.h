@@ -59,8 +59,14 @@ void refuse_under_outer(const config::Config& config);
 
 class DelayRule {
  public:
-  static constexpr uint64_t kSkipSteps = 10;    // start-up: probe, calibration, first plans
-  static constexpr uint64_t kWindowSteps = 10;  // steps measured
+  // Start-up (probe, calibration, the first plan and its refinement at step 4), then the steps
+  // measured. Each step before the decision runs undelayed, on a long path at its slowest (about
+  // 1.5 s at 150 ms round trips against 0.4 s delayed): ten steps measured ten steps late cost
+  // 15 s there, while five steps of the refined plan give the same D on the race's tasks.
+  static constexpr uint64_t kSkipSteps = 5;
+  static constexpr uint64_t kWindowSteps = 5;
+  // The end_step count at which auto decides (the same on every rank).
+  static constexpr uint64_t kDecisionStep = kSkipSteps + kWindowSteps;
   static constexpr double kHiddenShare = 0.05;
 
   explicit DelayRule(const config::Config& config);
@@ -68,6 +74,9 @@ class DelayRule {
   int delay() const { return delay_; }
   bool automatic() const { return automatic_; }
   bool decided() const { return decided_; }
+  // Whether the decision to come may take D >= 1: auto, undecided, and no setting that keeps 0
+  // whatever the measurement says (LocalSGD).
+  bool may_delay() const { return automatic_ && !decided_ && !localsgd_; }
   // Each end_step: the engine's exposed seconds so far and the time now (seconds, any epoch).
   // True when this step closes the measurement window: the caller agrees measurement() over the
   // ranks and calls decide() with the agreed values, on every rank at the same step.

@@ -16,11 +16,14 @@
 
 #include "process_ranks.h"
 #include "rank_checks.h"
+#include "sync/delay/delay_rule.h"
 
 using namespace gradex::test;
 
 namespace {
 
+// The end_step count at which GRADEX_DELAY=auto decides.
+constexpr int kDecision = static_cast<int>(gradex::sync::delay::DelayRule::kDecisionStep);
 constexpr uint64_t kSparseN = 4096;
 constexpr uint64_t kDenseN = 300;
 constexpr int kSteps = 9;
@@ -62,12 +65,6 @@ std::vector<float> gradients(int rank, int s) {
 constexpr int kAbsentStep = 4;
 bool absent(int rank, int s, bool with_absent) {
   return with_absent && rank == 1 && s == kAbsentStep;
-}
-
-// What this rank contributes at step s: its gradients, or zeros when absent.
-std::vector<float> contribution(int rank, int s, bool with_absent) {
-  return absent(rank, s, with_absent) ? std::vector<float>(kSparseN + kDenseN, 0.0f)
-                                      : gradients(rank, s);
 }
 
 // Submits both tensors of `v` (a then d; absent contributions when `is_absent`), waits for both and
@@ -152,8 +149,8 @@ std::vector<std::string> two_ranks(Fn fn, const std::vector<std::string>& more_e
   return world_ranks(2, fn, env);
 }
 
-// What the delay line exchanges at each step with D >= 2 (its lanes): x_t = u_t, gradex's momentum
-// u_t = m u_{t-1} + g_t applied before the lanes (an absent step: zeros, u untouched).
+// The x_t the delay line corrects with (and with D >= 2 exchanges on its lanes): x_t = u_t,
+// gradex's momentum u_t = m u_{t-1} + g_t (an absent step: zeros, u untouched).
 Steps lane_inputs(int rank, int steps, bool with_absent) {
   const float m = 0.9f;  // kEnv's GRADEX_MOMENTUM
   std::vector<float> u(kSparseN + kDenseN, 0.0f);
@@ -199,19 +196,14 @@ class EngineDelay : public ::testing::TestWithParam<int> {};
 TEST_P(EngineDelay, CorrectionIsExactAgainstTheReference) {
   const int d = GetParam();
   auto results = two_ranks([d](gradex_store_t* store, int rank) -> std::string {
-    // D = 1: x_t = g_t, and the averages avg_t of an undelayed run are the delayed run's: it
-    // exchanges the same g_t in the same order on the same engine (DGC residuals and momenta
-    // included). D >= 2: x_t = u_t, exchanged by D lanes (lane_averages).
-    Steps averages, delayed, local;
-    std::string failure;
-    if (d == 1) {
-      failure = run(store, "plain/", rank, "0", kSteps, &averages, nullptr, true);
-      for (int t = 0; t < kSteps; ++t)
-        local.push_back(contribution(rank, t, true));
-    } else {
-      local = lane_inputs(rank, kSteps, true);
-      failure = lane_averages(store, rank, d, local, true, &averages);
-    }
+    // x_t = u_t, this rank's own momentum of its gradients, under every D. D = 1: the averages
+    // avg_t of an undelayed run are the delayed run's: it exchanges the same g_t in the same order
+    // on the same engine (DGC residuals and momenta included). D >= 2: x_t itself is exchanged, by
+    // D lanes (lane_averages).
+    Steps averages, delayed;
+    const Steps local = lane_inputs(rank, kSteps, true);
+    std::string failure = d == 1 ? run(store, "plain/", rank, "0", kSteps, &averages, nullptr, true)
+                                 : lane_averages(store, rank, d, local, true, &averages);
     const std::string setting = std::to_string(d);
     if (failure.empty())
       failure = run(store, "delayed/", rank, setting.c_str(), kSteps, &delayed, nullptr, true);
@@ -233,9 +225,8 @@ TEST_P(EngineDelay, CorrectionIsExactAgainstTheReference) {
     RANK_REQUIRE(corrected, "no step was corrected (the test cannot fail)");
     RANK_REQUIRE(averages[kSteps - 1] != local[kSteps - 1],
                  "the average equals the local gradient (the test cannot fail)");
-    if (d >= 2)
-      RANK_REQUIRE(local[kSteps - 1] != gradients(rank, kSteps - 1),
-                   "no momentum was applied before the lanes (the test cannot fail)");
+    RANK_REQUIRE(local[kSteps - 1] != gradients(rank, kSteps - 1),
+                 "x_t carries no momentum (the test cannot fail)");
     return "";
   });
   EXPECT_EQ(failures(results), "");
@@ -413,7 +404,7 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
     Steps out;
     RANK_REQUIRE(explain_text(e).find("GRADEX_DELAY=auto: measuring") != std::string::npos,
                  explain_text(e));
-    for (int s = 0; failure.empty() && s < 21; ++s)
+    for (int s = 0; failure.empty() && s <= kDecision; ++s)
       failure = step(e, rank, s, &out);
     if (!failure.empty()) return failure;
     int mine = -1;
@@ -435,6 +426,40 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
   EXPECT_EQ(failures(results), "");
 }
 
+// Under a latency-bound link (GRADEX_TEST_DELAY_LANES stands in for one) auto's lanes connect from
+// the second step while it measures; steps whose compute hides the exchange (a sleep here) make it
+// keep D <= 1, and those lanes close at an agreed step after the decision while training goes on.
+TEST(EngineDelayAuto, EarlyLanesCloseWhenTheDecisionNeedsNone) {
+  auto results = two_ranks(
+      [](gradex_store_t* store, int rank) -> std::string {
+        gradex_engine_t* e = nullptr;
+        std::string failure = create(store, "early/", rank, 2, "auto", &e);
+        if (!failure.empty()) return failure;
+        Steps out;
+        for (int s = 0; failure.empty() && s < kDecision + 4; ++s) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(40));
+          failure = step(e, rank, s % kSteps, &out);
+          if (failure.empty() && s == 3) {
+            const std::string text = explain_text(e);
+            RANK_REQUIRE(text.find("lanes connect meanwhile") != std::string::npos, text);
+          }
+        }
+        if (!failure.empty()) return failure;
+        int d = -1;
+        RANK_OK(gradex_get_delay(e, &d));
+        const std::string text = explain_text(e);
+        // The sleep hides the exchange (D = 0); a loaded host may still see D = 1: no lanes either
+        // way.
+        RANK_REQUIRE(d <= 1 && text.find(" lanes, one exchange") == std::string::npos,
+                     "D=" << d << ": " << text);
+        RANK_REQUIRE(text.find("lanes connect meanwhile") == std::string::npos, text);
+        RANK_OK(gradex_engine_destroy(e));
+        return "";
+      },
+      {"GRADEX_TEST_DELAY_LANES=1"});
+  EXPECT_EQ(failures(results), "");
+}
+
 // Four ranks on this host under GRADEX_POLICY=auto, on loopback (a link that is not latency-bound):
 // where they outnumber the cores, auto keeps D = 0 on every rank and says why (one exchange in
 // flight would only move its CPU work into the compute); where the cores suffice, that reason is
@@ -449,7 +474,7 @@ TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
                     std::string failure = create(store, "cores/", rank, kWorld, "auto", &e);
                     if (!failure.empty()) return failure;
                     Steps out;
-                    for (int s = 0; failure.empty() && s < 21; ++s)
+                    for (int s = 0; failure.empty() && s <= kDecision; ++s)
                       failure = step(e, rank, s, &out);
                     if (!failure.empty()) return failure;
                     int mine = -1;
@@ -469,13 +494,13 @@ TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
 }
 
 // GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
-// latency-bound link): every rank takes the same D >= 2 at step 20, runs D = 1 while the lanes
-// connect in the background, and switches at step 22 (two steps later under the test setting),
-// where the engine's momentum and residual move into the line; training goes on, and a checkpoint
-// resumes bit for bit in a fresh engine, after which a drain and an average leave every rank with
-// the same parameters. The checkpoint is taken at step GetParam(): 21 while the lanes connect (the
-// resumed engine connects its own and switches at the same step), 24 with the lanes' exchanges in
-// flight (it makes the lanes from the state).
+// latency-bound link): the lanes start connecting at the second step, every rank takes the same
+// D >= 2 at its decision (kDecision steps) and the lanes take over at the next step, where the
+// engine's momentum and residual move into the line; training goes on, and a checkpoint resumes
+// bit for bit in a fresh engine, after which a drain and an average leave every rank with the same
+// parameters. The checkpoint is taken at step GetParam(): right after the decision, while the lanes
+// are pending (the resumed engine connects its own and switches at the same step), and four steps
+// later with the lanes' exchanges in flight (it makes the lanes from the state).
 class EngineDelaySwitch : public ::testing::TestWithParam<int> {};
 
 TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
@@ -537,6 +562,7 @@ TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
   EXPECT_EQ(failures(results), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(CheckpointSteps, EngineDelaySwitch, ::testing::Values(21, 24));
+INSTANTIATE_TEST_SUITE_P(CheckpointSteps, EngineDelaySwitch,
+                         ::testing::Values(kDecision, kDecision + 4));
 
 }  // namespace
