@@ -351,7 +351,7 @@ const std::vector<VarSpec>& registry() {
      "Host tensors only (CUDA tensors keep 0). D >= 2 runs D lanes (engines of their own), so that D "
      "exchanges of a tensor are in flight. auto: measures steps 5-10 without delay and, from the "
      "numbers agreed over ranks, keeps 0 when the framework waited at most 5% of a step's compute on "
-     "gradex, else takes the least D that hides the wait, at most 4; at most 1 on a link that is not "
+     "gradex, else takes the least D that hides the wait, at most 2; at most 1 on a link that is not "
      "latency-bound, and 0 there where the ranks outnumber their host's cores (gx.explain says why). "
      "0: no delay. Refused with LocalSGD and DiLoCo (1-8), and by torchft's reconfigure and step "
      "transactions while D > 0; gx.synchronize() drains it."},

@@ -12,7 +12,7 @@ DDP's buckets, no copies in and out; the record says so).
                    a gradex build without GRADEX_POLICY runs its default policy instead, and the record
                    says so ("policy"); momentum inside gradex: the optimizer runs at momentum 0
   gradex_delay     gradex_auto with GRADEX_DELAY=auto (the delayed exchange when the exchange does not hide)
-  gradex_delay1    gradex_auto with GRADEX_DELAY=1 (gradex_delay4, gradex_delay8: 4 or 8 exchanges in flight); gradex_stale1 the
+  gradex_delay1    gradex_auto with GRADEX_DELAY=1 (gradex_delay2 .. 4, gradex_delay8: that many exchanges in flight); gradex_stale1 the
                    same with GRADEX_DELAY_RULE=stale
                    (plain staleness, for the comparison in docs/tuning.md)
   gradex_default   gx.hook with gradex's defaults, nothing overridden (before GRADEX_POLICY: DGC 99.9 % for
@@ -46,7 +46,8 @@ from bench.baselines.modes import _noop_hook, serialized_hook  # noqa: E402
 from bench.train.optimizers import ADAMW_UNSUPPORTED, ADAMW_WEIGHT_DECAY, OPTIMIZERS  # noqa: E402
 
 # The delayed exchange (GRADEX_DELAY): gradex_auto with D exchanges in flight, drained by gx.synchronize.
-DELAYED = ("gradex_delay", "gradex_delay1", "gradex_delay4", "gradex_delay8", "gradex_stale1")
+DELAYED = ("gradex_delay", "gradex_delay1", "gradex_delay2", "gradex_delay3", "gradex_delay4", "gradex_delay8",
+           "gradex_stale1")
 METHODS = ("ddp", "torch_fp16", "powersgd_r1", "powersgd_r4", "gradex_auto", "gradex_default", "gradex_dgc",
            "gradex_localsgd", "nocomm") + DELAYED
 GRADEX_MOMENTUM = 0.9  # the optimizer's momentum, or gradex's when gradex owns it
@@ -89,6 +90,7 @@ class Method:
             config = {"gradex_auto": auto, "gradex_default": {},
                       "gradex_dgc": {"GRADEX_SPARSITY": 0.999, "GRADEX_DENSE_THRESHOLD": 0},
                       "gradex_delay": dict(auto, GRADEX_DELAY="auto"), "gradex_delay1": dict(auto, GRADEX_DELAY=1),
+                      "gradex_delay2": dict(auto, GRADEX_DELAY=2), "gradex_delay3": dict(auto, GRADEX_DELAY=3),
                       "gradex_delay4": dict(auto, GRADEX_DELAY=4), "gradex_delay8": dict(auto, GRADEX_DELAY=8),
                       "gradex_stale1": dict(auto, GRADEX_DELAY=1, GRADEX_DELAY_RULE="stale")}[name]
             self.policy = config.get("GRADEX_POLICY", "default")

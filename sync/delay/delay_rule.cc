@@ -113,8 +113,11 @@ void DelayRule::decide(float exposed_s, float compute_s, const std::string& held
     GX_LOG(kWarn) << "GRADEX_DELAY=auto: the exchange (>= " << exposed_s * 1e3
                   << " ms a step) needs D=" << needed << " to hide behind " << compute_s * 1e3
                   << " ms of compute a step; D=" << delay_ << " overlaps part of it ("
-                  << (lanes_held_.empty() ? "auto's largest D"
-                                          : "one exchange in flight: several " + lanes_held_)
+                  << (lanes_held_.empty()
+                          ? "auto's largest D: more staleness costs some models accuracy; "
+                            "GRADEX_DELAY=" +
+                                std::to_string(std::min(needed, kMaxDelay)) + " would set it"
+                          : "one exchange in flight: several " + lanes_held_)
                   << "). gx.DiLoCo with GRADEX_OUTER_PERIOD >= " << diloco_period_
                   << " would hide it; the optimizer is left as it is";
   }

@@ -23,10 +23,11 @@ TEST(DelayRule, TakesTheLeastDelayThatHidesTheWaitWithinItsCap) {
   DelayRule one = auto_rule();
   one.decide(0.08f, 0.1f, "");
   EXPECT_EQ(one.delay(), 1);
-  DelayRule three = auto_rule();
-  three.decide(0.15f, 0.1f, "");
-  EXPECT_EQ(three.delay(), 3);  // 1 + ceil(1.5)
-  EXPECT_EQ(three.diloco_period(), 0u);
+  DelayRule beyond = auto_rule();
+  beyond.decide(0.15f, 0.1f, "");
+  EXPECT_EQ(kAutoMaxDelay, 2);
+  EXPECT_EQ(beyond.delay(), 2);           // 1 + ceil(1.5) = 3 would hide it; auto stops at 2
+  EXPECT_EQ(beyond.diloco_period(), 3u);  // (0.15 + 0.1) / 0.1 steps, rounded up
   DelayRule capped = auto_rule();
   capped.decide(0.9f, 0.1f, "");
   EXPECT_EQ(capped.delay(), kAutoMaxDelay);
