@@ -58,6 +58,18 @@ double flow_window_bytes(const TcpLimits& l) {
   return static_cast<double>(std::min(l.rmem_max, l.wmem_max)) / 2;
 }
 
+double windows_cap_bits(const TcpLimits& l, double rtt_s, int flows) {
+  if (!(rtt_s > 0)) return 0;
+  return flow_window_bytes(l) * 8.0 / rtt_s * std::max(flows, 1);
+}
+
+double advice_target_bits(const TcpLimits& l, double rtt_s, int flows, double measured_bits,
+                          double fallback_bits) {
+  const double cap = windows_cap_bits(l, rtt_s, flows);
+  return measured_bits > 0 && measured_bits < kWindowBoundShare * cap ? measured_bits
+                                                                      : fallback_bits;
+}
+
 int stripes_for_path(const TcpLimits& l, double rtt_s, double target_bits_per_s, int cap) {
   const double window = flow_window_bytes(l);
   if (!(window > 0) || !(rtt_s > 0) || !(target_bits_per_s > 0) || cap < 1) return 1;
@@ -80,8 +92,9 @@ std::string tcp_limits_advice(const TcpLimits& l, double rtt_s, double target_bi
            (flows == 1 ? std::string("one TCP flow") : std::to_string(flows) + " TCP flows") +
            " per peer " + (flows == 1 ? "is" : "are") + " capped at " + fixed(cap_bits / 1e9, 2) +
            " Gbit/s by the kernel's socket buffer maximum (" + std::to_string(window >> 20) +
-           " MiB; " + fixed(target_bits_per_s / 1e9, 0) + " Gbit/s needs " +
-           std::to_string(need >> 20) + " MiB" + (flows == 1 ? "" : " per flow") + ")";
+           " MiB; " + fixed(target_bits_per_s / 1e9, target_bits_per_s < 9.95e9 ? 1 : 0) +
+           " Gbit/s needs " + std::to_string(need >> 20) + " MiB" +
+           (flows == 1 ? "" : " per flow") + ")";
     if (l.rmem_max < need)
       fixes.push_back("sysctl -w net.ipv4.tcp_rmem='" + first_two(l.rmem_text) + " " +
                       std::to_string(need) + "'");

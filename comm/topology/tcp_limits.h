@@ -36,6 +36,16 @@ constexpr int kAutoStripesMax = 4;
 // tcp_wmem's), the kernel keeping the rest for its own overhead (measured: 4 MiB buffers carried
 // 2.6 MB in flight at 50 ms). 0 when the limits were not read.
 double flow_window_bytes(const TcpLimits& limits);
+// What `flows` flows to one peer carry at round trip `rtt_s` (flow_window_bytes each), bits per
+// second; 0 when the limits were not read.
+double windows_cap_bits(const TcpLimits& limits, double rtt_s, int flows);
+// The rate tcp_limits_advice should size the windows for: `measured_bits`, a stream's rate over
+// `flows` flows at `rtt_s`, where it stayed below kWindowBoundShare of windows_cap_bits (the
+// windows did not hold it: it is the link's); else `fallback_bits`, since a stream at the windows'
+// cap says nothing of the link beyond them (also when nothing was measured).
+constexpr double kWindowBoundShare = 0.8;
+double advice_target_bits(const TcpLimits& limits, double rtt_s, int flows, double measured_bits,
+                          double fallback_bits);
 
 // Connections per peer for a path of round trip `rtt_s` to carry `target_bits_per_s`: the
 // bandwidth-delay product over one flow's window, rounded up, in [1, `cap`]. 1 when the limits

@@ -11,9 +11,8 @@
 
 namespace gradex::sync {
 namespace {
-// The link rate the TCP advice sizes windows for: the fast end of the commodity Ethernet gradex
-// is built for (a slower link needs proportionally less, which the advice line states). Not the
-// measured rate: where the windows cap the link, the stream measures the cap.
+// The link rate the TCP advice sizes windows for when the probe's stream cannot tell it: the fast
+// end of the commodity Ethernet gradex is built for.
 constexpr double kTcpAdviceTargetBits = 10e9;
 }  // namespace
 
@@ -50,9 +49,14 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
     static std::once_flag said;
     const double rtt_s = 2 * model->link().alpha_s;
     const int flows = comm.connections_per_peer();  // striping (GRADEX_STRIPES)
-    std::call_once(said, [rtt_s, flows] {
-      const std::string advice =
-          comm::tcp_limits_advice(comm::read_tcp_limits(), rtt_s, kTcpAdviceTargetBits, flows);
+    const cost::LinkParams link = model->link();
+    std::call_once(said, [rtt_s, flows, link] {
+      const comm::TcpLimits limits = comm::read_tcp_limits();
+      const double measured =
+          link.measured && link.beta_s_per_byte > 0 ? 8.0 / link.beta_s_per_byte : 0.0;
+      const std::string advice = comm::tcp_limits_advice(
+          limits, rtt_s,
+          comm::advice_target_bits(limits, rtt_s, flows, measured, kTcpAdviceTargetBits), flows);
       if (!advice.empty()) {
         GX_LOG(kWarn) << advice;
       }

@@ -49,6 +49,23 @@ TEST(TcpLimits, StripedFlowsShareTheNeed) {
   EXPECT_EQ(tcp_limits_advice(limits(4u << 20, false), 0.05, 10e9, 16), "");
 }
 
+// The rate the advice sizes windows for: the measured one where the windows did not hold the
+// stream, else the fallback. 4 flows of 4 MiB buffers (2 MiB in flight each) at 50 ms carry
+// 1.34 Gbit/s: a 1 Gbit/s stream is the link's, and the windows then need no advice.
+TEST(TcpLimits, AdviceSizesForTheMeasuredRateWhereTheWindowsDidNotHoldIt) {
+  const TcpLimits l = limits(4u << 20, false);
+  EXPECT_NEAR(windows_cap_bits(l, 0.05, 4), 4 * 2.0 * (1 << 20) * 8 / 0.05, 1.0);
+  EXPECT_EQ(advice_target_bits(l, 0.05, 4, 1e9, 10e9), 1e9);
+  EXPECT_EQ(tcp_limits_advice(l, 0.05, advice_target_bits(l, 0.05, 4, 1e9, 10e9), 4), "");
+  // At 150 ms the same windows carry 0.45 Gbit/s: a stream at 0.44 may be theirs.
+  EXPECT_EQ(advice_target_bits(l, 0.15, 4, 0.44e9, 10e9), 10e9);
+  // Nothing measured: the fallback.
+  EXPECT_EQ(advice_target_bits(l, 0.05, 4, 0, 10e9), 10e9);
+  // A slow link at a long round trip: one flow of those windows carries 16.8 Mbit/s at 1 s, a
+  // 10 Mbit/s stream is the link's.
+  EXPECT_EQ(advice_target_bits(l, 1.0, 1, 1e7, 10e9), 1e7);
+}
+
 TEST(TcpLimits, StripesAreTheBandwidthDelayProductOverOneFlowsWindow) {
   const TcpLimits l = limits(4u << 20, false);  // 2 MiB in flight per flow
   EXPECT_DOUBLE_EQ(flow_window_bytes(l), 2u << 20);

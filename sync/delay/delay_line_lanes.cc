@@ -1,0 +1,124 @@
+// DelayLine's lane sets (sync/delay/delay_line.h): when lanes can run, making them, auto's lanes
+// connecting ahead of its decision or after it, and their take-over.
+#include <algorithm>
+#include <chrono>
+
+#include "base/log.h"
+#include "sync/delay/delay_line.h"
+#include "sync/engine/engine.h"
+
+namespace gradex::sync::delay {
+
+std::string DelayLine::lanes_held() const {
+  if (!make_lane_) return "this engine cannot make (no lane factory: a C++ engine)";
+  if (reconfigured_) return "the membership changed since the start (the lanes' store is gone)";
+  if (has_cuda_) return "takes host tensors only (CUDA tensors are registered)";
+  if (momentum_ > 0 && engine_.options().clip_norm > 0)
+    return "applies gradex's momentum before the engines clip (GRADEX_CLIP_NORM with "
+           "GRADEX_MOMENTUM > 0)";
+  return "";
+}
+
+void DelayLine::make_lanes(int d, bool take_state) {
+  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay);
+  install_lanes(take_state);
+}
+
+void DelayLine::start_pending_lanes(int d, uint64_t from) {
+  pending_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay,
+                                          DelayLanes::Start::kBackground);
+  lanes_from_ = from;
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: D=" << d << "'s lanes connect in the background; D=1 until step "
+                  << from;
+  }
+}
+
+namespace {
+// The end_step count from which auto's lanes may connect ahead of its decision: by then the first
+// exchange (with the start-up link probe, whose result every rank adopts) has completed everywhere.
+constexpr uint64_t kEarlyLanesStep = 2;
+}  // namespace
+
+void DelayLine::maybe_start_early_lanes() {
+  // Asked once per process (the link's question waits for the engine to be idle): at the second
+  // end_step, or at the first one of a run resumed later, before the decision. The link test is
+  // the decision's own (an unknown link does not hold lanes).
+  if (early_checked_ || steps_ended_ < kEarlyLanesStep) return;
+  early_checked_ = true;
+  if (early_ || pending_ || lanes_ || !rule_.may_delay() || !lanes_held().empty()) return;
+  if (!test_lanes_ && engine_.link_latency_bound() == 0) return;
+  early_ = std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
+                                        lane_sets_++ * kMaxDelay, DelayLanes::Start::kBackground);
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: the agreed link is latency-bound: " << kAutoMaxDelay
+                  << " lanes connect in the background while auto measures (a decision for "
+                     "D >= 2 takes them over)";
+  }
+}
+
+void DelayLine::settle_lanes_at_decision() {
+  // The step by which lanes started at kEarlyLanesStep have connected, from agreed numbers only:
+  // the same on every rank and in a run resumed from a checkpoint (whose lanes may have started
+  // later, or only now when it resumed after the early lanes' step: it waits for them there
+  // rather than take over at another step).
+  const uint64_t connected_by =
+      test_lanes_ ? steps_ended_ + 1
+                  : kEarlyLanesStep + lane_start_steps(kAutoMaxDelay, engine_.link_round_trip_s(),
+                                                       rule_.overlapped_step_s());
+  const uint64_t from = std::max(steps_ended_ + 1, connected_by);
+  if (rule_.delay() >= 2) {
+    if (early_) {
+      pending_ = std::move(early_);
+      lanes_from_ = from;
+    } else {
+      start_pending_lanes(rule_.delay(), from);
+    }
+    return;
+  }
+  if (early_) early_close_at_ = from;
+}
+
+void DelayLine::close_early_lanes() {
+  try {
+    early_->wait_ready();
+  } catch (const std::exception& e) {
+    // Lanes no step needs: their failure stops nothing (a lost peer stops the delayed engine).
+    GX_LOG(kWarn) << "delay: lanes connected ahead of the decision and not needed failed to "
+                     "connect: "
+                  << e.what();
+  }
+  early_.reset();
+}
+
+void DelayLine::take_pending_lanes() {
+  std::unique_ptr<DelayLanes> lanes = std::move(pending_);
+  lanes_from_ = 0;
+  const auto waited_from = std::chrono::steady_clock::now();
+  lanes->wait_ready();
+  lanes->keep_first(rule_.delay());
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: " << lanes->count() << " lanes take over at step " << steps_ended_
+                  << " (connected in " << lanes->connect_seconds() * 1e3 << " ms; the step waited "
+                  << waited * 1e3 << " ms for them)";
+  }
+  lanes_ = std::move(lanes);
+  install_lanes(true);
+}
+
+void DelayLine::install_lanes(bool take_state) {
+  for (auto& [key, l] : lines_) {
+    std::lock_guard<std::mutex> line_lock(l->mutex);
+    lanes_->register_tensor(key, l->numel, l->dtype, l->rows);
+    if (!take_state) continue;
+    // The momentum continues here: the one of the steps with one exchange in flight (the same
+    // recursion as the engine's, which does not mask what DGC sent), or else the undelayed
+    // engine's. The residual is gradient not applied yet.
+    if (momentum_ > 0 && l->momentum.size() != l->numel) l->momentum = engine_.momentum_of(key);
+    l->carry = engine_.residual_of(key);
+  }
+}
+
+}  // namespace gradex::sync::delay
