@@ -44,6 +44,14 @@ const std::vector<VarSpec>& registry() {
      "reaches a rank before it enters the collective takes UCX's slower unexpected-message path: "
      "4 KiB kept ResNet-50 DGC steps at parity with the two-round exchange where 16-64 KiB made "
      "them 6-30% slower (docs/benchmarks.md)."},
+    {"GRADEX_TCP_PACING", VarType::kBool, "1", 0, 0, false, false, nullptr, kPerRank,
+     "gradex's own TCP connections to other hosts are paced by the kernel (SO_MAX_PACING_RATE, "
+     "no rate cap: Linux 4.20+ then spreads each window over the round trip, no fq qdisc needed). "
+     "Unpaced, each flow sends its window in one burst; the bursts of several flows at once (an "
+     "exchange with every peer, the lanes of a delayed exchange) overflow shallow switch and "
+     "shaper queues, and every drop costs a round trip: on the emulated 1 Gbit/s, 50 ms path "
+     "pacing cut the delayed exchange's drops 4x and doubled its steps/s (docs/wan.md). 0: the "
+     "kernel's default. Connections inside a host and other libraries' sockets are never touched."},
     {"GRADEX_SHM", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
      "Ranks on the same host (same kernel and network namespace) exchange through shared memory: "
      "about 3x the bus bandwidth of loopback tcp here. Off by default: UCX 1.13 cannot report the "

@@ -46,6 +46,7 @@ CommOptions comm_options_from_config(const config::Config& config) {
                                              : CommOptions::HierarchicalShm::kAuto;
   const std::string& stripes = config.get_string("GRADEX_STRIPES");
   o.stripes = stripes == "auto" ? 0 : std::stoi(stripes);
+  o.tcp_pacing = config.get_bool("GRADEX_TCP_PACING");
   o.job_secret =
       auth::resolve_job_secret(config.get_string("GRADEX_JOB_SECRET"),
                                config.source_of("GRADEX_JOB_SECRET") != config::Source::kDefault,

@@ -60,6 +60,10 @@ struct CommOptions {
   // most kAutoStripesMax. N >= 1: N connections to every peer not reached through shared memory
   // (the same on every rank).
   int stripes = 0;
+  // GRADEX_TCP_PACING: the connections this communicator makes to other hosts are paced by the
+  // kernel (comm/topology/tcp_pacing.h). Local to a rank: pacing changes when bytes leave, never
+  // which.
+  bool tcp_pacing = true;
 };
 
 // Striping: bits 13..15 of a tag's low 16 bits are its lane. Messages to one peer whose tags differ

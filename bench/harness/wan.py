@@ -178,6 +178,7 @@ class WanSpec:
                     f"{self.inter_delay}" + ("-pairs" if self.inter_pairs else "") + (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else ""))
         return (f"wan-{self.rate}-{self.delay}" + (f"-loss{self.loss:g}" if self.loss else "") +
                 (f"-tcp{self.tcp_buffer_mib}m" if self.tcp_buffer_mib else "") +
+                (f"-queue{self.queue_ms:g}ms" if self.queue_ms != 10.0 else "") +
                 ("-" + "-".join(x.split("=")[0].rsplit(".", 1)[1] for x in self.sysctls) if self.sysctls else ""))
 
 

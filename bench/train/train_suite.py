@@ -173,7 +173,8 @@ def plan(args):
 
 def wan_spec(args):
     rate, _, delay = args.wan.partition(",")
-    return WanSpec(hosts=args.hosts, rate=rate, delay=delay, sysctls=list(getattr(args, "host_sysctl", None) or []))
+    return WanSpec(hosts=args.hosts, rate=rate, delay=delay, sysctls=list(getattr(args, "host_sysctl", None) or []),
+                   queue_ms=getattr(args, "queue_ms", 10.0))
 
 
 def rates_of(args):
@@ -219,6 +220,8 @@ def main():
     p.add_argument("--host-sysctl", action="append", default=[], metavar="KEY=VALUE",
                    help="a sysctl inside every emulated host's namespace (repeatable), e.g. "
                         "net.ipv4.tcp_slow_start_after_idle=0: what a result would be with the log's advice applied")
+    p.add_argument("--queue-ms", type=float, default=10.0,
+                   help="each emulated pipe's drop-tail queue in ms at its rate (the WAN's default: 10)")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="quick")
     p.add_argument("--tasks", default="", help=f"override the mode's tasks ({','.join(TASK_SETTINGS)})")

@@ -4,6 +4,7 @@
 
 #include "comm/rendezvous/launch.h"
 #include "comm/topology/host_identity.h"
+#include "comm/topology/tcp_pacing.h"
 #include "comm/ucx/ucx_peer_auth.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <set>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -78,6 +80,9 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   if (!options_.use_event_fd || ucp_worker_get_efd(worker_->get(), &event_fd_) != UCS_OK)
     event_fd_ = -1;
   pong_seq_.assign(static_cast<size_t>(size_), 0);
+  // UCX opens its sockets inside connect_endpoints/connect_stripes: those not here yet are ours.
+  const std::set<uint64_t> sockets_before =
+      options_.tcp_pacing ? tcp_socket_inodes() : std::set<uint64_t>{};
   // Each part's milliseconds, for the log: across a WAN each is a chain of round trips.
   std::string took;
   try {
@@ -94,12 +99,16 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     part("hello");
     connect_stripes();
     part("stripes");
+    if (options_.tcp_pacing)
+      paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS);
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {
     shutdown();  // the destructor does not run for a half-built object
     throw;
   }
   GX_LOG(kInfo) << "UCX communicator ready: rank " << rank_ << " of " << size_ << " (" << took
+                << (paced_flows_ > 0 ? "; " + std::to_string(paced_flows_) + " TCP flows paced"
+                                     : "")
                 << ")";
 }
 

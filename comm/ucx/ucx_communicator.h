@@ -120,6 +120,9 @@ class UcxCommunicator : public Communicator {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   std::vector<std::string> rank_hosts() const override { return rank_hosts_; }
   int connections_per_peer() const override { return stripes_; }
+  // How many of this communicator's TCP connections to other hosts the kernel paces
+  // (CommOptions::tcp_pacing; 0 without any, or where the kernel refused).
+  int paced_flows() const { return paced_flows_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
  private:
@@ -286,6 +289,7 @@ class UcxCommunicator : public Communicator {
   std::vector<std::vector<Endpoint>> stripe_endpoints_;
   std::vector<Bytes> peer_addresses_;  // every peer's worker address, for the extra endpoints
   int stripes_ = 1;                    // connections to each peer on another host (agreed)
+  int paced_flows_ = 0;                // connections paced at wire-up (CommOptions::tcp_pacing)
   // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
   // their requests, so abandon() releases those at once).
   std::vector<bool> shared_memory_peer_;
