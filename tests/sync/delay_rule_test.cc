@@ -45,6 +45,30 @@ TEST(DelayRule, HeldLanesKeepOneExchangeInFlightAndHeldDelayKeepsNone) {
   EXPECT_EQ(held.delay(), 0);
 }
 
+TEST(DelayRule, AnOptimizerWithItsOwnMomentsKeepsZeroAndAFixedDelayIsHonoured) {
+  // The correction telescopes through SGD's linear update only: under an Adam-family or an
+  // own-update optimizer auto keeps 0 whatever the measurement, and starts no early lanes.
+  for (const char* family : {"adam", "other"}) {
+    DelayRule rule(Config::from_strings(
+        {"GRADEX_DELAY=auto", std::string("GRADEX_OPTIMIZER=") + family}, Source::kEnvironment));
+    EXPECT_FALSE(rule.may_delay()) << family;
+    rule.decide(0.5f, 0.1f, "");
+    EXPECT_EQ(rule.delay(), 0) << family;
+    EXPECT_NE(rule.why().find(std::string("GRADEX_OPTIMIZER=") + family), std::string::npos)
+        << rule.why();
+  }
+  for (const char* family : {"sgd", "unknown"}) {
+    DelayRule rule(Config::from_strings(
+        {"GRADEX_DELAY=auto", std::string("GRADEX_OPTIMIZER=") + family}, Source::kEnvironment));
+    EXPECT_TRUE(rule.may_delay()) << family;
+    rule.decide(0.5f, 0.1f, "");
+    EXPECT_EQ(rule.delay(), kAutoMaxDelay) << family;
+  }
+  const DelayRule fixed(
+      Config::from_strings({"GRADEX_DELAY=2", "GRADEX_OPTIMIZER=adam"}, Source::kEnvironment));
+  EXPECT_EQ(fixed.delay(), 2);  // the user's setting, with a warning
+}
+
 TEST(DelayRule, OverlappedStepIsTheLongerOfWaitAndCompute) {
   DelayRule rule = auto_rule();
   EXPECT_EQ(rule.overlapped_step_s(), 0.0);
