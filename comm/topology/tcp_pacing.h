@@ -11,8 +11,8 @@
 
 namespace gradex::comm {
 
-// The inodes of this process's TCP sockets now (a snapshot taken before connections are made, so
-// that pace_new_tcp_flows touches only the ones made since).
+// The inodes of this process's sockets now (a snapshot taken before connections are made, so that
+// pace_new_tcp_flows touches only the ones made since).
 std::set<uint64_t> tcp_socket_inodes();
 
 // A cap far above any NIC: the kernel paces at its own rate (~1.2 windows per round trip, 2 in slow

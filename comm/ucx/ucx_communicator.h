@@ -120,9 +120,6 @@ class UcxCommunicator : public Communicator {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   std::vector<std::string> rank_hosts() const override { return rank_hosts_; }
   int connections_per_peer() const override { return stripes_; }
-  // How many of this communicator's TCP connections to other hosts the kernel paces
-  // (CommOptions::tcp_pacing; 0 without any, or where the kernel refused).
-  int paced_flows() const { return paced_flows_; }
   uint64_t bytes_received() const override { return bytes_received_; }
 
  private:
