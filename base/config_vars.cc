@@ -266,7 +266,10 @@ const std::vector<VarSpec>& registry() {
      "own moments (Adam, AdamW, NAdam, RAdam, LAMB, Lion, Adafactor, RMSprop with momentum, Keras "
      "beta_1 optimizers): tensors the policy compresses use the Adam codec (top-k of a decaying "
      "first-moment buffer with error feedback, GRADEX_ADAM_DECAY) at GRADEX_ADAM_SPARSITY instead of "
-     "DGC at GRADEX_SPARSITY. unknown, sgd, other: DGC as before."},
+     "DGC at GRADEX_SPARSITY. unknown, sgd, other: DGC as before. other (the plugins set it for "
+     "Muon, Dion, Shampoo, SOAP, GaLore, Adagrad, RMSprop without momentum and unknown classes) "
+     "and adam also keep GRADEX_DELAY=auto at 0: the delayed exchange's correction carries "
+     "through SGD's linear update only."},
     {"GRADEX_ADAM_SPARSITY", VarType::kFloat, "0.98", 0, 1, false, true, nullptr, kEngine,
      "Sparsity of the Adam codec (GRADEX_OPTIMIZER=adam): the fraction of a compressed tensor's "
      "elements NOT sent each step (GRADEX_SPARSITY_OVERRIDES entries still win; 0: dense). When "

@@ -113,10 +113,18 @@ def family(optimizer: object) -> Family:
     return Family.OTHER
 
 
-def engine_optimizer(kind: Family) -> Optional[str]:
-    """The GRADEX_OPTIMIZER value the family sets when the user did not set one: "adam" for FIRST_MOMENT (its
-    compressed tensors use the Adam codec), None for the others (the default configuration, DGC)."""
-    return "adam" if kind is Family.FIRST_MOMENT else None
+def engine_optimizer(optimizer: object) -> Optional[str]:
+    """The GRADEX_OPTIMIZER value the optimizer's family sets when the user did not set one: "adam" for
+    FIRST_MOMENT (its compressed tensors use the Adam codec), "other" for OWN_UPDATE and OTHER (codecs as by
+    default; GRADEX_DELAY=auto keeps D = 0, since the delayed exchange's correction carries through SGD's
+    linear update only and the ranks' models would drift apart under Muon's orthogonalised or Adagrad's scaled
+    one), None for SGD and where no optimizer is known (None: the default, `unknown`)."""
+    if optimizer is None:
+        return None
+    kind = family(optimizer)
+    if kind is Family.FIRST_MOMENT:
+        return "adam"
+    return "other" if kind in (Family.OWN_UPDATE, Family.OTHER) else None
 
 
 def keeps_own_momentum(kind: Family) -> bool:

@@ -67,8 +67,10 @@ std::string nonlinear_optimizer(const config::Config& config) {
            "ranks' models drift apart (AdamW on loopback, D=1 from the first step: held-out cnn "
            "0.642 against DDP's 0.689, tfm 0.605 against 0.626)";
   if (family == "other")
-    return "the optimizer builds its own update (GRADEX_OPTIMIZER=other): the correction "
-           "g_t + avg_{t-D} - g_{t-D} carries through SGD's linear update only";
+    return "the optimizer builds its own update (GRADEX_OPTIMIZER=other: Muon's orthogonalised "
+           "momentum, a preconditioner, Adagrad's scaling): the correction g_t + avg_{t-D} - "
+           "g_{t-D} carries through SGD's linear update only, so the ranks' models would drift "
+           "apart";
   return "";
 }
 
@@ -83,10 +85,11 @@ DelayRule::DelayRule(const config::Config& config) {
   optimizer_held_ = nonlinear_optimizer(config);
   if (!automatic_ && delay_ > 0 && !optimizer_held_.empty()) {
     static std::atomic<bool> warned{false};
-    if (!warned.exchange(true))
+    if (!warned.exchange(true)) {
       GX_LOG(kWarn) << "GRADEX_DELAY=" << delay_ << " as set, though " << optimizer_held_
                     << "; GRADEX_DELAY=auto keeps 0 for it, and gx.DiLoCo hides the exchange "
                        "with the optimizer inside";
+    }
   }
 }
 

@@ -161,3 +161,44 @@ def _resume(rank, world):
 def test_hook_checkpoint_with_exchanges_in_flight_resumes_bit_for_bit():
     env = dict(EXACT, GRADEX_DELAY="2")
     assert ranks.run(_resume, 2, env=env, timeout=240) == [True, True]
+
+
+def _auto_delay_explained(rank, world, optimizer_name):
+    """gx.explain's delay line after GRADEX_DELAY=auto has decided (step 10), under the named torch optimizer."""
+    import torch
+    import gradex.torch as gx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64, bias=False), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 4, bias=False))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if optimizer_name == "muon":
+        opt = torch.optim.Muon(ddp.parameters(), lr=0.02)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    state = gx.State(ddp, optimizer=opt)
+    ddp.register_comm_hook(state, gx.hook)
+    gen = torch.Generator().manual_seed(3 + rank)
+    for _ in range(12):
+        x = torch.randn(16, 32, generator=gen)
+        opt.zero_grad()
+        ddp(x).square().mean().backward()
+        opt.step()
+    text = gx.explain(state)
+    chosen = state.engine.delay()
+    state.close()
+    return {"delay_line": next(line for line in text.splitlines() if line.startswith("delay: D=")),
+            "delay": chosen}
+
+
+def test_auto_keeps_no_delay_under_muon():
+    """Muon orthogonalises its momentum: the correction g_t + avg_{t-D} - g_{t-D} would not carry through it, and
+    the ranks' models would drift apart, so the plugin tells the engine (GRADEX_OPTIMIZER=other) and auto keeps
+    D = 0, saying why; under SGD momentum the same run decides from its measured wait instead."""
+    env = {"GRADEX_DELAY": "auto", "GRADEX_TIMEOUT_S": "60"}
+    held = "kept at 0: the optimizer builds its own update"
+    for result in ranks.run(_auto_delay_explained, 2, env=env, args=("muon",)):
+        assert result["delay"] == 0 and held in result["delay_line"], result
+    for result in ranks.run(_auto_delay_explained, 2, env=env, args=("sgd",)):
+        assert "GRADEX_DELAY=auto: the framework waited" in result["delay_line"], result
+        assert held not in result["delay_line"], result

@@ -64,9 +64,14 @@ def test_keras_style_optimizers():
 
 
 def test_codec_and_momentum_per_family():
-    assert of.engine_optimizer(Family.FIRST_MOMENT) == "adam"
-    for kind in (Family.SGD, Family.OWN_UPDATE, Family.OTHER):
-        assert of.engine_optimizer(kind) is None
+    params = _params()
+    assert of.engine_optimizer(torch.optim.AdamW(params)) == "adam"
+    # The delayed exchange's correction carries through SGD's linear update only: the sparse codecs stay
+    # DGC's, and GRADEX_DELAY=auto keeps D = 0 (sync/delay/delay_rule.cc) for `other`.
+    assert of.engine_optimizer(torch.optim.Muon(params)) == "other"
+    assert of.engine_optimizer(torch.optim.Adagrad(params)) == "other"
+    assert of.engine_optimizer(torch.optim.SGD(params, lr=0.1, momentum=0.9)) is None
+    assert of.engine_optimizer(None) is None
     assert of.keeps_own_momentum(Family.OWN_UPDATE) and of.keeps_own_momentum(Family.FIRST_MOMENT)
     assert not of.keeps_own_momentum(Family.SGD) and not of.keeps_own_momentum(Family.OTHER)
 
@@ -77,7 +82,7 @@ def test_torch_rule_never_takes_muons_momentum(caplog):
     with caplog.at_level(logging.WARNING, logger="gradex"):
         config, takeover = _momentum.decide(muon, {"GRADEX_MOMENTUM": "0.9"}, "test")
     assert takeover is None
-    assert config["GRADEX_MOMENTUM"] == "0" and "GRADEX_OPTIMIZER" not in config
+    assert config["GRADEX_MOMENTUM"] == "0" and config["GRADEX_OPTIMIZER"] == "other"
     assert muon.param_groups[0]["momentum"] == 0.95
     assert any("GRADEX_MOMENTUM=0.9 is ignored" in r.getMessage() and "Muon" in r.getMessage()
                for r in caplog.records)
@@ -90,7 +95,7 @@ def test_keras_rule_uses_the_same_families():
     from gradex.tensorflow.keras import _momentum as keras_momentum
     muon = _keras("Muon", momentum=0.95)
     settings, taken = keras_momentum.decide(muon, {"GRADEX_MOMENTUM": "0.9"}, False)
-    assert taken == 0.0 and settings["GRADEX_MOMENTUM"] == "0" and "GRADEX_OPTIMIZER" not in settings
+    assert taken == 0.0 and settings["GRADEX_MOMENTUM"] == "0" and settings["GRADEX_OPTIMIZER"] == "other"
     settings, taken = keras_momentum.decide(_keras("Adam", beta_1=0.9), {}, False)
     assert settings["GRADEX_OPTIMIZER"] == "adam" and taken == 0.0
     settings, taken = keras_momentum.decide(_keras("SGD", momentum=0.9, nesterov=False), {}, False)

@@ -137,8 +137,8 @@ def decide(optimizer: object, config: _capi.Config,
     (else None)."""
     config = dict(config or {})
     explicit = _explicit_momentum(config)
-    # Only `adam` changes what the engine does; other families keep the default configuration.
-    engine_optimizer = _optimizer_family.engine_optimizer(_optimizer_family.family(optimizer))
+    # `adam` changes the codecs; `other` keeps GRADEX_DELAY=auto at D = 0 (_optimizer_family.engine_optimizer).
+    engine_optimizer = _optimizer_family.engine_optimizer(optimizer)
     if engine_optimizer and "GRADEX_OPTIMIZER" not in config and "GRADEX_OPTIMIZER" not in os.environ:
         config["GRADEX_OPTIMIZER"] = engine_optimizer
     decision = _momentum_rule.decide(rule_inputs(optimizer, explicit))

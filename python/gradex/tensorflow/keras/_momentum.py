@@ -47,9 +47,9 @@ def keeps_own_momentum(optimizer: object) -> bool:
 def decide(optimizer: object, config: _capi.Config, local_sgd: bool) -> Tuple[Dict[str, str], float]:
     """(GRADEX_* settings to add to the engine's config, momentum gradex takes over from the optimizer or 0)."""
     settings, m = _decide_momentum(optimizer, config, local_sgd)
-    # Only `adam` changes what the engine does; the other families are left at the default so that their
-    # engines keep the configuration of gxt.init()'s and are shared with it.
-    engine_optimizer = _optimizer_family.engine_optimizer(_optimizer_family.family(optimizer))
+    # `adam` changes the codecs and `other` keeps GRADEX_DELAY=auto at D = 0 (_optimizer_family.engine_optimizer);
+    # SGD is left at the default, so that its engine keeps the configuration of gxt.init()'s and is shared with it.
+    engine_optimizer = _optimizer_family.engine_optimizer(optimizer)
     if _runtime.explicit_setting("GRADEX_OPTIMIZER", config) is None and engine_optimizer:
         settings["GRADEX_OPTIMIZER"] = engine_optimizer
     return settings, m
