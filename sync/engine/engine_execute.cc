@@ -236,13 +236,7 @@ bool Engine::Executor::latency_bound_group() const {
 }
 
 uint64_t Engine::Executor::rider_bytes() const {
-  // The hierarchical exchange re-selects DGC payloads per host: nothing dense can ride it.
-  if (hierarchy() != nullptr) return 0;
-  using Collective = EngineOptions::DenseCollective;
-  if (options_.collectives.dense == Collective::kGather) return UINT64_MAX;
-  if (options_.collectives.dense != Collective::kAuto) return 0;
-  const LinkModel* model = link_.model();
-  return model != nullptr && model->latency_bound() ? model->rider_bytes() : 0;
+  return route::rider_bytes(options_, link_.model(), hierarchy());
 }
 
 void Engine::Executor::transfer(Unit& unit) {

@@ -61,10 +61,7 @@ class Engine::Executor {
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
   // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
-  // How many wire bytes of a round's dense gradients ride its DGC gather
-  // (sync/data/gather_rider.h): all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a
-  // latency-bound link, what LinkModel::rider_bytes allows; none on the hierarchical exchange or
-  // with ring/direct.
+  // How many wire bytes of a round's dense gradients ride its DGC gather: route::rider_bytes.
   uint64_t rider_bytes() const;
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);

@@ -97,6 +97,10 @@ struct ChoiceOptions {
   // link (LinkModel::quantized_one_hop_max_bytes); each is priced as if alone in its unit.
   // 0: the two phases.
   uint64_t quantized_one_hop_max_bytes = 0;
+  // Riders (LinkPaths::rider_bytes): where the plan sends some tensor by DGC, its fp32 and 16-bit
+  // tensors, a prefix in key order of at most this many wire bytes, travel inside the DGC gather
+  // and pay no latency of their own (sync/route/select.cc: pack). 0: none.
+  uint64_t rider_bytes = 0;
   bool half_available = true;   // GRADEX_FP16=1
   bool int8_available = true;   // GRADEX_POLICY_INT8: the 8-bit rung
   bool int4_available = false;  // GRADEX_POLICY_INT4 as applied (codec_planner.h): the 4-bit rung

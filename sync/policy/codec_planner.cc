@@ -238,6 +238,7 @@ cost::ChoiceOptions CodecPlanner::choice_options(const cost::Snapshot& numbers) 
   o.dense_direct_max_bytes = link_paths_.dense_direct_max_bytes;
   o.sparse_unsized = link_paths_.sparse_unsized;
   o.quantized_one_hop_max_bytes = link_paths_.quantized_one_hop_max_bytes;
+  o.rider_bytes = link_paths_.rider_bytes;
   o.link_class = startup_.link_class;
   o.one_lane = numbers.one_lane;
   return o;

@@ -152,12 +152,14 @@ class LinkModel {
 // (Engine::ProgressLoop::coalesce_submissions), the largest dense bucket summed by the direct
 // exchange (route::dense_direct_max_bytes: the dense routes' own rule), whether a DGC gather skips
 // its size round (SparseGather), and the largest 8-bit or 4-bit unit summed in one hop
-// (route::quantized_one_hop_max_bytes, one rank's encoding).
+// (route::quantized_one_hop_max_bytes, one rank's encoding), and how many wire bytes of a round's
+// dense gradients ride its DGC gather (route::rider_bytes).
 struct LinkPaths {
   double coalesce_window_s = 0;
   uint64_t dense_direct_max_bytes = 0;
   bool sparse_unsized = false;
   uint64_t quantized_one_hop_max_bytes = 0;
+  uint64_t rider_bytes = 0;
 };
 
 }  // namespace gradex::sync

@@ -131,6 +131,12 @@ uint64_t dense_direct_max_bytes(const EngineOptions& options, const LinkModel* l
                                 const comm::HostTopology* hosts);
 // The 8-bit and 4-bit routes' one hop: flat only, up to LinkModel::quantized_one_hop_max_bytes.
 uint64_t quantized_one_hop_max_bytes(const LinkModel* link, const comm::HostTopology* hosts);
+// How many wire bytes of a round's dense gradients ride its DGC gather (sync/data/gather_rider.h):
+// all with GRADEX_DENSE_COLLECTIVE=gather; under auto, on a latency-bound link, what
+// LinkModel::rider_bytes allows; none across a hierarchy (it re-selects DGC payloads per host),
+// before the link is agreed, or with ring/direct.
+uint64_t rider_bytes(const EngineOptions& options, const LinkModel* link,
+                     const comm::HostTopology* hosts);
 // What the routes do on `link` (null: not agreed yet) for the planner (link_paths.cc), from the
 // rules above and the gather's (SparseGather): the same numbers the routes decide by.
 LinkPaths link_paths(const LinkModel* link, const EngineOptions& options,

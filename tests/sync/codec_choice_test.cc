@@ -178,6 +178,82 @@ TEST(CodecChoice, RaisesAWholeRungWhenFusedUnitsShareTheLatency) {
   EXPECT_EQ(find(choose_codecs(fp32, s, o, 100), "layer0").rung.codec, Codec::kFp32);
 }
 
+// A delayed-exchange lane of the WAN race's `mlp` at 75 ms one way (its plan at step 100): every
+// large tensor on DGC in one gather, and the 10-element output bias, which no DGC rung can take,
+// on 4-bit in a unit of its own, 84 ms before the gather. A dense tensor within the riders'
+// budget travels inside the gather instead (route::pack), so the plan keeps it dense and the
+// step's latency is the gather's alone; without riders it pays its own unit.
+TEST(CodecChoice, ASmallDenseTensorRidesTheDgcGatherInsteadOfAUnitOfItsOwn) {
+  ChoiceOptions o = options();
+  o.int4_available = true;
+  o.sparse_unsized = true;
+  o.quantized_one_hop_max_bytes = 1 << 20;
+  Snapshot s = numbers(0.26);
+  for (LinkParams& l : s.link)
+    l.alpha_s = 84e-3;
+  s.backward_s = 0.05e-3;
+  s.forward_s = 47e-3;
+  const std::vector<TensorInput> in = {
+      input("0.bias", 2048, 0, 0), input("0.weight", 131072, 128, 0),
+      input("2.bias", 2048, 0, 0), input("2.weight", 4194304, 2048, 0),
+      input("4.bias", 10, 0, 0),   input("4.weight", 20480, 10, 0)};
+  const Plan alone = choose_codecs(in, s, o, 100);
+  ASSERT_TRUE(is_sparse(find(alone, "2.weight").rung.codec)) << alone.describe();
+  EXPECT_EQ(find(alone, "4.bias").rung.codec, Codec::kInt4) << alone.describe();
+  o.rider_bytes = 64 << 10;
+  const Plan riding = choose_codecs(in, s, o, 100);
+  ASSERT_TRUE(is_sparse(find(riding, "2.weight").rung.codec)) << riding.describe();
+  // Every dense tensor rides (fp32 or 16-bit, whichever ends the exposed step sooner): none on
+  // the 8-bit or 4-bit route, whose units are collectives of their own.
+  for (const TensorChoice& c : riding.tensors) {
+    EXPECT_TRUE(is_sparse(c.rung.codec) || c.rung.codec == Codec::kFp32 ||
+                c.rung.codec == Codec::kHalf)
+        << c.key << "\n"
+        << riding.describe();
+  }
+  EXPECT_LT(riding.finish_s, alone.finish_s - 0.05) << riding.describe() << alone.describe();
+}
+
+// The same lane at 25 ms one way, with the numbers its plan at step 25 agreed (rank 0's log):
+// the search that saw the riders from its first raise chose DGC for the large tensor with every
+// other tensor riding its gather, 107 ms predicted, while every tensor on 4-bit in one unit
+// ends at 56 ms (no single raise of a rider pays once it rides). The plan is also searched as if
+// nothing rode and timed with the riders; the sooner wins.
+TEST(CodecChoice, RidersNeverMakeThePlanEndLater) {
+  ChoiceOptions o = options();
+  o.int4_available = true;
+  o.sparse_unsized = true;
+  o.quantized_one_hop_max_bytes = 4 << 20;
+  o.ladder = {0.9375};
+  Snapshot s = numbers(1.42);
+  for (LinkParams& l : s.link)
+    l.alpha_s = 28.3869e-3;
+  s.backward_s = 0.229e-3;
+  s.forward_s = 295.338e-3;
+  s.one_lane = true;
+  s.cpu_share = 2;
+  s.codecs.encode_s = {0.0, 0.12e-9, 1.61e-9, 3e-9, 20e-9, 0.80e-9};
+  s.codecs.decode_s = {0.0, 0.12e-9, 17.11e-9, 1e-9, 20e-9, 0.10e-9};
+  s.codecs.dgc_bytes_per_selected = 6.0;
+  s.codecs.reduce_s = {0.10e-9, 0.11e-9, 0.0, 0.0, 0.0, 0.0};
+  s.codecs.transport_s_per_byte = 2.22e-9;
+  const std::vector<TensorInput> in = {
+      input("0.bias", 2048, 0, 0.229e-3), input("0.weight", 131072, 128, 0.229e-3),
+      input("2.bias", 2048, 0, 0.229e-3), input("2.weight", 4194304, 2048, 0.229e-3),
+      input("4.bias", 10, 0, 0.229e-3),   input("4.weight", 20480, 10, 0.229e-3)};
+  const Plan alone = choose_codecs(in, s, o, 100);
+  o.rider_bytes = 4 << 20;
+  const Plan riding = choose_codecs(in, s, o, 100);
+  EXPECT_LE(riding.finish_s, alone.finish_s + 1e-9) << riding.describe() << alone.describe();
+  std::vector<TensorInput> forced = in;
+  for (TensorInput& t : forced)
+    t.forced = t.key == "2.weight" ? Rung{Codec::kDgc, 0.9375} : Rung{Codec::kHalf, 0};
+  const Plan dgc_and_riders = choose_codecs(forced, s, o, 100);
+  EXPECT_EQ(find(riding, "2.weight").rung, (Rung{Codec::kInt4, 0})) << riding.describe();
+  EXPECT_GT(dgc_and_riders.finish_s, riding.finish_s + 0.03)
+      << dgc_and_riders.describe() << riding.describe();
+}
+
 // Inside the fidelity ramp the 8-bit rung is on the ladder without GRADEX_POLICY_INT8: where the
 // 16-bit ring cannot hide (and DGC at the ramp's 75% would send more than it at 4 ranks) the
 // ramp's first quarter sends 8-bit with error feedback; past the ramp the policy's own ladder.
