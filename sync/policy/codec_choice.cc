@@ -369,10 +369,10 @@ Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
   // With riders the timeline is not monotonic in single raises: the first tensor raised to DGC
   // makes every small dense tensor free, after which no single raise of another pays (each would
   // leave the gather for a unit of its own), and the search stopped at DGC plus 16-bit riders
-  // (107 ms predicted on the race's mlp lane) where every tensor on 4-bit in one unit took 56 ms
-  // (measured: a lane's step 1.4x slower). So the search also runs as if nothing rode, its plan
-  // is timed with the riders the engine will give it, and the sooner finish wins; where both hide
-  // the step, the search that saw the riders (its relaxing then knew what riding costs).
+  // (107 ms predicted on the race's mlp lane) where every tensor on 4-bit in one unit takes 68 ms
+  // (CodecChoice.RidersNeverMakeThePlanEndLater). So the search also runs as if nothing rode, its
+  // plan is timed with the riders the engine will give it, and the sooner finish wins; where both
+  // hide the step, the search that saw the riders (its relaxing then knew what riding costs).
   ChoiceOptions alone = options;
   alone.rider_bytes = 0;
   Plan without = search_codecs(inputs, numbers, alone, step);

@@ -216,9 +216,9 @@ TEST(CodecChoice, ASmallDenseTensorRidesTheDgcGatherInsteadOfAUnitOfItsOwn) {
 
 // The same lane at 25 ms one way, with the numbers its plan at step 25 agreed (rank 0's log):
 // the search that saw the riders from its first raise chose DGC for the large tensor with every
-// other tensor riding its gather, 107 ms predicted, while every tensor on 4-bit in one unit
-// ends at 56 ms (no single raise of a rider pays once it rides). The plan is also searched as if
-// nothing rode and timed with the riders; the sooner wins.
+// other tensor riding its gather, 105 ms predicted here (107 in the log), while every tensor on
+// 4-bit in one unit ends at 68 ms (no single raise of a rider pays once it rides). The plan is
+// also searched as if nothing rode and timed with the riders; the sooner wins.
 TEST(CodecChoice, RidersNeverMakeThePlanEndLater) {
   ChoiceOptions o = options();
   o.int4_available = true;
