@@ -216,7 +216,7 @@ void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
   plan_options.sparse_group_elements = latency_bound_group()
                                            ? std::numeric_limits<uint64_t>::max()
                                            : options_.collectives.sparse_group_bytes / 4;
-  plan_options.rider_bytes = rider_bytes();
+  plan_options.rider_bytes = route::rider_bytes(options_, link_.model(), hierarchy());
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
@@ -233,10 +233,6 @@ bool Engine::Executor::latency_bound_group() const {
   const LinkModel* model = link_.model();
   return model != nullptr && model->latency_bound() &&
          config_.source_of("GRADEX_SPARSE_GROUP_MB") == config::Source::kDefault;
-}
-
-uint64_t Engine::Executor::rider_bytes() const {
-  return route::rider_bytes(options_, link_.model(), hierarchy());
 }
 
 void Engine::Executor::transfer(Unit& unit) {

@@ -61,8 +61,6 @@ class Engine::Executor {
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
   // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
-  // How many wire bytes of a round's dense gradients ride its DGC gather: route::rider_bytes.
-  uint64_t rider_bytes() const;
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
   void finish_unit(pipeline::Unit& unit);
