@@ -365,7 +365,14 @@ Plan search_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbe
 Plan choose_codecs(const std::vector<TensorInput>& inputs, const Snapshot& numbers,
                    const ChoiceOptions& options, uint64_t step) {
   Plan plan = search_codecs(inputs, numbers, options, step);
-  if (options.rider_bytes == 0) return plan;
+  // Riders need a sparse tensor: where no tensor may take a sparse rung (no ladder at this step,
+  // as under an Adam-family optimizer by default or before GRADEX_POLICY_DENSE_STEPS, and no
+  // override to one), both searches below are the same search.
+  const bool sparse_possible =
+      (step >= options.dense_steps && !ramped_ladder(options, step).empty()) ||
+      std::any_of(inputs.begin(), inputs.end(),
+                  [](const TensorInput& t) { return t.forced && is_sparse(t.forced->codec); });
+  if (options.rider_bytes == 0 || !sparse_possible) return plan;
   // With riders the timeline is not monotonic in single raises: the first tensor raised to DGC
   // makes every small dense tensor free, after which no single raise of another pays (each would
   // leave the gather for a unit of its own), and the search stopped at DGC plus 16-bit riders
