@@ -38,19 +38,24 @@ std::vector<int> renumber(const std::vector<int>& labels) {
   return out;
 }
 
+// A ping's byte: another ping of the pair follows (kMorePings) or this is its last.
+constexpr uint8_t kMorePings = 1, kLastPing = 0;
+
 // This host leader's round trips (ms) to the other hosts' leaders. The pairs meet in the rounds of
 // a round-robin tournament (the circle method), each leader with at most one partner a round; the
-// lower host times `repeats` ping-pongs, each end waiting in wait_all (asleep on the worker's
+// lower host times up to `repeats` ping-pongs, each end waiting in wait_all (asleep on the worker's
 // events, so a busy host's scheduler wakes it when a message arrives; spinning processes on
 // oversubscribed cores measured their scheduling, 10-25 ms on loopback). The fastest after the
 // first (connection and cache warm-up) is kept; the higher host leaves its entry 0
-// (regions_from_rtts takes the larger direction).
+// (regions_from_rtts takes the larger direction). A pair whose first round trip took
+// `long_path_ms` or more is timed once more only: across regions each round trip costs the
+// start-up tens of ms or more, and a WAN's jitter is small beside a gap of kRegionGapRatio. The
+// lower host decides; each ping says whether another follows.
 std::vector<double> time_leaders(Communicator& comm, uint64_t tag, const std::vector<int>& leaders,
-                                 size_t me, int repeats) {
+                                 size_t me, int repeats, double long_path_ms) {
   const size_t H = leaders.size();
   const size_t slots = H + H % 2;  // an odd count plays against a bye
   std::vector<double> rtt(H, 0.0);
-  uint8_t byte = 1;
   for (size_t round = 0; round + 1 < slots; ++round) {
     // Circle method: slot 0 stays, the others rotate; slot i meets slot slots - 1 - i.
     auto host_at = [&](size_t slot) {
@@ -63,21 +68,28 @@ std::vector<double> time_leaders(Communicator& comm, uint64_t tag, const std::ve
     if (partner >= H) continue;  // the bye
     const int peer = leaders[partner];
     double best = std::numeric_limits<double>::infinity();
-    for (int rep = 0; rep < repeats; ++rep) {
+    int count = repeats;  // the lower host may shorten it; the higher follows the pings' bytes
+    for (int rep = 0; rep < count; ++rep) {
       const uint64_t ping = tag + 2 * static_cast<uint64_t>(rep), pong = ping + 1;
       std::vector<RequestPtr> requests;
       if (me < partner) {
+        const uint8_t out = rep + 1 < count ? kMorePings : kLastPing;
+        uint8_t in = 0;
         const auto t0 = Clock::now();
-        requests.push_back(comm.irecv(peer, pong, &byte, 1));
-        requests.push_back(comm.isend(peer, ping, &byte, 1));
+        requests.push_back(comm.irecv(peer, pong, &in, 1));
+        requests.push_back(comm.isend(peer, ping, &out, 1));
         comm.wait_all(requests, "regions");
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (rep > 0) best = std::min(best, ms);
+        if (rep == 0 && ms >= long_path_ms) count = std::min(count, 2);
       } else {
-        requests.push_back(comm.irecv(peer, ping, &byte, 1));
+        uint8_t in = kLastPing;
+        const uint8_t out = 1;
+        requests.push_back(comm.irecv(peer, ping, &in, 1));
         comm.wait_all(requests, "regions");
+        if (in != kMorePings) count = rep + 1;  // this ping was the pair's last
         requests.clear();
-        requests.push_back(comm.isend(peer, pong, &byte, 1));
+        requests.push_back(comm.isend(peer, pong, &out, 1));
         comm.wait_all(requests, "regions");
       }
     }
@@ -118,7 +130,8 @@ std::vector<int> regions_from_rtts(const std::vector<std::vector<double>>& rtt_m
   return renumber(root);
 }
 
-RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats) {
+RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats,
+                           double long_path_ms) {
   const int P = comm.size();
   RegionMap map;
   // Who declared a region: every rank learns every rank's name, so a partial declaration fails
@@ -154,7 +167,8 @@ RegionMap discover_regions(Communicator& comm, const std::string& declared_regio
   const bool leader = leaders[me] == comm.rank();
   const uint64_t tag = comm.next_collective_tag();
   std::vector<double> row;
-  if (leader && H > 1) row = time_leaders(comm, tag, leaders, me, std::max(repeats, 2));
+  if (leader && H > 1)
+    row = time_leaders(comm, tag, leaders, me, std::max(repeats, 2), long_path_ms);
   const std::vector<Bytes> rows = allgatherv(comm, row.data(), row.size() * sizeof(double));
   map.host_rtt_ms.assign(H, std::vector<double>(H, 0.0));
   if (H > 1) {

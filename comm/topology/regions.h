@@ -20,6 +20,10 @@ constexpr double kRegionGapRatio = 4.0;
 // from one sample to the next, and a tier split on that is noise (a phantom region tier).
 constexpr double kRegionMinFarRoundTripMs = 2.0;
 
+// A pair of hosts whose first round trip takes at least this many ms is timed once more only
+// (discover_regions): a long path, where each round trip costs the start-up that much.
+constexpr double kRegionLongPathMs = 20.0;
+
 // Whether round trips of `below_ms` (> 0) and `above_ms` (>= below_ms) lie in different tiers: the
 // rule of both regions_from_rtts and the link probe's choice of a region peer.
 inline bool region_gap(double below_ms, double above_ms) {
@@ -45,8 +49,10 @@ struct RegionMap {
 // share a region (MismatchError naming a rank when some ranks declared one and others did not).
 // Otherwise the lowest rank of every host (Communicator::rank_hosts) times `repeats` round trips
 // with every other host's lowest rank (pairs in the rounds of a tournament: H - 1 rounds of
-// `repeats` round trips; the fastest after the first kept), the rows are gathered, and
-// regions_from_rtts groups the hosts; a host's ranks share its region.
-RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats = 4);
+// `repeats` round trips, two on a pair whose first took `long_path_ms` or more; the fastest after
+// the first kept), the rows are gathered, and regions_from_rtts groups the hosts; a host's ranks
+// share its region.
+RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats = 4,
+                           double long_path_ms = kRegionLongPathMs);
 
 }  // namespace gradex::comm

@@ -144,7 +144,10 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
   const std::string mine = std::to_string(size_) + "\n" + my_host;
   store.set(host_key(rank_), Bytes(mine.begin(), mine.end()));
   std::vector<std::string> hosts(static_cast<size_t>(size_));
-  for (int i = 0; i < size_; ++i) {
+  hosts[static_cast<size_t>(rank_)] = my_host;
+  // Each get is a round trip to the store's host (across a WAN, tens of ms): the peers' entries
+  // only, this rank's own is known.
+  for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     const Bytes b = store.get(host_key(p), left_until(deadline));
     const std::string entry(b.begin(), b.end());
@@ -161,18 +164,20 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   const std::string my_host = host_identity(options_.host_id);
+  std::vector<Bytes> raw(static_cast<size_t>(size_));
   {
     // Published with this rank's world size, host and process, bound to it by an HMAC when there
-    // is a job secret (ucx_peer_auth.h). The host field carries "host\nprocess".
+    // is a job secret (ucx_peer_auth.h). The host field carries "host\nprocess". This rank reads
+    // its own entry from here, not back from the store (a round trip to the store's host).
     WorkerAddress address(*worker_);
     Bytes entry = encode_address_entry(rank_, size_, my_host + "\n" + process_identity(),
                                        address.data(), address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
+    raw[static_cast<size_t>(rank_)] = std::move(entry);
   }
   // Sized first: shutdown() of a half-built communicator (a peer's entry refused below) walks them.
   endpoints_.resize(static_cast<size_t>(size_));
   shared_memory_peer_.assign(static_cast<size_t>(size_), false);
-  std::vector<Bytes> raw(static_cast<size_t>(size_));
   peer_addresses_.assign(static_cast<size_t>(size_), Bytes());
   std::vector<AddressEntry> entries(static_cast<size_t>(size_));
   rank_hosts_.assign(static_cast<size_t>(size_), std::string());
@@ -181,7 +186,7 @@ void UcxCommunicator::connect_endpoints(Store& store) {
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     const int p = (rank_ + i) % size_;
     const auto pi = static_cast<size_t>(p);
-    raw[pi] = store.get(address_key(p), left_until(deadline));
+    if (p != rank_) raw[pi] = store.get(address_key(p), left_until(deadline));
     entries[pi] = decode_address_entry(raw[pi], rank_, p, options_.job_secret);
     peer_addresses_[pi].assign(entries[pi].address, entries[pi].address + entries[pi].address_size);
     const uint32_t world = entries[pi].world;

@@ -18,6 +18,11 @@ constexpr uint64_t kStripeProbeTag = 3;  // rank 0's round-trip probe (auto)
 constexpr uint64_t kStripeCountTag = 4;  // rank 0's decision (auto)
 constexpr uint64_t kStripeHelloTag = 5;  // + tag_lane(s): one message each way on connection s
 constexpr int kProbeRounds = 4;          // the first one untimed
+// A probe ping's byte: another round follows, or this one is the last. Where the first round
+// took kLongPathS or more, rank 0 times one more only: across a WAN each round costs the start-up
+// a round trip, and the window's rule needs the round trip, not its jitter.
+constexpr uint8_t kMoreRounds = 1, kLastRound = 0;
+constexpr double kLongPathS = 0.02;
 
 }  // namespace
 
@@ -27,14 +32,16 @@ int UcxCommunicator::agree_auto_stripes() {
                                    [&](const std::string& h) { return h != host0; });
   if (!crosses) return 1;  // every rank sees the same hosts: nobody probes
   int32_t count = 1;
-  uint8_t out = 0;
+  const uint8_t answer = 0;
   if (rank_ == 0) {
     std::vector<int> far;
     for (int p = 1; p < size_; ++p)
       if (rank_hosts_[static_cast<size_t>(p)] != host0) far.push_back(p);
     std::vector<uint8_t> in(static_cast<size_t>(size_));
     double rtt_s = std::numeric_limits<double>::infinity();
-    for (int round = 0; round < kProbeRounds; ++round) {
+    int rounds = kProbeRounds;
+    for (int round = 0; round < rounds; ++round) {
+      const uint8_t out = round + 1 < rounds ? kMoreRounds : kLastRound;
       const auto t0 = Clock::now();
       std::vector<RequestPtr> requests;
       for (int p : far) {
@@ -44,6 +51,7 @@ int UcxCommunicator::agree_auto_stripes() {
       wait_all(requests, "connect");
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (round > 0) rtt_s = std::min(rtt_s, s);  // the farthest peer's round trip, at best
+      if (round == 0 && s >= kLongPathS) rounds = 2;
     }
     const TcpLimits limits = read_tcp_limits();
     count = stripes_for_path(limits, rtt_s, kStripeTargetBits, kAutoStripesMax);
@@ -57,13 +65,14 @@ int UcxCommunicator::agree_auto_stripes() {
   } else {
     if (rank_hosts_[static_cast<size_t>(rank_)] != host0) {
       for (int round = 0; round < kProbeRounds; ++round) {
-        uint8_t in = 0;
+        uint8_t in = kLastRound;
         std::vector<RequestPtr> requests;
         requests.push_back(irecv(0, kStripeProbeTag, &in, 1));
         wait_all(requests, "connect");
         requests.clear();
-        requests.push_back(isend(0, kStripeProbeTag, &out, 1));
+        requests.push_back(isend(0, kStripeProbeTag, &answer, 1));
         wait_all(requests, "connect");
+        if (in != kMoreRounds) break;  // rank 0's last round
       }
     }
     std::vector<RequestPtr> requests;

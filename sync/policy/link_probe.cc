@@ -293,8 +293,10 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
           if (me == 0 && si == 0 && rep == 1 &&
               std::min(first_round_trip, seconds) >= options.long_path_round_trip_s)
             long_path = true;
+          // The ping just sent said whether another follows: one promised is sent.
           if (me == 0 && long_path)
-            repeats = std::min(repeats, std::max(1, options.long_path_repeats));
+            repeats = std::min(repeats, std::max(rep + (rep < repeats ? 1 : 0),
+                                                 std::max(1, options.long_path_repeats)));
           // Rep 0 warms the path (connection, buffers) and is not counted. Each size counts
           // with its fastest round trip: on a long path the first round trips of a large
           // message wait for TCP's congestion window to open (slow start); the fastest is the

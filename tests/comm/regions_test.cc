@@ -128,6 +128,35 @@ TEST(Regions, MeasuredOverLoopbackIsOneRegion) {
     EXPECT_TRUE(r.exited && r.exit_code == kOk) << describe(results);
 }
 
+// A long path (its threshold 0 here, so that loopback is one): the lower host of each pair times
+// one round trip after the untimed one and says so in its ping, the higher host follows, and the
+// regions are those of the usual count, with fewer messages from every host's leader.
+TEST(Regions, OnALongPathEachPairTakesTwoRoundTrips) {
+  const int P = 4;
+  const uint16_t port = free_port();
+  ProcessGroup group(P, [&](int rank) {
+    const char* hosts[] = {"ra", "rb", "rc", "rd"};
+    auto comm = bootstrap(rank, P, port, hosts[rank]);
+    uint64_t before = comm->bytes_sent();
+    const comm::RegionMap usual = comm::discover_regions(*comm, "", 4, 1e9);
+    const uint64_t usual_bytes = comm->bytes_sent() - before;
+    before = comm->bytes_sent();
+    const comm::RegionMap long_path = comm::discover_regions(*comm, "", 4, 0.0);
+    const uint64_t long_bytes = comm->bytes_sent() - before;
+    report("regions " + joined(long_path.region_of_rank) + " bytes " + std::to_string(usual_bytes) +
+           " then " + std::to_string(long_bytes));
+    // Each of the 3 pairs a leader meets: 4 one-byte pings or pongs against 2.
+    if (long_bytes + 3 * 2 != usual_bytes) return kWrongResult;
+    for (size_t a = 0; a < 4; ++a)
+      for (size_t b = 0; b < 4; ++b)
+        if (a != b && !(long_path.host_rtt_ms[a][b] > 0)) return kWrongResult;
+    return long_path.region_of_rank == usual.region_of_rank ? kOk : kWrongResult;
+  });
+  auto results = group.wait(std::chrono::seconds(60));
+  for (const auto& r : results)
+    EXPECT_TRUE(r.exited && r.exit_code == kOk) << describe(results);
+}
+
 TEST(Regions, DeclaredRegionsWin) {
   const int P = 4;
   const uint16_t port = free_port();

@@ -259,8 +259,8 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   ProbeOptions long_options = o;
   long_options.long_path_round_trip_s = 0;
   const uint64_t long_bytes = sent_by_rank_zero(long_options, &long_path);
-  // 8 round trips a size against 3 for every tier measured: rank 0's pings are most of what it
-  // sends.
+  // 8 round trips a size against 2 (3 for the first size) for every tier measured: rank 0's pings
+  // are most of what it sends.
   auto tiers = [](const ProbeResult& r) {
     return static_cast<uint64_t>(
         std::count_if(r.peers.begin(), r.peers.end(), [](int peer) { return peer >= 0; }));
