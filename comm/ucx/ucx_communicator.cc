@@ -99,8 +99,10 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     part("hello");
     connect_stripes();
     part("stripes");
-    if (options_.tcp_pacing)
+    if (options_.tcp_pacing) {
       paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS);
+      sockets_paced_ = tcp_socket_inodes();  // the extra connections' accepted ones come later
+    }
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {
     shutdown();  // the destructor does not run for a half-built object
@@ -331,6 +333,7 @@ void UcxCommunicator::goodbye_barrier() {
 
 void UcxCommunicator::shutdown() {
   closing_ = true;
+  stripe_hello_.clear();  // releases what is still in flight before the endpoints close
   // Let abort notices and pongs leave before the endpoints go away.
   reap_control_sends(true, Clock::now() + Millis(500));
   if (control_recv_ != nullptr) {

@@ -13,6 +13,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -160,9 +161,15 @@ class UcxCommunicator : public Communicator {
   void exchange_hello();
   // --- striping (ucx_stripes.cc) ---
   // Decides the connections per peer (CommOptions::stripes; auto: rank 0 times the round trip to
-  // its peers on other hosts and tells every rank), opens the extra endpoints and proves each with
-  // one message both ways. Collective, after exchange_hello.
+  // its peers on other hosts and tells every rank), opens the extra endpoints and starts one
+  // message both ways on each. Collective, after exchange_hello. It does not wait for them: across
+  // a WAN an endpoint's wire-up takes several round trips, which the collectives after it (the
+  // start-up agreement, the regions, the link probe) overlap; progress() settles them.
   void connect_stripes();
+  // From progress(): once every extra connection's message has arrived and left, paces the
+  // connections that appeared since the wire-up's scan (CommOptions::tcp_pacing). A failed one
+  // fails its peer through the endpoint's error handler, as any message to it would.
+  void settle_stripe_hello();
   // The agreed count for auto (collective; 1 when no two ranks are on different hosts).
   int agree_auto_stripes();
   // The endpoint a message to `peer` with user tag `tag` travels on (its lane's connection).
@@ -287,6 +294,13 @@ class UcxCommunicator : public Communicator {
   std::vector<Bytes> peer_addresses_;  // every peer's worker address, for the extra endpoints
   int stripes_ = 1;                    // connections to each peer on another host (agreed)
   int paced_flows_ = 0;                // connections paced at wire-up (CommOptions::tcp_pacing)
+  // connect_stripes' messages in flight (empty once settled), their buffers, and the TCP sockets
+  // that existed when the wire-up paced its flows.
+  std::vector<RequestPtr> stripe_hello_;
+  std::vector<uint8_t> stripe_hello_in_;
+  uint8_t stripe_hello_out_ = 1;
+  std::set<uint64_t> sockets_paced_;
+  Clock::time_point stripes_started_;
   // Peers reached through shared memory (no UCX failure handling: force-closing does not complete
   // their requests, so abandon() releases those at once).
   std::vector<bool> shared_memory_peer_;

@@ -181,6 +181,7 @@ bool UcxCommunicator::poll_transport(UcxRequest& r) {
 
 bool UcxCommunicator::progress() {
   bool any = ucp_worker_progress(worker_->get()) != 0;
+  if (!stripe_hello_.empty()) settle_stripe_hello();
   if (control_recv_ != nullptr) {
     ucs_status_t st = ucp_tag_recv_request_test(control_recv_, &control_info_);
     if (st != UCS_INPROGRESS) {

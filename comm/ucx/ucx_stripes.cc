@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "comm/topology/tcp_limits.h"
+#include "comm/topology/tcp_pacing.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {
@@ -112,20 +113,31 @@ void UcxCommunicator::connect_stripes() {
       stripe_endpoints_[pi].emplace_back(worker_->get(), params, p);
     striped.push_back(p);
   }
-  // One message each way on every extra connection: each is proven (and its TCP handshake done)
-  // before the first collective needs it.
-  std::vector<uint8_t> in(striped.size() * static_cast<size_t>(stripes_));
-  const uint8_t out = 1;
-  std::vector<RequestPtr> requests;
+  // One message each way on every extra connection, so that UCX wires each up (its TCP handshake
+  // and UCX's own) while the next collectives run on the first connection; settled by progress().
+  stripe_hello_in_.assign(striped.size() * static_cast<size_t>(stripes_), 0);
+  stripes_started_ = Clock::now();
   for (size_t i = 0; i < striped.size(); ++i) {
     for (int s = 1; s < stripes_; ++s) {
       const uint64_t tag = kStripeHelloTag + tag_lane(static_cast<size_t>(s));
-      requests.push_back(irecv(striped[i], tag, &in[i * static_cast<size_t>(stripes_) + s], 1));
-      requests.push_back(isend(striped[i], tag, &out, 1));
+      stripe_hello_.push_back(
+          irecv(striped[i], tag, &stripe_hello_in_[i * static_cast<size_t>(stripes_) + s], 1));
+      stripe_hello_.push_back(isend(striped[i], tag, &stripe_hello_out_, 1));
     }
   }
-  wait_all(requests, "connect");
   GX_LOG(kDebug) << stripes_ << " connections to each of " << striped.size() << " peer(s)";
+}
+
+void UcxCommunicator::settle_stripe_hello() {
+  for (const RequestPtr& r : stripe_hello_)
+    if (r && !poll_request(static_cast<UcxRequest&>(*r))) return;
+  stripe_hello_.clear();
+  const int paced =
+      options_.tcp_pacing ? pace_new_tcp_flows(sockets_paced_, kPacingNoCapBytesPerS) : 0;
+  paced_flows_ += paced;
+  GX_LOG(kDebug) << "the extra connections answered "
+                 << log::ms_between(stripes_started_, Clock::now()) << " ms after they opened"
+                 << (paced > 0 ? " (" + std::to_string(paced) + " more TCP flows paced)" : "");
 }
 
 ucp_ep_h UcxCommunicator::endpoint_for(int peer, uint64_t tag) const {

@@ -18,15 +18,14 @@ struct ProbeOptions {
   std::vector<size_t> sizes{8, 64u << 10, 256u << 10};
   int repeats = 7;  // timed round trips per size, after one untimed one
   // On a long path every timed round trip, stream and burst costs a WAN round trip or more of the
-  // start-up (the probe took 4.8 s at 50 ms and about three times that at 150 ms), and one timed
-  // round trip is as good as the fastest of many when each lasts a round trip (its jitter is small
-  // beside it): where rank 0's first two round trips (the untimed one and the first timed) take at
-  // least long_path_round_trip_s each, each size gets long_path_repeats timed round trips (the
-  // first size one more: its second was timed before the path was known long) and each stream and
-  // burst one timed after the untimed one. Rank 0 decides; its peers follow the flags its messages
-  // carry.
+  // start-up (the probe took 4.8 s at 50 ms and about three times that at 150 ms), and the
+  // fastest of a few is as good as of many when each lasts a round trip: where rank 0's first two
+  // round trips (the untimed one and the first timed) take at least long_path_round_trip_s each,
+  // each size gets long_path_repeats
+  // timed round trips and each stream and burst one timed after the untimed one. Rank 0 decides;
+  // its peers follow the flags its messages carry.
   double long_path_round_trip_s = 0.01;
-  int long_path_repeats = 1;
+  int long_path_repeats = 2;
   // Beta at line rate: after each tier's round trips, the tier's peer streams one message of what
   // the round trips' fit moves in stream_max_seconds (at least the largest round trip's size, at
   // most stream_bytes_max) to rank 0, twice after one untimed stream; beta is the fastest

@@ -234,7 +234,9 @@ TEST(LinkProbe, TimesTheIncastBurstsFromEveryOtherHostRank) {
 // and its peers follow the flags its messages carry, so the probe ends on every rank with the same
 // numbers, having sent less.
 TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
-  const std::vector<std::string> hosts{"hostA", "hostA", "hostB", "hostC"};
+  // One other host: with two, a loaded machine's loopback round trips to them could differ by a
+  // region's gap in one probe and not in the other (a tier more or less to compare).
+  const std::vector<std::string> hosts{"hostA", "hostA", "hostB", "hostB"};
   ProbeOptions o;
   o.repeats = 7;
   o.burst_bytes_per_sender = {16u << 10, 64u << 10};
@@ -259,8 +261,8 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   ProbeOptions long_options = o;
   long_options.long_path_round_trip_s = 0;
   const uint64_t long_bytes = sent_by_rank_zero(long_options, &long_path);
-  // 8 round trips a size against 2 (3 for the first size) for every tier measured: rank 0's pings
-  // are most of what it sends.
+  // 8 round trips a size against 3 for every tier measured: rank 0's pings are most of what it
+  // sends.
   auto tiers = [](const ProbeResult& r) {
     return static_cast<uint64_t>(
         std::count_if(r.peers.begin(), r.peers.end(), [](int peer) { return peer >= 0; }));
@@ -269,7 +271,8 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   EXPECT_LT(long_bytes, usual_bytes / 2) << long_bytes << " against " << usual_bytes;
   for (const ProbeResult& r : long_path) {
     EXPECT_TRUE(r.link[static_cast<size_t>(Tier::kHost)].measured);
-    EXPECT_GT(r.link[static_cast<size_t>(r.flat)].alpha_s, 0.0);
+    // Measured (a loaded machine's loopback fit can put alpha at 0), and rank 0's on every rank.
+    EXPECT_TRUE(r.link[static_cast<size_t>(r.flat)].measured);
     EXPECT_EQ(r.link[static_cast<size_t>(r.flat)].alpha_s,
               long_path[0].link[static_cast<size_t>(long_path[0].flat)].alpha_s);
     ASSERT_EQ(r.bursts.size(), 2u);
