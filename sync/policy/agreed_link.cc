@@ -32,8 +32,13 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   auto probe = std::make_unique<cost::ProbeResult>(
       cost::probe_links(comm, comm::host_identity(comm.options().host_id), options));
   if (comm.rank() == 0) {
+    const cost::ProbeResult::Parts& parts = probe->parts;
     GX_LOG(kInfo) << "link probe: " << log::ms_between(started, std::chrono::steady_clock::now())
-                  << " ms, " << (comm.bytes_received() - received_before) / 1000 << " kB received";
+                  << " ms, " << (comm.bytes_received() - received_before) / 1000
+                  << " kB received (peers " << parts.peers_s * 1e3 << " ms, round trips "
+                  << parts.pings_s * 1e3 << " ms, streams " << parts.stream_s * 1e3
+                  << " ms, incast bursts " << parts.bursts_s * 1e3 << " ms, agreeing "
+                  << parts.agree_s * 1e3 << " ms)";
   }
   auto model = std::make_unique<LinkModel>(probe->model(comm.size(), port_queue_s_));
   std::string bursts;

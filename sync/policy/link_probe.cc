@@ -228,6 +228,12 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   ProbeResult result;
   const int world = comm.size();
   const int me = comm.rank();
+  auto part_from = Clock::now();
+  auto part_done = [&part_from](double& part) {
+    const auto now = Clock::now();
+    part += std::chrono::duration<double>(now - part_from).count();
+    part_from = now;
+  };
   for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
     result.hosts.emplace_back(b.begin(), b.end());
   // The rank rank 0 measures in each slot (-1: none): the lowest rank on its own host, the
@@ -238,6 +244,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   for (int r = 1; r < world && peer[0] < 0; ++r)
     if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[0] = r;
   const std::array<int32_t, 2> others = other_host_peers(comm, result.hosts);
+  part_done(result.parts.peers_s);
   peer[1] = others[0];
   peer[2] = others[1];
   int flat_slot = 0;
@@ -318,6 +325,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       stream = std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest),
                                   std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender));
     }
+    part_done(result.parts.pings_s);
     const double took =
         options.stream_bytes_max > 0 ? time_burst(comm, {q}, stream, long_path ? 1 : 2) : 0;
     if (me == 0 && stream > 0) {
@@ -326,6 +334,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
         p.beta_s_per_byte = data_s / static_cast<double>(stream);
     }
     fitted[static_cast<size_t>(c)] = p;
+    part_done(result.parts.stream_s);
   }
   if (!transport_cpu.empty()) {
     // The upper quartile of the round trips: a loaded host defers part of its network work (the
@@ -374,6 +383,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       }
     }
   }
+  part_done(result.parts.bursts_s);
   // Rank 0 labels the slots with tiers: the far slot is across regions where a gap split the
   // hosts or its latency is a WAN's, else inside the region.
   std::array<int32_t, kTiers> tier_peer{-1, -1, -1};
@@ -402,6 +412,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     w.put<double>(b.seconds);
   }
   const std::vector<uint8_t> agreed = broadcast_bytes(comm, std::move(w.bytes()));
+  part_done(result.parts.agree_s);
   ByteReader r(agreed.data(), agreed.size(), "link probe result");
   for (size_t t = 0; t < kTiers; ++t) {
     const auto q = r.get<int32_t>();

@@ -74,6 +74,15 @@ struct ProbeResult {
   // Rank 0's incast bursts (ProbeOptions::burst_bytes_per_sender), ascending by size, none when
   // not measured.
   std::vector<IncastBurst> bursts;
+  // This rank's seconds in each part (rank 0 logs its own), for the start-up's log: across a WAN
+  // each is a chain of round trips.
+  struct Parts {
+    double peers_s = 0;   // the hosts' names and the choice of the peers measured
+    double pings_s = 0;   // the ping-pongs
+    double stream_s = 0;  // the streams at line rate
+    double bursts_s = 0;  // the incast bursts
+    double agree_s = 0;   // the broadcast of rank 0's numbers
+  } parts;
 
   // The cost model's class (CostModel::set_link): kSameHost the host tier, kOtherHost the flat
   // tier (the one flat collectives cross). Unmeasured: defaults with measured = false.
