@@ -73,6 +73,8 @@ ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& c
   const bool look = tier == "region" || (tier == "auto" && (host_count >= 3 || !declared.empty()));
   if (look && P > 1) {
     const comm::RegionMap map = comm::discover_regions(comm, declared);
+    for (size_t h = 1; h < map.host_rtt_ms.size(); ++h)
+      layout.rank0_round_trips_s.emplace_back(groups.hosts[h][0], map.host_rtt_ms[0][h] / 1e3);
     comm::HostTopology by_region = region_topology(map.region_of_rank);
     // A region is a union of hosts, so fewer regions than hosts means some region holds two hosts
     // or more: reducing inside regions then saves WAN bytes (one host each is the host layout).

@@ -18,6 +18,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/config.h"
 #include "comm/communicator.h"
@@ -33,6 +35,9 @@ constexpr double kWanRttMs = 5.0;
 struct ExchangeLayout {
   std::unique_ptr<comm::HostTopology> groups;  // null: the flat exchange
   std::string description;                     // for the log (Engine::layout_description)
+  // Where the regions were measured: rank 0's round trip (seconds) to the lowest rank of each
+  // other host, the same on every rank (the link probe chooses its peers from it). Else empty.
+  std::vector<std::pair<int, double>> rank0_round_trips_s;
 };
 
 ExchangeLayout exchange_layout(comm::Communicator& comm, const config::Config& config,

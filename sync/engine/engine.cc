@@ -98,7 +98,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   executor_->path().set_world_size(world_size);
   policy_->on_reconfigure(world_size);
   // Layout and link model belong to the membership.
-  executor_->on_connect(std::move(layout.groups), std::move(layout.description));
+  executor_->on_connect(std::move(layout));
 }
 
 std::string Engine::layout_description() const {

@@ -43,14 +43,13 @@ Engine::Executor::Executor(Engine& engine, const config::Config& config,
       sparse_gather_(options.collectives.sparse),
       link_(options.collectives.port_queue_s, options.collectives.port_queue_explicit) {}
 
-void Engine::Executor::on_connect(std::unique_ptr<comm::HostTopology> hierarchy,
-                                  std::string layout_description) {
+void Engine::Executor::on_connect(ExchangeLayout layout) {
   ++connects_;
   exchanged_in_membership_.clear();
-  hierarchy_ = std::move(hierarchy);
-  layout_description_ = std::move(layout_description);
+  hierarchy_ = std::move(layout.groups);
+  layout_description_ = std::move(layout.description);
   sparse_gather_.reset();
-  link_.reset();
+  link_.reset(std::move(layout.rank0_round_trips_s));
 }
 
 void Engine::Executor::inspect(std::vector<Announcement>& announce) {

@@ -17,6 +17,7 @@
 
 #include "comm/topology/host_topology.h"
 #include "sync/data/backend_path.h"
+#include "sync/data/exchange_layout.h"
 #include "sync/data/sparse_gather.h"
 #include "sync/engine/engine.h"
 #include "sync/engine/pipeline.h"
@@ -31,7 +32,7 @@ class Engine::Executor {
 
   // A new membership's layout (hosts or regions, null: flat) and description; the link model and
   // the gather's choices restart.
-  void on_connect(std::unique_ptr<comm::HostTopology> hierarchy, std::string layout_description);
+  void on_connect(ExchangeLayout layout);
 
   // Fills in what this rank announces about its gradients: the exchange counter and whether the
   // gradient holds NaN/Inf (GRADEX_NONFINITE=zero replaces them here, before anything else).

@@ -27,6 +27,7 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
     options.burst_bytes_per_sender.assign(std::begin(kBurstBytesPerSender),
                                           std::end(kBurstBytesPerSender));
   if (!incast) options.burst_min_alpha_s = LinkModel::kLatencyBoundS;
+  options.rank0_round_trips_s = rank0_round_trips_s_;
   const auto started = std::chrono::steady_clock::now();
   const uint64_t received_before = comm.bytes_received();
   auto probe = std::make_unique<cost::ProbeResult>(

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "sync/policy/link_model.h"
@@ -52,11 +54,13 @@ class AgreedLink {
     probe_ = other.probe_ ? std::make_unique<cost::ProbeResult>(*other.probe_) : nullptr;
     lacks_bursts_ = other.lacks_bursts_;
   }
-  // A new membership (Engine::connect) probes its own links again.
-  void reset() {
+  // A new membership (Engine::connect) probes its own links again; `rank0_round_trips_s`: what its
+  // start measured already (ProbeOptions::rank0_round_trips_s; the same on every rank).
+  void reset(std::vector<std::pair<int, double>> rank0_round_trips_s = {}) {
     model_.reset();
     probe_.reset();
     lacks_bursts_ = false;
+    rank0_round_trips_s_ = std::move(rank0_round_trips_s);
   }
 
  private:
@@ -65,6 +69,7 @@ class AgreedLink {
   std::unique_ptr<LinkModel> model_;
   std::unique_ptr<cost::ProbeResult> probe_;
   bool lacks_bursts_ = false;
+  std::vector<std::pair<int, double>> rank0_round_trips_s_;
 };
 
 }  // namespace gradex::sync

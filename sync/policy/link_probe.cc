@@ -125,6 +125,30 @@ std::vector<double> round_trips(comm::Communicator& comm, const std::vector<int>
   return took;
 }
 
+// The choice of other_host_peers from rank 0's round trips to `candidates` (seconds, by index).
+std::array<int32_t, 2> choose_other_host_peers(const std::vector<int>& candidates,
+                                               const std::vector<double>& fastest) {
+  // Ascending by round trip; among equal ones the higher rank first, so that the last is the
+  // lowest rank of the slowest.
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return fastest[x] < fastest[y] || (fastest[x] == fastest[y] && x > y);
+  });
+  std::array<int32_t, 2> chosen{-1, candidates[order.back()]};
+  double widest = comm::kRegionGapRatio;
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    const double below = std::max(fastest[order[i]], 1e-9), above = fastest[order[i + 1]];
+    const double ratio = above / below;
+    if (comm::region_gap(below * 1e3, above * 1e3) && ratio >= widest) {
+      widest = ratio;
+      chosen[0] = candidates[order[i]];
+    }
+  }
+  return chosen;
+}
+
 // The other-host peers rank 0 probes: {near, far}, each -1 when absent. Of the lowest rank on each
 // host other than rank 0's, rank 0 times the fastest round trip (8 bytes; every host pinged at
 // once); far is the one with the longest (ties: the lowest rank): a flat collective waits on its
@@ -133,14 +157,26 @@ std::vector<double> round_trips(comm::Communicator& comm, const std::vector<int>
 // or more (the largest such split) with the round trip above it at least
 // comm::kRegionMinFarRoundTripMs, near is the farthest below it: rank 0's region. Collective
 // over every rank (the candidates answer rank 0's pings, then every rank takes rank 0's choice
-// from a broadcast); a single candidate is far, chosen without a message.
+// from a broadcast); a single candidate is far, chosen without a message, and so are all of them
+// when `known` (ProbeOptions::rank0_round_trips_s, the same on every rank) holds each one's round
+// trip: every rank takes the same choice from it.
 std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
-                                        const std::vector<std::string>& hosts) {
+                                        const std::vector<std::string>& hosts,
+                                        const std::vector<std::pair<int, double>>& known) {
   std::vector<int> candidates;
   std::set<std::string> seen{hosts[0]};
   for (size_t r = 1; r < hosts.size(); ++r)
     if (seen.insert(hosts[r]).second) candidates.push_back(static_cast<int>(r));
   if (candidates.size() < 2) return {-1, candidates.empty() ? -1 : candidates.front()};
+  std::vector<double> known_s;
+  for (int c : candidates) {
+    for (const auto& [rank, seconds] : known)
+      if (rank == c && seconds > 0) {
+        known_s.push_back(seconds);
+        break;
+      }
+  }
+  if (known_s.size() == candidates.size()) return choose_other_host_peers(candidates, known_s);
   const uint64_t tag = comm.next_collective_tag();
   const int me = comm.rank();
   uint64_t ping = 0;
@@ -154,24 +190,7 @@ std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
       for (size_t i = 0; rep > 1 && i < took.size(); ++i)
         fastest[i] = std::min(fastest[i], took[i]);
     }
-    // Ascending by round trip; among equal ones the higher rank first, so that the last is the
-    // lowest rank of the slowest.
-    std::vector<size_t> order(candidates.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-      return fastest[x] < fastest[y] || (fastest[x] == fastest[y] && x > y);
-    });
-    chosen[1] = candidates[order.back()];
-    double widest = comm::kRegionGapRatio;
-    for (size_t i = 0; i + 1 < order.size(); ++i) {
-      const double below = std::max(fastest[order[i]], 1e-9), above = fastest[order[i + 1]];
-      const double ratio = above / below;
-      if (comm::region_gap(below * 1e3, above * 1e3) && ratio >= widest) {
-        widest = ratio;
-        chosen[0] = candidates[order[i]];
-      }
-    }
+    chosen = choose_other_host_peers(candidates, fastest);
   } else if (std::find(candidates.begin(), candidates.end(), me) != candidates.end()) {
     for (int rep = 0; rep <= kFarthestPings; ++rep) {
       const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
@@ -243,7 +262,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   std::array<int, kSlots> peer{-1, -1, -1};
   for (int r = 1; r < world && peer[0] < 0; ++r)
     if (result.hosts[static_cast<size_t>(r)] == result.hosts[0]) peer[0] = r;
-  const std::array<int32_t, 2> others = other_host_peers(comm, result.hosts);
+  const std::array<int32_t, 2> others =
+      other_host_peers(comm, result.hosts, options.rank0_round_trips_s);
   part_done(result.parts.peers_s);
   peer[1] = others[0];
   peer[2] = others[1];

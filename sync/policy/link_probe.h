@@ -5,6 +5,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -45,6 +46,10 @@ struct ProbeOptions {
   // The bursts are timed only when rank 0's other-host fit has a latency of at least this (0:
   // always). Every rank learns rank 0's decision with the burst count.
   double burst_min_alpha_s = 0;
+  // Round trips (seconds) from rank 0 to the lowest rank of each other host, measured already and
+  // the same on every rank (the regions' discovery, comm/topology/regions.h): when it holds every
+  // such rank, the probe chooses the peers it measures from it instead of pinging them again.
+  std::vector<std::pair<int, double>> rank0_round_trips_s;
 };
 
 // Which class of link connects ranks whose host identities (comm::host_identity()) are `hosts`:

@@ -113,6 +113,27 @@ TEST(LinkProbe, MeasuresTheOtherHostClassWithTheFarthestHost) {
   }
 }
 
+// The regions' round trips, given (ProbeOptions::rank0_round_trips_s), choose the peers without
+// pings of the probe's own: on loopback no host is a gap away, yet the one given as 80 ms is across
+// and the farther of the two given as 1 ms and 2 ms is the region's, on every rank.
+TEST(LinkProbe, TakesItsPeersFromTheRegionsRoundTripsWhenGiven) {
+  const std::vector<std::string> hosts{"a", "b", "c", "d"};
+  ProbeOptions o;
+  o.repeats = 2;
+  o.rank0_round_trips_s = {{1, 1e-3}, {2, 80e-3}, {3, 2e-3}};
+  const std::vector<ProbeResult> results = probe_every_rank(hosts, o);
+  for (const ProbeResult& r : results) {
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kAcross)], 2);
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kRegion)], 3);
+    EXPECT_EQ(r.flat, Tier::kAcross);
+  }
+  // Not every other host's: the probe pings them itself, and finds rank 1 (20 ms further here)
+  // across.
+  o.rank0_round_trips_s = {{1, 1e-3}, {2, 80e-3}};
+  for (const ProbeResult& r : probe_every_rank(hosts, o, 1, std::chrono::milliseconds(20)))
+    EXPECT_EQ(r.peers[static_cast<size_t>(Tier::kAcross)], 1);
+}
+
 // Sends of up to `window` bytes leave after bytes * slow_s_per_byte, larger ones after bytes *
 // fast_s_per_byte: round trips limited by a window the way a long TCP path limits them, and a
 // stream that runs at the line.
