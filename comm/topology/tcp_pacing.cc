@@ -72,21 +72,25 @@ std::set<uint64_t> tcp_socket_inodes() {
   return inodes;
 }
 
-int pace_new_tcp_flows(const std::set<uint64_t>& before, double bytes_per_s) {
+int pace_new_tcp_flows(const std::set<uint64_t>& before, double bytes_per_s,
+                       std::set<uint64_t>* paced) {
 #ifndef SO_MAX_PACING_RATE
   (void)before;
   (void)bytes_per_s;
+  (void)paced;
   return 0;  // a kernel without the option: the flows stay as the kernel sends them
 #else
   if (!(bytes_per_s > 0)) return 0;
   // The option takes an unsigned long on 64-bit kernels (an unsigned int is accepted too).
   const unsigned long rate = static_cast<unsigned long>(bytes_per_s);
-  int paced = 0;
+  int count = 0;
   for_each_socket([&](int fd, uint64_t inode) {
     if (before.count(inode) != 0 || !is_tcp(fd) || !to_other_host(fd)) return;
-    if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) ++paced;
+    if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) != 0) return;
+    ++count;
+    if (paced != nullptr) paced->insert(inode);
   });
-  return paced;
+  return count;
 #endif
 }
 

@@ -20,8 +20,10 @@ std::set<uint64_t> tcp_socket_inodes();
 constexpr double kPacingNoCapBytesPerS = 125e9;  // 1 Tbit/s
 
 // Sets SO_MAX_PACING_RATE = `bytes_per_s` on every TCP socket of this process to a non-loopback
-// peer that is not in `before`. Returns how many it paced; sockets it cannot set are skipped
-// (pacing is an optimisation: the exchange is correct without it).
-int pace_new_tcp_flows(const std::set<uint64_t>& before, double bytes_per_s);
+// peer that is not in `before`. Returns how many it paced, and adds their inodes to `paced` when
+// given; sockets it cannot set are skipped (pacing is an optimisation: the exchange is correct
+// without it), and so are sockets still connecting (no peer yet): a later call paces those.
+int pace_new_tcp_flows(const std::set<uint64_t>& before, double bytes_per_s,
+                       std::set<uint64_t>* paced = nullptr);
 
 }  // namespace gradex::comm

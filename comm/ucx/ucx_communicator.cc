@@ -64,6 +64,14 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
   // GRADEX_IFACE goes to UCX through its config object: setting UCX_NET_DEVICES in the
   // environment would leak into other UCX users of the process.
   if (!options_.iface.empty()) config_.modify("NET_DEVICES", options_.iface);
+  // UCX's tcp transport connects each endpoint with a blocking connect() by default: one round
+  // trip per endpoint, one after another (measured across a 50 ms WAN: 50 ms for each of the 3
+  // endpoints and 9 extra striped connections of a rank, 0.6 s of its start; three times that at
+  // 150 ms). Non-blocking, the handshakes overlap each other and what follows, and the first
+  // message to a peer waits for its connection. A UCX_TCP_CONN_NB in the environment is the user's.
+  // (UCX applies the unprefixed name to the tcp transport's configuration; "TCP_CONN_NB" is
+  // accepted here and does not reach it.)
+  if (std::getenv("UCX_TCP_CONN_NB") == nullptr) config_.modify("CONN_NB", "y");
   // Large messages go eager when no endpoint of this rank can be shared memory: UCX's rendezvous
   // spends a round trip (request, then the data) on every message above its threshold, a whole
   // round trip per ring chunk or payload across regions, and measured up to 2x slower than eager
@@ -100,8 +108,10 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
     connect_stripes();
     part("stripes");
     if (options_.tcp_pacing) {
-      paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS);
-      sockets_paced_ = tcp_socket_inodes();  // the extra connections' accepted ones come later
+      // The extra connections' sockets may still be connecting, or not yet accepted:
+      // settle_stripe_hello paces what is neither here before nor paced now.
+      sockets_paced_ = sockets_before;
+      paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS, &sockets_paced_);
     }
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {

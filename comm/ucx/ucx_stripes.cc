@@ -93,7 +93,10 @@ void UcxCommunicator::connect_stripes() {
   stripe_endpoints_.clear();
   stripe_endpoints_.resize(static_cast<size_t>(size_));
   if (size_ == 1) return;
+  const auto agree_from = Clock::now();
   stripes_ = wanted == 0 ? agree_auto_stripes() : wanted;
+  GX_LOG(kDebug) << "stripes: " << stripes_ << " agreed in "
+                 << log::ms_between(agree_from, Clock::now()) << " ms";
   if (stripes_ <= 1) return;
   const std::string& my_host = rank_hosts_[static_cast<size_t>(rank_)];
   std::vector<int> striped;
