@@ -41,6 +41,17 @@ std::string host_key(int rank) {
   return "gradex/ucx/host/" + incarnation + std::to_string(rank);
 }
 
+// Whether the launcher's variables say this process is the only rank on its host (an unreadable
+// launcher environment says nothing).
+bool launcher_counts_one_rank_here() {
+  try {
+    const LaunchInfo info = launch_info_from_environment();
+    return info.launcher != "none" && info.local_size == 1;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 Millis left_until(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
   return left.count() > 0 ? left : Millis(0);
@@ -155,6 +166,14 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
   // "world size\nhost": a rank started with another world size is named here, as at connect.
   const std::string mine = std::to_string(size_) + "\n" + my_host;
   store.set(host_key(rank_), Bytes(mine.begin(), mine.end()));
+  // A launcher that counts one rank on this host (torchrun's LOCAL_WORLD_SIZE=1, and its peers')
+  // answers it without the peers' entries, which cost a round trip each to the store's host: no
+  // peer shares this host's memory. Published all the same, for ranks whose launcher says
+  // otherwise; connect_endpoints checks the answer against the published hosts.
+  if (launcher_counts_one_rank_here()) {
+    alone_by_launcher_ = true;
+    return false;
+  }
   std::vector<std::string> hosts(static_cast<size_t>(size_));
   hosts[static_cast<size_t>(rank_)] = my_host;
   // Each get is a round trip to the store's host (across a WAN, tens of ms): the peers' entries
@@ -214,8 +233,17 @@ void UcxCommunicator::connect_endpoints(Store& store) {
   // hierarchical_shm); every rank sees the same published hosts, so the decision is the same
   // everywhere.
   const bool hierarchical_shm = hierarchical_shm_for(rank_hosts_);
-  if (shared_memory_between(rank_hosts_, my_host) && context_rndv_eager_)
-    throw InternalError("connect: shared-memory peers appeared after the context took eager sends");
+  if (shared_memory_between(rank_hosts_, my_host) && context_rndv_eager_) {
+    if (!alone_by_launcher_)
+      throw InternalError(
+          "connect: shared-memory peers appeared after the context took eager "
+          "sends");
+    GX_LOG(kWarn) << "connect: the launcher counts one rank on this host (LOCAL_WORLD_SIZE or "
+                     "its like), yet other ranks publish the same host ('"
+                  << my_host
+                  << "'): their shared memory runs with eager sends, correct but slower for "
+                     "large messages (set the launcher's local size, or GRADEX_HOST_ID)";
+  }
   for (int i = 0; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     const AddressEntry& remote_entry = entries[static_cast<size_t>(p)];

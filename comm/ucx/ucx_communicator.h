@@ -294,6 +294,8 @@ class UcxCommunicator : public Communicator {
   std::vector<Bytes> peer_addresses_;  // every peer's worker address, for the extra endpoints
   int stripes_ = 1;                    // connections to each peer on another host (agreed)
   int paced_flows_ = 0;                // connections paced at wire-up (CommOptions::tcp_pacing)
+  // may_use_shared_memory took the launcher's word that no other rank is on this host.
+  bool alone_by_launcher_ = false;
   // connect_stripes' messages in flight (empty once settled), their buffers, and the TCP sockets
   // that existed when the wire-up paced its flows.
   std::vector<RequestPtr> stripe_hello_;
