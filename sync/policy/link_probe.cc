@@ -39,8 +39,10 @@ std::vector<uint8_t> broadcast_bytes(comm::Communicator& comm, std::vector<uint8
 
 // A start message's top bit: the burst it starts is the last one (rank 0 decides how many).
 constexpr uint64_t kLastBurst = uint64_t{1} << 63;
-// A ping's first byte: 1 when another round trip of the same size follows, 0 for the last.
-constexpr uint8_t kMorePings = 1;
+// A ping's first byte: 1 when another round trip of the same size follows, 0 for the last; the
+// first size's last ping says 2 on a long path: the sizes between the first and the largest are
+// skipped there (ProbeOptions::long_path_round_trip_s).
+constexpr uint8_t kMorePings = 1, kLastPing = 0, kLastPingLongPath = 2;
 
 // Rank 0's part of the incast burst: the fastest of `timed` bursts (after one untimed one) of
 // `each` bytes (rank 0's number) from every rank in `senders` at once, each started by a message
@@ -289,8 +291,10 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     LinkFit fit;
     if (me == 0 || me == q) {
       const int other = me == 0 ? q : 0;
+      bool skip_middle = false;  // as the first size's last ping said
       for (size_t si = 0; si < options.sizes.size(); ++si) {
         const size_t bytes = options.sizes[si];
+        if (skip_middle && bytes != largest) continue;
         double fastest = 0;
         // The peer answers until a ping says it is the last; rank 0 may shorten its own count
         // after the first round trip (a long path), never lengthen it.
@@ -300,7 +304,12 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
           const auto t0 = Clock::now();
           const double cpu0 = thread_cpu_seconds();
           if (me == 0) {
-            send[0] = rep < repeats ? kMorePings : 0;
+            send[0] = rep < repeats ? kMorePings : kLastPing;
+            // Known long after the first size's second round trip: its last ping says so.
+            if (rep == repeats && si == 0 && long_path) {
+              send[0] = kLastPingLongPath;
+              skip_middle = true;
+            }
             reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 0), send.data(), bytes));
             reqs.push_back(comm.irecv(other, tag + sub_tag(c, si, rep, 1), recv.data(), bytes));
           } else {
@@ -309,6 +318,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
             if (comm.recv_length(*reqs[0]) < 1)
               throw CorruptPayload("link probe: an empty ping from rank 0");
             if (recv[0] != kMorePings) repeats = rep;  // this round trip is the last
+            if (recv[0] == kLastPingLongPath) skip_middle = true;
             reqs.clear();
             reqs.push_back(comm.isend(other, tag + sub_tag(c, si, rep, 1), send.data(), bytes));
           }

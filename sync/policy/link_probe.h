@@ -22,9 +22,10 @@ struct ProbeOptions {
   // start-up (the probe took 4.8 s at 50 ms and about three times that at 150 ms), and the
   // fastest of a few is as good as of many when each lasts a round trip: where rank 0's first two
   // round trips (the untimed one and the first timed) take at least long_path_round_trip_s each,
-  // each size gets long_path_repeats
-  // timed round trips and each stream and burst one timed after the untimed one. Rank 0 decides;
-  // its peers follow the flags its messages carry.
+  // each size gets long_path_repeats timed round trips, only the first size and the largest are
+  // timed (alpha from the first, the window-limited fit and the transport's CPU from the largest;
+  // beta at line rate comes from the stream), and each stream and burst gets one timed after the
+  // untimed one. Rank 0 decides; its peers follow the flags its messages carry.
   double long_path_round_trip_s = 0.01;
   int long_path_repeats = 2;
   // Beta at line rate: after each tier's round trips, the tier's peer streams one message of what

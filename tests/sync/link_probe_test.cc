@@ -290,6 +290,9 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   };
   ASSERT_EQ(tiers(usual[0]), tiers(long_path[0]));
   EXPECT_LT(long_bytes, usual_bytes / 2) << long_bytes << " against " << usual_bytes;
+  // ... and of the sizes only the first (8 B) and the largest (256 KiB), 3 round trips each: less
+  // than one round trip of the middle size (64 KiB) more would send.
+  EXPECT_LT(long_bytes, tiers(long_path[0]) * (3 * ((256u << 10) + 8) + (64u << 10))) << long_bytes;
   for (const ProbeResult& r : long_path) {
     EXPECT_TRUE(r.link[static_cast<size_t>(Tier::kHost)].measured);
     // Measured (a loaded machine's loopback fit can put alpha at 0), and rank 0's on every rank.
