@@ -39,7 +39,7 @@ DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
       rule_(engine.config()),
       stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale"),
       test_lanes_(engine.config().get_bool("GRADEX_TEST_DELAY_LANES")) {
-  if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 3, DType::kFloat32);
+  if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 4, DType::kFloat32);
   if (!rule_.automatic() && rule_.delay() >= 2) {
     const std::string held = lanes_held();
     if (!held.empty())
@@ -329,8 +329,10 @@ void DelayLine::release(uint64_t handle) {
 
 void DelayLine::on_end_step() {
   bool agree = false;
-  // Exposed and compute seconds a step (DelayRule::measurement), and this host's ranks per core.
-  float measured[3] = {0, 0, 0};
+  // Exposed and compute seconds a step (DelayRule::measurement), this host's ranks per core, and
+  // 1 where this rank's early lanes have connected (0 else): their average is 1 only when every
+  // rank's have.
+  float measured[4] = {0, 0, 0, 0};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     flush_deferred_locked();
@@ -345,6 +347,7 @@ void DelayLine::on_end_step() {
     if (agree) {
       rule_.measurement(measured);
       measured[2] = static_cast<float>(engine_.cpu_share());
+      measured[3] = early_ && early_->ready() ? 1.0f : 0.0f;
     }
   }
   if (!agree) return;
@@ -381,7 +384,7 @@ void DelayLine::on_end_step() {
   // (connecting since the link was agreed latency-bound, or from now on) take over at a step
   // computed from agreed numbers only (the same on every rank and in a resumed run), the steps
   // before it running with one exchange in flight.
-  settle_lanes_at_decision();
+  settle_lanes_at_decision(measured[3] == 1.0f);
 }
 
 void DelayLine::set_gradient_norm(double norm) {

@@ -170,7 +170,9 @@ class DelayLine {
   void maybe_start_early_lanes();
   // At the decision: D >= 2 takes the early lanes (or starts connecting lanes now) as the pending
   // lanes; after D <= 1 the early lanes close once connected.
-  void settle_lanes_at_decision();
+  // `early_lanes_ready`: the agreed measurement says every rank's early lanes have connected, so
+  // they take over at the next step.
+  void settle_lanes_at_decision(bool early_lanes_ready);
   // Waits for the early lanes' connection (a failure only logged: no step needs them) and closes
   // them. Collective.
   void close_early_lanes();

@@ -77,8 +77,8 @@ TEST(DelayRule, OverlappedStepIsTheLongerOfWaitAndCompute) {
 }
 
 TEST(DelayRule, LanesConnectOverTheStepsTheirRoundTripsTake) {
-  // 4 lanes x 30 round trips x 50 ms = 6 s over 0.3 s steps: 20 steps.
-  EXPECT_EQ(lane_start_steps(4, 0.05, 0.3), 20u);
+  // 4 lanes x 16 round trips x 50 ms = 3.2 s over 0.3 s steps: 11 steps (10.7 rounded up).
+  EXPECT_EQ(lane_start_steps(4, 0.05, 0.3), 11u);
   // A round trip not probed, or a fast one: at least two steps.
   EXPECT_EQ(lane_start_steps(4, 0.0, 0.3), 2u);
   EXPECT_EQ(lane_start_steps(2, 1e-4, 0.3), 2u);
