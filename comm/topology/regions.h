@@ -20,9 +20,10 @@ constexpr double kRegionGapRatio = 4.0;
 // from one sample to the next, and a tier split on that is noise (a phantom region tier).
 constexpr double kRegionMinFarRoundTripMs = 2.0;
 
-// A pair of hosts whose first round trip takes at least this many ms is timed once more only
-// (discover_regions): a long path, where each round trip costs the start-up that much.
-constexpr double kRegionLongPathMs = 20.0;
+// A round trip of at least this many ms is a long path's, where each round trip of the start-up
+// costs that much: a pair of hosts whose first round trip takes it is timed once more only
+// (discover_regions), and so is the stripes' round trip (ucx_stripes.cc).
+constexpr double kLongPathRoundTripMs = 20.0;
 
 // Whether round trips of `below_ms` (> 0) and `above_ms` (>= below_ms) lie in different tiers: the
 // rule of both regions_from_rtts and the link probe's choice of a region peer.
@@ -53,6 +54,6 @@ struct RegionMap {
 // the first kept), the rows are gathered, and regions_from_rtts groups the hosts; a host's ranks
 // share its region.
 RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats = 4,
-                           double long_path_ms = kRegionLongPathMs);
+                           double long_path_ms = kLongPathRoundTripMs);
 
 }  // namespace gradex::comm

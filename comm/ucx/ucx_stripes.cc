@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/log.h"
+#include "comm/topology/regions.h"
 #include "comm/topology/tcp_limits.h"
 #include "comm/topology/tcp_pacing.h"
 #include "comm/ucx/ucx_communicator.h"
@@ -20,10 +21,9 @@ constexpr uint64_t kStripeCountTag = 4;  // rank 0's decision (auto)
 constexpr uint64_t kStripeHelloTag = 5;  // + tag_lane(s): one message each way on connection s
 constexpr int kProbeRounds = 4;          // the first one untimed
 // A probe ping's byte: another round follows, or this one is the last. Where the first round
-// took kLongPathS or more, rank 0 times one more only: across a WAN each round costs the start-up
-// a round trip, and the window's rule needs the round trip, not its jitter.
+// took kLongPathRoundTripMs or more, rank 0 times one more only: across a WAN each round costs the
+// start-up a round trip, and the window's rule needs the round trip, not its jitter.
 constexpr uint8_t kMoreRounds = 1, kLastRound = 0;
-constexpr double kLongPathS = 0.02;
 
 }  // namespace
 
@@ -52,7 +52,7 @@ int UcxCommunicator::agree_auto_stripes() {
       wait_all(requests, "connect");
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (round > 0) rtt_s = std::min(rtt_s, s);  // the farthest peer's round trip, at best
-      if (round == 0 && s >= kLongPathS) rounds = 2;
+      if (round == 0 && s * 1e3 >= kLongPathRoundTripMs) rounds = 2;
     }
     const TcpLimits limits = read_tcp_limits();
     count = stripes_for_path(limits, rtt_s, kStripeTargetBits, kAutoStripesMax);
