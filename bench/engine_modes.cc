@@ -32,7 +32,8 @@ class EngineMode : public ExchangeMode {
         world_(ctx.comm.size()),
         averages16_(averages16),
         groups_(std::max(1, ctx.submit_groups)),
-        group_gap_(std::chrono::duration<double, std::milli>(ctx.group_gap_ms)) {
+        group_gap_(std::chrono::duration<double, std::milli>(ctx.group_gap_ms)),
+        skew_(std::chrono::duration<double, std::milli>(ctx.skew_ms * ctx.comm.rank())) {
     config::Config config = ctx.config;
     for (const auto& [name, value] : settings)
       config.set(name, value);
@@ -74,9 +75,11 @@ class EngineMode : public ExchangeMode {
 
  private:
   // Submits every tensor (in profile order, as backward would hand them over; gradients in
-  // groups_ groups of consecutive tensors, group_gap_ apart), then waits for all.
+  // groups_ groups of consecutive tensors, group_gap_ apart, the first skew_ after the call),
+  // then waits for all.
   void exchange(float* base, bool average) {
     handles_.clear();
+    if (!average && skew_.count() > 0) std::this_thread::sleep_for(skew_);
     int64_t offset = 0;
     const size_t n = model_.tensors.size();
     for (size_t i = 0; i < n; ++i) {
@@ -97,6 +100,7 @@ class EngineMode : public ExchangeMode {
   const bool averages16_;
   const int groups_;
   const std::chrono::duration<double, std::milli> group_gap_;
+  const std::chrono::duration<double, std::milli> skew_;
   std::unique_ptr<sync::Engine> engine_;
   bool local_sgd_ = false;
   std::vector<uint64_t> handles_;

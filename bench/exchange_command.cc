@@ -39,6 +39,7 @@ struct ExchangeSettings {
   bool interleave = false;  // the modes take turns step by step instead of one after another
   int submit_groups = 1;    // ModeContext::submit_groups
   double group_gap_ms = 0;
+  double skew_ms = 0;  // ModeContext::skew_ms
   GradientOptions gradients;
 };
 
@@ -90,8 +91,8 @@ struct ModeRun {
 
 ModeRun start_mode(RankContext& ctx, const ModeSpec& spec, const ModelProfile& model,
                    const ExchangeSettings& s) {
-  ModeContext mode_ctx{ctx.comm,  model,           ctx.config,    ctx.store,
-                       spec.name, s.submit_groups, s.group_gap_ms};
+  ModeContext mode_ctx{ctx.comm,  model,           ctx.config,     ctx.store,
+                       spec.name, s.submit_groups, s.group_gap_ms, s.skew_ms};
   ModeRun run;
   run.spec = &spec;
   run.mode = spec.create(mode_ctx);
@@ -295,6 +296,7 @@ int run_exchange(const Args& args) {
   s.interleave = args.get_switch("interleave");
   s.submit_groups = static_cast<int>(args.get_int("groups", 1, 1000000));
   s.group_gap_ms = args.get_float("group-gap-ms", 0.0, 60000.0);
+  s.skew_ms = args.get_float("skew-ms", 0.0, 60000.0);
   s.gradients.seed = static_cast<uint64_t>(args.get_int("seed", 0, INT64_MAX));
   s.gradients.shared_fraction = args.get_float("shared-fraction", 0.0, 1.0);
   LaunchOptions launch = launch_options_from_args(args, "gradex-bench exchange");
@@ -321,6 +323,9 @@ std::vector<FlagSpec> exchange_flags() {
        "the engine's modes submit a step's tensors in this many groups of consecutive tensors, as "
        "a framework's buckets come out of the backward pass"},
       {"group-gap-ms", "0", "milliseconds between those groups (compute between buckets)"},
+      {"skew-ms", "0",
+       "the engine's modes: rank r hands a step's first tensors over r times this many "
+       "milliseconds after rank 0 (ranks reaching a step's end apart, as ranks sharing cores do)"},
       {"interleave", "",
        "open every mode's engine at once and run them step by step in turn (ratios between "
        "modes on a noisy machine)",

@@ -28,6 +28,8 @@ struct ModeContext {
   // (as a framework's buckets come out of the backward pass), `group_gap_ms` apart.
   int submit_groups = 1;
   double group_gap_ms = 0;
+  // Rank r hands a step's gradients over r * skew_ms after rank 0 does.
+  double skew_ms = 0;
 };
 
 class ExchangeMode {

@@ -68,6 +68,21 @@ class Engine::ProgressLoop {
   static constexpr double kCoalesceMaxS = 2e-3;
   static constexpr double kCoalesceLatencyShare = 0.1;
   static constexpr std::chrono::microseconds kCoalesceQuiet{250};
+  // On a latency-bound link a rank that joins another rank's round with nothing to announce sends
+  // that round nothing it can use: while this rank has announced nothing that still waits for the
+  // others, no key can become ready in it without this rank's announcement. Its own submissions,
+  // arriving a little later, then need a round of their own, a latency or two more for every rank
+  // (across 4 emulated hosts 25 ms apart the delayed exchange's lanes ran 2.1 rounds a step, the
+  // ranks reaching a step's end up to ~100 ms apart). So such a rank, while it takes part in the
+  // exchanges (it announced in one of its last kLingerRecentRounds rounds), waits for its own
+  // submissions before it joins: at most kLingerLatencies latencies (kLingerMaxS), ending at once
+  // when they come or it leaves. What the wait can delay is only a round that readies nothing (a
+  // mismatch's or an abort's verdict, by at most that long).
+  void linger_for_own(std::vector<Announcement>& announce, bool& leaving);
+  static constexpr double kLingerLatencies = 8;
+  static constexpr double kLingerMaxS = 0.5;
+  static constexpr uint64_t kLingerRecentRounds = 4;
+  uint64_t rounds_since_own_ = kLingerRecentRounds + 1;  // progress thread
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);

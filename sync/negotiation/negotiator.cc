@@ -99,6 +99,13 @@ void Negotiator::apply(int from, const NegotiationMessage& m, RoundResult& resul
   }
 }
 
+bool Negotiator::own_announcement_pending() const {
+  const auto me = static_cast<size_t>(comm_.rank());
+  for (const auto& [id, e] : table_)
+    if (!e.mismatched && e.numel[me] >= 0) return true;
+  return false;
+}
+
 std::chrono::steady_clock::time_point Negotiator::next_decision() const {
   using TimePoint = std::chrono::steady_clock::time_point;
   if (comm_.rank() != 0 || table_.empty()) return TimePoint::max();

@@ -101,6 +101,9 @@ class Negotiator {
 
   // Keys announced by some ranks but not yet by all.
   size_t outstanding() const { return table_.size(); }
+  // Whether some key this rank announced still waits for another rank's announcement (a round
+  // another rank starts may complete it).
+  bool own_announcement_pending() const;
   // Whether `id` was failed as a mismatch before this rank announced it: its entry stays until
   // every rank has announced (so that a late rank gets the mismatch, not a timeout), and this
   // rank's announcement is what completes it, although the verdict already answered its handle.

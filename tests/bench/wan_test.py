@@ -12,7 +12,8 @@
     skipped the size round (sync/data/sparse_gather.h); ResNet-50's tensors handed over in two
     groups, on DGC and on the dense 4-bit route, travel in one negotiation round a step once the
     model is agreed, and the 4-bit units in one hop (two ranks send the same bytes either way:
-    sync/data/sparse_gather.h);
+    sync/data/sparse_gather.h); with rank 1 handing its tensors over 40 ms after rank 0, a step
+    still takes one negotiation round (rank 1 waits for its own before it joins rank 0's);
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
@@ -24,6 +25,7 @@
 Exit 0: pass; 77: skipped (not root, no TUN or no namespaces here: the reason is printed); 1: fail.
 """
 import argparse
+import json
 import math
 import os
 import re
@@ -117,6 +119,24 @@ def check_grouped_steps(log_path):
     rounds = [int(n) for n in re.findall(r"negotiation round: (\d+) ready", text)]
     expect(len(rounds) >= 4 and rounds[-2:] == [161, 161],
            f"the last two steps' tensors in one negotiation round each: rounds of {rounds}")
+
+
+def check_linger(timeline_dir, steps):
+    """2 ranks, a small MLP's tensors on the 4-bit route, rank 1 handing each step's tensors over 40 ms
+    after rank 0, across 10 ms one way: rank 0's round reaches rank 1 before rank 1 has anything to announce.
+    Rank 1 waits for its own submissions before it joins (sync/engine/engine_progress.h), so each of
+    the last steps takes one negotiation round; joining at once with nothing, each took two."""
+    def events(path):
+        with open(path) as f:
+            return [e for e in json.load(f) if e.get("ph") in ("X", "i")]
+    rank0, rank1 = events(timeline_dir / "rank0.json"), events(timeline_dir / "rank1.json")
+    ends = sorted(e["ts"] for e in rank0 if e["name"] == "step end")
+    rounds = sorted(e["ts"] for e in rank0 if e["name"] == "negotiate")
+    per_step = [sum(1 for t in rounds if a < t <= b) for a, b in zip(ends[-steps - 1:-1], ends[-steps:])]
+    lingered = sum(1 for e in rank1 if e["name"] == "linger")
+    expect(len(per_step) == steps and per_step == [1] * steps and lingered >= steps,
+           f"ranks 40 ms apart, 10 ms one way: one negotiation round a step ({per_step} in the last "
+           f"{steps}), rank 1 waited for its own tensors {lingered} times")
 
 
 def check_one_hop(log_path):
@@ -266,6 +286,13 @@ def main():
                 check_grouped_steps(pathlib.Path(log_dir) / f"{label}.rank0.stderr.log")
                 if mode == "int4":
                     check_one_hop(pathlib.Path(log_dir) / f"{label}.rank0.stderr.log")
+
+            timeline = pathlib.Path(log_dir) / "wan_linger_timeline"
+            skewed = [args.bench, "exchange", "--model", str(ROOT / "bench" / "profiles" / "mlp_small.txt"),
+                      "--modes", "int4", "--steps", "3", "--warmup", "2", "--idle-s", "0", "--skew-ms", "40"]
+            run_ranks(wan, 2, skewed, warmup=2, steps=3, timeout_s=120, log_dir=log_dir, label="wan_linger",
+                      extra_env={"GRADEX_TIMELINE": str(timeline)})
+            check_linger(timeline, 3)
     finally:
         left = [n for n in _namespaces() if n.startswith(f"{NAME}-")]
         relay_alive = relay_pid is not None and _is_delayline(relay_pid)
