@@ -63,13 +63,17 @@ void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {
   // later, or only now when it resumed after the early lanes' step: it waits for them there
   // rather than take over at another step). Where the agreed measurement says every rank's have
   // connected already, the next step (across a WAN the estimate left ~20 steps at D = 1 after
-  // the lanes had connected, at 25 and 75 ms one way).
-  const uint64_t connected_by =
-      test_lanes_ || early_lanes_ready
-          ? steps_ended_ + 1
-          : kEarlyLanesStep + lane_start_steps(kAutoMaxDelay, engine_.link_round_trip_s(),
-                                               rule_.overlapped_step_s());
-  const uint64_t from = std::max(steps_ended_ + 1, connected_by);
+  // the lanes had connected, at 25 and 75 ms one way). Else the lanes have had the undelayed
+  // steps since they started (the measured step without delay), and the rest of their estimate
+  // runs at D = 1's step (counting it all at D = 1's step took over at step 18 at 25 ms one way,
+  // where the lanes had connected by step 11).
+  const double had_s = static_cast<double>(steps_ended_ - std::min(steps_ended_, kEarlyLanesStep)) *
+                       rule_.undelayed_step_s();
+  const uint64_t from = steps_ended_ + 1 +
+                        (test_lanes_ || early_lanes_ready
+                             ? 0
+                             : lane_steps_left(kAutoMaxDelay, engine_.link_round_trip_s(), had_s,
+                                               rule_.overlapped_step_s()));
   if (rule_.delay() >= 2) {
     if (early_) {
       pending_ = std::move(early_);

@@ -47,13 +47,13 @@ void refuse_under_outer(const config::Config& config) {
                       "period (GRADEX_OUTER_PERIOD); set GRADEX_DELAY=0 or auto");
 }
 
-uint64_t lane_start_steps(int lanes, double round_trip_s, double step_s) {
-  constexpr uint64_t kLeast = 2, kMost = 500;
+uint64_t lane_steps_left(int lanes, double round_trip_s, double had_s, double step_s) {
+  constexpr uint64_t kMost = 500;
+  const double left_s = lanes * kLaneStartRoundTrips * round_trip_s - had_s;
+  if (!(left_s > 0)) return 0;
   if (step_s <= 0) return kMost;
-  const double seconds = lanes * kLaneStartRoundTrips * round_trip_s;
-  const double steps = std::ceil(seconds / step_s);
-  if (!(steps < static_cast<double>(kMost))) return kMost;
-  return std::max(kLeast, static_cast<uint64_t>(steps));
+  const double steps = std::ceil(left_s / step_s);
+  return steps < static_cast<double>(kMost) ? static_cast<uint64_t>(steps) : kMost;
 }
 
 namespace {
@@ -158,6 +158,10 @@ void DelayRule::decide(float exposed_s, float compute_s, const std::string& held
 
 double DelayRule::overlapped_step_s() const {
   return decided_ ? std::max(static_cast<double>(exposed_), static_cast<double>(compute_)) : 0.0;
+}
+
+double DelayRule::undelayed_step_s() const {
+  return decided_ ? static_cast<double>(exposed_) + static_cast<double>(compute_) : 0.0;
 }
 
 std::string DelayRule::why() const {

@@ -47,10 +47,11 @@ constexpr int kAutoMaxDelay = 2;
 // connect without blocking (29-30 before). A lane that is later than this holds one step until it
 // has connected.
 constexpr double kLaneStartRoundTrips = 16;
-// Steps that auto's `lanes` take to connect in the background while steps of `step_s` seconds run
-// (D = 1), from the agreed round trip (0: not probed): at least 2, at most 500. Agreed inputs
-// only, so every rank and every resumed run switches at the same step.
-uint64_t lane_start_steps(int lanes, double round_trip_s, double step_s);
+// Steps of `step_s` seconds (D = 1) that auto's `lanes`, connecting in the background for `had_s`
+// seconds already, still take to connect, from the agreed round trip (0: not probed): 0 when they
+// have had kLaneStartRoundTrips each, at most 500. Agreed inputs only, so every rank and every
+// resumed run switches at the same step.
+uint64_t lane_steps_left(int lanes, double round_trip_s, double had_s, double step_s);
 
 struct DelaySetting {
   bool automatic = false;
@@ -103,6 +104,9 @@ class DelayRule {
   // A step's seconds with one exchange in flight, from the agreed measurement: the longer of
   // the compute and the wait (0 before the decision).
   double overlapped_step_s() const;
+  // A step's seconds without delay, from the agreed measurement: compute and wait (0 before the
+  // decision).
+  double undelayed_step_s() const;
   // No D hides the exchange: the DiLoCo period the log names (0 when D hides it).
   uint64_t diloco_period() const { return diloco_period_; }
 

@@ -78,13 +78,19 @@ TEST(DelayRule, OverlappedStepIsTheLongerOfWaitAndCompute) {
 
 TEST(DelayRule, LanesConnectOverTheStepsTheirRoundTripsTake) {
   // 4 lanes x 16 round trips x 50 ms = 3.2 s over 0.3 s steps: 11 steps (10.7 rounded up).
-  EXPECT_EQ(lane_start_steps(4, 0.05, 0.3), 11u);
-  // A round trip not probed, or a fast one: at least two steps.
-  EXPECT_EQ(lane_start_steps(4, 0.0, 0.3), 2u);
-  EXPECT_EQ(lane_start_steps(2, 1e-4, 0.3), 2u);
-  // No step time (nothing measured) or a huge ratio: the most.
-  EXPECT_EQ(lane_start_steps(4, 0.05, 0.0), 500u);
-  EXPECT_EQ(lane_start_steps(8, 1.0, 1e-6), 500u);
+  EXPECT_EQ(lane_steps_left(4, 0.05, 0.0, 0.3), 11u);
+  // After 2.1 s of undelayed steps, 1.1 s are left: 4 steps (3.7 rounded up).
+  EXPECT_EQ(lane_steps_left(4, 0.05, 2.1, 0.3), 4u);
+  // 25 ms one way, 2 lanes (1.6 s), 8 undelayed steps of 151 ms had (1.208 s): 0.392 s left at
+  // 101.7 ms a step, 4 steps (the race's tfm task, where counting every step at D = 1's pace gave
+  // 16 after the early lanes' step).
+  EXPECT_EQ(lane_steps_left(2, 0.05, 8 * 0.151, 0.1017), 4u);
+  // Had their estimate already, or a round trip not probed: none left.
+  EXPECT_EQ(lane_steps_left(2, 0.05, 1.6, 0.3), 0u);
+  EXPECT_EQ(lane_steps_left(4, 0.0, 0.0, 0.3), 0u);
+  // Time left but no step time (nothing measured), or a huge ratio: the most.
+  EXPECT_EQ(lane_steps_left(4, 0.05, 0.0, 0.0), 500u);
+  EXPECT_EQ(lane_steps_left(8, 1.0, 0.0, 1e-6), 500u);
 }
 
 }  // namespace
