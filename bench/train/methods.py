@@ -62,6 +62,7 @@ class Method:
 
     def __init__(self, name, model, args):
         self.name, self.gradex, self._lsgd, self.policy = name, None, None, None
+        self.delayed = name in DELAYED  # its ranks' parameters differ by their last D local steps
         self.optimizer_name = getattr(args, "optimizer", "sgd")
         if self.optimizer_name == "adamw" and name in ADAMW_UNSUPPORTED:
             raise ValueError(f"--optimizer adamw: {ADAMW_UNSUPPORTED[name]}")

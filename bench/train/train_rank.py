@@ -18,7 +18,8 @@ Clock: the sum of rank 0's training-step times (forward, backward with its excha
 LocalSGD's averaging); evaluations pause it. Every --eval-every steps (3x that while the accuracy is more
 than --coarse-margin below the target) the ranks measure the test accuracy of the model they share, each
 on a share of the test set (with rank 0's BatchNorm statistics); LocalSGD is evaluated at the first step
-at or after that where its parameters were averaged.
+at or after that where its parameters were averaged. The delayed exchange's ranks differ by their last D
+local gradients: its evaluations test each rank's own model, except the last, after gx.synchronize.
 
 Bytes per host: with --count-iface, each rank adds up the transmit counter of that interface
 (/sys/class/net/<iface>/statistics/tx_bytes: payload, headers and ACKs, as the kernel counts them) over
@@ -95,7 +96,10 @@ def train_one_seed(args, seed, data, rank, world):
         clock += step_s[-1]
         tx.stop()
         step += 1
-        if step == args.steps and not synced:  # the final model is the ranks' average (LocalSGD)
+        # The final model is the ranks' average: LocalSGD's, and the delayed exchange's (gx.synchronize, as a user
+        # does before evaluating or saving; the evaluations before it test each rank's own model, its last D local
+        # gradients included).
+        if step == args.steps and (not synced or method.delayed):
             tx.start()
             t0 = time.perf_counter()
             synced = method.synchronize()

@@ -93,15 +93,22 @@ def _synchronize_then_compare(rank, world):
         ddp(x).square().mean().backward()
         opt.step()
     before = spread()
+    # What synchronize must leave everywhere: the mean of the ranks' parameters (one flat average of every
+    # parameter, each at its own offset).
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    mean = flat.clone()
+    dist.all_reduce(mean)
+    mean /= world
     gx.synchronize(state)
     after = spread()
+    off_mean = float((torch.cat([p.detach().flatten() for p in model.parameters()]) - mean).abs().max())
     # Training goes on after the drain.
     x = torch.randn(16, 32, generator=gen)
     opt.zero_grad()
     ddp(x).square().mean().backward()
     opt.step()
     state.close()
-    return {"before": before, "after": after}
+    return {"before": before, "after": after, "off_mean": off_mean}
 
 
 def test_synchronize_leaves_every_rank_the_same_model():
@@ -109,6 +116,7 @@ def test_synchronize_leaves_every_rank_the_same_model():
     for result in ranks.run(_synchronize_then_compare, 2, env=env):
         assert result["before"] > 0, "the ranks never differed: the test cannot fail"
         assert result["after"] == 0.0, result
+        assert result["off_mean"] < 1e-6, result  # every parameter got its own slice of the average back
 
 
 def _resume(rank, world):

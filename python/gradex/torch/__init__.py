@@ -63,10 +63,12 @@ def explain(source: object = None) -> str:
 def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) -> None:
     """Leaves every rank with the same model under the delayed exchange (GRADEX_DELAY > 0), e.g. before
     evaluating or saving: drains the exchanges in flight (their averages are not applied), then averages
-    every parameter across ranks (gx.allreduce_, the engine's fp32 ring average: the same bits on every
-    rank). source as for stats(); model: the module whose parameters to average (default: the State's
-    model, or a DistributedOptimizer's parameters). The next D steps apply local gradients only, as at the
-    start. Without delay the parameters are already identical and only the drain (a no-op) runs. Collective."""
+    every floating-point parameter across ranks, all of them in one flat fp32 average (gx.allreduce_, the
+    engine's fp32 average: the same bits on every rank; one negotiation a 16 MiB chunk, not one a
+    parameter: across a WAN each costs a round trip or more). source as for stats(); model: the module
+    whose parameters to average (default: the State's model, or a DistributedOptimizer's parameters). The
+    next D steps apply local gradients only, as at the start. Without delay the parameters are already
+    identical and only the drain (a no-op) runs. Collective."""
     engine = _engine_of(source, "synchronize")
     if engine.delay() == 0:
         return
@@ -79,10 +81,16 @@ def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) 
         params = [p for _, p in getattr(source, "_params")]
     else:
         raise InvalidArgumentError("gradex: synchronize() needs the model whose parameters to average")
+    floating = [p for p in params if p.is_floating_point()]
+    if not floating:
+        return
     with torch.no_grad():
-        for p in params:
-            if p.is_floating_point():
-                allreduce_(p.data, Average)
+        flat = torch.cat([p.detach().to("cpu", torch.float32).reshape(-1) for p in floating])
+        allreduce_(flat, Average)
+        offset = 0
+        for p in floating:
+            p.data.copy_(flat[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
 
 
 _windows: Dict[int, _scalars.Window] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
