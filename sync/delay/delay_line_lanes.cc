@@ -35,13 +35,16 @@ void DelayLine::start_pending_lanes(int d, uint64_t from) {
 }
 
 namespace {
-// The end_step count from which auto's lanes may connect ahead of its decision: by then the first
-// exchange (with the start-up link probe, whose result every rank adopts) has completed everywhere.
-constexpr uint64_t kEarlyLanesStep = 2;
+// The end_step count from which auto's lanes may connect ahead of its decision: the first. The
+// link's question waits for the engine to be idle, so for the first exchange (with the start-up
+// link probe, whose result every rank adopts), which the framework waits for anyway before its
+// optimizer step; a step's head start on a WAN (at 25 ms one way the lanes took 1.5 s, about as
+// long as the steps before the decision, and missed it by a step or two).
+constexpr uint64_t kEarlyLanesStep = 1;
 }  // namespace
 
 void DelayLine::maybe_start_early_lanes() {
-  // Asked once per process (the link's question waits for the engine to be idle): at the second
+  // Asked once per process (the link's question waits for the engine to be idle): at the first
   // end_step, or at the first one of a run resumed later, before the decision. The link test is
   // the decision's own (an unknown link does not hold lanes).
   if (early_checked_ || steps_ended_ < kEarlyLanesStep) return;

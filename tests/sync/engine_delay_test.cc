@@ -512,16 +512,27 @@ TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
         std::vector<uint8_t> mid_state;
         // One run of kSwitchSteps + kMore steps that saves its state after kSwitchSteps (the save
         // waits for the exchanges in flight, which changes no result), and a fresh engine that
-        // resumes from that state: one run decides D (from its timings) for both.
+        // resumes from that state: one run decides D (from its timings) for both. The decision is
+        // the measured one: on a machine loaded enough that a preempted step's compute reads as
+        // long as the ~0.5 ms exchange, the agreed numbers say D = 1 (seen in 2 of 45 runs beside
+        // two more of them) and no lane would run; such a run is tried again, on every rank alike
+        // (the decision is agreed), at most twice more.
         gradex_engine_t* e = nullptr;
-        std::string failure = create(store, "switch-whole/", rank, 2, "auto", &e);
-        for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s) {
-          if (s == kSwitchSteps) failure = save_state(e, &mid_state);
-          if (failure.empty()) failure = step(e, rank, s % kSteps, &whole);
+        std::string failure;
+        int d = -1;
+        for (int attempt = 0; attempt < 3 && failure.empty() && d < 2; ++attempt) {
+          if (e != nullptr) RANK_OK(gradex_engine_destroy(e));
+          whole.clear();
+          mid_state.clear();
+          failure =
+              create(store, "switch-whole-" + std::to_string(attempt) + "/", rank, 2, "auto", &e);
+          for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s) {
+            if (s == kSwitchSteps) failure = save_state(e, &mid_state);
+            if (failure.empty()) failure = step(e, rank, s % kSteps, &whole);
+          }
+          if (failure.empty()) RANK_OK(gradex_get_delay(e, &d));
         }
         if (!failure.empty()) return failure;
-        int d = -1;
-        RANK_OK(gradex_get_delay(e, &d));
         RANK_REQUIRE(d >= 2 && d <= 4, "auto chose " << d << " with lanes allowed");
         const std::string text = explain_text(e);
         RANK_REQUIRE(text.find("lanes") != std::string::npos, text);
