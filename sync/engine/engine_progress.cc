@@ -90,20 +90,13 @@ void Engine::ProgressLoop::run() {
         if (announce.empty() && !leaving) {
           const auto linger_from = Clock::now();
           linger_for_own(announce, leaving);
-          if (engine_.trace_ && Clock::now() - linger_from > std::chrono::microseconds(20))
-            engine_.trace_->span(
-                engine_.trace_row(), "linger", linger_from, Clock::now(),
-                timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
+          trace_wait("linger", linger_from, announce.size());
         }
       }
       if (!announce.empty()) {
         const auto coalesce_from = Clock::now();
         coalesce_submissions(announce, leaving);
-        // The timeline shows a wait for more submissions (a latency-bound link) as a phase.
-        if (engine_.trace_ && Clock::now() - coalesce_from > std::chrono::microseconds(20))
-          engine_.trace_->span(
-              engine_.trace_row(), "coalesce", coalesce_from, Clock::now(),
-              timeline::Args().add("announced", static_cast<uint64_t>(announce.size())));
+        trace_wait("coalesce", coalesce_from, announce.size());
       }
       if (++rounds == fail_round)
         throw InternalError("failure injected before negotiation round " + std::to_string(rounds) +
@@ -189,6 +182,13 @@ void Engine::ProgressLoop::coalesce_submissions(std::vector<Announcement>& annou
     if (!grew && !expecting) break;
   }
   finalize_announcements(announce);
+}
+
+void Engine::ProgressLoop::trace_wait(const char* name, std::chrono::steady_clock::time_point from,
+                                      size_t announced) {
+  if (engine_.trace_ && Clock::now() - from > std::chrono::microseconds(20))
+    engine_.trace_->span(engine_.trace_row(), name, from, Clock::now(),
+                         timeline::Args().add("announced", static_cast<uint64_t>(announced)));
 }
 
 void Engine::ProgressLoop::linger_for_own(std::vector<Announcement>& announce, bool& leaving) {

@@ -79,6 +79,9 @@ class Engine::ProgressLoop {
   // when they come or it leaves. What the wait can delay is only a round that readies nothing (a
   // mismatch's or an abort's verdict, by at most that long).
   void linger_for_own(std::vector<Announcement>& announce, bool& leaving);
+  // The timeline shows a wait of the progress thread's (for more submissions, for its own) as a
+  // phase of its row, from `from` to now, when it lasted more than 20 us.
+  void trace_wait(const char* name, std::chrono::steady_clock::time_point from, size_t announced);
   static constexpr double kLingerLatencies = 8;
   static constexpr double kLingerMaxS = 0.5;
   static constexpr uint64_t kLingerRecentRounds = 4;
