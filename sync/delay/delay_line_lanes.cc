@@ -36,10 +36,11 @@ void DelayLine::start_pending_lanes(int d, uint64_t from) {
 
 namespace {
 // The end_step count from which auto's lanes may connect ahead of its decision: the first. The
-// link's question waits for the engine to be idle, so for the first exchange (with the start-up
-// link probe, whose result every rank adopts), which the framework waits for anyway before its
-// optimizer step; a step's head start on a WAN (at 25 ms one way the lanes took 1.5 s, about as
-// long as the steps before the decision, and missed it by a step or two).
+// link's question waits for the engine to be idle, here for the first exchange (it carries the
+// start-up link probe, whose result every rank adopts), which the framework waits for anyway
+// before its optimizer step. On a WAN the step's head start counts: at 25 ms one way the lanes
+// took 1.5 s, about as long as the steps before the decision, and starting a step later they
+// missed it by a step or two.
 constexpr uint64_t kEarlyLanesStep = 1;
 }  // namespace
 
