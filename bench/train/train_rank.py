@@ -70,6 +70,7 @@ def train_one_seed(args, seed, data, rank, world):
     tx = TxCounter(args.count_iface)
     evaluating = args.method != "nocomm" and not args.no_eval
     clock, step, due = 0.0, 0, False
+    synchronized_at_end = False  # the ranks' parameters averaged after the last step, before its evaluation
     step_s = []  # rank 0's training-step times (the clock's parts), for where a method's time goes
     # rank 0's process CPU seconds per step, every thread (gradex's progress threads, its lanes, torch's
     # intra-op pool): with ranks sharing cores, a method's CPU per step bounds its steps/s as the link does
@@ -103,6 +104,7 @@ def train_one_seed(args, seed, data, rank, world):
             tx.start()
             t0 = time.perf_counter()
             synced = method.synchronize()
+            synchronized_at_end = True
             clock += time.perf_counter() - t0
             tx.stop()
         # Far below the target (by more than --coarse-margin), evaluations come 3x less often: they cost
@@ -123,6 +125,7 @@ def train_one_seed(args, seed, data, rank, world):
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
         "step_s": [round(t, 5) for t in step_s], "step_cpu_s": [round(t, 5) for t in step_cpu_s],
+        "synchronized_at_end": synchronized_at_end,
         "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
         **method.settings(),
     }

@@ -476,6 +476,18 @@ def test_race_optimizer_reaches_the_ranks(tmp_path):
     assert {m for _, _, m, _, _ in train_suite.plan(Args)} == set(train_suite.METHODS)
 
 
+def test_race_delayed_method_ends_synchronized(tmp_path):
+    """A delayed exchange's ranks differ by their last D local gradients: the race averages their parameters
+    (gx.synchronize) after the last step and before its evaluation, as a user does before evaluating or saving;
+    a method whose ranks already agree is not synchronized."""
+    train = _race_smoke(tmp_path, "delay", "--methods", "ddp,gradex_delay1")
+    records = {m: r["seeds"][0] for m, r in train["networks"]["loopback"]["tasks"]["mlp"]["methods"].items()}
+    delayed, ddp = records["gradex_delay1"], records["ddp"]
+    assert delayed["steps"] == 6 and [c[1] for c in delayed["curve"]] == [0, 3, 6]
+    assert delayed["synchronized_at_end"] is True and ddp["synchronized_at_end"] is False
+    assert delayed["gradex_stats"]["steps"] == 6
+
+
 def test_race_rate_only_run(tmp_path):
     """A link-independent method at a non-reference rate: train_rank.py --no-eval times its steps and
     evaluates nothing (2 ranks on the loopback, the short task's tiny student)."""
