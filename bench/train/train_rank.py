@@ -70,7 +70,9 @@ def train_one_seed(args, seed, data, rank, world):
     tx = TxCounter(args.count_iface)
     evaluating = args.method != "nocomm" and not args.no_eval
     clock, step, due = 0.0, 0, False
-    synchronized_at_end = False  # the ranks' parameters averaged after the last step, before its evaluation
+    # method.synchronize() ran after the last step, before its evaluation (it averages the parameters only where
+    # the ranks differ: LocalSGD between averages, a delayed exchange with D > 0)
+    synchronized_at_end = False
     step_s = []  # rank 0's training-step times (the clock's parts), for where a method's time goes
     # rank 0's process CPU seconds per step, every thread (gradex's progress threads, its lanes, torch's
     # intra-op pool): with ranks sharing cores, a method's CPU per step bounds its steps/s as the link does

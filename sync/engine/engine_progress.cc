@@ -7,8 +7,6 @@
 #include <map>
 #include <thread>
 
-#include <poll.h>
-
 #include "base/log.h"
 #include "sync/engine/engine_executor.h"
 #include "sync/timeline/recorder.h"
@@ -201,9 +199,7 @@ void Engine::ProgressLoop::linger_for_own(std::vector<Announcement>& announce, b
   while (announce.empty() && !leaving) {
     const auto now = Clock::now();
     if (now >= until) break;
-    pollfd p{wake_.fd(), POLLIN, 0};
-    ::poll(&p, 1,
-           static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
+    wake_.wait(std::chrono::ceil<std::chrono::milliseconds>(until - now));
     wake_.drain();  // before looking at the queue: a later enqueue() signals again
     take_announcements(announce, leaving);
     finalize_announcements(announce);

@@ -1,8 +1,10 @@
 #include "sync/engine/wake_event.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -33,6 +35,11 @@ void WakeEvent::drain() {
   uint64_t count = 0;
   while (::read(fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
+}
+
+void WakeEvent::wait(std::chrono::milliseconds max_wait) const {
+  pollfd p{fd_, POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, max_wait.count())));
 }
 
 }  // namespace gradex::sync

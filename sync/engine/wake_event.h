@@ -4,6 +4,8 @@
 // readable until drain().
 #pragma once
 
+#include <chrono>
+
 namespace gradex::sync {
 
 class WakeEvent {
@@ -18,6 +20,8 @@ class WakeEvent {
   // Clears the signal. Call before checking what the signal announces, so that a signal sent
   // after the check is never lost.
   void drain();
+  // Sleeps until signalled (the signal stays until drain()) or `max_wait` has passed.
+  void wait(std::chrono::milliseconds max_wait) const;
 
  private:
   int fd_ = -1;
