@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine: system packages, the project's Python virtual
 # environment (.venv, reused when it already has torch), then a build of everything into build/.
-# Usage: bash scripts/setup.sh [--no-venv] [--no-build]
+# Usage: bash scripts/setup.sh [--no-venv] [--no-build] [--tests]
+#   --tests  also builds the trees the test command needs beside build/: the ThreadSanitizer tree
+#            (scripts/tsan.sh) and the fuzzers' (tests/fuzz/run.sh), so that scripts/test.sh only tests.
+#            Without it scripts/test.sh builds them itself, in the background at the lowest priority.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_venv=1
 want_build=1
+want_test_trees=0
 for arg in "$@"; do
   case "$arg" in
     --no-venv) want_venv=0 ;;
     --no-build) want_build=0 ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --no-venv, --no-build)" >&2; exit 2 ;;
+    --tests) want_test_trees=1 ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --no-venv, --no-build, --tests)" >&2; exit 2 ;;
   esac
 done
 
@@ -179,4 +184,11 @@ if [ "$want_build" -eq 1 ] && [ $venv_torch -eq 1 ]; then
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install -q --no-build-isolation "${pip_args[@]}" .
     echo "$digest" > "$stamp"
   fi
+fi
+
+if [ "$want_build" -eq 1 ] && [ "$want_test_trees" -eq 1 ]; then
+  # Each script configures its own tree and builds only the targets it runs.
+  echo "setup: building the ThreadSanitizer and fuzzer trees (build-tsan/, build-fuzz/)"
+  GX_TSAN_JOBS="$(nproc)" bash scripts/tsan.sh --build-only
+  GRADEX_FUZZ_JOBS="$(nproc)" bash tests/fuzz/run.sh --build-only
 fi
