@@ -13,6 +13,8 @@ training-clock budget:
     .venv/bin/python -m bench.fsdp.race --steps 200                       # loopback, equal steps
     sudo .venv/bin/python -m bench.fsdp.race --cluster 100mbit --budget 150 --steps 100000 \
         --out docs/benchmarks/fsdp_race_100m.json                         # 2 emulated hosts
+    sudo .venv/bin/python -m bench.fsdp.race --wan 1gbit,0.1ms,100mbit,20ms --budget 180 --steps 100000 \
+        --out docs/benchmarks/fsdp_race_regions.json                      # 2 emulated regions
 
 Held-out loss is measured every --eval-every steps (its time is not counted). The target is native HSDP's
 final held-out loss; each method's time to target is the training clock at its first evaluation at or below
@@ -25,6 +27,10 @@ With --cluster RATE (root) the race brings up 2 emulated hosts (bench/cluster/cl
 GX_CLUSTER_SUBNET name them) joined at RATE, and takes them down always: a shard group (the mesh's row, ranks
 2h and 2h+1) lives on host h and talks over that host's loopback; the replicate dimension crosses the shaped
 link. Bytes across hosts are the kernel's counters of the hosts' links over each method's whole run.
+With --wan INSIDE_RATE,INSIDE_DELAY,ACROSS_RATE,ACROSS_DELAY (root) the ranks are 4 emulated hosts in 2 regions
+(bench/harness/wan.py: TCP cubic, the MTU by the fastest pipe): shard group g on the hosts of region g, its
+reduce-scatter over the regions' inside links, the replicate dimension across the pipe between the regions; the
+bytes across regions are the delay line's count of what that pipe carried.
 Prints a Markdown table and a RESULT line.
 """
 import argparse
@@ -43,8 +49,10 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 from bench.lm import corpus  # noqa: E402
 from bench.lm import model as lm_model  # noqa: E402
-from bench.harness import network, results  # noqa: E402
+from bench.harness import network  # noqa: E402
+from bench.harness import results as result_files  # noqa: E402
 from bench.harness.launcher import run_ranks  # noqa: E402
+from bench.harness.wan import Wan, WanSpec  # noqa: E402
 
 METHODS = ("native", "gradex", "diloco")
 SHAPE = {"vocab": 4096, "d": 128, "layers": 2, "heads": 4, "context": 32}
@@ -63,6 +71,17 @@ def make_cluster(rate):
     for g, ranks in enumerate(shard_groups()):
         assert {net.host_of(r) for r in ranks} == {g}, "a shard group must live on one host"
     return net
+
+
+def make_wan(spec, log_dir):
+    """REPLICAS regions of SHARDS hosts, one rank per host: shard group g in region g. `spec` is
+    INSIDE_RATE,INSIDE_DELAY,ACROSS_RATE,ACROSS_DELAY (checked by parse_args)."""
+    inside_rate, inside_delay, across_rate, across_delay = spec.split(",")
+    regions = [g for g in range(REPLICAS) for _ in range(SHARDS)]
+    for g, ranks in enumerate(shard_groups()):
+        assert {regions[r] for r in ranks} == {g}, "a shard group must live in one region"
+    return Wan(WanSpec(hosts=WORLD, rate=inside_rate, delay=inside_delay, regions=regions, inter_rate=across_rate,
+                       inter_delay=across_delay), log_dir=log_dir)
 
 
 def _shard(model, mesh):
@@ -171,16 +190,24 @@ def run_cluster(net, method, args, data_path, argv):
         os.remove(curve_out)
     rank_argv = [sys.executable, "-m", "bench.fsdp.race", *argv,
                  "--worker", method, "--curve-out", curve_out, "--data", data_path]
-    before = net.host_bytes()
+    before, regions_before = net.host_bytes(), _regions_bytes(net)
     # The launcher bounds the run (budget plus slack), kills every rank on a failure and raises RankFailure
     # (a RuntimeError) with the failed ranks' log tails.
     run_ranks(net, WORLD, rank_argv, warmup=0, steps=1, timeout_s=args.budget + args.method_slack,
               log_dir=args.log_dir, label=f"fsdp.{net.label}.{method}")
-    after = net.host_bytes()
+    after, regions_after = net.host_bytes(), _regions_bytes(net)
     with open(curve_out) as f:
         run = json.load(f)
     hosts = [(tx - tx0, rx - rx0) for (tx, rx), (tx0, rx0) in zip(after, before)]
+    if regions_before is not None and regions_after is not None:
+        args.bytes_across_regions[method] = regions_after - regions_before
     return [tuple(c) for c in run["curve"]], (math.nan if run["sent"] is None else run["sent"]), hosts
+
+
+def _regions_bytes(net):
+    """What crossed between regions so far (a multi-region Wan), else None."""
+    wan_bytes = getattr(net, "wan_bytes", None)
+    return wan_bytes() if wan_bytes is not None else None
 
 
 def worker(args):
@@ -204,6 +231,8 @@ def parse_args(argv=None):
                         help="the loss to race to (default: native HSDP's final held-out loss in this run)")
     parser.add_argument("--cluster", metavar="RATE", default=None,
                         help="run on 2 emulated hosts joined at this tc rate (e.g. 100mbit; needs root)")
+    parser.add_argument("--wan", metavar="IN_RATE,IN_DELAY,ACROSS_RATE,ACROSS_DELAY", default=None,
+                        help="run on 2 emulated regions of 2 hosts (e.g. 1gbit,0.1ms,100mbit,20ms; needs root)")
     parser.add_argument("--method-slack", type=float, default=300,
                         help="seconds a method may run past its budget (--cluster)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -218,8 +247,21 @@ def parse_args(argv=None):
         parser.error(f"unknown method(s) {bad}; choose from {','.join(METHODS)}")
     if args.budget <= 0 or args.steps <= 0:
         parser.error("--budget and --steps must be positive")
-    if args.cluster is not None and math.isinf(args.budget):
-        parser.error("--cluster needs a --budget (seconds of training clock per method)")
+    if (args.cluster is not None or args.wan is not None) and math.isinf(args.budget):
+        parser.error("--cluster and --wan need a --budget (seconds of training clock per method)")
+    if args.cluster is not None and args.wan is not None:
+        parser.error("--cluster and --wan are two networks: choose one")
+    if args.wan is not None:
+        parts = args.wan.split(",")
+        try:
+            if len(parts) != 4:
+                raise ValueError("four fields")
+            WanSpec(hosts=WORLD, rate=parts[0], delay=parts[1], regions=[0, 0, 1, 1], inter_rate=parts[2],
+                    inter_delay=parts[3]).validate()
+        except ValueError as e:
+            parser.error(f"--wan takes IN_RATE,IN_DELAY,ACROSS_RATE,ACROSS_DELAY such as 1gbit,0.1ms,100mbit,20ms, "
+                         f"got {args.wan!r} ({e})")
+    args.bytes_across_regions = {}
     if args.cluster is not None and not (args.cluster.endswith("bit") and args.cluster[:-3].rstrip("kmg").isdigit()):
         parser.error(f"--cluster takes a tc rate such as 100mbit or 1gbit, got {args.cluster!r}")
     if args.target_loss is None and "native" not in args.methods and args.worker is None:
@@ -234,7 +276,7 @@ def _rank_argv(argv):
         if skip:
             skip = False
             continue
-        if a.split("=", 1)[0] in ("--cluster", "--out", "--methods", "--target-loss"):
+        if a.split("=", 1)[0] in ("--cluster", "--wan", "--out", "--methods", "--target-loss"):
             skip = "=" not in a
             continue
         out.append(a)
@@ -251,6 +293,10 @@ def main(argv=None):
     if not os.path.exists(data_path):
         corpus.save(corpus.build(SHAPE["vocab"], args.corpus_bytes), data_path)
     net, results = None, {}
+    wan = make_wan(args.wan, args.log_dir) if args.wan else None
+    if wan is not None:
+        wan.up()  # removed below, whatever happens
+        net = wan
     if args.cluster:
         subprocess.run([str(network.CLUSTER_SH), "up", "--hosts", str(REPLICAS), "--rate", args.cluster,
                         "--owner", str(os.getpid()),
@@ -274,12 +320,22 @@ def main(argv=None):
     finally:
         if args.cluster:
             subprocess.run([str(network.CLUSTER_SH), "down"], timeout=120)
+        if wan is not None:
+            wan.down()
     report(args, results)
+
+
+def _link_label(args):
+    if args.wan:
+        inside_rate, inside_delay, across_rate, across_delay = args.wan.split(",")
+        return (f"2 regions x 2 hosts: {inside_rate}, {inside_delay} one way inside; {across_rate}, {across_delay} "
+                f"one way across")
+    return f"2 hosts at {args.cluster}" if args.cluster else "loopback"
 
 
 def report(args, results):
     target = args.target_loss if args.target_loss is not None else results["native"][0][-1][2]
-    link = f"2 hosts at {args.cluster}" if args.cluster else "loopback"
+    link = _link_label(args)
     budget = f"{args.budget:g} s budget" if not math.isinf(args.budget) else f"{args.steps} steps"
     print(f"| method ({budget}, 2 x 2 ranks, {link}) | time to target {target:.4f} (s) | steps | final held-out "
           f"loss | training clock (s) | s/step | MB across hosts | rank 0 gradex bytes |\n|---|---|---|---|---|---|---|---|")
@@ -293,17 +349,18 @@ def report(args, results):
         fields += [f"final_loss_{method}={loss:.4f}", f"ttt_{method}={reached:.2f}", f"clock_{method}={clock:.2f}",
                    f"steps_{method}={step}", f"bytes_across_{method}={across:.0f}"]
         table[method] = {"time_to_target_s": None if math.isnan(reached) else reached, "steps": step,
+                         "bytes_across_regions": args.bytes_across_regions.get(method),
                          "final_loss": loss, "clock_s": clock, "bytes_across_hosts": None if hosts is None else across,
                          "host_bytes_tx_rx": hosts, "rank0_gradex_bytes_sent": None if math.isnan(sent) else sent,
                          "curve": curve}
     print("RESULT " + " ".join(fields))
     if args.out:
-        results.write(args.out, {"link": args.cluster or "loopback",
+        result_files.write(args.out, {"link": _link_label(args),
                                  "budget_s": None if math.isinf(args.budget) else args.budget,
                                  "max_steps": args.steps, "target_loss": target, "shape": SHAPE,
                                  "mesh": [REPLICAS, SHARDS],
                                  "gradex_env": {k: v for k, v in os.environ.items() if k.startswith("GRADEX_")},
-                                 "methods": table}, link=args.cluster or "loopback")
+                                 "methods": table}, link=_link_label(args))
 
 
 if __name__ == "__main__":
