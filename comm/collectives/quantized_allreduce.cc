@@ -146,7 +146,9 @@ class Exchange {
   }
 
   // Segments are encoded owner by owner in the order this rank sends them, each overlapping the
-  // previous message on the wire; this rank's own segments last (it keeps them).
+  // previous message on the wire; this rank's own segments last (it keeps them). Both phases keep
+  // one send in flight: where a message outgrows the socket buffers, the shifted order then gives
+  // each receiver one flow at a time (the one hop below differs).
   void reduce_scatter(Buffers& x, uint64_t tag) {
     x.out.resize(static_cast<size_t>(P_));
     x.in.resize(static_cast<size_t>(P_));
@@ -243,8 +245,12 @@ class Exchange {
   }
 
   // One hop (EncodedAllreduceOptions::one_hop): this rank's whole encoding, made once, goes to
-  // every peer in the shifted order, one send in flight. Between sends, and after the last, the P
-  // encodings are validated, decoded and summed in rank order as far as they have arrived.
+  // every peer at once (posted in the shifted order), and the P encodings are validated, decoded
+  // and summed in rank order as they arrive. All sends are in flight together because a send
+  // completes only once the kernel holds its bytes: on warm connections that is at once, so the
+  // messages left together anyway, but on a cold one (a delay lane's first exchange across a WAN,
+  // small socket buffers) one send at a time made the peers' slow starts take turns (567 ms
+  // against ~270 for the slowest peer alone, 850 kB to each of 3 peers at 25 ms one way).
   void gather_sum(Buffers& x, uint64_t tag) {
     const std::string phase = options_.name + " gather";
     size_t whole = 0;
@@ -257,46 +263,36 @@ class Exchange {
       at += e.contribution->encoded_size(e.count);
     }
     x.in.resize(static_cast<size_t>(P_));
-    std::vector<RequestPtr> recvs(static_cast<size_t>(P_)), last_send;
+    std::vector<RequestPtr> recvs(static_cast<size_t>(P_)), sends;
     for (int j = 1; j < P_; ++j) {
       const auto q = static_cast<size_t>((r_ - j + P_) % P_);
       x.in[q].resize(whole);
       recvs[q] = comm_.irecv(static_cast<int>(q), tag, x.in[q].data(), whole);
     }
+    for (int j = 1; j < P_; ++j)
+      sends.push_back(comm_.isend((r_ + j) % P_, tag, x.own.data(), x.own.size()));
     // `in` may alias `out`: every encoding is made before any output is written.
-    int next = 0;  // the next rank in the sum's order
-    auto sum_arrived = [&](bool wait) {
-      for (; next < P_; ++next) {
-        const uint8_t* message = x.own.data();
-        if (next != r_) {
-          RequestPtr& recv = recvs[static_cast<size_t>(next)];
-          if (!wait && !comm_.test(*recv, phase.c_str())) return;
-          std::vector<RequestPtr> one;
-          one.push_back(std::move(recv));
-          comm_.wait_all(one, phase.c_str());
-          check_length(*one[0], whole, next, phase);
-          message = x.in[static_cast<size_t>(next)].data();
-        }
-        size_t offset = 0;
-        for (size_t b = 0; b < buffers_.size(); ++b) {
-          const EncodedBuffer& e = buffers_[b];
-          const size_t bytes = e.contribution->encoded_size(e.count);
-          if (next != r_)
-            e.contribution->validate(message + offset, bytes, e.count, piece_name(phase, next, b));
-          decode_into_sum(*e.contribution, message + offset, e.count, e.out, next == 0);
-          offset += bytes;
-          comm_.progress();
-        }
+    for (int next = 0; next < P_; ++next) {  // the sum's order
+      const uint8_t* message = x.own.data();
+      if (next != r_) {
+        std::vector<RequestPtr> one;
+        one.push_back(std::move(recvs[static_cast<size_t>(next)]));
+        comm_.wait_all(one, phase.c_str());
+        check_length(*one[0], whole, next, phase);
+        message = x.in[static_cast<size_t>(next)].data();
       }
-    };
-    for (int j = 1; j < P_; ++j) {
-      if (!last_send.empty()) comm_.wait_all(last_send, phase.c_str());
-      last_send.clear();
-      last_send.push_back(comm_.isend((r_ + j) % P_, tag, x.own.data(), x.own.size()));
-      sum_arrived(false);
+      size_t offset = 0;
+      for (size_t b = 0; b < buffers_.size(); ++b) {
+        const EncodedBuffer& e = buffers_[b];
+        const size_t bytes = e.contribution->encoded_size(e.count);
+        if (next != r_)
+          e.contribution->validate(message + offset, bytes, e.count, piece_name(phase, next, b));
+        decode_into_sum(*e.contribution, message + offset, e.count, e.out, next == 0);
+        offset += bytes;
+        comm_.progress();
+      }
     }
-    sum_arrived(true);
-    comm_.wait_all(last_send, phase.c_str());
+    comm_.wait_all(sends, phase.c_str());
     for (size_t b = 0; b < buffers_.size(); ++b) {
       const EncodedBuffer& e = buffers_[b];
       if (e.count > 0 && options_.transform) options_.transform(b, e.out, e.count, 0);

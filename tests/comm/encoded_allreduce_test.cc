@@ -231,6 +231,51 @@ TEST_P(EncodedWorld, FusedBuffersMatchOneCallPerBuffer) {
   });
 }
 
+// Counts the sends a collective has posted when it first waits (wait_all or test).
+class FirstWaitCommunicator : public CountingCommunicator {
+ public:
+  using CountingCommunicator::CountingCommunicator;
+  bool test(comm::Request& r, const char* op) override {
+    note();
+    return CountingCommunicator::test(r, op);
+  }
+  void wait_all(std::vector<comm::RequestPtr>& r, const char* op) override {
+    note();
+    CountingCommunicator::wait_all(r, op);
+  }
+  uint64_t sends_at_first_wait = 0;
+
+ private:
+  void note() {
+    if (!waited_) sends_at_first_wait = sends;
+    waited_ = true;
+  }
+  bool waited_ = false;
+};
+
+// The one hop posts its encoding to every peer before it waits for anything: a send completes only
+// once the kernel holds its bytes, so waiting for one before posting the next made the peers'
+// TCP slow starts take turns on cold connections (a delay lane's first exchange across a WAN).
+TEST(EncodedAllreduce, OneHopPostsEverySendBeforeItWaits) {
+  const int P = 4;
+  const size_t count = 1001;
+  run_ranks(P, [&](Communicator& c) {
+    FirstWaitCommunicator counted(c);
+    RankCodecs codecs =
+        make_codecs({4, 6, compress::quant::Rounding::kStochastic}, c.rank(), P, count);
+    std::vector<float> buf = input(c.rank(), count, 0);
+    std::vector<comm::EncodedBuffer> buffers{
+        {codecs.contribution.get(), codecs.result.get(), buf.data(), buf.data(), count, "b"}};
+    comm::EncodedAllreduceOptions options;
+    options.one_hop = true;
+    comm::encoded_allreduce(counted, buffers, options);
+    if (counted.sends != static_cast<uint64_t>(P - 1) ||
+        counted.sends_at_first_wait != static_cast<uint64_t>(P - 1))
+      throw std::runtime_error(std::to_string(counted.sends_at_first_wait) + " of " +
+                               std::to_string(counted.sends) + " sends posted at the first wait");
+  });
+}
+
 // Every rank fails in the reduce-scatter (or the one hop's gather), naming the phase, the sender
 // and the buffer, before anything is summed.
 TEST(EncodedAllreduce, ValidateRefusesReceivedPieces) {
