@@ -73,15 +73,23 @@ def make_cluster(rate):
     return net
 
 
-def make_wan(spec, log_dir):
-    """REPLICAS regions of SHARDS hosts, one rank per host: shard group g in region g. `spec` is
-    INSIDE_RATE,INSIDE_DELAY,ACROSS_RATE,ACROSS_DELAY (checked by parse_args)."""
-    inside_rate, inside_delay, across_rate, across_delay = spec.split(",")
+def wan_spec(text):
+    """The WanSpec of --wan's INSIDE_RATE,INSIDE_DELAY,ACROSS_RATE,ACROSS_DELAY: REPLICAS regions of SHARDS hosts,
+    one rank per host, shard group g in region g. ValueError naming what is wrong."""
+    parts = text.split(",")
+    if len(parts) != 4:
+        raise ValueError(f"{len(parts)} fields, not 4")
     regions = [g for g in range(REPLICAS) for _ in range(SHARDS)]
     for g, ranks in enumerate(shard_groups()):
         assert {regions[r] for r in ranks} == {g}, "a shard group must live in one region"
-    return Wan(WanSpec(hosts=WORLD, rate=inside_rate, delay=inside_delay, regions=regions, inter_rate=across_rate,
-                       inter_delay=across_delay), log_dir=log_dir)
+    spec = WanSpec(hosts=WORLD, rate=parts[0], delay=parts[1], regions=regions, inter_rate=parts[2],
+                   inter_delay=parts[3])
+    spec.validate()
+    return spec
+
+
+def make_wan(text, log_dir):
+    return Wan(wan_spec(text), log_dir=log_dir)
 
 
 def _shard(model, mesh):
@@ -179,12 +187,13 @@ def run_loopback(method, args, data_path):
     curve, sent = out.get(timeout=3600)
     for p in procs:
         p.join()
-    return curve, sent, None
+    return curve, sent, None, None
 
 
 def run_cluster(net, method, args, data_path, argv):
     """The 4 ranks as processes in the cluster's namespaces (this script with --worker); returns (curve,
-    rank 0's gradex bytes, [(tx, rx)] bytes of each host's link over the whole run)."""
+    rank 0's gradex bytes, [(tx, rx)] bytes of each host's link over the whole run, bytes that crossed between
+    regions or None on a network of one region)."""
     curve_out = os.path.join(args.log_dir, f"fsdp.{net.label}.{method}.json")
     if os.path.exists(curve_out):
         os.remove(curve_out)
@@ -199,9 +208,8 @@ def run_cluster(net, method, args, data_path, argv):
     with open(curve_out) as f:
         run = json.load(f)
     hosts = [(tx - tx0, rx - rx0) for (tx, rx), (tx0, rx0) in zip(after, before)]
-    if regions_before is not None and regions_after is not None:
-        args.bytes_across_regions[method] = regions_after - regions_before
-    return [tuple(c) for c in run["curve"]], (math.nan if run["sent"] is None else run["sent"]), hosts
+    regions = None if regions_before is None or regions_after is None else regions_after - regions_before
+    return [tuple(c) for c in run["curve"]], (math.nan if run["sent"] is None else run["sent"]), hosts, regions
 
 
 def _regions_bytes(net):
@@ -252,16 +260,11 @@ def parse_args(argv=None):
     if args.cluster is not None and args.wan is not None:
         parser.error("--cluster and --wan are two networks: choose one")
     if args.wan is not None:
-        parts = args.wan.split(",")
         try:
-            if len(parts) != 4:
-                raise ValueError("four fields")
-            WanSpec(hosts=WORLD, rate=parts[0], delay=parts[1], regions=[0, 0, 1, 1], inter_rate=parts[2],
-                    inter_delay=parts[3]).validate()
+            wan_spec(args.wan)
         except ValueError as e:
             parser.error(f"--wan takes IN_RATE,IN_DELAY,ACROSS_RATE,ACROSS_DELAY such as 1gbit,0.1ms,100mbit,20ms, "
                          f"got {args.wan!r} ({e})")
-    args.bytes_across_regions = {}
     if args.cluster is not None and not (args.cluster.endswith("bit") and args.cluster[:-3].rstrip("kmg").isdigit()):
         parser.error(f"--cluster takes a tc rate such as 100mbit or 1gbit, got {args.cluster!r}")
     if args.target_loss is None and "native" not in args.methods and args.worker is None:
@@ -312,7 +315,7 @@ def main(argv=None):
                 results[method] = run_loopback(method, args, data_path)
             else:
                 results[method] = run_cluster(net, method, args, data_path, _rank_argv(argv))
-            curve, sent, hosts = results[method]
+            curve, sent, hosts, _ = results[method]
             across = "" if hosts is None else f", {sum(tx for tx, _ in hosts) / 1e6:.1f} MB across hosts"
             print(f"{method}: final held-out loss {curve[-1][2]:.4f} after {curve[-1][0]} steps, training clock "
                   f"{curve[-1][1]:.1f} s, rank 0 sent {sent:.0f} bytes{across} ({time.time() - started:.0f} s)",
@@ -327,9 +330,9 @@ def main(argv=None):
 
 def _link_label(args):
     if args.wan:
-        inside_rate, inside_delay, across_rate, across_delay = args.wan.split(",")
-        return (f"2 regions x 2 hosts: {inside_rate}, {inside_delay} one way inside; {across_rate}, {across_delay} "
-                f"one way across")
+        spec = wan_spec(args.wan)
+        return (f"{REPLICAS} regions x {SHARDS} hosts: {spec.rate}, {spec.delay} one way inside; {spec.inter_rate}, "
+                f"{spec.inter_delay} one way across")
     return f"2 hosts at {args.cluster}" if args.cluster else "loopback"
 
 
@@ -340,7 +343,7 @@ def report(args, results):
     print(f"| method ({budget}, 2 x 2 ranks, {link}) | time to target {target:.4f} (s) | steps | final held-out "
           f"loss | training clock (s) | s/step | MB across hosts | rank 0 gradex bytes |\n|---|---|---|---|---|---|---|---|")
     fields, table = [], {}
-    for method, (curve, sent, hosts) in results.items():
+    for method, (curve, sent, hosts, regions) in results.items():
         reached = next((t for _, t, loss in curve if loss <= target), math.nan)
         step, clock, loss = curve[-1]
         across = math.nan if hosts is None else sum(tx for tx, _ in hosts)
@@ -349,7 +352,7 @@ def report(args, results):
         fields += [f"final_loss_{method}={loss:.4f}", f"ttt_{method}={reached:.2f}", f"clock_{method}={clock:.2f}",
                    f"steps_{method}={step}", f"bytes_across_{method}={across:.0f}"]
         table[method] = {"time_to_target_s": None if math.isnan(reached) else reached, "steps": step,
-                         "bytes_across_regions": args.bytes_across_regions.get(method),
+                         "bytes_across_regions": regions,
                          "final_loss": loss, "clock_s": clock, "bytes_across_hosts": None if hosts is None else across,
                          "host_bytes_tx_rx": hosts, "rank0_gradex_bytes_sent": None if math.isnan(sent) else sent,
                          "curve": curve}

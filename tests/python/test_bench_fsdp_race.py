@@ -40,9 +40,8 @@ def test_wan_puts_each_shard_group_in_a_region_and_replicas_across(race, tmp_pat
 def test_report_writes_the_result_file_with_its_provenance(race, tmp_path, capsys):
     out = tmp_path / "race.json"
     args = race.parse_args(["--wan", "1gbit,0.1ms,100mbit,20ms", "--budget", "5", "--out", str(out)])
-    args.bytes_across_regions = {"native": 3000, "gradex": 1000}
-    curves = {"native": [(10, 1.0, 5.0), (20, 2.0, 4.0)], "gradex": [(10, 0.5, 4.5), (20, 1.0, 3.9)]}
-    race.report(args, {m: (c, 100.0, [(10, 20), (30, 40)]) for m, c in curves.items()})
+    runs = {"native": ([(10, 1.0, 5.0), (20, 2.0, 4.0)], 3000), "gradex": ([(10, 0.5, 4.5), (20, 1.0, 3.9)], 1000)}
+    race.report(args, {m: (c, 100.0, [(10, 20), (30, 40)], regions) for m, (c, regions) in runs.items()})
     data = json.loads(out.read_text())
     assert data["target_loss"] == 4.0 and "2 regions" in data["link"]
     assert data["methods"]["gradex"]["time_to_target_s"] == 1.0
