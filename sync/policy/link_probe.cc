@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "base/cpu_time.h"
@@ -44,22 +45,32 @@ constexpr uint64_t kLastBurst = uint64_t{1} << 63;
 // skipped there (ProbeOptions::long_path_round_trip_s).
 constexpr uint8_t kMorePings = 1, kLastPing = 0, kLastPingLongPath = 2;
 
-// Rank 0's part of the incast burst: the fastest of `timed` bursts (after one untimed one) of
-// `each` bytes (rank 0's number) from every rank in `senders` at once, each started by a message
-// from rank 0 that carries `each` and whether it is the last. The senders' part: answer each
-// start with that many bytes until the last. Other ranks do nothing.
-double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uint64_t each,
-                  int timed) {
+// What rank 0 measured of a burst: the fastest timed one, its bytes per sender and rank 0's thread
+// CPU over it (the transport's receive work). Zero on the other ranks.
+struct BurstTiming {
+  double seconds = 0;
+  uint64_t each = 0;
+  double cpu_s = 0;
+};
+
+// Rank 0's part of the incast burst: the fastest of `timed` bursts, after `untimed` ones, from
+// every rank in `senders` at once, each started by a message from rank 0 that carries its bytes per
+// sender (`each_for(rep, seconds of the rep before)`, rank 0's numbers) and whether it is the last.
+// The senders' part: answer each start with that many bytes until the last. Other ranks do nothing.
+BurstTiming time_burst(comm::Communicator& comm, const std::vector<int>& senders,
+                       const std::function<uint64_t(int, double)>& each_for, int untimed,
+                       int timed) {
   const uint64_t tag = comm.next_collective_tag();
   const int me = comm.rank();
   const bool sends = std::find(senders.begin(), senders.end(), me) != senders.end();
-  if (me != 0 && !sends) return 0;
-  uint64_t start = each;
+  BurstTiming best;
+  if (me != 0 && !sends) return best;
+  uint64_t start = 0;
   std::vector<uint8_t> data;
-  if (me == 0) data.assign(std::max<uint64_t>(1, each * senders.size()), 0x3c);
-  double fastest = 0;
+  double previous_s = 0;
   // The senders stop at the start marked last; kBurstMaxCount bounds a peer that never marks one.
-  for (int rep = 0; rep <= (me == 0 ? timed : static_cast<int>(kBurstMaxCount)); ++rep) {
+  const int reps = me == 0 ? untimed + timed : static_cast<int>(kBurstMaxCount) + 1;
+  for (int rep = 0; rep < reps; ++rep) {
     const uint64_t t = tag + static_cast<uint64_t>(rep) * 2;
     std::vector<comm::RequestPtr> reqs;
     if (me != 0) {
@@ -80,18 +91,39 @@ double time_burst(comm::Communicator& comm, const std::vector<int>& senders, uin
                              std::to_string(kBurstMaxCount + 1) + " bursts the last");
       continue;
     }
-    start = rep == timed ? (each | kLastBurst) : each;
+    const uint64_t each = std::min(each_for(rep, previous_s), kBurstMaxPerSender);
+    start = rep + 1 == reps ? (each | kLastBurst) : each;
+    data.resize(std::max<uint64_t>(1, each * senders.size()), 0x3c);
     for (size_t i = 0; i < senders.size(); ++i)
       reqs.push_back(comm.irecv(senders[i], t + 1, data.data() + i * each, each));
     const auto t0 = Clock::now();
+    const double cpu0 = thread_cpu_seconds();
     for (int q : senders)
       reqs.push_back(comm.isend(q, t, &start, sizeof start));
     comm.wait_all(reqs, "link probe burst");
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (rep > 0 && (rep == 1 || seconds < fastest)) fastest = seconds;
+    previous_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep >= untimed && (rep == untimed || previous_s < best.seconds))
+      best = {previous_s, each, thread_cpu_seconds() - cpu0};
   }
-  return fastest;
+  return best;
 }
+
+// The same size for every rep.
+std::function<uint64_t(int, double)> each_of(uint64_t each) {
+  return [each](int, double) { return each; };
+}
+
+// Rank 0's round trip to rank `q` in ProbeOptions::rank0_round_trips_s (the same on every rank),
+// 0 when it is not there.
+double known_round_trip_s(const ProbeOptions& options, int q) {
+  for (const auto& [rank, seconds] : options.rank0_round_trips_s)
+    if (rank == q && seconds > 0) return seconds;
+  return 0;
+}
+
+// On a known long path, the share of the first stream's time per byte that sizes the next streams
+// (probe_links).
+constexpr double kSlowStartShare = 4;
 
 // Round trips rank 0 times with each candidate of farthest_other_host_peer, after an untimed one.
 constexpr int kFarthestPings = 2;
@@ -285,11 +317,22 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
   // untimed round trip; the peers follow the pings' flags and the bursts' last marks.
   bool long_path = false;
   double first_round_trip = 0;
+  // The transport's CPU over the flat slot's timed stream, where no round trip measured it.
+  double stream_cpu_s = 0;
+  uint64_t stream_cpu_bytes = 0;
   for (int c = 0; c < kSlots; ++c) {
     const int q = peer[static_cast<size_t>(c)];
     if (q < 0) continue;
+    // A path the regions' discovery timed already as long (the same number on every rank): its
+    // round trip is the latency, the stream the rest (below), and no ping-pong runs. At 25 ms one
+    // way the ping-pongs were 0.60 s of a 1.6 s probe, 2.0 s of 4.5 at 75 ms: each 256 KiB round
+    // trip waits out TCP's slow start both ways, for numbers the stream gives again.
+    const double known_s = known_round_trip_s(options, q);
+    const bool known_long =
+        known_s > 0 && known_s >= options.long_path_round_trip_s && options.stream_bytes_max > 0;
+    if (known_long) long_path = true;
     LinkFit fit;
-    if (me == 0 || me == q) {
+    if (!known_long && (me == 0 || me == q)) {
       const int other = me == 0 ? q : 0;
       bool skip_middle = false;  // as the first size's last ping said
       for (size_t si = 0; si < options.sizes.size(); ++si) {
@@ -345,23 +388,54 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
         if (me == 0) fit.add(2.0, 2.0 * bytes, fastest);
       }
     }
-    LinkParams p = fit.params(LinkParams{});
+    LinkParams p = known_long ? LinkParams{known_s / 2, 0, true} : fit.params(LinkParams{});
     // Beta at line rate: one stream from the peer (ProbeOptions::stream_bytes_max). Every rank
-    // takes part in the stream's collective tag; rank 0 sizes it and tells the peer.
-    uint64_t stream = 0;
-    if (me == 0 && options.stream_bytes_max > 0) {
+    // takes part in the stream's collective tag; rank 0 sizes it and tells the peer: from the
+    // round trips' fit, or on a known long path from an untimed stream of the largest ping size
+    // (which a window limits as it limited that ping), then one of twice that size untimed,
+    // which opens the window, and one timed. TCP's slow start makes the first stream's time per
+    // byte several times the line's (at 1 Gbit/s and 25 ms one way: 380 ns, against 8): sized
+    // by it alone, the streams stayed at 256 KiB and read 0.10-0.18 Gbit/s; by a quarter of it
+    // (about 1 MB, as the round trips' fit sized them), after an untimed one of the same size,
+    // 0.36, where the round trips had opened the window further and the stream read 0.88.
+    const uint64_t stream_cap = std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender);
+    auto stream_for = [&](double beta_s_per_byte) {
       double n = static_cast<double>(options.stream_bytes_max);
-      if (p.beta_s_per_byte > 0) n = std::min(n, options.stream_max_seconds / p.beta_s_per_byte);
-      stream = std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest),
-                                  std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender));
-    }
+      if (beta_s_per_byte > 0) n = std::min(n, options.stream_max_seconds / beta_s_per_byte);
+      return std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest), stream_cap);
+    };
+    const uint64_t stream =
+        me == 0 && options.stream_bytes_max > 0 ? stream_for(p.beta_s_per_byte) : 0;
     part_done(result.parts.pings_s);
-    const double took =
-        options.stream_bytes_max > 0 ? time_burst(comm, {q}, stream, long_path ? 1 : 2) : 0;
-    if (me == 0 && stream > 0) {
-      const double data_s = took - 2 * p.alpha_s;
-      if (data_s > 0 && data_s / static_cast<double>(stream) < p.beta_s_per_byte)
-        p.beta_s_per_byte = data_s / static_cast<double>(stream);
+    BurstTiming took;
+    if (options.stream_bytes_max > 0 && known_long) {
+      const double alpha_s = p.alpha_s;
+      took = time_burst(
+          comm, {q},
+          [&, sized = uint64_t{0}](int rep, double first_s) mutable -> uint64_t {
+            if (rep == 0) return std::min<uint64_t>(largest, stream_cap);
+            if (rep == 1) {
+              const double data_s = first_s - 2 * alpha_s;
+              sized = stream_for(
+                  data_s > 0 ? data_s / static_cast<double>(largest) / kSlowStartShare : 0);
+            }
+            return rep == 1 ? std::min<uint64_t>(2 * sized, stream_cap) : sized;
+          },
+          2, 1);
+    } else if (options.stream_bytes_max > 0) {
+      took = time_burst(comm, {q}, each_of(stream), 1, long_path ? 1 : 2);
+    }
+    if (me == 0 && took.each > 0) {
+      const double data_s = took.seconds - 2 * p.alpha_s;
+      const double beta = data_s / static_cast<double>(took.each);
+      if (data_s > 0 && (known_long || beta < p.beta_s_per_byte)) p.beta_s_per_byte = beta;
+      // A stream no slower than the known round trip (a jittery one): its whole time, a bound.
+      if (known_long && data_s <= 0)
+        p.beta_s_per_byte = took.seconds / static_cast<double>(took.each);
+      if (known_long && c == flat_slot) {
+        stream_cpu_s = took.cpu_s;
+        stream_cpu_bytes = took.each;
+      }
     }
     fitted[static_cast<size_t>(c)] = p;
     part_done(result.parts.stream_s);
@@ -375,6 +449,9 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     std::sort(transport_cpu.begin(), transport_cpu.end());
     transport_cpu_s = transport_cpu[(transport_cpu.size() - 1) * 3 / 4];
     transport_bytes = 2 * largest;
+  } else if (stream_cpu_bytes > 0) {
+    transport_cpu_s = stream_cpu_s;
+    transport_bytes = stream_cpu_bytes;
   }
   // The incast bursts: the rule every rank derives from the hosts alone, so that all call them or
   // none.
@@ -404,7 +481,11 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       throw CorruptPayload("link probe: rank 0 asked for " + std::to_string(count) + " bursts");
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t each = me == 0 ? sizes[i] : 0;  // the senders learn it from rank 0
-      const double fastest = time_burst(comm, senders, each, long_path ? 1 : 2);
+      // On a long path the first size's untimed burst has opened every sender's window: the
+      // next sizes are timed once, without one of their own (each burst there is 3-4 round trips).
+      const double fastest =
+          time_burst(comm, senders, each_of(each), long_path && i > 0 ? 0 : 1, long_path ? 1 : 2)
+              .seconds;
       if (me == 0) {
         const uint64_t total = each * senders.size();
         bursts.push_back({total,

@@ -304,6 +304,56 @@ TEST(LinkProbe, OnALongPathRankZeroTakesFewerRoundTripsAndThePeersFollow) {
   }
 }
 
+// A long path the regions' discovery timed already (ProbeOptions::rank0_round_trips_s at or above
+// long_path_round_trip_s): no ping-pong runs on it. Its latency is half the known round trip, beta
+// and the transport's CPU come from the stream (an untimed one of the largest ping size, then one
+// sized from it), and every rank holds rank 0's numbers. Rank 0 sends the far host nothing but the
+// streams' 8-byte start messages.
+TEST(LinkProbe, OnAKnownLongPathTheStreamMeasuresWithoutPings) {
+  const std::vector<std::string> hosts{"a", "b"};
+  ProbeOptions o;
+  o.rank0_round_trips_s = {{1, 0.06}};
+  o.long_path_round_trip_s = 0.01;
+  std::mutex m;
+  std::vector<ProbeResult> results(hosts.size());
+  std::vector<uint64_t> sent(hosts.size()), received(hosts.size());
+  test::run_ranks(2, [&](comm::Communicator& inner) {
+    test::CountingCommunicator comm(inner);
+    const auto rank = static_cast<size_t>(comm.rank());
+    const uint64_t sent_before = comm.bytes_sent(), received_before = comm.bytes_received();
+    ProbeResult r = probe_links(comm, hosts[rank], o);
+    std::lock_guard<std::mutex> lock(m);
+    sent[rank] = comm.bytes_sent() - sent_before;
+    received[rank] = comm.bytes_received() - received_before;
+    results[rank] = std::move(r);
+  });
+  for (const ProbeResult& r : results) {
+    const LinkParams& l = r.link[static_cast<size_t>(r.flat)];
+    EXPECT_EQ(r.peers[static_cast<size_t>(r.flat)], 1);
+    EXPECT_TRUE(l.measured);
+    EXPECT_EQ(l.alpha_s, 0.03);
+    EXPECT_GT(l.beta_s_per_byte, 0.0);
+    EXPECT_EQ(l.beta_s_per_byte, results[0].link[static_cast<size_t>(r.flat)].beta_s_per_byte);
+    // The transport's CPU over the timed stream, which is at least the largest ping size.
+    EXPECT_GE(r.transport_bytes, 256u << 10);
+    EXPECT_EQ(r.transport_bytes, results[0].transport_bytes);
+    EXPECT_TRUE(r.bursts.empty());  // none asked for
+  }
+  // Rank 0 sent the hosts' names, two start messages and the agreed numbers: far below one
+  // 256 KiB ping. Rank 1 sent the two streams.
+  EXPECT_LT(sent[0], 4096u) << sent[0];
+  EXPECT_GE(sent[1], (256u << 10) + results[0].transport_bytes);
+  // Without the known round trip the same link is pinged.
+  o.rank0_round_trips_s.clear();
+  uint64_t pinged = 0;
+  test::run_ranks(2, [&](comm::Communicator& comm) {
+    const uint64_t before = comm.bytes_sent();
+    probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
+    if (comm.rank() == 0) pinged = comm.bytes_sent() - before;
+  });
+  EXPECT_GT(pinged, 256u << 10);
+}
+
 TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
   constexpr int kRanks = 3;
   std::vector<std::string> local_plans(kRanks), agreed_plans(kRanks);
