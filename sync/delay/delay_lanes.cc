@@ -81,6 +81,18 @@ bool DelayLanes::ready() const {
 void DelayLanes::wait_ready() {
   if (starter_.joinable()) starter_.join();
   if (failure_) std::rethrow_exception(failure_);
+  if (!later_) return;
+  for (auto& lane : lanes_)
+    lane->adopt_link_model(*later_);
+  later_.reset();
+}
+
+bool DelayLanes::has_link() const {
+  return link_ != nullptr && link_->model() != nullptr;
+}
+
+void DelayLanes::adopt_later(std::unique_ptr<AgreedLink> link) {
+  later_ = std::move(link);
 }
 
 double DelayLanes::connect_seconds() const {

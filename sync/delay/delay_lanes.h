@@ -63,6 +63,11 @@ class DelayLanes {
   void wait_ready();
   // The seconds the lanes took to connect (0 before ready).
   double connect_seconds() const;
+  // Whether the lanes took a probed link model at their start; lanes started before the delayed
+  // engine's probe did not, and take `link` (its agreed model, copied while it was idle) at
+  // wait_ready(), before their first exchange, so that no lane probes again.
+  bool has_link() const;
+  void adopt_later(std::unique_ptr<AgreedLink> link);
 
   // The accessors below need ready().
   int count() const { return static_cast<int>(lanes_.size()); }
@@ -84,8 +89,9 @@ class DelayLanes {
                int rank);
 
   std::vector<std::unique_ptr<Engine>> lanes_;
-  std::unique_ptr<AgreedLink> link_;  // the delayed engine's model when the lanes were asked for
-  std::thread starter_;               // kBackground: connects the lanes
+  std::unique_ptr<AgreedLink> link_;   // the delayed engine's model when the lanes were asked for
+  std::unique_ptr<AgreedLink> later_;  // adopt_later's, adopted by wait_ready
+  std::thread starter_;                // kBackground: connects the lanes
   std::atomic<bool> ready_{false};
   std::exception_ptr failure_;  // of the background start, read after joining starter_
   double connect_seconds_ = 0;

@@ -71,6 +71,7 @@ void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype,
                           " keeps its copies in host memory and takes host tensors only; set "
                           "GRADEX_DELAY=0 for CUDA tensors");
   if (cuda) has_cuda_ = true;
+  maybe_start_lanes_before_probe();
   auto& l = lines_[key];
   if (!l) {
     l = std::make_unique<Line>();
@@ -384,6 +385,9 @@ void DelayLine::on_end_step() {
   // (connecting since the link was agreed latency-bound, or from now on) take over at a step
   // computed from agreed numbers only (the same on every rank and in a resumed run), the steps
   // before it running with one exchange in flight.
+  // Lanes started before the probe take its agreed model now, while this engine is idle (no step
+  // has had an exchange in flight yet), and adopt it before their first exchange.
+  if (early_ && !early_->has_link()) early_->adopt_later(engine_.link_model_copy());
   settle_lanes_at_decision(measured[3] == 1.0f);
 }
 

@@ -168,6 +168,9 @@ class DelayLine {
   // lanes does not wait their ~30 round trips each after it (on the race's short task at 50 ms
   // round trips: 6.2 s of connecting, 16 steps at D = 1 between the decision and the lanes).
   void maybe_start_early_lanes();
+  // At the first registration, before the first exchange and its probe: the same lanes, where the
+  // start's round trips already say latency-bound (Engine::start_latency_bound).
+  void maybe_start_lanes_before_probe();
   // At the decision: D >= 2 takes the early lanes (or starts connecting lanes now) as the pending
   // lanes; after D <= 1 the early lanes close once connected.
   // `early_lanes_ready`: the agreed measurement says every rank's early lanes have connected, so
@@ -191,9 +194,10 @@ class DelayLine {
   // connected (closing is collective and waits for a connection still under way).
   std::unique_ptr<DelayLanes> early_;
   uint64_t early_close_at_ = 0;
-  bool early_checked_ = false;  // maybe_start_early_lanes asked once
-  int lane_sets_ = 0;           // lane sets made so far: each set meets under store keys of its own
-  const float momentum_;        // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
+  bool early_checked_ = false;         // maybe_start_early_lanes asked once
+  bool before_probe_checked_ = false;  // maybe_start_lanes_before_probe asked once
+  int lane_sets_ = 0;     // lane sets made so far: each set meets under store keys of its own
+  const float momentum_;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
   const bool nesterov_;
   bool reconfigured_ = false;
   uint64_t steps_ended_ = 0;  // end_step calls: step s's exchanges go to lane s mod D

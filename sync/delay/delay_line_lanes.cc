@@ -61,6 +61,27 @@ void DelayLine::maybe_start_early_lanes() {
   }
 }
 
+void DelayLine::maybe_start_lanes_before_probe() {
+  // Asked once, at the first registration of the process: its engine is idle, and the round trips
+  // of its start (the regions' discovery) are known on every rank. At 25 ms one way the lanes,
+  // started after the first exchange, connected about a step after auto's decision, and the
+  // agreed estimate then kept D = 1 for 5-7 more steps (15-17 at 75 ms); started here they
+  // connect during the first exchange's probe and the steps auto measures.
+  if (before_probe_checked_) return;
+  before_probe_checked_ = true;
+  if (early_ || pending_ || lanes_ || !rule_.may_delay() || !lanes_held().empty()) return;
+  // GRADEX_TEST_DELAY_LANES stands in for a link whose start said latency-bound.
+  if (!test_lanes_ && (engine_.link_latency_bound() != -1 || engine_.start_latency_bound() != 1))
+    return;
+  early_ = std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
+                                        lane_sets_++ * kMaxDelay, DelayLanes::Start::kBackground);
+  if (engine_.rank() == 0) {
+    GX_LOG(kInfo) << "delay: the start's round trips say latency-bound: " << kAutoMaxDelay
+                  << " lanes connect in the background from the first exchange while auto "
+                     "measures (a decision for D >= 2 takes them over)";
+  }
+}
+
 void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {
   // The step by which lanes started at kEarlyLanesStep have connected, from agreed numbers only:
   // the same on every rank and in a run resumed from a checkpoint (whose lanes may have started

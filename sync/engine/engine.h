@@ -136,6 +136,10 @@ class Engine {
   // Whether the agreed link model says latency-bound (sync/policy/link_model.h): 1 yes, 0 no, -1
   // not probed yet. The same on every rank.
   int link_latency_bound();
+  // Before the probe: whether the round trips this membership's start measured (the regions'
+  // discovery) already say latency-bound, as the probe will (it takes a long path's latency from
+  // them): 1 yes, 0 no or not measured. The same on every rank; waits until idle.
+  int start_latency_bound();
   // This host's ranks per core as GRADEX_POLICY=auto counted them (PolicySource::cpu_share; 1
   // under a fixed policy). Host-local, not agreed.
   double cpu_share() const;

@@ -4,6 +4,7 @@
 // route's plan step, route::Transfer::plan), so no unit pays for it.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -53,6 +54,15 @@ class AgreedLink {
     model_ = std::make_unique<LinkModel>(*other.model_);
     probe_ = other.probe_ ? std::make_unique<cost::ProbeResult>(*other.probe_) : nullptr;
     lacks_bursts_ = other.lacks_bursts_;
+  }
+  // The longest of the round trips the membership's start measured from rank 0 to the other hosts
+  // (reset's; the same on every rank), 0 when none was measured: what the probe will take as the
+  // flat tier's latency on a long path (sync/policy/link_probe.h), known before it runs.
+  double known_farthest_round_trip_s() const {
+    double farthest = 0;
+    for (const auto& rank_and_seconds : rank0_round_trips_s_)
+      farthest = std::max(farthest, rank_and_seconds.second);
+    return farthest;
   }
   // A new membership (Engine::connect) probes its own links again; `rank0_round_trips_s`: what its
   // start measured already (ProbeOptions::rank0_round_trips_s; the same on every rank).

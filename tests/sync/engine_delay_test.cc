@@ -427,8 +427,9 @@ TEST(EngineDelayAuto, EveryRankTakesTheSameDecisionAndExplainsIt) {
 }
 
 // Under a latency-bound link (GRADEX_TEST_DELAY_LANES stands in for one) auto's lanes connect from
-// the second step while it measures; steps whose compute hides the exchange (a sleep here) make it
-// keep D <= 1, and those lanes close at an agreed step after the decision while training goes on.
+// the first registration while it measures; steps whose compute hides the exchange (a sleep here)
+// make it keep D <= 1, and those lanes close at an agreed step after the decision while training
+// goes on.
 TEST(EngineDelayAuto, EarlyLanesCloseWhenTheDecisionNeedsNone) {
   auto results = two_ranks(
       [](gradex_store_t* store, int rank) -> std::string {
@@ -494,7 +495,8 @@ TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
 }
 
 // GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
-// latency-bound link): the lanes start connecting at the second step, every rank takes the same
+// latency-bound link): the lanes start connecting at the first registration (before the engine's
+// link probe, whose agreed model they take at the decision), every rank takes the same
 // D >= 2 at its decision (kDecision steps) and the lanes take over at the next step, where the
 // engine's momentum and residual move into the line; training goes on, and a checkpoint resumes
 // bit for bit in a fresh engine, after which a drain and an average leave every rank with the same
