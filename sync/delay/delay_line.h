@@ -171,6 +171,9 @@ class DelayLine {
   // At the first registration, before the first exchange and its probe: the same lanes, where the
   // start's round trips already say latency-bound (Engine::start_latency_bound).
   void maybe_start_lanes_before_probe();
+  // The conditions both share (auto undecided, no lanes yet, none held), and the start itself.
+  bool may_start_early_lanes() const;
+  void start_early_lanes(const char* because);
   // At the decision: D >= 2 takes the early lanes (or starts connecting lanes now) as the pending
   // lanes; after D <= 1 the early lanes close once connected.
   // `early_lanes_ready`: the agreed measurement says every rank's early lanes have connected, so

@@ -50,12 +50,20 @@ void DelayLine::maybe_start_early_lanes() {
   // the decision's own (an unknown link does not hold lanes).
   if (early_checked_ || steps_ended_ < kEarlyLanesStep) return;
   early_checked_ = true;
-  if (early_ || pending_ || lanes_ || !rule_.may_delay() || !lanes_held().empty()) return;
+  if (!may_start_early_lanes()) return;
   if (!test_lanes_ && engine_.link_latency_bound() == 0) return;
+  start_early_lanes("the agreed link is latency-bound");
+}
+
+bool DelayLine::may_start_early_lanes() const {
+  return !early_ && !pending_ && !lanes_ && rule_.may_delay() && lanes_held().empty();
+}
+
+void DelayLine::start_early_lanes(const char* because) {
   early_ = std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
                                         lane_sets_++ * kMaxDelay, DelayLanes::Start::kBackground);
   if (engine_.rank() == 0) {
-    GX_LOG(kInfo) << "delay: the agreed link is latency-bound: " << kAutoMaxDelay
+    GX_LOG(kInfo) << "delay: " << because << ": " << kAutoMaxDelay
                   << " lanes connect in the background while auto measures (a decision for "
                      "D >= 2 takes them over)";
   }
@@ -69,17 +77,11 @@ void DelayLine::maybe_start_lanes_before_probe() {
   // connect during the first exchange's probe and the steps auto measures.
   if (before_probe_checked_) return;
   before_probe_checked_ = true;
-  if (early_ || pending_ || lanes_ || !rule_.may_delay() || !lanes_held().empty()) return;
+  if (!may_start_early_lanes()) return;
   // GRADEX_TEST_DELAY_LANES stands in for a link whose start said latency-bound.
   if (!test_lanes_ && (engine_.link_latency_bound() != -1 || engine_.start_latency_bound() != 1))
     return;
-  early_ = std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
-                                        lane_sets_++ * kMaxDelay, DelayLanes::Start::kBackground);
-  if (engine_.rank() == 0) {
-    GX_LOG(kInfo) << "delay: the start's round trips say latency-bound: " << kAutoMaxDelay
-                  << " lanes connect in the background from the first exchange while auto "
-                     "measures (a decision for D >= 2 takes them over)";
-  }
+  start_early_lanes("the start's round trips say latency-bound, before the link probe");
 }
 
 void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {
