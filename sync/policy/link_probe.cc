@@ -392,12 +392,11 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     // Beta at line rate: one stream from the peer (ProbeOptions::stream_bytes_max). Every rank
     // takes part in the stream's collective tag; rank 0 sizes it and tells the peer: from the
     // round trips' fit, or on a known long path from an untimed stream of the largest ping size
-    // (which a window limits as it limited that ping), then one of twice that size untimed,
-    // which opens the window, and one timed. TCP's slow start makes the first stream's time per
-    // byte several times the line's (at 1 Gbit/s and 25 ms one way: 380 ns, against 8): sized
-    // by it alone, the streams stayed at 256 KiB and read 0.10-0.18 Gbit/s; by a quarter of it
-    // (about 1 MB, as the round trips' fit sized them), after an untimed one of the same size,
-    // 0.36, where the round trips had opened the window further and the stream read 0.88.
+    // (which a window limits as it limited that ping): the timed one is sized by a quarter of its
+    // time per byte (kSlowStartShare) and follows an untimed one of twice that size, which opens
+    // the window. At 1 Gbit/s and 25 ms one way the first stream's time per byte is 380 ns (the
+    // line's 8): sized by it alone the streams stayed at 256 KiB and read 0.10-0.18 Gbit/s; after
+    // an untimed stream of the timed one's size, 0.36; as here, 0.72 (the round trips' fit: 0.88).
     const uint64_t stream_cap = std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender);
     auto stream_for = [&](double beta_s_per_byte) {
       double n = static_cast<double>(options.stream_bytes_max);

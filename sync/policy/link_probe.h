@@ -49,7 +49,9 @@ struct ProbeOptions {
   double burst_min_alpha_s = 0;
   // Round trips (seconds) from rank 0 to the lowest rank of each other host, measured already and
   // the same on every rank (the regions' discovery, comm/topology/regions.h): when it holds every
-  // such rank, the probe chooses the peers it measures from it instead of pinging them again.
+  // such rank, the probe chooses the peers it measures from it instead of pinging them again, and
+  // a peer whose round trip is at least long_path_round_trip_s gets no ping-pong at all (its
+  // latency is half that round trip; beta and the transport's CPU come from its streams).
   std::vector<std::pair<int, double>> rank0_round_trips_s;
 };
 
@@ -73,8 +75,10 @@ struct ProbeResult {
   // transport's copies, protocol and progress work, not the time spent asleep waiting for the
   // link), the upper quartile of the round trips (the kernel defers network work it is not
   // charged for on a loaded host, so the dearer round trips are the closer to the whole cost):
-  // `transport_bytes` sent and received (each byte counted once) in `transport_cpu_s`. 0 bytes:
-  // nothing measured (one rank).
+  // `transport_bytes` sent and received (each byte counted once) in `transport_cpu_s`. Where the
+  // flat tier's peer was a known long path (no round trips), over its timed stream instead: bytes
+  // received only, which read 2.1-3.0 ns a byte at 25-75 ms one way where the round trips read
+  // 1.3-1.6. 0 bytes: nothing measured (one rank).
   uint64_t transport_bytes = 0;
   double transport_cpu_s = 0;
   // Rank 0's incast bursts (ProbeOptions::burst_bytes_per_sender), ascending by size, none when
