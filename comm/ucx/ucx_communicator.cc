@@ -3,6 +3,7 @@
 #include "comm/ucx/ucx_communicator.h"
 
 #include "comm/rendezvous/launch.h"
+#include "comm/rendezvous/store_gather.h"
 #include "comm/topology/host_identity.h"
 #include "comm/topology/tcp_pacing.h"
 #include "comm/ucx/ucx_peer_auth.h"
@@ -31,6 +32,11 @@ std::string address_key(int rank) {
     return i.empty() ? i : i + "/";
   }();
   return "gradex/ucx/address/" + incarnation + std::to_string(rank);
+}
+
+// Every rank's address entry, combined by rank 0 (comm/rendezvous/store_gather.h).
+std::string address_combined_key() {
+  return address_key(0) + "+";
 }
 
 std::string host_key(int rank) {
@@ -195,16 +201,19 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
 void UcxCommunicator::connect_endpoints(Store& store) {
   auto deadline = Clock::now() + options_.timeout;
   const std::string my_host = host_identity(options_.host_id);
-  std::vector<Bytes> raw(static_cast<size_t>(size_));
+  std::vector<Bytes> raw;
   {
     // Published with this rank's world size, host and process, bound to it by an HMAC when there
     // is a job secret (ucx_peer_auth.h). The host field carries "host\nprocess". This rank reads
-    // its own entry from here, not back from the store (a round trip to the store's host).
+    // its own entry from here, not back from the store (a round trip to the store's host), and
+    // the peers' in as few round trips as the world size allows: rank 0 combines them, so that a
+    // rank reads one key (each entry keeps its owner's HMAC, checked below as before).
     WorkerAddress address(*worker_);
     Bytes entry = encode_address_entry(rank_, size_, my_host + "\n" + process_identity(),
                                        address.data(), address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
-    raw[static_cast<size_t>(rank_)] = std::move(entry);
+    raw = gather_store_entries(store, address_key, address_combined_key(), rank_, size_,
+                               std::move(entry), left_until(deadline));
   }
   // Sized first: shutdown() of a half-built communicator (a peer's entry refused below) walks them.
   endpoints_.resize(static_cast<size_t>(size_));
@@ -213,11 +222,8 @@ void UcxCommunicator::connect_endpoints(Store& store) {
   std::vector<AddressEntry> entries(static_cast<size_t>(size_));
   rank_hosts_.assign(static_cast<size_t>(size_), std::string());
   rank_processes_.assign(static_cast<size_t>(size_), std::string());
-  for (int i = 0; i < size_; ++i) {
-    // Start with the next rank so that ranks do not all wait for rank 0's key first.
-    const int p = (rank_ + i) % size_;
+  for (int p = 0; p < size_; ++p) {
     const auto pi = static_cast<size_t>(p);
-    if (p != rank_) raw[pi] = store.get(address_key(p), left_until(deadline));
     entries[pi] = decode_address_entry(raw[pi], rank_, p, options_.job_secret);
     peer_addresses_[pi].assign(entries[pi].address, entries[pi].address + entries[pi].address_size);
     const uint32_t world = entries[pi].world;
