@@ -287,8 +287,16 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     part += std::chrono::duration<double>(now - part_from).count();
     part_from = now;
   };
-  for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
-    result.hosts.emplace_back(b.begin(), b.end());
+  // The hosts the communicator learnt at its connection (each rank's published identity, the same
+  // list on every rank) where they hold this rank's `host`: a UCX communicator's, for the host
+  // identity it published. Else one allgather (across a WAN, a round trip of the probe).
+  result.hosts = comm.rank_hosts();
+  if (result.hosts.size() != static_cast<size_t>(world) ||
+      result.hosts[static_cast<size_t>(me)] != host) {
+    result.hosts.clear();
+    for (const comm::Bytes& b : comm::allgatherv(comm, host.data(), host.size()))
+      result.hosts.emplace_back(b.begin(), b.end());
+  }
   // The rank rank 0 measures in each slot (-1: none): the lowest rank on its own host, the
   // farthest host of its region (only where the other hosts' round trips show a gap), the
   // farthest host. Every rank knows them (the hosts, rank 0's broadcast choice).

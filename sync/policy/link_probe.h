@@ -101,7 +101,9 @@ struct ProbeResult {
   LinkModel model(int world, double port_queue_s) const;
 };
 
-// Collective. Every rank passes its own host identity; rank 0 runs timed ping-pongs with one peer
+// Collective. Every rank passes its own host identity: the one its communicator published at
+// connection (Communicator::rank_hosts, then no message gathers the hosts) on every rank, or on
+// none; rank 0 runs timed ping-pongs with one peer
 // of each tier (ProbeResult::peers) at every size, fits alpha and beta per tier (LinkFit), times
 // a stream for beta at line rate (ProbeOptions::stream_bytes_max) and its own CPU over the
 // largest messages; the other ranks only answer or wait.

@@ -354,6 +354,30 @@ TEST(LinkProbe, OnAKnownLongPathTheStreamMeasuresWithoutPings) {
   EXPECT_GT(pinged, 256u << 10);
 }
 
+// Every rank passing the host identity its UCX communicator published: the probe takes the hosts
+// the connection learnt, and measures as with gathered ones.
+TEST(LinkProbe, TakesTheConnectionsHostsWhenEveryRankPassesItsPublishedOne) {
+  std::mutex m;
+  std::vector<ProbeResult> results(3);
+  std::vector<std::vector<std::string>> published(3);
+  test::run_ranks(3, [&](comm::Communicator& comm) {
+    const auto rank = static_cast<size_t>(comm.rank());
+    const std::vector<std::string> hosts = comm.rank_hosts();
+    ASSERT_EQ(hosts.size(), 3u);
+    ProbeOptions o;
+    o.repeats = 1;
+    ProbeResult r = probe_links(comm, hosts[rank], o);
+    std::lock_guard<std::mutex> lock(m);
+    published[rank] = hosts;
+    results[rank] = std::move(r);
+  });
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].hosts, published[r]);
+    EXPECT_EQ(results[r].flat, Tier::kHost);  // one machine: every rank on rank 0's host
+    EXPECT_TRUE(results[r].link[static_cast<size_t>(Tier::kHost)].measured);
+  }
+}
+
 TEST(AgreeSnapshot, RanksWithDifferentTimingsDecideAlike) {
   constexpr int kRanks = 3;
   std::vector<std::string> local_plans(kRanks), agreed_plans(kRanks);
