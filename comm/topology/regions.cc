@@ -38,8 +38,10 @@ std::vector<int> renumber(const std::vector<int>& labels) {
   return out;
 }
 
-// A ping's byte: another ping of the pair follows (kMorePings) or this is its last.
-constexpr uint8_t kMorePings = 1, kLastPing = 0;
+// A ping's byte: another ping of the pair follows (kMorePings), this is its last (kLastPing), or
+// this is its last and the higher host times the pair from its pong to this ping's arrival
+// (kLastPingTimedThere; a long path's).
+constexpr uint8_t kMorePings = 1, kLastPing = 0, kLastPingTimedThere = 2;
 
 // This host leader's round trips (ms) to the other hosts' leaders. The pairs meet in the rounds of
 // a round-robin tournament (the circle method), each leader with at most one partner a round; the
@@ -48,9 +50,12 @@ constexpr uint8_t kMorePings = 1, kLastPing = 0;
 // oversubscribed cores measured their scheduling, 10-25 ms on loopback). The fastest after the
 // first (connection and cache warm-up) is kept; the higher host leaves its entry 0
 // (regions_from_rtts takes the larger direction). A pair whose first round trip took
-// `long_path_ms` or more is timed once more only: across regions each round trip costs the
-// start-up tens of ms or more, and a WAN's jitter is small beside a gap of kRegionGapRatio. The
-// lower host decides; each ping says whether another follows.
+// `long_path_ms` or more is timed once more only, and by the higher host: the lower answers its
+// pong with a last ping at once, and the higher times from its pong to that ping, a clean round
+// trip (the first one may hold the partner's late arrival), without a pong of its own: a round
+// takes 1.5 round trips there, not 2 (across regions each round trip costs the start-up tens of
+// ms or more, and a WAN's jitter is small beside a gap of kRegionGapRatio). The lower host
+// decides; each ping says whether another follows and who times it.
 std::vector<double> time_leaders(Communicator& comm, uint64_t tag, const std::vector<int>& leaders,
                                  size_t me, int repeats, double long_path_ms) {
   const size_t H = leaders.size();
@@ -69,6 +74,7 @@ std::vector<double> time_leaders(Communicator& comm, uint64_t tag, const std::ve
     const int peer = leaders[partner];
     double best = std::numeric_limits<double>::infinity();
     int count = repeats;  // the lower host may shorten it; the higher follows the pings' bytes
+    Clock::time_point pong_sent;  // the higher host's last pong
     for (int rep = 0; rep < count; ++rep) {
       const uint64_t ping = tag + 2 * static_cast<uint64_t>(rep), pong = ping + 1;
       std::vector<RequestPtr> requests;
@@ -81,19 +87,32 @@ std::vector<double> time_leaders(Communicator& comm, uint64_t tag, const std::ve
         comm.wait_all(requests, "regions");
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (rep > 0) best = std::min(best, ms);
-        if (rep == 0 && ms >= long_path_ms) count = std::min(count, 2);
+        if (rep == 0 && ms >= long_path_ms && count > 1) {
+          // The last ping, timed there: sent now, as the pong has just arrived.
+          const uint8_t last = kLastPingTimedThere;
+          requests.clear();
+          requests.push_back(comm.isend(peer, ping + 2, &last, 1));
+          comm.wait_all(requests, "regions");
+          break;
+        }
       } else {
         uint8_t in = kLastPing;
         const uint8_t out = 1;
         requests.push_back(comm.irecv(peer, ping, &in, 1));
         comm.wait_all(requests, "regions");
+        if (in == kLastPingTimedThere && rep > 0) {
+          rtt[partner] =
+              std::chrono::duration<double, std::milli>(Clock::now() - pong_sent).count();
+          break;
+        }
         if (in != kMorePings) count = rep + 1;  // this ping was the pair's last
         requests.clear();
         requests.push_back(comm.isend(peer, pong, &out, 1));
         comm.wait_all(requests, "regions");
+        pong_sent = Clock::now();
       }
     }
-    if (me < partner) rtt[partner] = best;
+    if (me < partner && best < std::numeric_limits<double>::infinity()) rtt[partner] = best;
   }
   return rtt;
 }

@@ -50,9 +50,9 @@ struct RegionMap {
 // share a region (MismatchError naming a rank when some ranks declared one and others did not).
 // Otherwise the lowest rank of every host (Communicator::rank_hosts) times `repeats` round trips
 // with every other host's lowest rank (pairs in the rounds of a tournament: H - 1 rounds of
-// `repeats` round trips, two on a pair whose first took `long_path_ms` or more; the fastest after
-// the first kept), the rows are gathered, and regions_from_rtts groups the hosts; a host's ranks
-// share its region.
+// `repeats` round trips; on a pair whose first took `long_path_ms` or more, one more, timed by the
+// other end without a reply: 1.5 round trips a round; the fastest after the first kept), the rows
+// are gathered, and regions_from_rtts groups the hosts; a host's ranks share its region.
 RegionMap discover_regions(Communicator& comm, const std::string& declared_region, int repeats = 4,
                            double long_path_ms = kLongPathRoundTripMs);
 

@@ -128,9 +128,10 @@ TEST(Regions, MeasuredOverLoopbackIsOneRegion) {
     EXPECT_TRUE(r.exited && r.exit_code == kOk) << describe(results);
 }
 
-// A long path (its threshold 0 here, so that loopback is one): the lower host of each pair times
-// one round trip after the untimed one and says so in its ping, the higher host follows, and the
-// regions are those of the usual count, with fewer messages from every host's leader.
+// A long path (its threshold 0 here, so that loopback is one): after the untimed round trip the
+// lower host of each pair sends one last ping, which says the higher host times it (from its pong
+// to that ping's arrival) and gets no pong; the regions are those of the usual count, with fewer
+// messages from every host's leader.
 TEST(Regions, OnALongPathEachPairTakesTwoRoundTrips) {
   const int P = 4;
   const uint16_t port = free_port();
@@ -145,8 +146,9 @@ TEST(Regions, OnALongPathEachPairTakesTwoRoundTrips) {
     const uint64_t long_bytes = comm->bytes_sent() - before;
     report("regions " + joined(long_path.region_of_rank) + " bytes " + std::to_string(usual_bytes) +
            " then " + std::to_string(long_bytes));
-    // Each of the 3 pairs a leader meets: 4 one-byte pings or pongs against 2.
-    if (long_bytes + 3 * 2 != usual_bytes) return kWrongResult;
+    // Each of the 3 pairs a leader meets: 4 one-byte pings or pongs against 2 pings (the lower
+    // host, in its 3 - rank pairs) or 1 pong (the higher, in `rank` pairs).
+    if (long_bytes + 3 * 2 + static_cast<uint64_t>(rank) != usual_bytes) return kWrongResult;
     for (size_t a = 0; a < 4; ++a)
       for (size_t b = 0; b < 4; ++b)
         if (a != b && !(long_path.host_rtt_ms[a][b] > 0)) return kWrongResult;
