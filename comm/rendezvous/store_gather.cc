@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/wall_time.h"
 
 namespace gradex::comm {
 namespace {
@@ -13,11 +14,6 @@ using Clock = std::chrono::steady_clock;
 // Below this world size the combined entry saves no round trip: rank 1 would read one key either
 // way.
 constexpr int kCombineFrom = 3;
-
-Millis left_until(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-  return left.count() > 0 ? left : Millis(0);
-}
 
 // size entries, each an 8-byte little-endian length and its bytes.
 Bytes encode(const std::vector<Bytes>& entries) {
@@ -67,7 +63,7 @@ std::vector<Bytes> gather_store_entries(Store& store, const std::function<std::s
     // Start with the next rank so that ranks do not all wait for rank 0's key first.
     for (int i = 1; i < size; ++i) {
       const int p = (rank + i) % size;
-      entries[static_cast<size_t>(p)] = store.get(key_of(p), left_until(deadline));
+      entries[static_cast<size_t>(p)] = store.get(key_of(p), millis_until(deadline));
     }
     entries[static_cast<size_t>(rank)] = std::move(own);
     if (size >= kCombineFrom) store.set(combined_key, encode(entries));
@@ -75,7 +71,7 @@ std::vector<Bytes> gather_store_entries(Store& store, const std::function<std::s
   }
   Bytes combined;
   try {
-    combined = store.get(combined_key, left_until(deadline));
+    combined = store.get(combined_key, millis_until(deadline));
   } catch (const TimeoutError&) {
     // Name the rank that never set its entry where the store can tell; else rank 0 is the one.
     std::vector<std::string> keys;

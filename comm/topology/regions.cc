@@ -48,8 +48,8 @@ constexpr uint8_t kMorePings = 1, kLastPing = 0, kLastPingTimedThere = 2;
 // lower host times up to `repeats` ping-pongs, each end waiting in wait_all (asleep on the worker's
 // events, so a busy host's scheduler wakes it when a message arrives; spinning processes on
 // oversubscribed cores measured their scheduling, 10-25 ms on loopback). The fastest after the
-// first (connection and cache warm-up) is kept; the higher host leaves its entry 0
-// (regions_from_rtts takes the larger direction). A pair whose first round trip took
+// first (connection and cache warm-up) is kept; the host that did not time the pair leaves its
+// entry 0 (regions_from_rtts takes the larger direction). A pair whose first round trip took
 // `long_path_ms` or more is timed once more only, and by the higher host: the lower answers its
 // pong with a last ping at once, and the higher times from its pong to that ping, a clean round
 // trip (the first one may hold the partner's late arrival), without a pong of its own: a round

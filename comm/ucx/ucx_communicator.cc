@@ -2,6 +2,7 @@
 // ucx_hello.cc) and teardown (bounded endpoint close).
 #include "comm/ucx/ucx_communicator.h"
 
+#include "base/wall_time.h"
 #include "comm/rendezvous/launch.h"
 #include "comm/rendezvous/store_gather.h"
 #include "comm/topology/host_identity.h"
@@ -56,11 +57,6 @@ bool launcher_counts_one_rank_here() {
   } catch (const Error&) {
     return false;
   }
-}
-
-Millis left_until(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-  return left.count() > 0 ? left : Millis(0);
 }
 
 }  // namespace
@@ -186,7 +182,7 @@ bool UcxCommunicator::may_use_shared_memory(Store& store) {
   // only, this rank's own is known.
   for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
-    const Bytes b = store.get(host_key(p), left_until(deadline));
+    const Bytes b = store.get(host_key(p), millis_until(deadline));
     const std::string entry(b.begin(), b.end());
     const size_t cut = entry.find('\n');
     const std::string world = entry.substr(0, cut);
@@ -213,7 +209,7 @@ void UcxCommunicator::connect_endpoints(Store& store) {
                                        address.data(), address.size(), options_.job_secret);
     store.set(address_key(rank_), entry);
     raw = gather_store_entries(store, address_key, address_combined_key(), rank_, size_,
-                               std::move(entry), left_until(deadline));
+                               std::move(entry), millis_until(deadline));
   }
   // Sized first: shutdown() of a half-built communicator (a peer's entry refused below) walks them.
   endpoints_.resize(static_cast<size_t>(size_));

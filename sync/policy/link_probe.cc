@@ -113,10 +113,10 @@ std::function<uint64_t(int, double)> each_of(uint64_t each) {
   return [each](int, double) { return each; };
 }
 
-// Rank 0's round trip to rank `q` in ProbeOptions::rank0_round_trips_s (the same on every rank),
-// 0 when it is not there.
-double known_round_trip_s(const ProbeOptions& options, int q) {
-  for (const auto& [rank, seconds] : options.rank0_round_trips_s)
+// Rank 0's round trip to rank `q` in `known` (ProbeOptions::rank0_round_trips_s, the same on every
+// rank), 0 when it is not there.
+double known_round_trip_s(const std::vector<std::pair<int, double>>& known, int q) {
+  for (const auto& [rank, seconds] : known)
     if (rank == q && seconds > 0) return seconds;
   return 0;
 }
@@ -203,13 +203,8 @@ std::array<int32_t, 2> other_host_peers(comm::Communicator& comm,
     if (seen.insert(hosts[r]).second) candidates.push_back(static_cast<int>(r));
   if (candidates.size() < 2) return {-1, candidates.empty() ? -1 : candidates.front()};
   std::vector<double> known_s;
-  for (int c : candidates) {
-    for (const auto& [rank, seconds] : known)
-      if (rank == c && seconds > 0) {
-        known_s.push_back(seconds);
-        break;
-      }
-  }
+  for (int c : candidates)
+    if (const double s = known_round_trip_s(known, c); s > 0) known_s.push_back(s);
   if (known_s.size() == candidates.size()) return choose_other_host_peers(candidates, known_s);
   const uint64_t tag = comm.next_collective_tag();
   const int me = comm.rank();
@@ -335,7 +330,7 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     // round trip is the latency, the stream the rest (below), and no ping-pong runs. At 25 ms one
     // way the ping-pongs were 0.60 s of a 1.6 s probe, 2.0 s of 4.5 at 75 ms: each 256 KiB round
     // trip waits out TCP's slow start both ways, for numbers the stream gives again.
-    const double known_s = known_round_trip_s(options, q);
+    const double known_s = known_round_trip_s(options.rank0_round_trips_s, q);
     const bool known_long =
         known_s > 0 && known_s >= options.long_path_round_trip_s && options.stream_bytes_max > 0;
     if (known_long) long_path = true;
