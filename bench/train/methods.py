@@ -10,7 +10,9 @@ DDP's buckets, no copies in and out; the record says so).
                    the first --sync-warmup iterations; SGD momentum 0.9
   gradex_auto      gx.hook with GRADEX_POLICY=auto (the cost model picks each tensor's codec for this link);
                    a gradex build without GRADEX_POLICY runs its default policy instead, and the record
-                   says so ("policy"); momentum inside gradex: the optimizer runs at momentum 0
+                   says so ("policy"); momentum inside gradex: gx.State(ddp, optimizer=opt) takes the SGD
+                   optimizer's momentum 0.9 over (the optimizer then runs at momentum 0), and, its settings
+                   being final, starts its engine at construction, in the background
   gradex_delay     gradex_auto with GRADEX_DELAY=auto (the delayed exchange when the exchange does not hide)
   gradex_delay1    gradex_auto with GRADEX_DELAY=1 (gradex_delay2 .. 4, gradex_delay8: that many exchanges in flight); gradex_stale1 the
                    same with GRADEX_DELAY_RULE=stale
@@ -62,6 +64,7 @@ class Method:
 
     def __init__(self, name, model, args):
         self.name, self.gradex, self._lsgd, self.policy = name, None, None, None
+        self._takes_optimizer = False
         self.delayed = name in DELAYED  # its ranks' parameters differ by their last D local steps
         self.optimizer_name = getattr(args, "optimizer", "sgd")
         if self.optimizer_name == "adamw" and name in ADAMW_UNSUPPORTED:
@@ -71,8 +74,10 @@ class Method:
         self.ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
         self.optimizer: torch.optim.Optimizer
         if self.optimizer_name == "sgd":
-            # gradex applies GRADEX_MOMENTUM itself (docs/pytorch.md): the optimizer then runs at momentum 0.
-            momentum = 0.0 if name in GRADEX_HOOKS else GRADEX_MOMENTUM
+            # gx.State(ddp, optimizer=opt) takes the SGD momentum over (docs/pytorch.md): gradex applies it and the
+            # optimizer runs at momentum 0. A gradex without optimizer= is given GRADEX_MOMENTUM instead.
+            self._takes_optimizer = name in GRADEX_HOOKS and _state_takes_optimizer()
+            momentum = 0.0 if name in GRADEX_HOOKS and not self._takes_optimizer else GRADEX_MOMENTUM
             self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=args.lr, momentum=momentum)
         elif self.optimizer_name == "adamw":
             self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=args.lr, weight_decay=ADAMW_WEIGHT_DECAY)
@@ -95,10 +100,10 @@ class Method:
                       "gradex_delay4": dict(auto, GRADEX_DELAY=4), "gradex_delay8": dict(auto, GRADEX_DELAY=8),
                       "gradex_stale1": dict(auto, GRADEX_DELAY=1, GRADEX_DELAY_RULE="stale")}[name]
             self.policy = config.get("GRADEX_POLICY", "default")
-            if self.optimizer_name == "sgd":
+            if self.optimizer_name == "sgd" and not self._takes_optimizer:
                 # gradex owns SGD's momentum (as gx.State(ddp, optimizer=SGD(momentum=0.9)) arranges).
                 self.gradex = _gx_state(gx, self.ddp, dict(config, GRADEX_MOMENTUM=GRADEX_MOMENTUM))
-            else:  # the public route: gradex learns the optimizer and sets itself up for it
+            else:  # the public route: gradex learns the optimizer and sets itself up for it (and starts its engine)
                 self.gradex = gx.State(self.ddp, config=config, optimizer=self.optimizer)
             self.ddp.register_comm_hook(self.gradex, gx.hook)
         elif name == "gradex_localsgd":
@@ -165,6 +170,12 @@ def auto_policy_config(steps=None):
     if steps and "\nGRADEX_POLICY_HORIZON_STEPS=" in described:
         config["GRADEX_POLICY_HORIZON_STEPS"] = int(steps)
     return config
+
+
+def _state_takes_optimizer():
+    """Whether this gradex's gx.State takes optimizer= (and with it an SGD optimizer's momentum)."""
+    import gradex.torch as gx
+    return "optimizer" in inspect.signature(gx.State).parameters
 
 
 def _gx_state(gx, ddp, config):

@@ -77,11 +77,17 @@ void DelayLine::maybe_start_lanes_before_probe() {
   // connect during the first exchange's probe and the steps auto measures.
   if (before_probe_checked_) return;
   before_probe_checked_ = true;
+  // The link is agreed already where the start probed it (a long path: Engine::connect), else
+  // the start's round trips tell.
+  const int agreed = engine_.link_latency_bound();
+  const bool long_start = engine_.start_latency_bound() == 1;
+  if (long_start && rule_.may_delay()) rule_.measure_early();
   if (!may_start_early_lanes()) return;
   // GRADEX_TEST_DELAY_LANES stands in for a link whose start said latency-bound.
-  if (!test_lanes_ && (engine_.link_latency_bound() != -1 || engine_.start_latency_bound() != 1))
-    return;
-  start_early_lanes("the start's round trips say latency-bound, before the link probe");
+  if (!test_lanes_ && !(agreed == 1 || (agreed == -1 && long_start))) return;
+  start_early_lanes(agreed == 1
+                        ? "the link the start probed is latency-bound"
+                        : "the start's round trips say latency-bound, before the link probe");
 }
 
 void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {

@@ -93,21 +93,27 @@ DelayRule::DelayRule(const config::Config& config) {
   }
 }
 
+void DelayRule::measure_early() {
+  if (steps_ != 0) return;
+  skip_steps_ = kLongPathSkipSteps;
+  window_steps_ = kLongPathWindowSteps;
+}
+
 bool DelayRule::observe(double exposed_total_s, double now_s) {
   ++steps_;
   if (decided_) return false;
-  if (steps_ == kSkipSteps) {
+  if (steps_ == skip_steps_) {
     exposed_at_start_ = exposed_total_s;
     window_start_s_ = now_s;
   }
-  if (steps_ != kDecisionStep) return false;
+  if (steps_ != decision_step()) return false;
   exposed_at_end_ = exposed_total_s;
   wall_s_ = now_s - window_start_s_;
   return true;
 }
 
 void DelayRule::measurement(float out[2]) const {
-  const double n = static_cast<double>(kWindowSteps);
+  const double n = static_cast<double>(window_steps_);
   const double exposed = (exposed_at_end_ - exposed_at_start_) / n;
   out[0] = static_cast<float>(exposed);
   out[1] = static_cast<float>(std::max(0.0, wall_s_ / n - exposed));
@@ -172,7 +178,7 @@ std::string DelayRule::why() const {
     return o.str();
   }
   if (!decided_) {
-    o << " (GRADEX_DELAY=auto: measuring steps " << kSkipSteps << ".." << kDecisionStep
+    o << " (GRADEX_DELAY=auto: measuring steps " << skip_steps_ << ".." << decision_step()
       << ", none delayed until then)";
     return o.str();
   }
@@ -215,7 +221,7 @@ void DelayRule::restore(const Saved& s) {
   decided_ = s.decided != 0;
   // A window cut by the checkpoint measured another process's clock: it restarts at the next step,
   // the same one on every rank (their step counts agree).
-  if (!decided_ && steps_ >= kSkipSteps) steps_ = kSkipSteps - 1;
+  if (!decided_ && steps_ >= skip_steps_) steps_ = skip_steps_ - 1;
   exposed_at_start_ = s.exposed_at_start;
   exposed_at_end_ = s.exposed_at_end;
   wall_s_ = s.wall_s;

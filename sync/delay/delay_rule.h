@@ -77,6 +77,13 @@ class DelayRule {
   static constexpr uint64_t kWindowSteps = 5;
   // The end_step count at which auto decides (the same on every rank).
   static constexpr uint64_t kDecisionStep = kSkipSteps + kWindowSteps;
+  // On a path the start measured as long (measure_early): the link was probed during the start,
+  // and every step waits at least a round trip, so D = 0 needs a compute twenty times that; the
+  // refinement at step 4 kept every tensor's codec in the race's runs at 25 ms one way, and its
+  // steps 3-10 ran within 10 % of each other. Three steps from the third decide there, and the
+  // lanes take over five steps sooner (cnn: 0.2 s a step undelayed against 0.1 delayed).
+  static constexpr uint64_t kLongPathSkipSteps = 2;
+  static constexpr uint64_t kLongPathWindowSteps = 3;
   static constexpr double kHiddenShare = 0.05;
 
   explicit DelayRule(const config::Config& config);
@@ -84,6 +91,11 @@ class DelayRule {
   int delay() const { return delay_; }
   bool automatic() const { return automatic_; }
   bool decided() const { return decided_; }
+  // Before the first end_step, where the start's round trips say latency-bound (agreed: the same
+  // on every rank): the shorter window above.
+  void measure_early();
+  // The end_step count at which auto decides.
+  uint64_t decision_step() const { return skip_steps_ + window_steps_; }
   // Whether the decision to come may take D >= 1: auto, undecided, and no setting that keeps 0
   // whatever the measurement says (LocalSGD).
   bool may_delay() const {
@@ -130,6 +142,7 @@ class DelayRule {
   int delay_ = 0;
   bool decided_ = false;
   uint64_t steps_ = 0;  // end_step calls seen
+  uint64_t skip_steps_ = kSkipSteps, window_steps_ = kWindowSteps;
   double exposed_at_start_ = 0, exposed_at_end_ = 0;
   double window_start_s_ = 0, wall_s_ = 0;
   float exposed_ = 0, compute_ = 0;  // agreed, per step

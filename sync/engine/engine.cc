@@ -70,15 +70,8 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   // The hierarchical exchange's groups (hosts, or regions measured here): collective, so at the
   // same point on every rank, before any unit.
   ExchangeLayout layout = exchange_layout(*comm, config_, options_);
-  if (rank == 0) {
-    // What the start costs, by part: across a WAN each is a chain of round trips.
-    const auto laid_out = Clock::now();
-    GX_LOG(kInfo) << "exchange layout: " << layout.description;
-    GX_LOG(kInfo) << "start: connected in " << log::ms_between(started, connected)
-                  << " ms, options agreed in " << log::ms_between(connected, agreed)
-                  << " ms, layout in " << log::ms_between(agreed, laid_out)
-                  << " ms (the link probe follows at the first exchange)";
-  }
+  const auto laid_out = Clock::now();
+  if (rank == 0) GX_LOG(kInfo) << "exchange layout: " << layout.description;
   // GRADEX_TIMELINE: every later message is counted per peer (the start-up agreement and the
   // layout above belong to no step).
   timeline::TracedCommunicator* traced = nullptr;
@@ -89,16 +82,45 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   }
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
-  std::lock_guard<std::mutex> lock(mutex_);
-  comm_ = std::move(comm);
-  traced_comm_ = traced;
-  loop_->set_negotiator(std::move(negotiator));
-  rank_ = rank;
-  world_size_ = world_size;
-  executor_->path().set_world_size(world_size);
-  policy_->on_reconfigure(world_size);
-  // Layout and link model belong to the membership.
-  executor_->on_connect(std::move(layout));
+  comm::Communicator* connected_comm = comm.get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    comm_ = std::move(comm);
+    traced_comm_ = traced;
+    loop_->set_negotiator(std::move(negotiator));
+    rank_ = rank;
+    world_size_ = world_size;
+    executor_->path().set_world_size(world_size);
+    policy_->on_reconfigure(world_size);
+    // Layout and link model belong to the membership.
+    executor_->on_connect(std::move(layout));
+  }
+  // The auto policy's first plan agrees the link (a probe across hosts, tens of round trips on a
+  // long path). Where the start's round trips already say the path is long, the probe runs here,
+  // in the start, rather than inside the first step: a plugin that starts the engine before the
+  // training's first backward pass (gx.State given its DDP module and optimizer) overlaps it with
+  // whatever the process does meanwhile. The progress thread has not started (constructor) or is
+  // stopped (reconfigure), so the communicator is this thread's. Elsewhere the probe stays at the
+  // first plan, and an engine that never plans never probes.
+  const bool probed_here = probes_during_start();
+  if (probed_here) executor_->link().agree(*connected_comm);
+  if (rank == 0) {
+    // What the start costs, by part: across a WAN each is a chain of round trips.
+    GX_LOG(kInfo) << "start: connected in " << log::ms_between(started, connected)
+                  << " ms, options agreed in " << log::ms_between(connected, agreed)
+                  << " ms, layout in " << log::ms_between(agreed, laid_out) << " ms"
+                  << (probed_here ? ", link probed in " + log::ms_between(laid_out, Clock::now()) +
+                                        " ms (a long path)"
+                                  : " (the link probe follows at the first exchange)");
+  }
+}
+
+bool Engine::start_says_latency_bound() const {
+  return executor_->link().known_farthest_round_trip_s() / 2 >= LinkModel::kLatencyBoundS;
+}
+
+bool Engine::probes_during_start() const {
+  return world_size_ > 1 && policy_->probes_link() && start_says_latency_bound();
 }
 
 std::string Engine::layout_description() const {

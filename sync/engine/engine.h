@@ -232,8 +232,15 @@ class Engine {
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
   // Bootstraps the communicator of a membership (collective), proves the agreement, and installs
-  // it with a fresh negotiator (engine creation and reconfigure()).
+  // it with a fresh negotiator (engine creation and reconfigure()); on a long path it probes the
+  // link too (probes_during_start).
   void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // Whether the round trips the membership's start measured say latency-bound (no lock: the
+  // link's known round trips change only in connect()).
+  bool start_says_latency_bound() const;
+  // Whether connect() probes the link: several ranks, a policy whose first plan would probe it,
+  // and a start that measured a long path (the probe is the same one the plan would run).
+  bool probes_during_start() const;
   // With mutex_ held: every handle in flight completes with `code` and `message`.
   void fail_in_flight(ErrorCode code, const std::string& message);
   // Starts the progress thread (engine creation and reconfigure()).

@@ -64,7 +64,7 @@ int Engine::link_latency_bound() {
 
 int Engine::start_latency_bound() {
   auto lock = wait_until_idle();
-  return executor_->link().known_farthest_round_trip_s() / 2 >= LinkModel::kLatencyBoundS ? 1 : 0;
+  return start_says_latency_bound() ? 1 : 0;
 }
 
 std::vector<float> Engine::momentum_of(const std::string& key) {

@@ -114,6 +114,8 @@ class CodecPlanner {
   // they ran (pipeline::Unit::sample), not from these.
   void set_link_paths(const LinkPaths& paths) { link_paths_ = paths; }
   uint64_t horizon() const;
+  // Whether the first plan probes the membership's link (GRADEX_POLICY_PROBE).
+  bool probes_link() const { return planner_.probe; }
 
   // Progress thread, the executor (Engine::Executor::execute), before routing `jobs` (this round's
   // ready work). Collective when due: the start-up measurement (measure_startup) at the first

@@ -57,6 +57,9 @@ class PolicySource {
   // This host's ranks per core, max(1, ranks / cores), as the auto planner counted them at its
   // probe (1: a fixed policy, or not probed yet). Host-local: callers agree it themselves.
   virtual double cpu_share() const { return 1.0; }
+  // Whether the source's first plan agrees the membership's link (a probe across hosts): the
+  // engine may then probe during its start instead (Engine::connect).
+  virtual bool probes_link() const { return false; }
 };
 
 class FixedPolicySource final : public PolicySource {
@@ -93,6 +96,7 @@ class AutoPolicySource final : public PolicySource {
   bool adopts_saved_codec(bool cuda) const override { return !cuda; }
   std::string explain() const override;
   double cpu_share() const override { return planner_->cpu_share(); }
+  bool probes_link() const override { return planner_->probes_link(); }
 
   CodecPlanner& planner() { return *planner_; }  // tests: CodecPlanner::set_choice_hook
 

@@ -17,7 +17,9 @@
   - everything is torn down: no namespace of the test's WAN and no relay remain;
   - on 3 hosts in 2 regions (0.25 ms inside, 10 ms one way between), the regions gradex measures
     (gradex-regions-probe, comm/topology/regions.h) are hosts {0, 1} and {2}, and a flat exchange
-    there takes its link model from host 2 (the farthest), not from host 1 (the lowest-ranked).
+    there takes its link model from host 2 (the farthest), not from host 1 (the lowest-ranked), and
+    under GRADEX_POLICY=auto the engine probes the link once, during its start, the regions' round
+    trips having said the path is long.
 
     wan_test.py --delayline build/bin/gradex-delayline --bench build/bin/gradex-bench \
         --regions-probe build/bin/gradex-regions-probe
@@ -139,6 +141,18 @@ def check_linger(timeline_dir, steps):
            f"{steps}), rank 1 waited for its own tensors {lingered} times")
 
 
+def check_probe_in_start(log_path):
+    """GRADEX_POLICY=auto across 10 ms one way: the start's round trips say the path is long, so the engine
+    probes the link during its start (sync/engine/engine.cc), not inside the first exchange, and only once."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    start = re.search(r"start: connected in .*", text)
+    probes = re.findall(r"link probe: [0-9.]+ ms", text)
+    expect(start is not None and "link probed in" in start.group(0) and len(probes) == 1
+           and text.index(probes[0]) < start.start(),
+           f"the link probed once, in the start: {start.group(0) if start else 'no start line'}; "
+           f"{len(probes)} probe line(s) in {log_path}")
+
+
 def check_one_hop(log_path):
     """Every 4-bit unit summed in one hop: the link model is agreed before the first unit travels
     (QuantizedRoute::plan), latency-bound, and between two ranks the hop costs no extra bytes."""
@@ -185,6 +199,11 @@ def check_regions(args, log_dir):
                 "--warmup", "1", "--idle-s", "0"]
         run_ranks(wan, 3, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir, label="wan_regions",
                   extra_env={"GRADEX_LOG_LEVEL": "debug", "GRADEX_HIERARCHICAL": "0"})
+        auto = [args.bench, "exchange", "--model", str(ROOT / "bench" / "profiles" / "mlp_small.txt"),
+                "--modes", "auto", "--steps", "1", "--warmup", "1", "--idle-s", "0"]
+        run_ranks(wan, 3, auto, warmup=1, steps=1, timeout_s=120, log_dir=log_dir, label="wan_auto",
+                  extra_env={"GRADEX_LOG_LEVEL": "info"})
+    check_probe_in_start(pathlib.Path(log_dir) / "wan_auto.rank0.stderr.log")
     log = pathlib.Path(log_dir) / "wan_regions.rank0.stderr.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     # The engine's link model keeps a tier per distance; the one across regions is host 2's 10 ms, not host 1's.

@@ -440,7 +440,7 @@ def _race_smoke(tmp_path, name, *options):
 def test_race_optimizer_reaches_the_ranks(tmp_path):
     """--optimizer adamw: every rank trains with torch.optim.AdamW at ADAMW_LR, gradex's hook learns it through
     gx.State(optimizer=) and runs without momentum of its own, for the Adam family; the results say so. Without
-    --optimizer the race stays SGD, gradex owning its momentum 0.9. A method that exists only for SGD is
+    --optimizer the race stays SGD, gradex taking its momentum 0.9 over (gx.State(optimizer=)). A method that exists only for SGD is
     rejected under adamw (named) or left out of the mode's methods (not named)."""
     train = _race_smoke(tmp_path, "adamw", "--optimizer", "adamw", "--methods", "ddp,gradex_default")
     assert train["optimizer"] == "adamw" and "--optimizer adamw" in train["command"]

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "base/config.h"
 
 namespace gradex::sync::delay {
@@ -33,6 +35,42 @@ TEST(DelayRule, TakesTheLeastDelayThatHidesTheWaitWithinItsCap) {
   EXPECT_EQ(capped.delay(), kAutoMaxDelay);
   EXPECT_EQ(capped.diloco_period(), 10u);  // (0.9 + 0.1) / 0.1 steps
   EXPECT_NE(capped.why().find("gx.DiLoCo"), std::string::npos) << capped.why();
+}
+
+// The window auto measures: steps 5..10 by default; on a path the start measured as long, steps
+// 2..5, chosen before the first step ends (later it changes nothing). The measurement is the
+// window's own: its exposed seconds and the rest of its wall time, per step.
+TEST(DelayRule, OnALongPathTheWindowIsShorterAndEarlier) {
+  auto decides_at = [](DelayRule& rule, std::vector<float>* measured) {
+    for (uint64_t step = 1; step <= 20; ++step) {
+      // 0.1 s exposed and 0.3 s of wall time a step: 0.2 s of compute.
+      const double t = 0.3 * static_cast<double>(step);
+      if (rule.observe(0.1 * static_cast<double>(step), t)) {
+        float m[2];
+        rule.measurement(m);
+        measured->assign(m, m + 2);
+        return step;
+      }
+    }
+    return uint64_t{0};
+  };
+  std::vector<float> m;
+  DelayRule usual = auto_rule();
+  EXPECT_EQ(usual.decision_step(), DelayRule::kDecisionStep);
+  EXPECT_EQ(decides_at(usual, &m), 10u);
+  EXPECT_NEAR(m[0], 0.1, 1e-6);
+  EXPECT_NEAR(m[1], 0.2, 1e-6);
+  DelayRule long_path = auto_rule();
+  long_path.measure_early();
+  EXPECT_EQ(long_path.decision_step(), 5u);
+  EXPECT_NE(long_path.why().find("measuring steps 2..5"), std::string::npos) << long_path.why();
+  EXPECT_EQ(decides_at(long_path, &m), 5u);
+  EXPECT_NEAR(m[0], 0.1, 1e-6);
+  EXPECT_NEAR(m[1], 0.2, 1e-6);
+  DelayRule late = auto_rule();
+  late.observe(0.1, 0.3);
+  late.measure_early();  // after a step: the usual window stays (every rank calls it alike)
+  EXPECT_EQ(late.decision_step(), DelayRule::kDecisionStep);
 }
 
 TEST(DelayRule, HeldLanesKeepOneExchangeInFlightAndHeldDelayKeepsNone) {

@@ -7,7 +7,8 @@
     hsdp = gx.HSDP(model, mesh, optimizer=opt)        # FSDP2 on mesh['shard'], gradex across mesh['replicate']
     gx.broadcast_parameters(model.state_dict(), root_rank=0)                        # Horovod-style collectives
 
-gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use); PyTorch Lightning on CPU also needs
+gx.State and gx.LocalSGD are lazy (their engine bootstraps at first use; gx.State(ddp, optimizer=opt) starts it
+at once, in the background); PyTorch Lightning on CPU also needs
 gradex.torch.lightning.CommHook. See docs/pytorch.md. Errors from the engine raise gradex.GradexError subclasses with the engine's message.
 """
 from __future__ import annotations

@@ -93,6 +93,37 @@ def create_engine(config: _capi.Config = None, store: Optional[_capi.KeyValueSto
     return engine
 
 
+class EngineStart:
+    """An engine being created on a thread of its own (create_engine's arguments): its prefix is numbered on the
+    caller's thread, in the order every rank creates its engines, and the collective start (connection,
+    agreement, layout and, on a long path, the link probe) runs meanwhile, overlapping whatever the process does
+    until engine() is called."""
+
+    def __init__(self, config: _capi.Config, store: Optional[_capi.KeyValueStore],
+                 group: Optional[dist.ProcessGroup]) -> None:
+        _ops.load()
+        membership = _membership(store, group)
+        self._engine: Optional[_capi.Engine] = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(config, membership), daemon=True,
+                                        name="gradex engine start")
+        self._thread.start()
+
+    def _run(self, config: _capi.Config, membership: Tuple[int, int, _capi.AnyStore, Optional[str]]) -> None:
+        try:
+            self._engine = create_engine(config, membership=membership)
+        except BaseException as e:  # raised where the engine is first needed
+            self._error = e
+
+    def engine(self) -> _capi.Engine:
+        """The engine, once started (waits for it); the start's error, raised again on every call."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._engine is not None
+        return self._engine
+
+
 def create_group(store: Optional[_capi.KeyValueStore] = None, group: Optional[dist.ProcessGroup] = None
                  ) -> _capi.Group:
     """A new gradex group (exact collectives) over the ranks of `group`, bootstrapped as create_engine's

@@ -43,7 +43,10 @@ class State:
     less so that error feedback's residuals drain), or an LR scheduler that knows its total (OneCycleLR); None:
     unknown, no horizon rule.
 
-    A State owns its engine: close() (or the end of a `with` block, or garbage collection) releases it.
+    The engine is created collectively over the group's ranks: given the DDP module and the optimizer, at
+    construction, on a thread of its own (the first bucket waits for what is left of its start; an error of the
+    start is raised there); otherwise lazily, at the first bucket. A State owns its engine: close() (or the end
+    of a `with` block, or garbage collection) releases it.
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, *, config: _capi.Config = None,
@@ -63,6 +66,11 @@ class State:
         self._scaler = scaler
         self._group = process_group
         self._init_runtime()
+        # Given its DDP module and optimizer, the State's settings are final: its engine starts now, in the
+        # background (a long path's connection and link probe overlap the training's set-up and first forward
+        # pass instead of filling its first step).
+        if _is_ddp(model) and self._optimizer is not None:
+            self._starting = _bootstrap.EngineStart(self._config, store, process_group or model.process_group)
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
@@ -76,6 +84,7 @@ class State:
         # first membership.
         self._membership: Optional[Tuple[int, int, _capi.AnyStore, Optional[str]]] = getattr(self, "_membership", None)
         self._closed_iteration = 0
+        self._starting: Optional[_bootstrap.EngineStart] = None  # an engine starting in the background
 
     def _bootstrap(self, bucket: Optional[dist.GradBucket] = None) -> _buckets.BucketExchanger:
         """The exchanger, creating the engine first if this is the State's first use (collective over the
@@ -94,7 +103,10 @@ class State:
                 group = ddp.process_group
             if model is None:
                 model = ddp
-            engine = _bootstrap.create_engine(self._config, self._store, group, membership=self._membership)
+            if self._starting is not None:
+                engine, self._starting = self._starting.engine(), None
+            else:
+                engine = _bootstrap.create_engine(self._config, self._store, group, membership=self._membership)
             try:
                 exchanger = _buckets.BucketExchanger(engine, model, self._dense_iterations, end_steps=True,
                                                      scaler=self._scaler, group=group)
@@ -157,10 +169,10 @@ class State:
         with self._lock:
             if self._engine is False:
                 raise _errors.InvalidArgumentError("gradex: this State was closed")
-            if self._exchanger is None:
+            if self._exchanger is None and self._starting is None:
                 self._membership = (int(rank), int(world_size), store, store_prefix)
                 return
-            engine = self._exchanger.engine
+            engine = self._exchanger.engine if self._exchanger is not None else self._starting.engine()
         engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
@@ -228,6 +240,12 @@ class State:
                 self._closed_iteration = self._exchanger.iteration
             if self._engine:
                 self._engine.close()
+            if self._starting is not None:  # started, never used
+                try:
+                    self._starting.engine().close()
+                except Exception:
+                    pass  # the start failed (raised at the first use, which never came): nothing to release
+                self._starting = None
             self._exchanger = None
             self._engine = False
 
@@ -243,9 +261,10 @@ class State:
         and loaded state (which must be picklable themselves). The model is left out: an unpickled copy of it
         would not be the module that DDP trains, so the unpickled State finds its DDP module at the first
         bucket (_discover.py), as gx.State() does."""
-        if self._engine is not None:
-            raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket; checkpoint "
-                            "state_dict() instead of pickling it")
+        if self._engine is not None or self._starting is not None:
+            raise TypeError("gradex.torch.State holds an engine once it has exchanged a bucket (or from its "
+                            "construction, given its DDP module and optimizer); checkpoint state_dict() instead of "
+                            "pickling it")
         # The momentum takeover stays with the optimizer of this process (a copy has none).
         return {"_config": self._config, "_base_config": self._base_config, "_optimizer": None, "_model": None,
                 "_dense_iterations": self._dense_iterations,
