@@ -1,6 +1,7 @@
 // The engine's link model for the current membership (sync/policy/link_model.h): probed once, the
 // first time a decision needs it (the auto policy's first plan, a route that chooses its collective
-// by it), and agreed on rank 0's numbers. The probe runs before a unit's bytes are counted (a
+// by it; on a path its start measured as long, the start itself: Engine::connect), and agreed on
+// rank 0's numbers. The probe runs before a unit's bytes are counted (a
 // route's plan step, route::Transfer::plan), so no unit pays for it.
 #pragma once
 
