@@ -1,6 +1,7 @@
 """gx.State(ddp, optimizer=opt) starts its engine at construction, on a thread of its own: the engine exists
 before any backward pass, the training is bit for bit the lazily started State's, an error of the start is
-raised at the first backward on every rank (not at construction, not lost), and such a State refuses pickling."""
+raised at the first backward on every rank (not at construction, not lost), such a State refuses pickling, and
+one never used is joined and closed at exit."""
 import os
 import pickle
 import time
@@ -91,3 +92,24 @@ def test_an_error_of_the_background_start_reaches_the_first_backward_on_every_ra
         assert r["constructed"] and r["error_type"] == "ConfigError", (rank, r)
         assert "GRADEX_HALF_TYPE: 'fp16' on ranks [0], 'bf16' on ranks [1]" in r["message"], (rank, r)
         assert r["close_s"] < 10, (rank, r)
+
+
+def _constructed_only(rank, world):
+    import torch
+    import gradex.torch as gx
+    from gradex.torch import _bootstrap
+
+    model = _model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = gx.State(ddp, optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    start = state._starting
+    # What the interpreter runs at exit (atexit): the start still connecting is joined, then its engine closed,
+    # before the C++ runtime tears down under it.
+    _bootstrap._close_all_at_exit()
+    return {"joined": not start._thread.is_alive(), "closed": not start.engine().address,
+            "live": _bootstrap.latest_engine() is None}
+
+
+def test_a_state_never_used_is_joined_and_closed_at_exit():
+    for rank, r in enumerate(ranks.run(_constructed_only, 2, env=_ENV, timeout=120)):
+        assert r == {"joined": True, "closed": True, "live": True}, (rank, r)

@@ -26,6 +26,8 @@ _counters: DefaultDict[str, Iterator[int]] = collections.defaultdict(itertools.c
 # weak references to live engines, most recent last (for gradex.torch.stats())
 _live: List[weakref.ref[Union[_capi.Engine, _capi.Outer]]] = []
 _live_lock = threading.Lock()
+# engines still starting in the background (EngineStart): joined at exit before the live ones close
+_starting: "weakref.WeakSet[EngineStart]" = weakref.WeakSet()
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -107,6 +109,8 @@ class EngineStart:
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, args=(config, membership), daemon=True,
                                         name="gradex engine start")
+        with _live_lock:
+            _starting.add(self)
         self._thread.start()
 
     def _run(self, config: _capi.Config, membership: Tuple[int, int, _capi.AnyStore, Optional[str]]) -> None:
@@ -142,6 +146,10 @@ def latest_engine() -> Optional[Union[_capi.Engine, _capi.Outer]]:
 def _close_all_at_exit() -> None:
     """Destroys engines still open at interpreter exit, before the C++ runtime tears down under their
     background threads."""
+    with _live_lock:
+        starts = list(_starting)
+    for start in starts:  # a start still connecting (bounded by GRADEX_TIMEOUT_S) ends before teardown
+        start._thread.join()
     with _live_lock:
         engines = [engine for engine in (ref() for ref in _live) if engine is not None]
         _live.clear()

@@ -49,6 +49,8 @@ class State:
     of a `with` block, or garbage collection) releases it.
     """
 
+    _starting: Optional[_bootstrap.EngineStart]  # an engine starting in the background (None: none)
+
     def __init__(self, model: Optional[torch.nn.Module] = None, *, config: _capi.Config = None,
                  dense_iterations: Optional[int] = None, store: Optional[_capi.KeyValueStore] = None,
                  scaler: Optional[_amp.GradScalerLike] = None,
@@ -84,7 +86,7 @@ class State:
         # first membership.
         self._membership: Optional[Tuple[int, int, _capi.AnyStore, Optional[str]]] = getattr(self, "_membership", None)
         self._closed_iteration = 0
-        self._starting: Optional[_bootstrap.EngineStart] = None  # an engine starting in the background
+        self._starting = None
 
     def _bootstrap(self, bucket: Optional[dist.GradBucket] = None) -> _buckets.BucketExchanger:
         """The exchanger, creating the engine first if this is the State's first use (collective over the
@@ -169,10 +171,13 @@ class State:
         with self._lock:
             if self._engine is False:
                 raise _errors.InvalidArgumentError("gradex: this State was closed")
-            if self._exchanger is None and self._starting is None:
+            if self._exchanger is not None:
+                engine = self._exchanger.engine
+            elif self._starting is not None:
+                engine = self._starting.engine()
+            else:
                 self._membership = (int(rank), int(world_size), store, store_prefix)
                 return
-            engine = self._exchanger.engine if self._exchanger is not None else self._starting.engine()
         engine.reconfigure(rank, world_size, store, store_prefix)
 
     @property
