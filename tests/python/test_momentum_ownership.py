@@ -1,6 +1,5 @@
-"""Momentum ownership follows the optimizer, on real processes: AdamW with the README's two
-lines (DDP + gx.State(ddp) + gx.hook) trains exactly like AdamW with plain DDP at sparsity 0 (gradex adds no
-momentum by default); gradex takes an SGD optimizer's momentum over and its state_dict() still holds the user's
+"""Momentum ownership follows the optimizer, on real processes: AdamW with DDP + gx.State(ddp) + gx.hook (no
+optimizer= given) trains exactly like AdamW with plain DDP at sparsity 0 (gradex adds no momentum by default); gradex takes an SGD optimizer's momentum over and its state_dict() still holds the user's
 momentum; Adam-family optimizers never get gradex momentum, even when GRADEX_MOMENTUM is set."""
 import torch_ranks as ranks
 
