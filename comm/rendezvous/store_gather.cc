@@ -1,10 +1,10 @@
 #include "comm/rendezvous/store_gather.h"
 
 #include <chrono>
-#include <cstring>
 
 #include "base/error.h"
 #include "base/wall_time.h"
+#include "comm/rendezvous/tcp_store_protocol.h"
 
 namespace gradex::comm {
 namespace {
@@ -15,39 +15,27 @@ using Clock = std::chrono::steady_clock;
 // way.
 constexpr int kCombineFrom = 3;
 
-// size entries, each an 8-byte little-endian length and its bytes.
+// size entries in the store's own encoding: each a u32 length and its bytes.
 Bytes encode(const std::vector<Bytes>& entries) {
-  Bytes out;
-  for (const Bytes& e : entries) {
-    const uint64_t n = e.size();
-    for (int i = 0; i < 8; ++i)
-      out.push_back(static_cast<uint8_t>(n >> (8 * i)));
-    out.insert(out.end(), e.begin(), e.end());
-  }
-  return out;
+  store_wire::Writer w;
+  for (const Bytes& e : entries)
+    w.bytes(e);
+  return w.payload();
 }
 
 std::vector<Bytes> decode(const Bytes& in, int size, const std::string& key) {
+  store_wire::Reader r(in.data(), in.size());
   std::vector<Bytes> entries;
-  size_t at = 0;
-  for (int r = 0; r < size; ++r) {
-    if (in.size() - at < 8)
-      throw CorruptPayload("store entry '" + key + "' ends inside rank " + std::to_string(r) +
-                           "'s length (" + std::to_string(in.size()) + " bytes)");
-    uint64_t n = 0;
-    for (int i = 0; i < 8; ++i)
-      n |= static_cast<uint64_t>(in[at + static_cast<size_t>(i)]) << (8 * i);
-    at += 8;
-    if (n > in.size() - at)
-      throw CorruptPayload("store entry '" + key + "' gives rank " + std::to_string(r) + " " +
-                           std::to_string(n) + " bytes, more than its " +
-                           std::to_string(in.size() - at) + " left");
-    entries.emplace_back(in.begin() + static_cast<std::ptrdiff_t>(at),
-                         in.begin() + static_cast<std::ptrdiff_t>(at + n));
-    at += n;
+  try {
+    while (static_cast<int>(entries.size()) < size)
+      entries.push_back(r.bytes());
+  } catch (const CorruptPayload& e) {
+    throw CorruptPayload("store entry '" + key + "' ends inside rank " +
+                         std::to_string(entries.size()) + "'s entry (" + e.what() + ", " +
+                         std::to_string(in.size()) + " bytes)");
   }
-  if (at != in.size())
-    throw CorruptPayload("store entry '" + key + "' holds " + std::to_string(in.size() - at) +
+  if (!r.done())
+    throw CorruptPayload("store entry '" + key + "' holds " + std::to_string(r.remaining()) +
                          " bytes after the entries of its " + std::to_string(size) + " ranks");
   return entries;
 }

@@ -60,6 +60,8 @@ class Writer {
   void bytes(const Bytes& b);      // u32 length + bytes
   // Header + payload, ready to send.
   Bytes frame(Type type) const;
+  // The payload alone (a value kept in the store in this encoding: store_gather.h).
+  const Bytes& payload() const { return payload_; }
 
  private:
   Bytes payload_;

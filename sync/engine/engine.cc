@@ -82,7 +82,6 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   }
   auto negotiator = std::make_unique<Negotiator>(*comm, options_.timeout);
   negotiator->set_stall_inspector(make_stall_inspector(config_, options_.timeout));
-  comm::Communicator* connected_comm = comm.get();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     comm_ = std::move(comm);
@@ -103,7 +102,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   // stopped (reconfigure), so the communicator is this thread's. Elsewhere the probe stays at the
   // first plan, and an engine that never plans never probes.
   const bool probed_here = probes_during_start();
-  if (probed_here) executor_->link().agree(*connected_comm);
+  if (probed_here) executor_->link().agree(*comm_);
   if (rank == 0) {
     // What the start costs, by part: across a WAN each is a chain of round trips.
     GX_LOG(kInfo) << "start: connected in " << log::ms_between(started, connected)

@@ -119,9 +119,13 @@ class EngineStart:
         except BaseException as e:  # raised where the engine is first needed
             self._error = e
 
+    def join(self) -> None:
+        """Waits for the start to end, whether it succeeded or failed (bounded by GRADEX_TIMEOUT_S)."""
+        self._thread.join()
+
     def engine(self) -> _capi.Engine:
         """The engine, once started (waits for it); the start's error, raised again on every call."""
-        self._thread.join()
+        self.join()
         if self._error is not None:
             raise self._error
         assert self._engine is not None
@@ -149,7 +153,7 @@ def _close_all_at_exit() -> None:
     with _live_lock:
         starts = list(_starting)
     for start in starts:  # a start still connecting (bounded by GRADEX_TIMEOUT_S) ends before teardown
-        start._thread.join()
+        start.join()
     with _live_lock:
         engines = [engine for engine in (ref() for ref in _live) if engine is not None]
         _live.clear()
