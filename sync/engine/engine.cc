@@ -100,16 +100,23 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   // training's first backward pass (gx.State given its DDP module and optimizer) overlaps it with
   // whatever the process does meanwhile. The progress thread has not started (constructor) or is
   // stopped (reconfigure), so the communicator is this thread's. Elsewhere the probe stays at the
-  // first plan, and an engine that never plans never probes.
+  // first plan, and an engine that never plans never probes. The codecs' calibration (CPU alone)
+  // joins the probe here: the first plan then only agrees its numbers.
   const bool probed_here = probes_during_start();
-  if (probed_here) executor_->link().agree(*comm_);
+  auto probed = laid_out;
+  if (probed_here) {
+    executor_->link().agree(*comm_);
+    probed = Clock::now();
+    policy_->calibrate_now();
+  }
   if (rank == 0) {
     // What the start costs, by part: across a WAN each is a chain of round trips.
     GX_LOG(kInfo) << "start: connected in " << log::ms_between(started, connected)
                   << " ms, options agreed in " << log::ms_between(connected, agreed)
                   << " ms, layout in " << log::ms_between(agreed, laid_out) << " ms"
-                  << (probed_here ? ", link probed in " + log::ms_between(laid_out, Clock::now()) +
-                                        " ms (a long path)"
+                  << (probed_here ? ", link probed in " + log::ms_between(laid_out, probed) +
+                                        " ms (a long path), codecs calibrated in " +
+                                        log::ms_between(probed, Clock::now()) + " ms"
                                   : " (the link probe follows at the first exchange)");
   }
 }

@@ -128,6 +128,10 @@ class Engine {
   // delayed exchange's lanes, sync/delay/delay_lanes.h, made on another thread while that engine
   // keeps exchanging). No effect when the copy holds no model.
   void adopt_link_model(const AgreedLink& model);
+  // Before this engine's first exchange, from a thread off the steps' path (the lanes' start): the
+  // auto planner's start-up measurements that need no peer (PolicySource::calibrate_now), which
+  // its first plan would otherwise take inside that exchange. Waits until idle.
+  void calibrate_policy();
   // A copy of this membership's agreed link model (empty when not probed yet); waits until idle.
   std::unique_ptr<AgreedLink> link_model_copy();
   // The agreed model's round trip between the farthest ranks (twice the flat tier's alpha), 0 when

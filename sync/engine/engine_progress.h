@@ -77,7 +77,10 @@ class Engine::ProgressLoop {
   // exchanges (it announced in one of its last kLingerRecentRounds rounds), waits for its own
   // submissions before it joins: at most kLingerLatencies latencies (kLingerMaxS), ending at once
   // when they come or it leaves. What the wait can delay is only a round that readies nothing (a
-  // mismatch's or an abort's verdict, by at most that long).
+  // mismatch's or an abort's verdict, by at most that long). A new engine counts as taking part
+  // from its first round, which is its first exchange: a lane of the delayed exchange whose rank
+  // ended the step 6 ms after the others' first round reached it ran its first exchange in two
+  // rounds, ~50 ms more at 25 ms one way, when lanes took over.
   void linger_for_own(std::vector<Announcement>& announce, bool& leaving);
   // The timeline shows a wait of the progress thread's (for more submissions, for its own) as a
   // phase of its row, from `from` to now, when it lasted more than 20 us.
@@ -85,7 +88,7 @@ class Engine::ProgressLoop {
   static constexpr double kLingerLatencies = 8;
   static constexpr double kLingerMaxS = 0.5;
   static constexpr uint64_t kLingerRecentRounds = 4;
-  uint64_t rounds_since_own_ = kLingerRecentRounds + 1;  // progress thread
+  uint64_t rounds_since_own_ = 0;  // progress thread
   // One round (all ranks in lockstep) and the execution of what became ready; `all_left` when
   // every rank left in this round with nothing outstanding.
   void run_round(std::vector<Announcement>& announce, bool leaving, bool& all_left);

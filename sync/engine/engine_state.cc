@@ -40,6 +40,11 @@ void Engine::adopt_link_model(const AgreedLink& model) {
   executor_->link().adopt(model);
 }
 
+void Engine::calibrate_policy() {
+  auto lock = wait_until_idle();
+  policy_->calibrate_now();
+}
+
 std::unique_ptr<AgreedLink> Engine::link_model_copy() {
   auto lock = wait_until_idle();
   return std::make_unique<AgreedLink>(executor_->link());

@@ -332,6 +332,7 @@ void CodecPlanner::on_reconfigure(int world_size) {
   world_size_ = world_size;
   planner_.choice.world_size = world_size;
   startup_.probed = false;
+  startup_.calibrated = false;  // measured for a world size (the owner's share, DGC's k)
   epochs_.plan = 0;
   epochs_.applied.clear();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -348,12 +349,18 @@ uint64_t CodecPlanner::horizon() const {
   return horizon_.steps.load();
 }
 
+void CodecPlanner::calibrate_now() {
+  if (startup_.calibrated) return;
+  calibrate_codecs(model_, calibration());
+  // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
+  if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
+    calibrate_adam_codec(model_, calibration());
+  startup_.calibrated = true;
+}
+
 void CodecPlanner::measure_startup(comm::Communicator& comm, AgreedLink& link) {
   {
-    calibrate_codecs(model_, calibration());
-    // GRADEX_ADAM_SPARSITY=0 leaves no sparse rung to price.
-    if (planner_.choice.sparse_codec == cost::Codec::kAdam && !planner_.choice.ladder.empty())
-      calibrate_adam_codec(model_, calibration());
+    calibrate_now();
     if (world_size_ > 1) {
       std::vector<std::string> hosts;
       if (planner_.probe) {
@@ -556,7 +563,9 @@ std::string CodecPlanner::explain() const {
                     (horizon > 0 ? std::to_string(horizon) + " steps" : std::string("unknown")) +
                     " (GRADEX_POLICY_HORIZON_STEPS)\n";
   if (plans_made_ == 0) {
-    out += "no plan yet: every tensor is dense (or as overridden) until its first exchange\n";
+    out += "no plan yet: every tensor is dense (or as overridden) until its first exchange; ";
+    out += startup_.calibrated ? "codecs calibrated already\n"
+                               : "codecs calibrated at the first plan\n";
     return out;
   }
   out += "agreed numbers (rank 0's): " + describe_numbers(agreed_) + "\n";

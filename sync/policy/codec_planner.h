@@ -116,6 +116,9 @@ class CodecPlanner {
   uint64_t horizon() const;
   // Whether the first plan probes the membership's link (GRADEX_POLICY_PROBE).
   bool probes_link() const { return planner_.probe; }
+  // Progress thread not running or idle: the codecs' calibration, measure_startup's local part,
+  // once per membership (PolicySource::calibrate_now).
+  void calibrate_now();
 
   // Progress thread, the executor (Engine::Executor::execute), before routing `jobs` (this round's
   // ready work). Collective when due: the start-up measurement (measure_startup) at the first
@@ -178,6 +181,8 @@ class CodecPlanner {
   // What the start-up measured for this membership (plan_round' first call).
   struct Startup {
     bool probed = false;
+    // The codecs' (calibrate_now, or measure_startup's first step); read by explain().
+    std::atomic<bool> calibrated{false};
     cost::PeerClass link_class = cost::PeerClass::kSameHost;
     bool one_lane = false;  // this host: no more cores than ranks
     // This host: max(1, ranks / cores) (cost::Snapshot::cpu_share); set on the progress thread,

@@ -60,6 +60,12 @@ class PolicySource {
   // Whether the source's first plan agrees the membership's link (a probe across hosts): the
   // engine may then probe during its start instead (Engine::connect).
   virtual bool probes_link() const { return false; }
+  // The start-up measurements that need no peer (the auto planner's codec calibration, tens of
+  // milliseconds of CPU), taken now rather than inside the first plan's round, by a start that is
+  // off the steps' path (Engine::connect's probe on a long path, the delayed exchange's lanes
+  // connecting in the background). The progress thread is not running or idle. Once per
+  // membership; no effect on a fixed source.
+  virtual void calibrate_now() {}
 };
 
 class FixedPolicySource final : public PolicySource {
@@ -97,6 +103,7 @@ class AutoPolicySource final : public PolicySource {
   std::string explain() const override;
   double cpu_share() const override { return planner_->cpu_share(); }
   bool probes_link() const override { return planner_->probes_link(); }
+  void calibrate_now() override { planner_->calibrate_now(); }
 
   CodecPlanner& planner() { return *planner_; }  // tests: CodecPlanner::set_choice_hook
 

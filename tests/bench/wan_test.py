@@ -143,13 +143,15 @@ def check_linger(timeline_dir, steps):
 
 def check_probe_in_start(log_path):
     """GRADEX_POLICY=auto across 10 ms one way: the start's round trips say the path is long, so the engine
-    probes the link during its start (sync/engine/engine.cc), not inside the first exchange, and only once."""
+    probes the link during its start (sync/engine/engine.cc), not inside the first exchange, and only once;
+    the auto planner's codecs are calibrated there too."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     start = re.search(r"start: connected in .*", text)
     probes = re.findall(r"link probe: [0-9.]+ ms", text)
-    expect(start is not None and "link probed in" in start.group(0) and len(probes) == 1
+    expect(start is not None and "link probed in" in start.group(0) and "codecs calibrated in" in start.group(0)
+           and len(probes) == 1
            and text.index(probes[0]) < start.start(),
-           f"the link probed once, in the start: {start.group(0) if start else 'no start line'}; "
+           f"the link probed once and the codecs calibrated, in the start: {start.group(0) if start else 'no start line'}; "
            f"{len(probes)} probe line(s) in {log_path}")
 
 

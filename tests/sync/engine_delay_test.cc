@@ -315,6 +315,41 @@ TEST(EngineDelayLanes, AStepReachesItsLaneInOneNegotiationRound) {
   EXPECT_EQ(failures(results), "");
 }
 
+// The lanes' auto planners calibrate their codecs when the lanes connect (the thread that connects
+// them, off the steps' path), not inside their first exchange; an engine whose start did not probe
+// (loopback) calibrates at its first plan.
+TEST(EngineDelayLanes, LanesCalibrateTheirCodecsWhenTheyConnect) {
+  auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
+    gradex_engine_options_t o;
+    gradex_engine_options_init(&o);
+    o.rank = rank;
+    o.world_size = 2;
+    o.store = store;
+    o.store_prefix = "lanes-calibrated/";
+    const char* names[] = {"GRADEX_DELAY", "GRADEX_POLICY"};
+    const char* values[] = {"2", "auto"};
+    o.config_count = 2;
+    o.config_names = names;
+    o.config_values = values;
+    gradex_engine_t* e = nullptr;
+    RANK_OK(gradex_engine_create(&o, &e));
+    RANK_OK(gradex_register_tensor(e, "a", kSparseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    const std::string text = explain_text(e);
+    const size_t lanes_at = text.find("lane 0");
+    RANK_REQUIRE(lanes_at != std::string::npos, text);
+    const std::string own = text.substr(0, lanes_at), lanes = text.substr(lanes_at);
+    RANK_REQUIRE(own.find("codecs calibrated at the first plan") != std::string::npos, own);
+    size_t calibrated = 0;
+    for (size_t at = lanes.find("codecs calibrated already"); at != std::string::npos;
+         at = lanes.find("codecs calibrated already", at + 1))
+      ++calibrated;
+    RANK_REQUIRE(calibrated == 2, "2 lanes calibrated when they connected: " << lanes);
+    RANK_OK(gradex_engine_destroy(e));
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
 TEST(EngineDelayDrain, DrainThenAverageLeavesEveryRankTheSameParameters) {
   auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
     gradex_engine_t* e = nullptr;
