@@ -427,10 +427,14 @@ const std::vector<VarSpec>& registry() {
      "Test only: this rank's engine fails on its own (an InternalError in its progress thread) "
      "just before its N-th negotiation round, as a bug or a corrupt payload would; the other "
      "ranks must then fail at once naming it (0: never)."},
-    {"GRADEX_TEST_DELAY_LANES", VarType::kBool, "0", 0, 0, false, false, nullptr, kPerRank,
+    {"GRADEX_TEST_DELAY_LANES", VarType::kChoice, "0", 0, 0, false, false, "0|1|late|long",
+     kPerRank,
      "Test only: GRADEX_DELAY=auto treats the link as latency-bound, so that a test on one machine "
-     "reaches its switch to several exchanges in flight (lanes) mid-run, and the lanes take over "
-     "two steps after the decision. Set it on every rank or on none."},
+     "reaches its switch to several exchanges in flight (lanes) mid-run. 1: the lanes connect "
+     "from the first registration and take over at the decision; late: they connect only at the "
+     "decision and take over at the next step (D = 1 meanwhile), as lanes that had not connected "
+     "in time; long: as 1, where the start said the path is long (the short window, its "
+     "agreement travelling during the next step). Set it alike on every rank or on none."},
   };
   // clang-format on
   return vars;

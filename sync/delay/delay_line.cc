@@ -19,7 +19,8 @@ constexpr uint32_t kMagic = 0x4c445847;  // "GXDL": an engine state with a delay
 // 1: the delayed engine's state and the held steps; 2: with the lanes' states, each line's
 // momentum and carried residual, and each held step's lane.
 // 3: with the end_step count from which auto's lanes, connecting when saved, take over.
-constexpr uint32_t kVersion = 3;
+// 4: with auto's agreed measurement when saved between its window and its decision.
+constexpr uint32_t kVersion = 4;
 
 // The tensor registered under auto for the one agreement of the measurement (Engine::average:
 // its first average is fp32, the same bits on every rank).
@@ -38,7 +39,9 @@ DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
       nesterov_(engine.options().nesterov),
       rule_(engine.config()),
       stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale"),
-      test_lanes_(engine.config().get_bool("GRADEX_TEST_DELAY_LANES")) {
+      test_lanes_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") != "0"),
+      test_lanes_late_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") == "late"),
+      test_lanes_long_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") == "long") {
   if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 4, DType::kFloat32);
   if (!rule_.automatic() && rule_.delay() >= 2) {
     const std::string held = lanes_held();
@@ -329,7 +332,7 @@ void DelayLine::release(uint64_t handle) {
 }
 
 void DelayLine::on_end_step() {
-  bool agree = false;
+  bool agree = false, decide_now = false;
   // Exposed and compute seconds a step (DelayRule::measurement), this host's ranks per core, and
   // 1 where this rank's early lanes have connected (0 else): their average is 1 only when every
   // rank's have.
@@ -350,10 +353,39 @@ void DelayLine::on_end_step() {
       measured[2] = static_cast<float>(engine_.cpu_share());
       measured[3] = early_ && early_->ready() ? 1.0f : 0.0f;
     }
+    decide_now = agreement_.held && rule_.at_decision();
+    if (agree && rule_.agrees_ahead()) {
+      // Collective: every rank closes the window at the same step count. The average travels
+      // while the next step computes (two latencies and a negotiation round: at 25 ms one way
+      // ~80 ms that the step ending here waited for before), and that step's end decides.
+      std::copy(measured, measured + 4, agreement_.values);
+      agreement_.held = true;
+      agreement_.handle = engine_.average(kAgreementKey, agreement_.values);
+      return;
+    }
   }
-  if (!agree) return;
-  // Collective: every rank closes the window at the same step count.
-  engine_.wait(engine_.average(kAgreementKey, measured));
+  if (agree) {
+    // Collective: every rank closes the window at the same step count.
+    engine_.wait(engine_.average(kAgreementKey, measured));
+    decide(measured);
+    return;
+  }
+  if (!decide_now) return;
+  uint64_t handle = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    handle = agreement_.handle;
+  }
+  if (handle != 0) engine_.wait(handle);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::copy(agreement_.values, agreement_.values + 4, measured);
+    agreement_ = Agreement{};
+  }
+  decide(measured);
+}
+
+void DelayLine::decide(const float measured[4]) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string lanes_why = lanes_held();
   const bool not_latency_bound = !test_lanes_ && engine_.link_latency_bound() == 0;
@@ -456,6 +488,12 @@ std::vector<float> get_floats(ByteReader& r, uint64_t numel, const std::string& 
 std::vector<uint8_t> DelayLine::save_state() {
   std::lock_guard<std::mutex> lock(mutex_);
   drain_locked();
+  // The measurement's agreement in flight: every rank submitted it, so it ends; the state holds the
+  // agreed values and the decision stays at its step.
+  if (agreement_.handle != 0) {
+    engine_.wait(agreement_.handle);
+    agreement_.handle = 0;
+  }
   std::vector<uint8_t> engine_state = engine_.save_state();
   if (!rule_.automatic() && rule_.delay() == 0) return engine_state;
   ByteWriter w;
@@ -476,6 +514,9 @@ std::vector<uint8_t> DelayLine::save_state() {
       lanes_ ? lanes_->save_states() : std::vector<std::vector<uint8_t>>{};
   w.put<uint64_t>(steps_ended_);
   w.put<uint64_t>(pending_ ? lanes_from_ : 0);
+  w.put<uint8_t>(agreement_.held ? 1 : 0);
+  for (float v : agreement_.values)
+    w.put<float>(v);
   w.put<uint32_t>(static_cast<uint32_t>(lane_states.size()));
   for (const auto& state : lane_states) {
     w.put<uint64_t>(state.size());
@@ -522,7 +563,7 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   ByteReader r(data, size, "saved gradex state (GRADEX_DELAY)");
   r.get<uint32_t>();
   const uint32_t version = r.get<uint32_t>();
-  if (version != kVersion && version != 2)
+  if (version < 2 || version > kVersion)
     throw StateError("gradex delay state version " + std::to_string(version) +
                      " is not supported (this build reads version " + std::to_string(kVersion) +
                      ")");
@@ -539,6 +580,14 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   saved.compute = r.get<float>();
   const uint64_t steps_ended = r.get<uint64_t>();
   const uint64_t lanes_from = version >= 3 ? r.get<uint64_t>() : 0;
+  Agreement agreement;
+  if (version >= 4) {
+    agreement.held = r.get<uint8_t>() != 0;
+    for (float& v : agreement.values)
+      v = r.get<float>();
+  }
+  if (agreement.held && saved.decided)
+    throw StateError("gradex delay state holds an agreed measurement and a decision taken");
   if (lanes_from != 0 && lanes_from <= steps_ended)
     throw StateError("gradex delay state's lanes take over at step " + std::to_string(lanes_from) +
                      ", which is not after its step " + std::to_string(steps_ended));
@@ -592,6 +641,8 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
     }
     parsed.push_back(std::move(p));
   }
+  // An agreement of this run's still in flight writes into agreement_ until it ends.
+  if (agreement_.handle != 0) engine_.wait(agreement_.handle);
   engine_.load_state(engine_state, engine_size);
   drain_locked();
   for (auto& [key, l] : lines_) {
@@ -599,8 +650,9 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
     l->momentum.clear();
     l->carry.clear();
   }
-  rule_.restore(saved);
+  const bool window_closed = rule_.restore(saved, agreement.held);
   steps_ended_ = steps_ended;
+  agreement_ = window_closed ? agreement : Agreement{};
   // Lanes connecting ahead of a decision that the state has taken: one lane set connects at a time.
   if (early_ && rule_.decided()) close_early_lanes();
   touched_.clear();

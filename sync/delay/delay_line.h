@@ -177,8 +177,11 @@ class DelayLine {
   // At the decision: D >= 2 takes the early lanes (or starts connecting lanes now) as the pending
   // lanes; after D <= 1 the early lanes close once connected.
   // `early_lanes_ready`: the agreed measurement says every rank's early lanes have connected, so
-  // they take over at the next step.
+  // they take over now: the next step is theirs.
   void settle_lanes_at_decision(bool early_lanes_ready);
+  // auto's decision from the agreed measurement (DelayRule::measurement, this host's ranks per
+  // core, whether the early lanes connected: each averaged over ranks). Collective.
+  void decide(const float measured[4]);
   // Waits for the early lanes' connection (a failure only logged: no step needs them) and closes
   // them. Collective.
   void close_early_lanes();
@@ -217,8 +220,18 @@ class DelayLine {
   const bool stale_;  // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
   // GRADEX_TEST_DELAY_LANES: auto takes the link as latency-bound, and its lanes take over two
   // steps after the decision (loopback has no round trip to size their start by).
+  // auto's agreement of its measurement where it travels while the next step computes
+  // (DelayRule::agrees_ahead): submitted when the window closed, waited for at the decision (or by
+  // a checkpoint, which holds the agreed values: a resumed run decides from them at the same step).
+  struct Agreement {
+    bool held = false;    // values are agreed, or in flight under `handle`
+    uint64_t handle = 0;  // the engine's average in flight (0: none)
+    float values[4] = {0, 0, 0, 0};
+  } agreement_;
   const bool test_lanes_;
-  bool has_cuda_ = false;  // a CUDA tensor is registered: auto keeps D at 0
+  const bool test_lanes_late_;  // GRADEX_TEST_DELAY_LANES=late: no lanes ahead of the decision
+  const bool test_lanes_long_;  // GRADEX_TEST_DELAY_LANES=long: a start that said a long path
+  bool has_cuda_ = false;       // a CUDA tensor is registered: auto keeps D at 0
   uint64_t next_handle_ = 1;
 };
 

@@ -97,6 +97,7 @@ void DelayRule::measure_early() {
   if (steps_ != 0) return;
   skip_steps_ = kLongPathSkipSteps;
   window_steps_ = kLongPathWindowSteps;
+  agree_ahead_ = true;
 }
 
 bool DelayRule::observe(double exposed_total_s, double now_s) {
@@ -106,7 +107,7 @@ bool DelayRule::observe(double exposed_total_s, double now_s) {
     exposed_at_start_ = exposed_total_s;
     window_start_s_ = now_s;
   }
-  if (steps_ != decision_step()) return false;
+  if (steps_ != window_end_step()) return false;
   exposed_at_end_ = exposed_total_s;
   wall_s_ = now_s - window_start_s_;
   return true;
@@ -178,8 +179,9 @@ std::string DelayRule::why() const {
     return o.str();
   }
   if (!decided_) {
-    o << " (GRADEX_DELAY=auto: measuring steps " << skip_steps_ << ".." << decision_step()
-      << ", none delayed until then)";
+    o << " (GRADEX_DELAY=auto: measuring steps " << skip_steps_ << ".." << window_end_step();
+    if (agree_ahead_) o << ", deciding at step " << decision_step();
+    o << ", none delayed until then)";
     return o.str();
   }
   o.setf(std::ios::fixed);
@@ -214,14 +216,16 @@ DelayRule::Saved DelayRule::saved() const {
   return s;
 }
 
-void DelayRule::restore(const Saved& s) {
+bool DelayRule::restore(const Saved& s, bool window_agreed) {
   steps_ = s.steps;
-  if (!automatic_) return;  // a fixed setting is the configuration's, not the checkpoint's
+  if (!automatic_) return false;  // a fixed setting is the configuration's, not the checkpoint's
   delay_ = s.delay;
   decided_ = s.decided != 0;
   // A window cut by the checkpoint measured another process's clock: it restarts at the next step,
-  // the same one on every rank (their step counts agree).
-  if (!decided_ && steps_ >= skip_steps_) steps_ = skip_steps_ - 1;
+  // the same one on every rank (their step counts agree). One that closed, its measurement agreed
+  // (agrees_ahead), stays closed: the next step decides from the agreed values.
+  const bool closed = window_agreed && !decided_ && agree_ahead_ && steps_ == window_end_step();
+  if (!decided_ && steps_ >= skip_steps_ && !closed) steps_ = skip_steps_ - 1;
   exposed_at_start_ = s.exposed_at_start;
   exposed_at_end_ = s.exposed_at_end;
   wall_s_ = s.wall_s;
@@ -229,6 +233,7 @@ void DelayRule::restore(const Saved& s) {
   compute_ = s.compute;
   if (decided_ && delay_ > 0 && hiding_delay(exposed_, compute_) > delay_)
     diloco_period_ = static_cast<uint64_t>(std::ceil((exposed_ + compute_) / compute_));
+  return closed;
 }
 
 }  // namespace gradex::sync::delay

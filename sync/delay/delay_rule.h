@@ -80,10 +80,12 @@ class DelayRule {
   // On a path the start measured as long (measure_early): the link was probed during the start,
   // and every step waits at least a round trip, so D = 0 needs a compute twenty times that; the
   // refinement at step 4 kept every tensor's codec in the race's runs at 25 ms one way, and its
-  // steps 3-10 ran within 10 % of each other. Three steps from the third decide there, and the
-  // lanes take over five steps sooner (cnn: 0.2 s a step undelayed against 0.1 delayed).
+  // steps 3-10 ran within 10 % of each other. Two steps from the third are measured there, their
+  // agreement travels while the fifth computes (agrees_ahead), and the fifth's end decides: the
+  // lanes take over five steps sooner than on the usual window (cnn: 0.2 s a step undelayed
+  // against 0.1 delayed), and no step waits for the agreement's round trips.
   static constexpr uint64_t kLongPathSkipSteps = 2;
-  static constexpr uint64_t kLongPathWindowSteps = 3;
+  static constexpr uint64_t kLongPathWindowSteps = 2;
   static constexpr double kHiddenShare = 0.05;
 
   explicit DelayRule(const config::Config& config);
@@ -94,8 +96,15 @@ class DelayRule {
   // Before the first end_step, where the start's round trips say latency-bound (agreed: the same
   // on every rank): the shorter window above.
   void measure_early();
+  // The end_step count that closes the measurement window (observe returns true there).
+  uint64_t window_end_step() const { return skip_steps_ + window_steps_; }
+  // Whether the window's agreement travels while the next step computes, the decision taken at
+  // that step's end (measure_early), rather than at the window's end, waited for there.
+  bool agrees_ahead() const { return agree_ahead_; }
   // The end_step count at which auto decides.
-  uint64_t decision_step() const { return skip_steps_ + window_steps_; }
+  uint64_t decision_step() const { return window_end_step() + (agree_ahead_ ? 1 : 0); }
+  // Whether the end_step just observed is the decision's and auto has not decided yet.
+  bool at_decision() const { return automatic_ && !decided_ && steps_ == decision_step(); }
   // Whether the decision to come may take D >= 1: auto, undecided, and no setting that keeps 0
   // whatever the measurement says (LocalSGD).
   bool may_delay() const {
@@ -103,7 +112,8 @@ class DelayRule {
   }
   // Each end_step: the engine's exposed seconds so far and the time now (seconds, any epoch).
   // True when this step closes the measurement window: the caller agrees measurement() over the
-  // ranks and calls decide() with the agreed values, on every rank at the same step.
+  // ranks and calls decide() with the agreed values, on every rank at the same step (under
+  // agrees_ahead, at the next end_step, decision_step).
   bool observe(double exposed_total_s, double now_s);
   // Per step over the window: {exposed seconds, compute seconds}.
   void measurement(float out[2]) const;
@@ -131,7 +141,10 @@ class DelayRule {
     float exposed = 0, compute = 0;
   };
   Saved saved() const;
-  void restore(const Saved& s);
+  // `window_agreed`: the state holds the closed window's agreed measurement (agrees_ahead). Returns
+  // whether the window stays closed for it: the state closed it at this rule's window end, so the
+  // next end_step decides from those values (else a window cut by the checkpoint restarts).
+  bool restore(const Saved& s, bool window_agreed = false);
 
  private:
   bool automatic_ = false;
@@ -143,6 +156,7 @@ class DelayRule {
   bool decided_ = false;
   uint64_t steps_ = 0;  // end_step calls seen
   uint64_t skip_steps_ = kSkipSteps, window_steps_ = kWindowSteps;
+  bool agree_ahead_ = false;
   double exposed_at_start_ = 0, exposed_at_end_ = 0;
   double window_start_s_ = 0, wall_s_ = 0;
   float exposed_ = 0, compute_ = 0;  // agreed, per step

@@ -37,9 +37,10 @@ TEST(DelayRule, TakesTheLeastDelayThatHidesTheWaitWithinItsCap) {
   EXPECT_NE(capped.why().find("gx.DiLoCo"), std::string::npos) << capped.why();
 }
 
-// The window auto measures: steps 5..10 by default; on a path the start measured as long, steps
-// 2..5, chosen before the first step ends (later it changes nothing). The measurement is the
-// window's own: its exposed seconds and the rest of its wall time, per step.
+// The window auto measures: steps 5..10 by default, decided where it closes; on a path the start
+// measured as long, steps 2..4, chosen before the first step ends (later it changes nothing), their
+// agreement travelling during step 5, whose end decides. The measurement is the window's own: its
+// exposed seconds and the rest of its wall time, per step.
 TEST(DelayRule, OnALongPathTheWindowIsShorterAndEarlier) {
   auto decides_at = [](DelayRule& rule, std::vector<float>* measured) {
     for (uint64_t step = 1; step <= 20; ++step) {
@@ -57,14 +58,22 @@ TEST(DelayRule, OnALongPathTheWindowIsShorterAndEarlier) {
   std::vector<float> m;
   DelayRule usual = auto_rule();
   EXPECT_EQ(usual.decision_step(), DelayRule::kDecisionStep);
+  EXPECT_FALSE(usual.agrees_ahead());
   EXPECT_EQ(decides_at(usual, &m), 10u);
+  EXPECT_TRUE(usual.at_decision());
   EXPECT_NEAR(m[0], 0.1, 1e-6);
   EXPECT_NEAR(m[1], 0.2, 1e-6);
   DelayRule long_path = auto_rule();
   long_path.measure_early();
+  EXPECT_TRUE(long_path.agrees_ahead());
+  EXPECT_EQ(long_path.window_end_step(), 4u);
   EXPECT_EQ(long_path.decision_step(), 5u);
-  EXPECT_NE(long_path.why().find("measuring steps 2..5"), std::string::npos) << long_path.why();
-  EXPECT_EQ(decides_at(long_path, &m), 5u);
+  EXPECT_NE(long_path.why().find("measuring steps 2..4, deciding at step 5"), std::string::npos)
+      << long_path.why();
+  EXPECT_EQ(decides_at(long_path, &m), 4u);
+  EXPECT_FALSE(long_path.at_decision());
+  long_path.observe(0.5, 1.5);
+  EXPECT_TRUE(long_path.at_decision());
   EXPECT_NEAR(m[0], 0.1, 1e-6);
   EXPECT_NEAR(m[1], 0.2, 1e-6);
   DelayRule late = auto_rule();

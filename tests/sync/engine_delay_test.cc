@@ -24,6 +24,10 @@ namespace {
 
 // The end_step count at which GRADEX_DELAY=auto decides.
 constexpr int kDecision = static_cast<int>(gradex::sync::delay::DelayRule::kDecisionStep);
+// Where the start said the path is long: the short window, decided a step after it closes.
+constexpr int kLongPathDecision =
+    static_cast<int>(gradex::sync::delay::DelayRule::kLongPathSkipSteps +
+                     gradex::sync::delay::DelayRule::kLongPathWindowSteps + 1);
 constexpr uint64_t kSparseN = 4096;
 constexpr uint64_t kDenseN = 300;
 constexpr int kSteps = 9;
@@ -532,18 +536,24 @@ TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
 // GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
 // latency-bound link): the lanes start connecting at the first registration (before the engine's
 // link probe, whose agreed model they take at the decision), every rank takes the same
-// D >= 2 at its decision (kDecision steps) and the lanes take over at the next step, where the
-// engine's momentum and residual move into the line; training goes on, and a checkpoint resumes
-// bit for bit in a fresh engine, after which a drain and an average leave every rank with the same
-// parameters. The checkpoint is taken at step GetParam(): right after the decision, while the lanes
-// are pending (the resumed engine connects its own and switches at the same step), and four steps
-// later with the lanes' exchanges in flight (it makes the lanes from the state).
-class EngineDelaySwitch : public ::testing::TestWithParam<int> {};
+// D >= 2 at its decision (kDecision steps) and the lanes, connected on every rank, take over
+// there, where the engine's momentum and residual move into the line; training goes on, and a
+// checkpoint resumes bit for bit in a fresh engine, after which a drain and an average leave every
+// rank with the same parameters. The checkpoint is taken right after the decision (the resumed
+// engine makes the lanes from the state) and four steps later with the lanes' exchanges in flight;
+// and, with lanes that connect only at the decision (GRADEX_TEST_DELAY_LANES=late, as lanes that
+// had not connected in time), right after it while they are pending (the resumed engine connects
+// its own and switches at the same step, D = 1 until then). Where the start said the path is long
+// (=long), the window is shorter and its agreement travels during the step after it: a checkpoint
+// between the two holds the agreed measurement, and the resumed run decides at the same step.
+
+class EngineDelaySwitch : public ::testing::TestWithParam<std::pair<int, const char*>> {};
 
 TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
-  const int switch_steps = GetParam();
+  const int switch_steps = GetParam().first;
+  const std::string lanes_setting = GetParam().second;
   auto results = two_ranks(
-      [switch_steps](gradex_store_t* store, int rank) -> std::string {
+      [switch_steps, lanes_setting](gradex_store_t* store, int rank) -> std::string {
         const int kSwitchSteps = switch_steps, kMore = 6;
         Steps whole, resumed;
         std::vector<uint8_t> mid_state;
@@ -564,6 +574,24 @@ TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
           failure =
               create(store, "switch-whole-" + std::to_string(attempt) + "/", rank, 2, "auto", &e);
           for (int s = 0; failure.empty() && s < kSwitchSteps + kMore; ++s) {
+            if (lanes_setting == "long" && s == kLongPathDecision - 1) {
+              // The window has closed; its agreement is in flight and decides a step later.
+              const std::string text = explain_text(e);
+              RANK_REQUIRE(text.find("deciding at step " + std::to_string(kLongPathDecision)) !=
+                               std::string::npos,
+                           text);
+            }
+            if (s == (lanes_setting == "long" ? kLongPathDecision : kDecision)) {
+              // Connected lanes take over at the decision; late ones at the next step.
+              const std::string text = explain_text(e);
+              const bool pending = text.find("D=1 while its lanes connect") != std::string::npos;
+              const bool active =
+                  text.find("lanes, one exchange of each tensor in flight") != std::string::npos;
+              if (pending || active)  // D >= 2 was decided (else the run is tried again below)
+                RANK_REQUIRE(
+                    lanes_setting == "late" ? pending && !active : active && !pending,
+                    "GRADEX_TEST_DELAY_LANES=" << lanes_setting << " at the decision: " << text);
+            }
             if (s == kSwitchSteps) failure = save_state(e, &mid_state);
             if (failure.empty()) failure = step(e, rank, s % kSteps, &whole);
           }
@@ -606,11 +634,22 @@ TEST_P(EngineDelaySwitch, SwitchToLanesMidRunResumesBitForBit) {
         RANK_OK(gradex_engine_destroy(e));
         return "";
       },
-      {"GRADEX_TEST_DELAY_LANES=1"});
+      {"GRADEX_TEST_DELAY_LANES=" + lanes_setting});
   EXPECT_EQ(failures(results), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(CheckpointSteps, EngineDelaySwitch,
-                         ::testing::Values(kDecision, kDecision + 4));
+                         ::testing::Values(std::make_pair(kDecision, "1"),
+                                           std::make_pair(kDecision + 4, "1"),
+                                           std::make_pair(kDecision, "late"),
+                                           std::make_pair(kLongPathDecision - 1, "long"),
+                                           std::make_pair(kLongPathDecision, "long")),
+                         [](const ::testing::TestParamInfo<std::pair<int, const char*>>& info) {
+                           const std::string setting = info.param.second;
+                           return "Step" + std::to_string(info.param.first) +
+                                  (setting == "late"   ? "LanesLate"
+                                   : setting == "long" ? "LongPath"
+                                                       : "LanesEarly");
+                         });
 
 }  // namespace
