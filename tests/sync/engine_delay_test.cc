@@ -37,20 +37,28 @@ const std::vector<std::string> kEnv = {"GRADEX_TIMEOUT_S=300", "GRADEX_DENSE_THR
 
 using Steps = std::vector<std::vector<float>>;  // per step: tensor a then d
 
-// `momentum`: GRADEX_MOMENTUM for this engine (null: the environment's 0.9).
+// `momentum`: GRADEX_MOMENTUM for this engine (null: the environment's 0.9); `policy`:
+// GRADEX_POLICY (null: the environment's).
 std::string create(gradex_store_t* store, const std::string& prefix, int rank, int world,
-                   const char* delay, gradex_engine_t** e, const char* momentum = nullptr) {
+                   const char* delay, gradex_engine_t** e, const char* momentum = nullptr,
+                   const char* policy = nullptr) {
   gradex_engine_options_t o;
   gradex_engine_options_init(&o);
   o.rank = rank;
   o.world_size = world;
   o.store = store;
   o.store_prefix = prefix.c_str();
-  const char* names[] = {"GRADEX_DELAY", "GRADEX_MOMENTUM"};
-  const char* values[] = {delay ? delay : "0", momentum};
-  o.config_count = momentum ? 2 : (delay ? 1 : 0);
-  o.config_names = names;
-  o.config_values = values;
+  std::vector<const char*> names, values;
+  auto set = [&](const char* name, const char* value) {
+    names.push_back(name);
+    values.push_back(value);
+  };
+  if (delay || momentum || policy) set("GRADEX_DELAY", delay ? delay : "0");
+  if (momentum) set("GRADEX_MOMENTUM", momentum);
+  if (policy) set("GRADEX_POLICY", policy);
+  o.config_count = names.size();
+  o.config_names = names.data();
+  o.config_values = values.data();
   RANK_OK(gradex_engine_create(&o, e));
   RANK_OK(gradex_register_tensor(*e, "a", kSparseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
   RANK_OK(gradex_register_tensor(*e, "d", kDenseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
@@ -324,20 +332,9 @@ TEST(EngineDelayLanes, AStepReachesItsLaneInOneNegotiationRound) {
 // (loopback) calibrates at its first plan.
 TEST(EngineDelayLanes, LanesCalibrateTheirCodecsWhenTheyConnect) {
   auto results = two_ranks([](gradex_store_t* store, int rank) -> std::string {
-    gradex_engine_options_t o;
-    gradex_engine_options_init(&o);
-    o.rank = rank;
-    o.world_size = 2;
-    o.store = store;
-    o.store_prefix = "lanes-calibrated/";
-    const char* names[] = {"GRADEX_DELAY", "GRADEX_POLICY"};
-    const char* values[] = {"2", "auto"};
-    o.config_count = 2;
-    o.config_names = names;
-    o.config_values = values;
     gradex_engine_t* e = nullptr;
-    RANK_OK(gradex_engine_create(&o, &e));
-    RANK_OK(gradex_register_tensor(e, "a", kSparseN, GRADEX_FLOAT32, GRADEX_DEVICE_CPU));
+    std::string failure = create(store, "lanes-calibrated/", rank, 2, "2", &e, nullptr, "auto");
+    if (!failure.empty()) return failure;
     const std::string text = explain_text(e);
     const size_t lanes_at = text.find("lane 0");
     RANK_REQUIRE(lanes_at != std::string::npos, text);
