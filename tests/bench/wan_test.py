@@ -155,6 +155,23 @@ def check_probe_in_start(log_path):
            f"{len(probes)} probe line(s) in {log_path}")
 
 
+def check_first_round(timeline_dir):
+    """The same auto run, ranks 1 and 2 handing their tensors over 15 and 30 ms after rank 0: the start agreed
+    the link (a long path), so an engine's very first round is already one where a rank that rank 0's round
+    reaches with nothing to announce waits for its own submissions (sync/engine/engine_progress.h): the first
+    step is one negotiation round, not two."""
+    def events(path):
+        with open(path) as f:
+            return [e for e in json.load(f) if e.get("ph") in ("X", "i")]
+    rank0 = events(timeline_dir / "rank0.json")
+    first_end = min((e["ts"] for e in rank0 if e["name"] == "step end"), default=None)
+    rounds = [e for e in rank0 if e["name"] == "negotiate" and (first_end is None or e["ts"] < first_end)]
+    lingered = sum(1 for r in (1, 2) for e in events(timeline_dir / f"rank{r}.json") if e["name"] == "linger")
+    expect(first_end is not None and len(rounds) == 1 and lingered >= 1,
+           f"the first step in one negotiation round: {len(rounds)} round(s) before rank 0's first step end; "
+           f"ranks 1 and 2 waited for their own tensors {lingered} time(s)")
+
+
 def check_one_hop(log_path):
     """Every 4-bit unit summed in one hop: the link model is agreed before the first unit travels
     (QuantizedRoute::plan), latency-bound, and between two ranks the hop costs no extra bytes."""
@@ -202,10 +219,12 @@ def check_regions(args, log_dir):
         run_ranks(wan, 3, argv, warmup=1, steps=1, timeout_s=120, log_dir=log_dir, label="wan_regions",
                   extra_env={"GRADEX_LOG_LEVEL": "debug", "GRADEX_HIERARCHICAL": "0"})
         auto = [args.bench, "exchange", "--model", str(ROOT / "bench" / "profiles" / "mlp_small.txt"),
-                "--modes", "auto", "--steps", "1", "--warmup", "1", "--idle-s", "0"]
+                "--modes", "auto", "--steps", "1", "--warmup", "1", "--idle-s", "0", "--skew-ms", "15"]
+        timeline = pathlib.Path(log_dir) / "wan_auto_timeline"
         run_ranks(wan, 3, auto, warmup=1, steps=1, timeout_s=120, log_dir=log_dir, label="wan_auto",
-                  extra_env={"GRADEX_LOG_LEVEL": "info"})
+                  extra_env={"GRADEX_LOG_LEVEL": "info", "GRADEX_TIMELINE": str(timeline)})
     check_probe_in_start(pathlib.Path(log_dir) / "wan_auto.rank0.stderr.log")
+    check_first_round(timeline)
     log = pathlib.Path(log_dir) / "wan_regions.rank0.stderr.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     # The engine's link model keeps a tier per distance; the one across regions is host 2's 10 ms, not host 1's.
