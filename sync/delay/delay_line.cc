@@ -441,6 +441,12 @@ Stats DelayLine::stats(bool last_step) const {
 void DelayLine::on_reconfigure() {
   std::lock_guard<std::mutex> lock(mutex_);
   reconfigured_ = true;
+  // auto's measurement belongs to the old membership; an agreement of it in flight is aborted
+  // with the old membership's work (its buffer stays in agreement_, which the engine may write
+  // until then), so no decision waits for it: the window restarts.
+  agreement_.held = false;
+  agreement_.handle = 0;
+  rule_.restart_window();
   // Lanes of the old membership (every rank reconfigures at the same point).
   if (early_) close_early_lanes();
 }

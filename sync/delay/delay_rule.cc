@@ -113,6 +113,11 @@ bool DelayRule::observe(double exposed_total_s, double now_s) {
   return true;
 }
 
+void DelayRule::restart_window() {
+  if (!automatic_ || decided_) return;
+  if (steps_ >= skip_steps_) steps_ = skip_steps_ - 1;
+}
+
 void DelayRule::measurement(float out[2]) const {
   const double n = static_cast<double>(window_steps_);
   const double exposed = (exposed_at_end_ - exposed_at_start_) / n;

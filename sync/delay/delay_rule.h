@@ -132,6 +132,12 @@ class DelayRule {
   // No D hides the exchange: the DiLoCo period the log names (0 when D hides it).
   uint64_t diloco_period() const { return diloco_period_; }
 
+  // A new membership (the engine's reconfiguration) while auto is undecided: what the window
+  // measured, and its agreement in flight (which the reconfiguration aborts), belong to the old
+  // one, so the window restarts at the next step, the same on every rank (they reconfigure at the
+  // same point).
+  void restart_window();
+
   // The rule's progress for the line's saved state.
   struct Saved {
     uint64_t steps = 0;

@@ -530,6 +530,47 @@ TEST(EngineDelayAuto, RanksSharingCoresOnALinkNotLatencyBoundKeepZero) {
   EXPECT_EQ(failures(results), "");
 }
 
+// A reconfiguration between the long path's window and its decision: what the window measured (and
+// its agreement, which a lost rank would leave in flight and the reconfiguration abort) belongs to
+// the old membership, so the window restarts and auto decides from the new membership's steps (at
+// most D = 1 then: lanes are held once the membership changed).
+TEST(EngineDelayAuto, AReconfigurationBeforeTheDecisionRestartsTheWindow) {
+  auto results = two_ranks(
+      [](gradex_store_t* store, int rank) -> std::string {
+        gradex_engine_t* e = nullptr;
+        std::string failure = create(store, "reconfigure-window/", rank, 2, "auto", &e);
+        if (!failure.empty()) return failure;
+        Steps out;
+        for (int s = 0; failure.empty() && s < kLongPathDecision - 1; ++s)
+          failure = step(e, rank, s, &out);
+        if (!failure.empty()) return failure;
+        const std::string deciding = "deciding at step " + std::to_string(kLongPathDecision);
+        RANK_REQUIRE(explain_text(e).find(deciding) != std::string::npos, explain_text(e));
+        gradex_engine_options_t o;
+        gradex_engine_options_init(&o);
+        o.rank = rank;
+        o.world_size = 2;
+        o.store_prefix = "reconfigure-window-2/";
+        RANK_OK(gradex_engine_reconfigure(e, &o));
+        failure = step(e, rank, 0, &out);
+        if (!failure.empty()) return failure;
+        // The step that would have decided measures again.
+        RANK_REQUIRE(explain_text(e).find(deciding) != std::string::npos, explain_text(e));
+        for (int s = 1; failure.empty() && s < kLongPathDecision; ++s)
+          failure = step(e, rank, s, &out);
+        if (!failure.empty()) return failure;
+        const std::string text = explain_text(e);
+        RANK_REQUIRE(text.find("agreed over ranks") != std::string::npos, text);
+        int d = -1;
+        RANK_OK(gradex_get_delay(e, &d));
+        RANK_REQUIRE(d >= 0 && d <= 1, "auto chose " << d << " after the membership changed");
+        RANK_OK(gradex_engine_destroy(e));
+        return "";
+      },
+      {"GRADEX_TEST_DELAY_LANES=long"});
+  EXPECT_EQ(failures(results), "");
+}
+
 // GRADEX_DELAY=auto switching to lanes mid-run (GRADEX_TEST_DELAY_LANES stands in for a
 // latency-bound link): the lanes start connecting at the first registration (before the engine's
 // link probe, whose agreed model they take at the decision), every rank takes the same
