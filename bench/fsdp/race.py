@@ -38,7 +38,6 @@ import json
 import math
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from bench.lm import corpus  # noqa: E402
 from bench.lm import model as lm_model  # noqa: E402
 from bench.harness import network  # noqa: E402
 from bench.harness import results as result_files  # noqa: E402
+from gradex._ports import free_port  # noqa: E402
 from bench.harness.launcher import run_ranks  # noqa: E402
 from bench.harness.wan import Wan, WanSpec  # noqa: E402
 
@@ -170,16 +170,10 @@ def _rank(rank, world, init_method, method, args, data_path, sink):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_loopback(method, args, data_path):
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
-    out, port = ctx.Queue(), _free_port()
+    out, port = ctx.Queue(), free_port()
     procs = [ctx.Process(target=_rank, args=(r, WORLD, f"tcp://127.0.0.1:{port}", method, args, data_path, out))
              for r in range(WORLD)]
     for p in procs:

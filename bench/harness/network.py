@@ -161,12 +161,10 @@ _ports = [0]  # runs so far in this process: each takes the next port
 
 def pick_port(network: Network) -> int:
     """A TCP port for the rendezvous. Inside our namespaces nothing else listens, so a fixed one is
-    safe; in the root namespace ask the kernel for a free one."""
+    safe; in the root namespace one free below the ephemeral range (bench/harness/ports.py)."""
     if isinstance(network, RootLoopback):
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        from gradex._ports import free_port
+        return free_port()
     _ports[0] += 1  # fresh port per run: no TIME_WAIT clash
     return 29400 + _ports[0] % 500
 

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 HERE = os.path.dirname(os.path.abspath(__file__))
 from bench.lm import corpus  # noqa: E402
 from bench.lm import model as lm  # noqa: E402
+from gradex._ports import free_port  # noqa: E402
 
 
 def rank_main(rank, args, port):
@@ -64,11 +65,7 @@ def main():
     if not os.path.exists(args.data):
         corpus.save(corpus.build(args.vocab), args.data + ".tmp")
         os.replace(args.data + ".tmp", args.data)
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(rank_main, args=(args, port), nprocs=args.ranks)
+    mp.spawn(rank_main, args=(args, free_port()), nprocs=args.ranks)
 
 
 if __name__ == "__main__":

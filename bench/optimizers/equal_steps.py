@@ -10,12 +10,13 @@ dense threshold at 4096 elements, so the two hidden matrices (64x256, 256x256) a
 """
 import argparse
 import os
-import socket
 import sys
 import time
 
 import torch
 import torch.multiprocessing as mp
+
+from gradex._ports import free_port
 
 CODECS = {
     "dense fp32": {"GRADEX_SPARSITY": "0", "GRADEX_FP16": "0"},
@@ -78,12 +79,6 @@ def _rank(rank, world, port, codec, args, out):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--optimizer", default="muon")
@@ -94,7 +89,7 @@ def main():
     ctx = mp.get_context("spawn")
     rows = []
     for codec in CODECS:
-        out, port, start = ctx.Queue(), _free_port(), time.time()
+        out, port, start = ctx.Queue(), free_port(), time.time()
         procs = [ctx.Process(target=_rank, args=(r, args.world, port, codec, args, out)) for r in range(args.world)]
         for p in procs:
             p.start()

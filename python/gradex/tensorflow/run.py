@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import IO, Mapping, Optional, Sequence
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from gradex._ports import free_port
 
 
 def _pump(rank: int, stream: IO[bytes]) -> None:
@@ -33,7 +28,7 @@ def _pump(rank: int, stream: IO[bytes]) -> None:
 
 def launch(nproc: int, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> int:
     """Runs `argv` (a script and its arguments) on `nproc` local ranks; returns the exit status."""
-    port = _free_port()
+    port = free_port()
     procs, pumps = [], []
     for rank in range(nproc):
         child_env = dict(os.environ if env is None else env)
