@@ -125,6 +125,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
       // settle_stripe_hello paces what is neither here before nor paced now.
       sockets_paced_ = sockets_before;
       paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS, &sockets_paced_);
+      late_pacing_until_ = Clock::now() + kLatePacingFor;
     }
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {

@@ -6,6 +6,7 @@
 #include "base/log.h"
 
 #include "comm/topology/host_identity.h"
+#include "comm/topology/tcp_pacing.h"
 #include "comm/ucx/ucx_communicator.h"
 
 namespace gradex::comm::ucx {
@@ -179,9 +180,17 @@ bool UcxCommunicator::poll_transport(UcxRequest& r) {
   return true;
 }
 
+void UcxCommunicator::pace_late_sockets() {
+  const auto now = Clock::now();
+  if (now >= late_pacing_until_ || now < late_pacing_next_) return;
+  late_pacing_next_ = now + kLatePacingEvery;
+  paced_flows_ += pace_new_tcp_flows(sockets_paced_, kPacingNoCapBytesPerS, &sockets_paced_);
+}
+
 bool UcxCommunicator::progress() {
   bool any = ucp_worker_progress(worker_->get()) != 0;
   if (!stripe_hello_.empty()) settle_stripe_hello();
+  if (options_.tcp_pacing && stripe_hello_.empty()) pace_late_sockets();
   if (control_recv_ != nullptr) {
     ucs_status_t st = ucp_tag_recv_request_test(control_recv_, &control_info_);
     if (st != UCS_INPROGRESS) {

@@ -135,8 +135,9 @@ void UcxCommunicator::settle_stripe_hello() {
   for (const RequestPtr& r : stripe_hello_)
     if (r && !poll_request(static_cast<UcxRequest&>(*r))) return;
   stripe_hello_.clear();
-  const int paced =
-      options_.tcp_pacing ? pace_new_tcp_flows(sockets_paced_, kPacingNoCapBytesPerS) : 0;
+  const int paced = options_.tcp_pacing
+                        ? pace_new_tcp_flows(sockets_paced_, kPacingNoCapBytesPerS, &sockets_paced_)
+                        : 0;
   paced_flows_ += paced;
   GX_LOG(kDebug) << "the extra connections answered "
                  << log::ms_between(stripes_started_, Clock::now()) << " ms after they opened"
