@@ -126,6 +126,7 @@ UcxCommunicator::UcxCommunicator(std::shared_ptr<Store> store, int rank, int wor
       sockets_paced_ = sockets_before;
       paced_flows_ = pace_new_tcp_flows(sockets_before, kPacingNoCapBytesPerS, &sockets_paced_);
       late_pacing_until_ = Clock::now() + kLatePacingFor;
+      late_pacing_ = true;
     }
     bytes_sent_ = bytes_received_ = 0;  // the counters report collective traffic only
   } catch (...) {

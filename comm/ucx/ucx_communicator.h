@@ -306,6 +306,7 @@ class UcxCommunicator : public Communicator {
   // Until then, progress() paces the sockets new since the start that the wire-up's pass missed
   // (UCX's TCP transport accepts or opens a peer's connection after its hello; seen unpaced in 2 of
   // 40 runs of TcpPacing.ACommunicatorPacesItsConnections), every kLatePacingEvery.
+  bool late_pacing_ = false;  // within that window: no clock read on progress() after it
   Clock::time_point late_pacing_until_{}, late_pacing_next_{};
   static constexpr std::chrono::milliseconds kLatePacingFor{3000}, kLatePacingEvery{20};
   void pace_late_sockets();

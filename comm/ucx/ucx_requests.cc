@@ -181,8 +181,13 @@ bool UcxCommunicator::poll_transport(UcxRequest& r) {
 }
 
 void UcxCommunicator::pace_late_sockets() {
+  if (!late_pacing_) return;
   const auto now = Clock::now();
-  if (now >= late_pacing_until_ || now < late_pacing_next_) return;
+  if (now >= late_pacing_until_) {
+    late_pacing_ = false;
+    return;
+  }
+  if (now < late_pacing_next_) return;
   late_pacing_next_ = now + kLatePacingEvery;
   paced_flows_ += pace_new_tcp_flows(sockets_paced_, kPacingNoCapBytesPerS, &sockets_paced_);
 }
@@ -190,7 +195,7 @@ void UcxCommunicator::pace_late_sockets() {
 bool UcxCommunicator::progress() {
   bool any = ucp_worker_progress(worker_->get()) != 0;
   if (!stripe_hello_.empty()) settle_stripe_hello();
-  if (options_.tcp_pacing && stripe_hello_.empty()) pace_late_sockets();
+  if (stripe_hello_.empty()) pace_late_sockets();
   if (control_recv_ != nullptr) {
     ucs_status_t st = ucp_tag_recv_request_test(control_recv_, &control_info_);
     if (st != UCS_INPROGRESS) {
