@@ -65,3 +65,16 @@ def describe() -> Dict[str, Any]:
         "load_average_at_start": os.getloadavg()[0],
         "tcp_congestion_control": tcp_congestion_control(),
     }
+
+
+def cpu_times() -> Dict[str, float]:
+    """The machine's CPU seconds so far, summed over its cores (/proc/stat's first line): "busy" (user,
+    nice, system, irq, softirq, steal), "softirq" (mostly the network stack's receive work, which no
+    process is charged for) and "idle" (idle, iowait). Two readings' difference says how much of the
+    machine a run used: on a machine its ranks share, a method's CPU bounds its steps/s as its link does."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    return {"busy": (user + nice + system + irq + softirq + steal) / tick, "softirq": softirq / tick,
+            "idle": (idle + iowait) / tick}

@@ -71,7 +71,11 @@ class Method:
             raise ValueError(f"--optimizer adamw: {ADAMW_UNSUPPORTED[name]}")
         # Every method's .grad are views of DDP's buckets, as a user after speed sets it: DDP then skips its two
         # copies of every gradient a step (into the bucket, back out): 5-10 % more steps/s here (docs/pytorch.md).
-        self.ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
+        # broadcast_buffers (DDP's default True) sends rank 0's buffers (BatchNorm statistics) to every rank at every
+        # forward: one latency a step before any gradient exists; --no-broadcast-buffers turns it off in every method.
+        # The no-communication bound never sends it: it is the compute alone.
+        self.ddp = DistributedDataParallel(model, gradient_as_bucket_view=True,
+                                           broadcast_buffers=getattr(args, "broadcast_buffers", True) and name != "nocomm")
         self.optimizer: torch.optim.Optimizer
         if self.optimizer_name == "sgd":
             # gx.State(ddp, optimizer=opt) takes the SGD momentum over (docs/pytorch.md): gradex applies it and the
@@ -121,7 +125,8 @@ class Method:
         family gradex's engine runs with as the engine reports them (None without gradex)."""
         out = {"optimizer": self.optimizer_name, "optimizer_class": type(self.optimizer).__name__,
                "gradex_momentum": None, "gradex_optimizer": None,
-               "gradient_as_bucket_view": bool(self.ddp.gradient_as_bucket_view)}
+               "gradient_as_bucket_view": bool(self.ddp.gradient_as_bucket_view),
+               "broadcast_buffers": bool(self.ddp.broadcast_buffers)}
         if self.gradex is not None:
             text = self.gradex.engine.describe_config()  # "NAME=value    [source; ...]" lines
             momentum = re.search(r"(?m)^GRADEX_MOMENTUM=(\S+)", text)

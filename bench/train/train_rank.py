@@ -38,6 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from bench.harness.machine import cpu_times  # noqa: E402
 from bench.train import task  # noqa: E402
 from bench.train.seed_runs import run_seeds  # noqa: E402
 from bench.train.tx_counter import TxCounter  # noqa: E402
@@ -78,6 +79,10 @@ def train_one_seed(args, seed, data, rank, world):
     # rank 0's process CPU seconds per step, every thread (gradex's progress threads, its lanes, torch's
     # intra-op pool): with ranks sharing cores, a method's CPU per step bounds its steps/s as the link does
     step_cpu_s = []
+    # the whole machine's busy core-seconds during each of rank 0's steps (every rank, the kernel's network
+    # work, the delay line): beside step_s, how much of the cores the ranks share a method's steps keep busy
+    step_busy_s = []
+    phase_s = []  # rank 0's (forward, backward) seconds of each step; the step's rest is the optimizer's
     curve = [(0.0, 0, evaluate(model, x_test, y_test, rank, world))] if evaluating else []
     reached = None  # (clock, step) of the first evaluation at or above the target
     # Outside the clock, as DDP's construction is: where a method starts its engine at construction in the
@@ -93,13 +98,18 @@ def train_one_seed(args, seed, data, rank, world):
             group["lr"] = lr
         x, y = shard.next()
         tx.start()
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, busy0 = time.perf_counter(), time.process_time(), cpu_times()["busy"]
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(ddp(x), y).backward()
+        loss = loss_fn(ddp(x), y)
+        t1 = time.perf_counter()
+        loss.backward()  # DDP's end of backward waits for every bucket's hook future: a method's exposed exchange
+        t2 = time.perf_counter()
         optimizer.step()
         synced = method.after_step()
+        phase_s.append((t1 - t0, t2 - t1))
         step_s.append(time.perf_counter() - t0)
         step_cpu_s.append(time.process_time() - cpu0)
+        step_busy_s.append(cpu_times()["busy"] - busy0)
         clock += step_s[-1]
         tx.stop()
         step += 1
@@ -131,6 +141,8 @@ def train_one_seed(args, seed, data, rank, world):
         "time_to_target_s": reached[0] if reached else None, "steps_to_target": reached[1] if reached else None,
         "wire_bytes_per_host": sent.item() / world if args.count_iface else None,
         "setup_s": round(setup_s, 5), "step_s": [round(t, 5) for t in step_s], "step_cpu_s": [round(t, 5) for t in step_cpu_s],
+        "step_busy_s": [round(t, 3) for t in step_busy_s],
+        "step_forward_s": [round(f, 5) for f, _ in phase_s], "step_backward_s": [round(b, 5) for _, b in phase_s],
         "synchronized_at_end": synchronized_at_end,
         "gradex_stats": method.stats(), "policy": method.policy, "rate_only": not evaluating,
         **method.settings(),
@@ -162,6 +174,8 @@ def main():
     p.add_argument("--no-eval", action="store_true",
                    help="steps per second only: no evaluation, no accuracy (a method whose accuracy does not "
                         "depend on the link, timed on another link)")
+    p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
+                   help="DDP(broadcast_buffers=False) in every method: no per-forward broadcast of rank 0's buffers")
     p.add_argument("--out", required=True)
     p.add_argument("--timeout-s", type=float, default=300)
     args = p.parse_args()

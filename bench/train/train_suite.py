@@ -204,6 +204,8 @@ def rank_argv(args, task, method, seeds, out_path, counted, rate_only=False, ifa
         argv += ["--count-iface", iface]
     if rate_only:
         argv += ["--no-eval"]
+    if not getattr(args, "broadcast_buffers", 1):
+        argv += ["--no-broadcast-buffers"]
     return argv, steps
 
 
@@ -229,6 +231,10 @@ def main():
     p.add_argument("--seeds", default="", help="override every method's seeds, e.g. 0,1,2")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
                    help="sgd: SGD momentum 0.9 (the race's default); adamw: AdamW in every method")
+    p.add_argument("--broadcast-buffers", type=int, choices=(0, 1), default=1,
+                   help="DDP's broadcast_buffers in every method (1: its default, rank 0's BatchNorm statistics sent "
+                        "to every rank at every forward, one latency a step that no comm hook hides; 0: as a "
+                        "user on a slow link sets it)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--log-dir", default=str(HERE.parents[1] / "build" / "bench-run" / "logs"))
     args = p.parse_args()
@@ -284,7 +290,8 @@ def race(args, runs, rates, networks):
             "optimizer": args.optimizer,
             "command": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                                 if (k in ("rates", "delay", "wan", "hosts", "mode", "tasks", "methods", "seeds")
-                                    and v) or (k == "optimizer" and v != "sgd")),
+                                    and v) or (k == "optimizer" and v != "sgd")
+                                or (k == "broadcast_buffers" and v == 0)),
             "note": MODE_NOTES[args.mode], "networks": {}, "failures": []}
     os.makedirs(args.log_dir, exist_ok=True)
     started_all, shaped = time.monotonic(), None
@@ -307,6 +314,8 @@ def race(args, runs, rates, networks):
 
         counters = getattr(network, "loss_counters", None)  # an emulated WAN's drops and TCP recoveries
         before = counters() if counters else None
+        relay_cpu = getattr(network, "relay_cpu_s", None)  # the emulated WAN's delay line: CPU the ranks share
+        cpu_before, relay_before = machine.cpu_times(), relay_cpu() if relay_cpu else None
         started = time.monotonic()
         try:
             run_ranks(network, args.hosts, argv, warmup=0, steps=1, display=display, log_dir=args.log_dir,
@@ -324,15 +333,47 @@ def race(args, runs, rates, networks):
             record["load_average"] = os.getloadavg()[0]
             if counters is not None and before is not None:
                 record["network_losses"] = {k: v - before[k] for k, v in counters().items()}
+            record["machine_cpu"] = machine_cpu(cpu_before, relay_before, relay_cpu, record["run_s"])
             result = entry["methods"].setdefault(method, {"seeds": [], "steps": steps, "rate_only": rate_only})
             result["seeds"].append(record)
             result["summary"] = summarize(result["seeds"])
             print(f"  {network.label} {task} {method} seed {seed}: "
                   f"{describe(record, entry['target'])} ({record['run_s']:.0f} s, "
-                  f"load {record['load_average']:.1f}{losses_note(record)})", flush=True)
+                  f"load {record['load_average']:.1f}{cpu_note(record)}{losses_note(record)})", flush=True)
         data["race_s"] = time.monotonic() - started_all
         results.write(args.out, data, link=network_links(networks))
     return 1 if data["failures"] else 0
+
+
+def machine_cpu(before, relay_before, relay_cpu, run_s):
+    """The machine's cores a run kept busy on average (every process, the kernel's network work, the delay
+    line) and the delay line's and the network softirq's shares of them: where ranks share cores, the
+    steps/s a method loses to its own CPU shows here, beside what it loses to its link."""
+    after = machine.cpu_times()
+    cores = {"busy_cores": (after["busy"] - before["busy"]) / run_s,
+             "softirq_cores": (after["softirq"] - before["softirq"]) / run_s,
+             "machine_cores": os.cpu_count()}
+    if relay_cpu is not None and relay_before is not None:
+        cores["relay_cores"] = (relay_cpu() - relay_before) / run_s
+    return {k: round(v, 3) for k, v in cores.items()}
+
+
+def cpu_note(record):
+    cpu = record.get("machine_cpu")
+    if not cpu:
+        return ""
+    steady = steady_busy_cores(record)
+    steady = f"; steady steps {steady:.2f} cores busy" if steady is not None else ""
+    relay = f", the delay line {cpu['relay_cores']:.2f}" if "relay_cores" in cpu else ""
+    return (f"; CPU {cpu['busy_cores']:.2f} of {cpu['machine_cores']} cores busy (network softirq "
+            f"{cpu['softirq_cores']:.2f}{relay}){steady}")
+
+
+def steady_busy_cores(record, skip=20):
+    """The machine's cores kept busy during rank 0's steps after the first `skip` (the start's), None
+    without those steps: where it is near the machine's cores, the steps are bound by CPU, not by waiting."""
+    wall, busy = record.get("step_s", [])[skip:], record.get("step_busy_s", [])[skip:]
+    return sum(busy) / sum(wall) if busy and len(busy) == len(wall) and sum(wall) > 0 else None
 
 
 def losses_note(record):

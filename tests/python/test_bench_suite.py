@@ -480,12 +480,28 @@ def test_race_delayed_method_ends_synchronized(tmp_path):
     """A delayed exchange's ranks differ by their last D local gradients: the race averages their parameters
     (gx.synchronize) after the last step and before its evaluation, as a user does before evaluating or saving;
     a method whose ranks already agree is not synchronized."""
-    train = _race_smoke(tmp_path, "delay", "--methods", "ddp,gradex_delay1")
+    train = _race_smoke(tmp_path, "delay", "--methods", "nocomm,ddp,gradex_delay1")
     records = {m: r["seeds"][0] for m, r in train["networks"]["loopback"]["tasks"]["mlp"]["methods"].items()}
     delayed, ddp = records["gradex_delay1"], records["ddp"]
     assert delayed["steps"] == 6 and [c[1] for c in delayed["curve"]] == [0, 3, 6]
     assert delayed["synchronized_at_end"] is True and ddp["synchronized_at_end"] is False
     assert delayed["gradex_stats"]["steps"] == 6
+    # DDP's default buffer broadcast in every method but the no-communication bound; each step's phases and the
+    # machine's busy cores beside its time.
+    assert {m: r["broadcast_buffers"] for m, r in records.items()} == {
+        "nocomm": False, "ddp": True, "gradex_delay1": True}
+    for r in records.values():
+        assert len(r["step_busy_s"]) == len(r["step_forward_s"]) == len(r["step_backward_s"]) == r["steps"]
+        assert all(f + b <= s + 1e-4 for f, b, s in zip(r["step_forward_s"], r["step_backward_s"], r["step_s"]))
+        assert 0 < r["machine_cpu"]["busy_cores"] <= r["machine_cpu"]["machine_cores"] + 0.5
+    assert "--broadcast-buffers" not in train["command"]
+
+    class Args:
+        mode, python, broadcast_buffers = "smoke", sys.executable, 0
+    argv, _ = train_suite.rank_argv(Args, "mlp", "ddp", [0], str(tmp_path / "x.json"), counted=False)
+    assert "--no-broadcast-buffers" in argv
+    Args.broadcast_buffers = 1
+    assert "--no-broadcast-buffers" not in train_suite.rank_argv(Args, "mlp", "ddp", [0], "x", counted=False)[0]
 
 
 def test_race_rate_only_run(tmp_path):

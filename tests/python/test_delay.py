@@ -119,6 +119,68 @@ def test_synchronize_leaves_every_rank_the_same_model():
         assert result["off_mean"] < 1e-6, result  # every parameter got its own slice of the average back
 
 
+def _batchnorm_steps(rank, world, broadcast_buffers):
+    """A BatchNorm model under GRADEX_DELAY=1: the ranks' buffers (running statistics, from their own
+    batches) before and after gx.synchronize, and the warnings the gradex logger gave."""
+    import logging
+
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+
+    said = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logging.getLogger("gradex").addHandler(Collect(level=logging.WARNING))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=broadcast_buffers)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    state = gx.State(ddp, optimizer=opt)
+    ddp.register_comm_hook(state, gx.hook)
+    gen = torch.Generator().manual_seed(11 + rank)
+
+    def buffer_spread():
+        flat = torch.cat([b.detach().double().flatten() for b in model.buffers()])
+        low, high = flat.clone(), flat.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        return float((high - low).max())
+
+    for _ in range(4):
+        x = torch.randn(16, 32, generator=gen) + rank
+        opt.zero_grad()
+        ddp(x).square().mean().backward()
+        opt.step()
+    before = buffer_spread()
+    rank0 = [b.clone() for b in model.buffers()]
+    for b in rank0:
+        dist.broadcast(b, src=0)
+    gx.synchronize(state)
+    equal_to_rank0 = all(torch.equal(b, r) for b, r in zip(model.buffers(), rank0))
+    state.close()
+    return {"before": before, "after": buffer_spread(), "equal_to_rank0": equal_to_rank0,
+            "warned": [m for m in said if "broadcast_buffers" in m]}
+
+
+@pytest.mark.parametrize("broadcast_buffers", [False, True])
+def test_synchronize_gives_every_rank_rank0s_buffers_and_the_log_names_the_broadcast(broadcast_buffers):
+    env = dict(EXACT, GRADEX_DELAY="1")
+    for rank, result in enumerate(ranks.run(_batchnorm_steps, 2, env=env, args=(broadcast_buffers,))):
+        # Each forward updates the running statistics from the rank's own batch (DDP's broadcast comes
+        # before it), so the ranks' buffers differ after a step either way.
+        assert result["before"] > 0, "the ranks' buffers never differed: the test cannot fail"
+        assert result["after"] == 0.0 and result["equal_to_rank0"], result
+        # The broadcast at every forward is a latency a step that the delay cannot hide: said once, by name.
+        assert len(result["warned"]) == (1 if broadcast_buffers else 0), result["warned"]
+        if broadcast_buffers:
+            assert "broadcast_buffers=False" in result["warned"][0] and "GRADEX_DELAY=1" in result["warned"][0]
+
+
 def _resume(rank, world):
     """Six steps in one run against three, a checkpoint (hook state, model, optimizer), and three more in a
     new State and model restored from it: the gradients of the last three steps must be equal bit for bit."""

@@ -66,10 +66,12 @@ def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) 
     evaluating or saving: drains the exchanges in flight (their averages are not applied), then averages
     every floating-point parameter across ranks, all of them in one flat fp32 average (gx.allreduce_, the
     engine's fp32 average: the same bits on every rank; one negotiation a 16 MiB chunk, not one a
-    parameter: across a WAN each costs a round trip or more). source as for stats(); model: the module
-    whose parameters to average (default: the State's model, or a DistributedOptimizer's parameters). The
-    next D steps apply local gradients only, as at the start. Without delay the parameters are already
-    identical and only the drain (a no-op) runs. Collective."""
+    parameter: across a WAN each costs a round trip or more), and gives every rank rank 0's buffers
+    (BatchNorm's running statistics, which each rank's forward updates from its own batch: what DDP's
+    broadcast_buffers would send at the next forward), bit for bit. source as for stats(); model: the module
+    whose parameters and buffers to make equal (default: the State's model, or a DistributedOptimizer's
+    parameters). The next D steps apply local gradients only, as at the start. Without delay the parameters
+    are already identical and only the drain (a no-op) runs. Collective."""
     engine = _engine_of(source, "synchronize")
     if engine.delay() == 0:
         return
@@ -83,15 +85,17 @@ def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) 
     else:
         raise InvalidArgumentError("gradex: synchronize() needs the model whose parameters to average")
     floating = [p for p in params if p.is_floating_point()]
-    if not floating:
-        return
-    with torch.no_grad():
-        flat = torch.cat([p.detach().to("cpu", torch.float32).reshape(-1) for p in floating])
-        allreduce_(flat, Average)
-        offset = 0
-        for p in floating:
-            p.data.copy_(flat[offset:offset + p.numel()].view(p.shape))
-            offset += p.numel()
+    if floating:
+        with torch.no_grad():
+            flat = torch.cat([p.detach().to("cpu", torch.float32).reshape(-1) for p in floating])
+            allreduce_(flat, Average)
+            offset = 0
+            for p in floating:
+                p.data.copy_(flat[offset:offset + p.numel()].view(p.shape))
+                offset += p.numel()
+    buffers = list(model.named_buffers()) if model is not None else []
+    if buffers:
+        broadcast_parameters(buffers, 0)
 
 
 _windows: Dict[int, _scalars.Window] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)

@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .. import _capi, _errors
 from . import _amp, _bootstrap, _buckets, _config_check, _discover, _horizon, _momentum
+from ._buffer_broadcast import BufferBroadcastCheck
 
 _STATE_FORMAT = "gradex.torch.State/2"
 
@@ -78,6 +79,7 @@ class State:
         self._lock = threading.Lock()
         self._engine: Union[_capi.Engine, None, Literal[False]] = None  # None: not bootstrapped; False: closed
         self._exchanger: Optional[_buckets.BucketExchanger] = None
+        self._buffer_check: Optional[BufferBroadcastCheck] = None
         self._step_hook: Optional[RemovableHandle] = None
         self._finalizer: Optional[weakref.finalize] = None
         # a state dict loaded before bootstrap
@@ -124,6 +126,7 @@ class State:
             # Sees every optimizer.step() in the process, to apply the momentum rule to whatever optimizer
             # trains the DDP model; removed after its first call.
             self._step_hook = register_optimizer_step_pre_hook(self._on_optimizer_step)
+            self._buffer_check = BufferBroadcastCheck.of(ddp)
             self._engine, self._exchanger = engine, exchanger
             return exchanger
 
@@ -304,4 +307,8 @@ def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Te
     exchanger = state._exchanger
     if exchanger is None:
         exchanger = state._bootstrap(bucket)
-    return exchanger.exchange(bucket)
+    future = exchanger.exchange(bucket)
+    check = state._buffer_check
+    if check is not None and check.watching and bucket.is_last():
+        check.after_step(exchanger.engine.delay())
+    return future
