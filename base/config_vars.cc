@@ -233,7 +233,7 @@ const std::vector<VarSpec>& registry() {
     // Agreed although it looks local: the probe is collective (rank 0 ping-pongs with its peers)
     // and its numbers are the ones every rank plans from.
     {"GRADEX_POLICY_PROBE", VarType::kBool, "1", 0, 0, false, false, nullptr, kEngine,
-     "GRADEX_POLICY=auto: measure the link with a short probe at the first exchange (rank 0 with "
+     "GRADEX_POLICY=auto: measure the link with a short probe in the engine's start (rank 0 with "
      "one peer per peer class: ping-pongs of 8 B to 256 KiB, none to a peer the start timed 10 ms "
      "or more away, then streams and incast bursts); 0: start from defaults and learn from the "
      "collectives only."},

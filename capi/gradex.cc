@@ -113,11 +113,12 @@ gradex_status_t gradex_engine_create(const gradex_engine_options_t* options,
     h->lane_rank = h->engine->rank();
     h->lane_world = h->engine->world_size();
     auto make_lane = [store = h->lane_store, rank = h->lane_rank, world = h->lane_world](
-                         int slot, gradex::config::Config config) {
+                         int slot, gradex::config::Config config,
+                         const gradex::sync::AgreedLink* link) {
       return std::make_unique<gradex::sync::Engine>(
           std::move(config),
           gradex::comm::make_prefix_store(store, "delay-lane" + std::to_string(slot) + "/"), rank,
-          world, GRADEX_API_VERSION);
+          world, GRADEX_API_VERSION, link);
     };
     h->delay = std::make_unique<gradex::sync::delay::DelayLine>(*h->engine, make_lane);
   });

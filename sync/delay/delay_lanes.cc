@@ -58,8 +58,7 @@ void DelayLanes::connect(const Factory& make, const config::Config& lane_config,
   // the key that peer waits for).
   const auto started = std::chrono::steady_clock::now();
   for (int i = 0; i < count; ++i) {
-    lanes_.push_back(make(first_slot + i, lane_config));
-    lanes_.back()->adopt_link_model(*link_);
+    lanes_.push_back(make(first_slot + i, lane_config, link_.get()));
     // Off the steps' path (measured at 25 ms one way: ~50 ms of CPU inside each lane's first
     // exchange, on every rank at once, when the lanes took over).
     lanes_.back()->calibrate_policy();

@@ -35,8 +35,10 @@ namespace gradex::sync::delay {
 class DelayLanes {
  public:
   // Makes the engine of lane slot `slot` from `config` (collective: every rank makes the same
-  // lanes). Slots are never reused by one delay line, so a slot's store keys are its own.
-  using Factory = std::function<std::unique_ptr<Engine>(int slot, config::Config config)>;
+  // lanes), starting with `link` (the delayed engine's agreed link; Engine's adopted_link). Slots
+  // are never reused by one delay line, so a slot's store keys are its own.
+  using Factory = std::function<std::unique_ptr<Engine>(int slot, config::Config config,
+                                                        const AgreedLink* link)>;
   enum class Start {
     kNow,         // the constructor returns with every lane connected
     kBackground,  // a thread of this object connects them; wait_ready() ends it

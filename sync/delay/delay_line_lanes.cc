@@ -74,7 +74,7 @@ void DelayLine::maybe_start_lanes_before_probe() {
   // of its start (the regions' discovery) are known on every rank. At 25 ms one way the lanes,
   // started after the first exchange, connected about a step after auto's decision, and the
   // agreed estimate then kept D = 1 for 5-7 more steps (15-17 at 75 ms); started here they
-  // connect during the first exchange's probe and the steps auto measures.
+  // connect during the first exchanges and the steps auto measures.
   if (before_probe_checked_) return;
   before_probe_checked_ = true;
   // The link is agreed already where the start probed it (a long path: Engine::connect), else

@@ -32,7 +32,7 @@ comm::CommOptions comm_options(const config::Config& c, const EngineOptions& o) 
 }  // namespace
 
 Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
-               uint32_t api_version)
+               uint32_t api_version, const AgreedLink* adopted_link)
     : config_(with_resolved_policy(std::move(config), rank == 0)),
       options_(engine_options_from_config(config_)),
       rank_(rank),
@@ -44,11 +44,13 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   executor_ = std::make_unique<Executor>(*this, config_, options_, world_size_);
   loop_ = std::make_unique<ProgressLoop>(*this);
   api_version_ = api_version;
+  adopted_link_ = adopted_link;
   if (!options_.timeline_dir.empty()) {
     trace_ = std::make_unique<timeline::Recorder>(options_.timeline_dir, rank, world_size);
     trace_->name_row(timeline::kWaitRow, "framework waits on gradex");
   }
   connect(std::move(store), rank, world_size);
+  adopted_link_ = nullptr;  // a later membership (reconfigure) agrees its own link
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
   if (!configure_shared_pool(threads)) {
@@ -93,15 +95,16 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
     policy_->on_reconfigure(world_size);
     // Layout and link model belong to the membership.
     executor_->on_connect(std::move(layout));
+    if (adopted_link_ != nullptr) executor_->link().adopt(*adopted_link_);
   }
-  // The auto policy's first plan agrees the link (a probe across hosts, tens of round trips on a
-  // long path). Where the start's round trips already say the path is long, the probe runs here,
-  // in the start, rather than inside the first step: a plugin that starts the engine before the
-  // training's first backward pass (gx.State given its DDP module and optimizer) overlaps it with
-  // whatever the process does meanwhile. The progress thread has not started (constructor) or is
-  // stopped (reconfigure), so the communicator is this thread's. Elsewhere the probe stays at the
-  // first plan, and an engine that never plans never probes. The codecs' calibration (CPU alone)
-  // joins the probe here: the first plan then only agrees its numbers.
+  // The auto policy's first plan agrees the link: a probe across hosts, tens of round trips on a
+  // long path and on a LAN ~1 s of streams at line rate. It runs here, in the start, rather than
+  // inside the first step: a plugin that starts the engine before the training's first backward
+  // pass (gx.State given its DDP module and optimizer) overlaps it with whatever the process does
+  // meanwhile, and a start in the first step costs the same either way. The progress thread has
+  // not started (constructor) or is stopped (reconfigure), so the communicator is this thread's.
+  // The codecs' calibration (CPU alone) joins the probe here: the first plan then only agrees its
+  // numbers.
   const bool probed_here = probes_during_start();
   auto probed = laid_out;
   if (probed_here) {
@@ -115,9 +118,10 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
                   << " ms, options agreed in " << log::ms_between(connected, agreed)
                   << " ms, layout in " << log::ms_between(agreed, laid_out) << " ms"
                   << (probed_here ? ", link probed in " + log::ms_between(laid_out, probed) +
-                                        " ms (a long path), codecs calibrated in " +
+                                        (start_says_latency_bound() ? " ms (a long path)" : " ms") +
+                                        ", codecs calibrated in " +
                                         log::ms_between(probed, Clock::now()) + " ms"
-                                  : " (the link probe follows at the first exchange)");
+                                  : "");
   }
 }
 
@@ -126,7 +130,7 @@ bool Engine::start_says_latency_bound() const {
 }
 
 bool Engine::probes_during_start() const {
-  return world_size_ > 1 && policy_->probes_link() && start_says_latency_bound();
+  return world_size_ > 1 && policy_->probes_link() && adopted_link_ == nullptr;
 }
 
 std::string Engine::layout_description() const {

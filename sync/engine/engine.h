@@ -46,9 +46,12 @@ class Engine {
   // Collective: bootstraps and connects every rank through `store`. `api_version`: the version of
   // the API this engine is driven through, part of the start-up agreement
   // (sync/negotiation/agreement.h): capi/ passes GRADEX_API_VERSION; C++ callers that bypass the C
-  // API (gradex-bench) keep 0, a value no C API release uses.
+  // API (gradex-bench) keep 0, a value no C API release uses. `adopted_link`: a model agreed over
+  // the same ranks and hosts (the delayed exchange's lanes get their delayed engine's), taken at
+  // the start (when it holds one) instead of probing the link there; null: the engine agrees its
+  // own.
   Engine(config::Config config, std::shared_ptr<comm::Store> store, int rank, int world_size,
-         uint32_t api_version = 0);
+         uint32_t api_version = 0, const AgreedLink* adopted_link = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -236,14 +239,14 @@ class Engine {
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
   // Bootstraps the communicator of a membership (collective), proves the agreement, and installs
-  // it with a fresh negotiator (engine creation and reconfigure()); on a long path it probes the
-  // link too (probes_during_start).
+  // it with a fresh negotiator (engine creation and reconfigure()); it probes the link too where
+  // the first plan would (probes_during_start).
   void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
   // Whether the round trips the membership's start measured say latency-bound (no lock: the
   // link's known round trips change only in connect()).
   bool start_says_latency_bound() const;
-  // Whether connect() probes the link: several ranks, a policy whose first plan would probe it,
-  // and a start that measured a long path (the probe is the same one the plan would run).
+  // Whether connect() probes the link: several ranks, a policy whose first plan would probe it
+  // (the probe is the same one the plan would run), and no link given to adopt.
   bool probes_during_start() const;
   // With mutex_ held: every handle in flight completes with `code` and `message`.
   void fail_in_flight(ErrorCode code, const std::string& message);
@@ -257,7 +260,8 @@ class Engine {
   EngineOptions options_;
   int rank_;
   int world_size_;
-  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
+  uint32_t api_version_ = 0;                  // for the start-up agreement of every membership
+  const AgreedLink* adopted_link_ = nullptr;  // the constructor's, for its connect() only
   // GRADEX_TIMELINE's recorder (null: off; every event site tests it once). Declared before comm_,
   // which refers to it while the timeline is on, so that it outlives it.
   std::unique_ptr<timeline::Recorder> trace_;
