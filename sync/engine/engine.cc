@@ -44,13 +44,11 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   executor_ = std::make_unique<Executor>(*this, config_, options_, world_size_);
   loop_ = std::make_unique<ProgressLoop>(*this);
   api_version_ = api_version;
-  adopted_link_ = adopted_link;
   if (!options_.timeline_dir.empty()) {
     trace_ = std::make_unique<timeline::Recorder>(options_.timeline_dir, rank, world_size);
     trace_->name_row(timeline::kWaitRow, "framework waits on gradex");
   }
-  connect(std::move(store), rank, world_size);
-  adopted_link_ = nullptr;  // a later membership (reconfigure) agrees its own link
+  connect(std::move(store), rank, world_size, adopted_link);
   // The worker pool is per process and sized once: by the first engine's GRADEX_THREADS.
   const int threads = static_cast<int>(config_.get_int("GRADEX_THREADS"));
   if (!configure_shared_pool(threads)) {
@@ -60,7 +58,8 @@ Engine::Engine(config::Config config, std::shared_ptr<comm::Store> store, int ra
   loop_->start();
 }
 
-void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_size) {
+void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_size,
+                     const AgreedLink* adopted_link) {
   const auto started = Clock::now();
   std::unique_ptr<comm::Communicator> comm = comm::create_ucx_communicator(
       std::move(store), rank, world_size, comm_options(config_, options_));
@@ -95,7 +94,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
     policy_->on_reconfigure(world_size);
     // Layout and link model belong to the membership.
     executor_->on_connect(std::move(layout));
-    if (adopted_link_ != nullptr) executor_->link().adopt(*adopted_link_);
+    if (adopted_link != nullptr) executor_->link().adopt(*adopted_link);
   }
   // The auto policy's first plan agrees the link: a probe across hosts, tens of round trips on a
   // long path and on a LAN ~1 s of streams at line rate. It runs here, in the start, rather than
@@ -105,7 +104,7 @@ void Engine::connect(std::shared_ptr<comm::Store> store, int rank, int world_siz
   // not started (constructor) or is stopped (reconfigure), so the communicator is this thread's.
   // The codecs' calibration (CPU alone) joins the probe here: the first plan then only agrees its
   // numbers.
-  const bool probed_here = probes_during_start();
+  const bool probed_here = adopted_link == nullptr && probes_during_start();
   auto probed = laid_out;
   if (probed_here) {
     executor_->link().agree(*comm_);
@@ -130,7 +129,7 @@ bool Engine::start_says_latency_bound() const {
 }
 
 bool Engine::probes_during_start() const {
-  return world_size_ > 1 && policy_->probes_link() && adopted_link_ == nullptr;
+  return world_size_ > 1 && policy_->probes_link();
 }
 
 std::string Engine::layout_description() const {

@@ -239,14 +239,15 @@ class Engine {
   std::unique_lock<std::mutex> wait_until_idle();
   [[noreturn]] void throw_handle_error(const Handle& h) const;
   // Bootstraps the communicator of a membership (collective), proves the agreement, and installs
-  // it with a fresh negotiator (engine creation and reconfigure()); it probes the link too where
-  // the first plan would (probes_during_start).
-  void connect(std::shared_ptr<comm::Store> store, int rank, int world_size);
+  // it with a fresh negotiator (engine creation and reconfigure()); it takes `adopted_link`
+  // (the constructor's) or probes the link where the first plan would (probes_during_start).
+  void connect(std::shared_ptr<comm::Store> store, int rank, int world_size,
+               const AgreedLink* adopted_link = nullptr);
   // Whether the round trips the membership's start measured say latency-bound (no lock: the
   // link's known round trips change only in connect()).
   bool start_says_latency_bound() const;
-  // Whether connect() probes the link: several ranks, a policy whose first plan would probe it
-  // (the probe is the same one the plan would run), and no link given to adopt.
+  // Whether connect() probes the link when given none to adopt: several ranks and a policy whose
+  // first plan would probe it (the probe is the same one the plan would run).
   bool probes_during_start() const;
   // With mutex_ held: every handle in flight completes with `code` and `message`.
   void fail_in_flight(ErrorCode code, const std::string& message);
@@ -260,8 +261,7 @@ class Engine {
   EngineOptions options_;
   int rank_;
   int world_size_;
-  uint32_t api_version_ = 0;                  // for the start-up agreement of every membership
-  const AgreedLink* adopted_link_ = nullptr;  // the constructor's, for its connect() only
+  uint32_t api_version_ = 0;  // for the start-up agreement of every membership
   // GRADEX_TIMELINE's recorder (null: off; every event site tests it once). Declared before comm_,
   // which refers to it while the timeline is on, so that it outlives it.
   std::unique_ptr<timeline::Recorder> trace_;
