@@ -401,13 +401,18 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
     // line's 8): sized by it alone the streams stayed at 256 KiB and read 0.10-0.18 Gbit/s; after
     // an untimed stream of the timed one's size, 0.36; as here, 0.72 (the round trips' fit: 0.88).
     const uint64_t stream_cap = std::min<uint64_t>(options.stream_bytes_max, kBurstMaxPerSender);
-    auto stream_for = [&](double beta_s_per_byte) {
+    auto stream_for = [&](double beta_s_per_byte, double seconds) {
       double n = static_cast<double>(options.stream_bytes_max);
-      if (beta_s_per_byte > 0) n = std::min(n, options.stream_max_seconds / beta_s_per_byte);
+      if (beta_s_per_byte > 0) n = std::min(n, seconds / beta_s_per_byte);
       return std::min<uint64_t>(std::max<uint64_t>(static_cast<uint64_t>(n), largest), stream_cap);
     };
+    // Rank 0 knows its economy from this slot's first round trip (a peer learns the size from the
+    // stream's start message, whatever it is).
     const uint64_t stream =
-        me == 0 && options.stream_bytes_max > 0 ? stream_for(p.beta_s_per_byte) : 0;
+        me == 0 && options.stream_bytes_max > 0
+            ? stream_for(p.beta_s_per_byte,
+                         long_path ? options.stream_max_seconds : options.short_path_stream_seconds)
+            : 0;
     part_done(result.parts.pings_s);
     BurstTiming took;
     if (options.stream_bytes_max > 0 && known_long) {
@@ -419,7 +424,8 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
             if (rep == 1) {
               const double data_s = first_s - 2 * alpha_s;
               sized = stream_for(
-                  data_s > 0 ? data_s / static_cast<double>(largest) / kSlowStartShare : 0);
+                  data_s > 0 ? data_s / static_cast<double>(largest) / kSlowStartShare : 0,
+                  options.stream_max_seconds);
             }
             return rep == 1 ? std::min<uint64_t>(2 * sized, stream_cap) : sized;
           },
@@ -483,11 +489,12 @@ ProbeResult probe_links(comm::Communicator& comm, const std::string& host,
       throw CorruptPayload("link probe: rank 0 asked for " + std::to_string(count) + " bursts");
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t each = me == 0 ? sizes[i] : 0;  // the senders learn it from rank 0
-      // On a long path the first size's untimed burst has opened every sender's window: the
-      // next sizes are timed once, without one of their own (each burst there is 3-4 round trips).
+      // The first size's untimed burst has opened every sender's window: the next sizes are
+      // timed without one of their own (on a 1 Gbit/s LAN the untimed 4 MiB burst from each of
+      // three hosts was 0.1 s of the start), and once on a long path (each burst there is 3-4
+      // round trips).
       const double fastest =
-          time_burst(comm, senders, each_of(each), long_path && i > 0 ? 0 : 1, long_path ? 1 : 2)
-              .seconds;
+          time_burst(comm, senders, each_of(each), i > 0 ? 0 : 1, long_path ? 1 : 2).seconds;
       if (me == 0) {
         const uint64_t total = each * senders.size();
         bursts.push_back({total,

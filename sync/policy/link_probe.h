@@ -36,11 +36,18 @@ struct ProbeOptions {
   // they read 75-90 ns per byte where the line moves 8. 0 bytes: no stream.
   size_t stream_bytes_max = 16u << 20;
   double stream_max_seconds = 0.1;
+  // On a short path (no long-path economy) the stream moves what the round trips' fit moves in
+  // this instead: there the fit is not window-limited and TCP reaches the line within a round trip
+  // or two, so 30 ms of the line measures it (at 1 Gbit/s, 3.75 MB a stream; the three streams of
+  // 0.1 s each were 0.29-0.37 s of a 0.75-0.87 s probe on a 1 Gbit/s LAN, most of the first step
+  // that the start left unhidden).
+  double short_path_stream_seconds = 0.03;
   // The incast bursts: for each size, ascending, every rank on another host than rank 0 sends
   // that many bytes to rank 0 at once (at most burst_total_max_bytes in all, and at most what the
   // other-host fit moves in burst_max_seconds, so that a slow link spends a bounded start-up on
-  // it), twice after one untimed burst. A size that those caps bring down to a smaller one's is
-  // not measured again. Empty: none measured.
+  // it), the first size twice after one untimed burst, the larger ones twice without one of their
+  // own (the first size's opened every sender's window), once each on a long path. A size that
+  // those caps bring down to a smaller one's is not measured again. Empty: none measured.
   std::vector<size_t> burst_bytes_per_sender;
   size_t burst_total_max_bytes = 16u << 20;
   double burst_max_seconds = 0.5;

@@ -160,7 +160,7 @@ TEST(LinkProbe, BetaIsTheStreamsWhereTheRoundTripsAreWindowLimited) {
   ProbeOptions o;
   o.repeats = 1;
   o.sizes = {8, 32u << 10, 128u << 10};
-  o.stream_max_seconds = 5;  // 5 MB at the window's rate: 50 ms at the line's
+  o.short_path_stream_seconds = 5;  // 5 MB at the window's rate: 50 ms at the line's
   auto probe = [&](const ProbeOptions& options) {
     std::mutex m;
     std::vector<ProbeResult> results(hosts.size());
@@ -185,6 +185,30 @@ TEST(LinkProbe, BetaIsTheStreamsWhereTheRoundTripsAreWindowLimited) {
   no_stream.stream_bytes_max = 0;
   const std::vector<ProbeResult> window = probe(no_stream);
   EXPECT_GT(window[1].link[static_cast<size_t>(window[1].flat)].beta_s_per_byte, 500e-9);
+}
+
+// On a short path the stream moves what the fit moves in short_path_stream_seconds, not in
+// stream_max_seconds (a long path's): a LAN's probe spends 30 ms of the line on each stream.
+TEST(LinkProbe, AShortPathsStreamLastsShortPathStreamSeconds) {
+  const std::vector<std::string> hosts{"a", "b"};
+  auto streamed = [&](double short_seconds) {
+    ProbeOptions o;
+    o.repeats = 1;
+    o.sizes = {8, 32u << 10, 128u << 10};
+    o.short_path_stream_seconds = short_seconds;
+    uint64_t sent = 0;
+    test::run_ranks(2, [&](comm::Communicator& inner) {
+      WindowLimitedCommunicator comm(inner, 0, 0, 20e-9);  // every send at 20 ns a byte
+      probe_links(comm, hosts[static_cast<size_t>(comm.rank())], o);
+      if (comm.rank() == 1) sent = comm.bytes_sent();
+    });
+    return sent;
+  };
+  const uint64_t short_stream = streamed(0.03), long_stream = streamed(0.12);
+  // Three streams of what 20 ns a byte moves in the time (fewer where the fit reads the loopback
+  // slower), beside the round trips' few hundred kB.
+  EXPECT_LT(short_stream, 3 * 1.5e6 + 1e6) << short_stream;
+  EXPECT_GT(long_stream, 2 * short_stream) << long_stream << " against " << short_stream;
 }
 
 TEST(LinkProbe, OneHostLeavesTheOtherClassUnmeasured) {
