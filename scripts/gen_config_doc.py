@@ -26,9 +26,33 @@ out=['# Configuration','',
 "creating an engine (the plugins call it when a lazy object is constructed); there an unknown name passed",
 "through the API (`config=`) is an error that names the closest declared variable.",'',
 '| variable | default | allowed | ranks | meaning |','|---|---|---|---|---|']
+# A table row holds a line of its own: a help text that would make it longer than this goes below the
+# table in full, its first sentence in the row (docs keep every line under 1,000 characters).
+ROW_MAX = 1000
+longer = []
 for n,d,r,a,h in rows:
     a = a.replace('may differ per rank', 'may differ').replace('equal on every rank', 'equal')
-    out.append("| `%s` | `%s` | %s | %s | %s |" % (n, d, r.replace('|', bar), a, h.replace('|', bar)))
+    row = "| `%s` | `%s` | %s | %s | %s |" % (n, d, r.replace('|', bar), a, h.replace('|', bar))
+    if len(row) > ROW_MAX:
+        first = re.split(r'(?<=\.)\s(?=[A-Z(])', h, maxsplit=1)[0]
+        if len(first) > 300:
+            first = first[:300].rsplit(' ', 1)[0] + ' ...'
+        anchor = n.lower()
+        row = "| `%s` | `%s` | %s | %s | %s ([more](#%s)) |" % (n, d, r.replace('|', bar), a,
+                                                          first.replace('|', bar), anchor)
+        longer.append((n, h))
+    out.append(row)
+if longer:
+    out += ['', '## The longer help texts', '']
+    for n, h in longer:
+        words, line, para = h.split(' '), '', []
+        for w in words:
+            if line and len(line) + 1 + len(w) > 110:
+                para.append(line); line = w
+            else:
+                line = (line + ' ' + w) if line else w
+        para.append(line)
+        out += ['### %s' % n, ''] + para + ['']
 out+=['','## Which policy runs: the settings you give win','',
 "`GRADEX_POLICY=auto` is the default. A setting you write is honoured or rejected at start-up, never",
 "silently overridden by that default:",'',
