@@ -134,7 +134,8 @@ def _batchnorm_steps(rank, world, broadcast_buffers):
         def emit(self, record):
             said.append(record.getMessage())
 
-    logging.getLogger("gradex").addHandler(Collect(level=logging.WARNING))
+    logging.getLogger("gradex").addHandler(Collect(level=logging.INFO))
+    logging.getLogger("gradex").setLevel(logging.INFO)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.Tanh(),
                                 torch.nn.Linear(64, 4))
@@ -164,7 +165,8 @@ def _batchnorm_steps(rank, world, broadcast_buffers):
     equal_to_rank0 = all(torch.equal(b, r) for b, r in zip(model.buffers(), rank0))
     state.close()
     return {"before": before, "after": buffer_spread(), "equal_to_rank0": equal_to_rank0,
-            "warned": [m for m in said if "broadcast_buffers" in m]}
+            "warned": [m for m in said if "broadcast_buffers" in m],
+            "statistics": [m for m in said if "update_bn" in m]}
 
 
 @pytest.mark.parametrize("broadcast_buffers", [False, True])
@@ -179,6 +181,9 @@ def test_synchronize_gives_every_rank_rank0s_buffers_and_the_log_names_the_broad
         assert len(result["warned"]) == (1 if broadcast_buffers else 0), result["warned"]
         if broadcast_buffers:
             assert "broadcast_buffers=False" in result["warned"][0] and "GRADEX_DELAY=1" in result["warned"][0]
+        # The synchronized model's running statistics are rank 0's, for rank 0's parameters: said once, with
+        # the remedy.
+        assert len(result["statistics"]) == 1 and "BatchNorm layers (1)" in result["statistics"][0], result["statistics"]
 
 
 def _resume(rank, world):

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
-from .. import _scalars
+from .. import _log, _scalars
 from .. import (AbortedError, ConfigError, CorruptError, GradexError, InternalError, InvalidArgumentError,
                 MismatchError, PeerError, StateError, TimeoutError, TransportError, VersionError)
 from . import _bootstrap, _ops
@@ -71,7 +71,10 @@ def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) 
     broadcast_buffers would send at the next forward), bit for bit. source as for stats(); model: the module
     whose parameters and buffers to make equal (default: the State's model, or a DistributedOptimizer's
     parameters). The next D steps apply local gradients only, as at the start. Without delay the parameters
-    are already identical and only the drain (a no-op) runs. Collective."""
+    are already identical and only the drain (a no-op) runs. Collective. For a BatchNorm model it says once
+    in the log that those running statistics were gathered for rank 0's parameters, not the average now in
+    place, and how to measure them again before evaluating (docs/tuning.md: about half of a convnet's
+    accuracy cost of the delay)."""
     engine = _engine_of(source, "synchronize")
     if engine.delay() == 0:
         return
@@ -96,6 +99,16 @@ def synchronize(source: object = None, model: Optional[torch.nn.Module] = None) 
     buffers = list(model.named_buffers()) if model is not None else []
     if buffers:
         broadcast_parameters(buffers, 0)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+             and m.track_running_stats] if model is not None else []
+    if norms:
+        _log.info_once(
+            "synchronize-batchnorm",
+            "gradex: gx.synchronize averaged the parameters and gave every rank rank 0's running statistics "
+            "of its BatchNorm layers (%d), which rank 0 gathered for its own parameters, not for the average now in "
+            "place: measure them again for the synchronized model before evaluating, as after any average of "
+            "weights (torch.optim.swa_utils.update_bn(loader, model) over a few training batches; "
+            "docs/tuning.md, \"Delayed exchange\")", len(norms))
 
 
 _windows: Dict[int, _scalars.Window] = {}  # id(engine) -> its _scalars.Window (an engine lives as long as its source)
