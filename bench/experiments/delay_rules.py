@@ -180,29 +180,23 @@ def simulate(name: str, seed: int, case: Case, steps: int, lr: float, world: int
 STATISTICS_BATCHES, STATISTICS_BATCH = 40, 256
 
 
-@torch.no_grad()
 def _with_own_statistics(model: torch.nn.Module, x_train: torch.Tensor) -> Optional[torch.nn.Module]:
-    """A copy of `model` whose BatchNorm running statistics are the plain average over the first
-    STATISTICS_BATCHES training batches of its own activations; None when it has no BatchNorm."""
-    fresh = copy.deepcopy(model)
-    norms = [m for m in fresh.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    if not norms:
+    """A copy of `model` whose BatchNorm running statistics are measured again over the first
+    STATISTICS_BATCHES training batches (PyTorch's update_bn, as a user would); None when it has no BatchNorm."""
+    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return None
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # a cumulative average
-    fresh.train()
-    for i in range(STATISTICS_BATCHES):
-        fresh(x_train[i * STATISTICS_BATCH:(i + 1) * STATISTICS_BATCH])
+    fresh = copy.deepcopy(model)
+    batches = [x_train[i * STATISTICS_BATCH:(i + 1) * STATISTICS_BATCH] for i in range(STATISTICS_BATCHES)]
+    torch.optim.swa_utils.update_bn(batches, fresh)
     return fresh
 
 
-def _one(job: Tuple[str, int, str, int, float]) -> Dict[str, Any]:
-    name, seed, case_text, steps, lr = job
+def _one(job: Tuple[str, int, Case, int, float]) -> Dict[str, Any]:
+    name, seed, case, steps, lr = job
     torch.set_num_threads(1)
     started = time.perf_counter()
-    run = simulate(name, seed, Case.parse(case_text), steps, lr)
-    return {"task": name, "seed": seed, "case": Case.parse(case_text).label(), "accuracy": run.accuracy,
+    run = simulate(name, seed, case, steps, lr)
+    return {"task": name, "seed": seed, "case": case.label(), "accuracy": run.accuracy,
             "accuracy_own_statistics": run.accuracy_own_statistics,
             "seconds": round(time.perf_counter() - started, 1)}
 
@@ -240,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in tasks:
         if name not in TASK_SETTINGS:
             raise SystemExit(f"--tasks: unknown task {name!r} (expected one of {', '.join(TASK_SETTINGS)})")
-    jobs = [(name, int(s), c.label(), TASK_SETTINGS[name]["steps"], TASK_SETTINGS[name]["lr"])
+    jobs = [(name, int(s), c, TASK_SETTINGS[name]["steps"], TASK_SETTINGS[name]["lr"])
             for name in tasks for c in cases for s in args.seeds.split(",")]
     rows: List[Dict[str, Any]] = []
     with multiprocessing.get_context("spawn").Pool(max(1, args.jobs)) as pool:
