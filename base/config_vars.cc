@@ -113,6 +113,10 @@ const std::vector<VarSpec>& registry() {
      "warning). See docs/security.md."},
     {"GRADEX_LOG_LEVEL", VarType::kChoice, "warn", 0, 0, false, false, "error|warn|info|debug", kPerRank,
      "How much gradex writes to stderr."},
+    {"GRADEX_LIBRARY", VarType::kString, "", 0, 0, false, false, nullptr, kPerRank,
+     "Path of the libgradex.so the Python package loads (read by the package before any engine "
+     "exists). Empty: the one installed beside the package. For trying another build of the "
+     "library (a debug or coverage build) under an installed package."},
     {"GRADEX_STATS_EVERY", VarType::kInt, "0", 0, 1e9, false, false, nullptr, kPerRank,
      "Every N completed steps rank 0 logs one line with the last N steps' compression ratio, MB "
      "sent, exchange milliseconds and saturated/non-finite counts (at info level, whatever "

@@ -67,6 +67,15 @@ TEST(Config, UnknownNamesAreCollectedNotFatal) {
   EXPECT_NE(c.describe().find("GRADEX_SPARSTY"), std::string::npos);
 }
 
+// The Python package's own variable (where it loads libgradex.so from) is declared like every
+// other, so that the engine does not warn that a user's GRADEX_LIBRARY is unknown.
+TEST(Config, ThePackagesLibraryPathIsAKnownVariable) {
+  Config c = Config::from_strings({"GRADEX_LIBRARY=/opt/gradex-debug/libgradex.so"},
+                                  Source::kEnvironment);
+  EXPECT_TRUE(c.unknown_names().empty());
+  EXPECT_EQ(c.get_string("GRADEX_LIBRARY"), "/opt/gradex-debug/libgradex.so");
+}
+
 TEST(Config, ApiOverridesEnvironment) {
   Config c = Config::from_strings({"GRADEX_SPARSITY=0.99"}, Source::kEnvironment);
   c.set("GRADEX_SPARSITY", "0.9");
