@@ -150,14 +150,7 @@ void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
   // epoch boundaries, before anything is routed.
   // What the routes will do on the agreed link, by their own rules (sync/route/route.h), so that
   // the planner prices what is sent.
-  {
-    const LinkModel* link = link_.model();
-    LinkPaths paths =
-        route::link_paths(link, options_, hierarchy(), engine_.comm_->receives_any_length());
-    if (link != nullptr && link->latency_bound())
-      paths.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
-    engine_.policy_->set_link_paths(paths);
-  }
+  engine_.policy_->set_link_paths(link_paths());
   // The planner decides (collective when due); the engine applies its switches under its lock
   // (applied_policy and explain read the policies), before anything is routed.
   const RoundDecision decision = engine_.policy_->plan_round(*engine_.comm_, link_, jobs);
@@ -215,7 +208,7 @@ void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
   plan_options.sparse_group_elements = latency_bound_group()
                                            ? std::numeric_limits<uint64_t>::max()
                                            : options_.collectives.sparse_group_bytes / 4;
-  plan_options.rider_bytes = route::rider_bytes(options_, link_.model(), hierarchy());
+  plan_options.rider_bytes = link_paths().rider_bytes;
   std::deque<Unit> units = pipeline::plan(jobs, plan_options);
   GX_LOG(kDebug) << "round: " << jobs.size() << " tensor(s) in " << units.size() << " unit(s)";
   pipeline::Stages stages;
@@ -224,6 +217,17 @@ void Engine::Executor::execute(const std::vector<ReadyWork>& ready) {
   stages.finish = [this](Unit& u) { finish_unit(u); };
   ThreadPool& pool = shared_pool();
   pipeline::run(units, stages, pool, pipeline::lookahead_for(pool.threads()));
+}
+
+const LinkPaths& Engine::Executor::link_paths() {
+  if (link_paths_generation_ == link_.generation()) return link_paths_;
+  const LinkModel* link = link_.model();
+  link_paths_ =
+      route::link_paths(link, options_, hierarchy(), engine_.comm_->receives_any_length());
+  if (link != nullptr && link->latency_bound())
+    link_paths_.coalesce_window_s = link->link().alpha_s * kCoalesceExpectLatencies;
+  link_paths_generation_ = link_.generation();
+  return link_paths_;
 }
 
 bool Engine::Executor::latency_bound_group() const {

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "comm/topology/host_topology.h"
 #include "sync/data/backend_path.h"
+
 #include "sync/data/exchange_layout.h"
 #include "sync/data/sparse_gather.h"
 #include "sync/engine/engine.h"
@@ -62,6 +64,10 @@ class Engine::Executor {
   // True when a round's DGC tensors travel as one unit: on a latency-bound link (the agreed link
   // model: LinkModel::latency_bound), unless GRADEX_SPARSE_GROUP_MB was given.
   bool latency_bound_group() const;
+  // What the routes do on the agreed link (route::link_paths, the planner's prices and the round's
+  // riders), derived again only when the agreed model changes (AgreedLink::generation): once or
+  // twice per membership, not every round.
+  const LinkPaths& link_paths();
   // payloads: a sparse job's payload from every rank, in rank order (empty for dense jobs).
   void finish(pipeline::Job& job, const std::vector<std::pair<const uint8_t*, size_t>>& payloads);
   void finish_unit(pipeline::Unit& unit);
@@ -78,6 +84,8 @@ class Engine::Executor {
   // The membership's one link model (sync/policy/link_model.h), probed the first time a decision
   // needs it; every route, the gather and the planner price through it.
   AgreedLink link_;
+  LinkPaths link_paths_;                           // link_paths(), for link_paths_generation_
+  std::optional<uint64_t> link_paths_generation_;  // none: not derived in this membership yet
   // The groups of the hierarchical exchange (hosts or regions, sync/data/exchange_layout.h) when it
   // is on for this membership, else null.
   std::unique_ptr<comm::HostTopology> hierarchy_;

@@ -20,6 +20,7 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   if (model_ && !(incast && lacks_bursts_)) return *model_;
   if (comm.size() < 2) {
     model_ = std::make_unique<LinkModel>();
+    ++generation_;
     return *model_;
   }
   cost::ProbeOptions options;
@@ -71,6 +72,7 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   lacks_bursts_ = !options.burst_bytes_per_sender.empty() && model->crosses_hosts() &&
                   model->link().alpha_s < options.burst_min_alpha_s;
   model_ = std::move(model);
+  ++generation_;
   probe_ = std::move(probe);
   return *model_;
 }

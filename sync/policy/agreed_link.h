@@ -45,6 +45,9 @@ class AgreedLink {
   const LinkModel& agree(comm::Communicator& comm, bool incast = true);
   // The agreed model; null before the first agree() of the membership.
   const LinkModel* model() const { return model_.get(); }
+  // Changes whenever model() does (a probe, reset, adopt): what a caller derived from the model at
+  // another generation is stale.
+  uint64_t generation() const { return generation_; }
   // The probe behind the model (hosts, the transport's CPU); null before, or with one rank.
   const cost::ProbeResult* probe() const { return probe_.get(); }
   // Takes `other`'s agreed model and probe (when it has one), so that no probe runs here: another
@@ -53,6 +56,7 @@ class AgreedLink {
   void adopt(const AgreedLink& other) {
     if (!other.model_) return;
     model_ = std::make_unique<LinkModel>(*other.model_);
+    ++generation_;
     probe_ = other.probe_ ? std::make_unique<cost::ProbeResult>(*other.probe_) : nullptr;
     lacks_bursts_ = other.lacks_bursts_;
   }
@@ -69,6 +73,7 @@ class AgreedLink {
   // start measured already (ProbeOptions::rank0_round_trips_s; the same on every rank).
   void reset(std::vector<std::pair<int, double>> rank0_round_trips_s = {}) {
     model_.reset();
+    ++generation_;
     probe_.reset();
     lacks_bursts_ = false;
     rank0_round_trips_s_ = std::move(rank0_round_trips_s);
@@ -78,6 +83,7 @@ class AgreedLink {
   double port_queue_s_;
   bool port_queue_explicit_;
   std::unique_ptr<LinkModel> model_;
+  uint64_t generation_ = 0;
   std::unique_ptr<cost::ProbeResult> probe_;
   bool lacks_bursts_ = false;
   std::vector<std::pair<int, double>> rank0_round_trips_s_;

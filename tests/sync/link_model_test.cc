@@ -165,15 +165,28 @@ TEST(AgreedLink, EveryRankHoldsRankZerosModelProbedOncePerMembership) {
     OwnHostCommunicator comm(inner);
     AgreedLink link(1e-3, /*port_queue_explicit=*/true);
     EXPECT_EQ(link.model(), nullptr);
+    // The generation tells a caller that caches what it derived from the model (the executor's
+    // LinkPaths) when to derive it again: at every new model, never between.
+    const uint64_t unprobed = link.generation();
     const LinkModel& first = link.agree(comm);
+    const uint64_t probed = link.generation();
+    EXPECT_NE(probed, unprobed);
     const std::vector<uint8_t> bytes = first.encode();
     const uint64_t before = comm.sends;
     const LinkModel& second = link.agree(comm);
     const uint64_t sent = comm.sends - before;
     EXPECT_EQ(&first, &second);
+    EXPECT_EQ(link.generation(), probed);
     link.reset();
     EXPECT_EQ(link.model(), nullptr);
+    const uint64_t after_reset = link.generation();
+    EXPECT_NE(after_reset, probed);
     const std::vector<uint8_t> re = link.agree(comm).encode();
+    EXPECT_NE(link.generation(), after_reset);
+    AgreedLink copy(1e-3, /*port_queue_explicit=*/true);
+    const uint64_t empty_copy = copy.generation();
+    copy.adopt(link);
+    EXPECT_NE(copy.generation(), empty_copy);
     std::lock_guard<std::mutex> lock(m);
     agreed[static_cast<size_t>(comm.rank())] = bytes;
     again[static_cast<size_t>(comm.rank())] = re;
