@@ -31,3 +31,28 @@ def test_the_torch_momentum_rule_reads_the_engines_setting():
     finally:
         engine.close()
     assert _momentum.gradex_momentum(None, {"GRADEX_MOMENTUM": "0.25"}) == 0.25
+
+
+def _run_with_library(path: str, code: str):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, GRADEX_LIBRARY=path, GRADEX_LOG_LEVEL="warn")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_gradex_library_is_honoured_known_to_the_engine_and_named_when_missing():
+    """GRADEX_LIBRARY (another build of libgradex.so under the installed package) is loaded, the engine does
+    not call it an unknown variable, and a path that does not exist is named as GRADEX_LIBRARY's."""
+    import os
+
+    import gradex
+    own = os.path.join(os.path.dirname(gradex.__file__), "libgradex.so")
+    loaded = _run_with_library(own, "from gradex import _capi; e = _capi.Engine(0, 1, None, None, {}); "
+                                    "print(_capi.library_path()); e.close()")
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == own
+    assert "unknown environment variable" not in loaded.stderr
+    missing = _run_with_library("/nonexistent/libgradex.so", "from gradex import _capi; _capi.lib()")
+    assert missing.returncode != 0
+    assert "GRADEX_LIBRARY=/nonexistent/libgradex.so does not exist" in missing.stderr

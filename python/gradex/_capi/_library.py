@@ -172,6 +172,9 @@ def lib() -> ctypes.CDLL:
             return _lib
         path = library_path()
         if not os.path.exists(path):
+            if os.environ.get("GRADEX_LIBRARY"):
+                raise ImportError(f"gradex: GRADEX_LIBRARY={path} does not exist; point it at a built libgradex.so "
+                                  f"or unset it to load the package's own")
             raise ImportError(f"gradex: {path} does not exist; install the package with pip (see README.md)")
         handle = ctypes.CDLL(path)
         _declare(handle, _core_signatures())
