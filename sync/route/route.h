@@ -138,7 +138,9 @@ uint64_t quantized_one_hop_max_bytes(const LinkModel* link, const comm::HostTopo
 uint64_t rider_bytes(const EngineOptions& options, const LinkModel* link,
                      const comm::HostTopology* hosts);
 // What the routes do on `link` (null: not agreed yet) for the planner (link_paths.cc), from the
-// rules above and the gather's (SparseGather): the same numbers the routes decide by.
+// rules above and the gather's (SparseGather): the same numbers the routes decide by. A function
+// of its arguments alone, which hold for a whole agreed model: the executor derives it once per
+// model (AgreedLink::generation), not every round.
 LinkPaths link_paths(const LinkModel* link, const EngineOptions& options,
                      const comm::HostTopology* hosts, bool receives_any_length);
 
