@@ -18,7 +18,6 @@
 
 #include "comm/topology/host_topology.h"
 #include "sync/data/backend_path.h"
-
 #include "sync/data/exchange_layout.h"
 #include "sync/data/sparse_gather.h"
 #include "sync/engine/engine.h"
