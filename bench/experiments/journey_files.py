@@ -1,15 +1,16 @@
-"""Measures which source files one DGC tensor's step enters, from gx.hook to the wire and back.
+"""Measures which source files one tensor's step enters, from gx.hook to the wire and back.
 
 The journey of docs/architecture.md, counted by running it rather than by reading: two ranks train a
-one-tensor model (a 1024x256 linear layer, bias-free, GRADEX_POLICY=fixed, DGC at 99%) through
-DistributedDataParallel and gx.hook, on a coverage build of libgradex.so and the op library
-(build-cov/). A C++ file is entered per step when one of its lines runs at least once more per extra step
-in a run of 2N steps than in one of N (the set-up is the same in both); a Python file when a function of it is called after the
-first two steps (sys.setprofile in every thread). Headers are listed apart (inline code), as are
-the leaf libraries a reader treats as black boxes behind their interface header (base/, compress/,
-comm's transport, seal and topology).
+one-tensor model (a 1024x256 linear layer, bias-free, GRADEX_POLICY=fixed: DGC at 99%, or dense 16-bit)
+through DistributedDataParallel and gx.hook, on a coverage build of libgradex.so and the op library
+(build-cov/). A C++ file is entered per step when one of its lines runs at least once more per extra
+step in a run of 2N steps than in one of N (the set-up is the same in both); a Python file when a
+function of it is called after the first two steps (sys.setprofile in every thread). Headers are listed
+apart (inline code), as are the leaf libraries a reader treats as black boxes behind their interface
+header (base/, compress/, comm's transport, seal and topology).
 
-    .venv/bin/python -m bench.experiments.journey_files [--steps 6] [--out docs/benchmarks/journey_files.json]
+    .venv/bin/python -m bench.experiments.journey_files [--paths dgc,fp16] [--steps 6] \\
+        [--out docs/benchmarks/journey_files.json]
 
 Builds build-cov/ first (incremental; about 5 minutes on 2 cores from nothing).
 """
@@ -33,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.path.join(ROOT, "build-cov")
 # Where a newcomer follows the tensor (the rest are libraries behind one header each).
 ORCHESTRATION = ("python/gradex/", "plugins/", "capi/", "sync/", "comm/collectives/")
+# The tensor's path: GRADEX_SPARSITY under GRADEX_POLICY=fixed (0: dense, 16-bit on the wire).
+PATH_SPARSITY = {"dgc": "0.99", "fp16": "0"}
 
 
 def build() -> None:
@@ -54,7 +57,7 @@ def package(into: str) -> str:
     return into
 
 
-def rank_main(steps: int, out: str) -> None:
+def rank_main(steps: int, sparsity: str, out: str) -> None:
     """One rank: the training loop; writes the Python files entered after step 2 to `out`."""
     import threading
 
@@ -68,7 +71,7 @@ def rank_main(steps: int, out: str) -> None:
     model = torch.nn.Linear(1024, 256, bias=False)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    state = gx.State(ddp, config={"GRADEX_POLICY": "fixed", "GRADEX_SPARSITY": "0.99",
+    state = gx.State(ddp, config={"GRADEX_POLICY": "fixed", "GRADEX_SPARSITY": sparsity,
                                   "GRADEX_WARMUP_STEPS": "0"}, optimizer=opt)
     ddp.register_comm_hook(state, gx.hook)
     package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(gx.__file__))))
@@ -95,7 +98,7 @@ def rank_main(steps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def run(steps: int, package_root: str, gcda_dir: str, python_out: str) -> None:
+def run(steps: int, sparsity: str, package_root: str, gcda_dir: str, python_out: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -105,7 +108,8 @@ def run(steps: int, package_root: str, gcda_dir: str, python_out: str) -> None:
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GCOV_PREFIX=gcda_dir,
                    OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, "-m", "bench.experiments.journey_files", "--rank-steps",
-                                       str(steps), "--rank-out", python_out + f".{rank}"], env=env, cwd=ROOT))
+                                       str(steps), "--rank-sparsity", sparsity, "--rank-out", python_out + f".{rank}"],
+                                      env=env, cwd=ROOT))
     for p in procs:
         if p.wait(timeout=600) != 0:
             raise SystemExit(f"journey: a rank exited with {p.returncode}")
@@ -154,38 +158,54 @@ def classify(files: List[str]) -> Dict[str, List[str]]:
     return groups
 
 
+def measure(path: str, steps: int, package_root: str, work: str) -> Dict[str, List[str]]:
+    """The files one step of a `path` tensor enters, grouped (classify)."""
+    counts: Dict[int, Dict[str, Dict[int, int]]] = {}
+    python_files: Set[str] = set()
+    for n in (steps, 2 * steps):
+        gcda_dir = os.path.join(work, f"{path}-gcda{n}")
+        python_out = os.path.join(work, f"{path}-python{n}")
+        run(n, PATH_SPARSITY[path], package_root, gcda_dir, python_out)
+        counts[n] = line_counts(gcda_dir)
+        for rank in range(2):
+            with open(f"{python_out}.{rank}") as f:
+                python_files.update(json.load(f))
+    cpp = grown(counts[steps], counts[2 * steps], at_least=steps)  # once per extra step, on one rank at least
+    return classify(sorted(set(cpp) | python_files))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--paths", default="dgc,fp16", help=f"comma-separated, of {', '.join(PATH_SPARSITY)}")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", default=None, help="a JSON result file to write")
     parser.add_argument("--rank-steps", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--rank-sparsity", default="", help=argparse.SUPPRESS)
     parser.add_argument("--rank-out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_steps:
-        rank_main(args.rank_steps, args.rank_out)
+        rank_main(args.rank_steps, args.rank_sparsity, args.rank_out)
         return
+    paths = args.paths.split(",")
+    unknown = [p for p in paths if p not in PATH_SPARSITY]
+    if unknown:
+        parser.error(f"--paths: {', '.join(unknown)} not one of {', '.join(PATH_SPARSITY)}")
     build()
+    measured: Dict[str, Dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="gradex-journey-") as work:
         root = package(os.path.join(work, "package"))
-        counts: Dict[int, Dict[str, Dict[int, int]]] = {}
-        python_files: Set[str] = set()
-        for steps in (args.steps, 2 * args.steps):
-            gcda_dir = os.path.join(work, f"gcda{steps}")
-            run(steps, root, gcda_dir, os.path.join(work, f"python{steps}"))
-            counts[steps] = line_counts(gcda_dir)
-            for rank in range(2):
-                with open(os.path.join(work, f"python{steps}.{rank}")) as f:
-                    python_files.update(json.load(f))
-        cpp = grown(counts[args.steps], counts[2 * args.steps], at_least=args.steps)  # once per extra step, on one rank at least
-    groups = classify(sorted(set(cpp) | python_files))
-    for name, files in groups.items():
-        print(f"{name}: {len(files)}")
-        for path in files:
-            print(f"  {path}")
+        for path in paths:
+            groups = measure(path, args.steps, root, work)
+            measured[path] = {"counts": {k: len(v) for k, v in groups.items()}, "files": groups}
+            print(f"{path}: " + ", ".join(f"{name} {len(files)}" for name, files in groups.items()))
+            for name, files in groups.items():
+                print(f"  {name}: {len(files)}")
+                for source in files:
+                    print(f"    {source}")
     if args.out:
-        results.write(args.out, {"steps": [args.steps, 2 * args.steps],
-                                 "counts": {k: len(v) for k, v in groups.items()}, "files": groups},
+        results.write(args.out, {"steps": [args.steps, 2 * args.steps], "paths": measured},
                       link="loopback, 2 ranks")
+
 
 if __name__ == "__main__":
     main()
