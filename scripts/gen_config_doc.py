@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Regenerates docs/configuration.md from the GRADEX_* registry: python3 scripts/gen_config_doc.py [path/to/gradex-config]
 import re
-import subprocess, sys
+import subprocess, sys, textwrap
 binary = sys.argv[1] if len(sys.argv) > 1 else 'build/bin/gradex-config'
 lines = subprocess.run([binary], check=True, capture_output=True, text=True).stdout.splitlines()
 rows=[]
@@ -45,13 +45,7 @@ for n,d,r,a,h in rows:
 if longer:
     out += ['', '## The longer help texts', '']
     for n, h in longer:
-        words, line, para = h.split(' '), '', []
-        for w in words:
-            if line and len(line) + 1 + len(w) > 110:
-                para.append(line); line = w
-            else:
-                line = (line + ' ' + w) if line else w
-        para.append(line)
+        para = textwrap.wrap(h, 110, break_long_words=False, break_on_hyphens=False)
         out += ['### %s' % n, ''] + para + ['']
 out+=['','## Which policy runs: the settings you give win','',
 "`GRADEX_POLICY=auto` is the default. A setting you write is honoured or rejected at start-up, never",
