@@ -19,8 +19,7 @@ constexpr double kTcpAdviceTargetBits = 10e9;
 const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   if (model_ && !(incast && lacks_bursts_)) return *model_;
   if (comm.size() < 2) {
-    model_ = std::make_unique<LinkModel>();
-    ++generation_;
+    replace_model(std::make_unique<LinkModel>());
     return *model_;
   }
   cost::ProbeOptions options;
@@ -71,8 +70,7 @@ const LinkModel& AgreedLink::agree(comm::Communicator& comm, bool incast) {
   }
   lacks_bursts_ = !options.burst_bytes_per_sender.empty() && model->crosses_hosts() &&
                   model->link().alpha_s < options.burst_min_alpha_s;
-  model_ = std::move(model);
-  ++generation_;
+  replace_model(std::move(model));
   probe_ = std::move(probe);
   return *model_;
 }

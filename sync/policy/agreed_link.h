@@ -55,8 +55,7 @@ class AgreedLink {
   // the same numbers, so decisions stay agreed.
   void adopt(const AgreedLink& other) {
     if (!other.model_) return;
-    model_ = std::make_unique<LinkModel>(*other.model_);
-    ++generation_;
+    replace_model(std::make_unique<LinkModel>(*other.model_));
     probe_ = other.probe_ ? std::make_unique<cost::ProbeResult>(*other.probe_) : nullptr;
     lacks_bursts_ = other.lacks_bursts_;
   }
@@ -72,14 +71,19 @@ class AgreedLink {
   // A new membership (Engine::connect) probes its own links again; `rank0_round_trips_s`: what its
   // start measured already (ProbeOptions::rank0_round_trips_s; the same on every rank).
   void reset(std::vector<std::pair<int, double>> rank0_round_trips_s = {}) {
-    model_.reset();
-    ++generation_;
+    replace_model(nullptr);
     probe_.reset();
     lacks_bursts_ = false;
     rank0_round_trips_s_ = std::move(rank0_round_trips_s);
   }
 
  private:
+  // Every change of the model goes through here, so that generation() follows it.
+  void replace_model(std::unique_ptr<LinkModel> model) {
+    model_ = std::move(model);
+    ++generation_;
+  }
+
   double port_queue_s_;
   bool port_queue_explicit_;
   std::unique_ptr<LinkModel> model_;
