@@ -32,16 +32,24 @@ double now_s() {
 
 }  // namespace
 
+DelayLine::Settings DelayLine::settings_of(const Engine& engine) {
+  const config::Config& config = engine.config();
+  const std::string test_lanes = config.get_string("GRADEX_TEST_DELAY_LANES");
+  Settings s;
+  s.momentum = engine.options().momentum;
+  s.nesterov = engine.options().nesterov;
+  s.stale = config.get_string("GRADEX_DELAY_RULE") == "stale";
+  s.test_lanes = test_lanes != "0";
+  s.test_lanes_late = test_lanes == "late";
+  s.test_lanes_long = test_lanes == "long";
+  return s;
+}
+
 DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
     : engine_(engine),
       make_lane_(std::move(make_lane)),
-      momentum_(engine.options().momentum),
-      nesterov_(engine.options().nesterov),
-      rule_(engine.config()),
-      stale_(engine.config().get_string("GRADEX_DELAY_RULE") == "stale"),
-      test_lanes_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") != "0"),
-      test_lanes_late_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") == "late"),
-      test_lanes_long_(engine.config().get_string("GRADEX_TEST_DELAY_LANES") == "long") {
+      settings_(settings_of(engine)),
+      rule_(engine.config()) {
   if (rule_.automatic()) engine_.register_tensor(kAgreementKey, 4, DType::kFloat32);
   if (!rule_.automatic() && rule_.delay() >= 2) {
     const std::string held = lanes_held();
@@ -55,14 +63,14 @@ DelayLine::DelayLine(Engine& engine, DelayLanes::Factory make_lane)
 
 DelayLine::~DelayLine() {
   // The lanes first: their exchanges in flight write into the lines' buffers until they end.
-  lanes_.reset();
-  pending_.reset();
-  early_.reset();
+  lanes_.active.reset();
+  lanes_.pending.reset();
+  lanes_.early.reset();
 }
 
 int DelayLine::delay() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return pending_ ? std::min(rule_.delay(), 1) : rule_.delay();
+  return lanes_.pending ? std::min(rule_.delay(), 1) : rule_.delay();
 }
 
 void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype, bool cuda,
@@ -92,10 +100,10 @@ void DelayLine::on_register(const std::string& key, uint64_t numel, DType dtype,
 
 void DelayLine::register_on_lanes(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!lanes_) return;
+  if (!lanes_.active) return;
   auto it = lines_.find(key);
   if (it == lines_.end()) return;
-  lanes_->register_tensor(key, it->second->numel, it->second->dtype, it->second->rows);
+  lanes_.active->register_tensor(key, it->second->numel, it->second->dtype, it->second->rows);
 }
 
 DelayLine::Line& DelayLine::line_of(const std::string& key) {
@@ -108,9 +116,9 @@ DelayLine::Line& DelayLine::line_of(const std::string& key) {
 
 Engine& DelayLine::engine_of(const Slot& slot) {
   if (slot.lane < 0) return engine_;
-  if (!lanes_ || slot.lane >= lanes_->count())
+  if (!lanes_.active || slot.lane >= lanes_.active->count())
     throw InternalError("a delayed exchange's lane " + std::to_string(slot.lane) + " is gone");
-  return lanes_->lane(slot.lane);
+  return lanes_.active->lane(slot.lane);
 }
 
 void DelayLine::settle(Line& l, Slot& slot) {
@@ -152,7 +160,7 @@ void DelayLine::retire_oldest(Line& l, int d, void* data) {
     settle(l, old);
     if (l.slots.size() == static_cast<size_t>(d))
       correct(static_cast<uint8_t*>(data), old.exchanged.data(), old.local.data(), l.dtype, l.numel,
-              stale_);
+              settings_.stale);
     l.spare.push_back(std::move(old));
   }
 }
@@ -193,14 +201,14 @@ uint64_t DelayLine::submit(const std::string& key, void* data, bool absent) {
     } else if (bytes > 0) {
       // The engine exchanges g_t (its momentum, on the copy, makes avg the averaged momentum).
       std::memcpy(s.exchanged.data(), data, bytes);
-      if (momentum_ > 0) {
+      if (settings_.momentum > 0) {
         // x_t is this rank's own momentum of its gradients, the engine's recursion: corrected with
         // it, the steps telescope to the averaged momentum of the steps before t plus x_t. With
         // x_t = g_t the model lagged a momentum step behind (measured: the held-out cnn task 5.3
         // points below DDP at equal steps, within 0.2 points with this x).
         if (l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
         make_x(static_cast<const uint8_t*>(data), s.local.data(), l.dtype, l.numel,
-               l.momentum.data(), momentum_, nesterov_, nullptr);
+               l.momentum.data(), settings_.momentum, settings_.nesterov, nullptr);
         std::memcpy(data, s.local.data(), bytes);
       } else {
         std::memcpy(s.local.data(), data, bytes);
@@ -248,25 +256,27 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   uint8_t* x = s.local.data();
   // The steady state: the step this submission retires (the oldest of D + 1 held) is this lane's
   // of step t - D, settled above, so x and update_t come out of one pass.
-  const bool fused = !absent && !stale_ && l.dtype == DType::kFloat32 && bytes > 0 &&
+  const bool fused = !absent && !settings_.stale && l.dtype == DType::kFloat32 && bytes > 0 &&
                      l.slots.size() == static_cast<size_t>(d) && l.slots.front().handle == 0 &&
                      !l.slots.front().deferred;
   if (absent) {
     // Zeros; momentum and the carried residual wait for a step with data (as the engine's).
     std::memset(x, 0, bytes);
   } else {
-    if (momentum_ > 0 && l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
+    if (settings_.momentum > 0 && l.momentum.size() != l.numel) l.momentum.assign(l.numel, 0.0f);
     const bool carry = l.carry.size() == l.numel && l.numel > 0;
-    float* u = momentum_ > 0 ? l.momentum.data() : nullptr;
+    float* u = settings_.momentum > 0 ? l.momentum.data() : nullptr;
     const float* c = carry ? l.carry.data() : nullptr;
     if (fused) {
       const Slot& oldest = l.slots.front();
       make_x_and_correct(static_cast<float*>(data), reinterpret_cast<float*>(x),
-                         reinterpret_cast<float*>(s.exchanged.data()), l.numel, u, momentum_,
-                         nesterov_, c, reinterpret_cast<const float*>(oldest.exchanged.data()),
+                         reinterpret_cast<float*>(s.exchanged.data()), l.numel, u,
+                         settings_.momentum, settings_.nesterov, c,
+                         reinterpret_cast<const float*>(oldest.exchanged.data()),
                          reinterpret_cast<const float*>(oldest.local.data()));
     } else {
-      make_x(static_cast<const uint8_t*>(data), x, l.dtype, l.numel, u, momentum_, nesterov_, c);
+      make_x(static_cast<const uint8_t*>(data), x, l.dtype, l.numel, u, settings_.momentum,
+             settings_.nesterov, c);
     }
     l.carry.clear();
   }
@@ -282,8 +292,8 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
   ++l.submitted;
   l.slots.push_back(std::move(s));
   {
-    std::lock_guard<std::mutex> lock(deferred_mutex_);
-    deferred_.emplace_back(&l, l.slots.back().step);
+    std::lock_guard<std::mutex> lock(deferred_.mutex);
+    deferred_.slots.emplace_back(&l, l.slots.back().step);
   }
   if (fused) {  // corrected above: the oldest only goes back to the spares
     l.spare.push_back(std::move(l.slots.front()));
@@ -296,8 +306,8 @@ void DelayLine::submit_to_lane(Line& l, const std::string& key, void* data, bool
 void DelayLine::flush_deferred_locked() {
   std::vector<std::pair<Line*, uint64_t>> deferred;
   {
-    std::lock_guard<std::mutex> lock(deferred_mutex_);
-    deferred.swap(deferred_);
+    std::lock_guard<std::mutex> lock(deferred_.mutex);
+    deferred.swap(deferred_.slots);
   }
   // Per lane, in submission order: the slots and what they submit.
   std::map<Engine*,
@@ -341,17 +351,18 @@ void DelayLine::on_end_step() {
     std::lock_guard<std::mutex> lock(mutex_);
     flush_deferred_locked();
     for (int lane : touched_)
-      lanes_->lane(lane).end_step();
+      lanes_.active->lane(lane).end_step();
     touched_.clear();
     ++steps_ended_;
-    if (pending_ && steps_ended_ >= lanes_from_) take_pending_lanes();
-    if (early_ && early_close_at_ != 0 && steps_ended_ >= early_close_at_) close_early_lanes();
+    if (lanes_.pending && steps_ended_ >= lanes_.pending_from) take_pending_lanes();
+    if (lanes_.early && lanes_.early_close_at != 0 && steps_ended_ >= lanes_.early_close_at)
+      close_early_lanes();
     maybe_start_early_lanes();
     agree = rule_.observe(engine_.stats(false).exposed_seconds, now_s());
     if (agree) {
       rule_.measurement(measured);
       measured[2] = static_cast<float>(engine_.cpu_share());
-      measured[3] = early_ && early_->ready() ? 1.0f : 0.0f;
+      measured[3] = lanes_.early && lanes_.early->ready() ? 1.0f : 0.0f;
     }
     decide_now = agreement_.held && rule_.at_decision();
     if (agree && rule_.agrees_ahead()) {
@@ -388,7 +399,7 @@ void DelayLine::on_end_step() {
 void DelayLine::decide(const float measured[4]) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string lanes_why = lanes_held();
-  const bool not_latency_bound = !test_lanes_ && engine_.link_latency_bound() == 0;
+  const bool not_latency_bound = !settings_.test_lanes && engine_.link_latency_bound() == 0;
   if (lanes_why.empty() && not_latency_bound)
     lanes_why = "overlap round trips, not bytes or CPU, and the agreed link is not latency-bound";
   std::string held = has_cuda_ ? "CUDA tensors (the delay's copies are host memory)" : "";
@@ -407,7 +418,7 @@ void DelayLine::decide(const float measured[4]) {
   }
   rule_.decide(measured[0], measured[1], held, lanes_why);
   // The steps with one exchange in flight continue the undelayed engine's momentum in x_t.
-  if (rule_.delay() >= 1 && momentum_ > 0) {
+  if (rule_.delay() >= 1 && settings_.momentum > 0) {
     for (auto& [key, l] : lines_) {
       std::lock_guard<std::mutex> line_lock(l->mutex);
       l->momentum = engine_.momentum_of(key);
@@ -419,14 +430,15 @@ void DelayLine::decide(const float measured[4]) {
   // before it running with one exchange in flight.
   // Lanes started before the probe take its agreed model now, while this engine is idle (no step
   // has had an exchange in flight yet), and adopt it before their first exchange.
-  if (early_ && !early_->has_link()) early_->adopt_later(engine_.link_model_copy());
+  if (lanes_.early && !lanes_.early->has_link())
+    lanes_.early->adopt_later(engine_.link_model_copy());
   settle_lanes_at_decision(measured[3] == 1.0f);
 }
 
 void DelayLine::set_gradient_norm(double norm) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (lanes_active())
-    lanes_->lane(static_cast<int>(steps_ended_ % static_cast<uint64_t>(rule_.delay())))
+    lanes_.active->lane(static_cast<int>(steps_ended_ % static_cast<uint64_t>(rule_.delay())))
         .set_gradient_norm(norm);
   else
     engine_.set_gradient_norm(norm);
@@ -435,7 +447,7 @@ void DelayLine::set_gradient_norm(double norm) {
 Stats DelayLine::stats(bool last_step) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Stats own = engine_.stats(last_step);
-  return lanes_ ? own.plus(lanes_->stats(last_step)) : own;
+  return lanes_.active ? own.plus(lanes_.active->stats(last_step)) : own;
 }
 
 void DelayLine::on_reconfigure() {
@@ -448,7 +460,7 @@ void DelayLine::on_reconfigure() {
   agreement_.handle = 0;
   rule_.restart_window();
   // Lanes of the old membership (every rank reconfigures at the same point).
-  if (early_) close_early_lanes();
+  if (lanes_.early) close_early_lanes();
 }
 
 void DelayLine::drain_locked() {
@@ -517,9 +529,9 @@ std::vector<uint8_t> DelayLine::save_state() {
   w.put<float>(r.exposed);
   w.put<float>(r.compute);
   const std::vector<std::vector<uint8_t>> lane_states =
-      lanes_ ? lanes_->save_states() : std::vector<std::vector<uint8_t>>{};
+      lanes_.active ? lanes_.active->save_states() : std::vector<std::vector<uint8_t>>{};
   w.put<uint64_t>(steps_ended_);
-  w.put<uint64_t>(pending_ ? lanes_from_ : 0);
+  w.put<uint64_t>(lanes_.pending ? lanes_.pending_from : 0);
   w.put<uint8_t>(agreement_.held ? 1 : 0);
   for (float v : agreement_.values)
     w.put<float>(v);
@@ -660,34 +672,34 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
   steps_ended_ = steps_ended;
   agreement_ = window_closed ? agreement : Agreement{};
   // Lanes connecting ahead of a decision that the state has taken: one lane set connects at a time.
-  if (early_ && rule_.decided()) close_early_lanes();
+  if (lanes_.early && rule_.decided()) close_early_lanes();
   touched_.clear();
   if (lane_count == 0 && lanes_from != 0) {
     // The saved run's lanes were connecting: they connect again and take over at the same step.
-    lanes_.reset();
-    if (!pending_) {
+    lanes_.active.reset();
+    if (!lanes_.pending) {
       const std::string held_here = lanes_held();
       if (!held_here.empty())
         throw StateError("gradex delay state connects " + std::to_string(rule_.delay()) +
                          " lanes, which this engine cannot: it " + held_here);
       start_pending_lanes(rule_.delay(), lanes_from);
     }
-    lanes_from_ = lanes_from;
+    lanes_.pending_from = lanes_from;
   } else {
-    pending_.reset();
+    lanes_.pending.reset();
   }
   if (lane_count > 0) {
     // The saved run ran lanes: this one runs the same (a fixed D made them at the start; auto's
     // decision, restored above, makes them now: collective, as every rank loads the same state).
-    if (!lanes_ || lanes_->count() != static_cast<int>(lane_count)) {
+    if (!lanes_.active || lanes_.active->count() != static_cast<int>(lane_count)) {
       const std::string held_here = lanes_held();
       if (!held_here.empty())
         throw StateError("gradex delay state runs " + std::to_string(lane_count) +
                          " lanes, which this engine cannot: it " + held_here);
-      lanes_.reset();
+      lanes_.active.reset();
       make_lanes(static_cast<int>(lane_count), false);
     }
-    lanes_->load_states(lane_states);
+    lanes_.active->load_states(lane_states);
   }
   for (Parsed& p : parsed) {
     const size_t bytes = p.line->numel * dtype_size(p.line->dtype);
@@ -709,18 +721,18 @@ void DelayLine::load_state(const uint8_t* data, size_t size) {
 std::string DelayLine::explain() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out = rule_.why();
-  if (early_ && !rule_.decided())
-    out += "; " + std::to_string(early_->count()) +
+  if (lanes_.early && !rule_.decided())
+    out += "; " + std::to_string(lanes_.early->count()) +
            " lanes connect meanwhile (the agreed link is latency-bound), to take over if D >= 2 "
            "is chosen";
-  if (pending_)
+  if (lanes_.pending)
     out += "; D=1 while its lanes connect in the background, D=" + std::to_string(rule_.delay()) +
-           " from step " + std::to_string(lanes_from_);
+           " from step " + std::to_string(lanes_.pending_from);
   if (lanes_active())
-    out += "; " + std::to_string(lanes_->count()) +
+    out += "; " + std::to_string(lanes_.active->count()) +
            " lanes, one exchange of each tensor in flight on each, gradex's momentum applied "
            "before them\n" +
-           lanes_->explain();
+           lanes_.active->explain();
   return out;
 }
 

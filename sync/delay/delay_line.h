@@ -158,9 +158,9 @@ class DelayLine {
   // Collective: auto's D >= 2 lanes start connecting on a thread of their own while the steps run
   // with D = 1; they take over at end_step count `from` (take_pending_lanes).
   void start_pending_lanes(int d, uint64_t from);
-  // At end_step count lanes_from_: waits for the pending lanes (when they are late), keeps the
-  // decided D of them, then moves the delayed engine's momentum and residuals into the lines, as
-  // make_lanes.
+  // At end_step count lanes_.pending_from: waits for the pending lanes (when they are late), keeps
+  // the decided D of them, then moves the delayed engine's momentum and residuals into the lines,
+  // as make_lanes.
   void take_pending_lanes();
   // Collective, at an end_step count from agreed state only: under auto, once the link is known
   // and agreed latency-bound (only there can auto choose D >= 2), kAutoMaxDelay lanes start
@@ -187,39 +187,57 @@ class DelayLine {
   void close_early_lanes();
   // The lanes and the tensors registered on them (and the moved state with `take_state`).
   void install_lanes(bool take_state);
-  bool lanes_active() const { return lanes_ && lanes_->count() == rule_.delay(); }
+  bool lanes_active() const { return lanes_.active && lanes_.active->count() == rule_.delay(); }
+
+  // What the configuration fixes for the line's life, read once by the constructor.
+  struct Settings {
+    float momentum;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
+    bool nesterov;
+    bool stale;  // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
+    // GRADEX_TEST_DELAY_LANES: auto takes the link as latency-bound, and its lanes take over two
+    // steps after the decision (loopback has no round trip to size their start by).
+    bool test_lanes;
+    bool test_lanes_late;  // GRADEX_TEST_DELAY_LANES=late: no lanes ahead of the decision
+    bool test_lanes_long;  // GRADEX_TEST_DELAY_LANES=long: a start that said a long path
+  };
+  static Settings settings_of(const Engine& engine);
+
+  // The lane sets of D >= 2: the one that carries the exchanges, auto's while it connects, and
+  // the early one that connects before auto's decision.
+  struct LaneSets {
+    std::unique_ptr<DelayLanes> active;
+    // auto's lanes while they connect, and the end_step count from which they carry the exchanges.
+    std::unique_ptr<DelayLanes> pending;
+    uint64_t pending_from = 0;
+    // Lanes connecting before auto's decision (maybe_start_early_lanes); after a decision for
+    // D <= 1 they close at end_step count early_close_at, an agreed step by which they have
+    // connected (closing is collective and waits for a connection still under way).
+    std::unique_ptr<DelayLanes> early;
+    uint64_t early_close_at = 0;
+    bool early_checked = false;         // maybe_start_early_lanes asked once
+    bool before_probe_checked = false;  // maybe_start_lanes_before_probe asked once
+    int sets_made = 0;  // lane sets made so far: each set meets under store keys of its own
+  };
+
+  // Deferred slots (Slot::deferred) in submission order: their line and step count. Under
+  // `mutex`, a leaf lock (taken under a line's mutex by submit_to_lane, nothing taken under it).
+  struct DeferredSlots {
+    std::vector<std::pair<Line*, uint64_t>> slots;
+    std::mutex mutex;
+  };
 
   Engine& engine_;
   DelayLanes::Factory make_lane_;
-  std::unique_ptr<DelayLanes> lanes_;
-  // auto's lanes while they connect, and the end_step count from which they carry the exchanges.
-  std::unique_ptr<DelayLanes> pending_;
-  uint64_t lanes_from_ = 0;
-  // Lanes connecting before auto's decision (maybe_start_early_lanes); after a decision for
-  // D <= 1 they close at end_step count early_close_at_, an agreed step by which they have
-  // connected (closing is collective and waits for a connection still under way).
-  std::unique_ptr<DelayLanes> early_;
-  uint64_t early_close_at_ = 0;
-  bool early_checked_ = false;         // maybe_start_early_lanes asked once
-  bool before_probe_checked_ = false;  // maybe_start_lanes_before_probe asked once
-  int lane_sets_ = 0;     // lane sets made so far: each set meets under store keys of its own
-  const float momentum_;  // the delayed engine's GRADEX_MOMENTUM / GRADEX_NESTEROV
-  const bool nesterov_;
+  const Settings settings_;
+  LaneSets lanes_;
   bool reconfigured_ = false;
   uint64_t steps_ended_ = 0;  // end_step calls: step s's exchanges go to lane s mod D
   std::set<int> touched_;     // lanes that carried exchanges since the last end_step
-  // Deferred slots (Slot::deferred) in submission order: their line and step count. Under
-  // deferred_mutex_, a leaf lock (taken under a line's mutex by submit_to_lane, nothing taken
-  // under it).
-  std::vector<std::pair<Line*, uint64_t>> deferred_;
-  std::mutex deferred_mutex_;
+  DeferredSlots deferred_;
   DelayRule rule_;
   mutable std::mutex mutex_;  // lines_ (the map), issued_, next_handle_
   std::map<std::string, std::unique_ptr<Line>> lines_;
   std::set<uint64_t> issued_;
-  const bool stale_;  // GRADEX_DELAY_RULE=stale: avg_{t-D} alone, for comparison
-  // GRADEX_TEST_DELAY_LANES: auto takes the link as latency-bound, and its lanes take over two
-  // steps after the decision (loopback has no round trip to size their start by).
   // auto's agreement of its measurement where it travels while the next step computes
   // (DelayRule::agrees_ahead): submitted when the window closed, waited for at the decision (or by
   // a checkpoint, which holds the agreed values: a resumed run decides from them at the same step).
@@ -228,10 +246,7 @@ class DelayLine {
     uint64_t handle = 0;  // the engine's average in flight (0: none)
     float values[4] = {0, 0, 0, 0};
   } agreement_;
-  const bool test_lanes_;
-  const bool test_lanes_late_;  // GRADEX_TEST_DELAY_LANES=late: no lanes ahead of the decision
-  const bool test_lanes_long_;  // GRADEX_TEST_DELAY_LANES=long: a start that said a long path
-  bool has_cuda_ = false;       // a CUDA tensor is registered: auto keeps D at 0
+  bool has_cuda_ = false;  // a CUDA tensor is registered: auto keeps D at 0
   uint64_t next_handle_ = 1;
 };
 

@@ -13,21 +13,22 @@ std::string DelayLine::lanes_held() const {
   if (!make_lane_) return "this engine cannot make (no lane factory: a C++ engine)";
   if (reconfigured_) return "the membership changed since the start (the lanes' store is gone)";
   if (has_cuda_) return "takes host tensors only (CUDA tensors are registered)";
-  if (momentum_ > 0 && engine_.options().clip_norm > 0)
+  if (settings_.momentum > 0 && engine_.options().clip_norm > 0)
     return "applies gradex's momentum before the engines clip (GRADEX_CLIP_NORM with "
            "GRADEX_MOMENTUM > 0)";
   return "";
 }
 
 void DelayLine::make_lanes(int d, bool take_state) {
-  lanes_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay);
+  lanes_.active =
+      std::make_unique<DelayLanes>(make_lane_, engine_, d, lanes_.sets_made++ * kMaxDelay);
   install_lanes(take_state);
 }
 
 void DelayLine::start_pending_lanes(int d, uint64_t from) {
-  pending_ = std::make_unique<DelayLanes>(make_lane_, engine_, d, lane_sets_++ * kMaxDelay,
-                                          DelayLanes::Start::kBackground);
-  lanes_from_ = from;
+  lanes_.pending = std::make_unique<DelayLanes>(
+      make_lane_, engine_, d, lanes_.sets_made++ * kMaxDelay, DelayLanes::Start::kBackground);
+  lanes_.pending_from = from;
   if (engine_.rank() == 0) {
     GX_LOG(kInfo) << "delay: D=" << d << "'s lanes connect in the background; D=1 until step "
                   << from;
@@ -48,20 +49,22 @@ void DelayLine::maybe_start_early_lanes() {
   // Asked once per process (the link's question waits for the engine to be idle): at the first
   // end_step, or at the first one of a run resumed later, before the decision. The link test is
   // the decision's own (an unknown link does not hold lanes).
-  if (early_checked_ || steps_ended_ < kEarlyLanesStep) return;
-  early_checked_ = true;
-  if (!may_start_early_lanes() || test_lanes_late_) return;
-  if (!test_lanes_ && engine_.link_latency_bound() == 0) return;
+  if (lanes_.early_checked || steps_ended_ < kEarlyLanesStep) return;
+  lanes_.early_checked = true;
+  if (!may_start_early_lanes() || settings_.test_lanes_late) return;
+  if (!settings_.test_lanes && engine_.link_latency_bound() == 0) return;
   start_early_lanes("the agreed link is latency-bound");
 }
 
 bool DelayLine::may_start_early_lanes() const {
-  return !early_ && !pending_ && !lanes_ && rule_.may_delay() && lanes_held().empty();
+  return !lanes_.early && !lanes_.pending && !lanes_.active && rule_.may_delay() &&
+         lanes_held().empty();
 }
 
 void DelayLine::start_early_lanes(const char* because) {
-  early_ = std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
-                                        lane_sets_++ * kMaxDelay, DelayLanes::Start::kBackground);
+  lanes_.early =
+      std::make_unique<DelayLanes>(make_lane_, engine_, kAutoMaxDelay,
+                                   lanes_.sets_made++ * kMaxDelay, DelayLanes::Start::kBackground);
   if (engine_.rank() == 0) {
     GX_LOG(kInfo) << "delay: " << because << ": " << kAutoMaxDelay
                   << " lanes connect in the background while auto measures (a decision for "
@@ -75,16 +78,16 @@ void DelayLine::maybe_start_lanes_before_probe() {
   // started after the first exchange, connected about a step after auto's decision, and the
   // agreed estimate then kept D = 1 for 5-7 more steps (15-17 at 75 ms); started here they
   // connect during the first exchanges and the steps auto measures.
-  if (before_probe_checked_) return;
-  before_probe_checked_ = true;
+  if (lanes_.before_probe_checked) return;
+  lanes_.before_probe_checked = true;
   // The link is agreed already where the start probed it (a long path: Engine::connect), else
   // the start's round trips tell.
   const int agreed = engine_.link_latency_bound();
-  const bool long_start = engine_.start_latency_bound() == 1 || test_lanes_long_;
+  const bool long_start = engine_.start_latency_bound() == 1 || settings_.test_lanes_long;
   if (long_start && rule_.may_delay()) rule_.measure_early();
-  if (!may_start_early_lanes() || test_lanes_late_) return;
+  if (!may_start_early_lanes() || settings_.test_lanes_late) return;
   // GRADEX_TEST_DELAY_LANES stands in for a link whose start said latency-bound.
-  if (!test_lanes_ && !(agreed == 1 || (agreed == -1 && long_start))) return;
+  if (!settings_.test_lanes && !(agreed == 1 || (agreed == -1 && long_start))) return;
   start_early_lanes(agreed == 1
                         ? "the link the start probed is latency-bound"
                         : "the start's round trips say latency-bound, before the link probe");
@@ -101,7 +104,7 @@ void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {
   // lanes). Else the lanes have had the undelayed steps since they started (the measured step
   // without delay), and the rest of their estimate runs at D = 1's step (counting it all at D =
   // 1's step took over at step 18 at 25 ms one way, where the lanes had connected by step 11).
-  const bool connected = test_lanes_ || early_lanes_ready;
+  const bool connected = settings_.test_lanes || early_lanes_ready;
   const double had_s = static_cast<double>(steps_ended_ - std::min(steps_ended_, kEarlyLanesStep)) *
                        rule_.undelayed_step_s();
   const uint64_t from = steps_ended_ + 1 +
@@ -109,33 +112,33 @@ void DelayLine::settle_lanes_at_decision(bool early_lanes_ready) {
                                    : lane_steps_left(kAutoMaxDelay, engine_.link_round_trip_s(),
                                                      had_s, rule_.overlapped_step_s()));
   if (rule_.delay() >= 2) {
-    if (early_) {
-      pending_ = std::move(early_);
-      lanes_from_ = from;
+    if (lanes_.early) {
+      lanes_.pending = std::move(lanes_.early);
+      lanes_.pending_from = from;
       if (connected) take_pending_lanes();
     } else {
       start_pending_lanes(rule_.delay(), from);
     }
     return;
   }
-  if (early_) early_close_at_ = from;
+  if (lanes_.early) lanes_.early_close_at = from;
 }
 
 void DelayLine::close_early_lanes() {
   try {
-    early_->wait_ready();
+    lanes_.early->wait_ready();
   } catch (const std::exception& e) {
     // Lanes no step needs: their failure stops nothing (a lost peer stops the delayed engine).
     GX_LOG(kWarn) << "delay: lanes connected ahead of the decision and not needed failed to "
                      "connect: "
                   << e.what();
   }
-  early_.reset();
+  lanes_.early.reset();
 }
 
 void DelayLine::take_pending_lanes() {
-  std::unique_ptr<DelayLanes> lanes = std::move(pending_);
-  lanes_from_ = 0;
+  std::unique_ptr<DelayLanes> lanes = std::move(lanes_.pending);
+  lanes_.pending_from = 0;
   const auto waited_from = std::chrono::steady_clock::now();
   lanes->wait_ready();
   lanes->keep_first(rule_.delay());
@@ -146,19 +149,20 @@ void DelayLine::take_pending_lanes() {
                   << " (connected in " << lanes->connect_seconds() * 1e3 << " ms; the step waited "
                   << waited * 1e3 << " ms for them)";
   }
-  lanes_ = std::move(lanes);
+  lanes_.active = std::move(lanes);
   install_lanes(true);
 }
 
 void DelayLine::install_lanes(bool take_state) {
   for (auto& [key, l] : lines_) {
     std::lock_guard<std::mutex> line_lock(l->mutex);
-    lanes_->register_tensor(key, l->numel, l->dtype, l->rows);
+    lanes_.active->register_tensor(key, l->numel, l->dtype, l->rows);
     if (!take_state) continue;
     // The momentum continues here: the one of the steps with one exchange in flight (the same
     // recursion as the engine's, which does not mask what DGC sent), or else the undelayed
     // engine's. The residual is gradient not applied yet.
-    if (momentum_ > 0 && l->momentum.size() != l->numel) l->momentum = engine_.momentum_of(key);
+    if (settings_.momentum > 0 && l->momentum.size() != l->numel)
+      l->momentum = engine_.momentum_of(key);
     l->carry = engine_.residual_of(key);
   }
 }
