@@ -342,6 +342,9 @@ void DelayLine::release(uint64_t handle) {
 }
 
 void DelayLine::on_end_step() {
+  // A fixed D = 0 has nothing to end: no lanes, no deferred slots, no measurement, and its saved
+  // state is the engine's alone (save_state).
+  if (!rule_.automatic() && rule_.delay() == 0) return;
   bool agree = false, decide_now = false;
   // Exposed and compute seconds a step (DelayRule::measurement), this host's ranks per core, and
   // 1 where this rank's early lanes have connected (0 else): their average is 1 only when every
