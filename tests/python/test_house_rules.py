@@ -83,6 +83,15 @@ def test_an_import_cycle_at_import_time_is_named_one_inside_a_function_is_not(tm
         "python/gradex imports in a cycle: gradex.a <-> gradex.b"]
 
 
+def test_the_lines_naming_any_are_counted_past_the_limit(tmp_path):
+    write(tmp_path, {"python/gradex/a.py": "from typing import Any\n\ndef f(x: Any) -> Any:\n    return x\n",
+                     "python/gradex/b.py": "Anyway = 1  # not the name\n"})
+    assert house_rules.any_breaches(tmp_path, limit=2) == []
+    assert house_rules.any_breaches(tmp_path, limit=1) == [
+        "python/gradex names Any on 2 lines (at most 1; type what you can): python/gradex/a.py:1, "
+        "python/gradex/a.py:3, ..."]
+
+
 def test_the_docs_limits_are_counted_as_written(tmp_path):
     readme = "# x\n\n## Running the tests\n" + "line\n" * 25 + "## Next\n" + "more\n" * 40
     write(tmp_path, {
