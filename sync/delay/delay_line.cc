@@ -342,9 +342,7 @@ void DelayLine::release(uint64_t handle) {
 }
 
 void DelayLine::on_end_step() {
-  // A fixed D = 0 has nothing to end: no lanes, no deferred slots, no measurement, and its saved
-  // state is the engine's alone (save_state).
-  if (!rule_.automatic() && rule_.delay() == 0) return;
+  if (never_delays()) return;  // no lanes, no deferred slots, no measurement
   bool agree = false, decide_now = false;
   // Exposed and compute seconds a step (DelayRule::measurement), this host's ranks per core, and
   // 1 where this rank's early lanes have connected (0 else): their average is 1 only when every
@@ -516,7 +514,7 @@ std::vector<uint8_t> DelayLine::save_state() {
     agreement_.handle = 0;
   }
   std::vector<uint8_t> engine_state = engine_.save_state();
-  if (!rule_.automatic() && rule_.delay() == 0) return engine_state;
+  if (never_delays()) return engine_state;
   ByteWriter w;
   w.put<uint32_t>(kMagic);
   w.put<uint32_t>(kVersion);

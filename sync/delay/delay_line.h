@@ -188,6 +188,9 @@ class DelayLine {
   // The lanes and the tensors registered on them (and the moved state with `take_state`).
   void install_lanes(bool take_state);
   bool lanes_active() const { return lanes_.active && lanes_.active->count() == rule_.delay(); }
+  // A fixed GRADEX_DELAY=0: the line never delays (a fixed rule's D never changes), so a step's end
+  // has nothing to do and the saved state is the engine's alone.
+  bool never_delays() const { return !rule_.automatic() && rule_.delay() == 0; }
 
   // What the configuration fixes for the line's life, read once by the constructor.
   struct Settings {
